@@ -1,0 +1,30 @@
+"""Domain errors. Constructors raise these; only the CLI turns them into exit codes."""
+from __future__ import annotations
+
+
+class GuardianError(Exception):
+    """Base of every error the guardian raises on purpose."""
+
+
+class TargetGone(GuardianError):
+    """The process (or thread) vanished, or its pid now belongs to another process."""
+
+
+class AccessDenied(GuardianError):
+    """The kernel refused a read (ptrace checks: needs root or CAP_SYS_PTRACE)."""
+
+
+class ProbeFailed(GuardianError):
+    """A probe could not produce its samples this round (timeout, bad payload, refused)."""
+
+
+class BackendUnavailable(GuardianError):
+    """An optional backend (NVML, npu-smi, py-spy, Redis) is absent or unusable here."""
+
+
+class ConfigError(GuardianError):
+    """The configuration is invalid. ``problems`` lists ``"key.path: what is wrong"`` lines."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("; ".join(self.problems))
