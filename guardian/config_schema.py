@@ -1,0 +1,288 @@
+"""The configuration's shape: typed, frozen dataclasses with the defaults.
+
+The YAML file maps 1:1 onto these classes (``guardian.config`` loads and validates
+it strictly: an unknown key or a wrong type is an error naming the key path).
+Field metadata ``check`` names a validation rule (see ``guardian.config``):
+``positive`` (> 0), ``nonneg`` (>= 0), ``ratio`` (0..1), ``mode``, ``onoff``
+(auto|off), ``restart_mode``, ``regex``, ``port``, ``hostport``.
+The top-level names are the SPEC §9 contract.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+def _f(default, check: str | None = None, doc: str = ""):
+    md = {"doc": doc}
+    if check:
+        md["check"] = check
+    if isinstance(default, (list, dict, tuple)) or callable(default):
+        factory = default if callable(default) else (lambda d=default: type(d)(d))
+        return field(default_factory=factory, metadata=md)
+    return field(default=default, metadata=md)
+
+
+# ---------------------------------------------------------------- targets
+@dataclass(frozen=True)
+class KubernetesMatch:
+    pod_uid: Optional[str] = None
+    namespace: Optional[str] = None
+    pod: Optional[str] = None
+    container: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class MatchConfig:
+    """Exactly one matcher must be set."""
+
+    port: Optional[int] = _f(None, "port", "the port the API server listens on")
+    pid_file: Optional[str] = _f(None, doc="a file holding the API server's pid")
+    cmdline_regex: Optional[str] = _f(None, "regex", "regex searched in the joined cmdline")
+    systemd_unit: Optional[str] = _f(None, doc="the unit whose MainPID is the API server")
+    kubernetes: Optional[KubernetesMatch] = None
+
+
+@dataclass(frozen=True)
+class RestartConfig:
+    mode: str = _f("signal", "restart_mode", "systemd | command | kubernetes | signal")
+    command: tuple[str, ...] = _f((), doc="argv for mode=command (no shell)")
+    unit: Optional[str] = None
+    env: dict[str, str] = _f({})
+    cwd: Optional[str] = None
+    log_file: Optional[str] = None
+    stop_timeout: float = _f(30.0, "positive", "SIGTERM -> SIGKILL of the whole tree, seconds")
+    ready_timeout: float = _f(600.0, "positive", "start -> /health 200 and a canary answered")
+
+
+@dataclass(frozen=True)
+class DrainConfig:
+    timeout: float = _f(120.0, "nonneg")
+    hook: tuple[str, ...] = _f(())
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    name: str
+    match: MatchConfig
+    api_url: Optional[str] = _f(None, doc="default: http://127.0.0.1:<port>")
+    model: Optional[str] = _f(None, doc="served model name; default: first of /v1/models")
+    restart: RestartConfig = field(default_factory=RestartConfig)
+    drain: DrainConfig = field(default_factory=DrainConfig)
+
+
+# ---------------------------------------------------------------- detectors
+@dataclass(frozen=True)
+class BusyLoopConfig:
+    mode: str = _f("remediate", "mode")
+    window: float = _f(10.0, "positive", "seconds of thread samples looked at")
+    cpu_ratio: float = _f(0.9, "ratio", "a thread at or above this share of a core is hot")
+    max_voluntary_per_cpu_second: float = _f(
+        100.0, "nonneg", "a spinning thread blocks (almost) never: voluntary switches per CPU-second"
+    )
+    running_fraction: float = _f(0.8, "ratio", "share of samples with syscall=running (when readable)")
+    min_coverage: float = _f(0.5, "ratio", "share of the window that must hold samples")
+    open_after: int = _f(1, "positive", "consecutive confirmed evaluations to open")
+    resolve_after: int = _f(3, "positive", "consecutive negative evaluations to resolve")
+
+
+@dataclass(frozen=True)
+class EngineStallConfig:
+    mode: str = _f("remediate", "mode")
+    window: float = _f(20.0, "positive", "seconds without progress while work is pending")
+    open_after: int = _f(1, "positive")
+    resolve_after: int = _f(3, "positive")
+
+
+@dataclass(frozen=True)
+class EngineDeadConfig:
+    mode: str = _f("remediate", "mode")
+    open_after: int = _f(2, "positive")
+    resolve_after: int = _f(1, "positive")
+
+
+@dataclass(frozen=True)
+class KvCacheLeakConfig:
+    mode: str = _f("alert", "mode")
+    window: float = _f(60.0, "positive")
+    margin: float = _f(0.1, "ratio", "usage above the idle baseline that counts as leaked")
+    open_after: int = _f(1, "positive")
+    resolve_after: int = _f(3, "positive")
+
+
+@dataclass(frozen=True)
+class MemoryLeakConfig:
+    mode: str = _f("alert", "mode")
+    window: float = _f(120.0, "positive")
+    slope_bytes_per_s: float = _f(5_000_000.0, "positive", "robust slope that counts as a leak")
+    warmup: float = _f(300.0, "nonneg", "seconds after the target became ready before judging")
+    open_after: int = _f(1, "positive")
+    resolve_after: int = _f(3, "positive")
+
+
+@dataclass(frozen=True)
+class OutputCorruptionConfig:
+    mode: str = _f("alert", "mode")
+    interval: float = _f(300.0, "positive")
+
+
+@dataclass(frozen=True)
+class ProbeFailureConfig:
+    mode: str = _f("alert", "mode")
+    after: int = _f(30, "positive", "consecutive failures of one probe before alerting")
+
+
+@dataclass(frozen=True)
+class DetectorsConfig:
+    busy_loop: BusyLoopConfig = field(default_factory=BusyLoopConfig)
+    engine_stall: EngineStallConfig = field(default_factory=EngineStallConfig)
+    engine_dead: EngineDeadConfig = field(default_factory=EngineDeadConfig)
+    kv_cache_leak: KvCacheLeakConfig = field(default_factory=KvCacheLeakConfig)
+    accel_memory_leak: MemoryLeakConfig = field(default_factory=MemoryLeakConfig)
+    host_memory_leak: MemoryLeakConfig = field(default_factory=MemoryLeakConfig)
+    output_corruption: OutputCorruptionConfig = field(default_factory=OutputCorruptionConfig)
+    probe_failure: ProbeFailureConfig = field(default_factory=ProbeFailureConfig)
+
+
+# ---------------------------------------------------------------- probes, discovery
+@dataclass(frozen=True)
+class ProcfsProbeConfig:
+    interval: float = _f(1.0, "positive")
+    deadline: float = _f(0.5, "positive")
+    proc_root: str = _f("/proc")
+    hot_cpu_ratio: float = _f(0.5, "ratio", "a process this busy gets per-thread reads")
+
+
+@dataclass(frozen=True)
+class HttpProbeConfig:
+    interval: float = _f(1.0, "positive")
+    timeout: float = _f(2.0, "positive")
+
+
+@dataclass(frozen=True)
+class CanaryProbeConfig:
+    interval: float = _f(10.0, "positive", "periodic end-to-end check, seconds")
+    timeout: float = _f(5.0, "positive", "a canary slower than this counts as a hang")
+    confirm_cooldown: float = _f(3.0, "nonneg", "min seconds between two confirmation canaries")
+    prompt: str = _f("Hello")
+    max_tokens: int = _f(1, "positive")
+
+
+@dataclass(frozen=True)
+class ProbesConfig:
+    procfs: ProcfsProbeConfig = field(default_factory=ProcfsProbeConfig)
+    vllm_http: HttpProbeConfig = field(default_factory=HttpProbeConfig)
+    canary: CanaryProbeConfig = field(default_factory=CanaryProbeConfig)
+
+
+@dataclass(frozen=True)
+class DiscoveryConfig:
+    interval: float = _f(3.0, "positive", "seconds between re-discoveries")
+    process_name_prefix: str = _f("VLLM", doc="vLLM's VLLM_PROCESS_NAME_PREFIX")
+    forget_after: float = _f(600.0, "positive", "seconds a vanished autodiscovered target is remembered")
+
+
+# ---------------------------------------------------------------- policy, alerts, evidence, ...
+@dataclass(frozen=True)
+class BudgetConfig:
+    max_restarts: int = _f(3, "positive")
+    period: float = _f(3600.0, "positive")
+
+
+@dataclass(frozen=True)
+class BackoffConfig:
+    initial: float = _f(30.0, "positive")
+    max: float = _f(900.0, "positive")
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    max_concurrent_restarts: int = _f(1, "positive")
+    lease_ttl: float = _f(900.0, "positive")
+    when_redis_down: str = _f("deny", doc="allow | deny a restart when the lease cannot be checked")
+
+
+@dataclass(frozen=True)
+class NodeAnomalyConfig:
+    fraction: float = _f(0.5, "ratio", "share of a node's targets tripping at once")
+    min_targets: int = _f(2, "positive")
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    dry_run: bool = False
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    backoff: BackoffConfig = field(default_factory=BackoffConfig)
+    fleet: FleetConfig = field(default_factory=FleetConfig)
+    node_anomaly: NodeAnomalyConfig = field(default_factory=NodeAnomalyConfig)
+
+
+@dataclass(frozen=True)
+class SpoolConfig:
+    max_events: int = _f(10000, "positive")
+    max_bytes: int = _f(64 * 1024 * 1024, "positive")
+
+
+@dataclass(frozen=True)
+class AlertsConfig:
+    redis_url: str = _f("embedded", doc="embedded | redis://... | rediss://... | unix://...")
+    password_env: Optional[str] = None
+    password_file: Optional[str] = None
+    stream: str = "guardian:alerts"
+    stream_maxlen: int = _f(100000, "positive")
+    channel: str = "guardian:alerts"
+    control_channel: str = "guardian:control"
+    renotify_interval: float = _f(3600.0, "positive")
+    heartbeat_ttl: float = _f(30.0, "positive")
+    timeout: float = _f(2.0, "positive")
+    spool: SpoolConfig = field(default_factory=SpoolConfig)
+
+
+@dataclass(frozen=True)
+class RetentionConfig:
+    max_bundles: int = _f(50, "positive")
+    max_bytes: int = _f(512 * 1024 * 1024, "positive")
+
+
+@dataclass(frozen=True)
+class EvidenceConfig:
+    pyspy: str = _f("py-spy", doc="path or name on PATH")
+    record_seconds: float = _f(3.0, "nonneg")
+    locals: bool = _f(False, doc="py-spy --locals: off, locals can hold user prompts")
+    native: bool = False
+    dump_timeout: float = _f(10.0, "positive")
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
+
+
+@dataclass(frozen=True)
+class AcceleratorsConfig:
+    nvml: str = _f("auto", "onoff")
+    npu_smi: str = _f("auto", "onoff")
+    npu_smi_path: str = "npu-smi"
+    npu_smi_timeout: float = _f(5.0, "positive")
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    socket: Optional[str] = _f(None, doc="unix socket; default <state_dir>/guardian.sock")
+    http: Optional[str] = _f("127.0.0.1:9464", "hostport", "/metrics + readiness; null = off")
+
+
+@dataclass(frozen=True)
+class Config:
+    node: Optional[str] = _f(None, doc="default: the host name")
+    state_dir: str = "/var/lib/guardian"
+    interval: float = _f(1.0, "positive", "seconds per tick")
+    autodiscover: bool = True
+    targets: tuple[TargetConfig, ...] = ()
+    detectors: DetectorsConfig = field(default_factory=DetectorsConfig)
+    probes: ProbesConfig = field(default_factory=ProbesConfig)
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
+    accelerators: AcceleratorsConfig = field(default_factory=AcceleratorsConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
+
+    def socket_path(self) -> str:
+        return self.api.socket or f"{self.state_dir.rstrip('/')}/guardian.sock"
