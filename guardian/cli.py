@@ -1,0 +1,238 @@
+"""``guardian``: the one entry point. The only module that parses argv and exits.
+
+Exit codes: 0 ok, 1 runtime failure (daemon not reachable, nothing found),
+2 usage or configuration error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Sequence
+
+from . import __version__
+from .errors import ConfigError, GuardianError
+
+DEFAULT_CONFIG = "/etc/guardian/guardian.yaml"
+
+
+def _load(path: str | None, dry_run: bool = False):
+    from dataclasses import replace
+
+    from .config import load_config
+
+    cfg = load_config(path)
+    if dry_run:
+        cfg = replace(cfg, policy=replace(cfg.policy, dry_run=True))
+    return cfg
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _build_daemon(cfg):
+    from .clock import SystemClock
+    from .daemon import Daemon
+    from .host.http import StdlibHttpClient
+    from .host.procfs import ProcFS
+    from .incidents import IncidentStore
+
+    clock = SystemClock()
+    store = IncidentStore(cfg.state_dir)
+    return Daemon(cfg, clock, ProcFS(cfg.probes.procfs.proc_root), StdlibHttpClient(), store=store), clock
+
+
+# ---------------------------------------------------------------------- commands
+def cmd_run(args) -> int:
+    _setup_logging(args.verbose)
+    cfg = _load(args.config, args.dry_run)
+    os.makedirs(cfg.state_dir, mode=0o750, exist_ok=True)
+    daemon, clock = _build_daemon(cfg)
+    from .api import ControlSocket
+
+    api = ControlSocket(cfg.socket_path(), {"status": lambda req: daemon.status(), "ping": lambda req: "pong"})
+    stop = threading.Event()
+
+    def on_signal(signum, frame):  # noqa: ARG001
+        logging.getLogger("guardian").info("signal %d: shutting down", signum)
+        stop.set()
+        clock.wake()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    api.start()
+    try:
+        daemon.run(stop)
+    finally:
+        api.stop()
+    return 0
+
+
+def cmd_status(args) -> int:
+    from .api import request
+    from .status_view import render_status
+
+    if args.fleet:
+        print("guardian status --fleet reads node heartbeats from Redis, which this version does not "
+              "write yet (alerts over Redis are not active)", file=sys.stderr)
+        return 2
+    cfg = _load(args.config)
+    path = args.socket or cfg.socket_path()
+    try:
+        doc = request(path, {"cmd": "status"})
+    except (OSError, RuntimeError, ValueError) as e:
+        print(f"guardian is not reachable on {path}: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(doc, indent=2) if args.json else render_status(doc))
+    return 0
+
+
+def cmd_check_config(args) -> int:
+    from .config import load_config, render_check
+
+    cfg = load_config(args.config)
+    print(render_check(cfg))
+    return 0
+
+
+def cmd_probe(args) -> int:
+    from .status_view import render_status
+
+    _setup_logging(args.verbose)
+    cfg = _load(args.config)
+    daemon, clock = _build_daemon(cfg)
+    budget = cfg.probes.vllm_http.timeout * 2 + cfg.probes.canary.timeout + 1
+    try:
+        daemon.tick()  # discovery + first /proc reading (rates need two)
+        time.sleep(cfg.probes.procfs.interval)
+        daemon.tick()  # rates, HTTP scrapes start
+        daemon.runner.wait_idle(budget)
+        daemon.tick()  # scrapes folded in; canaries start where /health is 200
+        daemon.runner.wait_idle(budget)
+        daemon.tick()
+    finally:
+        daemon.runner.shutdown()
+    doc = daemon.status()
+    print(json.dumps(doc, indent=2) if args.json else render_status(doc))
+    return 0 if doc["targets"] else 1
+
+
+def cmd_incidents(args) -> int:
+    from .incidents import IncidentStore, incident_to_dict
+
+    cfg = _load(args.config)
+    store = IncidentStore(cfg.state_dir)
+    if args.action == "show":
+        if not args.id:
+            print("usage: guardian incidents show ID", file=sys.stderr)
+            return 2
+        inc = store.load(args.id)
+        if inc is None:
+            print(f"no incident {args.id} in {cfg.state_dir}/incidents", file=sys.stderr)
+            return 1
+        d = incident_to_dict(inc)
+        if args.json:
+            print(json.dumps(d, indent=2))
+            return 0
+        print(f"{d['id']}  {d['kind']}  {d['status']}  severity {d['severity']}")
+        print(f"target  {d['target']['name']} (pid {d['target']['pid']}, starttime {d['target']['starttime']})")
+        print(f"opened  {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(d['opened_at']))}")
+        if d["resolved_at"]:
+            print(f"resolved {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(d['resolved_at']))}")
+        print(f"summary {d['summary']}")
+        print("signals")
+        for k, v in sorted(d["signals"].items()):
+            print(f"  {k}: {v}")
+        for a in d["actions"]:
+            print(f"action  {a['name']} {a['status']} {a['detail']}")
+        if d.get("evidence_dir"):
+            print(f"evidence {d['evidence_dir']}")
+        return 0
+    items = [incident_to_dict(i) for i in store.list(limit=args.limit)]
+    if args.json:
+        print(json.dumps(items, indent=2))
+        return 0
+    if not items:
+        print(f"no incidents in {cfg.state_dir}/incidents")
+    for d in items:
+        opened = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d["opened_at"]))
+        print(f"{d['id']}  {d['status']:<8} {d['kind']:<14} {d['target']['name']:<14} {opened}  {d['summary']}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .testing.demo import run_demo  # the demo drives the shipped simulated vLLM server
+
+    return run_demo(keep=args.keep, timeout=args.timeout)
+
+
+# ---------------------------------------------------------------------- argv
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="guardian", description="Supervise the vLLM servers of this node.")
+    p.add_argument("--version", action="version", version=f"guardian {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def with_config(sp):
+        sp.add_argument("-c", "--config", default=None,
+                        help=f"YAML config (default: {DEFAULT_CONFIG} when it exists, else built-in defaults)")
+        return sp
+
+    sp = with_config(sub.add_parser("run", help="run the daemon"))
+    sp.add_argument("--dry-run", action="store_true", help="detect and alert, never act")
+    sp.add_argument("-v", "--verbose", action="store_true")
+    sp.set_defaults(fn=cmd_run)
+
+    sp = with_config(sub.add_parser("status", help="targets, processes, signals, open incidents"))
+    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--fleet", action="store_true", help="every node, from Redis")
+    sp.add_argument("--socket", default=None, help="control socket (default from config)")
+    sp.set_defaults(fn=cmd_status)
+
+    sp = with_config(sub.add_parser("check-config", help="validate and print the effective config"))
+    sp.set_defaults(fn=cmd_check_config)
+
+    sp = with_config(sub.add_parser("probe", help="print what the probes see now"))
+    sp.add_argument("--once", action="store_true", help="one round (the default and only mode)")
+    sp.add_argument("--json", action="store_true")
+    sp.add_argument("-v", "--verbose", action="store_true")
+    sp.set_defaults(fn=cmd_probe)
+
+    sp = with_config(sub.add_parser("incidents", help="list or show incidents from the state dir"))
+    sp.add_argument("action", nargs="?", choices=("list", "show"), default="list")
+    sp.add_argument("id", nargs="?")
+    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--limit", type=int, default=50)
+    sp.set_defaults(fn=cmd_incidents)
+
+    sp = sub.add_parser("demo", help="a self-contained demonstration on a simulated vLLM server")
+    sp.add_argument("--keep", action="store_true", help="keep the demo's state dir")
+    sp.add_argument("--timeout", type=float, default=120.0)
+    sp.set_defaults(fn=cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except ConfigError as e:
+        for line in e.problems:
+            print(line, file=sys.stderr)
+        return 2
+    except GuardianError as e:
+        print(f"guardian: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""HTTP to the supervised servers, behind a seam: one GET/POST with a hard timeout.
+
+The only module that opens TCP connections to vLLM. Errors come back as
+``HttpError`` with a ``reason`` of ``refused`` (nothing listens: the server is
+down or still loading), ``timeout`` (it accepted but did not answer in time: a
+hang) or ``error`` (anything else), so callers can tell a dead server from a
+hung one.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from ..errors import ProbeFailed
+
+MAX_BODY = 8 * 1024 * 1024  # a /metrics page of a big vLLM is ~100 KiB; cap the read
+
+
+class HttpError(ProbeFailed):
+    def __init__(self, reason: str, detail: str, elapsed: float = 0.0) -> None:
+        self.reason = reason
+        self.detail = detail
+        self.elapsed = elapsed
+        super().__init__(f"{reason}: {detail}")
+
+
+@dataclass(frozen=True)
+class HttpResponse:
+    status: int
+    body: bytes
+    elapsed: float
+    content_type: str = ""
+
+    def json(self) -> Any:
+        return json.loads(self.body.decode("utf-8"))
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+
+class HttpClient(Protocol):
+    def request(self, method: str, url: str, timeout: float, body: Any = None) -> HttpResponse: ...
+
+
+class StdlibHttpClient:
+    """http.client, one connection per call (probes are ~1 Hz; no pooling needed)."""
+
+    def request(self, method: str, url: str, timeout: float, body: Any = None) -> HttpResponse:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https"):
+            raise HttpError("error", f"unsupported URL scheme in {url!r}")
+        conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        path = parts.path or "/"
+        if parts.query:
+            path += "?" + parts.query
+        payload = None
+        headers = {"Accept": "*/*", "Connection": "close"}
+        if body is not None:
+            payload = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        start = time.monotonic()
+        conn = conn_cls(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
+        try:
+            conn.request(method, path, body=payload, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read(MAX_BODY)
+            return HttpResponse(
+                resp.status, data, time.monotonic() - start, resp.getheader("Content-Type", "") or ""
+            )
+        except ConnectionRefusedError as e:
+            raise HttpError("refused", str(e), time.monotonic() - start) from None
+        except (socket.timeout, TimeoutError) as e:
+            raise HttpError("timeout", f"no answer within {timeout:g}s", time.monotonic() - start) from e
+        except (OSError, http.client.HTTPException) as e:
+            raise HttpError("error", f"{type(e).__name__}: {e}", time.monotonic() - start) from e
+        finally:
+            conn.close()

@@ -1,0 +1,74 @@
+"""Runs slow probe jobs (HTTP, canaries) off the loop thread, at most one per key.
+
+The loop submits a job and collects finished results on later ticks; it never
+waits. A job still running past its deadline is reported once as an overrun and
+keeps its key busy until it ends (its own socket timeout ends it), so a hung
+server can never pile up threads.
+"""
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable
+
+
+@dataclass
+class _Job:
+    future: Future
+    deadline: float
+    overrun_reported: bool = False
+
+
+@dataclass(frozen=True)
+class Done:
+    key: Hashable
+    result: Any = None
+    error: BaseException | None = None
+
+
+class AsyncRunner:
+    def __init__(self, max_workers: int = 8) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="guardian-probe")
+        self._jobs: dict[Hashable, _Job] = {}
+
+    def busy(self, key: Hashable) -> bool:
+        return key in self._jobs
+
+    def submit(self, key: Hashable, fn: Callable[[], Any], deadline: float) -> bool:
+        """Start ``fn`` unless a job with ``key`` is still running. Returns True if started."""
+        if key in self._jobs:
+            return False
+        self._jobs[key] = _Job(self._pool.submit(fn), deadline)
+        return True
+
+    def collect(self) -> list[Done]:
+        done = []
+        for key, job in list(self._jobs.items()):
+            if job.future.done():
+                del self._jobs[key]
+                err = job.future.exception()
+                done.append(Done(key, None if err else job.future.result(), err))
+        return done
+
+    def overruns(self, now: float) -> list[Hashable]:
+        """Keys whose job passed its deadline since the last call (each reported once)."""
+        out = []
+        for key, job in self._jobs.items():
+            if not job.overrun_reported and now > job.deadline:
+                job.overrun_reported = True
+                out.append(key)
+        return out
+
+    def in_flight(self) -> list[Hashable]:
+        return list(self._jobs)
+
+    def wait_idle(self, timeout: float) -> None:
+        """For one-shot CLI use: block until every job ended or ``timeout`` passed."""
+        import concurrent.futures as cf
+
+        futures = [j.future for j in self._jobs.values()]
+        if futures:
+            cf.wait(futures, timeout=timeout)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

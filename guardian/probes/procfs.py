@@ -1,0 +1,189 @@
+"""The procfs probe: per-process and per-thread CPU, context switches, state and syscall.
+
+Reads through ``guardian.host.procfs.ProcFS`` (the seam: a proc root and an opener).
+Two stages (SPEC §3): every tick, each process's ``stat`` (CPU ticks, RSS,
+state — and its starttime, so a reused pid is seen as gone); per-thread files
+(``task/<tid>/stat``, ``status``, ``syscall``; ``wchan`` when suspected) only
+for processes that are hot, or of a target that is suspected. Rates need two
+readings: the first reading of a process or thread yields no rate (absent,
+never 0). Context-switch counts come from each thread's own ``status``
+(``/proc/<pid>/status`` is the main thread only).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from ..config_schema import ProcfsProbeConfig
+from ..errors import AccessDenied, TargetGone
+from ..model import ProcKey, Sample, Target, process_subject, thread_subject
+from ..series import metrics as m
+
+
+@dataclass(frozen=True)
+class ThreadState:
+    """The latest per-thread reading, for status and evidence (not a series)."""
+
+    tid: int
+    comm: str
+    state: str
+    cpu_ratio: float | None
+    voluntary_per_s: float | None
+    syscall: str | None  # "running", "blocked", a syscall number, or None when unreadable
+    wchan: str | None
+
+
+@dataclass(frozen=True)
+class ProcessState:
+    key: ProcKey
+    state: str
+    cpu_ratio: float | None
+    rss_bytes: int
+    num_threads: int
+    threads: tuple[ThreadState, ...] = ()
+
+    @property
+    def hottest(self) -> ThreadState | None:
+        scored = [t for t in self.threads if t.cpu_ratio is not None]
+        return max(scored, key=lambda t: t.cpu_ratio or 0.0) if scored else None
+
+
+@dataclass
+class ProcfsResult:
+    samples: list[Sample] = field(default_factory=list)
+    processes: dict[ProcKey, ProcessState] = field(default_factory=dict)
+    gone: set[ProcKey] = field(default_factory=set)
+    denied: list[str] = field(default_factory=list)  # what could not be read, once per kind of file
+
+
+class ProcfsProbe:
+    name = "procfs"
+
+    def __init__(self, procfs, cfg: ProcfsProbeConfig, page_size: int | None = None) -> None:
+        self.procfs = procfs
+        self.cfg = cfg
+        self.page_size = page_size or os.sysconf("SC_PAGE_SIZE")
+        self._proc_prev: dict[ProcKey, tuple[float, int]] = {}
+        self._thread_prev: dict[tuple[ProcKey, int], tuple[float, int, int | None, int | None]] = {}
+        self._followed: set[ProcKey] = set()
+
+    def collect(self, targets: Iterable[Target], suspected: set[str], now: float) -> ProcfsResult:
+        res = ProcfsResult()
+        seen_procs: set[ProcKey] = set()
+        seen_threads: set[tuple[ProcKey, int]] = set()
+        for target in targets:
+            deep = target.name in suspected
+            for proc in target.processes:
+                state = self._read_process(target, proc.key, deep, now, res, seen_threads)
+                if state is not None:
+                    seen_procs.add(proc.key)
+                    res.processes[proc.key] = state
+        # forget counters of processes/threads no longer watched (bounded memory)
+        for k in [k for k in self._proc_prev if k not in seen_procs]:
+            del self._proc_prev[k]
+        self._followed &= seen_procs
+        for k in [k for k in self._thread_prev if k not in seen_threads]:
+            del self._thread_prev[k]
+        return res
+
+    # ------------------------------------------------------------------ helpers
+    def _read_process(self, target, key, deep, now, res, seen_threads) -> ProcessState | None:
+        try:
+            st = self.procfs.stat(key.pid)
+        except TargetGone:
+            res.gone.add(key)
+            return None
+        except AccessDenied as e:
+            res.denied.append(f"stat: {e}")
+            return None
+        if st.starttime != key.starttime or st.state in ("Z", "X"):
+            res.gone.add(key)  # pid reused by another process, or exited (zombie)
+            return None
+        subject = process_subject(key.pid)
+        ticks = st.utime + st.stime
+        cpu = self._rate(self._proc_prev.get(key), now, ticks)
+        self._proc_prev[key] = (now, ticks)
+        rss = st.rss_pages * self.page_size
+        res.samples.append(Sample(target.name, subject, m.PROC_RSS, float(rss), now))
+        res.samples.append(Sample(target.name, subject, m.PROC_THREADS, float(st.num_threads), now))
+        if cpu is not None:
+            res.samples.append(Sample(target.name, subject, m.PROC_CPU, cpu, now))
+        threads: tuple[ThreadState, ...] = ()
+        hot = cpu is not None and cpu >= self.cfg.hot_cpu_ratio
+        # hysteresis: keep following a process we followed until it cools to half the threshold
+        warm = key in self._followed and cpu is not None and cpu >= self.cfg.hot_cpu_ratio / 2
+        if deep or hot or warm:
+            threads = self._read_threads(target, key, deep, now, res, seen_threads)
+            self._followed.add(key)
+        else:
+            self._followed.discard(key)
+        return ProcessState(key, st.state, cpu, rss, st.num_threads, threads)
+
+    def _read_threads(self, target, key, deep, now, res, seen_threads) -> tuple[ThreadState, ...]:
+        try:
+            tids = self.procfs.tids(key.pid)
+        except (TargetGone, AccessDenied):
+            return ()
+        out = []
+        for tid in tids:
+            try:
+                tst = self.procfs.thread_stat(key.pid, tid)
+            except (TargetGone, AccessDenied):
+                continue  # the thread exited between listdir and read
+            vol = nonvol = None
+            try:
+                status = self.procfs.thread_status(key.pid, tid)
+                vol, nonvol = status.voluntary_ctxt_switches, status.nonvoluntary_ctxt_switches
+            except TargetGone:
+                continue
+            except AccessDenied as e:
+                res.denied.append(f"task status: {e}")
+            syscall: str | None = None
+            running_flag: float | None = None
+            try:
+                sc = self.procfs.thread_syscall(key.pid, tid)
+                if sc.running:
+                    syscall, running_flag = "running", 1.0
+                else:
+                    syscall = "blocked" if sc.blocked_outside_syscall else str(sc.nr)
+                    running_flag = 0.0
+            except TargetGone:
+                continue
+            except AccessDenied as e:
+                res.denied.append(f"syscall (needs CAP_SYS_PTRACE): {e}")
+            wchan = None
+            if deep:
+                try:
+                    wchan = self.procfs.thread_wchan(key.pid, tid)
+                except (TargetGone, AccessDenied):
+                    wchan = None
+            tkey = (key, tid)
+            seen_threads.add(tkey)
+            ticks = tst.utime + tst.stime
+            prev = self._thread_prev.get(tkey)
+            cpu = self._rate(prev[:2] if prev else None, now, ticks)
+            vol_rate = nonvol_rate = None
+            if prev is not None and now > prev[0]:
+                dt = now - prev[0]
+                if vol is not None and prev[2] is not None:
+                    vol_rate = max(0, vol - prev[2]) / dt
+                if nonvol is not None and prev[3] is not None:
+                    nonvol_rate = max(0, nonvol - prev[3]) / dt
+            self._thread_prev[tkey] = (now, ticks, vol, nonvol)
+            subject = thread_subject(key.pid, tid)
+            if cpu is not None:
+                res.samples.append(Sample(target.name, subject, m.THREAD_CPU, cpu, now))
+            if vol_rate is not None:
+                res.samples.append(Sample(target.name, subject, m.THREAD_VOL_RATE, vol_rate, now))
+            if nonvol_rate is not None:
+                res.samples.append(Sample(target.name, subject, m.THREAD_NONVOL_RATE, nonvol_rate, now))
+            if running_flag is not None:
+                res.samples.append(Sample(target.name, subject, m.THREAD_RUNNING, running_flag, now))
+            out.append(ThreadState(tid, tst.comm, tst.state, cpu, vol_rate, syscall, wchan))
+        return tuple(out)
+
+    def _rate(self, prev: tuple[float, int] | None, now: float, ticks: int) -> float | None:
+        if prev is None or now <= prev[0]:
+            return None
+        return max(0, ticks - prev[1]) / self.procfs.clk_tck / (now - prev[0])

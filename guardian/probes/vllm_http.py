@@ -1,0 +1,63 @@
+"""The vllm_http probe: one target's ``GET /health`` (status, latency) and ``GET /metrics``.
+
+Runs off the loop thread (see ``guardian.probes.async_runner``); returns samples
+stamped with the injected clock when each answer arrived. ``HEALTH_OK`` is 1 for
+200, 0 for 5xx or a refused connection (dead or not listening), and *absent* on a
+timeout (a hung HTTP server is not proof of a dead engine). A /metrics page that
+cannot be parsed gives ``METRICS_OK`` 0 and no vLLM samples, never zeros.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..host.http import HttpClient, HttpError
+from ..errors import ProbeFailed
+from ..model import Sample
+from ..series import metrics as m
+from .vllm_metrics_parse import parse_vllm_metrics
+
+
+@dataclass(frozen=True)
+class HttpScrape:
+    target: str
+    samples: tuple[Sample, ...]
+    health_status: int | None = None  # HTTP status, None when no answer
+    health_error: str | None = None  # "refused: ...", "timeout: ...", or None
+    metrics_error: str | None = None
+    values: dict[str, float] = field(default_factory=dict)
+
+
+def scrape(http: HttpClient, target: str, api_url: str, timeout: float,
+           now: Callable[[], float]) -> HttpScrape:
+    samples: list[Sample] = []
+    base = api_url.rstrip("/")
+    health_status = health_error = None
+    try:
+        r = http.request("GET", base + "/health", timeout)
+        health_status = r.status
+        t = now()
+        if r.status == 200 or r.status >= 500:  # other codes (404 …) say nothing about the engine
+            samples.append(Sample(target, "", m.HEALTH_OK, 1.0 if r.status == 200 else 0.0, t))
+        samples.append(Sample(target, "", m.HEALTH_LATENCY, r.elapsed, t))
+    except HttpError as e:
+        health_error = str(e)
+        if e.reason == "refused":
+            samples.append(Sample(target, "", m.HEALTH_OK, 0.0, now()))
+    if health_error and health_error.startswith("refused"):
+        # nothing listens: /metrics cannot answer either
+        return HttpScrape(target, tuple(samples), health_status, health_error, "not scraped: refused")
+    metrics_error = None
+    values: dict[str, float] = {}
+    try:
+        r = http.request("GET", base + "/metrics", timeout)
+        if r.status != 200:
+            raise ProbeFailed(f"/metrics answered HTTP {r.status}")
+        values = parse_vllm_metrics(r.text)
+        t = now()
+        samples.extend(Sample(target, "", name, v, t) for name, v in values.items())
+        samples.append(Sample(target, "", m.METRICS_OK, 1.0, t))
+    except ProbeFailed as e:  # HttpError is a ProbeFailed too
+        metrics_error = str(e)
+        samples.append(Sample(target, "", m.METRICS_OK, 0.0, now()))
+    return HttpScrape(target, tuple(samples), health_status, health_error, metrics_error, values)

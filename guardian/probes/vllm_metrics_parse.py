@@ -1,0 +1,59 @@
+"""Pure parser: a vLLM ``/metrics`` page (Prometheus text) → the numbers the guardian watches.
+
+Reads with prometheus_client's text parser. Tolerates what changes across vLLM
+versions (SPEC §3, reference/vllm.md §2): a metric that is absent is absent in
+the result (never 0); ``vllm:gpu_cache_usage_perc`` (≤ 0.11) stands in for
+``vllm:kv_cache_usage_perc``. Values are summed over engines (data parallel),
+except the KV usage, which is the highest engine's.
+"""
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from ..errors import ProbeFailed
+from ..series import metrics as m
+
+# exposed sample name → (our series name, how to combine across label sets)
+_SUM = "sum"
+_MAX = "max"
+WATCHED: dict[str, tuple[str, str]] = {
+    "vllm:num_requests_running": (m.REQ_RUNNING, _SUM),
+    "vllm:num_requests_waiting": (m.REQ_WAITING, _SUM),
+    "vllm:kv_cache_usage_perc": (m.KV_USAGE, _MAX),
+    "vllm:iteration_tokens_total_count": (m.ITERATIONS, _SUM),
+    "vllm:generation_tokens_total": (m.GEN_TOKENS, _SUM),
+    "vllm:prompt_tokens_total": (m.PROMPT_TOKENS, _SUM),
+    "vllm:num_preemptions_total": (m.PREEMPTIONS, _SUM),
+    "vllm:request_success_total": (m.SUCCESS, _SUM),
+}
+LEGACY: dict[str, str] = {"vllm:gpu_cache_usage_perc": "vllm:kv_cache_usage_perc"}
+
+
+def parse_vllm_metrics(text: str) -> dict[str, float]:
+    """Return ``{series name: value}`` for the watched metrics present in ``text``.
+
+    Raises ``ProbeFailed`` for a page that is not Prometheus text (HTML, truncated
+    mid-line, binary).
+    """
+    stripped = text.lstrip()
+    if not stripped:
+        raise ProbeFailed("empty /metrics page")
+    if stripped.startswith("<"):
+        raise ProbeFailed("/metrics returned HTML, not Prometheus text")
+    if not text.endswith("\n"):
+        # The exposition format ends every line with \n; a page without it was cut short.
+        raise ProbeFailed("/metrics page is truncated (no final newline)")
+    found: dict[str, list[float]] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                name = LEGACY.get(sample.name, sample.name)
+                if name in WATCHED:
+                    found.setdefault(name, []).append(float(sample.value))
+    except Exception as e:  # the parser raises bare ValueError/TypeError/IndexError on garbage
+        raise ProbeFailed(f"unparsable /metrics page: {type(e).__name__}: {e}") from None
+    out: dict[str, float] = {}
+    for name, values in found.items():
+        series, how = WATCHED[name]
+        out[series] = max(values) if how == _MAX else sum(values)
+    return out

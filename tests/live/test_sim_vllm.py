@@ -1,0 +1,374 @@
+"""The simulated vLLM server looks like vLLM from outside, and its faults look like the real ones."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from guardian.testing.sim_control import (
+    LoadGenerator,
+    SimServer,
+    is_running,
+    metric_value,
+    proc_ref,
+    read_cmdline,
+)
+
+pytestmark = pytest.mark.live
+
+STARTUP = 0.3
+FUTEX_X86_64 = "202"
+ITERATIONS = "vllm:iteration_tokens_total_count"
+
+
+# ---- helpers ----------------------------------------------------------------
+
+def poll_until(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def thread_stat(pid: int, tid: int | None = None) -> tuple[str, int]:
+    """(state, utime+stime ticks) of one thread; the main thread by default."""
+    with open(f"/proc/{pid}/task/{tid or pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return fields[0], int(fields[11]) + int(fields[12])
+
+
+def thread_syscall(pid: int, tid: int | None = None) -> str:
+    with open(f"/proc/{pid}/task/{tid or pid}/syscall") as fh:
+        return fh.read().split()[0]
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        line = next(line for line in fh if line.startswith("VmRSS:"))
+    return int(line.split()[1]) * 1024
+
+
+def send_in_background(server: SimServer, **kw) -> threading.Thread:
+    """A completion that is expected to hang: fire it and forget it."""
+    def call():
+        try:
+            server.complete(timeout=60, **kw)
+        except Exception:  # noqa: BLE001 - the server is torn down under it
+            pass
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    return thread
+
+
+def metrics(server: SimServer) -> dict[str, float]:
+    text = server.metrics_text()
+    names = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+             "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
+             "vllm:num_preemptions_total", ITERATIONS)
+    return {name: metric_value(text, name) for name in names}
+
+
+@pytest.fixture
+def make_server():
+    servers: list[SimServer] = []
+
+    def make(*extra: str, startup_delay: float = STARTUP, ready: bool = True) -> SimServer:
+        server = SimServer(startup_delay=startup_delay, extra_args=extra).start()
+        servers.append(server)
+        if ready:
+            server.wait_ready(20)
+        return server
+
+    yield make
+    for server in servers:
+        server.stop(timeout=2)
+        assert server.leftovers() == ()
+
+
+@pytest.fixture(scope="module")
+def sim():
+    with SimServer(startup_delay=STARTUP) as server:
+        server.wait_ready(20)
+        yield server
+    assert server.leftovers() == ()
+
+
+# ---- what it looks like -----------------------------------------------------
+
+def test_api_server_keeps_its_command_line(sim):
+    assert "-m guardian.testing.sim_vllm.api_server --port" in read_cmdline(sim.pid)
+
+
+def test_engine_child_is_titled_like_vllm(sim):
+    engine = sim.engine_pid()
+    assert engine is not None
+    with open(f"/proc/{engine}/cmdline", "rb") as fh:
+        assert fh.read().startswith(b"VLLM::EngineCore")
+    with open(f"/proc/{engine}/comm") as fh:
+        assert fh.read().strip() == "VLLM::EngineCor"
+    with open(f"/proc/{engine}/stat") as fh:
+        assert int(fh.read().rsplit(")", 1)[1].split()[1]) == sim.pid
+
+
+def test_sim_state_names_the_engine(sim):
+    state = sim.state()
+    assert (state["engine_pid"], state["engine_alive"], state["fault"]) == (sim.engine_pid(), True, "none")
+
+
+def test_port_refused_while_engine_loads_hot_then_health_200(make_server):
+    server = make_server(startup_delay=1.5, ready=False)
+    engine = poll_until(server.engine_pid, what="engine child")
+    _, ticks0 = thread_stat(engine)
+    poll_until(lambda: thread_stat(engine)[1] >= ticks0 + 20, timeout=5, what="engine hot while loading")
+    assert server.health() is None  # connection refused, like vLLM during load
+    server.wait_ready(20)
+    assert server.health() == 200
+
+
+def test_models_lists_the_served_model_only(sim):
+    body = sim.models()
+    assert body["object"] == "list"
+    assert [(m["id"], m["object"]) for m in body["data"]] == [("sim-model", "model")]
+
+
+def test_completion_returns_openai_shape(sim):
+    body = sim.complete("hello there guardian", max_tokens=5)
+    choice = body["choices"][0]
+    assert isinstance(choice["text"], str) and choice["finish_reason"] in ("stop", "length")
+    usage = body["usage"]
+    assert usage["prompt_tokens"] == 3
+    assert 1 <= usage["completion_tokens"] <= 5
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+def test_greedy_completion_depends_only_on_the_prompt(sim):
+    first = sim.complete("same prompt", max_tokens=12)["choices"][0]["text"]
+    assert sim.complete("same prompt", max_tokens=12)["choices"][0]["text"] == first
+
+
+def test_completion_advances_engine_counters(sim):
+    before = metrics(sim)
+    sim.complete("count these four words", max_tokens=6)
+    after = metrics(sim)
+    assert after["vllm:prompt_tokens_total"] == before["vllm:prompt_tokens_total"] + 4
+    assert after["vllm:generation_tokens_total"] > before["vllm:generation_tokens_total"]
+    assert after["vllm:request_success_total"] == before["vllm:request_success_total"] + 1
+    assert after[ITERATIONS] > before[ITERATIONS]
+
+
+def test_metrics_carry_vllm_labels(sim):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = [s for fam in text_string_to_metric_families(sim.metrics_text()) for s in fam.samples]
+    names = {s.name for s in samples}
+    assert {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+            "vllm:num_preemptions_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+            "vllm:request_success_total", "vllm:iteration_tokens_total_bucket", ITERATIONS,
+            "vllm:iteration_tokens_total_sum"} <= names
+    assert all(s.labels["model_name"] == "sim-model" and s.labels["engine"] == "0" for s in samples)
+    reasons = {s.labels["finished_reason"] for s in samples if s.name == "vllm:request_success_total"}
+    assert reasons == {"stop", "length"}
+
+
+def test_kv_usage_returns_to_zero_when_idle_without_leak(sim):
+    sim.complete("free my blocks", max_tokens=8)
+    idle = poll_until(lambda: (m := metrics(sim))["vllm:num_requests_running"] == 0
+                      and m["vllm:num_requests_waiting"] == 0 and m, what="idle engine")
+    assert idle["vllm:kv_cache_usage_perc"] == 0
+
+
+@pytest.mark.parametrize("body, status", [
+    ({"model": "other-model", "prompt": "hi"}, 404),
+    ({"model": "sim-model", "prompt": "hi", "max_tokens": 0}, 400),
+    ({"model": "sim-model", "prompt": 7}, 400),
+    ({"model": "sim-model", "prompt": "hi", "temperature": -1}, 400),
+    ({"model": "sim-model", "prompt": "hi", "max_tokens": 5000}, 400),
+])
+def test_bad_completion_requests_are_refused_with_json_errors(sim, body, status):
+    got, data = sim.request("POST", "/v1/completions", body)
+    assert got == status
+    assert json.loads(data)["error"]["code"] == status
+
+
+@pytest.mark.parametrize("body", [{"fault": "meltdown"}, {"fault": "rss_leak", "rate_mb_s": -1}, {}])
+def test_unknown_faults_are_refused(sim, body):
+    assert sim.request("POST", "/sim/fault", body)[0] == 400
+
+
+def test_unknown_path_is_404(sim):
+    assert sim.request("GET", "/nope")[0] == 404
+
+
+# ---- load -------------------------------------------------------------------
+
+def test_load_generator_drives_healthy_progress(sim):
+    iterations = metrics(sim)[ITERATIONS]
+    with LoadGenerator(sim.url, sim.model, clients=2, max_tokens=(1, 16)) as load:
+        poll_until(lambda: load.ok >= 6, what="six answered completions")
+    stats = load.stop()
+    assert stats.errors == 0 and not load.running
+    assert metrics(sim)[ITERATIONS] > iterations
+
+
+def test_load_generator_stops_by_itself_at_its_request_bound(sim):
+    load = LoadGenerator(sim.url, sim.model, clients=2, max_requests=3, max_tokens=(1, 4)).start()
+    poll_until(lambda: not load.running, what="load generator to finish")
+    assert (load.ok, load.errors) == (3, 0)
+
+
+def test_load_generator_counts_refused_requests_as_errors():
+    load = LoadGenerator("http://127.0.0.1:9", "sim-model", clients=1, max_requests=2).start()
+    poll_until(lambda: not load.running, what="load generator to finish")
+    assert (load.ok, load.errors) == (0, 2)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: LoadGenerator("http://10.1.2.3:8000", "m"),
+    lambda: LoadGenerator("http://example.com:8000", "m"),
+    lambda: SimServer(host="0.0.0.0"),
+])
+def test_only_loopback_addresses_are_accepted(make):
+    with pytest.raises(ValueError):
+        make()
+
+
+# ---- faults -----------------------------------------------------------------
+
+def test_busy_loop_spins_the_engine_main_thread_while_health_says_200(make_server):
+    server = make_server()
+    engine = server.engine_pid()
+    server.set_fault("busy_loop")
+    send_in_background(server)
+    _, ticks = thread_stat(engine)
+    poll_until(lambda: thread_stat(engine)[1] >= ticks + 30, what="engine main thread hot")
+    frozen = metrics(server)[ITERATIONS]
+    _, ticks = thread_stat(engine)
+    poll_until(lambda: thread_stat(engine)[1] >= ticks + 30, what="engine main thread still hot")
+    assert thread_syscall(engine) == "running"
+    assert metrics(server)[ITERATIONS] == frozen
+    assert server.health() == 200
+
+
+def test_busy_loop_frame_is_named_by_py_spy(make_server):
+    server = make_server()
+    engine = server.engine_pid()
+    server.set_fault("busy_loop")
+    send_in_background(server)
+    _, ticks = thread_stat(engine)
+    poll_until(lambda: thread_stat(engine)[1] >= ticks + 10, what="engine main thread hot")
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    dump = subprocess.run([py_spy, "dump", "--pid", str(engine)], capture_output=True, text=True, timeout=30)
+    assert "VLLM::EngineCore" in dump.stdout
+    assert "_ghost_key_spin" in dump.stdout
+
+
+def test_stall_blocks_the_engine_main_thread_in_a_futex_without_cpu(make_server):
+    server = make_server()
+    engine = server.engine_pid()
+    server.set_fault("stall")
+    send_in_background(server)
+    poll_until(lambda: thread_stat(engine)[0] == "S" and thread_syscall(engine) == FUTEX_X86_64,
+               what="engine main thread in futex wait")
+    _, ticks = thread_stat(engine)
+    window_end = time.monotonic() + 0.5
+    while time.monotonic() < window_end:  # a measuring window, not a wait for behaviour
+        assert server.health() == 200
+    assert thread_stat(engine)[1] - ticks <= 2
+
+
+def test_die_turns_health_503_then_the_api_server_exits_0(make_server):
+    server = make_server()
+    server.set_fault("die")
+    send_in_background(server)
+    poll_until(lambda: server.health() == 503, what="/health 503")
+    assert server.wait(timeout=10) == 0
+
+
+def test_no_exit_on_engine_death_keeps_the_api_server_up(make_server):
+    server = make_server("--no-exit-on-engine-death", "--death-exit-delay", "0.2")
+    server.set_fault("die")
+    send_in_background(server)
+    poll_until(lambda: server.health() == 503, what="/health 503")
+    with pytest.raises(subprocess.TimeoutExpired):
+        server.wait(timeout=1.0)
+
+
+def test_kv_leak_keeps_usage_up_while_nothing_runs(make_server):
+    server = make_server()
+    server.set_fault("kv_leak")
+    for _ in range(3):
+        server.complete("hi", max_tokens=8)
+    idle = poll_until(lambda: (m := metrics(server))["vllm:num_requests_running"] == 0
+                      and m["vllm:num_requests_waiting"] == 0 and m, what="idle engine")
+    assert idle["vllm:kv_cache_usage_perc"] == pytest.approx(3 / 64)
+
+
+def test_rss_leak_grows_engine_rss_at_about_the_rate(make_server):
+    server = make_server()
+    engine = server.engine_pid()
+    rss0, t0 = rss_bytes(engine), time.monotonic()
+    server.set_fault("rss_leak", rate_mb_s=32)
+    poll_until(lambda: rss_bytes(engine) >= rss0 + 24 * 2**20, what="engine RSS +24 MiB")
+    rate = (rss_bytes(engine) - rss0) / (time.monotonic() - t0) / 2**20
+    assert 10 <= rate <= 64
+    assert server.metric(ITERATIONS) is not None and server.health() == 200
+
+
+# ---- stopping ---------------------------------------------------------------
+
+def test_stop_takes_the_whole_tree_down_gracefully(make_server):
+    server = make_server("--with-worker")
+    worker = server.worker_pid()
+    assert worker is not None and read_cmdline(worker).startswith("VLLM::Worker")
+    tree = server.tracked()
+    assert len(tree) >= 3  # API server, engine, worker (+ multiprocessing's resource tracker)
+    started = time.monotonic()
+    assert server.stop() == 0
+    assert time.monotonic() - started < 3
+    assert [ref for ref in tree if is_running(ref)] == []
+
+
+def test_ignore_sigterm_outlives_sigterm_and_stop_kills_it(make_server):
+    server = make_server("--ignore-sigterm")
+    server.send_signal(signal.SIGTERM)
+    with pytest.raises(subprocess.TimeoutExpired):
+        server.wait(timeout=1.0)
+    assert server.health() == 200
+    assert server.stop(timeout=0.5) == -signal.SIGKILL
+    assert server.leftovers() == ()
+
+
+def test_sigkilled_api_server_leaves_idle_engine_that_exits_on_pipe_eof(make_server):
+    server = make_server()
+    engine = proc_ref(server.engine_pid())
+    os.kill(server.pid, signal.SIGKILL)
+    server.wait(timeout=5)
+    poll_until(lambda: not is_running(engine), what="orphaned idle engine to exit")
+
+
+def test_sigkilled_api_server_leaves_hung_engine_orphaned_until_stop(make_server):
+    server = make_server()
+    engine = proc_ref(server.engine_pid())
+    server.set_fault("busy_loop")
+    send_in_background(server)
+    _, ticks = thread_stat(engine.pid)
+    poll_until(lambda: thread_stat(engine.pid)[1] >= ticks + 10, what="engine spinning")
+    os.kill(server.pid, signal.SIGKILL)
+    server.wait(timeout=5)
+    with open(f"/proc/{engine.pid}/stat") as fh:
+        assert int(fh.read().rsplit(")", 1)[1].split()[1]) != server.pid  # re-parented
+    assert is_running(engine)
+    server.stop()
+    assert not is_running(engine)

@@ -1,0 +1,48 @@
+"""Slow probe jobs run off the loop, one per key, and overruns are reported once."""
+import threading
+import time
+
+from guardian.probes.async_runner import AsyncRunner
+
+
+def wait_for(pred, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.005)
+    return False
+
+
+def test_a_second_job_for_a_busy_key_is_refused_until_the_first_is_collected():
+    r = AsyncRunner(2)
+    gate = threading.Event()
+    assert r.submit("k", gate.wait, deadline=10)
+    assert not r.submit("k", lambda: 1, deadline=10)
+    gate.set()
+    done = []
+    assert wait_for(lambda: done.extend(r.collect()) or done)
+    assert done[0].key == "k" and done[0].result is True
+    assert r.submit("k", lambda: 2, deadline=10)
+    r.shutdown()
+
+
+def test_a_job_that_raises_comes_back_as_an_error():
+    r = AsyncRunner(1)
+    r.submit("k", lambda: 1 / 0, deadline=10)
+    done = []
+    assert wait_for(lambda: done.extend(r.collect()) or done)
+    assert isinstance(done[0].error, ZeroDivisionError)
+    r.shutdown()
+
+
+def test_an_overrun_is_reported_once_and_keeps_the_key_busy():
+    r = AsyncRunner(1)
+    gate = threading.Event()
+    r.submit("k", gate.wait, deadline=5.0)
+    assert r.overruns(now=4.0) == []
+    assert r.overruns(now=6.0) == ["k"]
+    assert r.overruns(now=7.0) == []
+    assert r.busy("k")
+    gate.set()
+    r.shutdown()

@@ -1,0 +1,248 @@
+"""busy_loop: a spinning thread with no engine progress fires; busy-but-healthy does not (SPEC §4)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from guardian.config_schema import BusyLoopConfig, DetectorsConfig
+from guardian.detectors import busy_loop
+from guardian.detectors.hot_threads import hot_threads_for
+from guardian.detectors.view import TargetState, TargetView
+from guardian.model import Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target, thread_subject
+from guardian.series import metrics as m
+from guardian.series.store import SeriesStore
+
+NOW = 1000.0
+T = "llm"
+API = ProcessInfo(ProcKey(100, 11), 1, Role.API_SERVER, ("vllm", "serve", "tiny"))
+ENGINE = ProcessInfo(ProcKey(200, 22), 100, Role.ENGINE_CORE, ("VLLM::EngineCore",))
+TARGET = Target(T, API.key, (API, ENGINE), port=8000)
+CFG = DetectorsConfig()
+
+
+# ------------------------------------------------------------------ series builders
+def seconds(t0: float, t1: float) -> list[float]:
+    return [t0 + i for i in range(int(round(t1 - t0)) + 1)]
+
+
+def thread(pid=200, tid=200, cpu=1.0, vol=0.0, running: float | None = 1.0, since=NOW - 10, until=NOW):
+    subj = thread_subject(pid, tid)
+    out = []
+    for t in seconds(since, until):
+        out.append(Sample(T, subj, m.THREAD_CPU, cpu, t))
+        out.append(Sample(T, subj, m.THREAD_VOL_RATE, vol, t))
+        if running is not None:
+            out.append(Sample(T, subj, m.THREAD_RUNNING, running, t))
+    return out
+
+
+def counters(advancing: bool, since=NOW - 30, until=NOW):
+    return [
+        Sample(T, "", metric, (t * 7 if advancing else 4242.0), t)
+        for t in seconds(since, until)
+        for metric in (m.ITERATIONS, m.GEN_TOKENS)
+    ]
+
+
+def gauges(running: float, waiting: float = 0.0, since=NOW - 30, until=NOW):
+    return [
+        s
+        for t in seconds(since, until)
+        for s in (Sample(T, "", m.REQ_RUNNING, running, t), Sample(T, "", m.REQ_WAITING, waiting, t))
+    ]
+
+
+def canary(start: float, end: float, answered: bool):
+    return [
+        Sample(T, "", m.CANARY_OK, 1.0 if answered else 0.0, end),
+        Sample(T, "", m.CANARY_TIMEOUT, 0.0 if answered else 1.0, end),
+        Sample(T, "", m.CANARY_LATENCY, end - start, end),
+        Sample(T, "", m.CANARY_STARTED, start, end),
+    ]
+
+
+def view(*series, ready=True, api_alive=True, target=TARGET, in_flight=None) -> TargetView:
+    store = SeriesStore()
+    for samples in series:
+        store.extend(samples)
+    state = TargetState(
+        target=target,
+        now=NOW,
+        ready=ready,
+        ever_ready=True,
+        api_alive=api_alive,
+        gone_since=None if api_alive else NOW - 1,
+        engine_alive=True,
+        canary_in_flight_since=in_flight,
+        probe_interval=1.0,
+    )
+    return TargetView(state, store)
+
+
+# ------------------------------------------------------------------ confirmed
+CONFIRMED = {
+    "spin, counters frozen, work pending": (
+        [thread(), counters(False), gauges(running=2)],
+        "counters_frozen",
+    ),
+    "spin, nothing pending (gauges frozen at 0), canary timed out": (
+        [thread(), counters(False), gauges(running=0), canary(NOW - 7, NOW - 2, answered=False)],
+        "canary_timeout",
+    ),
+    "spin with a waking sibling: 40 voluntary switches/s at 100% CPU": (
+        [thread(vol=40.0), counters(False), gauges(running=1, waiting=3)],
+        "counters_frozen",
+    ),
+    "spin, syscall file unreadable": (
+        [thread(running=None), counters(False), gauges(running=1)],
+        "counters_frozen",
+    ),
+}
+
+
+@pytest.mark.parametrize("series, reason", CONFIRMED.values(), ids=CONFIRMED.keys())
+def test_confirmed(series, reason):
+    f = busy_loop.evaluate(view(*series), CFG)
+    assert f is not None and f.confirmed
+    assert f.kind is Kind.BUSY_LOOP and f.severity is Severity.CRITICAL
+    assert f.signals["reason"] == reason
+    assert f.subject == "p200/t200"
+
+
+def test_canary_timeout_summary_names_the_thread_and_the_canary():
+    f = busy_loop.evaluate(view(thread(), counters(False), canary(NOW - 7, NOW - 2, answered=False)), CFG)
+    assert f.summary == "EngineCore thread 200 spins at 100% CPU with no engine progress (canary timed out after 5.0s)"
+    assert f.signals["canary_latency_s"] == 5.0
+
+
+def test_signals_carry_the_numbers_and_thresholds_that_fired():
+    f = busy_loop.evaluate(view(thread(vol=20.0), counters(False), gauges(running=2)), CFG)
+    s = f.signals
+    assert (s["pid"], s["tid"], s["role"]) == (200, 200, "engine_core")
+    assert s["cpu_ratio"] == 1.0
+    assert s["voluntary_per_cpu_s"] == 20.0
+    assert s["syscall_running_fraction"] == 1.0
+    assert (s["progress"], s["pending"], s["window"]) == (False, True, 10.0)
+    assert s["threshold_cpu_ratio"] == 0.9
+    assert s["threshold_max_voluntary_per_cpu_second"] == 100.0
+    assert s["threshold_running_fraction"] == 0.8
+
+
+def test_the_hottest_thread_is_reported():
+    f = busy_loop.evaluate(
+        view(thread(tid=201, cpu=0.93), thread(tid=202, cpu=0.99), counters(False), gauges(running=1)), CFG
+    )
+    assert f.subject == "p200/t202"
+
+
+# ------------------------------------------------------------------ must not fire
+QUIET = {
+    "healthy decode under load: hot thread, counters advance": dict(
+        series=[thread(), counters(True), gauges(running=8)]
+    ),
+    "model load / warm-up: startup grace while hot": dict(
+        series=[thread(), counters(False), gauges(running=1)], ready=False
+    ),
+    "benign busy-poll that answered the canary": dict(
+        series=[thread(), counters(False), gauges(running=0), canary(NOW - 4, NOW - 3.9, answered=True)]
+    ),
+    "hot for less than min_coverage": dict(
+        series=[thread(since=NOW - 3), counters(False), gauges(running=1)]
+    ),
+    "sleep(0) loop: 2000 voluntary switches/s": dict(
+        series=[thread(vol=2000.0), counters(False), gauges(running=1)]
+    ),
+    "API server gone (engine_dead's case)": dict(
+        series=[thread(), counters(False), gauges(running=1)], api_alive=False
+    ),
+    "below the CPU ratio": dict(series=[thread(cpu=0.6), counters(False), gauges(running=1)]),
+    "mostly in syscalls, not running": dict(series=[thread(running=0.0), counters(False), gauges(running=1)]),
+    "thread of a process no longer in the tree": dict(
+        series=[thread(pid=999, tid=999), counters(False), gauges(running=1)]
+    ),
+    "thread stopped being sampled (exited) a while ago": dict(
+        series=[thread(since=NOW - 10, until=NOW - 5), counters(False), gauges(running=1)]
+    ),
+    "CPU-heavy tokenisation in the API server with progress": dict(
+        series=[thread(pid=100, tid=100), counters(True), gauges(running=0, waiting=4)]
+    ),
+}
+
+
+@pytest.mark.parametrize("case", QUIET.values(), ids=QUIET.keys())
+def test_quiet(case):
+    kw = dict(case)
+    series = kw.pop("series")
+    assert busy_loop.evaluate(view(*series, **kw), CFG) is None
+
+
+# ------------------------------------------------------------------ suspect (unconfirmed)
+def test_suspect_when_nothing_pending_and_no_canary_yet():
+    f = busy_loop.evaluate(view(thread(), counters(False), gauges(running=0)), CFG)
+    assert f is not None and f.confirmed is False
+    assert f.signals["reason"] == "suspect"
+    assert "confirming with a canary" in f.summary
+
+
+def test_suspect_when_progress_is_unknown_even_with_work_pending():
+    f = busy_loop.evaluate(view(thread(), gauges(running=2)), CFG)
+    assert f is not None and f.confirmed is False
+    assert f.signals["progress"] is None
+
+
+def test_a_canary_answered_before_the_thread_got_hot_does_not_clear_it():
+    series = [thread(since=NOW - 6), counters(False), gauges(running=0), canary(NOW - 9, NOW - 8.9, answered=True)]
+    f = busy_loop.evaluate(view(*series), CFG)
+    assert f is not None and f.confirmed is False
+
+
+def test_a_canary_timed_out_before_the_thread_got_hot_does_not_confirm():
+    series = [thread(since=NOW - 6), counters(False), gauges(running=0), canary(NOW - 9.5, NOW - 7, answered=False)]
+    f = busy_loop.evaluate(view(*series), CFG)
+    assert f is not None and f.confirmed is False
+
+
+def test_without_counters_a_timed_out_canary_alone_confirms():
+    series = [thread(), gauges(running=0), canary(NOW - 6, NOW - 1, answered=False)]
+    f = busy_loop.evaluate(view(*series), CFG)
+    assert f.confirmed and f.signals["reason"] == "canary_timeout" and f.signals["progress"] is None
+
+
+def test_the_latest_canary_decides_when_several_ran():
+    series = [
+        thread(),
+        counters(False),
+        gauges(running=0),
+        canary(NOW - 9, NOW - 4, answered=False),
+        canary(NOW - 3, NOW - 2.5, answered=True),
+    ]
+    assert busy_loop.evaluate(view(*series), CFG) is None
+
+
+def test_in_flight_canary_is_reported_on_the_suspect():
+    f = busy_loop.evaluate(view(thread(), counters(False), gauges(running=0), in_flight=NOW - 2), CFG)
+    assert f.confirmed is False and f.signals["canary_in_flight_s"] == 2.0
+
+
+# ------------------------------------------------------------------ hot threads
+@pytest.mark.parametrize(
+    "vol, hot",
+    [(0.0, True), (40.0, True), (100.0, True), (101.0, False), (2000.0, False)],
+)
+def test_voluntary_rate_is_judged_per_cpu_second_not_against_zero(vol, hot):
+    assert bool(hot_threads_for(view(thread(vol=vol)), BusyLoopConfig())) is hot
+
+
+def test_hot_thread_carries_role_and_start_of_the_hot_span():
+    series = [thread(cpu=0.2, since=NOW - 10, until=NOW - 7), thread(cpu=1.0, since=NOW - 6, until=NOW)]
+    (h,) = hot_threads_for(view(*series), BusyLoopConfig())
+    assert (h.pid, h.tid, h.role) == (200, 200, Role.ENGINE_CORE)
+    assert h.first_t == NOW - 6
+    assert h.cpu_ratio == 1.0
+
+
+def test_thresholds_come_from_the_config():
+    cfg = replace(CFG, busy_loop=BusyLoopConfig(cpu_ratio=0.5))
+    f = busy_loop.evaluate(view(thread(cpu=0.6), counters(False), gauges(running=1)), cfg)
+    assert f is not None and f.confirmed and f.signals["threshold_cpu_ratio"] == 0.5

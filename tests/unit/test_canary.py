@@ -1,0 +1,71 @@
+"""The canary: one token from the served model, or a verdict on why not."""
+import json
+
+from guardian.config_schema import CanaryProbeConfig
+from guardian.host.http import HttpError
+from guardian.probes.canary import run_canary
+from guardian.series import metrics as m
+from guardian.testing.fake_http import FakeHttp, ok
+
+URL = "http://127.0.0.1:8000"
+CFG = CanaryProbeConfig(timeout=5.0)
+MODELS = ok(json.dumps({"object": "list", "data": [{"id": "tiny-llama", "object": "model"}]}))
+COMPLETION = ok(json.dumps({"id": "cmpl-1", "choices": [{"index": 0, "text": "x"}], "usage": {}}))
+
+
+class Ticker:
+    def __init__(self, *times):
+        self.times = list(times)
+
+    def __call__(self):
+        return self.times.pop(0)
+
+
+def test_asks_the_served_model_then_sends_a_one_token_greedy_completion():
+    http = FakeHttp({("GET", "/v1/models"): MODELS, ("POST", "/v1/completions"): COMPLETION})
+    res = run_canary(http, "t", URL, None, CFG, Ticker(10.0, 10.2))
+    assert res.ok and not res.timed_out and res.model == "tiny-llama"
+    body = http.requests[1][2]
+    assert body == {"model": "tiny-llama", "prompt": "Hello", "max_tokens": 1, "temperature": 0}
+    assert http.requests[1][3] == 5.0  # the canary's own timeout
+
+
+def test_a_known_model_skips_the_models_request():
+    http = FakeHttp({("POST", "/v1/completions"): COMPLETION})
+    run_canary(http, "t", URL, "m", CFG, Ticker(1.0, 1.1))
+    assert [r[1] for r in http.requests] == ["/v1/completions"]
+
+
+def test_a_timeout_is_the_hang_signal_with_its_latency():
+    http = FakeHttp({("POST", "/v1/completions"): HttpError("timeout", "no answer within 5s")})
+    res = run_canary(http, "t", URL, "m", CFG, Ticker(100.0, 105.0))
+    assert res.timed_out and not res.ok
+    samples = {s.metric: s.value for s in res.samples()}
+    assert samples == {m.CANARY_OK: 0.0, m.CANARY_TIMEOUT: 1.0, m.CANARY_STARTED: 100.0,
+                       m.CANARY_LATENCY: 5.0}
+    assert all(s.t == 105.0 for s in res.samples())
+
+
+def test_a_500_is_a_fast_failure_not_a_hang():
+    http = FakeHttp({("POST", "/v1/completions"): ok('{"error": "boom"}', status=500)})
+    res = run_canary(http, "t", URL, "m", CFG, Ticker(1.0, 1.01))
+    assert not res.ok and not res.timed_out and "HTTP 500" in res.error
+    assert m.CANARY_LATENCY not in {s.metric for s in res.samples()}
+
+
+def test_refused_is_a_failure_not_a_hang():
+    http = FakeHttp({("POST", "/v1/completions"): HttpError("refused", "Connection refused")})
+    res = run_canary(http, "t", URL, "m", CFG, Ticker(1.0, 1.0))
+    assert not res.ok and not res.timed_out
+
+
+def test_a_body_without_choices_is_a_failure():
+    http = FakeHttp({("POST", "/v1/completions"): ok('{"choices": []}')})
+    res = run_canary(http, "t", URL, "m", CFG, Ticker(1.0, 1.0))
+    assert not res.ok and "bad completion body" in res.error
+
+
+def test_models_endpoint_garbage_is_a_failure_naming_the_endpoint():
+    http = FakeHttp({("GET", "/v1/models"): ok('{"data": []}')})
+    res = run_canary(http, "t", URL, None, CFG, Ticker(1.0, 1.0))
+    assert not res.ok and "/v1/models" in res.error

@@ -1,0 +1,170 @@
+"""engine_stall: no progress with no hot thread fires; load, idle, grace and spins do not (SPEC §4)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from guardian.config_schema import DetectorsConfig, EngineStallConfig
+from guardian.detectors import engine_stall
+from guardian.detectors.view import TargetState, TargetView
+from guardian.model import Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target, thread_subject
+from guardian.series import metrics as m
+from guardian.series.store import SeriesStore
+
+NOW = 1000.0
+T = "llm"
+API = ProcessInfo(ProcKey(100, 11), 1, Role.API_SERVER, ("vllm", "serve", "tiny"))
+ENGINE = ProcessInfo(ProcKey(200, 22), 100, Role.ENGINE_CORE, ("VLLM::EngineCore",))
+TARGET = Target(T, API.key, (API, ENGINE), port=8000)
+CFG = DetectorsConfig()  # engine_stall window 20 s
+
+
+def seconds(t0: float, t1: float) -> list[float]:
+    return [t0 + i for i in range(int(round(t1 - t0)) + 1)]
+
+
+def counters(advancing: bool, since=NOW - 40, until=NOW):
+    return [
+        Sample(T, "", metric, (t * 7 if advancing else 4242.0), t)
+        for t in seconds(since, until)
+        for metric in (m.ITERATIONS, m.GEN_TOKENS, m.SUCCESS)
+    ]
+
+
+def gauges(running: float, waiting: float = 0.0, since=NOW - 40, until=NOW):
+    return [
+        s
+        for t in seconds(since, until)
+        for s in (Sample(T, "", m.REQ_RUNNING, running, t), Sample(T, "", m.REQ_WAITING, waiting, t))
+    ]
+
+
+def thread(cpu: float, pid=200, tid=200, since=NOW - 10, until=NOW):
+    subj = thread_subject(pid, tid)
+    return [
+        s
+        for t in seconds(since, until)
+        for s in (
+            Sample(T, subj, m.THREAD_CPU, cpu, t),
+            Sample(T, subj, m.THREAD_VOL_RATE, 0.0, t),
+            Sample(T, subj, m.THREAD_RUNNING, 1.0 if cpu > 0.5 else 0.0, t),
+        )
+    ]
+
+
+def canary(start: float, end: float, answered: bool):
+    return [
+        Sample(T, "", m.CANARY_OK, 1.0 if answered else 0.0, end),
+        Sample(T, "", m.CANARY_TIMEOUT, 0.0 if answered else 1.0, end),
+        Sample(T, "", m.CANARY_LATENCY, end - start, end),
+        Sample(T, "", m.CANARY_STARTED, start, end),
+    ]
+
+
+def view(*series, ready=True, api_alive=True) -> TargetView:
+    store = SeriesStore()
+    for samples in series:
+        store.extend(samples)
+    state = TargetState(
+        target=TARGET,
+        now=NOW,
+        ready=ready,
+        ever_ready=True,
+        api_alive=api_alive,
+        gone_since=None if api_alive else NOW - 1,
+        engine_alive=True,
+        canary_in_flight_since=None,
+        probe_interval=1.0,
+    )
+    return TargetView(state, store)
+
+
+# ------------------------------------------------------------------ confirmed
+CONFIRMED = {
+    "frozen with work pending for the window, threads blocked": (
+        [counters(False), gauges(running=3), thread(cpu=0.0)],
+        "counters_frozen",
+    ),
+    "frozen with work pending, no thread samples at all": (
+        [counters(False), gauges(running=0, waiting=5)],
+        "counters_frozen",
+    ),
+    "canary timed out with frozen counters, gauges frozen at 0": (
+        [counters(False), gauges(running=0), canary(NOW - 8, NOW - 3, answered=False)],
+        "canary_timeout",
+    ),
+}
+
+
+@pytest.mark.parametrize("series, reason", CONFIRMED.values(), ids=CONFIRMED.keys())
+def test_confirmed(series, reason):
+    f = engine_stall.evaluate(view(*series), CFG)
+    assert f is not None and f.confirmed
+    assert f.kind is Kind.ENGINE_STALL and f.severity is Severity.CRITICAL
+    assert f.signals["reason"] == reason
+    assert f.subject == "p200"
+    assert (f.signals["pid"], f.signals["role"]) == (200, "engine_core")
+
+
+def test_canary_timeout_signals_its_latency():
+    f = engine_stall.evaluate(view(counters(False), canary(NOW - 8, NOW - 3, answered=False)), CFG)
+    assert f.signals["canary_latency_s"] == 5.0
+    assert "canary timed out after 5.0s" in f.summary
+
+
+# ------------------------------------------------------------------ must not fire
+QUIET = {
+    "a hot thread is present (busy_loop's case)": dict(
+        series=[counters(False), gauges(running=3), thread(cpu=1.0)]
+    ),
+    "canary timed out but counters advanced during its flight (heavy load)": dict(
+        series=[counters(True), gauges(running=64, waiting=200), canary(NOW - 8, NOW - 3, answered=False)]
+    ),
+    "idle: nothing pending, canary answered": dict(
+        series=[counters(False), gauges(running=0), canary(NOW - 5, NOW - 4.9, answered=True)]
+    ),
+    "idle: nothing pending, no canary": dict(series=[counters(False), gauges(running=0)]),
+    "startup grace": dict(series=[counters(False), gauges(running=3)], ready=False),
+    "API server gone (engine_dead's case)": dict(series=[counters(False), gauges(running=3)], api_alive=False),
+    "work pending and progressing": dict(series=[counters(True), gauges(running=3)]),
+    "a timed-out canary followed by an answered one": dict(
+        series=[
+            counters(False),
+            gauges(running=0),
+            canary(NOW - 15, NOW - 10, answered=False),
+            canary(NOW - 6, NOW - 5.5, answered=True),
+        ]
+    ),
+    "a canary that timed out before the window": dict(
+        series=[counters(False), gauges(running=0), canary(NOW - 30, NOW - 25, answered=False)]
+    ),
+}
+
+
+@pytest.mark.parametrize("case", QUIET.values(), ids=QUIET.keys())
+def test_quiet(case):
+    kw = dict(case)
+    series = kw.pop("series")
+    assert engine_stall.evaluate(view(*series, **kw), CFG) is None
+
+
+# ------------------------------------------------------------------ suspect (unconfirmed)
+def test_suspect_when_work_is_pending_and_frozen_for_a_few_seconds_only():
+    series = [counters(False), gauges(running=0, until=NOW - 6), gauges(running=2, since=NOW - 5)]
+    f = engine_stall.evaluate(view(*series), CFG)
+    assert f is not None and f.confirmed is False
+    assert f.signals["reason"] == "suspect"
+
+
+def test_suspect_when_pending_samples_do_not_span_the_window():
+    series = [counters(False), gauges(running=2, since=NOW - 10)]  # 11 s of a 20 s window
+    f = engine_stall.evaluate(view(*series), CFG)
+    assert f is not None and f.confirmed is False
+
+
+def test_window_comes_from_the_config():
+    cfg = replace(CFG, engine_stall=EngineStallConfig(window=10.0))
+    series = [counters(False), gauges(running=2, since=NOW - 10)]
+    f = engine_stall.evaluate(view(*series), cfg)
+    assert f is not None and f.confirmed and f.signals["window"] == 10.0

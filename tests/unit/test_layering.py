@@ -1,0 +1,106 @@
+"""Layering (DESIGN.md): who may import whom inside the guardian package, checked with ast.
+
+- model / errors / clock import nothing of guardian;
+- series / detectors / incidents never import host, probes, daemon or cli (pure, fast to test);
+- production code (all but guardian/testing/ and guardian/cli.py) never imports guardian.testing.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import guardian
+
+PKG_DIR = Path(guardian.__file__).resolve().parent
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PKG_DIR.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(source: str, module: str, is_package: bool) -> set[str]:
+    """Absolute names a module imports (``from X import y`` yields X and X.y: y may be a module)."""
+    out: set[str] = set()
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = package.split(".")
+                if node.level > 1:
+                    base_parts = base_parts[: -(node.level - 1)]
+                base = ".".join(p for p in base_parts if p)
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            out.add(target)
+            out.update(f"{target}.{alias.name}" for alias in node.names if alias.name != "*")
+    return out
+
+
+def within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def all_modules() -> dict[str, set[str]]:
+    mods = {}
+    for path in sorted(PKG_DIR.rglob("*.py")):
+        name = module_name(path)
+        mods[name] = imports_of(path.read_text(encoding="utf-8"), name, path.name == "__init__.py")
+    return mods
+
+
+MODULES = all_modules()
+
+
+# ------------------------------------------------------------------ the resolver itself
+@pytest.mark.parametrize(
+    "source, module, is_package, expected",
+    [
+        ("from ..model import Kind", "guardian.detectors.busy_loop", False, {"guardian.model", "guardian.model.Kind"}),
+        ("from . import metrics", "guardian.series", True, {"guardian.series", "guardian.series.metrics"}),
+        ("from .store import X", "guardian.series", True, {"guardian.series.store", "guardian.series.store.X"}),
+        ("import guardian.host.procfs as p", "guardian.cli", False, {"guardian.host.procfs"}),
+        ("from guardian import testing", "guardian.daemon", False, {"guardian", "guardian.testing"}),
+        ("def f():\n    from ..testing import clock", "guardian.incidents.manager", False,
+         {"guardian.testing", "guardian.testing.clock"}),
+    ],
+)
+def test_imports_are_resolved_to_absolute_names(source, module, is_package, expected):
+    assert imports_of(source, module, is_package) == expected
+
+
+def test_the_walk_sees_the_package():
+    assert {"guardian.model", "guardian.series.store", "guardian.detectors.busy_loop"} <= set(MODULES)
+
+
+# ------------------------------------------------------------------ the rules
+@pytest.mark.parametrize("module", ["guardian.model", "guardian.errors", "guardian.clock"])
+def test_vocabulary_modules_import_nothing_of_guardian(module):
+    assert sorted(i for i in MODULES[module] if within(i, "guardian")) == []
+
+
+PURE = ("guardian.series", "guardian.detectors", "guardian.incidents")
+FORBIDDEN_FOR_PURE = ("guardian.host", "guardian.probes", "guardian.daemon", "guardian.cli")
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if any(within(m, p) for p in PURE)))
+def test_pure_layers_never_touch_the_machine(module):
+    bad = sorted(i for i in MODULES[module] if any(within(i, f) for f in FORBIDDEN_FOR_PURE))
+    assert bad == []
+
+
+def is_production(module: str) -> bool:
+    return not within(module, "guardian.testing") and module != "guardian.cli"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if is_production(m)))
+def test_production_code_never_imports_the_testing_package(module):
+    assert sorted(i for i in MODULES[module] if within(i, "guardian.testing")) == []

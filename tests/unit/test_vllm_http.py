@@ -1,0 +1,106 @@
+"""The vllm_http probe and its /metrics parser: what an SRE's vLLM actually serves."""
+from pathlib import Path
+
+import pytest
+
+from guardian.errors import ProbeFailed
+from guardian.host.http import HttpError
+from guardian.probes.vllm_http import scrape
+from guardian.probes.vllm_metrics_parse import parse_vllm_metrics
+from guardian.series import metrics as m
+from guardian.testing.fake_http import FakeHttp, ok
+
+FIX = Path(__file__).parent.parent / "fixtures" / "metrics"
+URL = "http://127.0.0.1:8000"
+
+
+def clock():
+    return 50.0
+
+
+def by_metric(res):
+    return {s.metric: s.value for s in res.samples}
+
+
+def test_vllm_032_page_gives_every_watched_number():
+    values = parse_vllm_metrics((FIX / "vllm-0.32.txt").read_text())
+    assert values == {
+        m.REQ_RUNNING: 3.0, m.REQ_WAITING: 1.0, m.KV_USAGE: 0.25, m.PREEMPTIONS: 0.0,
+        m.PROMPT_TOKENS: 410.0, m.GEN_TOKENS: 1024.0, m.SUCCESS: 32.0, m.ITERATIONS: 1050.0,
+    }
+
+
+def test_legacy_gpu_cache_usage_stands_in_for_kv_usage_and_missing_metrics_stay_absent():
+    values = parse_vllm_metrics((FIX / "vllm-0.11-legacy.txt").read_text())
+    assert values[m.KV_USAGE] == 0.5
+    assert m.ITERATIONS not in values  # absent, never 0
+    assert m.SUCCESS not in values
+
+
+def test_data_parallel_engines_sum_counts_and_take_the_fullest_kv_cache():
+    values = parse_vllm_metrics((FIX / "vllm-dp2.txt").read_text())
+    assert values[m.REQ_RUNNING] == 7.0
+    assert values[m.ITERATIONS] == 150.0
+    assert values[m.KV_USAGE] == 0.7
+
+
+@pytest.mark.parametrize("page, why", [
+    ("", "empty"),
+    ("<!DOCTYPE html><html><body>502 Bad Gateway</body></html>\n", "HTML"),
+    ('vllm:num_requests_running{engine="0"} 3.0\nvllm:num_requests_wai', "truncated"),
+    ('vllm:num_requests_running{engine="0" 3\n', "unparsable"),
+    ("\x00\x01\x02\n", "unparsable"),
+])
+def test_pages_that_are_not_prometheus_text_are_refused_with_the_reason(page, why):
+    with pytest.raises(ProbeFailed, match=why):
+        parse_vllm_metrics(page)
+
+
+def test_a_healthy_server_yields_health_latency_and_metrics():
+    http = FakeHttp({("GET", "/health"): ok(elapsed=0.0016),
+                     ("GET", "/metrics"): ok((FIX / "vllm-0.32.txt").read_text())})
+    res = scrape(http, "llama", URL, 2.0, clock)
+    got = by_metric(res)
+    assert got[m.HEALTH_OK] == 1.0 and got[m.HEALTH_LATENCY] == 0.0016
+    assert got[m.METRICS_OK] == 1.0 and got[m.ITERATIONS] == 1050.0
+    assert res.health_error is None and res.metrics_error is None
+    assert all(s.t == 50.0 and s.target == "llama" and s.subject == "" for s in res.samples)
+
+
+@pytest.mark.parametrize("answer, health_ok", [
+    (ok(status=503), 0.0),
+    (HttpError("refused", "Connection refused"), 0.0),
+])
+def test_dead_engine_answers_are_health_zero(answer, health_ok):
+    http = FakeHttp({("GET", "/health"): answer, ("GET", "/metrics"): ok("")})
+    assert by_metric(scrape(http, "t", URL, 2.0, clock))[m.HEALTH_OK] == health_ok
+
+
+def test_a_health_timeout_is_no_sample_not_a_dead_verdict():
+    http = FakeHttp({("GET", "/health"): HttpError("timeout", "no answer within 2s"),
+                     ("GET", "/metrics"): ok((FIX / "vllm-0.32.txt").read_text())})
+    res = scrape(http, "t", URL, 2.0, clock)
+    assert m.HEALTH_OK not in by_metric(res)
+    assert res.health_error.startswith("timeout")
+
+
+def test_refused_health_skips_the_metrics_request():
+    http = FakeHttp({("GET", "/health"): HttpError("refused", "Connection refused")})
+    scrape(http, "t", URL, 2.0, clock)
+    assert [r[1] for r in http.requests] == ["/health"]
+
+
+def test_html_metrics_page_is_a_failed_scrape_with_no_zeros():
+    http = FakeHttp({("GET", "/health"): ok(),
+                     ("GET", "/metrics"): ok("<html>login</html>\n")})
+    res = scrape(http, "t", URL, 2.0, clock)
+    got = by_metric(res)
+    assert got[m.METRICS_OK] == 0.0
+    assert m.REQ_RUNNING not in got and m.ITERATIONS not in got
+    assert "HTML" in res.metrics_error
+
+
+def test_non_200_metrics_is_a_failed_scrape():
+    http = FakeHttp({("GET", "/health"): ok(), ("GET", "/metrics"): ok("oops", status=500)})
+    res = scrape(http, "t", URL, 2.0, clock)
+    assert "HTTP 500" in res.metrics_error
