@@ -284,8 +284,13 @@ class Daemon:
             if unconfirmed or any(f is not None for f in findings.values()):
                 suspected.add(name)
             if unconfirmed and tr.ready and tr.api_alive and not self.runner.busy(("canary", name)):
+                # a hung engine queues every canary it is sent: once the incident is open, its
+                # re-confirmation runs at the periodic pace, not the quick confirmation pace
+                already_open = {i.kind for i in self.incidents.open_incidents() if i.target.name == name}
+                pace = (self.cfg.probes.canary.interval if any(f.kind in already_open for f in unconfirmed)
+                        else self.cfg.probes.canary.confirm_cooldown)
                 last = tr.last_canary_start
-                if last is None or now - last >= self.cfg.probes.canary.confirm_cooldown:
+                if last is None or now - last >= pace:
                     self._start_canary(tr, now)
         for inc in self.incidents.open_incidents():
             suspected.add(inc.target.name)

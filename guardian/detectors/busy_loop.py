@@ -11,10 +11,14 @@ gauges and the canary results. Decides, for the hottest thread:
    (``canary_timeout``);
 4. otherwise a suspect (unconfirmed): the daemon sends a canary to decide.
 
+A thread hot for less than ``min_coverage`` of the window is only ever a
+suspect: the confirming canary starts early, but no conclusion is drawn yet.
+
 Never during startup grace (model load, graph capture) nor once the API server is gone.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ..config_schema import BusyLoopConfig, DetectorsConfig
@@ -31,13 +35,22 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     if not st.ready or not st.api_alive:
         return None
     hot = hot_threads_for(view, bl)
-    if not hot:
-        return None
+    covered = bool(hot)
+    if not covered:
+        # Hot, but not yet for min_coverage of the window: not enough to conclude, enough to
+        # start confirming, so the canary's timeout overlaps the wait for coverage.
+        hot = hot_threads_for(view, replace(bl, min_coverage=0.0))
+        if not hot:
+            return None
     h = hot[0]
     name, now = st.target.name, st.now
     progress = progress_between(view.series, name, h.first_t, now)
     if progress is True:
         return None
+    if not covered:
+        sig = _signals(h, bl, progress, False, None, now)
+        return _finding(view, h, sig, "suspect", f"hot for {now - h.first_t:.1f}s, confirming",
+                        confirmed=False)
     pending = pending_throughout(view.series, name, h.first_t, now)
     pend_pts = pending_samples(view.series, name, h.first_t, now)
     pending_now = pend_pts[-1][1] if pend_pts else None

@@ -147,9 +147,6 @@ QUIET = {
     "benign busy-poll that answered the canary": dict(
         series=[thread(), counters(False), gauges(running=0), canary(NOW - 4, NOW - 3.9, answered=True)]
     ),
-    "hot for less than min_coverage": dict(
-        series=[thread(since=NOW - 3), counters(False), gauges(running=1)]
-    ),
     "sleep(0) loop: 2000 voluntary switches/s": dict(
         series=[thread(vol=2000.0), counters(False), gauges(running=1)]
     ),
@@ -178,6 +175,16 @@ def test_quiet(case):
 
 
 # ------------------------------------------------------------------ suspect (unconfirmed)
+def test_hot_for_less_than_min_coverage_is_only_a_suspect_even_with_frozen_pending_work():
+    # the confirming canary starts early; the conclusion waits for coverage
+    f = busy_loop.evaluate(view(thread(since=NOW - 3), counters(False), gauges(running=1)), CFG)
+    assert f is not None and f.confirmed is False and f.signals["reason"] == "suspect"
+
+
+def test_hot_for_less_than_min_coverage_with_progress_is_nothing():
+    assert busy_loop.evaluate(view(thread(since=NOW - 3), counters(True), gauges(running=1)), CFG) is None
+
+
 def test_suspect_when_nothing_pending_and_no_canary_yet():
     f = busy_loop.evaluate(view(thread(), counters(False), gauges(running=0)), CFG)
     assert f is not None and f.confirmed is False
