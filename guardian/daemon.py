@@ -279,7 +279,10 @@ class Daemon:
             findings = evaluate_all(view, self.cfg.detectors)
             self.findings[name] = findings
             ref = self._ref(tr, findings)
-            transitions.extend(self.incidents.update(name, ref, findings))
+            # Until the target has answered a canary (warm-up, or a guardian that just restarted and
+            # has not seen it healthy yet) a quiet detector proves nothing: it may not resolve.
+            judged = findings if tr.ready else {k: f for k, f in findings.items() if f is not None}
+            transitions.extend(self.incidents.update(name, ref, judged))
             unconfirmed = [f for f in findings.values() if f is not None and not f.confirmed]
             if unconfirmed or any(f is not None for f in findings.values()):
                 suspected.add(name)

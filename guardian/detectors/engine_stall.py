@@ -11,7 +11,9 @@ Decides:
 - a suspect (unconfirmed, so the daemon sends a canary) when work was pending
   and counters frozen over the last few seconds only.
 
-Never during startup grace nor once the API server is gone (engine_dead's case).
+Never during startup grace nor once the API server is gone (engine_dead's case),
+nor while a process of the target is hot but its threads are not read yet (the
+first tick of a spin: whether it is busy_loop's case is not known).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import Any
 
 from ..config_schema import DetectorsConfig
 from ..model import Finding, Kind, Role, Severity, process_subject
+from ..series import metrics as m
 from ..series.window import span
 from .hot_threads import hot_threads_for
 from .progress import canaries, pending_samples, pending_throughout, progress_between
@@ -33,7 +36,7 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     st, es = view.state, cfg.engine_stall
     if not st.ready or not st.api_alive:
         return None
-    if hot_threads_for(view, cfg.busy_loop):
+    if hot_threads_for(view, cfg.busy_loop) or _hot_process_unread(view, cfg.busy_loop.cpu_ratio):
         return None
     name, now, series = st.target.name, st.now, view.series
     t0 = now - es.window
@@ -71,6 +74,25 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
         what = f"counters frozen with requests pending for {SUSPECT_AFTER:g}s, confirming with a canary"
         return _finding(name, subject, dict(base, reason="suspect"), what, False)
     return None
+
+
+def _hot_process_unread(view: TargetView, cpu_ratio: float) -> bool:
+    """A process that just turned hot, whose threads are not read yet or whose hottest thread
+    reads hot on its latest sample: whether a thread spins (busy_loop's case) is not ruled
+    out yet, so a stall cannot be concluded."""
+    st = view.state
+    recent = st.now - 2 * st.probe_interval
+    name = st.target.name
+    for p in st.target.processes:
+        last = view.series.latest(name, process_subject(p.pid), m.PROC_CPU)
+        if last is None or last[0] < recent or last[1] < cpu_ratio:
+            continue
+        latest = [view.series.latest(name, t, m.THREAD_CPU)
+                  for t in view.series.subjects(name, m.THREAD_CPU, process_subject(p.pid) + "/")]
+        latest = [pt for pt in latest if pt is not None and pt[0] >= recent]
+        if not latest or max(v for _, v in latest) >= cpu_ratio:
+            return True
+    return False
 
 
 def _finding(target: str, subject: str, signals: dict[str, Any], what: str, confirmed: bool) -> Finding:

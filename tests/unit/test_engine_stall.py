@@ -8,7 +8,7 @@ import pytest
 from guardian.config_schema import DetectorsConfig, EngineStallConfig
 from guardian.detectors import engine_stall
 from guardian.detectors.view import TargetState, TargetView
-from guardian.model import Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target, thread_subject
+from guardian.model import Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target, process_subject, thread_subject
 from guardian.series import metrics as m
 from guardian.series.store import SeriesStore
 
@@ -168,3 +168,20 @@ def test_window_comes_from_the_config():
     series = [counters(False), gauges(running=2, since=NOW - 10)]
     f = engine_stall.evaluate(view(*series), cfg)
     assert f is not None and f.confirmed and f.signals["window"] == 10.0
+
+
+
+def test_a_hot_process_whose_threads_are_not_read_yet_is_not_a_stall():
+    """The first tick of a spin: process CPU is known, per-thread rates are not (they need two
+    readings). A canary that times out then must not be blamed on a stall."""
+    hot_process = [Sample(T, process_subject(200), m.PROC_CPU, 1.0, t) for t in (NOW - 1, NOW)]
+    v = view(counters(False), canary(NOW - 1, NOW, answered=False), hot_process)
+    assert engine_stall.evaluate(v, CFG) is None
+
+
+def test_a_hot_process_whose_threads_are_read_and_cool_can_still_stall():
+    """Several lukewarm threads summing to a hot process are not a spin: the stall stands."""
+    hot_process = [Sample(T, process_subject(200), m.PROC_CPU, 1.0, t) for t in (NOW - 1, NOW)]
+    v = view(counters(False), canary(NOW - 6, NOW - 1, answered=False), hot_process, thread(cpu=0.3))
+    f = engine_stall.evaluate(v, CFG)
+    assert f is not None and f.confirmed

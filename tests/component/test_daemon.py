@@ -1,0 +1,190 @@
+"""The whole pipeline, tick by tick, on a fake /proc tree, a scripted HTTP server and a fake clock.
+
+Discovery → procfs → vllm_http/canary → detectors → incidents, with every seam
+faked in a way that behaves like the real thing: counters in clock ticks, the
+canary's timeout surfacing as an HttpError("timeout"), a dead engine's /health 503.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from guardian.config import parse_config
+from guardian.daemon import Daemon
+from guardian.host.http import HttpError
+from guardian.incidents import IncidentStore
+from guardian.model import Kind
+from guardian.testing.clock import FakeClock
+from guardian.testing.fake_http import FakeHttp, ok
+from guardian.testing.fake_proc import FakeProcTree
+
+API, ENGINE, TRACKER = 100, 110, 105
+FIX = Path(__file__).parent.parent / "fixtures" / "metrics"
+
+
+class VllmPage:
+    """A /metrics page whose counters the test moves (or freezes)."""
+
+    def __init__(self) -> None:
+        self.iterations = 0
+        self.running = 0
+
+    def __call__(self, _body) -> object:
+        return ok(
+            "# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{engine="0",model_name="m"}} {self.running}\n'
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            'vllm:num_requests_waiting{engine="0",model_name="m"} 0\n'
+            "# TYPE vllm:iteration_tokens_total histogram\n"
+            f'vllm:iteration_tokens_total_count{{engine="0",model_name="m"}} {self.iterations}\n'
+            f'vllm:iteration_tokens_total_sum{{engine="0",model_name="m"}} {self.iterations}\n'
+        )
+
+
+class World:
+    def __init__(self, tmp_path: Path) -> None:
+        self.proc = FakeProcTree(tmp_path / "proc")
+        self.proc.add_process(API, 1, ("python3", "-m", "vllm.entrypoints.openai.api_server", "--port", "8000"))
+        self.proc.add_process(TRACKER, API, ("python3", "-c", "from multiprocessing.resource_tracker import main"))
+        self.proc.add_process(ENGINE, API, ("VLLM::EngineCore",), threads=[(111, "ZMQbg/IO/0")])
+        self.page = VllmPage()
+        self.http = FakeHttp({
+            ("GET", "/health"): ok(),
+            ("GET", "/metrics"): self.page,
+            ("GET", "/v1/models"): ok(json.dumps({"data": [{"id": "m"}]})),
+            ("POST", "/v1/completions"): ok(json.dumps({"choices": [{"text": "x"}]})),
+        })
+        self.clock = FakeClock()
+        self.cfg = parse_config({"node": "n1", "state_dir": str(tmp_path / "state"),
+                                 "api": {"http": None}})
+        self.log = logging.getLogger("test-daemon")
+        self.d = Daemon(self.cfg, self.clock, self.proc.procfs(), self.http,
+                        store=IncidentStore(self.cfg.state_dir), log=self.log)
+        self.engine_ticks = 0
+
+    def step(self, seconds: int = 1, *, spin: bool = False, progress: bool = False) -> list:
+        transitions = []
+        for _ in range(seconds):
+            self.clock.advance(1.0)
+            if spin:  # the engine's main thread burns one full CPU second per second, never blocks
+                self.engine_ticks += 100
+                self.proc.set_thread(ENGINE, ENGINE, utime=self.engine_ticks, state="R", syscall="running")
+            if progress:
+                self.page.iterations += 10
+            transitions += self.d.tick()
+            self.d.runner.wait_idle(5)
+        return transitions
+
+    def target(self) -> dict:
+        return self.d.status()["targets"][0]
+
+
+@pytest.fixture
+def world(tmp_path):
+    w = World(tmp_path)
+    yield w
+    w.d.runner.shutdown()
+
+
+def test_an_autodiscovered_server_is_ready_after_its_first_canary(world):
+    world.step(4)
+    t = world.target()
+    assert t["name"] == "vllm-8000" and t["ready"] and t["phase"] == "serving"
+    assert {p["role"] for p in t["processes"]} == {"api_server", "engine_core", "other"}
+    assert t["model"] == "m"
+
+
+def test_a_spinning_engine_thread_with_a_hung_canary_opens_busy_loop(world):
+    world.step(4)
+    world.http.route("POST", "/v1/completions", HttpError("timeout", "no answer within 5s"))
+    opened = []
+    for _ in range(20):
+        opened += [t for t in world.step(spin=True) if t.previous is None]
+        if opened:
+            break
+    assert [t.incident.kind for t in opened] == [Kind.BUSY_LOOP]
+    inc = opened[0].incident
+    assert inc.signals["tid"] == ENGINE and inc.target.pid == API and inc.target.role == "engine_core"
+    assert IncidentStore(world.cfg.state_dir).load(inc.id) is not None
+
+
+def test_a_spinning_engine_that_still_steps_is_healthy_decode(world):
+    world.step(4)
+    assert not world.step(30, spin=True, progress=True)
+    assert world.d.incidents.open_incidents() == []
+
+
+def test_a_spin_during_model_load_is_covered_by_the_startup_grace(world):
+    world.http.route("GET", "/health", HttpError("refused", "Connection refused"))
+    assert not world.step(30, spin=True)
+    assert not world.target()["ready"]
+
+
+def test_the_engine_process_vanishing_opens_engine_dead_within_three_ticks(world):
+    world.step(4)
+    world.proc.remove(ENGINE)
+    world.http.route("GET", "/health", ok(status=503))
+    opened = [t for t in world.step(3) if t.previous is None]
+    assert [t.incident.kind for t in opened] == [Kind.ENGINE_DEAD]
+
+
+def test_html_metrics_is_logged_once_visible_in_status_and_opens_nothing(world, caplog):
+    world.step(4)
+    world.http.route("GET", "/metrics", ok("<html>proxy login</html>\n"))
+    with caplog.at_level(logging.WARNING, logger="test-daemon"):
+        assert not world.step(20)
+    assert sum("HTML" in r.getMessage() for r in caplog.records) == 1
+    assert "HTML" in world.target()["errors"]["vllm-8000:metrics"]
+
+
+def test_a_canary_500_is_counted_shown_and_is_not_a_hang(world, caplog):
+    world.step(4)
+    world.http.route("POST", "/v1/completions", ok('{"error":"boom"}', status=500))
+    with caplog.at_level(logging.WARNING, logger="test-daemon"):
+        assert not world.step(40)
+    assert sum("HTTP 500" in r.getMessage() for r in caplog.records) == 1
+    assert world.d.status()["probes"]["canary"]["failures"] >= 3
+    assert "vllm-8000:canary" in world.target()["errors"]
+
+
+def test_a_target_exiting_mid_tick_opens_engine_dead_and_never_crashes(world):
+    world.step(4)
+    world.proc.vanish_on_read(API)  # gone between listing /proc and reading its stat
+    world.proc.remove(ENGINE)
+    world.proc.remove(TRACKER)
+    world.http.route("GET", "/health", HttpError("refused", "Connection refused"))
+    opened = [t for t in world.step(4) if t.previous is None]
+    assert [t.incident.kind for t in opened] == [Kind.ENGINE_DEAD]
+    assert world.target()["phase"] == "gone"
+
+
+def test_unreadable_thread_files_are_reported_once_and_detection_degrades(world, caplog):
+    world.step(4)
+    world.proc.deny(f"{ENGINE}/task/{ENGINE}/syscall")
+    world.http.route("POST", "/v1/completions", HttpError("timeout", "no answer within 5s"))
+    with caplog.at_level(logging.WARNING, logger="test-daemon"):
+        opened = [t for t in world.step(20, spin=True) if t.previous is None]
+    assert [t.incident.kind for t in opened] == [Kind.BUSY_LOOP]  # syscall is optional evidence
+    assert sum("CAP_SYS_PTRACE" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_an_open_incident_survives_a_guardian_restart_without_a_duplicate(world, tmp_path):
+    world.step(4)
+    world.proc.remove(ENGINE)  # and the server says so, as vLLM does once its engine is dead
+    world.http.route("GET", "/health", ok(status=503))
+    world.http.route("POST", "/v1/completions", ok('{"error": "EngineDeadError"}', status=500))
+    world.step(3)
+    first = world.d.incidents.open_incidents()
+    assert [i.kind for i in first] == [Kind.ENGINE_DEAD]
+    again = Daemon(world.cfg, world.clock, world.proc.procfs(), world.http,
+                   store=IncidentStore(world.cfg.state_dir), log=world.log)
+    try:
+        world.d.runner.shutdown()
+        world.d = again
+        assert not [t for t in world.step(5) if t.previous is None]
+        assert [i.id for i in again.incidents.open_incidents()] == [first[0].id]
+    finally:
+        again.runner.shutdown()
