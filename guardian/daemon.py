@@ -23,7 +23,7 @@ from .detectors.view import TargetView
 from .discovery import discover
 from .episodes import EpisodeLog
 from .incidents import IncidentManager, IncidentStore, incident_to_dict
-from .model import Finding, Kind, ProcKey, Role, TargetRef, Transition
+from .model import Finding, Kind, ProcKey, Role, Severity, TargetRef, Transition
 from .probes.async_runner import AsyncRunner
 from .probes.canary import CanaryResult, run_canary
 from .probes.procfs import ProcfsProbe, ProcfsResult
@@ -31,6 +31,10 @@ from .probes.vllm_http import HttpScrape, scrape
 from .series import SeriesStore
 from .series import metrics as m
 from .tracker import Tracker
+from .actions.remediation import Remediator
+from .host.process_control import OsProcessControl
+from .host.runner import SubprocessRunner
+from .policy import RestartLedger, budget_left, backoff_seconds
 
 Sink = Callable[[Transition], None]
 
@@ -58,7 +62,8 @@ class SelfStats:
 class Daemon:
     def __init__(self, cfg: Config, clock, procfs, http, *, sinks: Iterable[Sink] = (),
                  store: IncidentStore | None = None, log: logging.Logger | None = None,
-                 runner: AsyncRunner | None = None) -> None:
+                 runner: AsyncRunner | None = None, control=None, cmd_runner=None, lease=None,
+                 kube=None, publish_control: Callable[[dict], object] | None = None) -> None:
         self.cfg = cfg
         self.clock = clock
         self.procfs = procfs
@@ -75,6 +80,13 @@ class Daemon:
         self.store = store
         self.incidents = IncidentManager(self.node, clock, store, cfg.detectors)
         self.stats = SelfStats()
+        self.ledger = RestartLedger(cfg.state_dir)
+        self.remediator = Remediator(
+            cfg, clock, control or OsProcessControl(procfs), self.runner, cmd_runner or SubprocessRunner(),
+            self.incidents, self.ledger, procfs, lease=lease, kube=kube, publish_control=publish_control,
+            release_check=self._accel_held, log=self.log.getChild("remediation"))
+        self.remediator.on_finish.append(self._remediation_finished)
+        self.decisions: dict[str, str] = {}
         self.findings: dict[str, dict[Kind, Finding | None]] = {}
         self.process_states: dict[ProcKey, object] = {}
         self.unmatched: tuple = ()
@@ -84,6 +96,7 @@ class Daemon:
         self._started_mono = clock.monotonic()
         self._started_wall = clock.wall()
         self._first_tick_done = threading.Event()
+        self._lock = threading.RLock()  # the loop and control-socket requests take turns
 
     @staticmethod
     def _horizon(cfg: Config) -> float:
@@ -94,6 +107,10 @@ class Daemon:
 
     # ------------------------------------------------------------------ the tick
     def tick(self) -> list[Transition]:
+        with self._lock:
+            return self._tick()
+
+    def _tick(self) -> list[Transition]:
         start = time.perf_counter()
         now = self.clock.monotonic()
         if self._due("discovery", now, self.cfg.discovery.interval):
@@ -104,6 +121,7 @@ class Daemon:
         self._schedule_http(now)
         self._schedule_canaries(now)
         transitions = self._detect(now)
+        transitions += self._remediate(now)
         for tr in transitions:
             self._emit(tr)
         if self.stats.ticks % 60 == 0:
@@ -218,8 +236,12 @@ class Daemon:
             self.tracker.canary_started(name, now)
 
     def _collect_async(self, now: float) -> None:
+        self._remediation_jobs: dict[str, object] = {}
         for done in self.runner.collect():
             kind, name = done.key
+            if kind == "remediation":
+                self._remediation_jobs[name] = done.error if done.error is not None else done.result
+                continue
             st = self.stats.probes["vllm_http" if kind == "http" else "canary"]
             st.runs += 1
             if done.error is not None:  # a bug in a probe job: count it, keep going
@@ -232,7 +254,8 @@ class Daemon:
                 key, result = done.result
                 self._fold_canary(key, result, now)
         for kind, name in self.runner.overruns(now):
-            self.stats.probes["vllm_http" if kind == "http" else "canary"].overruns += 1
+            if kind in ("http", "canary"):
+                self.stats.probes["vllm_http" if kind == "http" else "canary"].overruns += 1
 
     def _fold_scrape(self, res: HttpScrape, now: float) -> None:
         tr = self.tracker.targets.get(res.target)
@@ -275,6 +298,8 @@ class Daemon:
         suspected: set[str] = set()
         interval = self.cfg.probes.procfs.interval
         for name, tr in list(self.tracker.targets.items()):
+            if self.remediator.suppress_detection(name):
+                continue  # the guardian is taking it down itself: its death is not news
             view = TargetView(self.tracker.state(name, now, interval), self.series)
             findings = evaluate_all(view, self.cfg.detectors)
             self.findings[name] = findings
@@ -299,6 +324,58 @@ class Daemon:
             suspected.add(inc.target.name)
         self._suspected = suspected
         return transitions
+
+    def _remediate(self, now: float) -> list[Transition]:
+        open_incidents = self.incidents.open_incidents()
+        tripped = {i.target.name for i in open_incidents if i.severity.value == "critical"}
+        total = len(self.tracker.targets)
+        self.decisions = {}
+        for inc in open_incidents:
+            tr = self.tracker.targets.get(inc.target.name)
+            if tr is None or inc.kind is Kind.RESTART_BUDGET_EXHAUSTED:
+                continue
+            mode = getattr(getattr(self.cfg.detectors, inc.kind.value, None), "mode", "alert")
+            self.decisions[inc.target.name] = self.remediator.consider(
+                inc, tr, now, mode=mode, tripped=len(tripped), total=total)
+        self.remediator.tick(now, self.tracker, self.series, getattr(self, "_remediation_jobs", {}))
+        self.remediator.refresh_budgets()
+        transitions: list[Transition] = []
+        for name, tr in self.tracker.targets.items():
+            kind = Kind.RESTART_BUDGET_EXHAUSTED
+            finding = None
+            if name in self.remediator.exhausted:
+                left = budget_left(self.cfg.policy, self.ledger, name, self.clock.wall())
+                finding = Finding(kind, name, Severity.CRITICAL,
+                                  f"restart budget exhausted ({self.cfg.policy.budget.max_restarts} per "
+                                  f"{self.cfg.policy.budget.period:.0f}s): observe-only until it frees up",
+                                  {"max_restarts": self.cfg.policy.budget.max_restarts,
+                                   "period": self.cfg.policy.budget.period, "budget_left": left})
+            transitions += self.incidents.update(name, self._ref(tr, {}), {kind: finding})
+        return transitions
+
+    def _remediation_finished(self, seq, outcome: str) -> None:
+        if outcome == "done" and not seq.drain_only:
+            for t in self.incidents.resolve_target(seq.target, f"restarted and verified: {seq.detail}"):
+                if t.incident.kind is not Kind.RESTART_BUDGET_EXHAUSTED:
+                    self._emit(t)
+
+    def _accel_held(self, pids: set[int]) -> bool | None:
+        """Whether an accelerator backend still shows memory held by these pids (None: no backend)."""
+        return None
+
+    def control_request(self, req: dict) -> str:
+        """Control-socket commands: drain, restart, undrain (same machine, same safety checks)."""
+        with self._lock:
+            return self._control(req)
+
+    def _control(self, req: dict) -> str:
+        cmd, name = req.get("cmd"), req.get("target")
+        if cmd == "undrain":
+            return self.remediator.undrain(name)
+        tr = self.tracker.targets.get(name)
+        if tr is None:
+            raise KeyError(f"unknown target {name!r} (known: {', '.join(sorted(self.tracker.targets)) or 'none'})")
+        return self.remediator.manual(name, tr, self.clock.monotonic(), cmd, bool(req.get("dry_run")))
 
     def _ref(self, tr, findings) -> TargetRef:
         role = None

@@ -8,7 +8,7 @@ from typing import Any
 
 from . import __version__
 from .incidents import incident_to_dict
-from .model import Role, Status
+from .policy import Maintenance, budget_left
 from .series import metrics as m
 
 
@@ -23,7 +23,9 @@ def _progress_rate(series, name: str, now: float, window: float = 10.0) -> float
     return max(0.0, pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
 
 
-def _phase(tr, open_kinds: list[str]) -> str:
+def _phase(tr, open_kinds: list[str], remediation: str) -> str:
+    if remediation != "serving":
+        return remediation  # draining / stopping / starting / verifying
     if not tr.api_alive:
         return "gone"
     if open_kinds:
@@ -66,7 +68,11 @@ def build_status(d, now: float) -> dict[str, Any]:
             "port": tr.target.port,
             "api_url": tr.target.api_url,
             "model": tr.model,
-            "phase": _phase(tr, kinds),
+            "phase": _phase(tr, kinds, d.remediator.phase(name)),
+            "serving": d.remediator.serving(name) and tr.api_alive and tr.ready,
+            "remediation": d.remediator.status().get(name),
+            "decision": d.decisions.get(name),
+            "budget_left": budget_left(d.cfg.policy, d.ledger, name, d.clock.wall()),
             "ready": tr.ready,
             "health": None if health is None else {
                 "status": health.health_status, "error": health.health_error,
@@ -109,6 +115,8 @@ def build_status(d, now: float) -> dict[str, Any]:
         "targets": targets,
         "unmatched": [{"target": n, "reason": r} for n, r in d.unmatched],
         "incidents": [incident_to_dict(i) for i in open_incidents],
+        "actions": dict(d.remediator.outcomes),
+        "maintenance_until": Maintenance(d.cfg.state_dir).until(),
         "errors": {k: v for k, v in d.episodes.current().items()},
     }
 
@@ -152,6 +160,12 @@ def render_status(doc: dict[str, Any]) -> str:
                                          f"vol/s {h['voluntary_per_s']} {h['syscall'] or ''}")
             lines.append(f"  {p['pid']:>8} {p['role']:<12} {p['state'] or '?':<5} "
                          f"{_fmt_pct(p['cpu_ratio']):>5} {_fmt_bytes(p['rss_bytes']):>9}  {hot}")
+        rem = t.get("remediation")
+        if rem:
+            lines.append(f"  remediation: {rem['phase']} ({rem['reason']}, mode {rem['mode']}): {rem['detail']}")
+        if t.get("decision"):
+            lines.append(f"  decision: {t['decision']}")
+        lines.append(f"  serving: {'yes' if t['serving'] else 'NO'}, restart budget left: {t['budget_left']}")
         for kind, summary in t["suspects"].items():
             lines.append(f"  suspect {kind}: {summary}")
         for key, msg in t["errors"].items():
@@ -167,5 +181,3 @@ def render_status(doc: dict[str, Any]) -> str:
         lines.append(f"error {key}: {msg}")
     return "\n".join(lines)
 
-
-__all__ = ["build_status", "render_status", "Role", "Status"]

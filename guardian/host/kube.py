@@ -1,0 +1,89 @@
+"""The Kubernetes API, in-cluster, for ``restart.mode: kubernetes``: find a process's pod, delete it.
+
+Reads ``/proc/<pid>/cgroup`` (through ProcFS) for the pod UID, lists the pods
+of this node (``spec.nodeName``) to map the UID to namespace/name, and deletes
+the pod with a grace period so its controller recreates it. The service
+account token and CA come from the standard in-cluster paths; the API base URL
+and the opener are seams so tests can point at a local fake API server.
+"""
+from __future__ import annotations
+
+import json
+import re
+import ssl
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+from urllib.parse import quote
+
+from ..errors import BackendUnavailable, ProbeFailed
+
+SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# cgroup v1: .../kubepods/burstable/pod<uid>/<container>; v2 (systemd driver):
+# .../kubepods-burstable-pod<uid with _>.slice/cri-containerd-<id>.scope
+_POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
+
+
+def pod_uid_from_cgroup(text: str) -> str | None:
+    """The pod UID in a ``/proc/<pid>/cgroup`` text, normalised to dashes; None outside a pod."""
+    m = _POD_UID.search(text)
+    return m.group(1).replace("_", "-") if m else None
+
+
+@dataclass(frozen=True)
+class PodRef:
+    namespace: str
+    name: str
+    uid: str
+
+
+class KubeClient:
+    def __init__(self, base_url: str, token: str | None, ca_file: str | None, node_name: str | None,
+                 timeout: float = 10.0, opener: Callable | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.node_name = node_name
+        self.timeout = timeout
+        ctx = ssl.create_default_context(cafile=ca_file) if ca_file else None
+        self._open = opener or (lambda req, timeout: urllib.request.urlopen(req, timeout=timeout, context=ctx))
+
+    @classmethod
+    def in_cluster(cls, env: dict, timeout: float = 10.0) -> "KubeClient":
+        host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT", "443")
+        if not host or not (SA_DIR / "token").exists():
+            raise BackendUnavailable("not running in a Kubernetes pod (no KUBERNETES_SERVICE_HOST or "
+                                     "service-account token): restart.mode kubernetes cannot act")
+        return cls(f"https://{host}:{port}", (SA_DIR / "token").read_text().strip(), str(SA_DIR / "ca.crt"),
+                   env.get("NODE_NAME"), timeout)
+
+    def _call(self, method: str, path: str, body: dict | None = None) -> dict:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base_url + path, data=data, method=method)
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with self._open(req, self.timeout) as resp:
+                return json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            raise ProbeFailed(f"kubernetes API {method} {path}: HTTP {e.code} {e.reason}") from None
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise ProbeFailed(f"kubernetes API {method} {path}: {e}") from None
+
+    def find_pod(self, uid: str) -> PodRef:
+        selector = f"?fieldSelector={quote('spec.nodeName=' + self.node_name)}" if self.node_name else ""
+        items = self._call("GET", f"/api/v1/pods{selector}").get("items", [])
+        for item in items:
+            md = item.get("metadata", {})
+            if md.get("uid") == uid:
+                return PodRef(md["namespace"], md["name"], uid)
+        raise ProbeFailed(f"no pod with uid {uid} on node {self.node_name or '?'}")
+
+    def delete_pod(self, pod: PodRef, grace_seconds: int) -> None:
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": int(grace_seconds),
+                "preconditions": {"uid": pod.uid}}  # never delete a recreated pod of the same name
+        self._call("DELETE", f"/api/v1/namespaces/{quote(pod.namespace)}/pods/{quote(pod.name)}", body)

@@ -1,0 +1,74 @@
+"""Signal, check and start processes — the only code that sends a signal or spawns a server.
+
+Safety rule (SPEC §8): a signal is sent only to a process whose identity
+``(pid, starttime)`` still matches the snapshot it was taken from; a reused pid
+is never touched. ``start`` launches an argv (never a shell) in a new session
+(so the guardian owns the whole group), with env, cwd and an append-only log.
+"""
+from __future__ import annotations
+
+import os
+import signal as _signal
+import subprocess
+from typing import Mapping, Protocol, Sequence
+
+from ..errors import AccessDenied, TargetGone
+from ..model import ProcKey
+
+
+class ProcessControl(Protocol):
+    def alive(self, key: ProcKey) -> bool: ...
+    def signal(self, key: ProcKey, sig: int) -> bool: ...
+    def start(self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: str | None,
+              log_file: str | None) -> int: ...
+
+
+class OsProcessControl:
+    def __init__(self, procfs) -> None:
+        self.procfs = procfs
+        self._children: dict[int, subprocess.Popen] = {}
+
+    def alive(self, key: ProcKey) -> bool:
+        try:
+            st = self.procfs.stat(key.pid)
+        except (TargetGone, AccessDenied):
+            return False
+        return st.starttime == key.starttime and st.state not in ("Z", "X")
+
+    def signal(self, key: ProcKey, sig: int) -> bool:
+        """Send ``sig`` iff the pid still is the snapshotted process. Returns True if sent."""
+        if not self.alive(key):
+            return False
+        try:
+            os.kill(key.pid, sig)
+        except ProcessLookupError:
+            return False
+        self._reap()
+        return True
+
+    def start(self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: str | None,
+              log_file: str | None) -> int:
+        if not argv:
+            raise ValueError("restart.command is empty")
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        out = open(log_file, "ab") if log_file else subprocess.DEVNULL
+        try:
+            proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    env=full_env, cwd=cwd, start_new_session=True)
+        finally:
+            if log_file:
+                out.close()  # the child keeps its own descriptor
+        self._children[proc.pid] = proc
+        self._reap()
+        return proc.pid
+
+    def _reap(self) -> None:
+        """Collect exit statuses of servers we started (no zombies under the guardian)."""
+        for pid, proc in list(self._children.items()):
+            if proc.poll() is not None:
+                del self._children[pid]
+
+
+SIGTERM = _signal.SIGTERM
+SIGKILL = _signal.SIGKILL
