@@ -60,7 +60,13 @@ def cmd_run(args) -> int:
     daemon, clock = _build_daemon(cfg)
     from .api import ControlSocket
 
-    api = ControlSocket(cfg.socket_path(), {"status": lambda req: daemon.status(), "ping": lambda req: "pong"})
+    api = ControlSocket(cfg.socket_path(), {
+        "status": lambda req: daemon.status(),
+        "ping": lambda req: "pong",
+        "drain": daemon.control_request,
+        "restart": daemon.control_request,
+        "undrain": daemon.control_request,
+    })
     stop = threading.Event()
 
     def on_signal(signum, frame):  # noqa: ARG001
@@ -170,6 +176,58 @@ def cmd_incidents(args) -> int:
     return 0
 
 
+def cmd_control(args) -> int:
+    """drain / restart / undrain a target through the running daemon (same safety checks)."""
+    from .api import request
+
+    cfg = _load(args.config)
+    path = args.socket or cfg.socket_path()
+    req = {"cmd": args.command, "target": args.target, "dry_run": getattr(args, "dry_run", False)}
+    try:
+        print(request(path, req, timeout=15))
+    except (OSError, ValueError) as e:
+        print(f"guardian is not reachable on {path}: {e}", file=sys.stderr)
+        return 1
+    except RuntimeError as e:
+        print(f"guardian refused: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '30m', '2h', '1d' or plain seconds."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    text = text.strip().lower()
+    try:
+        if text and text[-1] in units:
+            value = float(text[:-1]) * units[text[-1]]
+        else:
+            value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 30m, 2h)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("a duration must be > 0")
+    return value
+
+
+def cmd_maintenance(args) -> int:
+    from .policy import Maintenance
+
+    cfg = _load(args.config)
+    m = Maintenance(cfg.state_dir)
+    if args.state == "on":
+        until = m.turn_on(time.time(), args.duration)
+        print(f"maintenance on until {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(until))}: "
+              "no automatic remediation (detection and alerts go on)")
+    elif args.state == "off":
+        print("maintenance off" if m.turn_off() else "maintenance was not on")
+    else:
+        u = m.until()
+        on = u is not None and u > time.time()
+        print(f"maintenance {'on until ' + time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(u)) if on else 'off'}")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .testing.demo import run_demo  # the demo drives the shipped simulated vLLM server
 
@@ -213,6 +271,22 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true")
     sp.add_argument("--limit", type=int, default=50)
     sp.set_defaults(fn=cmd_incidents)
+
+    for name, what in (("drain", "take a target out of rotation and drain it"),
+                       ("restart", "drain, stop, restart and verify a target"),
+                       ("undrain", "put a drained target back in rotation")):
+        sp = with_config(sub.add_parser(name, help=what))
+        sp.add_argument("target")
+        sp.add_argument("--socket", default=None)
+        if name != "undrain":
+            sp.add_argument("--dry-run", action="store_true", help="say what would happen, do nothing")
+        sp.set_defaults(fn=cmd_control)
+
+    sp = with_config(sub.add_parser("maintenance", help="pause automatic remediation"))
+    sp.add_argument("state", choices=("on", "off", "status"))
+    sp.add_argument("--for", dest="duration", type=parse_duration, default=3600.0,
+                    help="how long (e.g. 30m, 2h; default 1h): it always expires")
+    sp.set_defaults(fn=cmd_maintenance)
 
     sp = sub.add_parser("demo", help="a self-contained demonstration on a simulated vLLM server")
     sp.add_argument("--keep", action="store_true", help="keep the demo's state dir")

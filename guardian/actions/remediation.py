@@ -247,7 +247,7 @@ class Remediator:
             for _ in range(6):  # several instant steps may chain within one tick
                 before = seq.phase
                 getattr(self, f"_step_{seq.phase}")(seq, now, tracker, series)
-                if seq.phase == before:
+                if seq.phase == before or seq.phase not in ACTIVE:
                     break
 
     def _step_lease(self, seq: Sequence, now: float, tracker, series) -> None:
@@ -315,16 +315,16 @@ class Remediator:
         if isinstance(kube_res, BaseException):
             self._record(seq, "stop", "failed", f"pod delete failed: {kube_res}; SIGKILL after stop_timeout")
         alive = [k for k in seq.keys if self.control.alive(k)]
-        if not alive:
-            self._enter(seq, "releasing", now, f"tree stopped in {now - seq.phase_since:.1f}s")
-            return
-        if not seq.sigkill_sent and now - seq.phase_since >= rc.stop_timeout:
+        if alive and not seq.sigkill_sent and now - seq.phase_since >= rc.stop_timeout:
             seq.sigkill_sent = True
             killed = [k.pid for k in alive if self.control.signal(k, 9)]
             self._record(seq, "kill", "ok", f"SIGKILL after {rc.stop_timeout:g}s to {killed}")
-            seq.phase_since_wall = self.clock.wall()
             seq.history[-1]["kill_at"] = now
-        elif seq.sigkill_sent and now - seq.history[-1].get("kill_at", now) >= KILL_GRACE:
+            alive = [k for k in seq.keys if self.control.alive(k)]
+        if not alive:
+            self._enter(seq, "releasing", now, f"tree stopped in {now - seq.phase_since:.1f}s")
+            return
+        if seq.sigkill_sent and now - seq.history[-1].get("kill_at", now) >= KILL_GRACE:
             self._finish(seq, now, "failed", f"processes survived SIGKILL: {[k.pid for k in alive]} "
                                              f"(uninterruptible in the kernel?); a human must look")
 

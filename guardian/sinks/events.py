@@ -147,6 +147,25 @@ class AlertEmitter:
         return events
 
 
+class IncidentAlerts:
+    """Daemon glue: a ``Transition`` sink (``__call__``) plus ``renotify`` for each tick,
+    both handing events to ``publish`` (``AlertSink.publish``: spool, never blocks on Redis)."""
+
+    def __init__(self, emitter: AlertEmitter, publish: Callable[[dict[str, Any]], None], clock) -> None:
+        self.emitter = emitter
+        self.publish = publish
+        self.clock = clock
+
+    def __call__(self, transition: Transition) -> None:
+        self.publish(self.emitter.on_transition(transition, self.clock.wall(), self.clock.monotonic()))
+
+    def renotify(self, open_incidents: Iterable[Incident]) -> int:
+        events = self.emitter.due(open_incidents, self.clock.wall(), self.clock.monotonic())
+        for event in events:
+            self.publish(event)
+        return len(events)
+
+
 def event_time_ms(event: Mapping[str, Any]) -> int:
     """Milliseconds encoded in an event id (ULID); 0 when the id is not a ULID."""
     try:

@@ -1,0 +1,74 @@
+"""Accelerator backends (NVML, npu-smi): what one read of the devices returns.
+
+Each backend is constructed once (it raises ``BackendUnavailable`` when its
+driver or binary is absent) and then ``read(now)`` returns an ``AccelSnapshot``
+or raises ``ProbeFailed``. The snapshot speaks one vocabulary for every vendor:
+devices with memory used/total and utilisation, processes (host PIDs) with the
+accelerator memory they hold, and device events (NVML XIDs). Nothing here
+touches the machine; ``nvml.py`` and ``npu_smi.py`` do.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class DeviceReading:
+    """One device (an NVIDIA GPU, or one chip of an Ascend NPU card) at one read."""
+
+    id: str  # "nvml:<index>" / "npu:<npu>.<chip>": unique on the node, stable across reads
+    backend: str  # "nvml" | "npu_smi"
+    name: str
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    utilization: float | None  # 0..1 (NVML gpu %, npu-smi AICore % / NPU Util %)
+    health: str | None = None  # "OK", "Warning", "Alarm", "lost", ...; None when not reported
+    power_w: float | None = None
+    temperature_c: float | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)  # vendor-specific numbers, for status
+
+
+@dataclass(frozen=True)
+class ProcessUsage:
+    """Accelerator memory held by one host process on one device."""
+
+    pid: int  # host PID (NVML and npu-smi report host PIDs)
+    device: str  # DeviceReading.id
+    memory_bytes: int | None  # None when the driver does not report it
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class AccelEvent:
+    """A device event seen during a read (NVML XID critical errors)."""
+
+    device: str
+    kind: str  # "xid"
+    code: int
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class AccelSnapshot:
+    backend: str
+    devices: tuple[DeviceReading, ...]
+    processes: tuple[ProcessUsage, ...]
+    events: tuple[AccelEvent, ...] = ()
+    notes: tuple[str, ...] = ()  # what this backend cannot see (e.g. "XID events disabled: ...")
+
+
+class AccelBackend(Protocol):
+    """What the accelerator probe needs from a backend."""
+
+    name: str
+    interval: float  # read at most once per this many seconds
+
+    def read(self, now: float) -> AccelSnapshot: ...
+
+    def close(self) -> None: ...
+
+
+__all__ = ["MIB", "AccelBackend", "AccelEvent", "AccelSnapshot", "DeviceReading", "ProcessUsage"]

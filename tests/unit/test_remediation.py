@@ -1,0 +1,322 @@
+"""The remediation state machine and its safety gates, on a fake clock and a fake kernel."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from guardian.actions.remediation import Remediator
+from guardian.config import parse_config
+from guardian.incidents import IncidentManager, IncidentStore
+from guardian.model import Finding, Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target, TargetRef
+from guardian.policy import Maintenance, RestartLedger
+from guardian.series import SeriesStore
+from guardian.series import metrics as m
+from guardian.testing.clock import FakeClock
+from guardian.testing.fake_control import FakeControl
+from guardian.testing.fake_runner import FakeRunner, result
+from guardian.tracker import Tracker
+
+API, ENGINE, WORKER = ProcKey(100, 1), ProcKey(101, 2), ProcKey(102, 3)
+NEW_API = ProcKey(300, 50)
+ARGV = ["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--port", "8000"]
+
+
+class SyncRunner:
+    """Runs submitted jobs at once; their results come back on the next tick, like AsyncRunner."""
+
+    def __init__(self):
+        self.done = {}
+
+    def submit(self, key, fn, deadline):
+        try:
+            self.done[key[1]] = fn()
+        except Exception as e:  # noqa: BLE001 - the real runner hands errors back too
+            self.done[key[1]] = e
+        return True
+
+    def take(self):
+        done, self.done = self.done, {}
+        return done
+
+
+def target(key=API, procs=(API, ENGINE, WORKER)):
+    roles = {API: Role.API_SERVER, ENGINE: Role.ENGINE_CORE, WORKER: Role.WORKER}
+    return Target("llm", key, tuple(ProcessInfo(k, 1, roles.get(k, Role.API_SERVER), ("x",)) for k in procs),
+                  8000, "http://127.0.0.1:8000", "config")
+
+
+class World:
+    def __init__(self, tmp_path, restart=None, policy=None, detectors=None, control=None, runner=None):
+        raw = {"node": "n1", "state_dir": str(tmp_path), "api": {"http": None},
+               "targets": [{"name": "llm", "match": {"port": 8000},
+                            "restart": restart or {"mode": "command", "command": ARGV, "stop_timeout": 10,
+                                                   "ready_timeout": 60},
+                            "drain": {"timeout": 30}}]}
+        if policy:
+            raw["policy"] = policy
+        if detectors:
+            raw["detectors"] = detectors
+        self.cfg = parse_config(raw)
+        self.clock = FakeClock()
+        self.control = control or FakeControl({API, ENGINE, WORKER}, term_takes_down={API: {ENGINE, WORKER}})
+        self.runner = SyncRunner()
+        self.cmd = runner or FakeRunner()
+        self.incidents = IncidentManager("n1", self.clock, IncidentStore(str(tmp_path)), self.cfg.detectors)
+        self.ledger = RestartLedger(str(tmp_path))
+        self.tracker = Tracker(600)
+        self.tracker.apply_discovery((target(),), (), self.clock.monotonic())
+        self.tracker.canary_finished("llm", API, True, "m", self.clock.monotonic())
+        self.series = SeriesStore()
+        self.published = []
+        self.rem = self.new_remediator()
+
+    def new_remediator(self):
+        return Remediator(self.cfg, self.clock, self.control, self.runner, self.cmd, self.incidents, self.ledger,
+                          procfs=None, publish_control=self.published.append)
+
+    def open(self, kind=Kind.BUSY_LOOP):
+        ref = TargetRef("llm", API.pid, API.starttime, 8000, "m", "engine_core")
+        f = Finding(kind, "llm", Severity.CRITICAL, "spins", {"pid": ENGINE.pid})
+        return self.incidents.update("llm", ref, {kind: f})[0].incident
+
+    def consider(self, inc, kind_mode="remediate", tripped=1, total=1):
+        return self.rem.consider(inc, self.tracker.targets["llm"], self.clock.monotonic(),
+                                 mode=kind_mode, tripped=tripped, total=total)
+
+    def step(self, seconds=1.0, n=1):
+        for _ in range(n):
+            self.clock.advance(seconds)
+            self.rem.tick(self.clock.monotonic(), self.tracker, self.series, self.runner.take())
+
+    def new_server_comes_up(self):
+        self.tracker.apply_discovery((target(NEW_API, (NEW_API,)),), (), self.clock.monotonic())
+        self.tracker.canary_finished("llm", NEW_API, True, "m", self.clock.monotonic())
+
+    def actions(self, inc):
+        return [(a.name, a.status) for a in self.incidents.get(inc.id).actions]
+
+
+def test_a_busy_loop_is_drained_stopped_restarted_and_verified(tmp_path):
+    w = World(tmp_path)
+    inc = w.open()
+    assert w.consider(inc) == "started"
+    assert not w.rem.serving("llm")  # readiness turns 503 at once
+    w.step()
+    assert w.published[0]["action"] == "drain"
+    w.step(1, n=6)  # a hung engine has nothing to drain: the short drain timeout passes
+    assert (API, 15) in w.control.signals  # SIGTERM to the API server first
+    assert w.control.started == [(tuple(ARGV), {}, None, None)]
+    assert w.rem.phase("llm") == "verifying" and not w.rem.serving("llm")
+    w.new_server_comes_up()
+    w.step()
+    assert w.rem.serving("llm") and w.rem.sequences["llm"].outcome == "done"
+    assert w.published[-1]["action"] == "undrain"
+    names = [a for a, _ in w.actions(inc)]
+    assert names[:1] == ["remediation"] and {"draining", "stopping", "starting", "verifying"} <= set(names)
+    assert len(w.ledger.recent("llm", w.clock.wall(), 3600)) == 1
+
+
+def test_a_leak_drains_until_requests_finish_before_stopping(tmp_path):
+    w = World(tmp_path)
+    inc = w.open(Kind.HOST_MEMORY_LEAK)
+    w.consider(inc)
+    now = w.clock.monotonic()
+    for t in range(1, 8):
+        running = 2.0 if t < 6 else 0.0
+        w.series.add(Sample("llm", "", m.REQ_RUNNING, running, now + t))
+        w.series.add(Sample("llm", "", m.REQ_WAITING, 0.0, now + t))
+        w.step()
+        if t < 6:
+            assert w.control.signals == []  # still draining: requests in flight
+    assert (API, 15) in w.control.signals
+
+
+def test_an_api_server_ignoring_sigterm_is_killed_with_its_whole_tree_after_stop_timeout(tmp_path):
+    reused = ProcKey(WORKER.pid, 999)  # a stranger now holds an old pid? never signalled
+    control = FakeControl({API, ENGINE, WORKER}, ignores_term={API})
+    w = World(tmp_path, control=control)
+    inc = w.open()
+    w.consider(inc)
+    w.step(1, n=6)
+    assert control.signals == [(API, 15)]
+    w.step(1, n=10)  # stop_timeout 10 s
+    assert {k for k, s in control.signals if s == 9} == {API, ENGINE, WORKER}
+    assert all(k != reused for k, _ in control.signals)
+    assert w.rem.phase("llm") in ("starting", "verifying")
+
+
+def test_a_pid_reused_by_another_process_is_never_signalled(tmp_path):
+    stranger = ProcKey(ENGINE.pid, 777)  # same pid, different starttime: not ours
+    control = FakeControl({API, stranger}, ignores_term={API})
+    w = World(tmp_path, control=control)
+    w.consider(w.open())
+    w.step(1, n=20)
+    assert all(k != stranger for k, _ in control.signals)
+    assert stranger in control.live
+
+
+def test_a_server_that_never_becomes_ready_fails_verify_and_escalates(tmp_path):
+    w = World(tmp_path)
+    inc = w.open()
+    w.consider(inc)
+    w.step(1, n=70)
+    seq = w.rem.sequences["llm"]
+    assert seq.outcome == "failed" and "ready_timeout" in seq.detail
+    assert not w.rem.serving("llm")
+    assert ("verifying", "failed") in w.actions(inc)
+    assert w.consider(inc).startswith("already failed")  # no automatic retry of a failed restart
+    assert len(w.ledger.recent("llm", w.clock.wall(), 3600)) == 1  # counted against the budget
+
+
+def test_processes_surviving_sigkill_fail_the_sequence_for_a_human(tmp_path):
+    control = FakeControl({API, ENGINE}, unkillable={ENGINE}, term_takes_down={API: set()})
+    w = World(tmp_path, control=control)
+    inc = w.open()
+    w.consider(inc)
+    w.step(1, n=40)
+    assert w.rem.sequences["llm"].outcome == "failed"
+    assert "survived SIGKILL" in w.rem.sequences["llm"].detail
+    assert control.started == []  # never start a second server beside an unkillable one
+
+
+def test_budget_of_one_per_hour_refuses_the_second_restart_and_goes_observe_only(tmp_path):
+    w = World(tmp_path, policy={"budget": {"max_restarts": 1, "period": 3600}})
+    first = w.open()
+    w.consider(first)
+    w.step(1, n=6)
+    w.new_server_comes_up()
+    w.step()
+    assert w.rem.sequences["llm"].outcome == "done"
+    w.incidents.resolve_target("llm", "restarted")
+    second = w.open()
+    decision = w.consider(second)
+    assert decision.startswith("escalated: restart budget exhausted")
+    assert "llm" in w.rem.exhausted and not w.rem.active("llm")
+    assert len(w.control.started) == 1
+
+
+def test_the_budget_survives_a_guardian_restart(tmp_path):
+    w = World(tmp_path, policy={"budget": {"max_restarts": 1, "period": 3600}})
+    w.ledger.record("llm", w.clock.wall())
+    again = RestartLedger(str(tmp_path))
+    assert len(again.recent("llm", w.clock.wall(), 3600)) == 1
+
+
+def test_backoff_defers_a_restart_soon_after_the_previous_one(tmp_path):
+    w = World(tmp_path, policy={"backoff": {"initial": 300, "max": 900}})
+    w.ledger.record("llm", w.clock.wall() - 10)
+    decision = w.consider(w.open())
+    assert decision.startswith("deferred: backoff")
+    w.clock.advance(300)
+    assert w.consider(w.incidents.open_incidents()[0]) == "started"
+
+
+@pytest.mark.parametrize("setup, expected", [
+    ({"policy": {"dry_run": True}}, "dry_run: would have drained"),
+    ({"mode": "alert"}, "mode alert: alert only"),
+    ({"mode": "observe"}, "mode observe: alert only"),
+    ({"tripped": 3, "total": 4}, "escalated: node-wide anomaly"),
+])
+def test_gates_that_never_signal_anything(tmp_path, setup, expected):
+    w = World(tmp_path, policy=setup.get("policy"))
+    decision = w.rem.consider(w.open(), w.tracker.targets["llm"], w.clock.monotonic(),
+                              mode=setup.get("mode", "remediate"), tripped=setup.get("tripped", 1),
+                              total=setup.get("total", 1))
+    w.step(1, n=20)
+    assert decision.startswith(expected)
+    assert w.control.signals == [] and w.control.started == []
+
+
+def test_dry_run_is_recorded_on_the_incident_as_would_have(tmp_path):
+    w = World(tmp_path, policy={"dry_run": True})
+    inc = w.open()
+    w.consider(inc)
+    w.consider(inc)
+    acts = w.incidents.get(inc.id).actions
+    assert [(a.name, a.status) for a in acts] == [("restart", "dry_run")]  # recorded once
+    assert "would have" in acts[0].detail
+
+
+def test_maintenance_pauses_remediation(tmp_path):
+    w = World(tmp_path)
+    Maintenance(str(tmp_path)).turn_on(w.clock.wall(), 3600)
+    assert w.consider(w.open()).startswith("skipped: maintenance")
+    assert w.control.signals == []
+
+
+def test_an_autodiscovered_target_is_alert_only(tmp_path):
+    w = World(tmp_path)
+    w.rem.cfg = replace(w.cfg, targets=())
+    assert w.consider(w.open()).startswith("skipped: autodiscovered target")
+
+
+def test_systemd_mode_restarts_the_unit_with_exactly_systemctl_restart(tmp_path):
+    cmd = FakeRunner({("systemctl", "restart"): result("")})
+    w = World(tmp_path, restart={"mode": "systemd", "unit": "vllm@llama.service", "stop_timeout": 10}, runner=cmd)
+    w.consider(w.open())
+    w.step(1, n=8)
+    assert cmd.argvs() == [("systemctl", "restart", "vllm@llama.service")]
+    assert w.rem.phase("llm") == "verifying"
+
+
+def test_a_failing_systemctl_fails_the_sequence_with_its_error(tmp_path):
+    cmd = FakeRunner({("systemctl", "restart"): result("", returncode=5, stderr="Unit vllm@x.service not found.")})
+    w = World(tmp_path, restart={"mode": "systemd", "unit": "vllm@x.service"}, runner=cmd)
+    w.consider(w.open())
+    w.step(1, n=8)
+    seq = w.rem.sequences["llm"]
+    assert seq.outcome == "failed" and "not found" in seq.detail
+
+
+def test_signal_mode_stops_and_waits_for_an_external_supervisor(tmp_path):
+    w = World(tmp_path, restart={"mode": "signal", "ready_timeout": 60})
+    w.consider(w.open())
+    w.step(1, n=8)
+    assert (API, 15) in w.control.signals and w.control.started == []
+    w.new_server_comes_up()
+    w.step()
+    assert w.rem.sequences["llm"].outcome == "done"
+
+
+@pytest.mark.parametrize("phase, expect_phase, expect_started", [
+    ("draining", "aborted", 0),     # nothing disruptive yet: abort, back in rotation
+    ("starting", "verifying", 0),   # the start may have been issued: never issue it twice
+    ("stopping", "stopping", None),  # resume the stop (identity-checked signals)
+])
+def test_a_guardian_restart_mid_sequence_resumes_safely(tmp_path, phase, expect_phase, expect_started):
+    w = World(tmp_path)
+    w.consider(w.open())
+    seq = w.rem.sequences["llm"]
+    seq.phase = phase
+    w.rem._save(seq)
+    w.control.started.clear()
+    again = w.new_remediator()
+    assert again.sequences["llm"].phase == expect_phase
+    if expect_started is not None:
+        w.rem = again
+        w.step(1, n=3)
+        assert len(w.control.started) == expect_started
+
+
+def test_a_manual_drain_takes_the_target_out_until_undrain_and_signals_nothing(tmp_path):
+    w = World(tmp_path)
+    msg = w.rem.manual("llm", w.tracker.targets["llm"], w.clock.monotonic(), "drain", dry_run=False)
+    assert "drain started" in msg and not w.rem.serving("llm")
+    w.step(1, n=40)
+    assert w.control.signals == [] and not w.rem.serving("llm")
+    w.rem.undrain("llm")
+    assert w.rem.serving("llm")
+
+
+def test_a_manual_restart_dry_run_does_nothing(tmp_path):
+    w = World(tmp_path)
+    msg = w.rem.manual("llm", w.tracker.targets["llm"], w.clock.monotonic(), "restart", dry_run=True)
+    assert "dry run: would have" in msg and not w.rem.active("llm")
+
+
+def test_a_manual_restart_respects_the_budget(tmp_path):
+    w = World(tmp_path, policy={"budget": {"max_restarts": 1, "period": 3600}})
+    w.ledger.record("llm", w.clock.wall())
+    msg = w.rem.manual("llm", w.tracker.targets["llm"], w.clock.monotonic(), "restart", dry_run=False)
+    assert "refused: restart budget exhausted" in msg
