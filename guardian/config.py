@@ -45,13 +45,9 @@ DEFAULT_PATH = "/etc/guardian/guardian.yaml"
 INACTIVE_FEATURES: tuple[tuple[str, str], ...] = (
     ("alerts", "Redis delivery of alert events (stream, pub/sub, spool, heartbeat)"),
     ("evidence", "py-spy stack dumps and flame graphs into evidence bundles"),
-    ("accelerators", "NVML / npu-smi probes"),
     ("policy", "restart budgets, backoff, fleet leases, node-anomaly check and dry-run"),
     ("targets[*].restart", "remediation: stopping and restarting a target"),
     ("targets[*].drain", "remediation: taking a target out of rotation and draining it"),
-    ("detectors.kv_cache_leak", "detector not implemented"),
-    ("detectors.accel_memory_leak", "detector not implemented"),
-    ("detectors.host_memory_leak", "detector not implemented"),
     ("detectors.output_corruption", "detector not implemented"),
     ("detectors.probe_failure", "detector not implemented"),
     ("detectors.*.mode: remediate", "acts like alert for now"),

@@ -138,13 +138,14 @@ class HttpApi:
     - ``registry``: the exporter's ``CollectorRegistry`` (``exporter.build_registry``);
     - ``status``: returns the latest status document;
     - ``tick_age``: seconds since the loop's last tick, None before the first (``Heartbeat.age``);
-    - ``max_tick_age``: ``/healthz`` turns 503 at or past this age (3 × interval).
+    - ``max_tick_age``: ``/healthz`` turns 503 at or past this age (3 × interval);
+    - ``poll_interval``: how often the serving thread checks for ``stop()`` (seconds).
     """
 
     def __init__(self, bind: str, *, registry: CollectorRegistry,
                  status: Callable[[], Mapping[str, Any] | None],
                  tick_age: Callable[[], float | None], max_tick_age: float,
-                 log: logging.Logger | None = None) -> None:
+                 log: logging.Logger | None = None, poll_interval: float = 0.5) -> None:
         self.host, self.port = parse_bind(bind)
         if max_tick_age <= 0:
             raise ConfigError([f"max_tick_age: expected > 0, got {max_tick_age}"])
@@ -153,6 +154,7 @@ class HttpApi:
         self.tick_age = tick_age
         self.max_tick_age = max_tick_age
         self.log = log or logging.getLogger("guardian.http")
+        self.poll_interval = poll_interval
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -191,7 +193,8 @@ class HttpApi:
         server = server_cls((self.host, self.port), _Handler)
         server.api = self  # type: ignore[attr-defined]
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="guardian-http", daemon=True)
+        self._thread = threading.Thread(target=server.serve_forever, args=(self.poll_interval,),
+                                        name="guardian-http", daemon=True)
         self._thread.start()
         host, port = self.address
         self.log.info("http listener on %s:%d (/metrics, /healthz, /targets/<name>/ready)", host, port)

@@ -45,7 +45,6 @@ from ..config_schema import EvidenceConfig
 from ..discovery import classify, is_api_server
 from ..errors import AccessDenied, BackendUnavailable, GuardianError, TargetGone
 from ..host.procfs import ProcFS
-from ..host.procfs_parse import parse_stat, parse_status, parse_syscall, parse_wchan
 from ..host.runner import CommandResult, CommandRunner
 from ..incidents.ids import new_incident_id
 from ..incidents.store import jsonable
@@ -55,6 +54,7 @@ from ..series.store import SeriesStore
 from . import pyspy
 from .redact import redact_argv, redact_text
 from .retention import apply_retention
+from .summary import SummaryFacts, build_summary
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,6 @@ PROCESS_FILES = ("status", "stat")
 THREAD_FILES = ("stat", "status", "syscall", "wchan", "stack")
 RECORDS = (("flamegraph", "svg"), ("speedscope", "speedscope.json"))
 MAX_DUMP_WORKERS = 4
-SUMMARY_FRAMES = 8
 SLACK_S = 5.0
 
 
@@ -233,7 +232,7 @@ class _Dump:
 class EvidenceCollector:
     def __init__(self, cfg: EvidenceConfig, store_dir_for: Callable[[str], Path], runner: CommandRunner,
                  procfs: ProcFS, clock: Clock, *, locate: Callable[[str], str | None] = default_locate,
-                 max_workers: int = MAX_DUMP_WORKERS) -> None:
+                 max_workers: int = MAX_DUMP_WORKERS, slack: float = SLACK_S) -> None:
         self.cfg = cfg
         self._dir_for = store_dir_for
         self._runner = runner
@@ -241,6 +240,7 @@ class EvidenceCollector:
         self._clock = clock
         self._locate = locate
         self._workers = max(1, min(MAX_DUMP_WORKERS, max_workers))
+        self._slack = slack
 
     # ------------------------------------------------------------ public
     def deadline(self, n_processes: int, record_seconds: float | None = None) -> float:
@@ -248,7 +248,7 @@ class EvidenceCollector:
         rounds = math.ceil(max(1, n_processes) / self._workers)
         rec = self.cfg.record_seconds if record_seconds is None else record_seconds
         record = pyspy.record_seconds_arg(rec) + self.cfg.dump_timeout if rec > 0 else 0.0
-        return rounds * 2 * self.cfg.dump_timeout + record + SLACK_S
+        return rounds * 2 * self.cfg.dump_timeout + record + self._slack
 
     def capture(self, ctx: EvidenceContext) -> EvidenceResult:
         """Write the bundle; never raises (a capture that breaks is reported in ``failures``)."""
@@ -323,8 +323,17 @@ class EvidenceCollector:
 
         focus = _focus_pid(ctx, hottest)
         duration = self._clock.monotonic() - start
-        bundle.write(SUMMARY, redact_text(build_summary(ctx, bundle_id, focus, dumps.get(focus or -1),
-                                                        proc_texts, recorded, seconds, bundle, duration)))
+        dump = dumps.get(focus) if focus is not None else None
+        facts = SummaryFacts(
+            bundle_id, ctx.incident, ctx.target, focus,
+            threads=dump.threads if dump else (), dump_mode=dump.mode if dump else "",
+            dump_error=(dump.error if dump else "") or bundle.failures.get("py-spy", "")
+            or bundle.failures.get(f"proc/{focus}", ""),
+            proc={(tid, name): text for (pid, tid, name), text in proc_texts.items() if pid == focus and tid},
+            record_files=sorted(n for n in bundle.files if n.startswith("flame-")),
+            record_seconds=pyspy.record_seconds_arg(seconds) if recorded is not None else 0,
+            file_count=len(bundle.files), failures=dict(bundle.failures), duration=duration)
+        bundle.write(SUMMARY, redact_text(build_summary(facts)))
         removed = self._retention(bundle.root, bundle_id)
         manifest = {
             "schema": 1,
@@ -451,13 +460,13 @@ class EvidenceCollector:
         out.threads, out.mode = threads, mode
         if note:
             bundle.note(_dump_name(p, "json"), note)
-        title = " ".join(redact_argv(p.cmdline))
-        header = f"Mode: {mode}" + (f" ({note})" if note else "") + "\n"
+        mode_line = f"Mode: {mode}" + (f" ({note})" if note else "") + "\n"
         if as_text:
-            bundle.write(_dump_name(p, "txt"), redact_text(res.text) + header)
+            bundle.write(_dump_name(p, "txt"), mode_line + redact_text(res.text))
         else:
+            header = f"Process {p.pid}: {' '.join(redact_argv(p.cmdline))}\n{mode_line}\n"
             bundle.write(_dump_name(p, "json"), pyspy.scrub_dump_json(res.text))
-            bundle.write(_dump_name(p, "txt"), redact_text(pyspy.render_text(threads, p.pid, title) + header))
+            bundle.write(_dump_name(p, "txt"), redact_text(header + pyspy.render_text(threads)))
 
     def _record(self, exe: str, pid: int, seconds: float, fmt: str, rel: str, bundle: _Bundle) -> None:
         path = bundle.root / rel

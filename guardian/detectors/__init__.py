@@ -11,7 +11,7 @@ from typing import Callable, Mapping
 
 from ..config_schema import DetectorsConfig
 from ..model import Finding, Kind
-from . import busy_loop, engine_dead, engine_stall
+from . import accel_memory_leak, busy_loop, engine_dead, engine_stall, host_memory_leak, kv_cache_leak
 from .view import TargetState, TargetView
 
 Detector = Callable[[TargetView, DetectorsConfig], "Finding | None"]
@@ -21,6 +21,9 @@ DETECTORS: Mapping[Kind, Detector] = MappingProxyType(
         Kind.BUSY_LOOP: busy_loop.evaluate,
         Kind.ENGINE_STALL: engine_stall.evaluate,
         Kind.ENGINE_DEAD: engine_dead.evaluate,
+        Kind.KV_CACHE_LEAK: kv_cache_leak.evaluate,
+        Kind.ACCEL_MEMORY_LEAK: accel_memory_leak.evaluate,
+        Kind.HOST_MEMORY_LEAK: host_memory_leak.evaluate,
     }
 )
 

@@ -87,6 +87,7 @@ def _signals(
         "tid": h.tid,
         "role": h.role.value if h.role is not None else None,
         "cpu_ratio": round(h.cpu_ratio, 4),
+        "cpu_demand": round(h.demand_ratio, 4),
         "voluntary_per_cpu_s": round(h.voluntary_per_cpu_s, 3),
         "syscall_running_fraction": None if h.running_fraction is None else round(h.running_fraction, 4),
         "hot_for_s": round(now - h.first_t, 3),
@@ -115,7 +116,7 @@ def _finding(
     signals["reason"] = reason
     sep = "; " if not confirmed else " with no engine progress ("
     tail = ")" if confirmed else ""
-    summary = f"{role_label(h.role)} thread {h.tid} spins at {h.cpu_ratio:.0%} CPU{sep}{what}{tail}"
+    summary = f"{role_label(h.role)} thread {h.tid} spins at {h.demand_ratio:.0%} CPU{sep}{what}{tail}"
     return Finding(
         kind=KIND,
         target=view.state.target.name,

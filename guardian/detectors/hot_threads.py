@@ -1,8 +1,9 @@
 """Which threads of a target spin? Per-thread CPU, voluntary switches, syscall state.
 
 Reads the per-thread series (subject ``p<pid>/t<tid>``) over the last window. A
-thread is hot when its samples cover enough of the window, its median CPU ratio
-is high, it blocks (voluntary switches) almost never per CPU-second it burns,
+thread is hot when its samples cover enough of the window, its median CPU
+demand (on a CPU + waiting for one, from schedstat; the CPU ratio where
+schedstat is unreadable) is high, it blocks (voluntary switches) almost never per CPU-second it burns,
 and, when readable, its syscall file says ``running`` in most samples. Not
 "zero voluntary switches": a spinning Python thread hands the GIL to any waking
 sibling, and each hand-back is a voluntary switch (~40/s measured at 100% CPU).
@@ -27,7 +28,8 @@ class HotThread:
     tid: int
     subject: str
     role: Role | None  # of its process in the current snapshot
-    cpu_ratio: float  # median over the window
+    cpu_ratio: float  # median CPU ratio over the window (on a CPU)
+    demand_ratio: float  # median of what decided hotness: CPU demand when known, else the CPU ratio
     voluntary_per_cpu_s: float
     running_fraction: float | None  # None when the syscall file was not readable
     first_t: float  # start of the hot span: first sample in the window at or above the ratio
@@ -64,9 +66,13 @@ def hot_threads(
         cpu = points_between(series, name, subject, metrics.THREAD_CPU, t0, now)
         if len(cpu) < 2 or now - cpu[-1][0] > 3 * interval + 1e-9:
             continue
-        if coverage(cpu, window, interval) < min_coverage:
+        # Hotness is CPU *demand* (on a CPU + waiting on a runqueue) when schedstat is there: a
+        # spinner on a saturated node gets less than a core but wants all of it.
+        demand = points_between(series, name, subject, metrics.THREAD_DEMAND, t0, now)
+        heat = demand if len(demand) >= 2 else cpu
+        if coverage(heat, window, interval) < min_coverage:
             continue
-        med = median(values(cpu))
+        med = median(values(heat))
         if med is None or med < cpu_ratio:
             continue
         vol = values(points_between(series, name, subject, metrics.THREAD_VOL_RATE, t0, now))
@@ -79,21 +85,22 @@ def hot_threads(
         running = mean(values(points_between(series, name, subject, metrics.THREAD_RUNNING, t0, now)))
         if running is not None and running < running_fraction:
             continue
-        first_t = next(t for t, v in cpu if v >= cpu_ratio)
+        first_t = next(t for t, v in heat if v >= cpu_ratio)
         out.append(
             HotThread(
                 pid=ids[0],
                 tid=ids[1],
                 subject=subject,
                 role=roles[ids[0]],
-                cpu_ratio=med,
+                cpu_ratio=median(values(cpu)) or 0.0,
+                demand_ratio=med,
                 voluntary_per_cpu_s=vol_per_cpu_s,
                 running_fraction=running,
                 first_t=first_t,
                 samples=len(cpu),
             )
         )
-    out.sort(key=lambda h: (-h.cpu_ratio, h.voluntary_per_cpu_s, h.subject))
+    out.sort(key=lambda h: (-h.demand_ratio, h.voluntary_per_cpu_s, h.subject))
     return out
 
 

@@ -24,6 +24,7 @@ class TargetState:
     engine_alive: bool | None  # None when no engine_core was ever seen in this target's tree
     canary_in_flight_since: float | None
     probe_interval: float = 1.0  # procfs/http sampling interval (seconds), for coverage math
+    ready_since: float | None = None  # monotonic time the current API server became ready (warm-up)
 
 
 @dataclass(frozen=True)

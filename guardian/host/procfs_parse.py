@@ -185,6 +185,25 @@ def parse_syscall(text: str) -> SyscallInfo:
     return SyscallInfo(running=False, nr=nr, blocked_outside_syscall=False)
 
 
+@dataclass(frozen=True)
+class SchedStat:
+    """``/proc/PID/task/TID/schedstat``: ns on a CPU, ns waiting on a runqueue, timeslices."""
+
+    run_ns: int
+    wait_ns: int
+    timeslices: int
+
+
+def parse_schedstat(text: str) -> SchedStat:
+    parts = text.split()
+    if len(parts) < 3:
+        raise ValueError(f"schedstat: expected 3 numbers, got {text!r}")
+    try:
+        return SchedStat(int(parts[0]), int(parts[1]), int(parts[2]))
+    except ValueError:
+        raise ValueError(f"schedstat: not numbers: {text!r}") from None
+
+
 def parse_wchan(text: str) -> str | None:
     """The kernel symbol the task sleeps in; ``0`` (running, or not permitted) and empty → None."""
     symbol = text.strip()

@@ -3,7 +3,7 @@
 Reads through ``guardian.host.procfs.ProcFS`` (the seam: a proc root and an opener).
 Two stages (SPEC §3): every tick, each process's ``stat`` (CPU ticks, RSS,
 state — and its starttime, so a reused pid is seen as gone); per-thread files
-(``task/<tid>/stat``, ``status``, ``syscall``; ``wchan`` when suspected) only
+(``task/<tid>/stat``, ``status``, ``syscall``, ``schedstat``; ``wchan`` when suspected) only
 for processes that are hot, or of a target that is suspected. Rates need two
 readings: the first reading of a process or thread yields no rate (absent,
 never 0). Context-switch counts come from each thread's own ``status``
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from ..config_schema import ProcfsProbeConfig
-from ..errors import AccessDenied, TargetGone
+from ..errors import AccessDenied, ProbeFailed, TargetGone
 from ..model import ProcKey, Sample, Target, process_subject, thread_subject
 from ..series import metrics as m
 
@@ -65,7 +65,7 @@ class ProcfsProbe:
         self.cfg = cfg
         self.page_size = page_size or os.sysconf("SC_PAGE_SIZE")
         self._proc_prev: dict[ProcKey, tuple[float, int]] = {}
-        self._thread_prev: dict[tuple[ProcKey, int], tuple[float, int, int | None, int | None]] = {}
+        self._thread_prev: dict[tuple[ProcKey, int], tuple[float, int, int | None, int | None, int | None]] = {}
         self._followed: set[ProcKey] = set()
 
     def collect(self, targets: Iterable[Target], suspected: set[str], now: float) -> ProcfsResult:
@@ -152,6 +152,11 @@ class ProcfsProbe:
                 continue
             except AccessDenied as e:
                 res.denied.append(f"syscall (needs CAP_SYS_PTRACE): {e}")
+            sched = None
+            try:
+                sched = self.procfs.thread_schedstat(key.pid, tid)
+            except (TargetGone, AccessDenied, ProbeFailed):
+                sched = None  # optional: kernels without schedstat; the thread's exit shows elsewhere
             wchan = None
             if deep:
                 try:
@@ -161,16 +166,19 @@ class ProcfsProbe:
             tkey = (key, tid)
             seen_threads.add(tkey)
             ticks = tst.utime + tst.stime
+            demand_ns = None if sched is None else sched.run_ns + sched.wait_ns
             prev = self._thread_prev.get(tkey)
             cpu = self._rate(prev[:2] if prev else None, now, ticks)
-            vol_rate = nonvol_rate = None
+            vol_rate = nonvol_rate = demand = None
             if prev is not None and now > prev[0]:
                 dt = now - prev[0]
                 if vol is not None and prev[2] is not None:
                     vol_rate = max(0, vol - prev[2]) / dt
                 if nonvol is not None and prev[3] is not None:
                     nonvol_rate = max(0, nonvol - prev[3]) / dt
-            self._thread_prev[tkey] = (now, ticks, vol, nonvol)
+                if demand_ns is not None and prev[4] is not None:
+                    demand = max(0, demand_ns - prev[4]) / 1e9 / dt
+            self._thread_prev[tkey] = (now, ticks, vol, nonvol, demand_ns)
             subject = thread_subject(key.pid, tid)
             if cpu is not None:
                 res.samples.append(Sample(target.name, subject, m.THREAD_CPU, cpu, now))
@@ -180,6 +188,8 @@ class ProcfsProbe:
                 res.samples.append(Sample(target.name, subject, m.THREAD_NONVOL_RATE, nonvol_rate, now))
             if running_flag is not None:
                 res.samples.append(Sample(target.name, subject, m.THREAD_RUNNING, running_flag, now))
+            if demand is not None:
+                res.samples.append(Sample(target.name, subject, m.THREAD_DEMAND, demand, now))
             out.append(ThreadState(tid, tst.comm, tst.state, cpu, vol_rate, syscall, wchan))
         return tuple(out)
 

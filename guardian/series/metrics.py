@@ -14,6 +14,8 @@ THREAD_CPU = "thread.cpu_ratio"
 THREAD_VOL_RATE = "thread.voluntary_per_s"       # voluntary context switches / s
 THREAD_NONVOL_RATE = "thread.involuntary_per_s"  # involuntary context switches / s
 THREAD_RUNNING = "thread.syscall_running"        # 1 when /proc/.../syscall says "running", else 0
+THREAD_DEMAND = "thread.cpu_demand"              # (on-CPU + runqueue wait) / wall, from schedstat:
+                                                 # a spinner starved by a busy node still reads ~1
 
 # vllm_http, per target (subject "")
 HEALTH_OK = "http.health_ok"            # 1 = 200, 0 = anything else / refused
@@ -36,3 +38,9 @@ CANARY_OK = "canary.ok"                 # 1 = answered, 0 = timed out or failed
 CANARY_TIMEOUT = "canary.timed_out"     # 1 = timed out (a hang), 0 = answered or failed fast
 CANARY_LATENCY = "canary.latency_s"     # end - start, for answered and timed-out canaries
 CANARY_STARTED = "canary.started_at"    # value = monotonic start time of the canary that just ended
+
+# accelerators (NVML / npu-smi), per target: subject "" = summed over the target's processes,
+# p<pid> = one process (memory only); written only when a backend was read (npu-smi: every ~5 s).
+ACCEL_MEM = "accel.memory_bytes"            # accelerator memory held by the process / target
+ACCEL_UTIL = "accel.utilization"            # 0..1, max over the devices the target uses ("" only)
+ACCEL_TOTAL = "accel.memory_total_bytes"    # total memory of the devices the target uses ("" only)

@@ -23,7 +23,7 @@ import os
 import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from ..errors import ConfigError
 from .events import event_time_ms
@@ -68,7 +68,8 @@ def mask_url(url: str) -> str:
     if query:
         pairs = [(k, "***" if k.lower() == "password" else v) for k, v in parse_qsl(query, keep_blank_values=True)]
         query = urlencode(pairs, safe="*")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    text = f"{parts.scheme}://{netloc}{parts.path}" if parts.scheme else f"{netloc}{parts.path}"
+    return text + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
 
 
 def resolve_password(password_env: str | None, password_file: str | None, *,
@@ -283,6 +284,10 @@ class AlertSink:
             try:
                 new = self._delivery.deliver(event)
             except _redis_errors() as e:
+                error = e
+                break
+            except Exception as e:  # noqa: BLE001 - a bug must not wedge delivery; retried with backoff
+                log.exception("alerts: unexpected delivery error")
                 error = e
                 break
             delivered.append(event["id"])

@@ -56,6 +56,7 @@ class _Thread:
     starttime: int = 0
     syscall: str | None = None  # None: derived from state
     wchan: str | None = None  # None: derived from state
+    wait_ns: int = 0  # runqueue wait (schedstat field 2); run time is derived from utime+stime
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,8 @@ class FakeProcTree:
         self._render(pid)
 
     def set_thread(self, pid: int, tid: int, **values) -> None:
-        """Update a thread: utime=, stime=, voluntary=, nonvoluntary=, syscall=, wchan=, state=, comm=."""
+        """Update a thread: utime=, stime=, voluntary=, nonvoluntary=, syscall=, wchan=, state=, comm=,
+        wait_ns= (runqueue wait for schedstat)."""
         proc = self._procs[pid]
         proc.threads[tid] = replace(proc.threads[tid], **values)
         self._render(pid)
@@ -307,6 +309,8 @@ class FakeProcTree:
             (tdir / "status").write_text(self._status_text(proc, th))
             (tdir / "syscall").write_text(self._syscall_text(th) + "\n")
             (tdir / "wchan").write_text(self._wchan_text(th))
+            run_ns = (th.utime + th.stime) * (1_000_000_000 // self.clk_tck)
+            (tdir / "schedstat").write_text(f"{run_ns} {th.wait_ns} {th.utime + th.stime}\n")
             (tdir / "stack").write_text("[<0>] futex_do_wait+0x3a/0x70\n" if th.state == "S" else "")
         if not proc.zombie:
             os.symlink("/dev/null", base / "fd" / "0")

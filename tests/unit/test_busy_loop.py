@@ -26,11 +26,14 @@ def seconds(t0: float, t1: float) -> list[float]:
     return [t0 + i for i in range(int(round(t1 - t0)) + 1)]
 
 
-def thread(pid=200, tid=200, cpu=1.0, vol=0.0, running: float | None = 1.0, since=NOW - 10, until=NOW):
+def thread(pid=200, tid=200, cpu=1.0, vol=0.0, running: float | None = 1.0, since=NOW - 10, until=NOW,
+           demand: float | None = None):
     subj = thread_subject(pid, tid)
     out = []
     for t in seconds(since, until):
         out.append(Sample(T, subj, m.THREAD_CPU, cpu, t))
+        if demand is not None:
+            out.append(Sample(T, subj, m.THREAD_DEMAND, demand, t))
         out.append(Sample(T, subj, m.THREAD_VOL_RATE, vol, t))
         if running is not None:
             out.append(Sample(T, subj, m.THREAD_RUNNING, running, t))
@@ -253,3 +256,15 @@ def test_thresholds_come_from_the_config():
     cfg = replace(CFG, busy_loop=BusyLoopConfig(cpu_ratio=0.5))
     f = busy_loop.evaluate(view(thread(cpu=0.6), counters(False), gauges(running=1)), cfg)
     assert f is not None and f.confirmed and f.signals["threshold_cpu_ratio"] == 0.5
+
+
+
+def test_a_spinner_starved_by_a_busy_node_is_still_hot_by_its_cpu_demand():
+    """On a saturated node a spinning thread gets 60% of a core but waits on the runqueue for the rest."""
+    f = busy_loop.evaluate(view(thread(cpu=0.6, demand=1.0), counters(False), gauges(running=1)), CFG)
+    assert f is not None and f.confirmed
+    assert f.signals["cpu_ratio"] == 0.6 and f.signals["cpu_demand"] == 1.0
+
+
+def test_a_thread_that_neither_runs_nor_waits_to_run_is_not_hot():
+    assert busy_loop.evaluate(view(thread(cpu=0.6, demand=0.6), counters(False), gauges(running=1)), CFG) is None

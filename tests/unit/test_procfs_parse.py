@@ -256,3 +256,22 @@ def test_net_tcp_big_endian_host():
 )
 def test_net_tcp_without_valid_rows_is_empty(text):
     assert parse_net_tcp(text) == []
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("2868000000 139000000 312\n", (2868000000, 139000000, 312)),
+    ("0 0 0", (0, 0, 0)),
+])
+def test_schedstat_is_run_ns_wait_ns_timeslices(text, expected):
+    from guardian.host.procfs_parse import parse_schedstat
+
+    st = parse_schedstat(text)
+    assert (st.run_ns, st.wait_ns, st.timeslices) == expected
+
+
+@pytest.mark.parametrize("text", ["", "12 34", "a b c"])
+def test_malformed_schedstat_is_a_value_error(text):
+    from guardian.host.procfs_parse import parse_schedstat
+
+    with pytest.raises(ValueError):
+        parse_schedstat(text)

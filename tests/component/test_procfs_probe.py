@@ -1,0 +1,89 @@
+"""The procfs probe on a fake /proc tree: rates from two readings, two stages, identities."""
+from __future__ import annotations
+
+import pytest
+
+from guardian.config_schema import ProcfsProbeConfig
+from guardian.model import ProcessInfo, ProcKey, Role, Target
+from guardian.probes.procfs import ProcfsProbe
+from guardian.series import metrics as m
+from guardian.testing.fake_proc import FakeProcTree
+
+API, ENGINE = 100, 110
+
+
+@pytest.fixture
+def tree(tmp_path):
+    t = FakeProcTree(tmp_path / "proc")
+    t.add_process(API, 1, ("python3", "-m", "vllm.entrypoints.openai.api_server"))
+    t.add_process(ENGINE, API, ("VLLM::EngineCore",), threads=[(111, "ZMQbg/IO/0")])
+    return t
+
+
+def target(tree) -> Target:
+    procs = (ProcessInfo(tree.procfs().identity(API), 1, Role.API_SERVER, ("x",)),
+             ProcessInfo(tree.procfs().identity(ENGINE), API, Role.ENGINE_CORE, ("VLLM::EngineCore",)))
+    return Target("llm", procs[0].key, procs, 8000, "http://127.0.0.1:8000")
+
+
+def samples(res, metric, subject=None):
+    return {s.subject: s.value for s in res.samples if s.metric == metric and (subject is None or s.subject == subject)}
+
+
+def test_the_first_reading_gives_no_rate_only_levels(tree):
+    probe = ProcfsProbe(tree.procfs(), ProcfsProbeConfig(), page_size=4096)
+    res = probe.collect([target(tree)], set(), now=10.0)
+    assert samples(res, m.PROC_CPU) == {}
+    assert samples(res, m.PROC_RSS)["p100"] == 2500 * 4096
+
+
+def test_cpu_ratio_is_ticks_over_wall_time_and_hot_processes_get_thread_reads(tree):
+    probe = ProcfsProbe(tree.procfs(), ProcfsProbeConfig(hot_cpu_ratio=0.5), page_size=4096)
+    t = target(tree)
+    probe.collect([t], set(), 10.0)
+    tree.set_thread(ENGINE, ENGINE, utime=100, state="R", voluntary=5)
+    res = probe.collect([t], set(), 11.0)
+    assert samples(res, m.PROC_CPU) == {"p100": 0.0, "p110": 1.0}
+    assert samples(res, m.THREAD_CPU) == {}  # stage two starts on the tick the process turns hot
+    tree.set_thread(ENGINE, ENGINE, utime=200, voluntary=5, wait_ns=400_000_000)
+    res = probe.collect([t], set(), 12.0)
+    assert samples(res, m.THREAD_CPU) == {"p110/t110": 1.0, "p110/t111": 0.0}
+    assert samples(res, m.THREAD_VOL_RATE)["p110/t110"] == 0.0
+    assert samples(res, m.THREAD_RUNNING)["p110/t110"] == 1.0
+    assert samples(res, m.THREAD_DEMAND)["p110/t110"] == pytest.approx(1.4)  # on CPU + runqueue wait
+    assert "p100/t100" not in samples(res, m.THREAD_CPU)  # a cold process: no per-thread reads
+
+
+def test_a_suspected_target_gets_thread_reads_and_wchan_even_when_cold(tree):
+    probe = ProcfsProbe(tree.procfs(), ProcfsProbeConfig(), page_size=4096)
+    t = target(tree)
+    probe.collect([t], {"llm"}, 10.0)
+    res = probe.collect([t], {"llm"}, 11.0)
+    engine = res.processes[t.processes[1].key]
+    assert {th.tid for th in engine.threads} == {110, 111}
+    assert engine.threads[0].wchan == "futex_do_wait" and engine.threads[0].syscall == "202"
+
+
+@pytest.mark.parametrize("how", ["remove", "zombie", "reuse"])
+def test_a_vanished_zombie_or_reused_pid_is_reported_gone(tree, how):
+    probe = ProcfsProbe(tree.procfs(), ProcfsProbeConfig(), page_size=4096)
+    t = target(tree)
+    if how == "remove":
+        tree.remove(ENGINE)
+    elif how == "zombie":
+        tree.zombie(ENGINE)
+    else:
+        tree.remove(ENGINE)
+        tree.add_process(ENGINE, 1, ("sleep", "100"), starttime=999_999)  # the pid now names a stranger
+    res = probe.collect([t], set(), 10.0)
+    assert res.gone == {t.processes[1].key}
+
+
+def test_an_unreadable_syscall_file_is_reported_and_the_rest_still_read(tree):
+    tree.deny(f"{ENGINE}/task/{ENGINE}/syscall")
+    probe = ProcfsProbe(tree.procfs(), ProcfsProbeConfig(), page_size=4096)
+    t = target(tree)
+    probe.collect([t], {"llm"}, 10.0)
+    res = probe.collect([t], {"llm"}, 11.0)
+    assert any("CAP_SYS_PTRACE" in d for d in res.denied)
+    assert "p110/t110" in samples(res, m.THREAD_CPU) and "p110/t110" not in samples(res, m.THREAD_RUNNING)

@@ -1,0 +1,157 @@
+"""Live remediation (``restart.mode: command``) against the simulated vLLM server.
+
+The guardian itself launches the replacement server (it then owns it), so
+cleanup sweeps every session whose leader serves our port.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from guardian.testing.sim_control import SimServer, free_port
+from guardian_harness import GuardianProcess, poll
+
+pytestmark = pytest.mark.live
+SIM = "guardian.testing.sim_vllm.api_server"
+
+
+def sweep(port: int) -> None:
+    """Kill every simulated server on ``port`` (and its session: engine, worker) left running."""
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if SIM in cmd and str(port) in cmd:
+            try:
+                os.killpg(os.getsid(p.pid), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def config(port: int, tmp_path, *, command=None, stop_timeout=5, ready_timeout=60, policy=None) -> dict:
+    argv = command or [sys.executable, "-m", SIM, "--port", str(port), "--startup-delay", "1"]
+    extra = {"targets": [{"name": "sim", "match": {"port": port},
+                          "restart": {"mode": "command", "command": argv, "stop_timeout": stop_timeout,
+                                      "ready_timeout": ready_timeout, "log_file": str(tmp_path / "restarted.log")},
+                          "drain": {"timeout": 10}}]}
+    if policy:
+        extra["policy"] = policy
+    return extra
+
+
+def trip(port: int, fault: str) -> None:
+    sim = SimServer(port=port)  # not started: a client of whichever server holds the port now
+    sim.set_fault(fault)
+    threading.Thread(target=lambda: _quiet(lambda: sim.complete("x", max_tokens=4, timeout=60)), daemon=True).start()
+
+
+def _quiet(fn):
+    try:
+        fn()
+    except Exception:
+        pass
+
+
+def resolved(g: GuardianProcess, kind: str):
+    return next((i for i in g.incidents() if i["kind"] == kind and i["status"] == "resolved"), None)
+
+
+@pytest.fixture
+def port():
+    p = free_port("127.0.0.1")
+    yield p
+    sweep(p)
+
+
+def test_busy_loop_is_restarted_with_a_new_identity_then_the_budget_stops_a_second_restart(tmp_path, port):
+    first = SimServer(port=port, startup_delay=1.0).start()
+    first.wait_ready(60)
+    g = GuardianProcess(tmp_path, port, extra=config(port, tmp_path,
+                                                     policy={"budget": {"max_restarts": 1, "period": 3600}}))
+    g.start()
+    try:
+        assert g.wait_ready(30), g.log_text()
+        old = (first.pid, g.target()["starttime"])
+        trip(port, "busy_loop")
+        assert g.wait_incident("busy_loop", 40), g.log_text()
+        # readiness goes false during the sequence
+        assert poll(lambda: (t := g.target()) and not t["serving"], 20), g.log_text()
+        inc = poll(lambda: resolved(g, "busy_loop"), 90)
+        assert inc is not None, g.log_text()
+        names = [a["name"] for a in inc["actions"]]
+        assert {"draining", "stopping", "starting", "verifying"} <= set(names), names
+        t = poll(lambda: (t := g.target()) and t["serving"] and t, 30)
+        assert t and (t["pid"], t["starttime"]) != old
+        assert not psutil.pid_exists(first.pid) or psutil.Process(first.pid).status() == "zombie"
+        # the second fault of the hour is not restarted: budget 1/hour
+        trip(port, "busy_loop")
+        assert g.wait_incident("restart_budget_exhausted", 40), g.log_text()
+        time.sleep(3)
+        t = g.target()
+        assert t["pid"] not in (old[0],) and t["remediation"]["outcome"] == "done"
+        assert g.target()["budget_left"] == 0
+    finally:
+        first.stop()
+        assert g.stop() == 0
+
+
+def test_a_server_ignoring_sigterm_is_killed_with_its_engine_after_stop_timeout(tmp_path, port):
+    first = SimServer(port=port, startup_delay=1.0, extra_args=("--ignore-sigterm",)).start()
+    first.wait_ready(60)
+    engine = first.engine_pid()
+    g = GuardianProcess(tmp_path, port, extra=config(port, tmp_path, stop_timeout=3)).start()
+    try:
+        assert g.wait_ready(30), g.log_text()
+        trip(port, "stall")
+        inc = poll(lambda: resolved(g, "engine_stall"), 120)
+        assert inc is not None, g.log_text()
+        kill = next(a for a in inc["actions"] if a["name"] == "kill")
+        assert str(first.pid) in kill["detail"] and str(engine) in kill["detail"]
+        gone = lambda pid: not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"  # noqa: E731
+        assert poll(lambda: gone(first.pid) and gone(engine), 10)
+    finally:
+        first.stop()
+        assert g.stop() == 0
+
+
+def test_a_replacement_that_never_becomes_ready_fails_verify_and_is_not_retried(tmp_path, port):
+    first = SimServer(port=port, startup_delay=1.0).start()
+    first.wait_ready(60)
+    never = [sys.executable, "-m", SIM, "--port", str(port), "--startup-delay", "600"]
+    g = GuardianProcess(tmp_path, port, extra=config(port, tmp_path, command=never, ready_timeout=8)).start()
+    try:
+        assert g.wait_ready(30), g.log_text()
+        trip(port, "busy_loop")
+        failed = poll(lambda: (t := g.target()) and (r := t.get("remediation")) and r["outcome"] == "failed" and r,
+                      90)
+        assert failed and "ready_timeout" in failed["detail"], g.log_text()
+        inc = next(i for i in g.incidents() if i["kind"] == "busy_loop")
+        assert inc["status"] == "firing"
+        assert ("verifying", "failed") in [(a["name"], a["status"]) for a in inc["actions"]]
+        assert g.target()["serving"] is False
+    finally:
+        first.stop()
+        assert g.stop() == 0
+
+
+def test_dry_run_signals_nothing_and_says_what_it_would_have_done(tmp_path, port):
+    first = SimServer(port=port, startup_delay=1.0).start()
+    first.wait_ready(60)
+    g = GuardianProcess(tmp_path, port, extra=config(port, tmp_path, policy={"dry_run": True})).start()
+    try:
+        assert g.wait_ready(30), g.log_text()
+        trip(port, "busy_loop")
+        inc = g.wait_incident("busy_loop", 40)
+        assert inc is not None
+        acted = poll(lambda: next((a for i in g.incidents() for a in i["actions"] if a["status"] == "dry_run"),
+                                  None), 10)
+        assert acted and "would have" in acted["detail"]
+        time.sleep(5)
+        assert first.poll() is None and g.target()["pid"] == first.pid  # untouched
+    finally:
+        first.stop()
+        assert g.stop() == 0
