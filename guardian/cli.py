@@ -76,11 +76,29 @@ def cmd_run(args) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    from .exporter import build_registry
+    from .http_api import Heartbeat, HttpApi
+    from .sdnotify import SdNotify
+
+    beat, sd = Heartbeat(clock.monotonic), SdNotify()
+    http = None
+    if cfg.api.http:
+        http = HttpApi(cfg.api.http, registry=build_registry(daemon.status, lambda: daemon.stats),
+                       status=daemon.status, tick_age=beat.age, max_tick_age=3 * cfg.interval)
+        http.start()
     api.start()
+
+    def after_tick() -> None:  # the systemd watchdog is fed by the loop itself: a frozen loop stops it
+        beat.beat()
+        sd.after_tick(f"{len(daemon.status().get('targets', []))} targets")
+
     try:
-        daemon.run(stop)
+        daemon.run(stop, on_tick=after_tick)
     finally:
+        sd.stopping()
         api.stop()
+        if http is not None:
+            http.stop()
     return 0
 
 

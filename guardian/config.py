@@ -30,7 +30,6 @@ import yaml
 from guardian.config_schema import (
     AlertsConfig,
     Config,
-    DetectorsConfig,
     FleetConfig,
     KubernetesMatch,
     MatchConfig,
@@ -45,14 +44,9 @@ DEFAULT_PATH = "/etc/guardian/guardian.yaml"
 INACTIVE_FEATURES: tuple[tuple[str, str], ...] = (
     ("alerts", "Redis delivery of alert events (stream, pub/sub, spool, heartbeat)"),
     ("evidence", "py-spy stack dumps and flame graphs into evidence bundles"),
-    ("policy", "restart budgets, backoff, fleet leases, node-anomaly check and dry-run"),
-    ("targets[*].restart", "remediation: stopping and restarting a target"),
-    ("targets[*].drain", "remediation: taking a target out of rotation and draining it"),
     ("detectors.output_corruption", "detector not implemented"),
     ("detectors.probe_failure", "detector not implemented"),
-    ("detectors.*.mode: remediate", "acts like alert for now"),
 )
-_REMEDIATE_KEY = "detectors.*.mode: remediate"
 
 # Rules for fields whose schema metadata carries no 'check' (kept out of the schema).
 _EXTRA_CHECKS: typing.Mapping[tuple[type, str], str] = types.MappingProxyType({
@@ -416,21 +410,8 @@ def config_to_dict(cfg: Config) -> dict:
 
 
 def inactive_sections(cfg: Config) -> list[str]:
-    """One line per feature of ``INACTIVE_FEATURES``: accepted in config, not acted on yet.
-
-    The remediate line is listed only when some detector is set to remediate, and
-    names those detectors.
-    """
-    lines = []
-    for key, what in INACTIVE_FEATURES:
-        if key == _REMEDIATE_KEY:
-            names = [f.name for f in dataclasses.fields(DetectorsConfig)
-                     if getattr(getattr(cfg.detectors, f.name), "mode", None) == "remediate"]
-            if names:
-                lines.append(f"{key} ({', '.join(names)}): {what}")
-        else:
-            lines.append(f"{key}: {what}")
-    return lines
+    """One line per feature of ``INACTIVE_FEATURES``: accepted in config, not acted on yet."""
+    return [f"{key}: {what}" for key, what in INACTIVE_FEATURES]
 
 
 def render_check(cfg: Config) -> str:

@@ -22,8 +22,8 @@ from .detectors import evaluate_all
 from .detectors.view import TargetView
 from .discovery import discover
 from .episodes import EpisodeLog
-from .incidents import IncidentManager, IncidentStore, incident_to_dict
-from .model import Finding, Kind, ProcKey, Role, Severity, TargetRef, Transition
+from .incidents import IncidentManager, IncidentStore
+from .model import Finding, Kind, ProcKey, Severity, TargetRef, Transition
 from .probes.async_runner import AsyncRunner
 from .probes.canary import CanaryResult, run_canary
 from .probes.procfs import ProcfsProbe, ProcfsResult
@@ -34,7 +34,7 @@ from .tracker import Tracker
 from .actions.remediation import Remediator
 from .host.process_control import OsProcessControl
 from .host.runner import SubprocessRunner
-from .policy import RestartLedger, budget_left, backoff_seconds
+from .policy import RestartLedger, budget_left
 
 Sink = Callable[[Transition], None]
 

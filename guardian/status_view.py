@@ -52,7 +52,9 @@ def build_status(d, now: float) -> dict[str, Any]:
                 "threads": getattr(ps, "num_threads", None),
                 "hottest_thread": None if hot is None else {
                     "tid": hot.tid, "comm": hot.comm, "cpu_ratio": _r(hot.cpu_ratio),
-                    "voluntary_per_s": _r(hot.voluntary_per_s, 1), "syscall": hot.syscall,
+                    "voluntary_per_s": _r(hot.voluntary_per_s, 1),
+                    "involuntary_per_s": _r(hot.involuntary_per_s, 1),
+                    "cpu_demand": _r(hot.cpu_demand), "syscall": hot.syscall, "wchan": hot.wchan,
                 },
             })
         latest = lambda metric: d.series.latest(name, "", metric)  # noqa: E731
@@ -115,7 +117,8 @@ def build_status(d, now: float) -> dict[str, Any]:
         "targets": targets,
         "unmatched": [{"target": n, "reason": r} for n, r in d.unmatched],
         "incidents": [incident_to_dict(i) for i in open_incidents],
-        "actions": dict(d.remediator.outcomes),
+        "actions": {"outcomes": dict(d.remediator.action_counts),
+                    "restarts": {k: dict(v) for k, v in d.remediator.restart_counts.items()}},
         "maintenance_until": Maintenance(d.cfg.state_dir).until(),
         "errors": {k: v for k, v in d.episodes.current().items()},
     }

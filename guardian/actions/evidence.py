@@ -472,7 +472,7 @@ class EvidenceCollector:
         path = bundle.root / rel
         argv = pyspy.record_argv(exe, pid, seconds, fmt, str(path))
         timeout = pyspy.record_seconds_arg(seconds) + self.cfg.dump_timeout
-        res, fail = self._run(argv, timeout, "record", pid, "nonblocking", bundle)
+        _res, fail = self._run(argv, timeout, "record", pid, "nonblocking", bundle)
         size = path.stat().st_size if path.is_file() else 0
         if fail is None and size == 0:
             fail = pyspy.Failure("error", "py-spy record wrote no output")

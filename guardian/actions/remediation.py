@@ -85,8 +85,9 @@ class Remediator:
         self.sequences: dict[str, Sequence] = {}
         self.on_finish: list[Callable[[Sequence, str], None]] = []
         self.exhausted: set[str] = set()
+        self.action_counts: dict[str, int] = {}
+        self.restart_counts: dict[str, dict[str, int]] = {}
         self._noted: set[tuple[str, str]] = set()
-        self.outcomes: dict[str, int] = {}
         self._job_results: dict[str, object] = {}
         self._resume()
 
@@ -231,6 +232,9 @@ class Remediator:
         mark = (incident.id, key)
         if mark not in self._noted:
             self._noted.add(mark)
+            self._count(status)
+            if status == "dry_run":
+                self._count_restart(incident.target.name, "dry_run")
             try:
                 self.incidents.add_action(incident.id, Action("restart", status, self.clock.wall(), detail))
             except KeyError:
@@ -424,15 +428,23 @@ class Remediator:
                                      lambda: self.lease.release(seq.target, slot), deadline=now + 30)
         if outcome == "done" and not seq.drain_only:
             self.publish_control({"action": "undrain", "target": seq.target, "node": self.cfg.node})
-        label = ("drained" if seq.drain_only else "restarted") if outcome == "done" else "failed"
-        self.outcomes[label] = self.outcomes.get(label, 0) + 1
+        if not seq.drain_only:
+            self._count_restart(seq.target, "ok" if outcome == "done" else "failed")
         self.log.log(logging.INFO if outcome == "done" else logging.ERROR,
                      "remediation %s: %s (%s)", seq.target, outcome, detail)
         for hook in self.on_finish:
             hook(seq, outcome)
         self._save(seq)
 
+    def _count(self, status: str) -> None:
+        self.action_counts[status] = self.action_counts.get(status, 0) + 1
+
+    def _count_restart(self, target: str, outcome: str) -> None:
+        per = self.restart_counts.setdefault(target, {})
+        per[outcome] = per.get(outcome, 0) + 1
+
     def _record(self, seq: Sequence, name: str, status: str, detail: str) -> None:
+        self._count(status)
         if seq.incident_id is None:
             return
         try:

@@ -105,7 +105,8 @@ def build_summary(f: SummaryFacts) -> str:
                 if pl:
                     lines.append(pl)
         else:
-            lines.append(f"No Python stack: {f.dump_error or 'py-spy was not run'}")
+            why = f.dump_error or ("py-spy saw no Python thread" if f.dump_mode else "py-spy was not run")
+            lines.append(f"No Python stack: {why}")
             pl = proc_line(proc.pid, f.proc)
             if pl:
                 lines.append(pl)

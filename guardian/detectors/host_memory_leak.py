@@ -44,7 +44,7 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     if win is None:
         return None
     pts = summed_rss(view, *win)
-    if not mt.usable(pts, st, c):
+    if not mt.usable(pts, st, c) or not mt.worth_fitting(pts, c.slope_bytes_per_s):
         return None
     tr = mt.trend(pts)
     if tr is None or not tr.leaking(c.slope_bytes_per_s):

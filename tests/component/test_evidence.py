@@ -23,7 +23,7 @@ from guardian.actions.evidence import (
 from guardian.config_schema import EvidenceConfig, RetentionConfig
 from guardian.incidents.ids import new_incident_id
 from guardian.incidents.store import IncidentStore
-from guardian.model import Incident, Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Status, Target, TargetRef
+from guardian.model import Incident, Kind, ProcessInfo, Role, Sample, Severity, Status, Target, TargetRef
 from guardian.series import metrics as m
 from guardian.series.store import SeriesStore
 from guardian.testing.clock import FakeClock
@@ -515,3 +515,8 @@ def test_the_deadline_covers_a_retry_per_dump_round_plus_the_record(world):
     c = world.collector(slack=1.0)
     assert c.deadline(3) == 2 * 5.0 + (2 + 5.0) + 1.0
     assert c.deadline(5, record_seconds=0) == 2 * 2 * 5.0 + 1.0
+
+
+def test_summary_of_a_dump_without_threads_says_so(world):
+    world.runner.answer(("py-spy", "dump", "--pid", "200"), result("[]"))
+    assert "No Python stack: py-spy saw no Python thread" in read_summary(world.capture().dir)

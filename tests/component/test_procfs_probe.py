@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from guardian.config_schema import ProcfsProbeConfig
-from guardian.model import ProcessInfo, ProcKey, Role, Target
+from guardian.model import ProcessInfo, Role, Target
 from guardian.probes.procfs import ProcfsProbe
 from guardian.series import metrics as m
 from guardian.testing.fake_proc import FakeProcTree

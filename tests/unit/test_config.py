@@ -424,17 +424,3 @@ def test_inactive_sections_lists_one_line_per_feature_group():
     lines = inactive_sections(parse({}))
     assert len(lines) == len(INACTIVE_FEATURES)
     assert all(line.startswith(key) for line, (key, _) in zip(lines, INACTIVE_FEATURES))
-    assert "detectors.kv_cache_leak: detector not implemented" in lines
-
-
-def test_inactive_sections_names_the_detectors_set_to_remediate():
-    lines = inactive_sections(parse({"detectors": {"engine_dead": {"mode": "alert"}}}))
-    assert ("detectors.*.mode: remediate (busy_loop, engine_stall): acts like alert for now"
-            in lines)
-
-
-def test_inactive_sections_omits_remediate_when_no_detector_remediates():
-    off = {name: {"mode": "alert"} for name in ("busy_loop", "engine_stall", "engine_dead")}
-    lines = inactive_sections(parse({"detectors": off}))
-    assert not [line for line in lines if "remediate" in line]
-    assert len(lines) == len(INACTIVE_FEATURES) - 1

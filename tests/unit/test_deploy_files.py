@@ -1,0 +1,407 @@
+"""The shipped deployment files (deploy/**, docs/operate.md) parse, hold the settings SPEC §9/§10
+ask for, and agree with each other and with the exporter's declared metrics."""
+from __future__ import annotations
+
+import configparser
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from guardian.config import parse_config
+from guardian.config_schema import Config
+from guardian.exporter import DECLARED
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+UNIT = DEPLOY / "systemd" / "guardian.service"
+K8S = DEPLOY / "k8s"
+DECLARED_NAMES = {s.name for s in DECLARED}
+
+
+# ------------------------------------------------------------------ systemd
+def unit() -> configparser.ConfigParser:
+    cp = configparser.ConfigParser(strict=False, interpolation=None)
+    cp.optionxform = str  # systemd keys are case-sensitive
+    cp.read(UNIT, encoding="utf-8")
+    return cp
+
+
+def seconds(value: str) -> float:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ms|s|min|)?", value.strip())
+    assert m, value
+    return float(m.group(1)) * {"ms": 0.001, "s": 1, "": 1, "min": 60}[m.group(2) or ""]
+
+
+@pytest.mark.parametrize("key, expected", [
+    ("Type", "notify"),
+    ("NotifyAccess", "main"),
+    ("Restart", "always"),
+    ("ExecStart", "/usr/local/bin/guardian run -c /etc/guardian/guardian.yaml"),
+    ("ProtectSystem", "strict"),
+    ("NoNewPrivileges", "yes"),
+    ("PrivateTmp", "yes"),
+    ("ProtectHome", "read-only"),
+    ("StateDirectory", "guardian"),
+    ("KillMode", "process"),
+])
+def test_unit_service_settings(key, expected):
+    assert unit()["Service"][key] == expected
+
+
+def test_unit_watchdog_leaves_room_for_many_ticks():
+    watchdog = seconds(unit()["Service"]["WatchdogSec"])
+    assert watchdog >= 10 * Config().interval
+
+
+def test_unit_state_directory_is_the_only_writable_path():
+    assert unit()["Service"]["ReadWritePaths"].split() == [Config().state_dir]
+
+
+@pytest.mark.parametrize("key", ["CapabilityBoundingSet", "AmbientCapabilities"])
+def test_unit_capabilities_are_exactly_the_three_needed(key):
+    assert set(unit()["Service"][key].split()) == {"CAP_SYS_PTRACE", "CAP_KILL", "CAP_DAC_READ_SEARCH"}
+
+
+@pytest.mark.parametrize("key, forbidden", [
+    ("ProtectProc", {"invisible", "noaccess", "ptraceable"}),  # other processes' /proc must stay visible
+    ("ProcSubset", {"pid"}),                                   # /proc/<pid>/task, net/tcp are needed
+    ("PrivateDevices", {"yes", "true"}),                       # NVML / npu-smi open device nodes
+    ("User", {"guardian", "nobody"}),                          # root with bounded capabilities
+])
+def test_unit_does_not_hide_what_the_guardian_must_see(key, forbidden):
+    assert unit()["Service"].get(key, "default") not in forbidden
+
+
+def test_unit_is_installed_for_multi_user():
+    assert unit()["Install"]["WantedBy"] == "multi-user.target"
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_unit_passes_systemd_analyze_verify(tmp_path):
+    # The guardian binary exists only where it is installed: verify against an executable that exists.
+    text = UNIT.read_text(encoding="utf-8").replace("/usr/local/bin/guardian", sys.executable)
+    copy = tmp_path / "guardian.service"
+    copy.write_text(text, encoding="utf-8")
+    res = subprocess.run(["systemd-analyze", "verify", str(copy)], capture_output=True, text=True, timeout=60)
+    assert (res.returncode, res.stderr.strip()) == (0, "")
+
+
+# ------------------------------------------------------------------ kubernetes
+def k8s_docs() -> list[tuple[str, dict]]:
+    out = []
+    for path in sorted(K8S.glob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
+        out.extend((path.name, d) for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d)
+    return out
+
+
+DOCS = k8s_docs()
+CLUSTER_SCOPED = {"Namespace", "PriorityClass", "ClusterRole", "ClusterRoleBinding"}
+
+
+def one(kind: str, name: str | None = None) -> dict:
+    hits = [d for _, d in DOCS if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    assert len(hits) == 1, (kind, name, len(hits))
+    return hits[0]
+
+
+def daemonset() -> dict:
+    return one("DaemonSet")
+
+
+def guardian_container() -> dict:
+    (c,) = daemonset()["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def test_k8s_kinds_present():
+    kinds = {d["kind"] for _, d in DOCS}
+    assert {"Namespace", "ServiceAccount", "ClusterRole", "RoleBinding", "ConfigMap", "DaemonSet",
+            "PriorityClass", "PodMonitor", "StatefulSet", "Service"} <= kinds
+
+
+@pytest.mark.parametrize("file, doc", DOCS, ids=[f"{f}:{d.get('kind')}/{d.get('metadata', {}).get('name')}"
+                                                for f, d in DOCS])
+def test_k8s_objects_have_the_required_fields(file, doc):
+    assert doc.get("apiVersion") and doc.get("kind") and doc.get("metadata", {}).get("name"), file
+    if doc["kind"] in CLUSTER_SCOPED:
+        assert "namespace" not in doc["metadata"]
+    else:
+        assert doc["metadata"].get("namespace"), f"{file}: namespaced {doc['kind']} without a namespace"
+
+
+@pytest.mark.parametrize("kind", ["DaemonSet", "StatefulSet"])
+def test_k8s_workload_selectors_match_their_template_labels(kind):
+    w = one(kind)
+    selector = w["spec"]["selector"]["matchLabels"]
+    labels = w["spec"]["template"]["metadata"]["labels"]
+    assert selector and selector.items() <= labels.items()
+
+
+def test_k8s_daemonset_sees_the_host_processes():
+    spec = daemonset()["spec"]["template"]["spec"]
+    assert (spec["hostPID"], spec["hostNetwork"]) == (True, True)
+
+
+def test_k8s_daemonset_security_context():
+    sc = guardian_container()["securityContext"]
+    assert sc.get("privileged", False) is False
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert {"SYS_PTRACE", "KILL"} <= set(sc["capabilities"]["add"]) <= {"SYS_PTRACE", "KILL", "DAC_READ_SEARCH"}
+
+
+def test_k8s_daemonset_mounts_host_proc_read_only_where_the_config_reads_it():
+    spec = daemonset()["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["mountPath"]: m for m in guardian_container()["volumeMounts"]}
+    proc_root = guarded_config().probes.procfs.proc_root
+    assert mounts[proc_root]["readOnly"] is True
+    assert volumes[mounts[proc_root]["name"]]["hostPath"]["path"] == "/proc"
+
+
+def test_k8s_daemonset_keeps_state_on_the_host():
+    spec = daemonset()["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    state = guarded_config().state_dir
+    mount = next(m for m in guardian_container()["volumeMounts"] if m["mountPath"] == state)
+    assert volumes[mount["name"]]["hostPath"]["path"] == state
+
+
+def test_k8s_daemonset_nvidia_monitoring_env():
+    env = {e["name"]: e.get("value") for e in guardian_container()["env"]}
+    assert (env["NVIDIA_VISIBLE_DEVICES"], env["NVIDIA_DRIVER_CAPABILITIES"]) == ("all", "utility")
+    assert "nvidia.com/gpu" not in json.dumps(guardian_container()["resources"])
+
+
+def test_k8s_daemonset_scheduling():
+    spec = daemonset()["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] and spec["tolerations"]
+    assert one("PriorityClass", spec["priorityClassName"])["preemptionPolicy"] == "Never"
+    res = guardian_container()["resources"]
+    assert res["requests"]["cpu"] and res["requests"]["memory"] and res["limits"]["memory"]
+
+
+def test_k8s_daemonset_liveness_probe_is_the_guardians_healthz_on_the_metrics_port():
+    c = guardian_container()
+    probe = c["livenessProbe"]["httpGet"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert (probe["path"], probe["port"]) == ("/healthz", "metrics")
+    assert ports["metrics"] == int(guarded_config().api.http.rpartition(":")[2])
+
+
+def test_k8s_daemonset_references_objects_that_are_shipped():
+    spec = daemonset()["spec"]["template"]["spec"]
+    one("ServiceAccount", spec["serviceAccountName"])
+    config_volume = next(v for v in spec["volumes"] if "configMap" in v)
+    one("ConfigMap", config_volume["configMap"]["name"])
+    mount = next(m for m in guardian_container()["volumeMounts"] if m["name"] == config_volume["name"])
+    assert guardian_container()["args"] == ["run", "-c", f"{mount['mountPath']}/guardian.yaml"]
+
+
+def test_k8s_rbac_allows_only_get_list_delete_on_pods():
+    rules = [r for _, d in DOCS if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]]
+    assert rules
+    for r in rules:
+        assert (r["apiGroups"], r["resources"]) == ([""], ["pods"])
+        assert set(r["verbs"]) <= {"get", "list", "delete"}
+    assert {v for r in rules for v in r["verbs"]} == {"get", "list", "delete"}
+
+
+def test_k8s_rbac_binds_the_role_to_the_guardians_service_account_in_the_vllm_namespace():
+    binding = one("RoleBinding")
+    one(binding["roleRef"]["kind"], binding["roleRef"]["name"])
+    sa = one("ServiceAccount")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                    "namespace": sa["metadata"]["namespace"]}]
+    assert binding["metadata"]["namespace"] == one("StatefulSet")["metadata"]["namespace"]
+    assert not [d for _, d in DOCS if d["kind"] == "ClusterRoleBinding"]
+
+
+def guarded_config() -> Config:
+    data = one("ConfigMap")["data"]["guardian.yaml"]
+    return parse_config(yaml.safe_load(data))
+
+
+def test_k8s_configmap_is_the_kubernetes_example_config():
+    data = yaml.safe_load(one("ConfigMap")["data"]["guardian.yaml"])
+    example = yaml.safe_load((ROOT / "configs" / "examples" / "kubernetes.yaml").read_text(encoding="utf-8"))
+    assert data == example
+
+
+def test_k8s_podmonitor_scrapes_the_guardian_pods_metrics_port():
+    pm = one("PodMonitor")
+    assert pm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert pm["spec"]["selector"]["matchLabels"].items() <= daemonset()["spec"]["template"]["metadata"]["labels"].items()
+    ports = {p["name"] for p in guardian_container()["ports"]}
+    assert [(e["port"], e["path"]) for e in pm["spec"]["podMetricsEndpoints"]] == [("metrics", "/metrics")]
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] in ports
+
+
+def test_k8s_example_vllm_readiness_asks_the_guardian_for_a_configured_target():
+    sts = one("StatefulSet")
+    (c,) = sts["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["NODE_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
+    m = re.fullmatch(r"http://\$\(NODE_IP\):(\d+)/targets/([^/]+)/ready", env["GUARDIAN_READY_URL"]["value"])
+    assert m
+    cfg = guarded_config()
+    assert int(m.group(1)) == int(cfg.api.http.rpartition(":")[2])
+    target = next(t for t in cfg.targets if t.name == m.group(2))
+    script = c["readinessProbe"]["exec"]["command"]
+    assert script[:2] == ["python3", "-c"] and "GUARDIAN_READY_URL" in script[2]
+    compile(script[2], "readiness-probe", "exec")
+    # the pod the config matches is the one this StatefulSet creates
+    k = target.match.kubernetes
+    assert (k.namespace, k.pod, k.container) == (sts["metadata"]["namespace"], f"{sts['metadata']['name']}-0", c["name"])
+
+
+def test_k8s_kustomization_lists_the_guardian_manifests_that_exist():
+    kust = yaml.safe_load((K8S / "kustomization.yaml").read_text(encoding="utf-8"))
+    assert all((K8S / r).is_file() for r in kust["resources"])
+    assert {"daemonset.yaml", "rbac.yaml", "configmap.yaml", "namespace.yaml", "priorityclass.yaml"} <= set(kust["resources"])
+
+
+# ------------------------------------------------------------------ Prometheus rules, Grafana
+PROMQL_WORDS = {
+    # aggregations, functions, operators, keywords used by the shipped rules and dashboard
+    "sum", "max", "min", "avg", "count", "rate", "irate", "increase", "deriv", "changes", "absent",
+    "clamp_min", "clamp_max", "and", "or", "unless", "bool", "offset", "label_values",
+}
+BUILTIN_SERIES = {"up"}  # Prometheus' own per-scrape series
+
+
+def metric_names(expr: str) -> set[str]:
+    """The series names a PromQL expression mentions (label matchers, ranges, grouping removed)."""
+    expr = re.sub(r"\{[^}]*\}", " ", expr)
+    expr = re.sub(r"\[[^\]]*\]", " ", expr)
+    expr = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", expr)
+    expr = re.sub(r"\d+(\.\d+)?([eE][+-]?\d+)?", " ", expr)
+    return {w for w in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr) if w not in PROMQL_WORDS}
+
+
+@pytest.mark.parametrize("expr, expected", [
+    ('max by (target, kind) (guardian_target_incidents_open{kind!="x"}) > 0', {"guardian_target_incidents_open"}),
+    ("rate(guardian_probe_failures_total[5m]) / clamp_min(rate(guardian_probe_runs_total[5m]), 1e-9) > 0.5",
+     {"guardian_probe_failures_total", "guardian_probe_runs_total"}),
+    ('up{job=~".*guardian.*"} == 0', {"up"}),
+    ("foo_bar + sum(baz)", {"foo_bar", "baz"}),
+])
+def test_metric_names_extraction(expr, expected):
+    assert metric_names(expr) == expected
+
+
+def rules() -> list[dict]:
+    doc = yaml.safe_load((DEPLOY / "prometheus" / "rules.yaml").read_text(encoding="utf-8"))
+    return [r for g in doc["groups"] for r in g["rules"]]
+
+
+RULES = rules()
+
+
+def test_rules_cover_the_operational_alerts():
+    exprs = " ".join(r["expr"] for r in RULES)
+    for needle in ("guardian_target_incidents_open", 'kind="restart_budget_exhausted"', "up{", "absent(",
+                   "guardian_probe_failures_total", "guardian_alerts_spooled"):
+        assert needle in exprs
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r["alert"] for r in RULES])
+def test_each_rule_mentions_only_declared_metrics(rule):
+    names = metric_names(rule["expr"])
+    assert names and names <= DECLARED_NAMES | BUILTIN_SERIES, names - DECLARED_NAMES
+    assert rule["labels"]["severity"] in ("warning", "critical")
+    assert rule["annotations"]["summary"]
+
+
+def dashboard() -> dict:
+    return json.loads((DEPLOY / "grafana" / "guardian-dashboard.json").read_text(encoding="utf-8"))
+
+
+def dashboard_exprs(d: dict) -> list[str]:
+    return [t["expr"] for p in d["panels"] for t in p.get("targets", [])]
+
+
+def test_dashboard_queries_use_declared_metrics():
+    exprs = dashboard_exprs(dashboard())
+    assert exprs
+    for expr in exprs:
+        names = metric_names(expr)
+        assert names and names <= DECLARED_NAMES, (expr, names - DECLARED_NAMES)
+
+
+def test_dashboard_variables_query_declared_metrics():
+    for var in dashboard()["templating"]["list"]:
+        if var["type"] == "query":
+            m = re.fullmatch(r"label_values\((\w+)(\{[^}]*\})?, *(\w+)\)", var["query"]["query"])
+            assert m and m.group(1) in DECLARED_NAMES
+
+
+def test_dashboard_has_a_repeated_per_target_row_with_the_spec_panels():
+    d = dashboard()
+    panels = d["panels"]
+    start = next(i for i, p in enumerate(panels) if p["type"] == "row" and p.get("repeat") == "target")
+    end = next((i for i, p in enumerate(panels) if i > start and p["type"] == "row"), len(panels))
+    exprs = " ".join(t["expr"] for p in panels[start + 1:end] for t in p.get("targets", []))
+    for metric in ("guardian_hottest_thread_cpu_ratio", "guardian_engine_steps_per_second",
+                   "guardian_target_accelerator_memory_bytes", "guardian_target_incidents_open",
+                   "guardian_restarts_total"):
+        assert metric in exprs
+
+
+def test_dashboard_panel_ids_are_unique():
+    ids = [p["id"] for p in dashboard()["panels"]]
+    assert len(ids) == len(set(ids))
+
+
+# ------------------------------------------------------------------ Dockerfile
+def dockerfile() -> list[tuple[str, str]]:
+    text = (DEPLOY / "docker" / "Dockerfile").read_text(encoding="utf-8").replace("\\\n", " ")
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            instr, _, rest = line.partition(" ")
+            out.append((instr.upper(), rest.strip()))
+    return out
+
+
+def test_dockerfile_builds_from_python_slim_and_installs_the_project():
+    instrs = dockerfile()
+    assert instrs[0] == ("FROM", "python:3.11-slim")
+    assert any(i == "RUN" and re.search(r"\bpip install \.(\s|$)", r) for i, r in instrs)
+
+
+def test_dockerfile_has_a_healthcheck_on_healthz_and_runs_the_guardian():
+    instrs = dict(dockerfile())
+    assert "/healthz" in instrs["HEALTHCHECK"]
+    assert json.loads(instrs["ENTRYPOINT"]) == ["guardian"]
+    assert json.loads(instrs["CMD"]) == ["run", "-c", "/etc/guardian/guardian.yaml"]
+
+
+def test_dockerfile_copies_what_pip_install_needs():
+    sources = {s for i, r in dockerfile() if i == "COPY" for s in r.split()[:-1]}
+    readme = re.search(r'^readme\s*=\s*"([^"]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)
+    assert sources == {"pyproject.toml", readme.group(1), "guardian", "configs"}
+    ignore = (DEPLOY / "docker" / "Dockerfile.dockerignore").read_text(encoding="utf-8").splitlines()
+    for s in sources:  # the context the Dockerfile's own ignore file lets through
+        assert f"!{s}" in ignore or f"!{s}/**" in ignore
+
+
+# ------------------------------------------------------------------ docs
+def test_operate_doc_lists_every_declared_metric():
+    text = (ROOT / "docs" / "operate.md").read_text(encoding="utf-8")
+    assert sorted(n for n in DECLARED_NAMES if f"`{n}`" not in text) == []
+
+
+def test_operate_doc_lists_every_shipped_alert():
+    text = (ROOT / "docs" / "operate.md").read_text(encoding="utf-8")
+    assert sorted(r["alert"] for r in RULES if f"`{r['alert']}`" not in text) == []
