@@ -34,7 +34,6 @@ import math
 import os
 import shutil
 import sys
-import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,14 +51,13 @@ from ..model import Incident, ProcessInfo, ProcKey, Role, Target
 from ..series import metrics as m
 from ..series.store import SeriesStore
 from . import pyspy
+from .bundle import FILE_MODE, BundleWriter
 from .redact import redact_argv, redact_text
 from .retention import apply_retention
 from .summary import SummaryFacts, build_summary
 
 log = logging.getLogger(__name__)
 
-FILE_MODE = 0o640
-DIR_MODE = 0o750
 MANIFEST = "capture.json"
 SUMMARY = "summary.txt"
 PROCESS_FILES = ("status", "stat")
@@ -163,63 +161,6 @@ def default_locate(name: str) -> str | None:
     return str(sibling) if os.access(sibling, os.X_OK) else None
 
 
-# ---------------------------------------------------------------- one bundle being written
-class _Bundle:
-    """The folder being written and its manifest entries; safe to use from the pool threads."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.files: dict[str, int] = {}
-        self.failures: dict[str, str] = {}
-        self.steps: list[dict[str, Any]] = []
-        self.notes: dict[str, str] = {}
-        self._lock = threading.Lock()
-
-    def mkdir(self, path: Path) -> None:
-        missing = []
-        while not path.is_dir():
-            missing.append(path)
-            path = path.parent
-        for d in reversed(missing):
-            try:
-                d.mkdir(mode=DIR_MODE)
-            except FileExistsError:
-                pass
-            os.chmod(d, DIR_MODE)
-
-    def write(self, rel: str, data: str | bytes) -> None:
-        raw = data.encode("utf-8", errors="replace") if isinstance(data, str) else data
-        path = self.root / rel
-        self.mkdir(path.parent)
-        tmp = path.with_name(f".{path.name}.tmp{threading.get_ident()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-        try:
-            os.fchmod(fd, FILE_MODE)
-            view = memoryview(raw)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        self.adopt(rel, len(raw))
-
-    def adopt(self, rel: str, size: int) -> None:
-        with self._lock:
-            self.files[rel] = size
-
-    def fail(self, key: str, reason: str) -> None:
-        with self._lock:
-            self.failures.setdefault(key, reason)
-
-    def note(self, key: str, text: str) -> None:
-        with self._lock:
-            self.notes[key] = text
-
-    def step(self, entry: dict[str, Any]) -> None:
-        with self._lock:
-            self.steps.append(entry)
-
-
 @dataclass
 class _Dump:
     """What the dump of one process produced (for the summary)."""
@@ -259,7 +200,7 @@ class EvidenceCollector:
         except (ValueError, OSError) as e:
             return EvidenceResult(Path(), (), {"bundle": f"no folder for {bundle_id!r}: {e}"},
                                   self._clock.monotonic() - start, False)
-        bundle = _Bundle(root)
+        bundle = BundleWriter(root)
         removed: list[str] = []
         try:
             bundle.mkdir(root)
@@ -280,7 +221,7 @@ class EvidenceCollector:
         return self.capture(ctx)
 
     # ------------------------------------------------------------ the capture
-    def _capture(self, ctx: EvidenceContext, bundle_id: str, bundle: _Bundle, start: float) -> list[str]:
+    def _capture(self, ctx: EvidenceContext, bundle_id: str, bundle: BundleWriter, start: float) -> list[str]:
         wall = self._clock.wall()
         alive = [p for p in ctx.target.processes if self._check_identity(p, bundle)]
         proc_texts: dict[tuple[int, int, str], str] = {}
@@ -373,7 +314,7 @@ class EvidenceCollector:
             return []
 
     # ------------------------------------------------------------ /proc
-    def _check_identity(self, p: ProcessInfo, bundle: _Bundle) -> bool:
+    def _check_identity(self, p: ProcessInfo, bundle: BundleWriter) -> bool:
         """Same process as in the snapshot (pid AND starttime) and not a zombie; else a reason."""
         try:
             st = self._procfs.stat(p.pid)
@@ -392,7 +333,7 @@ class EvidenceCollector:
             return False
         return True
 
-    def _read_proc(self, pid: int, bundle: _Bundle, texts: dict[tuple[int, int, str], str]) -> None:
+    def _read_proc(self, pid: int, bundle: BundleWriter, texts: dict[tuple[int, int, str], str]) -> None:
         for name in PROCESS_FILES:
             self._copy(f"{pid}/{name}", bundle, texts, (pid, 0, name))
         try:
@@ -405,7 +346,7 @@ class EvidenceCollector:
                 if not self._copy(f"{pid}/task/{tid}/{name}", bundle, texts, (pid, tid, name)) and name == "stat":
                     break  # the thread is gone: its other files are too
 
-    def _copy(self, rel: str, bundle: _Bundle, texts: dict, key: tuple[int, int, str]) -> bool:
+    def _copy(self, rel: str, bundle: BundleWriter, texts: dict, key: tuple[int, int, str]) -> bool:
         try:
             text = self._procfs.read_text(rel)
         except GuardianError as e:
@@ -417,7 +358,7 @@ class EvidenceCollector:
 
     # ------------------------------------------------------------ py-spy
     def _run(self, argv: list[str], timeout: float, what: str, pid: int, mode: str,
-             bundle: _Bundle) -> tuple[CommandResult | None, pyspy.Failure | None]:
+             bundle: BundleWriter) -> tuple[CommandResult | None, pyspy.Failure | None]:
         try:
             res = self._runner.run(argv, timeout)
         except BackendUnavailable as e:
@@ -430,7 +371,7 @@ class EvidenceCollector:
                      "error": fail.reason if fail else None})
         return res, fail
 
-    def _dump(self, exe: str, p: ProcessInfo, bundle: _Bundle, out: _Dump) -> None:
+    def _dump(self, exe: str, p: ProcessInfo, bundle: BundleWriter, out: _Dump) -> None:
         timeout = self.cfg.dump_timeout
         argv = pyspy.dump_argv(exe, p.pid, native=self.cfg.native, with_locals=self.cfg.locals)
         res, fail = self._run(argv, timeout, "dump", p.pid, "blocking", bundle)
@@ -468,7 +409,7 @@ class EvidenceCollector:
             bundle.write(_dump_name(p, "json"), pyspy.scrub_dump_json(res.text))
             bundle.write(_dump_name(p, "txt"), redact_text(header + pyspy.render_text(threads)))
 
-    def _record(self, exe: str, pid: int, seconds: float, fmt: str, rel: str, bundle: _Bundle) -> None:
+    def _record(self, exe: str, pid: int, seconds: float, fmt: str, rel: str, bundle: BundleWriter) -> None:
         path = bundle.root / rel
         argv = pyspy.record_argv(exe, pid, seconds, fmt, str(path))
         timeout = pyspy.record_seconds_arg(seconds) + self.cfg.dump_timeout
