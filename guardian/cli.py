@@ -40,16 +40,10 @@ def _setup_logging(verbose: bool) -> None:
     )
 
 
-def _build_daemon(cfg):
-    from .clock import SystemClock
-    from .daemon import Daemon
-    from .host.http import StdlibHttpClient
-    from .host.procfs import ProcFS
-    from .incidents import IncidentStore
+def _build_daemon(cfg, sink=None):
+    from .runtime import build_daemon
 
-    clock = SystemClock()
-    store = IncidentStore(cfg.state_dir)
-    return Daemon(cfg, clock, ProcFS(cfg.probes.procfs.proc_root), StdlibHttpClient(), store=store), clock
+    return build_daemon(cfg, sink)
 
 
 # ---------------------------------------------------------------------- commands
@@ -57,7 +51,10 @@ def cmd_run(args) -> int:
     _setup_logging(args.verbose)
     cfg = _load(args.config, args.dry_run)
     os.makedirs(cfg.state_dir, mode=0o750, exist_ok=True)
-    daemon, clock = _build_daemon(cfg)
+    from .runtime import Runtime
+
+    rt = Runtime.start(cfg)
+    daemon, clock = rt.daemon, rt.clock
     from .api import ControlSocket
 
     api = ControlSocket(cfg.socket_path(), {
@@ -90,6 +87,7 @@ def cmd_run(args) -> int:
 
     def after_tick() -> None:  # the systemd watchdog is fed by the loop itself: a frozen loop stops it
         beat.beat()
+        rt.after_tick()
         sd.after_tick(f"{len(daemon.status().get('targets', []))} targets")
 
     try:
@@ -99,6 +97,7 @@ def cmd_run(args) -> int:
         api.stop()
         if http is not None:
             http.stop()
+        rt.close()
     return 0
 
 
@@ -106,11 +105,14 @@ def cmd_status(args) -> int:
     from .api import request
     from .status_view import render_status
 
-    if args.fleet:
-        print("guardian status --fleet reads node heartbeats from Redis, which this version does not "
-              "write yet (alerts over Redis are not active)", file=sys.stderr)
-        return 2
     cfg = _load(args.config)
+    if args.fleet:
+        from .sinks.fleet import fleet_status, render_fleet
+
+        client = _redis_client(cfg, args.redis)
+        rows = fleet_status(client)
+        print(json.dumps(rows, indent=2) if args.json else render_fleet(rows, time.time()))
+        return 0
     path = args.socket or cfg.socket_path()
     try:
         doc = request(path, {"cmd": "status"})
@@ -180,7 +182,16 @@ def cmd_incidents(args) -> int:
         for a in d["actions"]:
             print(f"action  {a['name']} {a['status']} {a['detail']}")
         if d.get("evidence_dir"):
+            from .actions.evidence import read_summary
+
             print(f"evidence {d['evidence_dir']}")
+            try:
+                print()
+                print(read_summary(d["evidence_dir"]))
+            except FileNotFoundError:
+                print("  (no summary.txt in the bundle)")
+            for f in sorted(os.listdir(d["evidence_dir"])):
+                print(f"  {f}")
         return 0
     items = [incident_to_dict(i) for i in store.list(limit=args.limit)]
     if args.json:
@@ -246,6 +257,59 @@ def cmd_maintenance(args) -> int:
     return 0
 
 
+def _redis_client(cfg, url: str | None, timeout: float | None = None):
+    """A client for ``--redis URL``, else the configured Redis (the embedded one's socket included)."""
+    from .sinks.embedded_redis import EmbeddedRedis
+    from .sinks.redis_sink import make_client, resolve_password
+
+    if not url:
+        url = EmbeddedRedis(cfg.state_dir).url if cfg.alerts.redis_url == "embedded" else cfg.alerts.redis_url
+    password = resolve_password(cfg.alerts.password_env, cfg.alerts.password_file)
+    return make_client(url, password=password, timeout=timeout or cfg.alerts.timeout)
+
+
+def cmd_alerts(args) -> int:
+    from .sinks.fleet import alerts_main
+
+    cfg = _load(args.config)
+    block_ms = int(args.block * 1000) if args.follow or args.group else None
+    client = _redis_client(cfg, args.redis, timeout=(block_ms or 0) / 1000 + cfg.alerts.timeout + 1)
+    try:
+        return alerts_main(client, args.action, stream=cfg.alerts.stream, group=args.group,
+                           consumer=args.consumer, count=args.count, block_ms=block_ms, follow=args.follow,
+                           claim_idle_ms=args.claim_idle_ms, entry_ids=args.ids, as_json=args.json)
+    except KeyboardInterrupt:
+        return 0
+
+
+def cmd_snapshot(args) -> int:
+    from .actions.evidence import EvidenceCollector, target_for_pid
+    from .clock import SystemClock
+    from .discovery import discover
+    from .host.procfs import ProcFS
+    from .host.runner import SubprocessRunner
+    from .incidents import IncidentStore
+
+    cfg = _load(args.config)
+    procfs = ProcFS(cfg.probes.procfs.proc_root)
+    if args.what.isdigit():
+        target = target_for_pid(procfs, int(args.what), cfg.discovery.process_name_prefix)
+    else:
+        found = discover(procfs, cfg).target(args.what)
+        if found is None:
+            print(f"no target named {args.what!r} on this node", file=sys.stderr)
+            return 1
+        target = found
+    os.makedirs(cfg.state_dir, mode=0o750, exist_ok=True)
+    collector = EvidenceCollector(cfg.evidence, IncidentStore(cfg.state_dir).dir_for, SubprocessRunner(),
+                                  procfs, SystemClock())
+    res = collector.snapshot(target, record_seconds=args.record)
+    print(f"bundle {res.dir} ({len(res.files)} files, {res.duration:.2f}s)")
+    for what, why in res.failures.items():
+        print(f"  not captured: {what}: {why}")
+    return 0 if res.files else 1
+
+
 def cmd_demo(args) -> int:
     from .testing.demo import run_demo  # the demo drives the shipped simulated vLLM server
 
@@ -270,7 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = with_config(sub.add_parser("status", help="targets, processes, signals, open incidents"))
     sp.add_argument("--json", action="store_true")
-    sp.add_argument("--fleet", action="store_true", help="every node, from Redis")
+    sp.add_argument("--fleet", action="store_true", help="every node, from Redis heartbeats")
+    sp.add_argument("--redis", default=None, help="Redis URL for --fleet (default: the configured one)")
     sp.add_argument("--socket", default=None, help="control socket (default from config)")
     sp.set_defaults(fn=cmd_status)
 
@@ -305,6 +370,24 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--for", dest="duration", type=parse_duration, default=3600.0,
                     help="how long (e.g. 30m, 2h; default 1h): it always expires")
     sp.set_defaults(fn=cmd_maintenance)
+
+    sp = with_config(sub.add_parser("alerts", help="follow or acknowledge the alert stream in Redis"))
+    sp.add_argument("action", choices=("tail", "ack"))
+    sp.add_argument("ids", nargs="*", help="stream entry ids to ack")
+    sp.add_argument("--redis", default=None, help="Redis URL (default: the configured one)")
+    sp.add_argument("--group", default=None, help="consumer group (created if missing)")
+    sp.add_argument("--consumer", default=None)
+    sp.add_argument("--count", type=int, default=10)
+    sp.add_argument("-f", "--follow", action="store_true")
+    sp.add_argument("--block", type=float, default=5.0, help="seconds per blocking read")
+    sp.add_argument("--claim-idle-ms", type=int, default=None, help="XAUTOCLAIM entries idle this long")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(fn=cmd_alerts)
+
+    sp = with_config(sub.add_parser("snapshot", help="capture an evidence bundle now"))
+    sp.add_argument("what", help="a pid or a target name")
+    sp.add_argument("--record", type=float, default=None, help="seconds of py-spy record (default from config)")
+    sp.set_defaults(fn=cmd_snapshot)
 
     sp = sub.add_parser("demo", help="a self-contained demonstration on a simulated vLLM server")
     sp.add_argument("--keep", action="store_true", help="keep the demo's state dir")

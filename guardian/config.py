@@ -42,8 +42,6 @@ DEFAULT_PATH = "/etc/guardian/guardian.yaml"
 # Configured features this version accepts but does not act on yet: (key, what).
 # Later work removes an entry when it wires the feature; nothing else lists them.
 INACTIVE_FEATURES: tuple[tuple[str, str], ...] = (
-    ("alerts", "Redis delivery of alert events (stream, pub/sub, spool, heartbeat)"),
-    ("evidence", "py-spy stack dumps and flame graphs into evidence bundles"),
     ("detectors.output_corruption", "detector not implemented"),
     ("detectors.probe_failure", "detector not implemented"),
 )

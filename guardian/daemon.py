@@ -31,6 +31,7 @@ from .probes.vllm_http import HttpScrape, scrape
 from .series import SeriesStore
 from .series import metrics as m
 from .tracker import Tracker
+from .actions.evidence import EvidenceCollector, EvidenceContext, series_windows
 from .actions.remediation import Remediator
 from .host.process_control import OsProcessControl
 from .host.runner import SubprocessRunner
@@ -63,14 +64,15 @@ class Daemon:
     def __init__(self, cfg: Config, clock, procfs, http, *, sinks: Iterable[Sink] = (),
                  store: IncidentStore | None = None, log: logging.Logger | None = None,
                  runner: AsyncRunner | None = None, control=None, cmd_runner=None, lease=None,
-                 kube=None, publish_control: Callable[[dict], object] | None = None) -> None:
+                 kube=None, publish_control: Callable[[dict], object] | None = None,
+                 evidence=None) -> None:
         self.cfg = cfg
         self.clock = clock
         self.procfs = procfs
         self.http = http
         self.log = log or logging.getLogger("guardian")
         self.node = cfg.node or os.uname().nodename
-        self.sinks = list(sinks) or [self._log_transition]
+        self.sinks = [self._log_transition, *sinks]
         self.series = SeriesStore(horizon=self._horizon(cfg))
         self.tracker = Tracker(cfg.discovery.forget_after,
                                {t.name: t.model for t in cfg.targets if t.model})
@@ -87,6 +89,12 @@ class Daemon:
             release_check=self._accel_held, log=self.log.getChild("remediation"))
         self.remediator.on_finish.append(self._remediation_finished)
         self.decisions: dict[str, str] = {}
+        self.evidence = evidence if evidence is not None else (
+            EvidenceCollector(cfg.evidence, store.dir_for, cmd_runner or SubprocessRunner(), procfs, clock)
+            if store is not None else None)
+        self.evidence_pending: set[str] = set()
+        self.status_extras: dict[str, Callable[[], object]] = {}
+        self.on_update: list[Callable[[object], None]] = []  # incident changed without a transition
         self.findings: dict[str, dict[Kind, Finding | None]] = {}
         self.process_states: dict[ProcKey, object] = {}
         self.unmatched: tuple = ()
@@ -121,9 +129,12 @@ class Daemon:
         self._schedule_http(now)
         self._schedule_canaries(now)
         transitions = self._detect(now)
-        transitions += self._remediate(now)
         for tr in transitions:
+            self._emit(tr)  # opening an incident starts its evidence capture, before any action
+        later = self._remediate(now)
+        for tr in later:
             self._emit(tr)
+        transitions += later
         if self.stats.ticks % 60 == 0:
             self.series.expire(now)
         self.stats.ticks += 1
@@ -242,6 +253,9 @@ class Daemon:
             if kind == "remediation":
                 self._remediation_jobs[name] = done.error if done.error is not None else done.result
                 continue
+            if kind == "evidence":
+                self._fold_evidence(name, done)
+                continue
             st = self.stats.probes["vllm_http" if kind == "http" else "canary"]
             st.runs += 1
             if done.error is not None:  # a bug in a probe job: count it, keep going
@@ -334,6 +348,9 @@ class Daemon:
             tr = self.tracker.targets.get(inc.target.name)
             if tr is None or inc.kind is Kind.RESTART_BUDGET_EXHAUSTED:
                 continue
+            if inc.id in self.evidence_pending:
+                self.decisions[inc.target.name] = "capturing evidence first"
+                continue
             mode = getattr(getattr(self.cfg.detectors, inc.kind.value, None), "mode", "alert")
             self.decisions[inc.target.name] = self.remediator.consider(
                 inc, tr, now, mode=mode, tripped=len(tripped), total=total)
@@ -354,6 +371,11 @@ class Daemon:
         return transitions
 
     def _remediation_finished(self, seq, outcome: str) -> None:
+        if outcome != "done" and seq.incident_id:
+            inc = self.incidents.get(seq.incident_id)
+            if inc is not None:
+                for hook in self.on_update:
+                    hook(inc)  # the alert carries every step and why it failed
         if outcome == "done" and not seq.drain_only:
             for t in self.incidents.resolve_target(seq.target, f"restarted and verified: {seq.detail}"):
                 if t.incident.kind is not Kind.RESTART_BUDGET_EXHAUSTED:
@@ -386,6 +408,8 @@ class Daemon:
         return TargetRef(tr.name, tr.target.key.pid, tr.target.key.starttime, tr.target.port, tr.model, role)
 
     def _emit(self, tr: Transition) -> None:
+        if tr.previous is None and tr.incident.kind is not Kind.RESTART_BUDGET_EXHAUSTED:
+            self._capture_evidence(tr.incident)
         counter = self.stats.incidents_opened if tr.previous is None else self.stats.incidents_resolved
         counter[tr.incident.kind.value] = counter.get(tr.incident.kind.value, 0) + 1
         for sink in self.sinks:
@@ -394,6 +418,41 @@ class Daemon:
             except Exception as e:  # a sink must never take the loop down
                 self.episodes.fail(f"sink:{getattr(sink, '__name__', type(sink).__name__)}", repr(e),
                                    self.clock.monotonic())
+
+    # ------------------------------------------------------------------ evidence
+    def _capture_evidence(self, inc) -> None:
+        """Evidence before action: the bundle is taken the moment an incident opens, off the loop;
+        remediation of that incident waits for it (or its deadline)."""
+        tr = self.tracker.targets.get(inc.target.name)
+        if self.evidence is None or tr is None or not tr.target.processes:
+            return
+        now = self.clock.monotonic()
+        scrape = tr.last.get("scrape")
+        ctx = EvidenceContext(
+            incident=inc, target=tr.target,
+            hottest_pid=inc.signals.get("pid") if isinstance(inc.signals.get("pid"), int) else None,
+            series=series_windows(self.series, inc.target.name, now - self.series.horizon),
+            metrics_text=getattr(scrape, "page", None),
+        )
+        collector = self.evidence
+        if self.runner.submit(("evidence", inc.id), lambda: collector.capture(ctx),
+                              deadline=now + collector.deadline(len(tr.target.processes))):
+            self.evidence_pending.add(inc.id)
+
+    def _fold_evidence(self, incident_id: str, done) -> None:
+        self.evidence_pending.discard(incident_id)
+        if done.error is not None:
+            self.episodes.fail("evidence", f"capture crashed: {done.error!r}", self.clock.monotonic())
+            return
+        res = done.result
+        self.log.info("evidence for %s: %d files in %.2fs%s", incident_id, len(res.files), res.duration,
+                      "" if res.complete else f", partial: {'; '.join(f'{k}: {v}' for k, v in list(res.failures.items())[:3])}")
+        try:
+            inc = self.incidents.set_evidence(incident_id, str(res.dir))
+        except KeyError:
+            return
+        for hook in self.on_update:
+            hook(inc)
 
     def _log_transition(self, tr: Transition) -> None:
         inc = tr.incident

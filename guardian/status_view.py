@@ -120,6 +120,7 @@ def build_status(d, now: float) -> dict[str, Any]:
         "actions": {"outcomes": dict(d.remediator.action_counts),
                     "restarts": {k: dict(v) for k, v in d.remediator.restart_counts.items()}},
         "maintenance_until": Maintenance(d.cfg.state_dir).until(),
+        **{key: fn() for key, fn in d.status_extras.items()},
         "errors": {k: v for k, v in d.episodes.current().items()},
     }
 

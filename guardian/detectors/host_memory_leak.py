@@ -14,7 +14,7 @@ from ..config_schema import DetectorsConfig
 from ..model import Finding, Kind, Severity, process_subject
 from ..series import metrics
 from ..series.store import Point
-from ..series.window import points_between, value_at
+from ..series.window import points_between
 from . import memory_trend as mt
 from .view import TargetView
 
@@ -31,10 +31,15 @@ def summed_rss(view: TargetView, t0: float, t1: float) -> list[Point]:
     if not per:
         return []
     out: list[Point] = []
+    idx = [0] * len(per)
+    last: list[float | None] = [None] * len(per)
     for t in sorted({t for pts in per for t, _ in pts}):
-        vals = [value_at(pts, t) for pts in per]
-        if all(v is not None for v in vals):
-            out.append((t, float(sum(vals))))  # type: ignore[arg-type]
+        for k, pts in enumerate(per):  # each process's latest value at or before t
+            while idx[k] < len(pts) and pts[idx[k]][0] <= t:
+                last[k] = pts[idx[k]][1]
+                idx[k] += 1
+        if all(v is not None for v in last):
+            out.append((t, float(sum(last))))  # type: ignore[arg-type]
     return out
 
 

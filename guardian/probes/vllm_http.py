@@ -26,6 +26,7 @@ class HttpScrape:
     health_error: str | None = None  # "refused: ...", "timeout: ...", or None
     metrics_error: str | None = None
     values: dict[str, float] = field(default_factory=dict)
+    page: str | None = None  # the last /metrics text, for evidence bundles
 
 
 def scrape(http: HttpClient, target: str, api_url: str, timeout: float,
@@ -47,17 +48,18 @@ def scrape(http: HttpClient, target: str, api_url: str, timeout: float,
     if health_error and health_error.startswith("refused"):
         # nothing listens: /metrics cannot answer either
         return HttpScrape(target, tuple(samples), health_status, health_error, "not scraped: refused")
-    metrics_error = None
+    metrics_error = page = None
     values: dict[str, float] = {}
     try:
         r = http.request("GET", base + "/metrics", timeout)
         if r.status != 200:
             raise ProbeFailed(f"/metrics answered HTTP {r.status}")
-        values = parse_vllm_metrics(r.text)
+        page = r.text
+        values = parse_vllm_metrics(page)
         t = now()
         samples.extend(Sample(target, "", name, v, t) for name, v in values.items())
         samples.append(Sample(target, "", m.METRICS_OK, 1.0, t))
     except ProbeFailed as e:  # HttpError is a ProbeFailed too
         metrics_error = str(e)
         samples.append(Sample(target, "", m.METRICS_OK, 0.0, now()))
-    return HttpScrape(target, tuple(samples), health_status, health_error, metrics_error, values)
+    return HttpScrape(target, tuple(samples), health_status, health_error, metrics_error, values, page)

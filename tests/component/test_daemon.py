@@ -20,6 +20,7 @@ from guardian.model import Kind
 from guardian.testing.clock import FakeClock
 from guardian.testing.fake_http import FakeHttp, ok
 from guardian.testing.fake_proc import FakeProcTree
+from guardian.testing.fake_runner import FakeRunner
 
 API, ENGINE, TRACKER = 100, 110, 105
 FIX = Path(__file__).parent.parent / "fixtures" / "metrics"
@@ -61,8 +62,9 @@ class World:
         self.cfg = parse_config({"node": "n1", "state_dir": str(tmp_path / "state"),
                                  "api": {"http": None}})
         self.log = logging.getLogger("test-daemon")
+        self.cmd = FakeRunner()  # py-spy and friends never run against the real machine's pids here
         self.d = Daemon(self.cfg, self.clock, self.proc.procfs(), self.http,
-                        store=IncidentStore(self.cfg.state_dir), log=self.log)
+                        store=IncidentStore(self.cfg.state_dir), log=self.log, cmd_runner=self.cmd)
         self.engine_ticks = 0
 
     def step(self, seconds: int = 1, *, spin: bool = False, progress: bool = False) -> list:
@@ -109,6 +111,10 @@ def test_a_spinning_engine_thread_with_a_hung_canary_opens_busy_loop(world):
     inc = opened[0].incident
     assert inc.signals["tid"] == ENGINE and inc.target.pid == API and inc.target.role == "engine_core"
     assert IncidentStore(world.cfg.state_dir).load(inc.id) is not None
+    world.step(2)  # the evidence bundle is captured off the loop, then attached
+    stored = IncidentStore(world.cfg.state_dir).load(inc.id)
+    assert stored.evidence_dir and (Path(stored.evidence_dir) / "capture.json").exists()
+    assert any(argv[0].endswith("py-spy") and argv[1] == "dump" for argv in world.cmd.argvs())
 
 
 def test_a_spinning_engine_that_still_steps_is_healthy_decode(world):
@@ -180,7 +186,7 @@ def test_an_open_incident_survives_a_guardian_restart_without_a_duplicate(world,
     first = world.d.incidents.open_incidents()
     assert [i.kind for i in first] == [Kind.ENGINE_DEAD]
     again = Daemon(world.cfg, world.clock, world.proc.procfs(), world.http,
-                   store=IncidentStore(world.cfg.state_dir), log=world.log)
+                   store=IncidentStore(world.cfg.state_dir), log=world.log, cmd_runner=world.cmd)
     try:
         world.d.runner.shutdown()
         world.d = again

@@ -32,7 +32,21 @@ def sweep(port: int) -> None:
                 pass
 
 
-def config(port: int, tmp_path, *, command=None, stop_timeout=5, ready_timeout=60, policy=None) -> dict:
+def ready_code(http_port: int, name: str = "sim") -> int | None:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/targets/{name}/ready", timeout=2) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return None
+
+
+def config(port: int, tmp_path, *, command=None, stop_timeout=5, ready_timeout=60, policy=None,
+           http_port=None) -> dict:
     argv = command or [sys.executable, "-m", SIM, "--port", str(port), "--startup-delay", "1"]
     extra = {"targets": [{"name": "sim", "match": {"port": port},
                           "restart": {"mode": "command", "command": argv, "stop_timeout": stop_timeout,
@@ -40,6 +54,8 @@ def config(port: int, tmp_path, *, command=None, stop_timeout=5, ready_timeout=6
                           "drain": {"timeout": 10}}]}
     if policy:
         extra["policy"] = policy
+    if http_port:
+        extra["api"] = {"http": f"127.0.0.1:{http_port}"}
     return extra
 
 
@@ -70,22 +86,25 @@ def port():
 def test_busy_loop_is_restarted_with_a_new_identity_then_the_budget_stops_a_second_restart(tmp_path, port):
     first = SimServer(port=port, startup_delay=1.0).start()
     first.wait_ready(60)
-    g = GuardianProcess(tmp_path, port, extra=config(port, tmp_path,
+    hp = free_port("127.0.0.1")
+    g = GuardianProcess(tmp_path, port, extra=config(port, tmp_path, http_port=hp,
                                                      policy={"budget": {"max_restarts": 1, "period": 3600}}))
     g.start()
     try:
         assert g.wait_ready(30), g.log_text()
+        assert poll(lambda: ready_code(hp) == 200, 10)
         old = (first.pid, g.target()["starttime"])
         trip(port, "busy_loop")
         assert g.wait_incident("busy_loop", 40), g.log_text()
-        # readiness goes false during the sequence
-        assert poll(lambda: (t := g.target()) and not t["serving"], 20), g.log_text()
+        # the readiness endpoint an LB or readinessProbe polls turns 503 during the sequence
+        assert poll(lambda: ready_code(hp) == 503, 20, every=0.1), g.log_text()
         inc = poll(lambda: resolved(g, "busy_loop"), 90)
         assert inc is not None, g.log_text()
         names = [a["name"] for a in inc["actions"]]
         assert {"draining", "stopping", "starting", "verifying"} <= set(names), names
         t = poll(lambda: (t := g.target()) and t["serving"] and t, 30)
         assert t and (t["pid"], t["starttime"]) != old
+        assert ready_code(hp) == 200
         assert not psutil.pid_exists(first.pid) or psutil.Process(first.pid).status() == "zombie"
         # the second fault of the hour is not restarted: budget 1/hour
         trip(port, "busy_loop")
@@ -152,6 +171,31 @@ def test_dry_run_signals_nothing_and_says_what_it_would_have_done(tmp_path, port
         assert acted and "would have" in acted["detail"]
         time.sleep(5)
         assert first.poll() is None and g.target()["pid"] == first.pid  # untouched
+    finally:
+        first.stop()
+        assert g.stop() == 0
+
+
+def test_drain_and_undrain_from_the_cli_flip_readiness_and_signal_nothing(tmp_path, port):
+    import subprocess
+
+    first = SimServer(port=port, startup_delay=1.0).start()
+    first.wait_ready(60)
+    hp = free_port("127.0.0.1")
+    g = GuardianProcess(tmp_path, port, extra=config(port, tmp_path, http_port=hp)).start()
+    cli = [sys.executable, "-m", "guardian.cli"]
+    try:
+        assert g.wait_ready(30), g.log_text()
+        assert poll(lambda: ready_code(hp) == 200, 10)
+        out = subprocess.run(cli + ["drain", "sim", "-c", str(g.config_path)], capture_output=True, text=True)
+        assert out.returncode == 0 and "drain started" in out.stdout, out
+        assert poll(lambda: ready_code(hp) == 503, 10)
+        out = subprocess.run(cli + ["undrain", "sim", "-c", str(g.config_path)], capture_output=True, text=True)
+        assert out.returncode == 0, out
+        assert poll(lambda: ready_code(hp) == 200, 10)
+        assert first.poll() is None and first.health() == 200  # nothing was signalled
+        out = subprocess.run(cli + ["restart", "nope", "-c", str(g.config_path)], capture_output=True, text=True)
+        assert out.returncode == 1 and "unknown target" in out.stderr
     finally:
         first.stop()
         assert g.stop() == 0

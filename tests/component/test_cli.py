@@ -1,0 +1,77 @@
+"""The CLI as an operator uses it: exit codes, JSON shapes, errors that name the problem."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from guardian.cli import main, parse_duration
+from guardian.incidents import IncidentStore
+from guardian.model import Incident, Kind, Severity, Status, TargetRef
+
+
+def write_config(tmp_path, **extra):
+    cfg = {"state_dir": str(tmp_path / "state"), "api": {"http": None}, **extra}
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+def test_check_config_prints_the_effective_config(tmp_path, capsys):
+    assert main(["check-config", "-c", write_config(tmp_path, interval=2)]) == 0
+    out = capsys.readouterr().out
+    assert yaml.safe_load(out)["interval"] == 2
+
+
+def test_check_config_names_every_bad_key_and_exits_2(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text("detectors:\n  busy_loop:\n    window: ten\n  bogus: {}\n")
+    assert main(["check-config", "-c", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert 'detectors.busy_loop.window: expected a number > 0, got "ten"' in err
+    assert "detectors.bogus: unknown key" in err
+
+
+def test_status_without_a_running_guardian_says_so_and_exits_1(tmp_path, capsys):
+    assert main(["status", "-c", write_config(tmp_path)]) == 1
+    assert "not reachable" in capsys.readouterr().err
+
+
+def test_incidents_list_json_has_the_contract_fields(tmp_path, capsys):
+    cfg = write_config(tmp_path)
+    store = IncidentStore(str(tmp_path / "state"))
+    store.save(Incident("01HF7Z9GDG0TRA5GW6MSKGM012", Kind.BUSY_LOOP, Severity.CRITICAL, "n1",
+                        TargetRef("llm", 10, 20, 8000, "m", "engine_core"), Status.FIRING, "spins", 1.7e9))
+    assert main(["incidents", "list", "--json", "-c", cfg]) == 0
+    items = json.loads(capsys.readouterr().out)
+    assert {"id", "kind", "status", "target", "opened_at", "resolved_at", "evidence_dir", "actions"} <= set(items[0])
+    assert main(["incidents", "show", "01HF7Z9GDG0TRA5GW6MSKGM012", "-c", cfg]) == 0
+    assert "busy_loop" in capsys.readouterr().out
+
+
+def test_showing_an_unknown_incident_exits_1(tmp_path, capsys):
+    assert main(["incidents", "show", "01HF7Z9GDG0TRA5GW6MSKGM099", "-c", write_config(tmp_path)]) == 1
+
+
+def test_maintenance_on_off_round_trip(tmp_path, capsys):
+    cfg = write_config(tmp_path)
+    assert main(["maintenance", "on", "--for", "30m", "-c", cfg]) == 0
+    assert main(["maintenance", "status", "-c", cfg]) == 0
+    assert "maintenance on until" in capsys.readouterr().out
+    assert main(["maintenance", "off", "-c", cfg]) == 0
+    assert main(["maintenance", "status", "-c", cfg]) == 0
+    assert capsys.readouterr().out.strip().endswith("maintenance off")
+
+
+@pytest.mark.parametrize("text, seconds", [("90s", 90), ("30m", 1800), ("2h", 7200), ("1d", 86400), ("45", 45)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "soon", "-5m", "0"])
+def test_bad_durations_are_refused(text):
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_duration(text)

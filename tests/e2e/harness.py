@@ -1,0 +1,339 @@
+"""Drive a real vLLM server (from the ``.e2e/venv``) and a real ``guardian run`` (from this venv).
+
+Shared by the e2e suite (``tests/e2e``) and the detection benchmark (``benchmarks``):
+
+- ``ensure_model``: the tiny random-weight Llama under ``.e2e/model`` (made once);
+- ``VllmServer``: ``python -m vllm.entrypoints.openai.api_server`` in its own session,
+  with the fault plugin's trigger directory in ``GUARDIAN_FAULT_DIR``; tracks its
+  tree (pid + starttime) and leaves nothing behind (``SimServer``'s machinery);
+- ``FaultSwitch``: writes and removes the plugin's trigger files, reads its onset markers;
+- ``GuardianRun``: ``guardian run --dry-run`` on one target, observed through its
+  incident files and ``guardian status --json``;
+- ``HealthPoller``: what a Kubernetes liveness probe on ``/health`` would have seen.
+
+Everything is loopback; nothing is downloaded.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from guardian.incidents import IncidentStore, incident_to_dict
+from guardian.testing.sim_control import SimServer, http_request, proc_ref
+
+ROOT = Path(__file__).resolve().parents[2]
+E2E_DIR = ROOT / ".e2e"
+E2E_PYTHON = E2E_DIR / "venv" / "bin" / "python"
+MODEL_DIR = E2E_DIR / "model"
+MAKE_MODEL = Path(__file__).resolve().parent / "make_tiny_model.py"
+PLUGIN_DIR = Path(__file__).resolve().parent / "vllm_fault_plugin"
+SERVED_MODEL = "tiny-llama"
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+FAULT_ENV = "GUARDIAN_FAULT_DIR"
+
+
+def poll(pred, timeout: float, every: float = 0.25):
+    """The first truthy value of ``pred()`` before ``timeout`` seconds, else None."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = pred()
+        if got:
+            return got
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(every)
+
+
+def ensure_model(out: Path = MODEL_DIR, python: Path = E2E_PYTHON, timeout: float = 600.0) -> Path:
+    """The tiny model directory, generated with the e2e venv's transformers when missing."""
+    if (out / "config.json").is_file() and (out / "tokenizer.json").is_file():
+        return out
+    subprocess.run([str(python), str(MAKE_MODEL), str(out)], check=True, timeout=timeout,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return out
+
+
+def e2e_env(fault_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The vLLM server's environment: 1 GiB of KV cache, offline, the fault plugin's trigger dir."""
+    env = dict(os.environ if base is None else base)
+    for key in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
+        env.pop(key, None)  # the server runs from .e2e/venv, not from the guardian's venv
+    env.update({
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        FAULT_ENV: str(fault_dir),
+    })
+    return env
+
+
+class VllmServer(SimServer):
+    """A real vLLM OpenAI server on loopback (the tree tracking and teardown of ``SimServer``)."""
+
+    def __init__(self, model_dir: Path, fault_dir: Path, log_path: Path, port: int | None = None,
+                 python: Path = E2E_PYTHON, extra_args: tuple[str, ...] = ()) -> None:
+        fault_dir.mkdir(parents=True, exist_ok=True)
+        super().__init__(port=port, model=SERVED_MODEL, env=e2e_env(fault_dir), log_path=log_path,
+                         python=str(python), extra_args=extra_args)
+        self.model_dir = model_dir
+        self.fault_dir = fault_dir
+        self.started_at: float | None = None
+        self.ready_at: float | None = None
+
+    @property
+    def argv(self) -> list[str]:
+        return [self.python, "-m", API_SERVER_MODULE, "--model", str(self.model_dir),
+                "--served-model-name", self.model, "--host", self.host, "--port", str(self.port),
+                "--max-model-len", "512", "--dtype", "float32", *self.extra_args]
+
+    def start(self) -> VllmServer:
+        super().start()
+        self.started_at = time.time()
+        return self
+
+    @property
+    def starttime(self) -> int:
+        """The API server's starttime (clock ticks after boot, /proc/<pid>/stat field 22)."""
+        ref = self._root or proc_ref(self.pid)
+        if ref is None:
+            raise RuntimeError("vLLM API server is gone")
+        return ref.starttime
+
+    def wait_ready(self, timeout: float = 600.0) -> float:
+        """Poll /health until 200; the seconds since start. RuntimeError if it exits, TimeoutError at the deadline."""
+        if self.ready_at is not None:
+            return self.ready_at - (self.started_at or self.ready_at)
+        deadline = time.monotonic() + timeout
+        while True:
+            self._remember_tree()
+            if self.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {self.process.returncode} before ready:\n{self.log_tail()}")
+            if self.health(timeout=2.0) == 200:
+                self._remember_tree()
+                self.ready_at = time.time()
+                return self.ready_at - (self.started_at or self.ready_at)
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"vLLM on {self.url} not ready after {timeout} s:\n{self.log_tail()}")
+            time.sleep(0.5)
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        return super().stop(timeout)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = Path(self.log_path).read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def serves(self, timeout: float = 30.0) -> bool:
+        """A short completion answers 200."""
+        try:
+            self.complete("are you back", max_tokens=2, timeout=timeout)
+            return True
+        except (OSError, RuntimeError):
+            return False
+
+
+class FaultSwitch:
+    """The fault plugin's trigger directory, from the test's side."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+
+    def on(self, fault: str, content: str = "") -> None:
+        tmp = self.path / f".{fault}.tmp"
+        tmp.write_text(content)
+        os.replace(tmp, self.path / fault)
+
+    def clear(self, fault: str) -> None:
+        for name in (fault, fault + ".onset"):
+            try:
+                (self.path / name).unlink()
+            except FileNotFoundError:
+                pass
+
+    def onset(self, fault: str) -> dict | None:
+        try:
+            return json.loads((self.path / (fault + ".onset")).read_text())
+        except (OSError, ValueError):
+            return None
+
+
+def fire(server: VllmServer, switch: FaultSwitch, fault: str, timeout: float = 600.0) -> float:
+    """Switch ``fault`` on and send the request that trips it; the onset (wall time of that request)."""
+    switch.on(fault)
+    onset = time.time()
+
+    def request() -> None:
+        try:
+            server.complete("trip the fault", max_tokens=4, timeout=timeout)
+        except (OSError, RuntimeError):
+            pass  # a hung or dead engine: the request fails, which is the point
+
+    threading.Thread(target=request, name=f"trip-{fault}", daemon=True).start()
+    return onset
+
+
+class GuardianRun:
+    """``guardian run --dry-run`` watching one target by port; state and socket under ``base``."""
+
+    def __init__(self, base: Path, port: int, name: str = "vllm", python: str = sys.executable,
+                 extra: dict | None = None) -> None:
+        base.mkdir(parents=True, exist_ok=True)
+        self.name = name
+        self.state_dir = base / "state"
+        self.config_path = base / "guardian.yaml"
+        self.log_path = base / "guardian.log"
+        self.python = python
+        cfg = {
+            "node": "e2e",
+            "state_dir": str(self.state_dir),
+            "autodiscover": False,  # only our server: other tests may run servers too
+            "targets": [{"name": name, "match": {"port": port}}],
+            "api": {"http": None},
+        }
+        cfg.update(extra or {})
+        self.config_path.write_text(yaml.safe_dump(cfg))
+        self.proc: subprocess.Popen | None = None
+        self.started_at: float | None = None
+        self._log = None
+
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise RuntimeError("guardian not started")
+        return self.proc.pid
+
+    def start(self) -> GuardianRun:
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [self.python, "-m", "guardian.cli", "run", "--dry-run", "-c", str(self.config_path)],
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        self.started_at = time.time()
+        return self
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return self.proc.returncode
+
+    def incidents(self) -> list[dict]:
+        return sorted((incident_to_dict(i) for i in IncidentStore(self.state_dir).list()),
+                      key=lambda i: i["opened_at"])
+
+    def wait_incident(self, kind: str, timeout: float) -> dict | None:
+        return poll(lambda: next((i for i in self.incidents() if i["kind"] == kind), None), timeout)
+
+    def status(self) -> dict | None:
+        try:
+            out = subprocess.run(
+                [self.python, "-m", "guardian.cli", "status", "--json", "-c", str(self.config_path)],
+                capture_output=True, text=True, timeout=30,
+            )
+        except subprocess.TimeoutExpired:
+            return None
+        if out.returncode != 0:
+            return None
+        try:
+            return json.loads(out.stdout)
+        except ValueError:
+            return None
+
+    def target(self) -> dict | None:
+        st = self.status()
+        if not st:
+            return None
+        return next((t for t in st["targets"] if t["name"] == self.name), None)
+
+    def wait_ready(self, timeout: float) -> dict | None:
+        """The target's status once it is ready (its first canary answered), else None."""
+        return poll(lambda: (t := self.target()) and t["ready"] and t, timeout, every=0.5)
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+
+@dataclass(frozen=True)
+class Probe:
+    t: float  # wall time the probe was sent
+    status: int | None  # HTTP status; None when refused or timed out
+
+
+def liveness_fired_at(probes: list[Probe], threshold: int = 3) -> float | None:
+    """When a liveness probe with this failure threshold would have fired (its ``threshold``-th
+    consecutive failure; a failure is anything but 2xx/3xx), else None."""
+    run = 0
+    for p in probes:
+        ok = p.status is not None and 200 <= p.status < 400
+        run = 0 if ok else run + 1
+        if run >= threshold:
+            return p.t
+    return None
+
+
+class HealthPoller:
+    """GET /health every ``period`` seconds with a ``timeout`` (a kubelet's liveness probe), in a thread."""
+
+    def __init__(self, host: str, port: int, period: float = 10.0, timeout: float = 1.0) -> None:
+        self.host, self.port, self.period, self.timeout = host, port, period, timeout
+        self.probes: list[Probe] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="liveness", daemon=True)
+
+    def start(self) -> HealthPoller:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[Probe]:
+        self._stop.set()
+        self._thread.join(self.timeout + 5)
+        return list(self.probes)
+
+    def _run(self) -> None:
+        while True:
+            t = time.time()
+            try:
+                status: int | None = http_request(self.host, self.port, "GET", "/health", None, self.timeout)[0]
+            except OSError:
+                status = None
+            self.probes.append(Probe(t, status))
+            if self._stop.wait(max(0.0, t + self.period - time.time())):
+                return
+
+
+def py_spy_dump(pid: int, timeout: float = 30.0) -> str:
+    """``py-spy dump`` of a process (py-spy from this venv), its text; empty when it fails."""
+    exe = Path(sys.executable).with_name("py-spy")
+    try:
+        out = subprocess.run([str(exe), "dump", "--pid", str(pid)], capture_output=True, text=True,
+                             timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout + out.stderr

@@ -1,0 +1,242 @@
+"""A vLLM general plugin (test only) that injects engine faults when trigger files appear.
+
+vLLM calls ``register()`` in each of its processes (entry point group
+``vllm.general_plugins``). With ``GUARDIAN_FAULT_DIR`` set, it wraps
+
+- ``vllm.v1.engine.core.EngineCore.step`` (and ``step_with_batch_queue``): at the
+  start of every engine step the trigger directory is listed, and the first step
+  after a trigger appears — i.e. the first request after it — starts the fault:
+
+  ``busy_loop``  a pure-Python ``while True`` (``_injected_busy_loop``) on the
+                 engine's main thread; ends when the trigger file is removed;
+  ``stall``      blocked on a ``threading.Lock`` (``_injected_stall``), waking once
+                 a second only to see whether the trigger file was removed;
+  ``die``        ``os._exit(DIE_EXIT_CODE)``: the EngineCore vanishes;
+  ``rss_leak``   every step keeps N MiB (the file's content, default 4) alive until
+                 the trigger is removed;
+
+- ``vllm.v1.core.kv_cache_manager.KVCacheManager.free``: ``kv_leak`` present →
+  a finished request's KV blocks are never returned to the pool.
+
+When a fault starts, ``<dir>/<fault>.onset`` gets ``{"t": wall time, "pid": ...}``
+(written once per trigger: remove it with the trigger to re-arm). Without the env
+variable the plugin patches nothing. Reads only its trigger directory.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+ENV_DIR = "GUARDIAN_FAULT_DIR"
+BUSY_LOOP = "busy_loop"
+STALL = "stall"
+DIE = "die"
+RSS_LEAK = "rss_leak"
+KV_LEAK = "kv_leak"
+FAULTS = (DIE, BUSY_LOOP, STALL, RSS_LEAK, KV_LEAK)
+BLOCKING = (DIE, BUSY_LOOP, STALL)  # at most one runs; this is the priority order
+DIE_EXIT_CODE = 17
+DEFAULT_RSS_MB_PER_STEP = 4
+ONSET_SUFFIX = ".onset"
+WRAPPED_MARK = "_guardian_fault_wrapped"
+STEP_METHODS = ("step", "step_with_batch_queue")
+
+log = logging.getLogger("vllm.guardian_fault_plugin")
+
+
+# ---------------------------------------------------------------- pure decisions
+def read_triggers(names: Iterable[str]) -> frozenset[str]:
+    """The known fault names among a directory listing (onset markers and strangers ignored)."""
+    return frozenset(n for n in names if n in FAULTS)
+
+
+def blocking_fault(triggers: Iterable[str]) -> str | None:
+    """The one blocking fault to run now (death before busy loop before stall), or None."""
+    present = set(triggers)
+    return next((f for f in BLOCKING if f in present), None)
+
+
+def parse_rss_mb(text: str) -> int:
+    """MiB to keep per step from a trigger file's content; the default when empty or not a positive int."""
+    try:
+        mb = int(text.strip())
+    except ValueError:
+        return DEFAULT_RSS_MB_PER_STEP
+    return mb if mb > 0 else DEFAULT_RSS_MB_PER_STEP
+
+
+def onset_name(fault: str) -> str:
+    return fault + ONSET_SUFFIX
+
+
+# ---------------------------------------------------------------- the faults themselves
+def _injected_busy_loop(still_on: Callable[[], bool], check_every: float = 0.5) -> int:
+    """Spin in pure Python (no syscall but one stat per ``check_every``) until ``still_on()`` is False.
+
+    Returns the number of iterations. ``time.monotonic`` is a vDSO call, not a syscall.
+    """
+    spins = 0
+    next_check = time.monotonic() + check_every
+    while True:
+        spins += 1
+        if time.monotonic() >= next_check:
+            if not still_on():
+                return spins
+            next_check = time.monotonic() + check_every
+
+
+def _injected_stall(still_on: Callable[[], bool], check_every: float = 1.0) -> int:
+    """Block on a lock nobody releases, waking every ``check_every`` only to look for the clear.
+
+    Returns the number of wake-ups.
+    """
+    lock = threading.Lock()
+    lock.acquire()
+    wakeups = 0
+    while not lock.acquire(timeout=check_every):
+        wakeups += 1
+        if not still_on():
+            return wakeups
+    return wakeups  # unreachable: nobody else holds a reference to the lock
+
+
+# ---------------------------------------------------------------- the OS seam
+class FaultDir:
+    """The trigger directory: which faults are switched on, and the onset markers."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+
+    def triggers(self) -> frozenset[str]:
+        try:
+            return read_triggers(os.listdir(self.path))
+        except OSError:
+            return frozenset()
+
+    def is_on(self, fault: str) -> bool:
+        return (self.path / fault).exists()
+
+    def read(self, fault: str) -> str:
+        try:
+            return (self.path / fault).read_text()
+        except OSError:
+            return ""
+
+    def mark_onset(self, fault: str, wall: float, pid: int) -> bool:
+        """Write ``<fault>.onset`` unless it exists; True when this call wrote it."""
+        target = self.path / onset_name(fault)
+        if target.exists():
+            return False
+        tmp = self.path / f".{onset_name(fault)}.{pid}.tmp"
+        try:
+            tmp.write_text(json.dumps({"fault": fault, "t": wall, "pid": pid}))
+            os.replace(tmp, target)
+        except OSError:
+            return False
+        return True
+
+
+class FaultInjector:
+    """Decides at the start of each engine step (and on each KV free) what to inject."""
+
+    def __init__(self, fault_dir: FaultDir, exit: Callable[[int], Any] = os._exit,
+                 wall: Callable[[], float] = time.time, pid: Callable[[], int] = os.getpid,
+                 busy_check_every: float = 0.5, stall_check_every: float = 1.0) -> None:
+        self.dir = fault_dir
+        self._exit = exit
+        self._wall = wall
+        self._pid = pid
+        self.busy_check_every = busy_check_every
+        self.stall_check_every = stall_check_every
+        self.ballast: list[bytes] = []
+        self.leaked_frees = 0
+
+    def _onset(self, fault: str) -> None:
+        if self.dir.mark_onset(fault, self._wall(), self._pid()):
+            log.warning("guardian fault plugin: %s starts in pid %d", fault, self._pid())
+
+    def before_step(self) -> str | None:
+        """Run the faults switched on now; returns the blocking fault that ran (after it cleared)."""
+        triggers = self.dir.triggers()
+        if RSS_LEAK in triggers:
+            self._onset(RSS_LEAK)
+            self.ballast.append(b"\xa5" * (parse_rss_mb(self.dir.read(RSS_LEAK)) << 20))
+        elif self.ballast:
+            self.ballast.clear()
+        fault = blocking_fault(triggers)
+        if fault is None:
+            return None
+        self._onset(fault)
+        if fault == DIE:
+            self._exit(DIE_EXIT_CODE)
+        elif fault == BUSY_LOOP:
+            _injected_busy_loop(lambda: self.dir.is_on(BUSY_LOOP), self.busy_check_every)
+        else:
+            _injected_stall(lambda: self.dir.is_on(STALL), self.stall_check_every)
+        log.warning("guardian fault plugin: %s cleared in pid %d", fault, self._pid())
+        return fault
+
+    def should_free(self) -> bool:
+        """False while ``kv_leak`` is on: the request's KV blocks stay allocated."""
+        if not self.dir.is_on(KV_LEAK):
+            return True
+        self._onset(KV_LEAK)
+        self.leaked_frees += 1
+        return False
+
+
+# ---------------------------------------------------------------- patching
+def wrap_step(original: Callable, injector: FaultInjector) -> Callable:
+    @functools.wraps(original)
+    def step(self, *args, **kwargs):
+        injector.before_step()
+        return original(self, *args, **kwargs)
+
+    setattr(step, WRAPPED_MARK, True)
+    return step
+
+
+def wrap_free(original: Callable, injector: FaultInjector) -> Callable:
+    @functools.wraps(original)
+    def free(self, request, *args, **kwargs):
+        if injector.should_free():
+            return original(self, request, *args, **kwargs)
+        return None
+
+    setattr(free, WRAPPED_MARK, True)
+    return free
+
+
+def install(engine_core_cls: type, kv_manager_cls: type, injector: FaultInjector) -> list[str]:
+    """Wrap the step methods and ``free`` once (vLLM may register a plugin twice); the names wrapped now."""
+    done = []
+    for name in STEP_METHODS:
+        original = getattr(engine_core_cls, name, None)
+        if original is not None and not getattr(original, WRAPPED_MARK, False):
+            setattr(engine_core_cls, name, wrap_step(original, injector))
+            done.append(f"{engine_core_cls.__name__}.{name}")
+    free = getattr(kv_manager_cls, "free", None)
+    if free is not None and not getattr(free, WRAPPED_MARK, False):
+        setattr(kv_manager_cls, "free", wrap_free(free, injector))
+        done.append(f"{kv_manager_cls.__name__}.free")
+    return done
+
+
+def register() -> None:
+    """The vLLM entry point: patch the engine when ``GUARDIAN_FAULT_DIR`` is set."""
+    path = os.environ.get(ENV_DIR)
+    if not path:
+        return
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    from vllm.v1.engine.core import EngineCore
+
+    wrapped = install(EngineCore, KVCacheManager, FaultInjector(FaultDir(path)))
+    if wrapped:
+        log.warning("guardian fault plugin: watching %s for %s; wrapped %s in pid %d",
+                    path, ", ".join(FAULTS), ", ".join(wrapped), os.getpid())
