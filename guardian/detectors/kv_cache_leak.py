@@ -28,7 +28,7 @@ from ..config_schema import DetectorsConfig
 from ..model import Finding, Kind, Severity
 from ..series import metrics
 from ..series.store import Point
-from ..series.window import all_points, clip, coverage, value_at
+from ..series.window import all_points, clip, coverage
 from .view import TargetView
 
 KIND = Kind.KV_CACHE_LEAK
@@ -51,8 +51,13 @@ def idle_periods(running: list[Point], waiting: list[Point], kv: list[Point]) ->
     times = sorted({t for t, _ in running} | {t for t, _ in waiting})
     runs: list[list[float]] = []
     cur: list[float] = []
-    for t in times:
-        r, w = value_at(running, t), value_at(waiting, t)
+    i = j = 0
+    r = w = None
+    for t in times:  # each gauge's latest value at or before t (both lists sorted by time)
+        while i < len(running) and running[i][0] <= t:
+            r, i = running[i][1], i + 1
+        while j < len(waiting) and waiting[j][0] <= t:
+            w, j = waiting[j][1], j + 1
         if r == 0 and w == 0:
             cur.append(t)
         elif cur:

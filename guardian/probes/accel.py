@@ -76,9 +76,10 @@ class AccelProbe:
             self._last_read[b.name] = now
             try:
                 snap = b.read(now)
-            except GuardianError as e:
+            except Exception as e:  # noqa: BLE001 - a backend must never break the tick
                 self._snapshots.pop(b.name, None)  # stale numbers must not look current
-                res.errors[b.name] = f"{type(e).__name__}: {e}"
+                what = f"{type(e).__name__}: {e}"
+                res.errors[b.name] = what if isinstance(e, GuardianError) else f"unexpected {what}"
                 continue
             self._snapshots[b.name] = (now, snap)
             res.events.extend(snap.events)

@@ -21,6 +21,7 @@ or a JSON/YAML file holding one::
     xid_permission: true           # false: RegisterEvents raises NoPermission
     memory_v2: true                # false: the v2 memory call raises FunctionNotFound
     driver: present                # absent (LibraryNotFound) | not_loaded (DriverNotLoaded)
+    errors: {nvmlDeviceGetComputeRunningProcesses: InvalidArgument}   # call -> pynvml NVMLError_<name>
 
 ``<curve>`` is a number or a curve mapping (``guardian.testing.curves``).
 """
@@ -85,6 +86,7 @@ class FakeNvml:
         self.devices = [self._device(d) for d in sc.get("devices", [])]
         self.xids = sorted(({"at": float(x["at"]), "device": int(x.get("device", 0)), "code": int(x["code"])}
                             for x in sc.get("xid", [])), key=lambda x: x["at"])
+        self.errors = {str(k): str(v) for k, v in (sc.get("errors") or {}).items()}
         self.initialised = 0
         self.calls: list[str] = []
         self._event_sets: dict[int, dict] = {}
@@ -107,6 +109,12 @@ class FakeNvml:
     # ------------------------------------------------------------------ helpers
     def t(self) -> float:
         return self.clock.monotonic() - self.t0
+
+    def _fail(self, call: str) -> None:
+        """Raise the scripted error for ``call``, if any."""
+        name = self.errors.get(call)
+        if name is not None:
+            raise getattr(pynvml, f"NVMLError_{name}")()
 
     def _dev(self, handle: _Handle) -> dict[str, Any]:
         if not self.initialised:
@@ -152,6 +160,7 @@ class FakeNvml:
         return self.devices[handle.index]["name"]
 
     def nvmlDeviceGetMemoryInfo(self, handle: _Handle, version: int | None = None) -> SimpleNamespace:
+        self._fail("nvmlDeviceGetMemoryInfo")
         d, t = self._dev(handle), self.t()
         if version and not self.memory_v2:
             raise pynvml.NVMLError_FunctionNotFound()
@@ -166,6 +175,7 @@ class FakeNvml:
         return mem
 
     def nvmlDeviceGetUtilizationRates(self, handle: _Handle) -> SimpleNamespace:
+        self._fail("nvmlDeviceGetUtilizationRates")
         d = self._dev(handle)
         if d["util"] is None:
             raise pynvml.NVMLError_NotSupported()
@@ -179,9 +189,11 @@ class FakeNvml:
                 for p in d["procs"] if p["type"] == kind]
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: _Handle) -> list[SimpleNamespace]:
+        self._fail("nvmlDeviceGetComputeRunningProcesses")
         return self._processes(handle, "compute")
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: _Handle) -> list[SimpleNamespace]:
+        self._fail("nvmlDeviceGetGraphicsRunningProcesses")
         return self._processes(handle, "graphics")
 
     def nvmlEventSetCreate(self) -> int:

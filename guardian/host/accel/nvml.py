@@ -108,7 +108,8 @@ class NvmlBackend:
         for i, h in enumerate(self._handles):
             dev_id = f"nvml:{i}"
             try:
-                devices.append(self._device(i, h))
+                dev = self._device(i, h)
+                dev_procs = self._processes(dev_id, h)
             except nv.NVMLError_GpuIsLost as e:
                 devices.append(DeviceReading(dev_id, self.name, self._names[i], None, None, None,
                                              health="lost", extra={"error": str(e)}))
@@ -119,7 +120,8 @@ class NvmlBackend:
                 devices.append(DeviceReading(dev_id, self.name, self._names[i], None, None, None,
                                              health="error", extra={"error": f"{type(e).__name__}: {e}"}))
                 continue
-            procs.extend(self._processes(dev_id, h))
+            devices.append(dev)
+            procs.extend(dev_procs)
         events = self._poll_events()
         return AccelSnapshot(self.name, tuple(devices), tuple(procs), events, tuple(self.notes))
 

@@ -1,0 +1,226 @@
+"""The accelerator probe: backends read at their own interval, host PIDs mapped onto the
+targets' processes, samples only for what was read; make_backends honours auto|off."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from guardian.config_schema import AcceleratorsConfig
+from guardian.errors import BackendUnavailable, ProbeFailed
+from guardian.host.accel import MIB, AccelEvent, AccelSnapshot
+from guardian.host.accel.npu_smi import NpuSmiBackend
+from guardian.host.runner import SubprocessRunner
+from guardian.model import ProcessInfo, ProcKey, Role, Target
+from guardian.probes.accel import AccelProbe, make_backends
+from guardian.series import metrics as m
+from guardian.testing.clock import FakeClock
+from guardian.testing.fake_npu_smi import write_fake_npu_smi
+from guardian.testing.fake_nvml import FakeNvmlBackend
+from guardian.testing.fake_runner import FakeRunner
+
+MB = 1e6
+
+
+def target(name: str, *pids: int) -> Target:
+    procs = tuple(ProcessInfo(ProcKey(pid, pid * 10), pids[0] if i else 1,
+                              Role.API_SERVER if i == 0 else Role.WORKER, ("x",)) for i, pid in enumerate(pids))
+    return Target(name, procs[0].key, procs)
+
+
+LLM = target("llm", 100, 4242, 4243)
+OTHER = target("other", 300, 301)
+NVML = {"devices": [
+    {"memory_total": 80e9, "utilization": 60,
+     "processes": [{"pid": 4242, "memory": {"curve": "linear", "start": 30e9, "rate": 8 * MB}},
+                   {"pid": 9999, "memory": 1e9}]},
+    {"memory_total": 80e9, "utilization": 20, "processes": [{"pid": 4243, "memory": 30e9}]},
+    {"memory_total": 80e9, "utilization": 90, "processes": [{"pid": 301, "memory": None}]},
+]}
+
+
+def by_key(samples) -> dict[tuple[str, str, str], float]:
+    return {(s.target, s.subject, s.metric): s.value for s in samples}
+
+
+# ------------------------------------------------------------------ the fake npu-smi executable, end to end
+def test_a_leaking_process_row_gives_rising_samples_through_the_real_runner(tmp_path):
+    scenario = {"layout": "a3", "devices": [{"npu": 0, "chip": 0, "base_mb": 2000}, {"npu": 0, "chip": 1}],
+                "processes": [{"npu": 0, "chip": 0, "pid": 4242,
+                               "memory_mb": {"curve": "linear", "start": 30000, "rate": 8}}]}
+    fake = write_fake_npu_smi(tmp_path, scenario)
+    probe = AccelProbe([NpuSmiBackend(SubprocessRunner(), str(fake.path), timeout=30.0, usages_interval=None)])
+    series = []
+    for t in (0.0, 5.0, 10.0, 15.0):
+        fake.set_time(t)
+        res = probe.collect([LLM], 1000.0 + t)
+        assert res.errors == {}
+        series.append(by_key(res.samples))
+    worker = [s[("llm", "p4242", m.ACCEL_MEM)] for s in series]
+    assert worker == [(30000 + 8 * t) * MIB for t in (0, 5, 10, 15)]
+    assert [s[("llm", "", m.ACCEL_MEM)] for s in series] == worker
+    assert series[0][("llm", "", m.ACCEL_TOTAL)] == 65536 * MIB  # only the chip it uses
+    assert series[0][("llm", "", m.ACCEL_UTIL)] == 0.0
+
+
+# ------------------------------------------------------------------ mapping onto targets (fake NVML)
+def test_memory_per_process_and_summed_per_target_util_and_total_over_its_devices():
+    clock = FakeClock()
+    probe = AccelProbe([FakeNvmlBackend(NVML, clock=clock)])
+    res = probe.collect([LLM, OTHER], clock.monotonic())
+    got = by_key(res.samples)
+    assert {k: v for k, v in got.items() if k[0] == "llm"} == {
+        ("llm", "p4242", m.ACCEL_MEM): 30e9,
+        ("llm", "p4243", m.ACCEL_MEM): 30e9,
+        ("llm", "", m.ACCEL_MEM): 60e9,
+        ("llm", "", m.ACCEL_UTIL): 0.6,
+        ("llm", "", m.ACCEL_TOTAL): 160e9,
+    }
+    # memory unknown for its only process: no memory sample, but util and total of its device
+    assert {k: v for k, v in got.items() if k[0] == "other"} == {
+        ("other", "", m.ACCEL_UTIL): 0.9, ("other", "", m.ACCEL_TOTAL): 80e9}
+    assert all(s.t == clock.monotonic() for s in res.samples)
+
+
+def test_a_target_with_no_process_on_any_device_gets_no_sample():
+    clock = FakeClock()
+    res = AccelProbe([FakeNvmlBackend(NVML, clock=clock)]).collect([target("cpu-only", 500, 501)], clock.monotonic())
+    assert res.samples == [] and "cpu-only" not in res.per_target
+
+
+def test_devices_snapshot_and_status_rows():
+    clock = FakeClock()
+    res = AccelProbe([FakeNvmlBackend(NVML, clock=clock)]).collect([LLM], clock.monotonic())
+    assert sorted(res.devices) == ["nvml:0", "nvml:1", "nvml:2"]
+    d0 = res.devices["nvml:0"]
+    assert (d0["backend"], d0["memory_total_bytes"], d0["utilization_ratio"], d0["pids"], d0["read_at"]) == (
+        "nvml", 80_000_000_000, 0.6, [4242, 9999], clock.monotonic())
+    assert res.per_target["llm"] == [
+        {"device": "nvml:0", "backend": "nvml", "memory_used_bytes": 31_000_000_000,
+         "memory_total_bytes": 80_000_000_000, "utilization_ratio": 0.6, "health": "OK",
+         "target_memory_bytes": 30_000_000_000},
+        {"device": "nvml:1", "backend": "nvml", "memory_used_bytes": 30_000_000_000,
+         "memory_total_bytes": 80_000_000_000, "utilization_ratio": 0.2, "health": "OK",
+         "target_memory_bytes": 30_000_000_000},
+    ]
+    assert res.process_memory == {4242: 30_000_000_000, 9999: 1_000_000_000, 4243: 30_000_000_000}
+
+
+def test_xid_events_come_back_with_the_read():
+    clock = FakeClock()
+    probe = AccelProbe([FakeNvmlBackend(dict(NVML, xid=[{"at": 2, "device": 1, "code": 79}]), clock=clock)])
+    probe.collect([LLM], clock.monotonic())
+    clock.advance(3)
+    assert probe.collect([LLM], clock.monotonic()).events == [AccelEvent("nvml:1", "xid", 79, "XID 79")]
+
+
+# ------------------------------------------------------------------ intervals and failures
+class Scripted:
+    """A backend answering from a list, counting reads."""
+
+    def __init__(self, name: str, interval: float, answers: list) -> None:
+        self.name, self.interval, self.answers, self.reads = name, interval, list(answers), 0
+
+    def read(self, now: float) -> AccelSnapshot:
+        self.reads += 1
+        a = self.answers[min(self.reads, len(self.answers)) - 1]
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    def close(self) -> None:
+        self.answers = []
+
+
+EMPTY = AccelSnapshot("npu_smi", (), ())
+
+
+def test_each_backend_is_read_at_most_once_per_its_interval():
+    npu = Scripted("npu_smi", 5.0, [EMPTY])
+    gpu = Scripted("nvml", 1.0, [AccelSnapshot("nvml", (), ())])
+    probe = AccelProbe([npu, gpu])
+    reads = [probe.collect([LLM], 1000.0 + t).read for t in range(12)]
+    assert (npu.reads, gpu.reads) == (3, 12)
+    assert [t for t, r in enumerate(reads) if "npu_smi" in r] == [0, 5, 10]
+
+
+def test_a_failing_backend_reports_an_error_and_drops_its_stale_devices():
+    clock = FakeClock()
+    nvml = FakeNvmlBackend(NVML, clock=clock)
+    broken = Scripted("npu_smi", 1.0, [ProbeFailed("unrecognised npu-smi output: empty output")])
+    probe = AccelProbe([nvml, broken])
+    res = probe.collect([LLM], clock.monotonic())
+    assert res.errors == {"npu_smi": "ProbeFailed: unrecognised npu-smi output: empty output"}
+    assert res.read == ("nvml",) and res.samples  # the other backend still reports
+
+
+def test_after_a_failure_the_last_snapshot_is_not_reported_as_current():
+    ok = AccelSnapshot("npu_smi", (), ())
+    b = Scripted("npu_smi", 1.0, [ok, ProbeFailed("npu-smi info timed out after 5s"), ok])
+    probe = AccelProbe([b])
+    probe.collect([LLM], 0.0)
+    res = probe.collect([LLM], 1.0)
+    assert (res.errors, res.devices, res.samples) == ({"npu_smi": "ProbeFailed: npu-smi info timed out after 5s"},
+                                                      {}, [])
+    assert probe.collect([LLM], 2.0).errors == {}
+
+
+def test_close_closes_every_backend():
+    b = Scripted("npu_smi", 1.0, [EMPTY])
+    AccelProbe([b]).close()
+    assert b.answers == []
+
+
+# ------------------------------------------------------------------ make_backends: auto | off
+def unavailable(why: str):
+    def factory():
+        raise BackendUnavailable(why)
+    return factory
+
+
+def test_off_skips_without_trying(caplog):
+    tried = []
+    cfg = AcceleratorsConfig(nvml="off", npu_smi="off")
+    got = make_backends(cfg, FakeRunner(), logging.getLogger("t"),
+                        nvml_factory=lambda: tried.append("nvml"), npu_smi_factory=lambda: tried.append("npu"))
+    assert (got, tried, caplog.records) == ([], [], [])
+
+
+def test_auto_absent_logs_one_line_each_and_skips(caplog):
+    caplog.set_level(logging.INFO)
+    got = make_backends(AcceleratorsConfig(), FakeRunner(), logging.getLogger("t"),
+                        nvml_factory=unavailable("NVML: no NVIDIA driver on this host (NVML Shared Library Not Found)"),
+                        npu_smi_factory=unavailable("npu-smi: 'npu-smi' not found (accelerators.npu_smi_path)"))
+    assert got == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "accelerators.nvml: NVML: no NVIDIA driver on this host (NVML Shared Library Not Found); probe disabled",
+        "accelerators.npu_smi: npu-smi: 'npu-smi' not found (accelerators.npu_smi_path); probe disabled",
+    ]
+
+
+def test_auto_present_builds_the_backend(tmp_path):
+    clock = FakeClock()
+    fake = write_fake_npu_smi(tmp_path, {"devices": [{"npu": 0}]})
+    cfg = AcceleratorsConfig(npu_smi_path=str(fake.path), npu_smi_timeout=7.0)
+    got = make_backends(cfg, SubprocessRunner(), logging.getLogger("t"),
+                        nvml_factory=lambda: FakeNvmlBackend(NVML, clock=clock))
+    assert [b.name for b in got] == ["nvml", "npu_smi"]
+    assert (got[1].path, got[1].timeout) == (str(fake.path), 7.0)
+
+
+def test_real_npu_smi_path_missing_is_one_line(caplog, tmp_path):
+    caplog.set_level(logging.INFO)
+    cfg = AcceleratorsConfig(nvml="off", npu_smi_path=str(tmp_path / "npu-smi"))
+    assert make_backends(cfg, SubprocessRunner(), logging.getLogger("t")) == []
+    assert len(caplog.records) == 1 and "not found (accelerators.npu_smi_path)" in caplog.records[0].getMessage()
+
+
+@pytest.mark.parametrize("bad", [ProbeFailed("boom"), BackendUnavailable("gone")])
+def test_a_guardian_error_from_any_backend_never_escapes_collect(bad):
+    probe = AccelProbe([Scripted("nvml", 1.0, [bad])])
+    assert list(probe.collect([LLM], 0.0).errors) == ["nvml"]
+
+
+def test_an_unexpected_exception_from_a_backend_is_reported_not_raised():
+    probe = AccelProbe([Scripted("nvml", 1.0, [KeyError("bug")])])
+    assert probe.collect([LLM], 0.0).errors == {"nvml": "unexpected KeyError: 'bug'"}

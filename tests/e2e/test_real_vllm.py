@@ -1,0 +1,193 @@
+"""A real vLLM 0.32 (CPU build, tiny random Llama) supervised by the real ``guardian run``.
+
+One server serves the whole module, in this order: the negatives (warm-up, 60 s of
+concurrent load, 60 s idle: no incident at all), then each clearable fault (busy
+loop, stall: the plugin ends them when the trigger is removed; the server must
+serve again before the next scenario), the leak faults, and last the engine's
+death. Each fault scenario gets a fresh guardian, so its incident list is its own.
+
+Onset = the wall time of the first request after the trigger (the plugin starts
+the fault on the first engine step after it). Deadlines are generous failure
+bounds for a shared 2-core machine, not performance claims; the measured numbers
+go to the terminal summary (``results``).
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from guardian.testing.sim_control import LoadGenerator
+from harness import (E2E_PYTHON, FaultSwitch, GuardianRun, HealthPoller, VllmServer, ensure_model, fire,
+                     liveness_fired_at, poll, py_spy_dump)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
+
+SERVER_READY_TIMEOUT = 900.0  # 40-65 s on an idle 2-core machine; minutes when it is shared
+GUARDIAN_READY_TIMEOUT = 180.0
+DETECT_TIMEOUT = 180.0
+RECOVER_TIMEOUT = 180.0
+
+
+def _rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("vllm")
+
+
+@pytest.fixture(scope="module")
+def server(workdir):
+    assert E2E_PYTHON.exists(), f"{E2E_PYTHON} is missing: run `make e2e-vllm`"
+    model = ensure_model()
+    s = VllmServer(model, workdir / "faults", workdir / "vllm.log").start()
+    try:
+        yield s
+    finally:
+        s.stop()
+        assert s.leftovers() == (), s.leftovers()
+
+
+@pytest.fixture
+def switch(server) -> FaultSwitch:
+    return FaultSwitch(server.fault_dir)
+
+
+@pytest.fixture
+def ready_server(server, results) -> VllmServer:
+    results.setdefault("vllm_server_start_s", server.wait_ready(SERVER_READY_TIMEOUT))
+    return server
+
+
+@pytest.fixture
+def guardian(request, ready_server, workdir):
+    g = GuardianRun(workdir / f"g-{request.node.name[:40]}", ready_server.port).start()
+    try:
+        assert g.wait_ready(GUARDIAN_READY_TIMEOUT), g.log_text()
+        yield g
+    finally:
+        assert g.stop() == 0, g.log_text()
+
+
+def _assert_target_is_the_server(inc: dict, server: VllmServer) -> None:
+    assert (inc["target"]["pid"], inc["target"]["starttime"]) == (server.pid, server.starttime)
+
+
+def _recovered(server: VllmServer) -> None:
+    assert poll(lambda: server.serves(timeout=30), RECOVER_TIMEOUT, every=1.0), server.log_tail()
+
+
+def test_no_incident_during_warm_up_sustained_load_or_idle(server, workdir, results):
+    """The guardian watches from before the server is up, through 60 s of load and 60 s idle: nothing."""
+    g = GuardianRun(workdir / "g-negatives", server.port).start()
+    try:
+        results["vllm_server_start_s"] = server.wait_ready(SERVER_READY_TIMEOUT)
+        assert g.wait_ready(GUARDIAN_READY_TIMEOUT), g.log_text()
+        results["warm_up_start_to_first_healthy_canary_s"] = time.time() - server.started_at
+        assert g.incidents() == [], g.log_text()
+
+        with LoadGenerator(server.url, server.model, clients=4, max_tokens=(1, 256),
+                           request_timeout=60.0, max_duration=60.0) as load:
+            time.sleep(60)  # the scenario *is* a duration: 60 s of concurrent long and short completions
+        stats = load.stats()
+        results["load_60s_completions_ok"] = stats.ok
+        assert stats.ok >= 20 and stats.errors == 0, stats
+        assert g.incidents() == [], g.log_text()
+
+        time.sleep(60)  # and 60 s idle
+        assert g.incidents() == [], g.log_text()
+        t = g.target()
+        assert t is not None and t["ready"] and t["phase"] == "serving", t
+        assert {p["role"] for p in t["processes"]} >= {"api_server", "engine_core"}
+    finally:
+        assert g.stop() == 0, g.log_text()
+
+
+def test_busy_loop_in_the_engine_opens_busy_loop_on_the_engine_main_thread(ready_server, guardian, switch,
+                                                                           results):
+    server = ready_server
+    engine = server.engine_pid()
+    health = HealthPoller(server.host, server.port).start()
+    onset = fire(server, switch, "busy_loop")
+    try:
+        inc = guardian.wait_incident("busy_loop", DETECT_TIMEOUT)
+        assert inc is not None, guardian.log_text()
+        results["busy_loop_onset_to_incident_s"] = inc["opened_at"] - onset
+        _assert_target_is_the_server(inc, server)
+        assert inc["signals"]["pid"] == engine and inc["signals"]["tid"] == engine
+        assert inc["signals"]["role"] == "engine_core"
+        assert switch.onset("busy_loop")["pid"] == engine
+        assert "_injected_busy_loop" in py_spy_dump(engine)
+        assert server.health() == 200  # the blind spot: vLLM's /health still answers
+        assert [i["kind"] for i in guardian.incidents()] == ["busy_loop"]
+    finally:
+        probes = health.stop()
+        switch.clear("busy_loop")
+    assert probes and liveness_fired_at(probes) is None, probes
+    _recovered(server)
+
+
+def test_engine_blocked_on_a_lock_opens_engine_stall(ready_server, guardian, switch, results):
+    server = ready_server
+    engine = server.engine_pid()
+    health = HealthPoller(server.host, server.port).start()
+    onset = fire(server, switch, "stall")
+    try:
+        inc = guardian.wait_incident("engine_stall", DETECT_TIMEOUT)
+        assert inc is not None, guardian.log_text()
+        results["engine_stall_onset_to_incident_s"] = inc["opened_at"] - onset
+        _assert_target_is_the_server(inc, server)
+        assert inc["signals"]["pid"] == engine
+        assert switch.onset("stall")["pid"] == engine
+        assert "_injected_stall" in py_spy_dump(engine)
+        assert server.health() == 200
+        assert [i["kind"] for i in guardian.incidents()] == ["engine_stall"]
+    finally:
+        probes = health.stop()
+        switch.clear("stall")
+    assert probes and liveness_fired_at(probes) is None, probes
+    _recovered(server)
+
+
+def test_fault_plugin_leaks_kv_blocks_and_engine_memory(ready_server, switch):
+    """The leak faults do what they say on the real engine (what a leak detector will read)."""
+    server = ready_server
+    engine = server.engine_pid()
+    before = _rss_bytes(engine)
+    switch.on("rss_leak", "8")  # MiB kept per engine step
+    try:
+        server.complete("grow", max_tokens=8, timeout=60)
+        grown = _rss_bytes(engine)
+        assert grown - before >= 48 << 20, (before, grown)
+    finally:
+        switch.clear("rss_leak")
+    server.complete("shrink", max_tokens=1, timeout=60)  # the next step lets go of the ballast
+    assert poll(lambda: _rss_bytes(engine) < grown - (32 << 20), 30), (grown, _rss_bytes(engine))
+
+    switch.on("kv_leak")
+    for i in range(4):
+        server.complete(f"leak {i} " * 40, max_tokens=32, timeout=60)
+    idle_with_blocks = poll(lambda: server.metric("vllm:num_requests_running") == 0
+                            and (server.metric("vllm:kv_cache_usage_perc") or 0) > 0, 30)
+    assert idle_with_blocks, server.metrics_text()
+    assert switch.onset("kv_leak")["pid"] == engine
+
+
+def test_engine_death_opens_engine_dead(ready_server, guardian, switch, results):
+    server = ready_server
+    engine = server.engine_pid()
+    onset = fire(server, switch, "die")
+    inc = guardian.wait_incident("engine_dead", DETECT_TIMEOUT)
+    assert inc is not None, guardian.log_text()
+    results["engine_dead_onset_to_incident_s"] = inc["opened_at"] - onset
+    _assert_target_is_the_server(inc, server)
+    assert inc["signals"]["reason"] in ("engine_core_gone", "api_server_gone", "health_failed")
+    assert engine in inc["signals"]["engine_pids"]
+    assert switch.onset("die")["pid"] == engine
+    assert [i["kind"] for i in guardian.incidents()] == ["engine_dead"]
