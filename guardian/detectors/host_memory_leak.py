@@ -38,8 +38,9 @@ def summed_rss(view: TargetView, t0: float, t1: float) -> list[Point]:
             while idx[k] < len(pts) and pts[idx[k]][0] <= t:
                 last[k] = pts[idx[k]][1]
                 idx[k] += 1
-        if all(v is not None for v in last):
-            out.append((t, float(sum(last))))  # type: ignore[arg-type]
+        known = [v for v in last if v is not None]
+        if len(known) == len(per):
+            out.append((t, float(sum(known))))
     return out
 
 

@@ -74,6 +74,17 @@ def idle_periods(running: list[Point], waiting: list[Point], kv: list[Point]) ->
     return out
 
 
+def climbing_floors(periods: list[IdlePeriod], margin: float) -> list[float] | None:
+    """The floors of the last ``CLIMB_PERIODS`` idle periods (the last one being the current)
+    when each is above the one before by > ``CLIMB_STEP`` and they rise by >= ``margin / 2``."""
+    known = [p.floor for p in periods if p.floor is not None]
+    if len(known) < CLIMB_PERIODS or periods[-1].floor is None:
+        return None
+    floors = known[-CLIMB_PERIODS:]
+    rising = all(b > a + CLIMB_STEP for a, b in zip(floors, floors[1:]))
+    return floors if rising and floors[-1] - floors[0] >= margin / 2 else None
+
+
 def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     st, c = view.state, cfg.kv_cache_leak
     if not st.ready or not st.api_alive:
@@ -93,8 +104,8 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     if not periods or periods[-1].end != last_gauge:
         return None  # not idle now
     current, earlier = periods[-1], periods[:-1]
-    floors = [p.floor for p in earlier if p.floor is not None]
-    baseline = min(floors) if floors else 0.0
+    earlier_floors = [p.floor for p in earlier if p.floor is not None]
+    baseline = min(earlier_floors) if earlier_floors else 0.0
     usage = kv[-1][1]
     idle_for = now - current.start
     base = {
@@ -115,15 +126,12 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
                    f"(idle baseline {baseline:.0%}, margin {c.margin:.0%})")
         return _finding(name, summary, sig)
 
-    climbing = [p for p in periods if p.floor is not None][-CLIMB_PERIODS:]
-    if len(climbing) == CLIMB_PERIODS and climbing[-1] is current and idle_for >= CLIMB_MIN_IDLE_S:
-        fl = [p.floor for p in climbing]
-        steps_up = all(b > a + CLIMB_STEP for a, b in zip(fl, fl[1:]))  # type: ignore[operator]
-        if steps_up and fl[-1] - fl[0] >= c.margin / 2:  # type: ignore[operator]
-            sig = dict(base, reason="idle_floor_climbing", idle_floors=[round(f, 4) for f in fl])  # type: ignore[arg-type]
-            summary = (f"KV cache idle floor climbs across {len(fl)} idle periods: "
-                       + " -> ".join(f"{f:.0%}" for f in fl))  # type: ignore[str-format]
-            return _finding(name, summary, sig)
+    climb = climbing_floors(periods, c.margin) if idle_for >= CLIMB_MIN_IDLE_S else None
+    if climb is not None:
+        sig = dict(base, reason="idle_floor_climbing", idle_floors=[round(f, 4) for f in climb])
+        summary = f"KV cache idle floor climbs across {len(climb)} idle periods: " + " -> ".join(
+            f"{f:.0%}" for f in climb)
+        return _finding(name, summary, sig)
     return None
 
 

@@ -138,9 +138,9 @@ class AccelProbe:
         utils = [d.utilization for d in used if d.utilization is not None]
         if utils:
             out.append(Sample(t.name, "", m.ACCEL_UTIL, max(utils), now))
-        totals = [d.memory_total_bytes for d in used]
-        if used and all(v is not None for v in totals):
-            out.append(Sample(t.name, "", m.ACCEL_TOTAL, float(sum(totals)), now))  # type: ignore[arg-type]
+        totals = [d.memory_total_bytes for d in used if d.memory_total_bytes is not None]
+        if used and len(totals) == len(used):  # a partial total would understate the room left
+            out.append(Sample(t.name, "", m.ACCEL_TOTAL, float(sum(totals)), now))
         return out
 
     def close(self) -> None:

@@ -1,13 +1,15 @@
-"""``guardian demo``: the whole detection path on one machine, in the terminal.
+"""``guardian demo``: the whole path on one machine, live in the terminal.
 
-Starts the shipped simulated vLLM server (API server + ``VLLM::EngineCore``),
-runs the guardian in-process against it with real /proc and real HTTP, injects
-the seed's failure — a pure-Python busy loop in the engine — and shows what
-vLLM's ``/health`` says (200) next to what the guardian sees, until the
-incident opens. Cleans up every process it started; exit 0 on success.
+Starts the shipped simulated vLLM server (API server + ``VLLM::EngineCore``), the
+guardian with the same wiring as ``guardian run`` (embedded Redis, evidence,
+remediation in ``command`` mode) in a temp dir, injects the seed's failure — a
+pure-Python busy loop in the engine — and shows detection → evidence → alert →
+drain → restart → resolved, with vLLM's own ``/health`` (200 throughout the
+hang) beside it. Cleans up every process it started; exit 0 on success.
 """
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import sys
@@ -16,35 +18,33 @@ import threading
 import time
 from pathlib import Path
 
-from ..clock import SystemClock
+import psutil
+
 from ..config import parse_config
-from ..daemon import Daemon
-from ..host.http import StdlibHttpClient
-from ..host.procfs import ProcFS
-from ..incidents import IncidentStore
-from ..model import Transition
+from ..runtime import Runtime
 from ..status_view import render_status
-from .sim_control import SimServer
+from .sim_control import API_SERVER_MODULE as SIM_MODULE, SimServer
 
 
 class _Out:
     def __init__(self, stream=sys.stdout) -> None:
         self.t0 = time.monotonic()
         self.stream = stream
+        self.lock = threading.Lock()
 
     def __call__(self, msg: str) -> None:
-        print(f"[t+{time.monotonic() - self.t0:5.1f}s] {msg}", file=self.stream, flush=True)
+        with self.lock:
+            print(f"[t+{time.monotonic() - self.t0:5.1f}s] {msg}", file=self.stream, flush=True)
 
 
 def run_demo(keep: bool = False, timeout: float = 120.0) -> int:
     out = _Out()
     tmp = Path(tempfile.mkdtemp(prefix="guardian-demo-"))
-    logging.basicConfig(level=logging.WARNING, format="    guardian log: %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="           guardian log: %(levelname)s %(message)s")
     server = SimServer(startup_delay=3.0, log_path=str(tmp / "sim-vllm.log"))
     stop = threading.Event()
-    clock = SystemClock()
-    opened: list[Transition] = []
-    loop: threading.Thread | None = None
+    rt: Runtime | None = None
+    loop = listener = None
     try:
         out("starting a simulated vLLM server: an API server + a VLLM::EngineCore child")
         server.start()
@@ -53,62 +53,81 @@ def run_demo(keep: bool = False, timeout: float = 120.0) -> int:
             "node": "demo-node",
             "state_dir": str(tmp / "state"),
             "autodiscover": False,
-            "targets": [{"name": "demo-llm", "match": {"port": server.port}}],
+            "targets": [{
+                "name": "demo-llm", "match": {"port": server.port},
+                "restart": {"mode": "command", "stop_timeout": 5, "ready_timeout": 60,
+                            "log_file": str(tmp / "sim-vllm-restarted.log"),
+                            "command": [sys.executable, "-m", SIM_MODULE, "--port", str(server.port),
+                                        "--startup-delay", "2"]},
+                "drain": {"timeout": 10},
+            }],
+            "evidence": {"record_seconds": 2},
             "api": {"http": None},
         })
-        daemon = Daemon(cfg, clock, ProcFS(), StdlibHttpClient(), store=IncidentStore(cfg.state_dir),
-                        sinks=[opened.append])
-        loop = threading.Thread(target=daemon.run, args=(stop,), name="guardian-loop", daemon=True)
+        rt = Runtime.start(cfg)
+        out(f"guardian started: 1 tick/s, embedded Redis on {rt.sink.stats().get('url') or 'a unix socket'}, "
+            f"state in {cfg.state_dir}")
+        listener = threading.Thread(target=_print_alerts, args=(rt, out, stop), daemon=True)
+        listener.start()
+        loop = threading.Thread(target=rt.daemon.run, args=(stop, rt.after_tick), daemon=True)
         loop.start()
-        out(f"guardian started: 1 tick/s, state in {cfg.state_dir}")
 
         deadline = time.monotonic() + timeout
-        target = _wait(lambda: _target(daemon, "ready"), deadline)
+        target = _wait(lambda: _target(rt, lambda t: t["ready"] and t["canary"]), deadline)
         if not target:
             out("FAILED: the target never became ready")
             return 1
+        old_pid = target["pid"]
         out(f"target demo-llm ready: its first canary completion answered in "
             f"{1000 * target['canary']['latency_s']:.0f} ms (startup grace over)")
 
-        out("injecting a busy loop into the EngineCore (a pure-Python spin, like vLLM's "
-            "ghost-key LRU bug) and sending one request that trips it")
+        out("injecting a busy loop into the EngineCore (a pure-Python spin, like vLLM's ghost-key LRU bug) "
+            "and sending one request that trips it")
         server.set_fault("busy_loop")
         onset = time.monotonic()
         threading.Thread(target=_hang_one, args=(server,), daemon=True).start()
 
+        shown: set[str] = set()
         last_print = 0.0
-        while not opened and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             time.sleep(0.25)
-            if time.monotonic() - last_print >= 2.0:
+            t = _target(rt, lambda t: True)
+            if t is None:
+                continue
+            for line in _progress(rt, t, shown, onset):
+                out(line)
+            if "resolved" in shown:
+                break
+            if t["phase"] in ("warming", "serving", "incident") and time.monotonic() - last_print >= 2.0 \
+                    and "incident" not in shown:
                 last_print = time.monotonic()
-                out(_one_line(daemon, server))
-        if not opened:
-            out("FAILED: no incident within the deadline")
+                out(_one_line(t, server))
+        else:
+            out("FAILED: the incident did not resolve before the deadline")
             return 1
-        inc = opened[0].incident
-        out(f"INCIDENT {inc.kind.value} opened {time.monotonic() - onset:.1f}s after the fault's onset")
-        out(f"  {inc.summary}")
-        for key in ("pid", "tid", "role", "cpu_ratio", "voluntary_per_cpu_s", "syscall_running_fraction",
-                    "reason", "canary_latency_s"):
-            if key in inc.signals:
-                out(f"    {key}: {inc.signals[key]}")
-        code = server.health()
-        out(f"meanwhile vLLM's own GET /health answers {code}: a liveness probe sees nothing wrong")
-        time.sleep(1.2)  # one more tick so the status shows the incident
+        time.sleep(1.2)
+        new = _target(rt, lambda t: True)
         print()
-        print(render_status(daemon.status()))
+        print(render_status(rt.daemon.status()))
         print()
-        out(f"incident stored in {cfg.state_dir}/incidents/{inc.id}/incident.json "
-            f"(run with --keep to read it afterwards)")
-        out("not active in this version: evidence capture (py-spy), Redis alerts, drain and restart "
-            "(`guardian check-config` lists what is not active yet)")
+        inc = next(iter(rt.daemon.incidents.recent(1)), None)
+        out(f"the server now runs as pid {new['pid']} (was {old_pid}) and answers again: "
+            f"/health {server.health()}")
+        if inc is not None:
+            out(f"incident {inc.id}: {cfg.state_dir}/incidents/{inc.id}/ (incident.json, summary.txt, "
+                f"py-spy dumps, flame graph)" + ("" if keep else " — run with --keep to look at it"))
+        out("alerts: the Redis stream guardian:alerts (durable, consumer groups) and channel guardian:alerts")
         return 0
     finally:
         stop.set()
-        clock.wake()
+        if rt is not None:
+            rt.clock.wake()
         if loop is not None:
-            loop.join(5)
+            loop.join(10)
+        if rt is not None:
+            rt.close()
         server.stop()
+        _sweep(server.port)
         left = server.leftovers()
         out("cleaned up: every process the demo started is gone" if not left
             else f"WARNING: processes left behind: {left}")
@@ -116,6 +135,51 @@ def run_demo(keep: bool = False, timeout: float = 120.0) -> int:
             out(f"kept {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _progress(rt: Runtime, t: dict, shown: set[str], onset: float):
+    """Lines for each stage the first time it is seen."""
+    now = time.monotonic()
+    incs = rt.daemon.incidents.recent(5)
+    inc = next((i for i in incs if i.kind.value == "busy_loop"), None)
+    if inc is not None and "incident" not in shown:
+        shown.add("incident")
+        yield f"DETECTED busy_loop {now - onset:.1f}s after the fault's onset: {inc.summary}"
+        for key in ("pid", "tid", "cpu_ratio", "voluntary_per_cpu_s", "syscall_running_fraction", "reason"):
+            if key in inc.signals:
+                yield f"    {key}: {inc.signals[key]}"
+    if inc is not None and inc.evidence_dir and "evidence" not in shown:
+        shown.add("evidence")
+        yield f"EVIDENCE captured before any action: {inc.evidence_dir}"
+        summary = Path(inc.evidence_dir) / "summary.txt"
+        if summary.exists():
+            for line in summary.read_text().splitlines()[:12]:
+                yield f"    | {line}"
+    rem = t.get("remediation") or {}
+    phase = rem.get("phase")
+    if phase and phase not in shown and inc is not None:
+        shown.add(phase)
+        yield f"REMEDIATION {phase}: {rem.get('detail', '')}"
+    if inc is not None and inc.status.value == "resolved" and "resolved" not in shown:
+        shown.add("resolved")
+        yield f"RESOLVED {now - onset:.1f}s after the onset: {inc.actions[-1].detail}"
+
+
+def _print_alerts(rt: Runtime, out: _Out, stop: threading.Event) -> None:
+    """Follow the alert channel like a live subscriber would."""
+    try:
+        pubsub = rt.sink.client.pubsub()
+        pubsub.subscribe(rt.daemon.cfg.alerts.channel)
+        while not stop.is_set():
+            msg = pubsub.get_message(timeout=0.5)
+            if msg and msg.get("type") == "message":
+                ev = json.loads(msg["data"])
+                out(f"ALERT {ev['status']} {ev['kind']} ({ev['reason']}) on {ev['target']['name']}: "
+                    f"{ev['summary'][:90]}")
+        pubsub.close()
+    except Exception as e:  # noqa: BLE001 - the demo goes on without the live view
+        if not stop.is_set():
+            out(f"(alert listener stopped: {e})")
 
 
 def _wait(pred, deadline: float):
@@ -127,10 +191,9 @@ def _wait(pred, deadline: float):
     return None
 
 
-def _target(daemon: Daemon, want: str):
-    st = daemon.status()
-    for t in st.get("targets", []):
-        if want == "ready" and t["ready"] and t["canary"]:
+def _target(rt: Runtime, pred):
+    for t in rt.daemon.status().get("targets", []):
+        if pred(t):
             return t
     return None
 
@@ -142,17 +205,26 @@ def _hang_one(server: SimServer) -> None:
         pass  # the engine is spinning: this request never completes
 
 
-def _one_line(daemon: Daemon, server: SimServer) -> str:
-    st = daemon.status()
-    t = next(iter(st.get("targets", [])), None)
-    if t is None:
-        return "waiting for the guardian's first status"
+def _one_line(t: dict, server: SimServer) -> str:
     engine = next((p for p in t["processes"] if p["role"] == "engine_core"), None)
     hot = engine and engine["hottest_thread"]
     seen = "engine thread: no per-thread reading yet" if not hot else (
         f"engine thread {hot['tid']}: CPU {100 * (hot['cpu_ratio'] or 0):.0f}%, "
         f"voluntary switches/s {hot['voluntary_per_s']}, syscall {hot['syscall']}")
-    health = server.health()
     suspect = next(iter(t["suspects"].values()), None)
-    return f"/health={health}  steps/s={t['engine']['steps_per_s']}  {seen}" + (
+    return f"vLLM /health={server.health()}  steps/s={t['engine']['steps_per_s']}  {seen}" + (
         f"\n           suspect: {suspect}" if suspect else "")
+
+
+def _sweep(port: int) -> None:
+    """The guardian started the replacement server itself: stop it and its session."""
+    import os
+    import signal
+
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if SIM_MODULE in cmd and str(port) in cmd:
+            try:
+                os.killpg(os.getsid(p.pid), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass

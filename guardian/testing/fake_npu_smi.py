@@ -94,7 +94,7 @@ def render_info(sc: Mapping[str, Any], t: float) -> str:
     w = (6, 16, 13, 51) if split else (25, 13, 51)
     bar = "+" + "+".join("-" * (x + 2) for x in w) + "+"
     dbl = bar.replace("-", "=")
-    out = [bar, "| " + f"npu-smi 25.2.0                   Version: 25.2.0".ljust(len(bar) - 4) + " |", bar]
+    out = [bar, "| " + "npu-smi 25.2.0                   Version: 25.2.0".ljust(len(bar) - 4) + " |", bar]
     if split:
         out += [_row("NPU ID", "Name", "Health", "Power(W)    Temp(C)           Hugepages-Usage(page)", widths=w),
                 _row("", "", "Bus-Id", "NPU Util(%) Memory-Usage(MB)  HBM-Usage(MB)", widths=w)]

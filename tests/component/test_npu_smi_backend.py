@@ -90,7 +90,8 @@ def test_a_failing_fake_npu_smi_is_probe_failed(tmp_path, mode, message):
 
 
 def test_a_missing_binary_is_backend_unavailable_in_one_line(tmp_path):
-    with pytest.raises(BackendUnavailable, match=r"^npu-smi: '.*/nope/npu-smi' not found \(accelerators.npu_smi_path\)$"):
+    pattern = r"^npu-smi: '.*/nope/npu-smi' not found \(accelerators.npu_smi_path\)$"
+    with pytest.raises(BackendUnavailable, match=pattern):
         NpuSmiBackend(SubprocessRunner(), str(tmp_path / "nope" / "npu-smi"))
 
 
