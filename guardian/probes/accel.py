@@ -44,6 +44,7 @@ class AccelResult:
     events: list[AccelEvent] = field(default_factory=list)  # XIDs seen this call
     read: tuple[str, ...] = ()  # backends read this call
     process_memory: dict[int, int] = field(default_factory=dict)  # pid -> bytes, latest read of all backends
+    notes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # backend -> what it cannot see (latest read)
 
 
 def device_dict(d: DeviceReading, read_at: float, pids: Sequence[int]) -> dict[str, Any]:
@@ -64,8 +65,11 @@ class AccelProbe:
         self._snapshots: dict[str, tuple[float, AccelSnapshot]] = {}
 
     def due(self, backend: AccelBackend, now: float) -> bool:
+        """Read at most once per ``backend.interval``; a tick a little early (up to 10% of the
+        interval, at most 0.25 s) still counts, so 1 s ticks do not skip a 1 s backend."""
         last = self._last_read.get(backend.name)
-        return last is None or now - last >= backend.interval - 1e-9
+        slack = min(0.1 * backend.interval, 0.25)
+        return last is None or now - last >= backend.interval - slack
 
     def collect(self, targets: Iterable[Target], now: float) -> AccelResult:
         res = AccelResult()
@@ -87,6 +91,8 @@ class AccelProbe:
         res.read = tuple(read)
         targets = list(targets)
         for name, (at, snap) in self._snapshots.items():
+            if snap.notes:
+                res.notes[name] = snap.notes
             pids_by_dev: dict[str, list[int]] = {}
             for p in snap.processes:
                 pids_by_dev.setdefault(p.device, []).append(p.pid)

@@ -224,3 +224,18 @@ def test_a_guardian_error_from_any_backend_never_escapes_collect(bad):
 def test_an_unexpected_exception_from_a_backend_is_reported_not_raised():
     probe = AccelProbe([Scripted("nvml", 1.0, [KeyError("bug")])])
     assert probe.collect([LLM], 0.0).errors == {"nvml": "unexpected KeyError: 'bug'"}
+
+
+def test_a_tick_slightly_early_still_reads_a_backend_due_every_second():
+    gpu = Scripted("nvml", 1.0, [AccelSnapshot("nvml", (), ())])
+    probe = AccelProbe([gpu])
+    for t in (0.0, 0.95, 1.93, 2.5):
+        probe.collect([LLM], t)
+    assert gpu.reads == 3  # 0.0, 0.95, 1.93; 2.5 is too soon after 1.93
+
+
+def test_what_a_backend_cannot_see_is_passed_on():
+    clock = FakeClock()
+    probe = AccelProbe([FakeNvmlBackend(dict(NVML, xid_permission=False), clock=clock)])
+    notes = probe.collect([LLM], clock.monotonic()).notes["nvml"]
+    assert notes[0] == "XID events disabled on nvml:0: Insufficient Permissions"

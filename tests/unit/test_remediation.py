@@ -320,3 +320,40 @@ def test_a_manual_restart_respects_the_budget(tmp_path):
     w.ledger.record("llm", w.clock.wall())
     msg = w.rem.manual("llm", w.tracker.targets["llm"], w.clock.monotonic(), "restart", dry_run=False)
     assert "refused: restart budget exhausted" in msg
+
+
+class RecordingApi:
+    """The opener seam of KubeClient: answers like the API server and records each request."""
+
+    UID = "3f8e2a1c-7b4d-4e9a-9c1f-2d6b8e0a5f71"
+
+    def __init__(self):
+        self.requests = []
+
+    def __call__(self, req, timeout):
+        import io
+        import json
+
+        self.requests.append((req.get_method(), req.full_url, json.loads(req.data) if req.data else None))
+        body = {"items": [{"metadata": {"namespace": "llm", "name": "vllm-llama-0", "uid": self.UID}}]}
+        return io.BytesIO(json.dumps(body).encode())
+
+
+def test_kubernetes_mode_deletes_the_pod_and_lets_its_controller_recreate_it(tmp_path):
+    from guardian.host.kube import KubeClient
+    from guardian.testing.fake_proc import FakeProcTree
+
+    proc = FakeProcTree(tmp_path / "proc")
+    proc.add_process(API.pid, 1, ("python3", "-m", "vllm.entrypoints.openai.api_server"), starttime=API.starttime)
+    proc.write(f"{API.pid}/cgroup", f"0::/kubepods/burstable/pod{RecordingApi.UID}/abc\n".encode())
+    api = RecordingApi()
+    w = World(tmp_path / "state", restart={"mode": "kubernetes", "stop_timeout": 10},
+              control=FakeControl({API, ENGINE}))
+    w.rem.kube = KubeClient("https://k8s", "tok", None, "gpu-node-17", opener=api)
+    w.rem.procfs = proc.procfs()
+    assert w.consider(w.open()) == "started"
+    w.step(1, n=7)
+    method, url, body = api.requests[-1]
+    assert (method, url) == ("DELETE", "https://k8s/api/v1/namespaces/llm/pods/vllm-llama-0")
+    assert body["gracePeriodSeconds"] == 10 and body["preconditions"] == {"uid": RecordingApi.UID}
+    assert all(sig != 15 for _, sig in w.control.signals)  # the kubelet stops the pod, not the guardian
