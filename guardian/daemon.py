@@ -24,6 +24,7 @@ from .discovery import discover
 from .episodes import EpisodeLog
 from .incidents import IncidentManager, IncidentStore
 from .model import Finding, Kind, ProcKey, Severity, TargetRef, Transition
+from .probes.accel import AccelProbe, AccelResult, make_backends
 from .probes.async_runner import AsyncRunner
 from .probes.canary import CanaryResult, run_canary
 from .probes.procfs import ProcfsProbe, ProcfsResult
@@ -55,7 +56,8 @@ class SelfStats:
     last_tick_s: float = 0.0
     max_tick_s: float = 0.0
     probes: dict[str, ProbeStats] = field(default_factory=lambda: {
-        "discovery": ProbeStats(), "procfs": ProbeStats(), "vllm_http": ProbeStats(), "canary": ProbeStats()})
+        "discovery": ProbeStats(), "procfs": ProbeStats(), "vllm_http": ProbeStats(), "canary": ProbeStats(),
+        "accel": ProbeStats()})
     incidents_opened: dict[str, int] = field(default_factory=dict)
     incidents_resolved: dict[str, int] = field(default_factory=dict)
 
@@ -65,7 +67,7 @@ class Daemon:
                  store: IncidentStore | None = None, log: logging.Logger | None = None,
                  runner: AsyncRunner | None = None, control=None, cmd_runner=None, lease=None,
                  kube=None, publish_control: Callable[[dict], object] | None = None,
-                 evidence=None) -> None:
+                 evidence=None, accel_backends=None) -> None:
         self.cfg = cfg
         self.clock = clock
         self.procfs = procfs
@@ -79,6 +81,10 @@ class Daemon:
         self.episodes = EpisodeLog(self.log)
         self.runner = runner or AsyncRunner(max_workers=8)
         self.procfs_probe = ProcfsProbe(procfs, cfg.probes.procfs)
+        if accel_backends is None:  # NVML/npu-smi are touched here, after construction, never at import
+            accel_backends = make_backends(cfg.accelerators, cmd_runner or SubprocessRunner(), self.log)
+        self.accel_probe = AccelProbe(list(accel_backends)) if accel_backends else None
+        self.accel: AccelResult | None = None
         self.store = store
         self.incidents = IncidentManager(self.node, clock, store, cfg.detectors)
         self.stats = SelfStats()
@@ -128,6 +134,7 @@ class Daemon:
             self._run_procfs(now)
         self._schedule_http(now)
         self._schedule_canaries(now)
+        self._schedule_accel(now)
         transitions = self._detect(now)
         for tr in transitions:
             self._emit(tr)  # opening an incident starts its evidence capture, before any action
@@ -256,6 +263,9 @@ class Daemon:
             if kind == "evidence":
                 self._fold_evidence(name, done)
                 continue
+            if kind == "accel":
+                self._fold_accel(done, now)
+                continue
             st = self.stats.probes["vllm_http" if kind == "http" else "canary"]
             st.runs += 1
             if done.error is not None:  # a bug in a probe job: count it, keep going
@@ -270,6 +280,36 @@ class Daemon:
         for kind, name in self.runner.overruns(now):
             if kind in ("http", "canary"):
                 self.stats.probes["vllm_http" if kind == "http" else "canary"].overruns += 1
+
+    def _schedule_accel(self, now: float) -> None:
+        """NVML / npu-smi reads may block (npu-smi up to its timeout): one job at a time, off the loop;
+        each backend reads at its own interval inside the probe."""
+        if self.accel_probe is None or self.runner.busy(("accel", "*")):
+            return
+        probe, targets = self.accel_probe, self.tracker.live_targets()
+        self.runner.submit(("accel", "*"), lambda: probe.collect(targets, self.clock.monotonic()),
+                           deadline=now + 2 * self.cfg.accelerators.npu_smi_timeout + 2)
+
+    def _fold_accel(self, done, now: float) -> None:
+        st = self.stats.probes["accel"]
+        st.runs += 1
+        if done.error is not None:
+            st.failures += 1
+            self.episodes.fail("accel", f"probe crashed: {done.error!r}", now)
+            return
+        res: AccelResult = done.result
+        self.series.extend(res.samples)
+        for name, msg in res.errors.items():
+            st.failures += 1
+            self.episodes.fail(f"accel:{name}", msg, now)
+        for name in res.read:
+            if name not in res.errors:
+                self.episodes.ok(f"accel:{name}")
+        for ev in res.events:
+            self.log.warning("accelerator event: %s", ev)
+        if self.accel is not None and not res.read:
+            return  # no backend was due: keep the latest full reading
+        self.accel = res
 
     def _fold_scrape(self, res: HttpScrape, now: float) -> None:
         tr = self.tracker.targets.get(res.target)
@@ -383,7 +423,9 @@ class Daemon:
 
     def _accel_held(self, pids: set[int]) -> bool | None:
         """Whether an accelerator backend still shows memory held by these pids (None: no backend)."""
-        return None
+        if self.accel_probe is None or self.accel is None:
+            return None
+        return any(self.accel.process_memory.get(pid, 0) > 0 for pid in pids)
 
     def control_request(self, req: dict) -> str:
         """Control-socket commands: drain, restart, undrain (same machine, same safety checks)."""
@@ -433,6 +475,7 @@ class Daemon:
             hottest_pid=inc.signals.get("pid") if isinstance(inc.signals.get("pid"), int) else None,
             series=series_windows(self.series, inc.target.name, now - self.series.horizon),
             metrics_text=getattr(scrape, "page", None),
+            accelerators=dict(self.accel.devices) if self.accel is not None else None,
         )
         collector = self.evidence
         if self.runner.submit(("evidence", inc.id), lambda: collector.capture(ctx),
@@ -490,6 +533,8 @@ class Daemon:
                 self.clock.sleep(max(0.0, interval - (self.clock.monotonic() - t0)))
         finally:
             self.runner.shutdown()
+            if self.accel_probe is not None:
+                self.accel_probe.close()
 
     @staticmethod
     def self_usage() -> tuple[float, int]:

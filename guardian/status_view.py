@@ -9,6 +9,7 @@ from typing import Any
 from . import __version__
 from .incidents import incident_to_dict
 from .policy import Maintenance, budget_left
+from .series.slope import theil_sen
 from .series import metrics as m
 
 
@@ -21,6 +22,20 @@ def _progress_rate(series, name: str, now: float, window: float = 10.0) -> float
     if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
         return None
     return max(0.0, pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
+
+
+def _trend(series, name: str, subjects: list[str], metric: str, now: float, window: float) -> dict | None:
+    """The current level and Theil–Sen slope (bytes/s) of a memory series summed over subjects."""
+    totals: dict[float, float] = {}
+    for subject in subjects:
+        for t, v in series.window(name, subject, metric, now - window):
+            totals[round(t, 1)] = totals.get(round(t, 1), 0.0) + v
+    pts = sorted(totals.items())
+    fit = theil_sen(pts) if len(pts) >= 2 else None
+    if not pts:
+        return None
+    return {"bytes": int(pts[-1][1]), "slope_bytes_per_s": None if fit is None else round(fit.slope, 1),
+            "window_s": window}
 
 
 def _phase(tr, open_kinds: list[str], remediation: str) -> str:
@@ -91,6 +106,12 @@ def build_status(d, now: float) -> dict[str, Any]:
                 "error": canary.error, "age_s": _r(now - canary.ended, 1),
             },
             "processes": procs,
+            "accelerators": (d.accel.per_target.get(name, []) if d.accel is not None else []),
+            "memory": {
+                "accelerator": _trend(d.series, name, [""], m.ACCEL_MEM, now, d.cfg.detectors.accel_memory_leak.window),
+                "rss": _trend(d.series, name, [f"p{p.pid}" for p in tr.target.processes], m.PROC_RSS, now,
+                              d.cfg.detectors.host_memory_leak.window),
+            },
             "suspects": suspects,
             "incidents": kinds,
             "errors": d.episodes.current(f"{name}:"),
@@ -164,6 +185,16 @@ def render_status(doc: dict[str, Any]) -> str:
                                          f"vol/s {h['voluntary_per_s']} {h['syscall'] or ''}")
             lines.append(f"  {p['pid']:>8} {p['role']:<12} {p['state'] or '?':<5} "
                          f"{_fmt_pct(p['cpu_ratio']):>5} {_fmt_bytes(p['rss_bytes']):>9}  {hot}")
+        mem = t.get("memory") or {}
+        for label, key in (("accelerator memory", "accelerator"), ("RSS (tree)", "rss")):
+            tr_ = mem.get(key)
+            if tr_:
+                slope = tr_["slope_bytes_per_s"]
+                trend = "-" if slope is None else f"{slope / 1e6:+.2f} MB/s over {tr_['window_s']:.0f}s"
+                lines.append(f"  {label}: {_fmt_bytes(tr_['bytes'])}, trend {trend}")
+        for dev in t.get("accelerators") or []:
+            lines.append(f"  device {dev.get('device')}: {_fmt_bytes(dev.get('memory_used_bytes'))} of "
+                         f"{_fmt_bytes(dev.get('memory_total_bytes'))}, util {_fmt_pct(dev.get('utilization_ratio'))}")
         rem = t.get("remediation")
         if rem:
             lines.append(f"  remediation: {rem['phase']} ({rem['reason']}, mode {rem['mode']}): {rem['detail']}")

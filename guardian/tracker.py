@@ -149,6 +149,7 @@ class Tracker:
             engine_alive=tr.engine_alive,
             canary_in_flight_since=tr.canary_in_flight_since,
             probe_interval=probe_interval,
+            ready_since=tr.ready_since,
         )
 
     def live_targets(self) -> list[Target]:
