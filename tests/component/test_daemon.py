@@ -194,3 +194,30 @@ def test_an_open_incident_survives_a_guardian_restart_without_a_duplicate(world,
         assert [i.id for i in again.incidents.open_incidents()] == [first[0].id]
     finally:
         again.runner.shutdown()
+
+
+
+@pytest.mark.parametrize("engine_memory, expect", [
+    ({"curve": "linear", "start": 2e10, "rate": 8e6, "after": 150}, [Kind.ACCEL_MEMORY_LEAK]),  # 8 MB/s
+    ({"curve": "warmup", "start": 1e9, "value": 2e10, "duration": 120}, []),  # grows, then levels off
+    ({"curve": "step", "before": 2e10, "after": 2.2e10, "at": 400}, []),  # one allocation
+    ({"curve": "noisy", "value": 2e10, "noise": 2e8, "seed": 3}, []),  # flat with noise
+])
+def test_a_fake_gpu_curve_through_the_whole_daemon(tmp_path, engine_memory, expect):
+    """The real NVML backend over a scripted NVML: per-process GPU memory of the engine pid."""
+    from guardian.testing.fake_nvml import FakeNvmlBackend
+
+    w = World(tmp_path)
+    scenario = {"devices": [{"memory_total": 8e10, "utilization": 0,
+                             "processes": [{"pid": ENGINE, "memory": engine_memory}]}]}
+    w.d.runner.shutdown()
+    w.d = Daemon(w.cfg, w.clock, w.proc.procfs(), w.http, store=IncidentStore(w.cfg.state_dir), log=w.log,
+                 cmd_runner=w.cmd, accel_backends=[FakeNvmlBackend(scenario, clock=w.clock)])
+    opened = []
+    for _ in range(600):  # ten minutes of ticks: warm-up (300 s) + windows
+        opened += [t.incident.kind for t in w.step(progress=True) if t.previous is None]
+    assert opened == expect
+    if expect:
+        inc = w.d.incidents.open_incidents()[0]
+        assert 6e6 < inc.signals["slope_bytes_per_s"] < 1e7
+        assert 6000 < inc.signals["projected_exhaustion_s"] < 8000  # (80 - 20.5) GB at 8 MB/s
