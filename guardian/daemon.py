@@ -23,7 +23,7 @@ from .detectors.view import TargetView
 from .discovery import discover
 from .episodes import EpisodeLog
 from .incidents import IncidentManager, IncidentStore
-from .model import Finding, Kind, ProcKey, Severity, TargetRef, Transition
+from .model import Finding, Kind, ProcKey, TargetRef, Transition
 from .probes.accel import AccelProbe, AccelResult, make_backends
 from .probes.async_runner import AsyncRunner
 from .probes.canary import CanaryResult, run_canary
@@ -31,12 +31,13 @@ from .probes.procfs import ProcfsProbe, ProcfsResult
 from .probes.vllm_http import HttpScrape, scrape
 from .series import SeriesStore
 from .series import metrics as m
+from .daemon_actions import ActionsMixin
 from .tracker import Tracker
-from .actions.evidence import EvidenceCollector, EvidenceContext, series_windows
+from .actions.evidence import EvidenceCollector
 from .actions.remediation import Remediator
 from .host.process_control import OsProcessControl
 from .host.runner import SubprocessRunner
-from .policy import RestartLedger, budget_left
+from .policy import RestartLedger
 
 Sink = Callable[[Transition], None]
 
@@ -62,7 +63,7 @@ class SelfStats:
     incidents_resolved: dict[str, int] = field(default_factory=dict)
 
 
-class Daemon:
+class Daemon(ActionsMixin):
     def __init__(self, cfg: Config, clock, procfs, http, *, sinks: Iterable[Sink] = (),
                  store: IncidentStore | None = None, log: logging.Logger | None = None,
                  runner: AsyncRunner | None = None, control=None, cmd_runner=None, lease=None,
@@ -99,6 +100,7 @@ class Daemon:
             EvidenceCollector(cfg.evidence, store.dir_for, cmd_runner or SubprocessRunner(), procfs, clock)
             if store is not None else None)
         self.evidence_pending: set[str] = set()
+        self._remediation_jobs: dict[str, object] = {}
         self.status_extras: dict[str, Callable[[], object]] = {}
         self.on_update: list[Callable[[object], None]] = []  # incident changed without a transition
         self.findings: dict[str, dict[Kind, Finding | None]] = {}
@@ -254,7 +256,7 @@ class Daemon:
             self.tracker.canary_started(name, now)
 
     def _collect_async(self, now: float) -> None:
-        self._remediation_jobs: dict[str, object] = {}
+        self._remediation_jobs = {}  # results of this tick only
         for done in self.runner.collect():
             kind, name = done.key
             if kind == "remediation":
@@ -268,6 +270,8 @@ class Daemon:
                 continue
             st = self.stats.probes["vllm_http" if kind == "http" else "canary"]
             st.runs += 1
+            st.last_duration_s = done.duration
+            st.total_duration_s += done.duration
             if done.error is not None:  # a bug in a probe job: count it, keep going
                 st.failures += 1
                 self.episodes.fail(f"{name}:{kind}", f"probe crashed: {done.error!r}", now)
@@ -293,6 +297,8 @@ class Daemon:
     def _fold_accel(self, done, now: float) -> None:
         st = self.stats.probes["accel"]
         st.runs += 1
+        st.last_duration_s = done.duration
+        st.total_duration_s += done.duration
         if done.error is not None:
             st.failures += 1
             self.episodes.fail("accel", f"probe crashed: {done.error!r}", now)
@@ -379,68 +385,6 @@ class Daemon:
         self._suspected = suspected
         return transitions
 
-    def _remediate(self, now: float) -> list[Transition]:
-        open_incidents = self.incidents.open_incidents()
-        tripped = {i.target.name for i in open_incidents if i.severity.value == "critical"}
-        total = len(self.tracker.targets)
-        self.decisions = {}
-        for inc in open_incidents:
-            tr = self.tracker.targets.get(inc.target.name)
-            if tr is None or inc.kind is Kind.RESTART_BUDGET_EXHAUSTED:
-                continue
-            if inc.id in self.evidence_pending:
-                self.decisions[inc.target.name] = "capturing evidence first"
-                continue
-            mode = getattr(getattr(self.cfg.detectors, inc.kind.value, None), "mode", "alert")
-            self.decisions[inc.target.name] = self.remediator.consider(
-                inc, tr, now, mode=mode, tripped=len(tripped), total=total)
-        self.remediator.tick(now, self.tracker, self.series, getattr(self, "_remediation_jobs", {}))
-        self.remediator.refresh_budgets()
-        transitions: list[Transition] = []
-        for name, tr in self.tracker.targets.items():
-            kind = Kind.RESTART_BUDGET_EXHAUSTED
-            finding = None
-            if name in self.remediator.exhausted:
-                left = budget_left(self.cfg.policy, self.ledger, name, self.clock.wall())
-                finding = Finding(kind, name, Severity.CRITICAL,
-                                  f"restart budget exhausted ({self.cfg.policy.budget.max_restarts} per "
-                                  f"{self.cfg.policy.budget.period:.0f}s): observe-only until it frees up",
-                                  {"max_restarts": self.cfg.policy.budget.max_restarts,
-                                   "period": self.cfg.policy.budget.period, "budget_left": left})
-            transitions += self.incidents.update(name, self._ref(tr, {}), {kind: finding})
-        return transitions
-
-    def _remediation_finished(self, seq, outcome: str) -> None:
-        if outcome != "done" and seq.incident_id:
-            inc = self.incidents.get(seq.incident_id)
-            if inc is not None:
-                for hook in self.on_update:
-                    hook(inc)  # the alert carries every step and why it failed
-        if outcome == "done" and not seq.drain_only:
-            for t in self.incidents.resolve_target(seq.target, f"restarted and verified: {seq.detail}"):
-                if t.incident.kind is not Kind.RESTART_BUDGET_EXHAUSTED:
-                    self._emit(t)
-
-    def _accel_held(self, pids: set[int]) -> bool | None:
-        """Whether an accelerator backend still shows memory held by these pids (None: no backend)."""
-        if self.accel_probe is None or self.accel is None:
-            return None
-        return any(self.accel.process_memory.get(pid, 0) > 0 for pid in pids)
-
-    def control_request(self, req: dict) -> str:
-        """Control-socket commands: drain, restart, undrain (same machine, same safety checks)."""
-        with self._lock:
-            return self._control(req)
-
-    def _control(self, req: dict) -> str:
-        cmd, name = req.get("cmd"), req.get("target")
-        if cmd == "undrain":
-            return self.remediator.undrain(name)
-        tr = self.tracker.targets.get(name)
-        if tr is None:
-            raise KeyError(f"unknown target {name!r} (known: {', '.join(sorted(self.tracker.targets)) or 'none'})")
-        return self.remediator.manual(name, tr, self.clock.monotonic(), cmd, bool(req.get("dry_run")))
-
     def _ref(self, tr, findings) -> TargetRef:
         role = None
         for f in findings.values():
@@ -460,42 +404,6 @@ class Daemon:
             except Exception as e:  # a sink must never take the loop down
                 self.episodes.fail(f"sink:{getattr(sink, '__name__', type(sink).__name__)}", repr(e),
                                    self.clock.monotonic())
-
-    # ------------------------------------------------------------------ evidence
-    def _capture_evidence(self, inc) -> None:
-        """Evidence before action: the bundle is taken the moment an incident opens, off the loop;
-        remediation of that incident waits for it (or its deadline)."""
-        tr = self.tracker.targets.get(inc.target.name)
-        if self.evidence is None or tr is None or not tr.target.processes:
-            return
-        now = self.clock.monotonic()
-        scrape = tr.last.get("scrape")
-        ctx = EvidenceContext(
-            incident=inc, target=tr.target,
-            hottest_pid=inc.signals.get("pid") if isinstance(inc.signals.get("pid"), int) else None,
-            series=series_windows(self.series, inc.target.name, now - self.series.horizon),
-            metrics_text=getattr(scrape, "page", None),
-            accelerators=dict(self.accel.devices) if self.accel is not None else None,
-        )
-        collector = self.evidence
-        if self.runner.submit(("evidence", inc.id), lambda: collector.capture(ctx),
-                              deadline=now + collector.deadline(len(tr.target.processes))):
-            self.evidence_pending.add(inc.id)
-
-    def _fold_evidence(self, incident_id: str, done) -> None:
-        self.evidence_pending.discard(incident_id)
-        if done.error is not None:
-            self.episodes.fail("evidence", f"capture crashed: {done.error!r}", self.clock.monotonic())
-            return
-        res = done.result
-        self.log.info("evidence for %s: %d files in %.2fs%s", incident_id, len(res.files), res.duration,
-                      "" if res.complete else f", partial: {'; '.join(f'{k}: {v}' for k, v in list(res.failures.items())[:3])}")
-        try:
-            inc = self.incidents.set_evidence(incident_id, str(res.dir))
-        except KeyError:
-            return
-        for hook in self.on_update:
-            hook(inc)
 
     def _log_transition(self, tr: Transition) -> None:
         inc = tr.incident

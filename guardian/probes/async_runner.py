@@ -7,6 +7,7 @@ server can never pile up threads.
 """
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable
@@ -24,6 +25,15 @@ class Done:
     key: Hashable
     result: Any = None
     error: BaseException | None = None
+    duration: float = 0.0  # seconds the job itself ran (not its wait for a worker)
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[Any, float, BaseException | None]:
+    start = time.perf_counter()
+    try:
+        return fn(), time.perf_counter() - start, None
+    except Exception as e:  # handed back to the loop as Done.error
+        return None, time.perf_counter() - start, e
 
 
 class AsyncRunner:
@@ -38,7 +48,7 @@ class AsyncRunner:
         """Start ``fn`` unless a job with ``key`` is still running. Returns True if started."""
         if key in self._jobs:
             return False
-        self._jobs[key] = _Job(self._pool.submit(fn), deadline)
+        self._jobs[key] = _Job(self._pool.submit(_timed, fn), deadline)
         return True
 
     def collect(self) -> list[Done]:
@@ -47,7 +57,11 @@ class AsyncRunner:
             if job.future.done():
                 del self._jobs[key]
                 err = job.future.exception()
-                done.append(Done(key, None if err else job.future.result(), err))
+                if err is not None:
+                    done.append(Done(key, None, err))
+                else:
+                    outcome, seconds, raised = job.future.result()
+                    done.append(Done(key, None if raised else outcome, raised, seconds))
         return done
 
     def overruns(self, now: float) -> list[Hashable]:

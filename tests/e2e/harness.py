@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -187,11 +188,18 @@ def fire(server: VllmServer, switch: FaultSwitch, fault: str, timeout: float = 6
     return onset
 
 
+def cmdline_match(port: int) -> dict:
+    """A target matcher that finds the API server from its spawn on (a port match waits for the
+    listening socket, which vLLM 0.32 opens only once its engine is up)."""
+    return {"cmdline_regex": rf"{re.escape(API_SERVER_MODULE)} .*--port {port}( |$)"}
+
+
 class GuardianRun:
-    """``guardian run --dry-run`` watching one target by port; state and socket under ``base``."""
+    """``guardian run --dry-run`` watching one target (by port unless ``match`` says otherwise);
+    state and socket under ``base``."""
 
     def __init__(self, base: Path, port: int, name: str = "vllm", python: str = sys.executable,
-                 extra: dict | None = None) -> None:
+                 extra: dict | None = None, match: dict | None = None) -> None:
         base.mkdir(parents=True, exist_ok=True)
         self.name = name
         self.state_dir = base / "state"
@@ -202,7 +210,7 @@ class GuardianRun:
             "node": "e2e",
             "state_dir": str(self.state_dir),
             "autodiscover": False,  # only our server: other tests may run servers too
-            "targets": [{"name": name, "match": {"port": port}}],
+            "targets": [{"name": name, "match": match or {"port": port}}],
             "api": {"http": None},
         }
         cfg.update(extra or {})

@@ -17,9 +17,10 @@ import time
 
 import pytest
 
+from benchmarks.report import parse_vmrss
 from guardian.testing.sim_control import LoadGenerator
-from harness import (E2E_PYTHON, FaultSwitch, GuardianRun, HealthPoller, VllmServer, ensure_model, fire,
-                     liveness_fired_at, poll, py_spy_dump)
+from harness import (E2E_PYTHON, FaultSwitch, GuardianRun, HealthPoller, VllmServer, cmdline_match, ensure_model,
+                     fire, liveness_fired_at, poll, py_spy_dump)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
@@ -31,10 +32,9 @@ RECOVER_TIMEOUT = 180.0
 
 def _rss_bytes(pid: int) -> int:
     with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
+        rss = parse_vmrss(fh.read())
+    assert rss is not None, f"no VmRSS for pid {pid}"
+    return rss
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +85,10 @@ def _recovered(server: VllmServer) -> None:
 
 def test_no_incident_during_warm_up_sustained_load_or_idle(server, workdir, results):
     """The guardian watches from before the server is up, through 60 s of load and 60 s idle: nothing."""
-    g = GuardianRun(workdir / "g-negatives", server.port).start()
+    g = GuardianRun(workdir / "g-negatives", server.port, match=cmdline_match(server.port)).start()
     try:
+        seen = poll(g.target, 120, every=1.0)
+        assert seen is not None and not seen["ready"], (seen, g.log_text())  # watching the warm-up itself
         results["vllm_server_start_s"] = server.wait_ready(SERVER_READY_TIMEOUT)
         assert g.wait_ready(GUARDIAN_READY_TIMEOUT), g.log_text()
         results["warm_up_start_to_first_healthy_canary_s"] = time.time() - server.started_at
@@ -188,6 +190,6 @@ def test_engine_death_opens_engine_dead(ready_server, guardian, switch, results)
     results["engine_dead_onset_to_incident_s"] = inc["opened_at"] - onset
     _assert_target_is_the_server(inc, server)
     assert inc["signals"]["reason"] in ("engine_core_gone", "api_server_gone", "health_failed")
-    assert engine in inc["signals"]["engine_pids"]
+    assert (inc["signals"]["api_pid"], inc["signals"]["api_starttime"]) == (server.pid, server.starttime)
     assert switch.onset("die")["pid"] == engine
     assert [i["kind"] for i in guardian.incidents()] == ["engine_dead"]

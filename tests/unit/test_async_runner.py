@@ -46,3 +46,12 @@ def test_an_overrun_is_reported_once_and_keeps_the_key_busy():
     assert r.busy("k")
     gate.set()
     r.shutdown()
+
+
+def test_a_finished_job_reports_how_long_it_ran():
+    r = AsyncRunner(1)
+    r.submit("k", lambda: time.sleep(0.05) or "x", deadline=10)
+    done = []
+    assert wait_for(lambda: done.extend(r.collect()) or done)
+    assert done[0].result == "x" and done[0].duration >= 0.04
+    r.shutdown()
