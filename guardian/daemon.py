@@ -20,7 +20,7 @@ from . import __version__
 from .config_schema import Config
 from .detectors import evaluate_all
 from .detectors.view import TargetView
-from .discovery import discover
+from .discovery import DiscoveryCache, discover
 from .episodes import EpisodeLog
 from .incidents import IncidentManager, IncidentStore
 from .model import Finding, Kind, ProcKey, TargetRef, Transition
@@ -101,6 +101,7 @@ class Daemon(ActionsMixin):
             if store is not None else None)
         self.evidence_pending: set[str] = set()
         self._remediation_jobs: dict[str, object] = {}
+        self.discovery_cache = DiscoveryCache()
         self.status_extras: dict[str, Callable[[], object]] = {}
         self.on_update: list[Callable[[object], None]] = []  # incident changed without a transition
         self.findings: dict[str, dict[Kind, Finding | None]] = {}
@@ -164,7 +165,7 @@ class Daemon(ActionsMixin):
         st = self.stats.probes["discovery"]
         t0 = time.perf_counter()
         try:
-            result = discover(self.procfs, self.cfg)
+            result = discover(self.procfs, self.cfg, cache=self.discovery_cache)
         except Exception as e:  # a broken /proc must not kill the loop
             st.failures += 1
             self.episodes.fail("discovery", f"{type(e).__name__}: {e}", now)

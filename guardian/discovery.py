@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 from urllib.parse import urlsplit
 
@@ -124,11 +124,20 @@ def classify(cmdline: tuple[str, ...], prefix: str) -> Role:
 
 
 # ---------------------------------------------------------------- the snapshot
+@dataclass
+class DiscoveryCache:
+    """What one pass learnt that the next can check cheaply: which processes own which
+    listening socket inodes (finding them means reading every process's fd table)."""
+
+    owners: dict[int, frozenset[ProcKey]] = field(default_factory=dict)
+
+
 class _Snapshot:
     """One pass over /proc: every process's key, ppid, cmdline; children by ppid; lazily, fds."""
 
-    def __init__(self, procfs: ProcFS):
+    def __init__(self, procfs: ProcFS, cache: "DiscoveryCache | None" = None):
         self.procfs = procfs
+        self.cache = cache
         self.procs: dict[int, _Proc] = {}
         for pid in procfs.pids():
             try:
@@ -179,6 +188,10 @@ class _Snapshot:
     def port_owners(self, port: int) -> set[int]:
         if self._listening is None:
             self._listening = self.procfs.listening_ports()
+        cached = self._cached_owners(port)
+        if cached is not None:
+            return cached
+        if self._owners is None:
             self._owners = {}
             for pid in self.procs:
                 try:
@@ -187,11 +200,35 @@ class _Snapshot:
                     continue
                 for inode in inodes:
                     self._owners.setdefault(inode, set()).add(pid)
-        assert self._owners is not None
         owners: set[int] = set()
         for inode in self._listening.get(port, ()):
-            owners |= self._owners.get(inode, set())
+            found = self._owners.get(inode, set())
+            owners |= found
+            if self.cache is not None:
+                self.cache.owners[inode] = frozenset(self.procs[p].key for p in found)
         return owners
+
+    def _cached_owners(self, port: int) -> set[int] | None:
+        """The owners found by an earlier pass, if every one still lives with the same starttime
+        and still holds the socket: one process's fds read instead of every process's."""
+        if self.cache is None:
+            return None
+        owners: set[int] = set()
+        for inode in self._listening.get(port, ()):
+            keys = self.cache.owners.get(inode)
+            if not keys:
+                return None
+            for key in keys:
+                p = self.procs.get(key.pid)
+                if p is None or p.key != key:
+                    return None
+                try:
+                    if inode not in self.procfs.socket_inodes(key.pid):
+                        return None
+                except (TargetGone, AccessDenied, ProbeFailed):
+                    return None
+                owners.add(key.pid)
+        return owners or None
 
 
 def _read_file(path: str) -> str:
@@ -257,11 +294,13 @@ def _build(snap: _Snapshot, root: int, name: str, prefix: str, port: int, api_ur
                   api_url=api_url, source=source)
 
 
-def discover(procfs: ProcFS, cfg: Config, *, read_file: Callable[[str], str] | None = None) -> DiscoveryResult:
-    """One discovery pass. ``read_file`` is the seam for reading pid files (default: open)."""
+def discover(procfs: ProcFS, cfg: Config, *, read_file: Callable[[str], str] | None = None,
+             cache: DiscoveryCache | None = None) -> DiscoveryResult:
+    """One discovery pass. ``read_file`` is the seam for reading pid files (default: open);
+    ``cache`` (kept by the caller between passes) spares the fd scan when port owners are unchanged."""
     read_file = read_file or _read_file
     prefix = cfg.discovery.process_name_prefix
-    snap = _Snapshot(procfs)
+    snap = _Snapshot(procfs, cache)
     targets: list[Target] = []
     unmatched: list[tuple[str, str]] = []
     claimed: dict[int, str] = {}  # pid -> target name, for every process of every tree
@@ -312,6 +351,6 @@ def discover(procfs: ProcFS, cfg: Config, *, read_file: Callable[[str], str] | N
 
 
 __all__ = [
-    "DiscoveryResult", "discover", "is_api_server", "classify", "server_port", "server_host",
+    "DiscoveryCache", "DiscoveryResult", "discover", "is_api_server", "classify", "server_port", "server_host",
     "option_value", "url_for",
 ]

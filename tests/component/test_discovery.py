@@ -381,3 +381,54 @@ def test_server_port(argv, port):
 )
 def test_server_host(argv, host):
     assert server_host(("vllm", "serve") + argv) == host
+
+
+class CountingOpener:
+    """Counts fd-table listings: the expensive part of matching a port to its owner."""
+
+    def __init__(self, tree):
+        self.tree = tree
+        self.fd_listings = 0
+
+    def listdir(self, path):
+        if path.rstrip("/").endswith("/fd"):
+            self.fd_listings += 1
+        return self.tree.listdir(path)
+
+
+def test_a_cache_spares_the_fd_scan_while_the_port_owner_is_unchanged(tmp_path):
+    from guardian.config import parse_config
+    from guardian.discovery import DiscoveryCache, discover
+    from guardian.testing.fake_proc import FakeProcTree
+
+    tree = FakeProcTree(tmp_path / "proc")
+    for pid in range(300, 340):
+        tree.add_process(pid, 1, ("sleep", "1000"))
+    tree.add_process(100, 1, ("python3", "/opt/serve.py"))
+    tree.listen(100, 8000, inode=777)
+    counter = CountingOpener(tree)
+    procfs = tree.procfs(listdir=counter.listdir)
+    cfg = parse_config({"autodiscover": False, "targets": [{"name": "llm", "match": {"port": 8000}}]})
+    cache = DiscoveryCache()
+    first = discover(procfs, cfg, cache=cache)
+    full = counter.fd_listings
+    second = discover(procfs, cfg, cache=cache)
+    assert first.target("llm").key == second.target("llm").key
+    assert full >= 41 and counter.fd_listings - full == 1  # one process's fds, not every process's
+
+
+def test_a_cache_is_not_trusted_once_the_owner_changed(tmp_path):
+    from guardian.config import parse_config
+    from guardian.discovery import DiscoveryCache, discover
+    from guardian.testing.fake_proc import FakeProcTree
+
+    tree = FakeProcTree(tmp_path / "proc")
+    tree.add_process(100, 1, ("python3", "/opt/serve.py"))
+    tree.listen(100, 8000, inode=777)
+    cfg = parse_config({"autodiscover": False, "targets": [{"name": "llm", "match": {"port": 8000}}]})
+    cache = DiscoveryCache()
+    discover(tree.procfs(), cfg, cache=cache)
+    tree.remove(100)
+    tree.add_process(200, 1, ("python3", "/opt/serve.py"))  # restarted: a new owner, same port and inode
+    tree.listen(200, 8000, inode=777)
+    assert discover(tree.procfs(), cfg, cache=cache).target("llm").key.pid == 200

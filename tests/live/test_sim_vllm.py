@@ -330,13 +330,11 @@ def test_rss_leak_grows_engine_rss_at_about_the_rate(make_server):
 
 def test_stop_takes_the_whole_tree_down_gracefully(make_server):
     server = make_server("--with-worker")
-    worker = server.worker_pid()
+    worker = poll_until(server.worker_pid, what="the worker to be spawned")  # slow on a busy machine
     assert worker is not None and read_cmdline(worker).startswith("VLLM::Worker")
     tree = server.tracked()
     assert len(tree) >= 3  # API server, engine, worker (+ multiprocessing's resource tracker)
-    started = time.monotonic()
-    assert server.stop() == 0
-    assert time.monotonic() - started < 3
+    assert server.stop() == 0  # 0: it exited on SIGTERM by itself (stop() SIGKILLs only after 5 s)
     assert [ref for ref in tree if is_running(ref)] == []
 
 
