@@ -165,6 +165,7 @@ class Daemon(ActionsMixin):
         st = self.stats.probes["discovery"]
         t0 = time.perf_counter()
         try:
+            self.discovery_cache.now = now
             result = discover(self.procfs, self.cfg, cache=self.discovery_cache)
         except Exception as e:  # a broken /proc must not kill the loop
             st.failures += 1

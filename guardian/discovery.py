@@ -124,12 +124,19 @@ def classify(cmdline: tuple[str, ...], prefix: str) -> Role:
 
 
 # ---------------------------------------------------------------- the snapshot
+CMDLINE_SETTLE_S = 30.0  # vLLM retitles its children (VLLM::EngineCore …) right after they start
+
+
 @dataclass
 class DiscoveryCache:
     """What one pass learnt that the next can check cheaply: which processes own which
     listening socket inodes (finding them means reading every process's fd table)."""
 
     owners: dict[int, frozenset[ProcKey]] = field(default_factory=dict)
+    # cmdline per process identity and when it was first seen; a title older than
+    # CMDLINE_SETTLE_S is not read again (the full scan then costs one stat read per pid)
+    cmdlines: dict[ProcKey, tuple[tuple[str, ...], float]] = field(default_factory=dict)
+    now: float = 0.0  # monotonic time of the pass, set by the caller
 
 
 class _Snapshot:
@@ -139,13 +146,25 @@ class _Snapshot:
         self.procfs = procfs
         self.cache = cache
         self.procs: dict[int, _Proc] = {}
+        known = cache.cmdlines if cache is not None else {}
+        now = cache.now if cache is not None else 0.0
+        seen: dict[ProcKey, tuple[tuple[str, ...], float]] = {}
         for pid in procfs.pids():
             try:
                 st = procfs.stat(pid)
-                cmdline = procfs.cmdline(pid)
+                key = ProcKey(pid, st.starttime)
+                cached = known.get(key)
+                if cached is not None and now - cached[1] >= CMDLINE_SETTLE_S:
+                    cmdline = cached[0]  # a process's title settles at start (setproctitle)
+                else:
+                    cmdline = procfs.cmdline(pid)
+                    cached = (cmdline, cached[1] if cached else now)
             except (TargetGone, AccessDenied, ProbeFailed):
                 continue
-            self.procs[pid] = _Proc(ProcKey(pid, st.starttime), st.ppid, st.state, cmdline)
+            seen[key] = cached
+            self.procs[pid] = _Proc(key, st.ppid, st.state, cmdline)
+        if cache is not None:
+            cache.cmdlines = seen  # only processes alive now: the cache never grows unbounded
         self.children: dict[int, list[int]] = {}
         for p in self.procs.values():
             if p.ppid != p.key.pid:

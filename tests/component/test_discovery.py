@@ -432,3 +432,24 @@ def test_a_cache_is_not_trusted_once_the_owner_changed(tmp_path):
     tree.add_process(200, 1, ("python3", "/opt/serve.py"))  # restarted: a new owner, same port and inode
     tree.listen(200, 8000, inode=777)
     assert discover(tree.procfs(), cfg, cache=cache).target("llm").key.pid == 200
+
+
+def test_a_settled_title_is_not_read_again_but_a_young_one_is(tmp_path):
+    from guardian.config import parse_config
+    from guardian.discovery import CMDLINE_SETTLE_S, DiscoveryCache, discover
+    from guardian.testing.fake_proc import FakeProcTree
+
+    tree = FakeProcTree(tmp_path / "proc")
+    tree.add_process(100, 1, ("python3", "-m", "vllm.entrypoints.openai.api_server", "--port", "8000"))
+    tree.add_process(110, 100, ("python3", "-c", "from multiprocessing.spawn import spawn_main"))
+    cfg = parse_config({})
+    cache = DiscoveryCache(now=0.0)
+    assert discover(tree.procfs(), cfg, cache=cache).target("vllm-8000").processes[1].role is Role.OTHER
+    tree.set_process(110, cmdline=("VLLM::EngineCore",))  # the child retitles itself a moment later
+    cache.now = 2.0
+    assert discover(tree.procfs(), cfg, cache=cache).target("vllm-8000").processes[1].role is Role.ENGINE_CORE
+    reads = []
+    procfs = tree.procfs(opener=lambda path: reads.append(path) or tree.opener(path))
+    cache.now = 2.0 + CMDLINE_SETTLE_S
+    discover(procfs, cfg, cache=cache)
+    assert not [p for p in reads if p.endswith("/cmdline")]
