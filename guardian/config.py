@@ -43,7 +43,6 @@ DEFAULT_PATH = "/etc/guardian/guardian.yaml"
 # Later work removes an entry when it wires the feature; nothing else lists them.
 INACTIVE_FEATURES: tuple[tuple[str, str], ...] = (
     ("detectors.output_corruption", "detector not implemented"),
-    ("detectors.probe_failure", "detector not implemented"),
 )
 
 # Rules for fields whose schema metadata carries no 'check' (kept out of the schema).

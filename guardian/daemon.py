@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 from . import __version__
 from .config_schema import Config
 from .detectors import evaluate_all
+from .detectors.probe_failure import evaluate_episodes
 from .detectors.view import TargetView
 from .discovery import DiscoveryCache, discover
 from .episodes import EpisodeLog
@@ -364,6 +365,9 @@ class Daemon(ActionsMixin):
                 continue  # the guardian is taking it down itself: its death is not news
             view = TargetView(self.tracker.state(name, now, interval), self.series)
             findings = evaluate_all(view, self.cfg.detectors)
+            findings[Kind.PROBE_FAILURE] = evaluate_episodes(
+                name, {k: (e.count, e.message, e.since) for k, e in self.episodes.open.items()
+                       if k.startswith(f"{name}:")}, self.cfg.detectors, now)
             self.findings[name] = findings
             ref = self._ref(tr, findings)
             # Until the target has answered a canary (warm-up, or a guardian that just restarted and

@@ -149,6 +149,8 @@ class Remediator:
             return "in progress"
         if mode != "remediate":
             return f"mode {mode}: alert only"
+        if incident.kind in (Kind.PROBE_FAILURE, Kind.RESTART_BUDGET_EXHAUSTED):
+            return "a blind spot or an exhausted budget is never a reason to restart: alert only"
         prev = self.sequences.get(name)
         if prev is not None and prev.incident_id == incident.id and prev.phase in ("failed", "done", "aborted"):
             return f"already {prev.phase} for this incident"

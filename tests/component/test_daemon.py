@@ -221,3 +221,15 @@ def test_a_fake_gpu_curve_through_the_whole_daemon(tmp_path, engine_memory, expe
         inc = w.d.incidents.open_incidents()[0]
         assert 6e6 < inc.signals["slope_bytes_per_s"] < 1e7
         assert 6000 < inc.signals["projected_exhaustion_s"] < 8000  # (80 - 20.5) GB at 8 MB/s
+
+
+def test_a_probe_failing_for_long_opens_probe_failure_and_never_a_restart(world):
+    world.d.cfg = parse_config({"node": "n1", "state_dir": world.cfg.state_dir, "api": {"http": None},
+                                "detectors": {"probe_failure": {"after": 10}}})
+    world.step(4)
+    world.http.route("GET", "/metrics", ok("<html>proxy login</html>\n"))
+    opened = [t.incident.kind for t in world.step(15) if t.previous is None]
+    assert opened == [Kind.PROBE_FAILURE]
+    world.http.route("GET", "/metrics", world.page)
+    resolved = [t.incident.kind for t in world.step(3) if t.previous is not None]
+    assert resolved == [Kind.PROBE_FAILURE]
