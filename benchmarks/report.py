@@ -44,6 +44,18 @@ class Summary:
     max: float | None
 
 
+def probe_costs(before: dict, after: dict) -> tuple["ProbeCost", ...]:
+    """Per-probe cost between two ``guardian status --json`` "probes" maps (runs and mean duration
+    since the guardian started): the runs and the mean duration of the runs in between."""
+    out = []
+    for name in sorted(after):
+        a, b = after[name], before.get(name, {"runs": 0, "mean_duration_s": 0.0})
+        runs = int(a["runs"]) - int(b["runs"])
+        total = float(a["mean_duration_s"] or 0.0) * int(a["runs"]) - float(b["mean_duration_s"] or 0.0) * int(b["runs"])
+        out.append(ProbeCost(name, runs, max(0.0, total) / runs if runs > 0 else 0.0))
+    return tuple(out)
+
+
 def summarize(values: list[float]) -> Summary:
     if not values:
         return Summary(0, None, None)
@@ -139,7 +151,7 @@ def render_markdown(r: Report) -> str:
         f"Kubernetes-style liveness = `GET /health` every {r.period_s:g} s, 1 s timeout, "
         f"failure threshold {r.threshold}, polled during the same runs.",
         "",
-        "| fault injected | incident | detected | onset→incident median | max | runs | "
+        "| fault injected | incident | detected | onset→incident median | max | each run (s) | "
         "other incidents | liveness probe on /health |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -155,11 +167,16 @@ def render_markdown(r: Report) -> str:
             for k in others)
         lines.append(f"| {label} | `{kind}` | {s.n}/{len(runs)} | {_s(s.median)} | {_s(s.max)} | {each} | "
                      f"{other_txt} | {_liveness(runs, r.period_s, r.threshold)} |")
-    lines += ["", "| negative scenario | observed | incidents |", "|---|---|---|"]
-    for n in r.negatives:
-        note = f" ({n.note})" if n.note else ""
-        lines.append(f"| {n.scenario}{note} | {n.seconds:.0f} s | {len(n.incidents)}"
-                     f"{'' if not n.incidents else ': ' + ', '.join(n.incidents)} |")
+    lines += ["", "| negative scenario | observed | incidents (false positives) |", "|---|---|---|"]
+    for scenario in dict.fromkeys(n.scenario for n in r.negatives):
+        group = [n for n in r.negatives if n.scenario == scenario]
+        notes = "; ".join(n.note for n in group if n.note)
+        secs = [n.seconds for n in group]
+        seen = "" if len(group) == 1 else f"{len(group)} runs, "
+        span = f"{secs[0]:.0f} s" if len(group) == 1 else f"{min(secs):.0f}–{max(secs):.0f} s each"
+        kinds = [k for n in group for k in n.incidents]
+        lines.append(f"| {scenario}{f' ({notes})' if notes else ''} | {seen}{span} | {len(kinds)}"
+                     f"{'' if not kinds else ': ' + ', '.join(kinds)} |")
     if r.overhead is not None:
         o = r.overhead
         lines += [
@@ -167,9 +184,10 @@ def render_markdown(r: Report) -> str:
             f"Guardian cost while watching one real server ({o.window_s:.0f} s idle, /proc/<guardian pid>/stat): "
             f"CPU {o.cpu_percent:.2f} % of one core (+{o.children_cpu_percent:.2f} % for its children: the "
             f"embedded Redis), RSS {_mib(o.rss_mean_bytes)} mean / {_mib(o.rss_max_bytes)} max; "
-            f"{o.ticks} ticks, last tick {_ms(o.last_tick_s)}, slowest {_ms(o.max_tick_s)}.",
+            f"{o.ticks} ticks in the window; last tick {_ms(o.last_tick_s)}, slowest since start "
+            f"{_ms(o.max_tick_s)}.",
             "",
-            "| probe (guardian status --json) | runs | mean duration | per tick |",
+            "| probe (guardian status --json, runs in the idle window) | runs | mean duration | per tick |",
             "|---|---|---|---|",
         ]
         for p in o.probes:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -28,8 +29,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from .report import (FAULTS, FaultRun, Negative, Overhead, ProbeCost, Report, cpu_percent, parse_stat_cpu_ticks,
-                     parse_vmrss, render_markdown, summarize)
+from .report import (FAULTS, FaultRun, Negative, Overhead, Report, cpu_percent, parse_stat_cpu_ticks, parse_vmrss,
+                     probe_costs, render_markdown, summarize)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "latest.md"
@@ -80,6 +81,7 @@ class Bench:
         self.negatives: list[Negative] = []
         self.starts: list[float] = []
         self.overhead: Overhead | None = None
+        self.rng = random.Random(args.seed)
         self._n = 0
 
     def say(self, msg: str) -> None:
@@ -99,15 +101,19 @@ class Bench:
         d = self._dir(f"server{index}")
         server = h.VllmServer(model, d / "faults", d / "vllm.log").start()
         try:
-            g = h.GuardianRun(d / "g-watch", server.port).start()
+            g = h.GuardianRun(d / "g-watch", server.port, match=h.cmdline_match(server.port)).start()
             try:
+                if h.poll(g.target, 120, every=1.0) is None:
+                    raise RuntimeError(f"guardian never saw the server's process:\n{g.log_text()}")
+                seen = time.time() - server.started_at
                 start = server.wait_ready(self.args.server_timeout)
                 self.starts.append(start)
                 self.say(f"server {index} ready in {start:.1f} s (port {server.port})")
                 if not g.wait_ready(180):
                     raise RuntimeError(f"guardian never saw the server ready:\n{g.log_text()}")
                 warm = time.time() - server.started_at
-                self.negatives.append(Negative("warm-up: spawn → first healthy canary", warm, self._kinds(g)))
+                self.negatives.append(Negative("warm-up: spawn → first healthy canary", warm, self._kinds(g),
+                                               f"watched from {seen:.0f} s"))
                 if index == 0:
                     self.load_and_idle(server, g)
             finally:
@@ -141,6 +147,7 @@ class Bench:
 
         a, pr = self.args, self.proc
         kids = descendant_pids(g.pid)
+        before = g.status() or {}
         t0, c0 = time.time(), pr.cpu_ticks(g.pid)
         k0 = {k: pr.cpu_ticks(k) for k in kids}
         rss: list[int] = []
@@ -153,18 +160,16 @@ class Bench:
         t1, c1 = time.time(), pr.cpu_ticks(g.pid)
         k1 = {k: pr.cpu_ticks(k) for k in kids}
         kid_ticks = sum(k1[k] - k0[k] for k in kids if k0.get(k) is not None and k1.get(k) is not None)
-        status = g.status() or {}
-        probes = tuple(ProbeCost(name, int(p["runs"]), float(p["mean_duration_s"] or 0.0))
-                       for name, p in sorted(status.get("probes", {}).items()))
-        gs = status.get("guardian", {})
+        after = g.status() or {}
+        gs, gs0 = after.get("guardian", {}), before.get("guardian", {})
         if c0 is None or c1 is None:
             raise RuntimeError("the guardian vanished during the idle watch")
         return Overhead(
             window_s=t1 - t0, cpu_percent=cpu_percent(c0, c1, t1 - t0, pr.clk_tck),
             rss_mean_bytes=sum(rss) / len(rss), rss_max_bytes=max(rss),
             children_cpu_percent=100.0 * kid_ticks / pr.clk_tck / (t1 - t0),
-            ticks=int(gs.get("ticks", 0)), last_tick_s=gs.get("last_tick_s"), max_tick_s=gs.get("max_tick_s"),
-            probes=probes,
+            ticks=int(gs.get("ticks", 0)) - int(gs0.get("ticks", 0)), last_tick_s=gs.get("last_tick_s"),
+            max_tick_s=gs.get("max_tick_s"), probes=probe_costs(before.get("probes", {}), after.get("probes", {})),
         )
 
     # ------------------------------------------------------------ one fault
@@ -176,6 +181,7 @@ class Bench:
                 raise RuntimeError(f"guardian never saw the server ready:\n{g.log_text()}")
             switch = h.FaultSwitch(server.fault_dir)
             poller = h.HealthPoller(server.host, server.port, period=a.period).start()
+            time.sleep(self.rng.uniform(0.0, a.period))  # a kubelet's probe phase owes nothing to the fault
             onset = h.fire(server, switch, fault)
             inc = g.wait_incident(kind, a.detect_timeout)
             detected = None if inc is None else inc["opened_at"] - onset
@@ -226,6 +232,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="seconds the guardian keeps watching after a busy loop/stall is cleared")
     p.add_argument("--period", type=float, default=10.0, help="liveness probe period")
     p.add_argument("--threshold", type=int, default=3, help="liveness failure threshold")
+    p.add_argument("--seed", type=int, default=0, help="seeds the liveness probe's phase against each fault")
     p.add_argument("--detect-timeout", type=float, default=180.0)
     p.add_argument("--server-timeout", type=float, default=900.0)
     args = p.parse_args(argv)

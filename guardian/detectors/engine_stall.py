@@ -7,7 +7,7 @@ Decides:
 - confirmed when work was pending in every sample of the window (samples
   spanning >= 90% of it) and no counter moved (``counters_frozen``), or when the
   most recent canary (ended within the window) timed out and no counter moved
-  during its flight (``canary_timeout``);
+  during its flight nor since (``canary_timeout``);
 - a suspect (unconfirmed, so the daemon sends a canary) when work was pending
   and counters frozen over the last few seconds only.
 
@@ -64,7 +64,10 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     if done:
         c = done[-1]
         flight = progress_between(series, name, c.started, c.ended)
-        if c.timed_out and flight is not True:
+        # ...and the engine has not moved since: a recovered engine (a spin that ended, a lock
+        # released) works through its backlog at once, which must clear the old timeout
+        since = progress_between(series, name, c.started, now)
+        if c.timed_out and flight is not True and since is not True:
             sig = dict(base, reason="canary_timeout", canary_latency_s=c.latency, canary_progress=flight)
             what = f"canary timed out after {c.ended - c.started:.1f}s"
             return _finding(name, subject, sig, what, True)

@@ -256,6 +256,22 @@ class GuardianRun:
     def wait_incident(self, kind: str, timeout: float) -> dict | None:
         return poll(lambda: next((i for i in self.incidents() if i["kind"] == kind), None), timeout)
 
+    def evidence_mentioning(self, incident_id: str, needle: str, timeout: float) -> Path | None:
+        """The first text file of the incident's evidence bundle that contains ``needle`` (polled:
+        the capture runs after the incident opens), else None."""
+        def look() -> Path | None:
+            inc = next((i for i in self.incidents() if i["id"] == incident_id), None)
+            if inc is None or not inc["evidence_dir"]:
+                return None
+            for path in sorted(Path(inc["evidence_dir"]).rglob("*.txt")):
+                try:
+                    if needle in path.read_text(errors="replace"):
+                        return path
+                except OSError:
+                    continue
+            return None
+        return poll(look, timeout, every=1.0)
+
     def status(self) -> dict | None:
         try:
             out = subprocess.run(

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.report import (FaultRun, Negative, Overhead, ProbeCost, Report, cpu_percent, parse_stat_cpu_ticks,
-                               parse_vmrss, render_markdown, summarize)
+                               parse_vmrss, probe_costs, render_markdown, summarize)
 from harness import Probe, liveness_fired_at
 
 STAT = "4242 (py thon) (x) S 1 4242 4242 0 -1 4194560 2000 0 0 0 150 25 0 0 20 0 3 0 208880 1000 200 18446744073709551615"
@@ -59,7 +59,8 @@ def _report() -> Report:
     overhead = Overhead(60.0, 1.5, 50 << 20, 52 << 20, 0.2, 60, 0.002, 0.05,
                         (ProbeCost("procfs", 60, 0.003), ProbeCost("canary", 6, 0.0)))
     return Report(3, "0.32.0", "2 CPUs", 600.0, (80.0, 90.0), runs,
-                  (Negative("idle", 60.0, ()), Negative("sustained load", 60.0, ("busy_loop",), "10 completions")),
+                  (Negative("idle", 60.0, ()), Negative("sustained load", 60.0, ("busy_loop",), "10 completions"),
+                   Negative("warm-up", 80.0, ()), Negative("warm-up", 90.0, ("engine_dead",))),
                   overhead, notes=("a note",))
 
 
@@ -88,3 +89,15 @@ def test_table_counts_false_positives_and_overhead():
 def test_faults_without_runs_are_left_out():
     text = render_markdown(_report())
     assert "blocked on a lock" not in text
+
+
+def test_repeated_negative_scenarios_share_one_row():
+    assert "| warm-up | 2 runs, 80–90 s each | 1: engine_dead |" in render_markdown(_report())
+
+
+def test_probe_costs_are_the_runs_between_two_status_snapshots():
+    before = {"procfs": {"runs": 10, "mean_duration_s": 0.1}, "canary": {"runs": 0, "mean_duration_s": 0.0}}
+    after = {"procfs": {"runs": 30, "mean_duration_s": 0.04}, "canary": {"runs": 2, "mean_duration_s": 0.05},
+             "accel": {"runs": 0, "mean_duration_s": 0.0}}
+    costs = {c.name: (c.runs, round(c.mean_duration_s, 6)) for c in probe_costs(before, after)}
+    assert costs == {"procfs": (20, 0.01), "canary": (2, 0.05), "accel": (0, 0.0)}

@@ -185,3 +185,13 @@ def test_a_hot_process_whose_threads_are_read_and_cool_can_still_stall():
     v = view(counters(False), canary(NOW - 6, NOW - 1, answered=False), hot_process, thread(cpu=0.3))
     f = engine_stall.evaluate(v, CFG)
     assert f is not None and f.confirmed
+
+
+
+def test_an_old_timeout_does_not_outlive_a_recovery():
+    """A canary timed out during a busy loop; the spin ended and the engine works through its
+    backlog: the counters moving since the timeout clear it (no stall right after a recovery)."""
+    frozen_then_moving = [Sample(T, "", m.ITERATIONS, 100.0 if t < NOW - 3 else 100.0 + (t - NOW + 3) * 5, t)
+                          for t in seconds(NOW - 30, NOW)]
+    v = view(frozen_then_moving, canary(NOW - 12, NOW - 7, answered=False), gauges(running=0))
+    assert engine_stall.evaluate(v, CFG) is None
