@@ -48,7 +48,11 @@ class AsyncRunner:
         """Start ``fn`` unless a job with ``key`` is still running. Returns True if started."""
         if key in self._jobs:
             return False
-        self._jobs[key] = _Job(self._pool.submit(_timed, fn), deadline)
+        try:
+            future = self._pool.submit(_timed, fn)
+        except RuntimeError:  # the pool is shut down (the daemon is stopping): nothing runs
+            return False
+        self._jobs[key] = _Job(future, deadline)
         return True
 
     def collect(self) -> list[Done]:

@@ -55,3 +55,9 @@ def test_a_finished_job_reports_how_long_it_ran():
     assert wait_for(lambda: done.extend(r.collect()) or done)
     assert done[0].result == "x" and done[0].duration >= 0.04
     r.shutdown()
+
+
+def test_a_job_submitted_while_stopping_is_refused_not_raised():
+    r = AsyncRunner(1)
+    r.shutdown()
+    assert r.submit("k", lambda: 1, deadline=10) is False

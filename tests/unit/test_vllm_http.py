@@ -104,3 +104,16 @@ def test_non_200_metrics_is_a_failed_scrape():
     http = FakeHttp({("GET", "/health"): ok(), ("GET", "/metrics"): ok("oops", status=500)})
     res = scrape(http, "t", URL, 2.0, clock)
     assert "HTTP 500" in res.metrics_error
+
+
+def test_families_we_do_not_watch_are_skipped_without_changing_any_number():
+    page = (FIX / "vllm-0.32.txt").read_text()
+    noise = "".join(f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="{b}",model_name="m"}} 5.0\n'
+                    f'http_requests_total{{handler="/v{b}",method="POST",status="2xx"}} 3.0\n' for b in range(300))
+    assert parse_vllm_metrics(noise + page) == parse_vllm_metrics(page)
+
+
+def test_a_garbage_line_is_refused_with_its_line_number():
+    page = (FIX / "vllm-0.32.txt").read_text()
+    with pytest.raises(ProbeFailed, match=r"line 3 is not a sample"):
+        parse_vllm_metrics("# HELP x y\nx 1\nthis is not prometheus\n" + page)

@@ -20,7 +20,7 @@ vLLM calls ``register()`` in each of its processes (entry point group
 
 When a fault starts, ``<dir>/<fault>.onset`` gets ``{"t": wall time, "pid": ...}``
 (written once per trigger: remove it with the trigger to re-arm). Without the env
-variable the plugin patches nothing. Reads only its trigger directory.
+variable the plugin patches nothing. Touches only its trigger directory.
 """
 from __future__ import annotations
 
