@@ -88,7 +88,7 @@ def cmd_run(args) -> int:
     def after_tick() -> None:  # the systemd watchdog is fed by the loop itself: a frozen loop stops it
         beat.beat()
         rt.after_tick()
-        sd.after_tick(f"{len(daemon.status().get('targets', []))} targets")
+        sd.after_tick(f"{len(daemon.tracker.targets)} targets")
 
     try:
         daemon.run(stop, on_tick=after_tick)

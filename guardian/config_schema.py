@@ -177,7 +177,7 @@ class ProbesConfig:
 
 @dataclass(frozen=True)
 class DiscoveryConfig:
-    interval: float = _f(3.0, "positive", "seconds between re-discoveries")
+    interval: float = _f(5.0, "positive", "seconds between re-discoveries (a vanished process is seen every tick)")
     process_name_prefix: str = _f("VLLM", doc="vLLM's VLLM_PROCESS_NAME_PREFIX")
     forget_after: float = _f(600.0, "positive", "seconds a vanished autodiscovered target is remembered")
 

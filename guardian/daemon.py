@@ -111,6 +111,7 @@ class Daemon(ActionsMixin):
         self._next: dict[str, float] = {}
         self._suspected: set[str] = set()
         self._status: dict = {}
+        self._status_tick = -1
         self._started_mono = clock.monotonic()
         self._started_wall = clock.wall()
         self._first_tick_done = threading.Event()
@@ -151,8 +152,7 @@ class Daemon(ActionsMixin):
         self.stats.ticks += 1
         self.stats.last_tick_s = time.perf_counter() - start
         self.stats.max_tick_s = max(self.stats.max_tick_s, self.stats.last_tick_s)
-        self._status = self._build_status(now)
-        self._first_tick_done.set()
+        self._first_tick_done.set()  # the status document is built on demand, at most once per tick
         return transitions
 
     def _due(self, what: str, now: float, interval: float) -> bool:
@@ -420,7 +420,12 @@ class Daemon(ActionsMixin):
 
     # ------------------------------------------------------------------ status
     def status(self) -> dict:
-        return self._status
+        """The status document as of the last tick (built when first asked for after it)."""
+        with self._lock:
+            if self._status_tick != self.stats.ticks:
+                self._status = self._build_status(self.clock.monotonic())
+                self._status_tick = self.stats.ticks
+            return self._status
 
     def wait_first_tick(self, timeout: float) -> bool:
         return self._first_tick_done.wait(timeout)

@@ -51,6 +51,7 @@ class Runtime:
     sink: AlertSink
     alerts: IncidentAlerts
     emitter: AlertEmitter
+    _next_heartbeat: float = float("-inf")
 
     @classmethod
     def start(cls, cfg: Config) -> "Runtime":
@@ -65,9 +66,13 @@ class Runtime:
         return cls(daemon, clock, sink, alerts, emitter)
 
     def after_tick(self) -> None:
-        """Re-notify firing incidents and write the node heartbeat; both only enqueue."""
+        """Re-notify firing incidents and, a few times per heartbeat TTL, write the node
+        heartbeat; both only enqueue (the sink's thread talks to Redis)."""
         self.alerts.renotify(self.daemon.incidents.open_incidents())
-        self.sink.heartbeat(node_summary(self.daemon.status(), self.sink.stats()))
+        now = self.clock.monotonic()
+        if now >= self._next_heartbeat:
+            self._next_heartbeat = now + self.daemon.cfg.alerts.heartbeat_ttl / 3
+            self.sink.heartbeat(node_summary(self.daemon.status(), self.sink.stats()))
 
     def close(self) -> None:
         self.daemon.runner.shutdown()

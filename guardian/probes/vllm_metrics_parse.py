@@ -35,6 +35,7 @@ _FAMILIES = tuple(sorted({n.rsplit("_count", 1)[0] if n.endswith("_count") else 
                           for n in (*WATCHED, *LEGACY)}))
 
 
+CHECK_LINES = 20
 # name, optional {labels}, value, optional timestamp: the shape of every exposition sample line
 _SAMPLE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?[ \t]+\S+([ \t]+-?\d+)?[ \t]*$")
 
@@ -47,9 +48,12 @@ def _watched_lines(text: str) -> str:
     A line that names no watched family cannot change the result, so it is skipped unparsed.
     """
     keep = []
+    checked = 0
     for n, line in enumerate(text.splitlines(), 1):
-        if line and not line.startswith("#") and not _SAMPLE.match(line):
-            raise ProbeFailed(f"unparsable /metrics page: line {n} is not a sample: {line[:80]!r}")
+        if checked < CHECK_LINES and line and not line.startswith("#"):
+            checked += 1  # the page's head proves it is exposition text; the kept lines are parsed
+            if not _SAMPLE.match(line):
+                raise ProbeFailed(f"unparsable /metrics page: line {n} is not a sample: {line[:80]!r}")
         body = line[7:] if line.startswith(("# HELP ", "# TYPE ")) else line
         if body.startswith("vllm:") and body.startswith(_FAMILIES):
             keep.append(line)
