@@ -195,11 +195,11 @@ def cmdline_match(port: int) -> dict:
 
 
 class GuardianRun:
-    """``guardian run --dry-run`` watching one target (by port unless ``match`` says otherwise);
-    state and socket under ``base``."""
+    """``guardian run`` (``--dry-run`` unless told otherwise) watching one target (by port unless
+    ``match`` says otherwise); state and socket under ``base``."""
 
     def __init__(self, base: Path, port: int, name: str = "vllm", python: str = sys.executable,
-                 extra: dict | None = None, match: dict | None = None) -> None:
+                 extra: dict | None = None, match: dict | None = None, dry_run: bool = True) -> None:
         base.mkdir(parents=True, exist_ok=True)
         self.name = name
         self.state_dir = base / "state"
@@ -218,6 +218,7 @@ class GuardianRun:
         self.proc: subprocess.Popen | None = None
         self.started_at: float | None = None
         self._log = None
+        self.dry_run = dry_run
 
     @property
     def pid(self) -> int:
@@ -228,7 +229,8 @@ class GuardianRun:
     def start(self) -> GuardianRun:
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            [self.python, "-m", "guardian.cli", "run", "--dry-run", "-c", str(self.config_path)],
+            [self.python, "-m", "guardian.cli", "run", *(["--dry-run"] if self.dry_run else []),
+             "-c", str(self.config_path)],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )
         self.started_at = time.time()

@@ -13,14 +13,16 @@ go to the terminal summary (``results``).
 """
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
 
 from benchmarks.report import parse_vmrss
 from guardian.testing.sim_control import LoadGenerator
-from harness import (E2E_PYTHON, FaultSwitch, GuardianRun, HealthPoller, VllmServer, cmdline_match, ensure_model,
-                     fire, poll, py_spy_dump)
+from harness import (E2E_PYTHON, FaultSwitch, GuardianRun, HealthPoller, VllmServer, cmdline_match, e2e_env,
+                     ensure_model, fire, poll, py_spy_dump)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
@@ -126,7 +128,9 @@ def test_busy_loop_in_the_engine_opens_busy_loop_on_the_engine_main_thread(ready
         assert inc["signals"]["pid"] == engine and inc["signals"]["tid"] == engine
         assert inc["signals"]["role"] == "engine_core"
         assert switch.onset("busy_loop")["pid"] == engine
-        assert guardian.evidence_mentioning(inc["id"], "_injected_busy_loop", EVIDENCE_TIMEOUT), guardian.log_text()
+        dump = guardian.evidence_mentioning(inc["id"], "_injected_busy_loop", EVIDENCE_TIMEOUT)
+        assert dump is not None, guardian.log_text()
+        assert "run_busy_loop" in dump.read_text()  # the injected frame, under EngineCoreProc.run_busy_loop
         assert "_injected_busy_loop" in py_spy_dump(engine)
         assert server.health() == 200  # the blind spot: vLLM's /health still answers
         assert [i["kind"] for i in guardian.incidents()] == ["busy_loop"]
@@ -196,3 +200,52 @@ def test_engine_death_opens_engine_dead(ready_server, guardian, switch, results)
     assert (inc["signals"]["api_pid"], inc["signals"]["api_starttime"]) == (server.pid, server.starttime)
     assert switch.onset("die")["pid"] == engine
     assert [i["kind"] for i in guardian.incidents()] == ["engine_dead"]
+
+
+def test_busy_loop_is_remediated_in_command_mode_and_the_new_server_answers(workdir, results):
+    """Not dry-run: the guardian drains, stops the whole tree, starts the configured argv itself and
+    verifies the new server with a canary. Runs on its own server (it is replaced)."""
+    import psutil
+
+    from guardian.testing.sim_control import free_port
+
+    port = free_port("127.0.0.1")
+    faults = workdir / "faults-restart"
+    old = VllmServer(ensure_model(), faults, workdir / "vllm-restart.log", port=port).start()
+    switch = FaultSwitch(faults)
+    g = None
+    try:
+        started = old.wait_ready(SERVER_READY_TIMEOUT)
+        restart = {"mode": "command", "command": list(old.argv), "env": e2e_env(faults, base={}),
+                   "stop_timeout": 20, "ready_timeout": 600, "log_file": str(workdir / "vllm-restarted.log")}
+        g = GuardianRun(workdir / "g-restart", port, dry_run=False,
+                        extra={"targets": [{"name": "vllm", "match": {"port": port}, "restart": restart,
+                                            "drain": {"timeout": 30}}]}).start()
+        assert g.wait_ready(GUARDIAN_READY_TIMEOUT), g.log_text()
+        onset = fire(old, switch, "busy_loop")
+        inc = g.wait_incident("busy_loop", DETECT_TIMEOUT)
+        assert inc is not None, g.log_text()
+        switch.clear("busy_loop")  # the replacement must not trip over the same trigger file
+        done = poll(lambda: next((i for i in g.incidents() if i["id"] == inc["id"] and i["status"] == "resolved"),
+                                 None), 900, every=2.0)
+        assert done is not None, g.log_text()
+        acts = {a["name"]: a for a in done["actions"]}
+        assert {"stopping", "starting", "verifying"} <= set(acts), done["actions"]
+        t = g.target()
+        assert t is not None and (t["pid"], t["starttime"]) != (old.pid, old.starttime) and t["serving"]
+        client = VllmServer(ensure_model(), faults, workdir / "unused.log", port=port)  # a client of the new one
+        assert client.complete("hello again", max_tokens=4, timeout=120)["choices"]
+        assert not psutil.pid_exists(old.pid) or psutil.Process(old.pid).status() == psutil.STATUS_ZOMBIE
+        total = done["resolved_at"] - onset
+        results["restart_onset_to_verified_s"] = total
+        results["restart_guardian_added_s"] = total - started  # beyond vLLM's own start-up
+    finally:
+        if g is not None:
+            assert g.stop() == 0, g.log_text()
+        old.stop()
+        for p in psutil.process_iter(["pid", "cmdline"]):  # the replacement the guardian started
+            if str(port) in (p.info["cmdline"] or []) and "vllm.entrypoints.openai.api_server" in (p.info["cmdline"] or []):
+                try:
+                    os.killpg(os.getsid(p.pid), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
