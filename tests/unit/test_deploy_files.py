@@ -259,9 +259,11 @@ def test_k8s_example_vllm_readiness_asks_the_guardian_for_a_configured_target():
     script = c["readinessProbe"]["exec"]["command"]
     assert script[:2] == ["python3", "-c"] and "GUARDIAN_READY_URL" in script[2]
     compile(script[2], "readiness-probe", "exec")
-    # the pod the config matches is the one this StatefulSet creates
-    k = target.match.kubernetes
-    assert (k.namespace, k.pod, k.container) == (sts["metadata"]["namespace"], f"{sts['metadata']['name']}-0", c["name"])
+    # the config matches this container's command line and reaches pod 0 through the headless Service
+    assert re.search(target.match.cmdline_regex, " ".join(c["args"]))
+    pod_host = f"{sts['metadata']['name']}-0.{sts['spec']['serviceName']}.{sts['metadata']['namespace']}.svc"
+    assert pod_host in target.api_url
+    assert one("Service", sts["spec"]["serviceName"])["spec"]["clusterIP"] == "None"
 
 
 def test_k8s_kustomization_lists_the_guardian_manifests_that_exist():
