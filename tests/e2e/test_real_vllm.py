@@ -188,6 +188,29 @@ def test_fault_plugin_leaks_kv_blocks_and_engine_memory(ready_server, switch):
     assert switch.onset("kv_leak")["pid"] == engine
 
 
+def test_kv_blocks_never_freed_open_kv_cache_leak(ready_server, switch, workdir, results):
+    """Finished requests keep their KV blocks: usage stays above the idle floor with nothing running.
+    The tiny model's 1 GiB KV cache holds ~65k blocks, so a few leaked requests are a small share:
+    the margin is set to match (production default: 0.1 of the cache)."""
+    server = ready_server
+    g = GuardianRun(workdir / "g-kv-leak", server.port,
+                    extra={"detectors": {"kv_cache_leak": {"window": 10, "margin": 0.0001}}}).start()
+    try:
+        assert g.wait_ready(GUARDIAN_READY_TIMEOUT), g.log_text()
+        switch.on("kv_leak")
+        for i in range(4):
+            server.complete(f"leak more {i} " * 40, max_tokens=32, timeout=60)
+        idle = time.time()
+        inc = g.wait_incident("kv_cache_leak", DETECT_TIMEOUT)
+        assert inc is not None, g.log_text()
+        assert inc["signals"]["usage"] > inc["signals"]["baseline"]
+        _assert_target_is_the_server(inc, server)
+        results["kv_cache_leak_idle_to_incident_s"] = inc["opened_at"] - idle
+    finally:
+        switch.clear("kv_leak")
+        assert g.stop() == 0, g.log_text()
+
+
 def test_engine_death_opens_engine_dead(ready_server, guardian, switch, results):
     server = ready_server
     engine = server.engine_pid()
