@@ -416,6 +416,10 @@ class Remediator:
             self._record(seq, "remediation", "running", detail)
         seq.phase, seq.phase_since, seq.phase_since_wall, seq.detail = phase, now, self.clock.wall(), detail
         seq.history.append({"phase": phase, "at": seq.phase_since_wall})
+        if self.lease is not None and seq.lease_slot is not None:  # a long sequence keeps its slot
+            slot = seq.lease_slot
+            self.async_runner.submit(("remediation", f"{seq.target}:renew"),
+                                     lambda: self.lease.renew(seq.target, slot), deadline=now + 30)
         self.log.info("remediation %s: %s (%s)", seq.target, phase, detail)
         self._save(seq)
 
