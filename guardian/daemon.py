@@ -51,6 +51,11 @@ class ProbeStats:
     last_duration_s: float = 0.0
     total_duration_s: float = 0.0
 
+    def record(self, seconds: float) -> None:
+        self.runs += 1
+        self.last_duration_s = seconds
+        self.total_duration_s += seconds
+
 
 @dataclass
 class SelfStats:
@@ -173,9 +178,7 @@ class Daemon(ActionsMixin):
             self.episodes.fail("discovery", f"{type(e).__name__}: {e}", now)
             return
         finally:
-            st.runs += 1
-            st.last_duration_s = time.perf_counter() - t0
-            st.total_duration_s += st.last_duration_s
+            st.record(time.perf_counter() - t0)
         self.episodes.ok("discovery")
         self.unmatched = result.unmatched
         changes = self.tracker.apply_discovery(result.targets, result.orphans, now)
@@ -206,9 +209,7 @@ class Daemon(ActionsMixin):
             self.episodes.fail("procfs", f"{type(e).__name__}: {e}", now)
             return
         finally:
-            st.runs += 1
-            st.last_duration_s = time.perf_counter() - t0
-            st.total_duration_s += st.last_duration_s
+            st.record(time.perf_counter() - t0)
             if st.last_duration_s > self.cfg.probes.procfs.deadline:
                 st.overruns += 1
         self.episodes.ok("procfs")
@@ -272,9 +273,7 @@ class Daemon(ActionsMixin):
                 self._fold_accel(done, now)
                 continue
             st = self.stats.probes["vllm_http" if kind == "http" else "canary"]
-            st.runs += 1
-            st.last_duration_s = done.duration
-            st.total_duration_s += done.duration
+            st.record(done.duration)
             if done.error is not None:  # a bug in a probe job: count it, keep going
                 st.failures += 1
                 self.episodes.fail(f"{name}:{kind}", f"probe crashed: {done.error!r}", now)
@@ -299,9 +298,7 @@ class Daemon(ActionsMixin):
 
     def _fold_accel(self, done, now: float) -> None:
         st = self.stats.probes["accel"]
-        st.runs += 1
-        st.last_duration_s = done.duration
-        st.total_duration_s += done.duration
+        st.record(done.duration)
         if done.error is not None:
             st.failures += 1
             self.episodes.fail("accel", f"probe crashed: {done.error!r}", now)
