@@ -168,6 +168,8 @@ def render_status(doc: dict[str, Any]) -> str:
              f"guardian CPU {g['cpu_seconds']:.1f}s"]
     if not doc["targets"]:
         lines.append("no vLLM targets found")
+    for u in doc.get("unmatched", []):
+        lines.append(f"configured target {u['target']} not found: {u['reason']}")
     for t in doc["targets"]:
         eng = t["engine"]
         canary = t["canary"]
