@@ -233,3 +233,24 @@ def test_a_probe_failing_for_long_opens_probe_failure_and_never_a_restart(world)
     world.http.route("GET", "/metrics", world.page)
     resolved = [t.incident.kind for t in world.step(3) if t.previous is not None]
     assert resolved == [Kind.PROBE_FAILURE]
+
+
+def test_the_status_table_reads_at_a_glance(world):
+    from guardian.status_view import render_status
+
+    world.step(4)
+    text = render_status(world.d.status())
+    assert "TARGET vllm-8000  [SERVING]" in text
+    assert "engine_core" in text and "api_server" in text
+    assert "serving: yes, restart budget left: 3" in text
+
+
+def test_a_configured_target_that_is_not_found_is_shown_with_the_reason(tmp_path):
+    from guardian.status_view import render_status
+
+    w = World(tmp_path)
+    w.d.cfg = parse_config({"node": "n1", "state_dir": w.cfg.state_dir, "api": {"http": None},
+                            "targets": [{"name": "llama", "match": {"pid_file": str(tmp_path / "none.pid")}}]})
+    w.step(2)
+    assert "configured target llama not found" in render_status(w.d.status())
+    w.d.runner.shutdown()
