@@ -248,7 +248,13 @@ def test_busy_loop_is_remediated_in_command_mode_and_the_new_server_answers(work
         onset = fire(old, switch, "busy_loop")
         inc = g.wait_incident("busy_loop", DETECT_TIMEOUT)
         assert inc is not None, g.log_text()
-        switch.clear("busy_loop")  # the replacement must not trip over the same trigger file
+        # The trigger must be gone before the replacement's first request (its verify canary),
+        # but not before the stop: removing it ends the spin, and a recovered engine resolves the
+        # incident before any restart.
+        stopping = poll(lambda: (t := g.target()) and (t.get("remediation") or {}).get("phase")
+                        in ("stopping", "releasing", "starting", "verifying"), DETECT_TIMEOUT, every=0.5)
+        switch.clear("busy_loop")
+        assert stopping, g.log_text()
         done = poll(lambda: next((i for i in g.incidents() if i["id"] == inc["id"] and i["status"] == "resolved"),
                                  None), 900, every=2.0)
         assert done is not None, g.log_text()
