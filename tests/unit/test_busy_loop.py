@@ -8,24 +8,15 @@ import pytest
 from guardian.config_schema import BusyLoopConfig, DetectorsConfig
 from guardian.detectors import busy_loop
 from guardian.detectors.hot_threads import hot_threads_for
-from guardian.detectors.view import TargetState, TargetView
-from guardian.model import Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target, thread_subject
+from guardian.model import Kind, Role, Sample, Severity, thread_subject
 from guardian.series import metrics as m
-from guardian.series.store import SeriesStore
+from detector_world import NOW, T, canary, gauges, seconds
+from detector_world import make_view as view
 
-NOW = 1000.0
-T = "llm"
-API = ProcessInfo(ProcKey(100, 11), 1, Role.API_SERVER, ("vllm", "serve", "tiny"))
-ENGINE = ProcessInfo(ProcKey(200, 22), 100, Role.ENGINE_CORE, ("VLLM::EngineCore",))
-TARGET = Target(T, API.key, (API, ENGINE), port=8000)
 CFG = DetectorsConfig()
 
 
 # ------------------------------------------------------------------ series builders
-def seconds(t0: float, t1: float) -> list[float]:
-    return [t0 + i for i in range(int(round(t1 - t0)) + 1)]
-
-
 def thread(pid=200, tid=200, cpu=1.0, vol=0.0, running: float | None = 1.0, since=NOW - 10, until=NOW,
            demand: float | None = None):
     subj = thread_subject(pid, tid)
@@ -46,41 +37,6 @@ def counters(advancing: bool, since=NOW - 30, until=NOW):
         for t in seconds(since, until)
         for metric in (m.ITERATIONS, m.GEN_TOKENS)
     ]
-
-
-def gauges(running: float, waiting: float = 0.0, since=NOW - 30, until=NOW):
-    return [
-        s
-        for t in seconds(since, until)
-        for s in (Sample(T, "", m.REQ_RUNNING, running, t), Sample(T, "", m.REQ_WAITING, waiting, t))
-    ]
-
-
-def canary(start: float, end: float, answered: bool):
-    return [
-        Sample(T, "", m.CANARY_OK, 1.0 if answered else 0.0, end),
-        Sample(T, "", m.CANARY_TIMEOUT, 0.0 if answered else 1.0, end),
-        Sample(T, "", m.CANARY_LATENCY, end - start, end),
-        Sample(T, "", m.CANARY_STARTED, start, end),
-    ]
-
-
-def view(*series, ready=True, api_alive=True, target=TARGET, in_flight=None) -> TargetView:
-    store = SeriesStore()
-    for samples in series:
-        store.extend(samples)
-    state = TargetState(
-        target=target,
-        now=NOW,
-        ready=ready,
-        ever_ready=True,
-        api_alive=api_alive,
-        gone_since=None if api_alive else NOW - 1,
-        engine_alive=True,
-        canary_in_flight_since=in_flight,
-        probe_interval=1.0,
-    )
-    return TargetView(state, store)
 
 
 # ------------------------------------------------------------------ confirmed

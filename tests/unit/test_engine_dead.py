@@ -5,16 +5,11 @@ import pytest
 
 from guardian.config_schema import DetectorsConfig
 from guardian.detectors import engine_dead
-from guardian.detectors.view import TargetState, TargetView
-from guardian.model import Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target
+from guardian.detectors.view import TargetView
+from guardian.model import Kind, Sample, Severity
 from guardian.series import metrics as m
-from guardian.series.store import SeriesStore
+from detector_world import NOW, T, make_view
 
-NOW = 1000.0
-T = "llm"
-API = ProcessInfo(ProcKey(100, 11), 1, Role.API_SERVER, ("vllm", "serve", "tiny"))
-ENGINE = ProcessInfo(ProcKey(200, 22), 100, Role.ENGINE_CORE, ("VLLM::EngineCore",))
-TARGET = Target(T, API.key, (API, ENGINE), port=8000)
 CFG = DetectorsConfig()
 
 
@@ -23,20 +18,8 @@ def health(*pairs: tuple[float, int]) -> list[Sample]:
 
 
 def view(health_samples=(), *, ready=True, ever_ready=True, api_alive=True, engine_alive=True) -> TargetView:
-    store = SeriesStore()
-    store.extend(health_samples)
-    state = TargetState(
-        target=TARGET,
-        now=NOW,
-        ready=ready,
-        ever_ready=ever_ready,
-        api_alive=api_alive,
-        gone_since=None if api_alive else NOW - 4,
-        engine_alive=engine_alive,
-        canary_in_flight_since=None,
-        probe_interval=1.0,
-    )
-    return TargetView(state, store)
+    return make_view(list(health_samples), ready=ready, ever_ready=ever_ready, api_alive=api_alive,
+                     engine_alive=engine_alive, gone_for=4.0)
 
 
 CONFIRMED = {

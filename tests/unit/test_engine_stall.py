@@ -7,21 +7,12 @@ import pytest
 
 from guardian.config_schema import DetectorsConfig, EngineStallConfig
 from guardian.detectors import engine_stall
-from guardian.detectors.view import TargetState, TargetView
-from guardian.model import Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target, process_subject, thread_subject
+from guardian.model import Kind, Sample, Severity, process_subject, thread_subject
 from guardian.series import metrics as m
-from guardian.series.store import SeriesStore
+from detector_world import NOW, T, canary, gauges, seconds
+from detector_world import make_view as view
 
-NOW = 1000.0
-T = "llm"
-API = ProcessInfo(ProcKey(100, 11), 1, Role.API_SERVER, ("vllm", "serve", "tiny"))
-ENGINE = ProcessInfo(ProcKey(200, 22), 100, Role.ENGINE_CORE, ("VLLM::EngineCore",))
-TARGET = Target(T, API.key, (API, ENGINE), port=8000)
 CFG = DetectorsConfig()  # engine_stall window 20 s
-
-
-def seconds(t0: float, t1: float) -> list[float]:
-    return [t0 + i for i in range(int(round(t1 - t0)) + 1)]
 
 
 def counters(advancing: bool, since=NOW - 40, until=NOW):
@@ -29,14 +20,6 @@ def counters(advancing: bool, since=NOW - 40, until=NOW):
         Sample(T, "", metric, (t * 7 if advancing else 4242.0), t)
         for t in seconds(since, until)
         for metric in (m.ITERATIONS, m.GEN_TOKENS, m.SUCCESS)
-    ]
-
-
-def gauges(running: float, waiting: float = 0.0, since=NOW - 40, until=NOW):
-    return [
-        s
-        for t in seconds(since, until)
-        for s in (Sample(T, "", m.REQ_RUNNING, running, t), Sample(T, "", m.REQ_WAITING, waiting, t))
     ]
 
 
@@ -51,33 +34,6 @@ def thread(cpu: float, pid=200, tid=200, since=NOW - 10, until=NOW):
             Sample(T, subj, m.THREAD_RUNNING, 1.0 if cpu > 0.5 else 0.0, t),
         )
     ]
-
-
-def canary(start: float, end: float, answered: bool):
-    return [
-        Sample(T, "", m.CANARY_OK, 1.0 if answered else 0.0, end),
-        Sample(T, "", m.CANARY_TIMEOUT, 0.0 if answered else 1.0, end),
-        Sample(T, "", m.CANARY_LATENCY, end - start, end),
-        Sample(T, "", m.CANARY_STARTED, start, end),
-    ]
-
-
-def view(*series, ready=True, api_alive=True) -> TargetView:
-    store = SeriesStore()
-    for samples in series:
-        store.extend(samples)
-    state = TargetState(
-        target=TARGET,
-        now=NOW,
-        ready=ready,
-        ever_ready=True,
-        api_alive=api_alive,
-        gone_since=None if api_alive else NOW - 1,
-        engine_alive=True,
-        canary_in_flight_since=None,
-        probe_interval=1.0,
-    )
-    return TargetView(state, store)
 
 
 # ------------------------------------------------------------------ confirmed
