@@ -12,6 +12,7 @@ crash, or unreadable, is skipped with a warning.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
@@ -192,12 +193,29 @@ class Spool:
         self._bytes = sum(len(ln) for ln in lines)
 
     def _append_line(self, line: bytes) -> None:
+        """Append one whole line or nothing: a write the disk cuts short (ENOSPC, EFBIG) is
+        retried for the rest, and on failure the file is cut back to where it was, so a torn
+        record never stays behind to swallow the next one. A torn tail left by a crash is cut
+        off first for the same reason."""
         created = not self.path.exists()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
         try:
-            os.write(fd, line)
-            if self._fsync:
-                os.fsync(fd)
+            start = _whole_lines_end(fd)
+            try:
+                view = memoryview(line)
+                while view:
+                    n = os.write(fd, view)
+                    if n <= 0:
+                        raise OSError(errno.ENOSPC, "short write to the alert spool")
+                    view = view[n:]
+                if self._fsync:
+                    os.fsync(fd)
+            except OSError:
+                try:
+                    os.ftruncate(fd, start)
+                except OSError:
+                    pass
+                raise
         finally:
             os.close(fd)
         if created:
@@ -232,3 +250,23 @@ class Spool:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _whole_lines_end(fd: int) -> int:
+    """The size of the file up to its last newline; a torn tail after it is cut off."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return 0
+    end = size
+    while end > 0:
+        step = min(4096, end)
+        chunk = os.pread(fd, step, end - step)
+        nl = chunk.rfind(b"\n")
+        if nl >= 0:
+            end = end - step + nl + 1
+            break
+        end -= step
+    if end != size:
+        log.warning("alert spool: cut a torn tail of %d byte(s) before appending", size - end)
+        os.ftruncate(fd, end)
+    return end
