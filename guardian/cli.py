@@ -51,6 +51,13 @@ def cmd_run(args) -> int:
     _setup_logging(args.verbose)
     cfg = _load(args.config, args.dry_run)
     os.makedirs(cfg.state_dir, mode=0o750, exist_ok=True)
+    from .instance_lock import InstanceLock
+
+    with InstanceLock(cfg.state_dir):  # before anything starts: a second guardian touches nothing
+        return _run_locked(args, cfg)
+
+
+def _run_locked(args, cfg) -> int:
     from .runtime import Runtime
 
     rt = Runtime.start(cfg)
@@ -83,7 +90,13 @@ def cmd_run(args) -> int:
         http = HttpApi(cfg.api.http, registry=build_registry(daemon.status, lambda: daemon.stats),
                        status=daemon.status, tick_age=beat.age, max_tick_age=3 * cfg.interval)
         http.start()
-    api.start()
+    try:
+        api.start()
+    except BaseException:  # nothing started here may outlive a failed start (no orphaned Redis)
+        if http is not None:
+            http.stop()
+        rt.close()
+        raise
 
     def after_tick() -> None:  # the systemd watchdog is fed by the loop itself: a frozen loop stops it
         beat.beat()

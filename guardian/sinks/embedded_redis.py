@@ -6,12 +6,18 @@ PATH, with its files under ``<state_dir>/redis/``: ``redis.sock`` (mode 0700,
 no TCP port), ``redis.conf``, ``redis.log``, ``redis.pid`` and ``data/`` with
 an append-only file (``appendonly yes``), so alerts survive a restart of the
 guardian or of the machine. A server left behind by a guardian that died is
-shut down (persisting its data) before a fresh one starts. After ``start()``
-the URL is used exactly like a central Redis.
+shut down (persisting its data) before a fresh one starts: first politely over
+its socket, then any redis-server process still serving this state dir (found in
+/proc by its socket or config path, even with the socket file gone or the server
+unable to answer) gets SIGTERM, then SIGKILL, so a crashed guardian never leaves
+one more server behind. ``revive()`` starts the server again when it died under
+the guardian (the alert sink calls it while Redis is unreachable). After
+``start()`` the URL is used exactly like a central Redis.
 """
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 import signal
@@ -22,6 +28,8 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from ..errors import BackendUnavailable
+
+log = logging.getLogger(__name__)
 
 SOCKET_NAME = "redis.sock"
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes including the NUL
@@ -76,7 +84,7 @@ def render_config(socket_path: str, data_dir: str, pid_file: str) -> str:
         f"pidfile {_quote(pid_file)}",
         "daemonize no",
         "appendonly yes",
-        "appendfsync everysec",
+        "appendfsync always",  # alerts are few; an acknowledged one survives a SIGKILL
         'save ""',
         "loglevel notice",
         "",
@@ -88,7 +96,8 @@ class EmbeddedRedis:
 
     def __init__(self, state_dir: str | os.PathLike[str], runner: Spawn | None = None, *,
                  executable: str | None = None, startup_timeout: float = 10.0,
-                 stop_timeout: float = 10.0) -> None:
+                 stop_timeout: float = 10.0, proc_root: str = "/proc",
+                 revive_interval: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.dir = Path(state_dir) / "redis"
         self.socket_path = str(self.dir / SOCKET_NAME)
         if len(os.fsencode(self.socket_path)) > MAX_SOCKET_PATH:
@@ -103,6 +112,12 @@ class EmbeddedRedis:
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
         self._proc: Process | None = None
+        self._proc_root = proc_root
+        self.revive_interval = revive_interval
+        self._clock = clock
+        self._next_revive = float("-inf")
+        self._stopped = False
+        self.restarts_total = 0
 
     @property
     def url(self) -> str:
@@ -120,6 +135,7 @@ class EmbeddedRedis:
         """Start the server (idempotent) and wait until it answers PING; returns ``url``."""
         if self.running:
             return self.url
+        self._stopped = False
         exe = self._executable or find_redis_server()
         self.dir.mkdir(mode=0o750, parents=True, exist_ok=True)
         self.data_dir.mkdir(mode=0o750, exist_ok=True)
@@ -140,8 +156,29 @@ class EmbeddedRedis:
         raise BackendUnavailable(f"embedded redis-server did not answer within {self.startup_timeout}s: "
                                  f"{self._log_tail()}")
 
+    def revive(self) -> bool:
+        """Start the server again if it died while the guardian runs (at most once per
+        ``revive_interval``); True when a fresh server now answers. Never raises."""
+        if self._stopped or self.running:
+            return False
+        now = self._clock()
+        if now < self._next_revive:
+            return False
+        self._next_revive = now + self.revive_interval
+        code = self._proc.poll() if self._proc is not None else None
+        self._proc = None
+        log.warning("embedded redis-server died (exit %s); starting it again", code)
+        try:
+            self.start()
+        except (BackendUnavailable, OSError) as e:
+            log.warning("embedded redis-server could not be started again: %s", e)
+            return False
+        self.restarts_total += 1
+        return True
+
     def stop(self) -> None:
         """SIGTERM (Redis flushes its append-only file and exits), SIGKILL after ``stop_timeout``."""
+        self._stopped = True
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
@@ -162,17 +199,57 @@ class EmbeddedRedis:
     # ------------------------------------------------------------ internals
     def _shutdown_leftover(self) -> None:
         """A server from a guardian that died still answers on our socket: shut it down cleanly."""
-        if not os.path.exists(self.socket_path):
-            return
-        if _ping(self.socket_path, 0.5):
+        if os.path.exists(self.socket_path) and _ping(self.socket_path, 0.5):
             _command(self.socket_path, b"*1\r\n$8\r\nSHUTDOWN\r\n", 5.0)
             deadline = time.monotonic() + self.stop_timeout
             while _ping(self.socket_path, 0.2) and time.monotonic() < deadline:
                 time.sleep(0.05)
+        self._stop_orphans()
         try:
             os.unlink(self.socket_path)
         except FileNotFoundError:
             pass
+
+    def orphans(self) -> list[int]:
+        """Pids of redis-servers (other than ours) serving this state dir: their command line
+        names our socket (``unixsocket:<path>``, the title Redis gives itself) or our config."""
+        marks = (self.socket_path.encode(), str(self.conf_path).encode())
+        own = self._proc.pid if self._proc is not None else None
+        found = []
+        try:
+            entries = os.listdir(self._proc_root)
+        except OSError:
+            return []
+        for entry in entries:
+            if not entry.isdigit() or int(entry) == own:
+                continue
+            try:
+                with open(os.path.join(self._proc_root, entry, "cmdline"), "rb") as f:
+                    cmd = f.read(8192)
+            except OSError:
+                continue
+            if b"redis-server" in cmd and any(m in cmd for m in marks):
+                found.append(int(entry))
+        return sorted(found)
+
+    def _stop_orphans(self) -> None:
+        """SIGTERM (after SIGCONT: a stopped server cannot act on it), then SIGKILL."""
+        pids = self.orphans()
+        if not pids:
+            return
+        log.warning("embedded Redis: stopping %d redis-server(s) left behind on %s: %s",
+                    len(pids), self.socket_path, pids)
+        for sig in (signal.SIGCONT, signal.SIGTERM):
+            for pid in pids:
+                _signal(pid, sig)
+        deadline = time.monotonic() + self.stop_timeout
+        while time.monotonic() < deadline and self.orphans():
+            time.sleep(0.05)
+        for pid in self.orphans():
+            _signal(pid, signal.SIGKILL)
+        deadline = time.monotonic() + self.stop_timeout
+        while time.monotonic() < deadline and self.orphans():
+            time.sleep(0.05)
 
     def _log_tail(self, limit: int = 2000) -> str:
         try:
@@ -180,6 +257,13 @@ class EmbeddedRedis:
         except OSError:
             return "(no log)"
         return text[-limit:].strip() or "(empty log)"
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _command(socket_path: str, payload: bytes, timeout: float) -> bytes:

@@ -155,7 +155,7 @@ class AlertSink:
                  delivered_keep: int | None = None, batch: int = 100,
                  backoff_initial: float = 0.1, backoff_max: float = 5.0, idle_interval: float = 5.0,
                  url_for_log: str = "", on_close: Callable[[], None] | None = None,
-                 start: bool = True) -> None:
+                 on_down: Callable[[], Any] | None = None, start: bool = True) -> None:
         self.node = node
         self.spool = spool
         self.client = client
@@ -171,6 +171,7 @@ class AlertSink:
                                                                              2 * spool.max_events))
         self._heartbeat = Heartbeat(client)
         self._on_close = on_close
+        self._on_down = on_down  # e.g. start the embedded Redis again when it died
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -198,6 +199,8 @@ class AlertSink:
             embedded = embedded_factory(str(state_dir))
             url = embedded.start()
             on_close = embedded.stop
+            if hasattr(embedded, "revive"):
+                kwargs.setdefault("on_down", embedded.revive)
         try:
             password = resolve_password(alerts.password_env, alerts.password_file, environ=environ)
             client = make_client(url, password=password, timeout=alerts.timeout)
@@ -357,6 +360,11 @@ class AlertSink:
             if self._stop.is_set():
                 break
             if not ok:
+                if self._on_down is not None:
+                    try:
+                        self._on_down()
+                    except Exception:  # noqa: BLE001 - a failed revive is retried at the next backoff
+                        log.exception("alerts: reviving Redis failed")
                 self._stop.wait(backoff)  # publishes do not cut a backoff short
                 backoff = min(self.backoff_max, backoff * 2)
                 continue
