@@ -9,6 +9,7 @@ hung one.
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import socket
 import time
@@ -48,8 +49,40 @@ class HttpClient(Protocol):
     def request(self, method: str, url: str, timeout: float, body: Any = None) -> HttpResponse: ...
 
 
+class _DeadlineReader(io.RawIOBase):
+    """The response side of a socket with one deadline for the whole exchange: before every
+    read the socket timeout is set to what is left, so a server dripping a byte at a time
+    cannot hold the call past ``timeout`` (a per-read timeout would let it run forever)."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("deadline passed")
+        self._sock.settimeout(left)
+        return self._sock.recv_into(b)
+
+
+class _DeadlineSocket:
+    """What ``http.client.HTTPResponse`` reads from: only ``makefile`` is used."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def makefile(self, mode: str, *args: Any, **kwargs: Any) -> io.BufferedReader:
+        return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
+
+
 class StdlibHttpClient:
-    """http.client, one connection per call (probes are ~1 Hz; no pooling needed)."""
+    """http.client, one connection per call (probes are ~1 Hz; no pooling needed); ``timeout``
+    bounds the whole call (connect, send, headers and body), not each read."""
 
     def request(self, method: str, url: str, timeout: float, body: Any = None) -> HttpResponse:
         parts = urlsplit(url)
@@ -65,10 +98,14 @@ class StdlibHttpClient:
             payload = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
         start = time.monotonic()
+        deadline = start + timeout
         conn = conn_cls(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
         try:
+            conn.connect()
+            conn.sock.settimeout(max(0.001, deadline - time.monotonic()))
             conn.request(method, path, body=payload, headers=headers)
-            resp = conn.getresponse()
+            resp = http.client.HTTPResponse(_DeadlineSocket(conn.sock, deadline), method=method)
+            resp.begin()
             data = resp.read(MAX_BODY)
             return HttpResponse(
                 resp.status, data, time.monotonic() - start, resp.getheader("Content-Type", "") or ""
