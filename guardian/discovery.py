@@ -15,8 +15,10 @@ Processes that vanish or refuse reads mid-scan are skipped.
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 from urllib.parse import urlsplit
@@ -250,9 +252,36 @@ class _Snapshot:
         return owners or None
 
 
+PID_FILE_MAX = 64
+
+
+def read_pid_file(path: str, proc_root: str = "/proc") -> str:
+    """A pid file's first few bytes, read without ever blocking the loop: regular files only
+    (a FIFO or a device is refused before any read; opened non-blocking), at most
+    ``PID_FILE_MAX`` bytes, not writable by group or others, and owned by root, the guardian's
+    user or the owner of the process it names. Raises ``OSError`` saying what is wrong."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise OSError(errno.EPERM, "writable by others than its owner")
+        text = os.read(fd, PID_FILE_MAX).decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
+    if st.st_uid not in (0, os.geteuid()):
+        try:
+            proc_uid = os.stat(os.path.join(proc_root, str(int(text.strip())))).st_uid
+        except (ValueError, OSError):
+            proc_uid = None
+        if proc_uid != st.st_uid:
+            raise OSError(errno.EPERM, f"owned by uid {st.st_uid}, who does not own the process it names")
+    return text
+
+
 def _read_file(path: str) -> str:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return f.read()
+    return read_pid_file(path)
 
 
 # ---------------------------------------------------------------- matching
