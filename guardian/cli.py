@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -19,6 +20,7 @@ from . import __version__
 from .errors import ConfigError, GuardianError
 
 DEFAULT_CONFIG = "/etc/guardian/guardian.yaml"
+MAX_DURATION = 366 * 86400  # a maintenance window longer than a year is a typo
 
 
 def _load(path: str | None, dry_run: bool = False):
@@ -247,8 +249,10 @@ def parse_duration(text: str) -> float:
             value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 30m, 2h)") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError("a duration must be > 0")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"a duration must be a finite number > 0, got {text!r}")
+    if value > MAX_DURATION:
+        raise argparse.ArgumentTypeError(f"a duration must be at most {MAX_DURATION // 86400:g}d, got {text!r}")
     return value
 
 
