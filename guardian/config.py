@@ -145,6 +145,36 @@ def _describe(tp: Any, check: Optional[str]) -> str:
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[tp]
 
 
+# ---------------------------------------------------------------- upper bounds
+MAX_NUMBER = 10**12          # no count, size or rate of this product comes near it
+MAX_SECONDS = 30 * 86400.0   # no duration of this product is longer than a month
+MIN_INTERVAL = 0.05          # a shorter loop or probe interval only spins a core
+MAX_TICK = 3600.0
+MAX_YAML_DEPTH = 32
+MAX_YAML_NODES = 100_000     # nodes after expanding aliases (an anchor bomb expands to billions)
+_DURATION_NAMES = frozenset({"window", "period", "initial", "max", "warmup", "forget_after",
+                             "record_seconds", "deadline", "confirm_cooldown"})
+
+
+def _range_problem(cls: Any, name: str, value: Any) -> str:
+    """What is wrong with a number that passed its type and rule, judged by its size."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return ""
+    if abs(value) > MAX_NUMBER:
+        return f"at most {MAX_NUMBER:.0e}"
+    if not isinstance(value, float):
+        return ""
+    if cls is Config and name == "interval" and not MIN_INTERVAL <= value <= MAX_TICK:
+        return f"between {MIN_INTERVAL:g} and {MAX_TICK:g} seconds"
+    if (name == "interval" or name.endswith("_interval")) and value < MIN_INTERVAL:
+        return f"at least {MIN_INTERVAL:g} seconds"
+    is_duration = (name == "interval" or name.endswith(("_interval", "timeout", "_ttl"))
+                   or name in _DURATION_NAMES)
+    if is_duration and value > MAX_SECONDS:
+        return f"at most {MAX_SECONDS:g} seconds (30 days)"
+    return ""
+
+
 class _Parser:
     """One parse: walks the data against the dataclasses, collecting problems."""
 
@@ -230,6 +260,10 @@ class _Parser:
             if f.name in value:
                 check = f.metadata.get("check") or _EXTRA_CHECKS.get((cls, f.name))
                 kwargs[f.name] = self.value(hints[f.name], value[f.name], where, check)
+                bound = _range_problem(cls, f.name, kwargs[f.name])
+                if bound:
+                    self.problems.append(f"{where}: expected {bound}, got {_show(value[f.name])}")
+                    kwargs[f.name] = _INVALID
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 self.problems.append(f"{where}: required")
                 kwargs[f.name] = _INVALID
@@ -268,6 +302,9 @@ def _check_target(target: TargetConfig, where: str, problems: list[str]) -> None
 
 
 def _cross_checks(cfg: Config, problems: list[str]) -> None:
+    if isinstance(cfg.state_dir, str) and not cfg.state_dir.strip():
+        problems.append(f"state_dir: expected a directory path, got {_show(cfg.state_dir)} "
+                        "(the control socket and every state file live there)")
     if isinstance(cfg.targets, _Invalid):
         return
     first_seen: dict[str, int] = {}
@@ -346,12 +383,65 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+_OPENERS = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken,
+            yaml.FlowMappingStartToken, yaml.FlowSequenceStartToken)
+_CLOSERS = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
+
+
+def _check_depth(text: str, source: str) -> None:
+    """Refuses nesting deeper than ``MAX_YAML_DEPTH`` from the token stream (the scanner does
+    not recurse; PyYAML's composer does, and a deep document raises RecursionError there)."""
+    depth = 0
+    for token in yaml.scan(text, Loader=yaml.SafeLoader):
+        if isinstance(token, _OPENERS):
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                raise ConfigError([f"{source}: line {token.start_mark.line + 1}: YAML nested deeper "
+                                   f"than {MAX_YAML_DEPTH} levels"])
+        elif isinstance(token, _CLOSERS):
+            depth -= 1
+
+
+def _check_expansion(root: Any, source: str) -> None:
+    """Refuses a document whose aliases expand to more than ``MAX_YAML_NODES`` nodes (an
+    anchor bomb) or that refers to itself; counted on the node graph, each node once."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: Any) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            mark = node.start_mark
+            raise ConfigError([f"{source}: line {mark.line + 1}: an alias refers to itself"])
+        active.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        active.discard(key)
+        sizes[key] = total
+        if total > MAX_YAML_NODES:
+            mark = node.start_mark
+            raise ConfigError([f"{source}: line {mark.line + 1}: aliases expand to more than "
+                               f"{MAX_YAML_NODES} values"])
+        return total
+
+    size(root)
+
+
 def load_yaml(text: str, source: str = "<config>") -> Any:
     """Parses YAML text (YAML 1.2 booleans); syntax errors and duplicate keys raise
     ``ConfigError`` naming ``source`` and the line."""
     loader = _StrictLoader(text)
     try:
-        data = loader.get_single_data()
+        _check_depth(text, source)
+        node = loader.get_single_node()
+        if node is not None:
+            _check_expansion(node, source)
+        data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
