@@ -177,7 +177,12 @@ def cmd_incidents(args) -> int:
         if not args.id:
             print("usage: guardian incidents show ID", file=sys.stderr)
             return 2
-        inc = store.load(args.id)
+        try:
+            inc = store.load(args.id)
+        except ValueError as e:
+            print(f"guardian: {e} (an incident id is the name of a folder under {cfg.state_dir}/incidents)",
+                  file=sys.stderr)
+            return 2
         if inc is None:
             print(f"no incident {args.id} in {cfg.state_dir}/incidents", file=sys.stderr)
             return 1
@@ -200,13 +205,21 @@ def cmd_incidents(args) -> int:
             from .actions.evidence import read_summary
 
             print(f"evidence {d['evidence_dir']}")
+            if not os.path.isdir(d["evidence_dir"]):
+                print("  (the evidence folder is missing: removed by retention or by hand)")
+                return 0
             try:
                 print()
                 print(read_summary(d["evidence_dir"]))
             except FileNotFoundError:
                 print("  (no summary.txt in the bundle)")
-            for f in sorted(os.listdir(d["evidence_dir"])):
-                print(f"  {f}")
+            except (OSError, UnicodeDecodeError) as e:
+                print(f"  (summary.txt unreadable: {e})")
+            try:
+                for f in sorted(os.listdir(d["evidence_dir"])):
+                    print(f"  {f}")
+            except OSError as e:
+                print(f"  (cannot list the bundle: {e.strerror or e})")
         return 0
     items = [incident_to_dict(i) for i in store.list(limit=args.limit)]
     if args.json:

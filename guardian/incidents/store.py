@@ -99,6 +99,8 @@ def incident_from_dict(d: Mapping[str, Any]) -> Incident:
     )
 
 
+MAX_FILE = 4 * 1024 * 1024  # an incident record is a few KiB; anything huge is damage
+
 # ---------------------------------------------------------------- store
 class IncidentStore:
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
@@ -157,10 +159,13 @@ class IncidentStore:
     def _read(self, path: Path) -> Incident | None:
         try:
             with open(path, "rb") as f:
-                return incident_from_dict(json.loads(f.read()))
+                raw = f.read(MAX_FILE + 1)
+            if len(raw) > MAX_FILE:
+                raise ValueError(f"larger than {MAX_FILE} bytes")
+            return incident_from_dict(json.loads(raw))
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
             log.warning("skipping unreadable incident file %s: %s: %s", path, type(e).__name__, e)
             return None
 
