@@ -2,7 +2,10 @@
 request per connection, e.g. ``{"cmd": "status"}`` → the latest status document.
 
 It only reads the status the loop published (an immutable snapshot), so a slow
-client can never stall the tick loop.
+client can never stall the tick loop. A client has ``read_timeout`` seconds to send
+its request line, and at most ``max_clients`` connections are served at once; one
+more is closed at once (the client sees the connection end), so idle or hostile
+clients cannot pile up threads.
 """
 from __future__ import annotations
 
@@ -14,11 +17,20 @@ import threading
 from typing import Any, Callable
 
 MAX_REQUEST = 64 * 1024
+READ_TIMEOUT = 5.0
+MAX_CLIENTS = 16
 
 
 class _Handler(socketserver.StreamRequestHandler):
+    def setup(self) -> None:
+        self.request.settimeout(self.server.read_timeout)  # type: ignore[attr-defined]
+        super().setup()
+
     def handle(self) -> None:
-        line = self.rfile.readline(MAX_REQUEST)
+        try:
+            line = self.rfile.readline(MAX_REQUEST)
+        except OSError:  # no request within the read timeout: drop the client
+            return
         try:
             req = json.loads(line or b"{}")
             if not isinstance(req, dict):
@@ -31,11 +43,36 @@ class _Handler(socketserver.StreamRequestHandler):
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
+    block_on_close = False
+    read_timeout = READ_TIMEOUT
+
+    def set_limits(self, read_timeout: float, max_clients: int) -> None:
+        self.read_timeout = read_timeout
+        self._slots = threading.BoundedSemaphore(max_clients)
+
+    def process_request(self, request, client_address) -> None:  # noqa: ANN001
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)  # too many at once: this one is closed, not queued
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:  # noqa: ANN001
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 class ControlSocket:
-    def __init__(self, path: str, handlers: dict[str, Callable[[dict], Any]]) -> None:
+    def __init__(self, path: str, handlers: dict[str, Callable[[dict], Any]], *,
+                 read_timeout: float = READ_TIMEOUT, max_clients: int = MAX_CLIENTS) -> None:
         self.path = path
+        self.read_timeout = read_timeout
+        self.max_clients = max_clients
         self.handlers = handlers
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -47,6 +84,7 @@ class ControlSocket:
                 raise OSError(f"another guardian is listening on {self.path}")
             os.unlink(self.path)  # stale socket of a guardian that died
         server = _Server(self.path, _Handler)
+        server.set_limits(self.read_timeout, self.max_clients)
         os.chmod(self.path, 0o660)
         server.dispatch = self._dispatch  # type: ignore[attr-defined]
         self._server = server
