@@ -212,8 +212,14 @@ def render_text(threads: Iterable[ThreadStack], pid: int | None = None, title: s
                 group = [v for v in f.locals if v.arg is is_arg]
                 if group:
                     lines.append(f"        {heading}")
-                    lines += [f"            {v.name}: {v.repr if v.repr is not None else '?'}" for v in group]
+                    lines += [f"            {v.name}: {_shown_local(v)}" for v in group]
     return "\n".join(lines) + "\n"
+
+
+def _shown_local(v: Local) -> str:
+    if is_secret_name(v.name):
+        return REDACTED
+    return v.repr if v.repr is not None else "?"
 
 
 def scrub_dump_json(text: str) -> str:

@@ -33,7 +33,10 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 # redaction inside a JSON string or an SVG attribute keeps the document well formed.
 _VALUE = r"[^\s\"'\\<>&]+"
 _TEXT_OPT_EQ = re.compile(r"(?P<opt>(?<![\w-])--?(?P<name>[A-Za-z][\w.-]*))=(?P<val>" + _VALUE + ")")
-_TEXT_OPT_SP = re.compile(r"(?P<opt>(?<![\w-])--?(?P<name>[A-Za-z][\w.-]*))(?P<sp>[ \t]+)(?P<val>(?!-)" + _VALUE + ")")
+_TEXT_OPT_SP = re.compile(r"(?P<opt>(?<![\w-])--?(?P<name>[A-Za-z][\w.-]*))(?P<sp>[ \t]+)"
+                          r"(?P<val>(?!-)" + _VALUE + r"(?:[ \t]+(?!-)" + _VALUE + ")*)")
+# ``name: value`` lines of a py-spy text dump with --locals (Arguments:/Locals: sections)
+_TEXT_LOCAL = re.compile(r"(?m)^(?P<head>[ \t]+(?P<name>[A-Za-z_][\w]*): )(?P<val>.+)$")
 _TEXT_ENV = re.compile(r"(?<![\w.-])(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<val>" + _VALUE + ")")
 _URL_CRED = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@\"'<>]*:)(?P<pw>[^\s@/\"'<>]+)(?P<at>@)")
 
@@ -79,14 +82,20 @@ def redact_text(text: str) -> str:
     """Free text (a summary, a py-spy text dump, a JSON document) with secret values replaced.
 
     Catches ``--name=value``, ``--name value``, ``NAME=value`` and URL passwords.
-    Unlike ``redact_argv`` it cannot know where an argument ends, so only the
-    first word after a secret option is redacted.
+    Every word after a secret option up to the next option is redacted (``--api-key k1
+    k2``), and so is the value of a ``name: value`` line whose name says secret (a local
+    in a py-spy text dump).
     """
     def opt(m: re.Match[str]) -> str:
         if not is_secret_name(m.group("name")):
             return m.group(0)
-        sep = "=" if "sp" not in m.groupdict() else m.group("sp")
-        return f"{m.group('opt')}{sep}{REDACTED}"
+        if "sp" not in m.groupdict():
+            return f"{m.group('opt')}={REDACTED}"
+        values = len(m.group("val").split())  # --api-key k1 k2: every key
+        return m.group("opt") + m.group("sp") + " ".join([REDACTED] * values)
+
+    def local(m: re.Match[str]) -> str:
+        return m.group("head") + REDACTED if is_secret_name(m.group("name")) else m.group(0)
 
     def env(m: re.Match[str]) -> str:
         return f"{m.group('name')}={REDACTED}" if is_secret_name(m.group("name")) else m.group(0)
@@ -94,4 +103,5 @@ def redact_text(text: str) -> str:
     text = _TEXT_OPT_EQ.sub(opt, text)
     text = _TEXT_OPT_SP.sub(opt, text)
     text = _TEXT_ENV.sub(env, text)
+    text = _TEXT_LOCAL.sub(local, text)
     return redact_url(text)
