@@ -51,6 +51,8 @@ class RestartConfig:
     env: dict[str, str] = _f({})
     cwd: Optional[str] = None
     log_file: Optional[str] = None
+    namespace: Optional[str] = _f(None, doc="kubernetes: the pod's namespace; its pods are listed "
+                                             "only there (RBAC is granted per namespace)")
     stop_timeout: float = _f(30.0, "positive", "SIGTERM -> SIGKILL of the whole tree, seconds")
     ready_timeout: float = _f(600.0, "positive", "start -> /health 200 and a canary answered")
 

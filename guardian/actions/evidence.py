@@ -47,7 +47,7 @@ from ..host.procfs import ProcFS
 from ..host.runner import CommandResult, CommandRunner
 from ..incidents.ids import new_incident_id
 from ..incidents.store import jsonable
-from ..model import Incident, ProcessInfo, ProcKey, Role, Target
+from ..model import Incident, Kind, ProcessInfo, ProcKey, Role, Target
 from ..series import metrics as m
 from ..series.store import SeriesStore
 from . import pyspy
@@ -56,6 +56,11 @@ from .redact import redact_argv, redact_text
 from .retention import apply_retention
 from .summary import SummaryFacts, build_summary
 
+
+# Kinds whose server is still serving: its stacks are read with ``--nonblocking`` only, so a
+# capture never pauses healthy request handling (a hang or a spin is paused on purpose, once).
+NONBLOCKING_KINDS = frozenset({Kind.HOST_MEMORY_LEAK, Kind.ACCEL_MEMORY_LEAK, Kind.KV_CACHE_LEAK,
+                               Kind.PROBE_FAILURE})
 log = logging.getLogger(__name__)
 
 MANIFEST = "capture.json"
@@ -235,6 +240,8 @@ class EvidenceCollector:
         seconds = self.cfg.record_seconds if ctx.record_seconds is None else ctx.record_seconds
         recorded = hottest if (exe and seconds > 0 and any(p.pid == hottest for p in alive)) else None
         dumps: dict[int, _Dump] = {p.pid: _Dump() for p in alive}
+        # a leak or a blind probe leaves the server serving: never pause it for a stack
+        gentle = ctx.incident is not None and ctx.incident.kind in NONBLOCKING_KINDS
         deadline = self.deadline(len(alive), seconds)
         if exe:
             n_rec = len(RECORDS) if recorded is not None else 0
@@ -246,7 +253,7 @@ class EvidenceCollector:
                     rel = f"flame-{recorded}.{suffix}"
                     futures[pool.submit(self._record, exe, recorded, seconds, fmt, rel, bundle)] = rel
             for p in alive:
-                futures[pool.submit(self._dump, exe, p, bundle, dumps[p.pid])] = _dump_name(p, "json")
+                futures[pool.submit(self._dump, exe, p, bundle, dumps[p.pid], gentle)] = _dump_name(p, "json")
             done, pending = wait(futures, timeout=deadline)
             pool.shutdown(wait=False, cancel_futures=True)
             for f in pending:
@@ -371,12 +378,17 @@ class EvidenceCollector:
                      "error": fail.reason if fail else None})
         return res, fail
 
-    def _dump(self, exe: str, p: ProcessInfo, bundle: BundleWriter, out: _Dump) -> None:
+    def _dump(self, exe: str, p: ProcessInfo, bundle: BundleWriter, out: _Dump, gentle: bool = False) -> None:
         timeout = self.cfg.dump_timeout
-        argv = pyspy.dump_argv(exe, p.pid, native=self.cfg.native, with_locals=self.cfg.locals)
-        res, fail = self._run(argv, timeout, "dump", p.pid, "blocking", bundle)
-        mode, note = "blocking", ""
-        if fail is not None and fail.retry_nonblocking:
+        if gentle:  # --nonblocking only: the process keeps running while it is read
+            argv = pyspy.dump_argv(exe, p.pid, nonblocking=True, with_locals=self.cfg.locals)
+            res, fail = self._run(argv, timeout, "dump", p.pid, "nonblocking", bundle)
+            mode, note = "nonblocking", ""
+        else:
+            argv = pyspy.dump_argv(exe, p.pid, native=self.cfg.native, with_locals=self.cfg.locals)
+            res, fail = self._run(argv, timeout, "dump", p.pid, "blocking", bundle)
+            mode, note = "blocking", ""
+        if fail is not None and fail.retry_nonblocking and not gentle:
             note = f"blocking dump failed: {fail.reason}; retried with --nonblocking"
             argv = pyspy.dump_argv(exe, p.pid, nonblocking=True, with_locals=self.cfg.locals)
             res, fail = self._run(argv, timeout, "dump", p.pid, "nonblocking", bundle)

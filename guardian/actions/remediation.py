@@ -54,6 +54,7 @@ class Sequence:
     sigkill_sent: bool = False
     started_pid: int | None = None
     pending_job: str | None = None  # name of an async job in flight for this sequence
+    pod_uid: str | None = None  # kubernetes: the API server's pod, recorded when the sequence began
     outcome: str | None = None
     detail: str = ""
     history: list[dict] = field(default_factory=list)
@@ -134,6 +135,8 @@ class Remediator:
                        [(k.pid, k.starttime) for k in tree], drain_only=drain_only,
                        started_wall=self.clock.wall())
         self.sequences[name] = seq
+        if mode == "kubernetes":
+            seq.pod_uid = self._snapshot_pod_uid(api_key)
         self._enter(seq, "lease", now, f"{'drain' if drain_only else 'restart'} of {name} ({reason}), "
                                       f"mode {mode}, tree {[p for p, _ in seq.tree]}")
         return seq
@@ -308,9 +311,10 @@ class Remediator:
             seq.history[-1]["term_sent"] = True
             self._record_restart(seq)
             if seq.mode == "kubernetes" and self.kube is not None:
-                uid = seq.history[-1].get("pod_uid")
+                uid = seq.pod_uid
+                ns = rc.namespace
                 self.async_runner.submit(("remediation", f"{seq.target}:kube"),
-                                         lambda: self._kube_delete(api, int(rc.stop_timeout)),
+                                         lambda: self._kube_delete(api, int(rc.stop_timeout), uid, ns),
                                          deadline=now + 30)
                 self._record(seq, "stop", "ok", f"pod delete requested (grace {rc.stop_timeout:g}s) {uid or ''}")
             else:
@@ -379,14 +383,28 @@ class Remediator:
             self._finish(seq, now, "failed", f"not ready within ready_timeout {rc.ready_timeout:g}s")
 
     # ------------------------------------------------------------------ helpers
-    def _kube_delete(self, api: ProcKey, grace: int):
-        from ..host.kube import pod_uid_from_cgroup
+    def _snapshot_pod_uid(self, api: ProcKey) -> str | None:
+        """The API server's pod UID while it still is the snapshotted process (None when unreadable)."""
+        from ..host.kube import pod_uid_of
 
-        text = self.procfs.read_text(f"{api.pid}/cgroup")
-        uid = pod_uid_from_cgroup(text)
+        if self.procfs is None:
+            return None
+        try:
+            return pod_uid_of(self.procfs, api, self.control.alive)
+        except Exception as e:  # noqa: BLE001 - read again, identity-checked, at delete time
+            self.log.warning("remediation: pod of pid %d not recorded: %s", api.pid, e)
+            return None
+
+    def _kube_delete(self, api: ProcKey, grace: int, uid: str | None = None, namespace: str | None = None):
+        """Delete the pod recorded when the sequence began; without a record, the pod of the API
+        server only while its pid still is the snapshotted process (never a reused pid's pod)."""
+        from ..host.kube import pod_uid_of
+
+        if uid is None:
+            uid = pod_uid_of(self.procfs, api, self.control.alive)
         if uid is None:
             raise RuntimeError(f"pid {api.pid} is not in a Kubernetes pod (no pod UID in its cgroup)")
-        pod = self.kube.find_pod(uid)
+        pod = self.kube.find_pod(uid, namespace)
         self.kube.delete_pod(pod, grace)
         return pod
 

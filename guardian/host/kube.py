@@ -1,10 +1,14 @@
 """The Kubernetes API, in-cluster, for ``restart.mode: kubernetes``: find a process's pod, delete it.
 
-Reads ``/proc/<pid>/cgroup`` (through ProcFS) for the pod UID, lists the pods
-of this node (``spec.nodeName``) to map the UID to namespace/name, and deletes
-the pod with a grace period so its controller recreates it. The service
-account token and CA come from the standard in-cluster paths; the API base URL
-and the opener are seams so tests can point at a local fake API server.
+Reads ``/proc/<pid>/cgroup`` (through ProcFS) for the pod UID — when the
+remediation begins, with the process's start time checked before and after
+the read, so a reused pid can never name another pod — lists the pods of this
+node (field selector ``spec.nodeName=$NODE_NAME``) in the target's namespace
+(per-namespace RBAC allows nothing wider) to map the UID to namespace/name, and
+deletes the pod with a grace period and a UID precondition so its controller
+recreates it. The service account token is read again for every call
+(projected tokens rotate); the CA comes from the standard in-cluster path; the
+API base URL and the opener are seams so tests can point at a local fake API server.
 """
 from __future__ import annotations
 
@@ -39,11 +43,24 @@ class PodRef:
     uid: str
 
 
+def pod_uid_of(procfs, key, alive: Callable[[object], bool]) -> str | None:
+    """The pod UID of the process ``key`` (pid + start time), or None outside a pod. The
+    identity is checked before and after the cgroup read: if the pid was reused meanwhile,
+    ``ProbeFailed`` says so instead of naming the new process's pod."""
+    if not alive(key):
+        raise ProbeFailed(f"pid {key.pid} is no longer the snapshotted process; no pod is looked up")
+    text = procfs.read_text(f"{key.pid}/cgroup")
+    if not alive(key):
+        raise ProbeFailed(f"pid {key.pid} changed while its cgroup was read; no pod is looked up")
+    return pod_uid_from_cgroup(text)
+
+
 class KubeClient:
     def __init__(self, base_url: str, token: str | None, ca_file: str | None, node_name: str | None,
-                 timeout: float = 10.0, opener: Callable | None = None) -> None:
+                 timeout: float = 10.0, opener: Callable | None = None, token_file: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
+        self.token_file = token_file
         self.node_name = node_name
         self.timeout = timeout
         ctx = ssl.create_default_context(cafile=ca_file) if ca_file else None
@@ -55,8 +72,17 @@ class KubeClient:
         if not host or not (SA_DIR / "token").exists():
             raise BackendUnavailable("not running in a Kubernetes pod (no KUBERNETES_SERVICE_HOST or "
                                      "service-account token): restart.mode kubernetes cannot act")
-        return cls(f"https://{host}:{port}", (SA_DIR / "token").read_text().strip(), str(SA_DIR / "ca.crt"),
-                   env.get("NODE_NAME"), timeout)
+        return cls(f"https://{host}:{port}", None, str(SA_DIR / "ca.crt"), env.get("NODE_NAME"), timeout,
+                   token_file=str(SA_DIR / "token"))
+
+    def _bearer(self) -> str | None:
+        if self.token_file is None:
+            return self.token
+        try:
+            with open(self.token_file, encoding="utf-8") as f:
+                return f.read(64 * 1024).strip() or None
+        except OSError as e:
+            raise ProbeFailed(f"kubernetes service-account token {self.token_file}: {e.strerror or e}") from None
 
     def _call(self, method: str, path: str, body: dict | None = None) -> dict:
         data = json.dumps(body).encode() if body is not None else None
@@ -64,8 +90,9 @@ class KubeClient:
         req.add_header("Accept", "application/json")
         if data is not None:
             req.add_header("Content-Type", "application/json")
-        if self.token:
-            req.add_header("Authorization", f"Bearer {self.token}")
+        token = self._bearer()
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
         try:
             with self._open(req, self.timeout) as resp:
                 return json.loads(resp.read() or b"{}")
@@ -74,14 +101,23 @@ class KubeClient:
         except (urllib.error.URLError, OSError, ValueError) as e:
             raise ProbeFailed(f"kubernetes API {method} {path}: {e}") from None
 
-    def find_pod(self, uid: str) -> PodRef:
+    def find_pod(self, uid: str, namespace: str | None = None) -> PodRef:
+        """The pod with this UID on this node: listed in ``namespace`` when given (what a
+        per-namespace RoleBinding allows), else cluster-wide (needs a ClusterRoleBinding)."""
         selector = f"?fieldSelector={quote('spec.nodeName=' + self.node_name)}" if self.node_name else ""
-        items = self._call("GET", f"/api/v1/pods{selector}").get("items", [])
+        path = f"/api/v1/namespaces/{quote(namespace)}/pods" if namespace else "/api/v1/pods"
+        items = self._call("GET", f"{path}{selector}").get("items", [])
         for item in items:
-            md = item.get("metadata", {})
-            if md.get("uid") == uid:
-                return PodRef(md["namespace"], md["name"], uid)
-        raise ProbeFailed(f"no pod with uid {uid} on node {self.node_name or '?'}")
+            md = item.get("metadata", {}) if isinstance(item, dict) else {}
+            if md.get("uid") != uid:
+                continue
+            node = (item.get("spec") or {}).get("nodeName")
+            if self.node_name and node and node != self.node_name:
+                raise ProbeFailed(f"pod {md.get('name')} with uid {uid} runs on node {node}, not on "
+                                  f"{self.node_name}; not touching it")
+            return PodRef(md["namespace"], md["name"], uid)
+        where = f"namespace {namespace}" if namespace else "the cluster"
+        raise ProbeFailed(f"no pod with uid {uid} on node {self.node_name or '?'} in {where}")
 
     def delete_pod(self, pod: PodRef, grace_seconds: int) -> None:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": int(grace_seconds),

@@ -36,13 +36,28 @@ class OsProcessControl:
         return st.starttime == key.starttime and st.state not in ("Z", "X")
 
     def signal(self, key: ProcKey, sig: int) -> bool:
-        """Send ``sig`` iff the pid still is the snapshotted process. Returns True if sent."""
+        """Send ``sig`` iff the pid still is the snapshotted process. Returns True if sent.
+
+        Where the kernel has pidfds, the process is pinned first (``pidfd_open``), its
+        identity checked after that, and the signal sent through the pidfd: a pid reused
+        between the check and the kill can never receive it."""
         if not self.alive(key):
             return False
-        try:
-            os.kill(key.pid, sig)
-        except ProcessLookupError:
-            return False
+        fd = _pidfd_open(key.pid)
+        if fd is None:  # no pidfd here: the check-then-kill of older kernels
+            try:
+                os.kill(key.pid, sig)
+            except ProcessLookupError:
+                return False
+        else:
+            try:
+                if not self.alive(key):
+                    return False
+                _signal.pidfd_send_signal(fd, sig)
+            except ProcessLookupError:
+                return False
+            finally:
+                os.close(fd)
         self._reap()
         return True
 
@@ -72,3 +87,15 @@ class OsProcessControl:
 
 SIGTERM = _signal.SIGTERM
 SIGKILL = _signal.SIGKILL
+
+
+def _pidfd_open(pid: int) -> int | None:
+    """A pidfd for ``pid``; None where pidfds are unavailable (old kernel or Python) or refused."""
+    if not hasattr(os, "pidfd_open") or not hasattr(_signal, "pidfd_send_signal"):
+        return None
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None  # gone: the kill below reports it
+    except OSError:
+        return None
