@@ -435,8 +435,9 @@ def _check_expansion(root: Any, source: str) -> None:
 def load_yaml(text: str, source: str = "<config>") -> Any:
     """Parses YAML text (YAML 1.2 booleans); syntax errors and duplicate keys raise
     ``ConfigError`` naming ``source`` and the line."""
-    loader = _StrictLoader(text)
+    loader = None
     try:
+        loader = _StrictLoader(text)  # the reader refuses control characters here already
         _check_depth(text, source)
         node = loader.get_single_node()
         if node is not None:
@@ -450,7 +451,8 @@ def load_yaml(text: str, source: str = "<config>") -> Any:
     except yaml.YAMLError as exc:
         raise ConfigError([f"{source}: YAML syntax error: {exc}"]) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if loader.duplicates:
         raise ConfigError([f"{source}: {d}" for d in loader.duplicates])
     return data

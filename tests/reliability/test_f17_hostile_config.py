@@ -64,3 +64,8 @@ def test_a_recursive_alias_is_refused():
 def test_a_merge_key_of_a_shared_block_still_works():
     data = load_yaml("base: &b {x: 1}\nt: {<<: *b, y: 2}\n", "g.yaml")
     assert data["t"] == {"x": 1, "y": 2}
+
+
+def test_a_control_character_is_a_config_error_not_a_reader_traceback():  # found by the fuzzer
+    with pytest.raises(ConfigError, match="g.yaml"):
+        load_yaml("\x08", "g.yaml")
