@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test unit live demo bench e2e-venv e2e-vllm clean
+.PHONY: venv test unit live chaos demo bench e2e-venv e2e-vllm clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -15,7 +15,12 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests --ignore=tests/e2e
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests --ignore=tests/e2e --ignore=tests/chaos
+
+# Faults injected on purpose: Redis killed, disks full, guardians SIGKILLed mid-remediation,
+# pids reused, hostile servers and files. Some scenarios need root (CI runs as root); they say so.
+chaos: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -rs tests/chaos
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit tests/component

@@ -37,7 +37,8 @@ class RedisServer:
     """``start()`` / ``stop()`` (SIGTERM) / ``kill()`` (SIGKILL) / ``restart()`` on the same port."""
 
     def __init__(self, port: int | None = None, *, executable: str | None = None,
-                 startup_timeout: float = 10.0) -> None:
+                 startup_timeout: float = 10.0, durable: bool = False) -> None:
+        self.durable = durable  # append-only, fsync'd per write: what was acknowledged survives SIGKILL
         self.port = port or free_port()
         self.host = "127.0.0.1"
         self.executable = executable or redis_executable()
@@ -71,7 +72,7 @@ class RedisServer:
         if self.dir is None:
             self.dir = tempfile.mkdtemp(prefix="guardian-redis-")
         argv = [self.executable, "--port", str(self.port), "--bind", self.host, "--save", "",
-                "--appendonly", "no", "--dir", self.dir, "--daemonize", "no", "--protected-mode", "no",
+                "--appendonly", "yes" if self.durable else "no", "--appendfsync", "always", "--dir", self.dir, "--daemonize", "no", "--protected-mode", "no",
                 "--logfile", str(Path(self.dir) / "redis.log")]
         self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL, start_new_session=True)
