@@ -6,6 +6,7 @@ time."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -40,7 +41,7 @@ def test_a_d_state_process_in_the_tree_does_not_stall_the_guardian(tmp_path):
     subprocess.run(["cc", "-O0", "-o", str(exe), str(src)], check=True)
     holder = subprocess.Popen([str(exe), "60"])
     g = GuardianProcess(tmp_path, 0, name="dstate",
-                        extra={"targets": [{"name": "dstate", "match": {"cmdline_regex": "vfork-d-state"}}]})
+                        extra={"targets": [{"name": "dstate", "match": {"cmdline_regex": re.escape(str(exe))}}]})
     try:
         assert poll(lambda: proc_state(holder.pid) == "D", 5), proc_state(holder.pid)
         g.start()
