@@ -197,6 +197,8 @@ class Daemon(ActionsMixin):
             self.episodes.forget(f"{name}:")
             for t in self.incidents.resolve_target(name, "target disappeared"):
                 self._emit(t)
+        for t in self.incidents.resolve_missing(set(self.tracker.targets), now, self.cfg.discovery.forget_after):
+            self._emit(t)  # e.g. reloaded at start-up for a target that no longer exists
 
     # ------------------------------------------------------------------ probes
     def _run_procfs(self, now: float) -> None:

@@ -60,6 +60,7 @@ class IncidentManager:
         self._resolved: deque[Incident] = deque(maxlen=max(1, recent_limit))
         self._streaks: dict[tuple[str, Kind], _Streak] = {}
         self._latest: dict[str, Mapping[str, Any]] = {}
+        self._missing_since: dict[str, float] = {}  # target name -> when its open incident was first seen orphaned
         if store is not None:
             for inc in store.load_open():
                 self._open.setdefault((inc.node, inc.target.name, inc.kind), inc)
@@ -139,6 +140,24 @@ class IncidentManager:
             out = [self._close(k, reason) for k in sorted(keys, key=lambda k: self._open[k].opened_at)]
             for sk in [sk for sk in self._streaks if sk[0] == target_name]:
                 del self._streaks[sk]
+            return out
+
+    def resolve_missing(self, present: set[str], now: float, grace: float) -> list[Transition]:
+        """Resolve open incidents whose target has not been known (configured or discovered) for
+        ``grace`` seconds: an incident reloaded at start-up for a target that is gone for good
+        would otherwise stay firing, re-notified forever."""
+        with self._lock:
+            missing_since = self._missing_since
+            for name in list(missing_since):
+                if name in present:
+                    del missing_since[name]
+            names = {inc.target.name for inc in self._open.values()} - present
+            out: list[Transition] = []
+            for name in sorted(names):
+                since = missing_since.setdefault(name, now)
+                if now - since >= grace:
+                    del missing_since[name]
+                    out += self.resolve_target(name, f"target no longer exists (unseen for {grace:g}s)")
             return out
 
     # ------------------------------------------------------------ queries
