@@ -55,6 +55,8 @@ class RestartConfig:
                                              "only there (RBAC is granted per namespace)")
     stop_timeout: float = _f(30.0, "positive", "SIGTERM -> SIGKILL of the whole tree, seconds")
     ready_timeout: float = _f(600.0, "positive", "start -> /health 200 and a canary answered")
+    owner_grace: float = _f(10.0, "nonneg", "before starting anything, seconds to let the owner (a deploy, "
+                                            "systemd, a controller) bring the target back first")
 
 
 @dataclass(frozen=True)

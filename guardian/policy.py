@@ -7,6 +7,7 @@ anomaly check. The fleet lease lives in ``guardian.lease`` (it needs Redis).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,11 +29,17 @@ class RestartLedger:
     def __init__(self, state_dir: str) -> None:
         self.path = Path(state_dir) / "restarts.json"
         self.restarts: dict[str, list[float]] = {}
+        self.unreadable: str | None = None  # set: every restart is refused (fail closed) until fixed
         try:
             data = json.loads(self.path.read_text())
             self.restarts = {str(k): [float(x) for x in v] for k, v in data.items()}
-        except (FileNotFoundError, ValueError, AttributeError, TypeError):
+        except FileNotFoundError:
             self.restarts = {}
+        except (OSError, ValueError, AttributeError, TypeError, RecursionError) as e:
+            self.restarts = {}
+            self.unreadable = f"restart ledger {self.path} is unreadable ({type(e).__name__}: {e})"
+            logging.getLogger(__name__).error("%s: refusing every restart until it is repaired or removed "
+                                              "(the budget cannot be known)", self.unreadable)
 
     def record(self, target: str, at: float) -> None:
         self.restarts.setdefault(target, []).append(at)
@@ -65,6 +72,8 @@ def backoff_seconds(cfg: PolicyConfig, restarts_in_period: int) -> float:
 
 
 def may_restart(cfg: PolicyConfig, ledger: RestartLedger, target: str, now_wall: float) -> Verdict:
+    if ledger.unreadable:
+        return Verdict(False, f"{ledger.unreadable}; restarts refused until it is repaired or removed")
     recent = ledger.recent(target, now_wall, cfg.budget.period)
     if len(recent) >= cfg.budget.max_restarts:
         return Verdict(False, f"restart budget exhausted: {len(recent)} restarts in the last "

@@ -36,6 +36,24 @@ PHASE_NAMES = {"lease": "draining", "draining": "draining", "stopping": "stoppin
                "starting": "starting", "verifying": "verifying"}
 
 
+START_ATTEMPTS = 3  # a command-mode start is tried this many times (2 s, 4 s apart), then escalated
+
+
+def start_problem(rc: RestartConfig) -> str | None:
+    """Why a command-mode start would fail, checked before anything is stopped: an unwritable
+    ``log_file`` (a read-only /var/log under ProtectSystem=strict)."""
+    if rc.mode != "command":
+        return None
+    if rc.log_file:
+        try:
+            with open(rc.log_file, "ab"):
+                pass
+        except OSError as e:
+            return (f"restart.log_file {rc.log_file} is not writable ({e.strerror or e}); not stopping a server "
+                    f"that could not be started again")
+    return None
+
+
 @dataclass
 class Sequence:
     target: str
@@ -166,6 +184,9 @@ class Remediator:
                               "restart.mode kubernetes needs the in-cluster API (service account); alert only")
         if tc.restart.mode == "command" and not tc.restart.command:
             return self._once(incident, "no_command", "skipped", "restart.mode command without a command")
+        unstartable = start_problem(tc.restart)
+        if unstartable:
+            return self._once(incident, "unstartable", "escalated", unstartable)
         wall = self.clock.wall()
         if Maintenance(self.cfg.state_dir).active(wall):
             return self._once(incident, "maintenance", "skipped", "maintenance mode is on: no remediation")
@@ -203,6 +224,9 @@ class Remediator:
         if action == "restart":
             if tc is None:
                 return f"{name}: autodiscovered target has no restart config; refusing to restart it"
+            unstartable = start_problem(tc.restart)
+            if unstartable:
+                return f"{name}: refused: {unstartable}"
             verdict = may_restart(self.cfg.policy, self.ledger, name, self.clock.wall())
             if not verdict.allowed:
                 return f"{name}: refused: {verdict.reason}"
@@ -216,9 +240,9 @@ class Remediator:
 
     def undrain(self, name: str) -> str:
         seq = self.sequences.get(name)
-        if seq is None or not seq.drain_only:
+        if seq is None or not (seq.drain_only or seq.phase == "failed"):
             return f"{name}: not drained by the guardian"
-        if seq.phase in ACTIVE or seq.phase == "done":
+        if seq.phase in ACTIVE or seq.phase in ("done", "failed"):
             seq.phase, seq.outcome, seq.detail = "undrained", "undrained", "undrained by request"
             self.publish_control({"action": "undrain", "target": name, "node": self.cfg.node})
             self._save(seq)
@@ -251,6 +275,8 @@ class Remediator:
     def tick(self, now: float, tracker, series, done_jobs: dict[str, object]) -> None:
         self._job_results.update(done_jobs)
         for seq in list(self.sequences.values()):
+            if seq.phase == "failed" and not seq.drain_only:
+                self._recover_if_healthy(seq, tracker)
             if seq.phase not in ACTIVE:
                 continue
             for _ in range(6):  # several instant steps may chain within one tick
@@ -258,6 +284,22 @@ class Remediator:
                 getattr(self, f"_step_{seq.phase}")(seq, now, tracker, series)
                 if seq.phase == before or seq.phase not in ACTIVE:
                     break
+
+    def _recover_if_healthy(self, seq: Sequence, tracker) -> None:
+        """After a failed sequence readiness stays down only while the target is unhealthy: once it
+        serves again (a human or its owner fixed it) it goes back in rotation."""
+        tr = tracker.targets.get(seq.target)
+        if tr is None or not (tr.ready and tr.api_alive):
+            return
+        key = (tr.target.key.pid, tr.target.key.starttime)
+        if key == tuple(seq.api_key) or key in {tuple(k) for k in seq.tree}:
+            return  # still the server the sequence gave up on
+        seq.phase = "recovered"
+        seq.history.append({"phase": "recovered", "at": self.clock.wall(), "pid": key[0]})
+        self.publish_control({"action": "undrain", "target": seq.target, "node": self.cfg.node})
+        self.log.warning("remediation %s: healthy again after the failed sequence (pid %d): back in rotation",
+                         seq.target, key[0])
+        self._save(seq)
 
     def _step_lease(self, seq: Sequence, now: float, tracker, series) -> None:
         if seq.drain_only:
@@ -308,8 +350,14 @@ class Remediator:
         rc = tc.restart if tc else RestartConfig()
         api = ProcKey(*seq.api_key)
         if not seq.history[-1].get("term_sent"):
+            try:
+                self._record_restart(seq)
+            except OSError as e:  # fail closed: an uncounted restart could loop past the budget
+                self._finish(seq, now, "aborted", f"restart ledger could not be written ({e}); nothing was "
+                                                  f"stopped (fail closed)")
+                self.publish_control({"action": "undrain", "target": seq.target, "node": self.cfg.node})
+                return
             seq.history[-1]["term_sent"] = True
-            self._record_restart(seq)
             if seq.mode == "kubernetes" and self.kube is not None:
                 uid = seq.pod_uid
                 ns = rc.namespace
@@ -347,14 +395,79 @@ class Remediator:
             self._enter(seq, "starting", now, f"accelerator memory still held after {RELEASE_TIMEOUT:g}s; "
                                               "starting anyway")
 
+    def _owner_is_back(self, seq: Sequence, tracker) -> str | None:
+        """Is the target's owner already bringing it back (a deploy, systemd, a controller)? A new
+        API server for the target (a new process on its port or matching it) says so."""
+        tr = tracker.targets.get(seq.target)
+        if tr is None or not tr.api_alive:
+            return None
+        key = (tr.target.key.pid, tr.target.key.starttime)
+        if key == tuple(seq.api_key) or key in {tuple(k) for k in seq.tree}:
+            return None
+        return f"a new API server pid {key[0]} appeared for {seq.target}"
+
+    def _systemd_activating(self, seq: Sequence, unit: str | None, now: float) -> str | None:
+        """systemd already (re)starting the unit: ActiveState activating/reloading, or active with a
+        MainPID outside the stopped tree."""
+        if not unit:
+            return None
+        res = self._job(seq, "unit_state", lambda: self.cmd_runner.run(
+            ("systemctl", "show", "-p", "ActiveState", "-p", "MainPID", unit), 10), now, retry_every=2.0)
+        text = getattr(res, "text", None) or getattr(res, "stdout", None) or ""
+        if not isinstance(text, str) or not getattr(res, "ok", False):
+            return None
+        props = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+        state, main = props.get("ActiveState", ""), props.get("MainPID", "0")
+        old = {p for p, _ in seq.tree}
+        if state in ("activating", "reloading") or (state == "active" and main.isdigit()
+                                                     and int(main) not in old and int(main) != 0):
+            return f"systemd unit {unit} is {state} (MainPID {main})"
+        return None
+
+    def _owner_grace(self, seq: Sequence, now: float, tracker, rc: RestartConfig) -> bool:
+        """True while waiting for the owner; stands the sequence down when the owner is back."""
+        entry = seq.history[-1]
+        if entry.get("owner_checked") or rc.owner_grace <= 0:  # 0 turns the wait off
+            return False
+        since = entry.setdefault("owner_wait_since", now)
+        back = self._owner_is_back(seq, tracker)
+        if back is None and seq.mode == "systemd":
+            tc = self.target_config(seq.target)
+            back = self._systemd_activating(seq, rc.unit or (tc.match.systemd_unit if tc else None), now)
+        if back is not None:
+            entry["owner_checked"] = True
+            self._record(seq, "owner_check", "stood_down", f"stood down: {back}; not starting a second copy")
+            self._enter(seq, "verifying", now, f"stood down: the owner brought it back ({back})")
+            return True
+        if now - since < rc.owner_grace:
+            return True
+        entry["owner_checked"] = True
+        self._record(seq, "owner_check", "ok", f"proceeding: nothing brought {seq.target} back within "
+                                               f"owner_grace {rc.owner_grace:g}s")
+        return False
+
     def _step_starting(self, seq: Sequence, now: float, tracker, series) -> None:
         tc = self.target_config(seq.target)
         rc = tc.restart if tc else RestartConfig()
+        if seq.mode in ("command", "systemd") and self._owner_grace(seq, now, tracker, rc):
+            return
         if seq.mode == "command":
+            entry = seq.history[-1]
+            if now < entry.get("start_retry_at", now):
+                return
             try:
                 seq.started_pid = self.control.start(rc.command, rc.env, rc.cwd, rc.log_file)
             except (OSError, ValueError) as e:
-                self._finish(seq, now, "failed", f"start failed: {e}")
+                tries = entry["start_failures"] = entry.get("start_failures", 0) + 1
+                if tries >= START_ATTEMPTS:
+                    self._finish(seq, now, "failed", f"start failed {tries} times, last: {e}; "
+                                                     f"a human must start it")
+                    return
+                wait = 2.0 ** tries
+                entry["start_retry_at"] = now + wait
+                self._record(seq, "start", "failed", f"start failed: {e}; retrying in {wait:g}s "
+                                                     f"({tries} of {START_ATTEMPTS})")
+                self._save(seq)
                 return
             self._enter(seq, "verifying", now, f"started pid {seq.started_pid}: {' '.join(rc.command)[:200]}")
         elif seq.mode == "systemd":
@@ -505,11 +618,19 @@ class Remediator:
                 continue
             seq.phase_since = now
             seq.pending_job = None
-            if seq.phase in ("lease", "draining"):
-                # nothing disruptive happened yet: abort and put it back in rotation
+            if seq.phase in ("lease", "draining") and not self.control.alive(ProcKey(*seq.api_key)):
+                # the server changed while the guardian was down: nothing to resume
                 seq.phase, seq.outcome = "aborted", "aborted"
-                seq.detail = "guardian restarted before the stop; aborted, target left untouched"
+                seq.detail = (f"guardian restarted before the stop and API server {seq.api_key[0]} is gone; "
+                              "aborted, lease released")
+                self._release_lease(seq, now)
                 self.publish_control({"action": "undrain", "target": seq.target, "node": self.cfg.node})
+            elif seq.phase in ("lease", "draining"):
+                # nothing disruptive happened yet: take the lease again (ours is kept) and drain again
+                seq.phase = "lease"
+                seq.lease_waiting_noted = False
+                seq.history.append({"phase": "lease", "at": self.clock.wall()})
+                seq.detail = "guardian restarted before the stop; resuming from the fleet lease"
             elif seq.phase == "starting":
                 # the start may or may not have been issued: never issue it twice; wait for it
                 seq.phase = "verifying"
@@ -521,6 +642,14 @@ class Remediator:
             self._record(seq, "resume", "ok", seq.detail)
             self.log.warning("remediation %s: %s", seq.target, seq.detail)
             self._save(seq)
+
+    def _release_lease(self, seq: Sequence, now: float) -> None:
+        if self.lease is None or seq.lease_slot is None:
+            return
+        slot, lease = seq.lease_slot, self.lease
+        seq.lease_slot = None
+        self.async_runner.submit(("remediation", f"{seq.target}:release"),
+                                 lambda: lease.release(seq.target, slot), deadline=now + 30)
 
     def forget_finished(self) -> None:
         for name, seq in list(self.sequences.items()):

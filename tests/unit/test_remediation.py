@@ -51,7 +51,7 @@ class World:
         raw = {"node": "n1", "state_dir": str(tmp_path), "api": {"http": None},
                "targets": [{"name": "llm", "match": {"port": 8000},
                             "restart": restart or {"mode": "command", "command": ARGV, "stop_timeout": 10,
-                                                   "ready_timeout": 60},
+                                                   "ready_timeout": 60, "owner_grace": 0},
                             "drain": {"timeout": 30}}]}
         if policy:
             raw["policy"] = policy
@@ -253,7 +253,8 @@ def test_an_autodiscovered_target_is_alert_only(tmp_path):
 
 def test_systemd_mode_restarts_the_unit_with_exactly_systemctl_restart(tmp_path):
     cmd = FakeRunner({("systemctl", "restart"): result("")})
-    w = World(tmp_path, restart={"mode": "systemd", "unit": "vllm@llama.service", "stop_timeout": 10}, runner=cmd)
+    w = World(tmp_path, restart={"mode": "systemd", "unit": "vllm@llama.service", "stop_timeout": 10,
+                             "owner_grace": 0}, runner=cmd)
     w.consider(w.open())
     w.step(1, n=8)
     assert cmd.argvs() == [("systemctl", "restart", "vllm@llama.service")]
@@ -262,7 +263,7 @@ def test_systemd_mode_restarts_the_unit_with_exactly_systemctl_restart(tmp_path)
 
 def test_a_failing_systemctl_fails_the_sequence_with_its_error(tmp_path):
     cmd = FakeRunner({("systemctl", "restart"): result("", returncode=5, stderr="Unit vllm@x.service not found.")})
-    w = World(tmp_path, restart={"mode": "systemd", "unit": "vllm@x.service"}, runner=cmd)
+    w = World(tmp_path, restart={"mode": "systemd", "unit": "vllm@x.service", "owner_grace": 0}, runner=cmd)
     w.consider(w.open())
     w.step(1, n=8)
     seq = w.rem.sequences["llm"]
@@ -280,7 +281,7 @@ def test_signal_mode_stops_and_waits_for_an_external_supervisor(tmp_path):
 
 
 @pytest.mark.parametrize("phase, expect_phase, expect_started", [
-    ("draining", "aborted", 0),     # nothing disruptive yet: abort, back in rotation
+    ("draining", "lease", None),    # nothing disruptive yet: resumed from the fleet lease
     ("starting", "verifying", 0),   # the start may have been issued: never issue it twice
     ("stopping", "stopping", None),  # resume the stop (identity-checked signals)
 ])
