@@ -60,6 +60,8 @@ class ProbeStats:
 @dataclass
 class SelfStats:
     ticks: int = 0
+    ticks_failed: int = 0  # ticks that raised: they feed neither /healthz nor the watchdog
+    after_tick_failed: int = 0
     last_tick_s: float = 0.0
     max_tick_s: float = 0.0
     probes: dict[str, ProbeStats] = field(default_factory=lambda: {
@@ -442,17 +444,40 @@ class Daemon(ActionsMixin):
         try:
             while not stop.is_set():
                 t0 = self.clock.monotonic()
-                try:
-                    self.tick()
-                except Exception:  # the loop survives its own bugs; they are logged loudly
-                    self.log.exception("tick failed")
-                if on_tick:
-                    on_tick()
+                if self._guarded_tick(t0) and on_tick:
+                    self._guarded_after_tick(on_tick, t0)
                 self.clock.sleep(max(0.0, interval - (self.clock.monotonic() - t0)))
         finally:
             self.runner.shutdown()
             if self.accel_probe is not None:
                 self.accel_probe.close()
+
+    def _guarded_tick(self, now: float) -> bool:
+        """One tick; False when it raised (logged once per episode, counted, shown in status
+        errors). Only a tick that worked feeds the heartbeat (/healthz, the systemd watchdog)."""
+        try:
+            self.tick()
+        except Exception as e:  # the loop survives its own bugs
+            self.stats.ticks_failed += 1
+            if "tick" not in self.episodes.current():
+                self.log.exception("tick failed")
+            self.episodes.fail("tick", f"{type(e).__name__}: {e}", now)
+            return False
+        self.episodes.ok("tick")
+        return True
+
+    def _guarded_after_tick(self, on_tick: Callable[[], None], now: float) -> None:
+        """What runs after a tick (re-notification, heartbeat) must never end the loop: a full
+        disk (ENOSPC) or a bug there is logged once per episode, counted, and the loop goes on."""
+        try:
+            on_tick()
+        except Exception as e:
+            self.stats.after_tick_failed += 1
+            if "after_tick" not in self.episodes.current():
+                self.log.exception("after-tick work failed")
+            self.episodes.fail("after_tick", f"{type(e).__name__}: {e}", now)
+            return
+        self.episodes.ok("after_tick")
 
     @staticmethod
     def self_usage() -> tuple[float, int]:

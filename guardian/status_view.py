@@ -130,6 +130,7 @@ def build_status(d, now: float) -> dict[str, Any]:
         "guardian": {
             "pid": __import__("os").getpid(),
             "ticks": d.stats.ticks,
+            "ticks_failed": getattr(d.stats, "ticks_failed", 0),
             "last_tick_s": _r(d.stats.last_tick_s, 5),
             "max_tick_s": _r(d.stats.max_tick_s, 5),
             "cpu_seconds": _r(cpu_s, 2),

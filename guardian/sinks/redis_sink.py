@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import threading
+from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -180,6 +181,12 @@ class AlertSink:
         self._redis_up: bool | None = None
         self._last_error: str | None = None
         self._pending_heartbeat: dict[str, Any] | None = None
+        # events the spool refused (a full disk): held here, in order, after everything spooled,
+        # until the spool takes them again or Redis does; bounded like the spool
+        self._unspooled: deque[dict[str, Any]] = deque()
+        self._unspooled_dropped = 0
+        self._spool_error: str | None = None
+        self._last_duplicates = 0
         self._thread: threading.Thread | None = None
         self._closed = False
         if start:
@@ -217,11 +224,58 @@ class AlertSink:
 
     # ------------------------------------------------------------ caller side (never blocks on Redis)
     def publish(self, event: Mapping[str, Any]) -> None:
-        """Spool ``event`` durably, then let the flusher deliver it. Raises OSError if the disk refuses."""
+        """Spool ``event`` durably, then let the flusher deliver it. When the disk refuses
+        (ENOSPC, EIO) the event is held in memory behind the spooled ones and still delivered,
+        in order; the spool error shows in ``stats()`` and is logged once per episode."""
         if self._closed:
             raise ValueError("alert sink is closed")
-        self.spool.append(event)
+        with self._lock:
+            held = bool(self._unspooled)
+        if not held:
+            try:
+                self.spool.append(event)
+                self._spool_ok()
+                self._wake.set()
+                return
+            except OSError as e:
+                self._spool_failed(e)
+        with self._lock:
+            self._unspooled.append(dict(event))
+            while len(self._unspooled) > self.spool.max_events:
+                self._unspooled.popleft()
+                self._unspooled_dropped += 1
         self._wake.set()
+
+    def _spool_failed(self, e: OSError) -> None:
+        with self._lock:
+            first = self._spool_error is None
+            self._spool_error = f"{type(e).__name__}: {e}"
+        if first:
+            log.error("alerts: the spool refuses writes (%s); holding alerts in memory and delivering "
+                      "them from there until it takes them again", e)
+
+    def _spool_ok(self) -> None:
+        with self._lock:
+            was, self._spool_error = self._spool_error, None
+        if was is not None:
+            log.warning("alerts: the spool takes writes again")
+
+    def _respool(self) -> None:
+        """Move held events back into the spool, oldest first, while it takes them."""
+        while True:
+            with self._lock:
+                if not self._unspooled:
+                    return
+                event = self._unspooled[0]
+            try:
+                self.spool.append(event)
+            except OSError as e:
+                self._spool_failed(e)
+                return
+            self._spool_ok()
+            with self._lock:
+                if self._unspooled and self._unspooled[0] is event:
+                    self._unspooled.popleft()
 
     def __call__(self, event: Mapping[str, Any]) -> None:
         self.publish(event)
@@ -242,7 +296,9 @@ class AlertSink:
                 "spooled": len(self.spool),
                 "delivered_total": self._delivered_total,
                 "duplicates_total": self._duplicates_total,
-                "dropped_total": self.spool.dropped_total,
+                "dropped_total": self.spool.dropped_total + self._unspooled_dropped,
+                "held_in_memory": len(self._unspooled),
+                "spool_error": self._spool_error,
                 "redis_up": bool(self._redis_up),
                 "last_error": self._last_error,
                 "url": self.url_for_log,
@@ -280,33 +336,58 @@ class AlertSink:
     # ------------------------------------------------------------ the flusher
     def flush_once(self) -> bool:
         """Deliver one batch from the spool head, in order. True when Redis took everything it was given."""
+        self._respool()
         batch = self.spool.head(self.batch)
         delivered: list[str] = []
-        duplicates = 0
-        error: BaseException | None = None
-        for event in batch:
-            try:
-                new = self._delivery.deliver(event)
-            except _redis_errors() as e:
-                error = e
-                break
-            except Exception as e:  # noqa: BLE001 - a bug must not wedge delivery; retried with backoff
-                log.exception("alerts: unexpected delivery error")
-                error = e
-                break
-            delivered.append(event["id"])
-            duplicates += 0 if new else 1
+        error = self._deliver_all(batch, delivered)
+        duplicates = self._last_duplicates
         if delivered:
-            self.spool.remove(delivered)
+            try:
+                self.spool.remove(delivered)
+            except OSError as e:  # a full disk cannot rewrite the spool: re-delivery is a no-op (dedup)
+                self._spool_failed(e)
             with self._lock:  # counted once acknowledged, so stats never show delivered-but-spooled
                 self._delivered_total += len(delivered)
                 self._duplicates_total += duplicates
+        if error is None and len(batch) < self.batch:  # the whole spool went: then what is held
+            error = self._deliver_held()
         if error is None:
             error = self._send_heartbeat()
         if error is None and not batch and not delivered:
             error = self._ping_if_unknown()
         self._note(error)
         return error is None
+
+    def _deliver_all(self, batch: list[dict[str, Any]], delivered: list[str]) -> BaseException | None:
+        self._last_duplicates = 0
+        for event in batch:
+            try:
+                new = self._delivery.deliver(event)
+            except _redis_errors() as e:
+                return e
+            except Exception as e:  # noqa: BLE001 - a bug must not wedge delivery; retried with backoff
+                log.exception("alerts: unexpected delivery error")
+                return e
+            delivered.append(event["id"])
+            self._last_duplicates += 0 if new else 1
+        return None
+
+    def _deliver_held(self) -> BaseException | None:
+        """Deliver the events the spool refused, oldest first (they are newer than the spool's)."""
+        while True:
+            with self._lock:
+                if not self._unspooled:
+                    return None
+                event = self._unspooled[0]
+            delivered: list[str] = []
+            error = self._deliver_all([event], delivered)
+            if error is not None:
+                return error
+            with self._lock:
+                if self._unspooled and self._unspooled[0] is event:
+                    self._unspooled.popleft()
+                self._delivered_total += 1
+                self._duplicates_total += self._last_duplicates
 
     def _send_heartbeat(self) -> BaseException | None:
         with self._lock:
