@@ -107,6 +107,7 @@ class Remediator:
         self.action_counts: dict[str, int] = {}
         self.restart_counts: dict[str, dict[str, int]] = {}
         self._noted: set[tuple[str, str]] = set()
+        self._save_failing: set[str] = set()  # targets whose state file could not be written (logged once)
         self._job_results: dict[str, object] = {}
         self._resume()
 
@@ -146,13 +147,16 @@ class Remediator:
 
     # ------------------------------------------------------------------ start
     def begin(self, name: str, reason: str, incident_id: str | None, api_key: ProcKey,
-              tree: list[ProcKey], now: float, *, drain_only: bool = False) -> Sequence:
+              tree: list[ProcKey], now: float, *, drain_only: bool = False) -> Sequence | None:
         tc = self.target_config(name)
         mode = tc.restart.mode if tc else "signal"
         seq = Sequence(name, reason, incident_id, mode, (api_key.pid, api_key.starttime),
                        [(k.pid, k.starttime) for k in tree], drain_only=drain_only,
                        started_wall=self.clock.wall())
         self.sequences[name] = seq
+        if not self._save(seq):  # a sequence that could not be resumed after a crash is not begun
+            del self.sequences[name]
+            return None
         if mode == "kubernetes":
             seq.pod_uid = self._snapshot_pod_uid(api_key)
         self._enter(seq, "lease", now, f"{'drain' if drain_only else 'restart'} of {name} ({reason}), "
@@ -207,8 +211,11 @@ class Remediator:
             return self._once(incident, "dry_run", "dry_run",
                               f"would have drained, stopped {keys} (SIGTERM, then SIGKILL after "
                               f"{tc.restart.stop_timeout:g}s) and restarted via {tc.restart.mode}")
-        self.begin(name, incident.kind.value, incident.id, tracked.target.key,
-                   [p.key for p in tracked.target.processes], now)
+        if self.begin(name, incident.kind.value, incident.id, tracked.target.key,
+                      [p.key for p in tracked.target.processes], now) is None:
+            return self._once(incident, "unsaved", "escalated",
+                              f"remediation state could not be written under {self.dir} (full disk?); "
+                              "not starting a sequence that could not be resumed after a crash")
         return "started"
 
     def manual(self, name: str, tracked, now: float, action: str, dry_run: bool) -> str:
@@ -234,8 +241,9 @@ class Remediator:
             return (f"{name}: dry run: would have {'drained' if action == 'drain' else 'drained, stopped'} "
                     f"{[p.pid for p in tracked.target.processes]}"
                     + ("" if action == "drain" else f" and restarted via {tc.restart.mode}"))
-        self.begin(name, "manual", None, tracked.target.key, [p.key for p in tracked.target.processes], now,
-                   drain_only=(action == "drain"))
+        if self.begin(name, "manual", None, tracked.target.key, [p.key for p in tracked.target.processes], now,
+                      drain_only=(action == "drain")) is None:
+            return f"{name}: refused: remediation state could not be written under {self.dir}"
         return f"{name}: {action} started"
 
     def undrain(self, name: str) -> str:
@@ -590,17 +598,32 @@ class Remediator:
             pass  # the incident was resolved and aged out meanwhile
 
     # ------------------------------------------------------------------ persistence
-    def _save(self, seq: Sequence) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+    def _save(self, seq: Sequence) -> bool:
+        """Persist the sequence (atomic). A disk that refuses (ENOSPC, EIO) is logged once per
+        episode and reported (False): a running sequence goes on rather than wedging mid-stop,
+        and ``begin`` refuses to start one it could not resume after a crash."""
         path = self.dir / f"{seq.target}.json"
         tmp = path.with_suffix(".tmp")
         data = asdict(seq)
         data["phase_since"] = None  # monotonic times mean nothing to the next process
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "w") as f:
+                json.dump(data, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as e:
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+            if seq.target not in self._save_failing:
+                self._save_failing.add(seq.target)
+                self.log.error("remediation %s: state could not be written to %s: %s", seq.target, path, e)
+            return False
+        self._save_failing.discard(seq.target)
+        return True
 
     def _resume(self) -> None:
         """A guardian restarted mid-sequence: resume where it is safe, never start twice."""

@@ -116,3 +116,14 @@ def test_alerts_published_while_the_spool_disk_is_full_still_reach_redis_in_orde
             assert got == [f"E{i:04d}" for i in range(8)]
         finally:
             sink.close()
+
+
+def test_remediation_state_that_cannot_be_written_refuses_the_sequence_and_raises_nothing(tmp_path):
+    from test_remediation import World
+
+    (tmp_path / "remediation").write_text("")  # the folder cannot be made: every save fails
+    w = World(tmp_path)
+    decision = w.consider(w.open())
+    assert decision.startswith("escalated") and "could not be written" in decision
+    w.step(1, n=10)
+    assert w.control.signals == [] and w.rem.serving("llm")
