@@ -463,6 +463,8 @@ class Remediator:
             entry = seq.history[-1]
             if now < entry.get("start_retry_at", now):
                 return
+            entry["start_issued"] = True  # from here a guardian restarted mid-start never starts again
+            self._save(seq)
             try:
                 seq.started_pid = self.control.start(rc.command, rc.env, rc.cwd, rc.log_file)
             except (OSError, ValueError) as e:
@@ -480,6 +482,9 @@ class Remediator:
             self._enter(seq, "verifying", now, f"started pid {seq.started_pid}: {' '.join(rc.command)[:200]}")
         elif seq.mode == "systemd":
             unit = rc.unit or (tc.match.systemd_unit if tc else None)
+            if not seq.history[-1].get("start_issued"):
+                seq.history[-1]["start_issued"] = True
+                self._save(seq)
             res = self._job(seq, "systemctl", lambda: self.cmd_runner.run(("systemctl", "restart", unit), 60), now)
             if res is None:
                 return
@@ -654,6 +659,10 @@ class Remediator:
                 seq.lease_waiting_noted = False
                 seq.history.append({"phase": "lease", "at": self.clock.wall()})
                 seq.detail = "guardian restarted before the stop; resuming from the fleet lease"
+            elif seq.phase == "starting" and seq.history and not seq.history[-1].get("start_issued"):
+                # still waiting for the owner (nothing was started): wait again, then decide
+                seq.history.append({"phase": "starting", "at": self.clock.wall()})
+                seq.detail = "guardian restarted before the start was issued; checking for the owner again"
             elif seq.phase == "starting":
                 # the start may or may not have been issued: never issue it twice; wait for it
                 seq.phase = "verifying"

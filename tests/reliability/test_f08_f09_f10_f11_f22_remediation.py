@@ -231,3 +231,14 @@ def test_systemd_already_activating_the_unit_makes_the_guardian_stand_down(tmp_p
     assert w.rem.phase("llm") == "verifying"
     assert "stood down: systemd unit vllm@llama.service is activating" in " ".join(
         a.detail for a in w.incidents.get(inc.id).actions)
+
+
+def test_a_guardian_restarted_during_the_owner_grace_waits_again_and_starts_exactly_once(tmp_path):
+    w = World(tmp_path, restart=restart(tmp_path, owner_grace=8))
+    w.consider(w.open())
+    w.step(1, n=9)
+    assert w.rem.phase("llm") == "starting" and w.control.started == []
+    w.rem = w.new_remediator()  # killed while waiting for the owner: nothing was started yet
+    assert w.rem.sequences["llm"].phase == "starting"
+    w.step(1, n=12)
+    assert len(w.control.started) == 1

@@ -290,6 +290,8 @@ def test_a_guardian_restart_mid_sequence_resumes_safely(tmp_path, phase, expect_
     w.consider(w.open())
     seq = w.rem.sequences["llm"]
     seq.phase = phase
+    if phase == "starting":
+        seq.history.append({"phase": "starting", "start_issued": True})
     w.rem._save(seq)
     w.control.started.clear()
     again = w.new_remediator()
