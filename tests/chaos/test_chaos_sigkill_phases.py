@@ -36,7 +36,7 @@ def test_a_guardian_killed_mid_restart_finishes_it_once_after_its_restart(tmp_pa
     port = free_port()
     redis = RedisServer(durable=True).start()
     sim = SimServer(port=port, startup_delay=0.5).start()
-    target = command_restart(port, tmp_path, )
+    target = command_restart(port, tmp_path, owner_grace=4)
     target["restart"]["command"] = target["restart"]["command"][:-1] + ["4"]  # the copy loads for 4 s
     g = GuardianProcess(tmp_path, port, extra={"targets": [target], "alerts": {"redis_url": redis.url}})
     starts_seen: set[int] = set()
