@@ -163,9 +163,9 @@ class AccelProbe:
     inline = False
 
     def __init__(self, parts: ProbeParts) -> None:
-        self.reader = AccelReader(parts.accel_backends)
+        self.reader = AccelReader(parts.seams.accel_backends)
         self.tracker = parts.tracker
-        self.clock = parts.clock
+        self.clock = parts.seams.clock
         self.readings: Readings = parts.readings
         self.log = parts.log
         self.timeout = 2 * parts.cfg.accelerators.npu_smi_timeout + 2

@@ -211,7 +211,7 @@ class ProcfsProbe:
 
     def __init__(self, parts: ProbeParts) -> None:
         self.cfg = parts.cfg.probes.procfs
-        self.reader = ProcfsReader(parts.procfs, self.cfg)
+        self.reader = ProcfsReader(parts.seams.proc, self.cfg)
         self.tracker = parts.tracker
         self.readings: Readings = parts.readings
         self.log = parts.log
