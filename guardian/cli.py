@@ -65,7 +65,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from .api import request
+    from .control_socket import request
     from .status_view import render_status
 
     cfg = _load(args.config)
@@ -172,7 +172,7 @@ def cmd_incidents(args) -> int:
 
 def cmd_control(args) -> int:
     """drain / restart / undrain a target through the running daemon (same safety checks)."""
-    from .api import request
+    from .control_socket import request
 
     cfg = _load(args.config)
     path = args.socket or cfg.socket_path()
@@ -205,7 +205,7 @@ def parse_duration(text: str) -> float:
 
 
 def cmd_maintenance(args) -> int:
-    from .policy import Maintenance
+    from .actions.policy import Maintenance
 
     cfg = _load(args.config)
     m = Maintenance(cfg.state_dir)
@@ -276,7 +276,7 @@ def cmd_snapshot(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from .testing.demo import run_demo  # the demo drives the shipped simulated vLLM server
+    from .sim.demo import run_demo  # the demo drives the shipped simulated vLLM server
 
     return run_demo(keep=args.keep, timeout=args.timeout)
 

@@ -31,7 +31,7 @@ from .detectors.view import TargetView
 from .episodes import EpisodeLog
 from .incidents import IncidentManager, IncidentStore
 from .model import Finding, Incident, Kind, Transition
-from .policy import RestartLedger
+from .actions.policy import RestartLedger
 from .probes.async_runner import AsyncRunner
 from .probes.base import ProbeParts, Readings, Seen
 from .probes.scheduler import ProbeScheduler
@@ -44,7 +44,7 @@ from .tracker import Tracker
 
 if TYPE_CHECKING:
     from .host.kube import KubeClient
-    from .lease import FleetLease
+    from .actions.lease import FleetLease
 
 Sink = Callable[[Transition], None]
 

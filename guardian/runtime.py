@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from .actions.evidence import EvidenceCollector
-from .api import ControlSocket
+from .control_socket import ControlSocket
 from .clock import SystemClock
 from .config_schema import Config
 from .daemon import Daemon, Sink
@@ -30,10 +30,11 @@ from .host.http import StdlibHttpClient
 from .host.process_control import OsProcessControl
 from .host.procfs import ProcFS
 from .host.runner import SubprocessRunner
-from .http_api import Heartbeat, HttpApi
+from .http_listener import HttpListener, LastTick
 from .incidents import IncidentStore
-from .lease import FleetLease
+from .actions.lease import FleetLease
 from .model import Incident, Status, Transition
+from .netaddr import parse_hostport
 from .probes.accel import make_backends
 from .probes.async_runner import AsyncRunner
 from .seams import Seams
@@ -84,8 +85,8 @@ class Runtime:
     alerts: IncidentAlerts
     emitter: AlertEmitter
     control: ControlSocket
-    http: HttpApi | None
-    loop_beat: Heartbeat
+    http: HttpListener | None
+    loop_beat: LastTick
     sd: SdNotify = field(default_factory=SdNotify)
     _next_heartbeat: float = float("-inf")
 
@@ -108,10 +109,10 @@ class Runtime:
             "restart": daemon.control_request,
             "undrain": daemon.control_request,
         })
-        beat = Heartbeat(clock.monotonic)
+        beat = LastTick(clock.monotonic)
         http = None
         if cfg.api.http:
-            http = HttpApi(cfg.api.http, registry=build_registry(daemon.status, lambda: daemon.stats),
+            http = HttpListener(parse_hostport(cfg.api.http), registry=build_registry(daemon.status, lambda: daemon.stats),
                            status=daemon.status, tick_age=beat.age, max_tick_age=3 * cfg.interval)
         rt = cls(daemon, clock, sink, alerts, emitter, control, http, beat)
         try:

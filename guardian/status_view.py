@@ -1,4 +1,4 @@
-"""The status document (SPEC §9 `guardian status --json`) built from the daemon's state,
+"""The status document (`guardian status --json`) built from the daemon's state,
 and its human rendering as a table. Reads memory only; no I/O.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from . import __version__
 from .incidents import incident_to_dict
-from .policy import Maintenance, budget_left
+from .actions.policy import Maintenance, budget_left
 from .model import Subject
 from .series.slope import theil_sen
 from .series import metrics as m

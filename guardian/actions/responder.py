@@ -23,13 +23,13 @@ from ..config_schema import DetectorsConfig, Mode
 from ..episodes import EpisodeLog
 from ..incidents import IncidentManager
 from ..model import Finding, Incident, Kind, Severity, Transition
-from ..policy import budget_left
+from .policy import budget_left
 from ..probes.async_runner import AsyncRunner, Done
 from ..probes.base import Readings
 from ..series import SeriesStore
 from ..tracker import Tracker
 from .evidence import EvidenceCollector, EvidenceContext, EvidenceResult, series_windows
-from .remediation import Outcome, Remediator, Sequence
+from .remediation import Outcome, Remediator, RestartSequence
 
 
 class Responder:
@@ -91,7 +91,7 @@ class Responder:
             transitions += self.incidents.update(name, tr.ref({}), {kind: finding})
         return transitions
 
-    def _remediation_finished(self, seq: Sequence, outcome: Outcome) -> None:
+    def _remediation_finished(self, seq: RestartSequence, outcome: Outcome) -> None:
         if outcome is not Outcome.DONE and seq.incident_id:
             inc = self.incidents.get(seq.incident_id)
             if inc is not None:

@@ -2,7 +2,7 @@
 
 Budgets (restarts per period, persisted so a guardian restart does not reset
 them), exponential backoff between restarts, maintenance mode, the node-wide
-anomaly check. The fleet lease lives in ``guardian.lease`` (it needs Redis).
+anomaly check. The fleet lease lives in ``guardian.actions.lease`` (it needs Redis).
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config_schema import PolicyConfig
+from ..config_schema import PolicyConfig
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import psutil
 from ..config import parse_config
 from ..runtime import Runtime
 from ..status_view import render_status
-from .sim_control import API_SERVER_MODULE as SIM_MODULE, SimServer
+from .control import API_SERVER_MODULE as SIM_MODULE, SimServer
 
 
 class _Out:
