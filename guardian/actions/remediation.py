@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -25,9 +24,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..config_schema import Config, DrainConfig, Mode, PolicyConfig, RestartConfig, TargetConfig
+from ..fsutil import atomic_write
 from ..model import Action, Kind, ProcKey
-from .policy import Maintenance, may_restart, node_anomaly
 from ..series import metrics as m
+from .policy import Maintenance, may_restart, node_anomaly
 
 HANG_KINDS = {Kind.BUSY_LOOP.value, Kind.ENGINE_STALL.value, Kind.ENGINE_DEAD.value}
 HANG_DRAIN_TIMEOUT = 5.0  # a hung engine has nothing to drain
@@ -567,15 +567,9 @@ class Remediator:
     # ------------------------------------------------------------------ persistence
     def _save(self, seq: RestartSequence) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / f"{seq.target}.json"
-        tmp = path.with_suffix(".tmp")
         data = asdict(seq)
         data["phase_since"] = None  # monotonic times mean nothing to the next process
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic_write(self.dir / f"{seq.target}.json", json.dumps(data))
 
     def _resume(self) -> None:
         """A guardian restarted mid-sequence: resume where it is safe, never start twice."""
