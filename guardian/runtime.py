@@ -28,6 +28,7 @@ from .errors import GuardianError
 from .exporter import build_registry
 from .host.http import StdlibHttpClient
 from .host.process_control import OsProcessControl
+from .host.process_details import PsutilDetails
 from .host.procfs import ProcFS
 from .host.runner import SubprocessRunner
 from .http_listener import HttpListener, LastTick
@@ -50,8 +51,9 @@ def real_seams(cfg: Config, clock: SystemClock | None = None) -> Seams:
     """The machine itself. NVML / npu-smi are touched here, at start, never at import."""
     proc = ProcFS(cfg.probes.procfs.proc_root)
     commands = SubprocessRunner()
+    details = PsutilDetails() if os.path.realpath(cfg.probes.procfs.proc_root) == "/proc" else None
     return Seams(clock or SystemClock(), proc, StdlibHttpClient(), commands, OsProcessControl(proc),
-                 make_backends(cfg.accelerators, commands, log))
+                 make_backends(cfg.accelerators, commands, log), details)
 
 
 def build_daemon(cfg: Config, seams: Seams, *, sink: AlertSink | None = None, sinks: Iterable[Sink] = (),
@@ -59,7 +61,8 @@ def build_daemon(cfg: Config, seams: Seams, *, sink: AlertSink | None = None, si
                  status_extras: dict[str, Callable[[], object]] | None = None,
                  runner: AsyncRunner | None = None, log: logging.Logger | None = None) -> Daemon:
     store = IncidentStore(cfg.state_dir)
-    evidence = EvidenceCollector(cfg.evidence, store.dir_for, seams.commands, seams.proc, seams.clock)
+    evidence = EvidenceCollector(cfg.evidence, store.dir_for, seams.commands, seams.proc, seams.clock,
+                                 details=seams.process_details)
     kube = None
     if any(t.restart.mode == "kubernetes" for t in cfg.targets):
         from .host.kube import KubeClient
