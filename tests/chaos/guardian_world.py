@@ -7,10 +7,10 @@ import sys
 
 import psutil
 
-from guardian.testing.sim_control import SimServer, free_port
+from guardian.sim.control import SimServer, free_port
 from guardian_harness import GuardianProcess, poll
 
-SIM = "guardian.testing.sim_vllm.api_server"
+SIM = "guardian.sim.vllm.api_server"
 
 
 def sweep(port: int) -> None:

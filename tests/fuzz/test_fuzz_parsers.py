@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from guardian.actions import pyspy
 from guardian.actions.redact import redact_argv, redact_text
-from guardian.api import ControlSocket
+from guardian.control_socket import ControlSocket
 from guardian.config import load_yaml, parse_config
 from guardian.errors import ConfigError, ProbeFailed
 from guardian.host import procfs_parse as pp

@@ -15,12 +15,14 @@ import threading
 
 from guardian.config import parse_config
 from guardian.daemon import Daemon
-from guardian.incidents import IncidentStore
+from guardian.runtime import build_daemon
+from guardian.seams import Seams
 from guardian.sinks.redis_sink import AlertSink, make_client
 from guardian.sinks.spool import Spool
 from guardian.testing.clock import FakeClock
 from guardian.testing.fake_http import FakeHttp
 from guardian.testing.fake_proc import FakeProcTree
+from guardian.testing.fake_control import FakeControl
 from guardian.testing.fake_runner import FakeRunner
 from guardian.testing.redis_server import RedisServer
 
@@ -30,8 +32,8 @@ from redis_procs import wait_for
 def daemon(tmp_path) -> tuple[Daemon, FakeClock]:
     cfg = parse_config({"node": "n1", "state_dir": str(tmp_path / "state"), "api": {"http": None}})
     clock = FakeClock()
-    d = Daemon(cfg, clock, FakeProcTree(tmp_path / "proc").procfs(), FakeHttp({}),
-               store=IncidentStore(cfg.state_dir), log=logging.getLogger("t"), cmd_runner=FakeRunner())
+    d = build_daemon(cfg, Seams(clock, FakeProcTree(tmp_path / "proc").procfs(), FakeHttp({}), FakeRunner(),
+                                FakeControl(set())), log=logging.getLogger("t"))
     return d, clock
 
 

@@ -75,7 +75,7 @@ class Lease:
         self.acquired, self.released = [], []
 
     def acquire(self, target):
-        from guardian.lease import LeaseResult
+        from guardian.actions.lease import LeaseResult
 
         self.acquired.append(target)
         return LeaseResult(True, "slot 0", 0)
@@ -90,9 +90,9 @@ class Lease:
 
 def restarted(w, lease):
     """The guardian restarts: a new remediator on the same state dir, with the fleet lease."""
-    from guardian.actions.remediation import Remediator
+    from guardian.actions.remediation import RemediationSettings, Remediator
 
-    return Remediator(w.cfg, w.clock, w.control, w.runner, w.cmd, w.incidents, w.ledger, procfs=None,
+    return Remediator(RemediationSettings.from_config(w.cfg), w.clock, w.control, w.runner, w.cmd, w.incidents, w.ledger, procfs=None,
                       lease=lease, publish_control=w.published.append)
 
 
@@ -136,11 +136,13 @@ def test_a_resumed_sequence_whose_server_is_gone_is_aborted_and_its_lease_releas
 
 # ---------------------------------------------------------------- 10
 def test_a_ledger_write_failure_fails_closed_without_any_signal(tmp_path):
+    from test_f04_spool_short_write import file_size_limit
+
     w = World(tmp_path)
-    (tmp_path / "restarts.tmp").mkdir()  # the ledger's temporary file cannot be written
     inc = w.open()
     w.consider(inc)
-    w.step(1, n=40)
+    with file_size_limit(0):  # from here every file write fails (EFBIG), the ledger's too
+        w.step(1, n=40)
     assert w.control.signals == []
     seq = w.rem.sequences["llm"]
     assert seq.outcome == "aborted" and "restart ledger" in seq.detail and "fail closed" in seq.detail

@@ -6,12 +6,14 @@ from __future__ import annotations
 import logging
 
 from guardian.config import parse_config
-from guardian.daemon import Daemon
+from guardian.runtime import build_daemon
+from guardian.seams import Seams
 from guardian.incidents import IncidentStore
 from guardian.model import Incident, Kind, Severity, Status, TargetRef
 from guardian.testing.clock import FakeClock
 from guardian.testing.fake_http import FakeHttp
 from guardian.testing.fake_proc import FakeProcTree
+from guardian.testing.fake_control import FakeControl
 from guardian.testing.fake_runner import FakeRunner
 
 ID = "01HF7Z9GDG0TRA5GW6MSKGM012"
@@ -24,8 +26,8 @@ def test_a_reloaded_incident_of_a_target_that_is_gone_resolves(tmp_path):
     store.save(Incident(ID, Kind.BUSY_LOOP, Severity.CRITICAL, "n1", TargetRef("ghost", 10, 20, 8000, "m", "engine_core"),
                         Status.FIRING, "spins", 1.7e9))
     clock = FakeClock()
-    d = Daemon(cfg, clock, FakeProcTree(tmp_path / "proc").procfs(), FakeHttp({}), store=store,
-               log=logging.getLogger("t"), cmd_runner=FakeRunner())
+    d = build_daemon(cfg, Seams(clock, FakeProcTree(tmp_path / "proc").procfs(), FakeHttp({}), FakeRunner(),
+                                FakeControl(set())), log=logging.getLogger("t"))
     transitions = []
     try:
         assert [i.id for i in d.incidents.open_incidents()] == [ID]

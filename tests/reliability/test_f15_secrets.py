@@ -10,11 +10,12 @@ from guardian.actions.pyspy import Frame, Local, ThreadStack, render_text
 from guardian.actions.redact import REDACTED as R
 from guardian.actions.redact import redact_text
 from guardian.config import parse_config
-from guardian.daemon import Daemon
-from guardian.incidents import IncidentStore
+from guardian.runtime import build_daemon
+from guardian.seams import Seams
 from guardian.testing.clock import FakeClock
 from guardian.testing.fake_http import FakeHttp, ok
 from guardian.testing.fake_proc import FakeProcTree
+from guardian.testing.fake_control import FakeControl
 from guardian.testing.fake_runner import FakeRunner
 
 
@@ -45,8 +46,8 @@ def test_the_status_cmdline_is_redacted(tmp_path):
     http = FakeHttp({("GET", "/health"): ok(), ("GET", "/metrics"): ok(""),
                      ("GET", "/v1/models"): ok(json.dumps({"data": [{"id": "m"}]}))})
     cfg = parse_config({"node": "n1", "state_dir": str(tmp_path / "state"), "api": {"http": None}})
-    d = Daemon(cfg, FakeClock(), proc.procfs(), http, store=IncidentStore(cfg.state_dir),
-               log=logging.getLogger("t"), cmd_runner=FakeRunner())
+    d = build_daemon(cfg, Seams(FakeClock(), proc.procfs(), http, FakeRunner(), FakeControl(set())),
+                     log=logging.getLogger("t"))
     d.tick()
     doc = json.dumps(d.status())
     assert "sk-live" not in doc
