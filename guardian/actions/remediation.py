@@ -18,8 +18,9 @@ Before anything is stopped, a command-mode start is checked to be possible (its
 ``log_file`` writable); the restart is counted in the ledger before the first
 signal, and a ledger that cannot be written aborts the sequence with nothing
 stopped (fail closed). Before anything is started, the owner of the target (an
-operator's deploy, systemd, a controller) gets ``restart.owner_grace`` seconds to
-bring it back itself; when it does, the guardian stands down. A failed start is
+operator's deploy, systemd) gets ``restart.owner_grace`` seconds to bring it back
+itself — always under systemd, in command mode when the server died or was found
+already gone — and when it does, the guardian stands down. A failed start is
 retried (``START_ATTEMPTS``), then left to a human.
 """
 from __future__ import annotations
@@ -172,6 +173,7 @@ class RestartSequence:
     started_pid: int | None = None
     pending_job: str | None = None  # name of an async job in flight for this sequence
     pod_uid: str | None = None  # kubernetes: the API server's pod, recorded when the sequence began
+    found_gone: bool = False  # stopping: the API server was already gone (someone else stopped it)
     outcome: Outcome | None = None
     detail: str = ""
     history: list[PhaseProgress] = field(default_factory=list)
@@ -493,6 +495,7 @@ class Remediator:
                 self._record(seq, "stop", "ok", f"pod delete requested (grace {rc.stop_timeout:g}s) {uid or ''}")
             else:
                 sent = self.control.signal(api, signal.SIGTERM)
+                seq.found_gone = not sent
                 self._record(seq, "stop", "ok" if sent else "skipped",
                              f"SIGTERM to API server {api}" if sent else f"API server {api} already gone")
         kube_res = self._job_results.pop(f"{seq.target}:kube", None)
@@ -558,6 +561,8 @@ class Remediator:
         progress = seq.progress
         if progress.owner_checked or progress.start_issued or rc.owner_grace <= 0:
             return False
+        if seq.mode == "command" and not (seq.found_gone or seq.reason == Kind.ENGINE_DEAD.value):
+            return False  # the guardian stopped it itself: nobody else is bringing it back
         if progress.owner_wait_since is None:
             progress.owner_wait_since = now
         back = self._owner_is_back(seq, tracker)

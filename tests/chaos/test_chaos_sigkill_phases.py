@@ -15,8 +15,8 @@ from guardian.testing.redis_server import RedisServer
 from guardian_world import GuardianProcess, SimServer, command_restart, free_port, poll, sims_on, sweep
 
 
-def trip(sim: SimServer) -> None:
-    sim.set_fault("busy_loop")
+def trip(sim: SimServer, fault: str) -> None:
+    sim.set_fault(fault)
 
     def request():
         try:
@@ -31,8 +31,12 @@ def phase_of(g: GuardianProcess) -> str | None:
     return (t.get("remediation") or {}).get("phase") if t else None
 
 
-@pytest.mark.parametrize("phase", ["draining", "starting", "verifying"])
-def test_a_guardian_killed_mid_restart_finishes_it_once_after_its_restart(tmp_path, phase):
+@pytest.mark.parametrize("phase, fault", [
+    ("draining", "busy_loop"),
+    ("starting", "die"),  # an engine death: the owner gets a grace before the guardian starts a copy
+    ("verifying", "busy_loop"),
+])
+def test_a_guardian_killed_mid_restart_finishes_it_once_after_its_restart(tmp_path, phase, fault):
     port = free_port()
     redis = RedisServer(durable=True).start()
     sim = SimServer(port=port, startup_delay=0.5).start()
@@ -51,7 +55,7 @@ def test_a_guardian_killed_mid_restart_finishes_it_once_after_its_restart(tmp_pa
         sim.wait_ready(60)
         g.start()
         assert g.wait_ready(60), g.log_text()
-        trip(sim)
+        trip(sim, fault)
         assert poll(lambda: phase_of(g) == phase, 90, every=0.1), g.log_text()
         os.kill(g.proc.pid, signal.SIGKILL)
         g.proc.wait()
@@ -60,7 +64,8 @@ def test_a_guardian_killed_mid_restart_finishes_it_once_after_its_restart(tmp_pa
         done = poll(lambda: (t := g.target()) and (t.get("remediation") or {}).get("outcome") == "done"
                     and t["serving"] and t, 120)
         assert done, g.log_text()
-        inc = poll(lambda: next((i for i in g.incidents() if i["kind"] == "busy_loop"
+        kind = "busy_loop" if fault == "busy_loop" else "engine_dead"
+        inc = poll(lambda: next((i for i in g.incidents() if i["kind"] == kind
                                  and i["status"] == "resolved"), None), 60)
         assert inc is not None, g.log_text()
         assert len(sims_on(port)) == 1  # exactly one server serves the port

@@ -236,11 +236,17 @@ def test_systemd_already_activating_the_unit_makes_the_guardian_stand_down(tmp_p
 
 
 def test_a_guardian_restarted_during_the_owner_grace_waits_again_and_starts_exactly_once(tmp_path):
-    w = World(tmp_path, restart=restart(tmp_path, owner_grace=8))
-    w.consider(w.open())
-    w.step(1, n=9)
+    w, _ = dead_engine_world(tmp_path, grace=8)
+    w.step(1, n=4)
     assert w.rem.phase("llm") == "starting" and w.control.started == []
     w.rem = w.new_remediator()  # killed while waiting for the owner: nothing was started yet
     assert w.rem.sequences["llm"].phase == "starting"
     w.step(1, n=12)
+    assert len(w.control.started) == 1
+
+
+def test_a_server_the_guardian_stopped_itself_is_started_without_waiting_for_an_owner(tmp_path):
+    w = World(tmp_path, restart=restart(tmp_path, owner_grace=30))
+    w.consider(w.open())  # busy_loop: the guardian sends the SIGTERM itself
+    w.step(1, n=8)
     assert len(w.control.started) == 1
