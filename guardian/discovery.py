@@ -16,6 +16,7 @@ Processes that vanish or refuse reads mid-scan are skipped.
 from __future__ import annotations
 
 import errno
+import ipaddress
 import os
 import re
 import stat
@@ -78,9 +79,17 @@ def server_port(cmdline: Iterable[str]) -> int:
 
 
 def server_host(cmdline: Iterable[str]) -> str:
-    """The host to reach the server on: the bind address, or loopback when it binds all."""
+    """The host to reach the server on: the bind address, or loopback when it binds all. Only
+    an IP literal is taken from a command line (any local user can start a "vLLM" whose
+    ``--host`` names a machine elsewhere; a name would send the guardian's requests there)."""
     host = option_value(cmdline, "--host")
-    return "127.0.0.1" if host is None or host in _ANY_HOSTS else host
+    if host is None or host in _ANY_HOSTS:
+        return "127.0.0.1"
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return "127.0.0.1"
+    return host.strip("[]")
 
 
 def url_for(host: str, port: int) -> str:

@@ -74,3 +74,16 @@ def test_a_wedged_job_does_not_keep_the_process_from_exiting():
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.parametrize("argv, host", [
+    (["vllm", "serve", "--host", "collector.example.com"], "127.0.0.1"),  # a name is never followed
+    (["vllm", "serve", "--host", "10.1.2.3"], "10.1.2.3"),
+    (["vllm", "serve", "--host", "::1"], "::1"),
+    (["vllm", "serve", "--host", "0.0.0.0"], "127.0.0.1"),
+    (["vllm", "serve"], "127.0.0.1"),
+])
+def test_an_autodiscovered_server_is_reached_only_at_an_address_not_a_name(argv, host):
+    from guardian.discovery import server_host
+
+    assert server_host(argv) == host
