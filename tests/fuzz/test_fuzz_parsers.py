@@ -29,6 +29,7 @@ from guardian.probes.vllm_metrics_parse import parse_vllm_metrics
 
 FIX = Path(__file__).parent.parent / "fixtures"
 FUZZ = settings(max_examples=int(os.environ.get("GUARDIAN_FUZZ_EXAMPLES", "200")), deadline=timedelta(seconds=2),
+                database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 STAT = ("5034 (cat) R 5029 5029 2734 0 -1 4194304 99 0 0 0 7 3 0 0 20 0 1 0 16354 3133440 393 "
