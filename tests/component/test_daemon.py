@@ -88,7 +88,7 @@ class World:
         return transitions
 
     def target(self) -> dict:
-        return self.d.status()["targets"][0]
+        return self.d.status().to_dict()["targets"][0]
 
 
 @pytest.fixture
@@ -159,7 +159,7 @@ def test_a_canary_500_is_counted_shown_and_is_not_a_hang(world, caplog):
     with caplog.at_level(logging.WARNING, logger="test-daemon"):
         assert not world.step(40)
     assert sum("HTTP 500" in r.getMessage() for r in caplog.records) == 1
-    assert world.d.status()["probes"]["canary"]["failures"] >= 3
+    assert world.d.status().probes["canary"].failures >= 3
     assert "vllm-8000:canary" in world.target()["errors"]
 
 
@@ -243,7 +243,7 @@ def test_the_status_table_reads_at_a_glance(world):
     from guardian.status_view import render_status
 
     world.step(4)
-    text = render_status(world.d.status())
+    text = render_status(world.d.status().to_dict())
     assert "TARGET vllm-8000  [SERVING]" in text
     assert "engine_core" in text and "api_server" in text
     assert "serving: yes, restart budget left: 3" in text
@@ -254,5 +254,5 @@ def test_a_configured_target_that_is_not_found_is_shown_with_the_reason(tmp_path
 
     w = World(tmp_path, {"targets": [{"name": "llama", "match": {"pid_file": str(tmp_path / "none.pid")}}]})
     w.step(2)
-    assert "configured target llama not found" in render_status(w.d.status())
+    assert "configured target llama not found" in render_status(w.d.status().to_dict())
     w.d.runner.shutdown()
