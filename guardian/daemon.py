@@ -71,7 +71,8 @@ class Daemon:
         self.stats = SelfStats.for_probes(probe_names())
         self.probes = ProbeScheduler(
             build_probes(ProbeParts(cfg, seams, self.tracker, self.series, self.readings, self.log)),
-            self.runner, self.stats, self.episodes, self.series)
+            self.runner, self.stats, self.episodes, self.series,
+            record=lambda incident_id, action: self.responder.record_action(incident_id, action))
         self.seen = Seen()
         self.incidents = IncidentManager(self.node, self.clock, store, cfg.detectors)
         self.ledger = RestartLedger(cfg.state_dir, keep=cfg.policy.budget.period)
