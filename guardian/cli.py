@@ -122,7 +122,7 @@ def cmd_probe(args) -> int:
         daemon.tick()
     finally:
         daemon.runner.shutdown()
-    doc = daemon.status()
+    doc = daemon.status().to_dict()
     print(json.dumps(doc, indent=2) if args.json else render_status(doc))
     return 0 if doc["targets"] else 1
 

@@ -106,7 +106,7 @@ class Runtime:
         daemon = build_daemon(cfg, real_seams(cfg, clock), sink=sink, sinks=[alerts], on_update=[republish],
                               status_extras={"alerts": sink.stats})
         control = ControlSocket(cfg.socket_path(), {
-            "status": lambda req: daemon.status(),
+            "status": lambda req: daemon.status().to_dict(),
             "ping": lambda req: "pong",
             "drain": daemon.control_request,
             "restart": daemon.control_request,
@@ -115,8 +115,10 @@ class Runtime:
         beat = LastTick(clock.monotonic)
         http = None
         if cfg.api.http:
-            http = HttpListener(parse_hostport(cfg.api.http), registry=build_registry(daemon.status, lambda: daemon.stats),
-                           status=daemon.status, tick_age=beat.age, max_tick_age=3 * cfg.interval)
+            http = HttpListener(parse_hostport(cfg.api.http),
+                                registry=build_registry(lambda: daemon.status().to_dict(), lambda: daemon.stats),
+                                status=lambda: daemon.status().to_dict(), tick_age=beat.age,
+                                max_tick_age=3 * cfg.interval)
         rt = cls(daemon, clock, sink, alerts, emitter, control, http, beat)
         try:
             if http is not None:
@@ -143,7 +145,7 @@ class Runtime:
         now = self.clock.monotonic()
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + self.daemon.cfg.alerts.heartbeat_ttl / 3
-            self.sink.heartbeat(node_summary(self.daemon.status(), self.sink.stats()))
+            self.sink.heartbeat(node_summary(self.daemon.status().to_dict(), self.sink.stats()))
         self.sd.after_tick(f"{len(self.daemon.tracker.targets)} targets")
 
     def close(self) -> None:

@@ -61,7 +61,7 @@ def test_an_after_tick_hook_that_raises_enospc_does_not_end_the_loop(tmp_path):
 
     run_ticks(d, clock, 5, hook)
     assert len(beats) == 5
-    assert "after_tick" in d.status()["errors"]
+    assert "after_tick" in d.status().to_dict()["errors"]
 
 
 def test_a_failing_tick_does_not_feed_the_heartbeat_and_is_counted(tmp_path):

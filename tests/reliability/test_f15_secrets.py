@@ -49,6 +49,6 @@ def test_the_status_cmdline_is_redacted(tmp_path):
     d = build_daemon(cfg, Seams(FakeClock(), proc.procfs(), http, FakeRunner(), FakeControl(set())),
                      log=logging.getLogger("t"))
     d.tick()
-    doc = json.dumps(d.status())
+    doc = json.dumps(d.status().to_dict())
     assert "sk-live" not in doc
     d.runner.shutdown()
