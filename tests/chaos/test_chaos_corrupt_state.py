@@ -1,6 +1,6 @@
 """Every state file damaged before the guardian starts: incidents (garbage, binary, a JSON nest
 100 000 deep), the alert spool (torn and garbage lines between good ones), remediation state,
-maintenance. The guardian starts, watches its target, delivers the good spooled alerts and
+maintenance, the restart ledger (which then refuses restarts, and says so). The guardian starts, watches its target, delivers the good spooled alerts and
 names what it skipped; nothing is lost that was readable."""
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ def seed(state):
     (state / "remediation").mkdir()
     (state / "remediation" / "sim.json").write_text('{"target": "sim", "phase": ')
     (state / "maintenance.json").write_text("[[[")
+    (state / "restarts.json").write_text('{"sim": [1.0, "x"')  # the restart ledger, cut short
 
 
 def test_a_guardian_on_damaged_state_starts_watches_and_delivers_what_was_readable(tmp_path):
@@ -46,6 +47,7 @@ def test_a_guardian_on_damaged_state_starts_watches_and_delivers_what_was_readab
         log = g.log_text()
         assert "Traceback" not in log, log
         assert "remediation state" in log and "incident file" in log
+        assert "restart ledger" in log and "refusing every restart" in log  # fail closed, and said
     finally:
         sim.stop()
         assert g.stop() == 0
