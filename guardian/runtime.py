@@ -16,13 +16,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from .actions.evidence import EvidenceCollector
-from .control_socket import ControlSocket
+from .actions.lease import FleetLease
 from .clock import SystemClock
 from .config_schema import Config
+from .control_socket import ControlSocket
 from .daemon import Daemon, Sink
 from .errors import GuardianError
 from .exporter import build_registry
@@ -33,13 +34,12 @@ from .host.procfs import ProcFS
 from .host.runner import SubprocessRunner
 from .http_listener import HttpListener, LastTick
 from .incidents import IncidentStore
-from .actions.lease import FleetLease
 from .model import Incident, Status, Transition
 from .netaddr import parse_hostport
 from .probes.accel import make_backends
 from .probes.async_runner import AsyncRunner
-from .seams import Seams
 from .sdnotify import SdNotify
+from .seams import Seams
 from .sinks.events import AlertEmitter, IncidentAlerts
 from .sinks.fleet import node_summary
 from .sinks.redis_sink import AlertSink

@@ -13,6 +13,8 @@ from . import __version__
 from .actions.redact import redact_text
 from .actions.policy import Maintenance, budget_left
 from .model import Incident, ProcessInfo, Subject
+from .series import metrics as m
+from .series.slope import theil_sen
 from .status_snapshot import (
     CanaryStatus,
     EngineStatus,
@@ -26,8 +28,6 @@ from .status_snapshot import (
     StatusSnapshot,
     TargetStatus,
 )
-from .series.slope import theil_sen
-from .series import metrics as m
 
 if TYPE_CHECKING:
     from .daemon import Daemon

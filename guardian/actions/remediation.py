@@ -144,7 +144,7 @@ class RemediationSettings:
     """The node, where state lives, the policy, and a restart spec per configured target
     (an autodiscovered target has none: it is never restarted)."""
 
-    node: str
+    node: str | None  # as configured (control messages carry it)
     state_dir: str
     policy: PolicyConfig
     targets: Mapping[str, RestartSpec] = field(default_factory=dict)
@@ -361,7 +361,7 @@ class Remediator:
         if dry_run or self.policy.dry_run:
             return (f"{name}: dry run: would have {'drained' if action == 'drain' else 'drained, stopped'} "
                     f"{[p.pid for p in tracked.target.processes]}"
-                    + ("" if action == "drain" else f" and restarted via {tc.restart.mode}"))
+                    + ("" if action == "drain" or tc is None else f" and restarted via {tc.restart.mode}"))
         if self.begin(name, "manual", None, tracked.target.key, [p.key for p in tracked.target.processes], now,
                       drain_only=(action == "drain")) is None:
             return f"{name}: refused: remediation state could not be written under {self.dir}"
