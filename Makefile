@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test unit live demo bench e2e-venv e2e-vllm clean
+.PHONY: venv test unit live demo bench bench-scale e2e-venv e2e-vllm clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -57,6 +57,12 @@ e2e-vllm: $(STAMP) $(E2E_PLUGIN_STAMP)
 
 bench: $(STAMP) $(E2E_PLUGIN_STAMP)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
+
+# One guardian over N = 1, 2, 4, 8 simulated vLLM servers: CPU, RSS, tick p50/p99, detection latencies.
+# Heavy (a few minutes, ~10 processes): run it as `flock /tmp/guardian-heavy.lock make bench-scale`.
+SCALE_ARGS ?=
+bench-scale: $(STAMP)
+	$(BIN)/python -m benchmarks.scale $(SCALE_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

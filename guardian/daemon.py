@@ -33,6 +33,7 @@ from .probes.vllm_http import HttpScrape, scrape
 from .series import SeriesStore
 from .series import metrics as m
 from .daemon_actions import ActionsMixin
+from .tick_times import TickTimes
 from .tracker import Tracker
 from .actions.evidence import EvidenceCollector
 from .actions.remediation import Remediator
@@ -62,6 +63,7 @@ class SelfStats:
     ticks: int = 0
     last_tick_s: float = 0.0
     max_tick_s: float = 0.0
+    tick_times: TickTimes = field(default_factory=TickTimes)
     probes: dict[str, ProbeStats] = field(default_factory=lambda: {
         "discovery": ProbeStats(), "procfs": ProbeStats(), "vllm_http": ProbeStats(), "canary": ProbeStats(),
         "accel": ProbeStats()})
@@ -157,6 +159,7 @@ class Daemon(ActionsMixin):
         self.stats.ticks += 1
         self.stats.last_tick_s = time.perf_counter() - start
         self.stats.max_tick_s = max(self.stats.max_tick_s, self.stats.last_tick_s)
+        self.stats.tick_times.add(self.stats.last_tick_s)
         self._first_tick_done.set()  # the status document is built on demand, at most once per tick
         return transitions
 

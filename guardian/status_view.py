@@ -131,6 +131,8 @@ def build_status(d, now: float) -> dict[str, Any]:
             "ticks": d.stats.ticks,
             "last_tick_s": _r(d.stats.last_tick_s, 5),
             "max_tick_s": _r(d.stats.max_tick_s, 5),
+            "tick_p50_s": _r(d.stats.tick_times.quantile(0.5), 5),
+            "tick_p99_s": _r(d.stats.tick_times.quantile(0.99), 5),
             "cpu_seconds": _r(cpu_s, 2),
             "max_rss_bytes": rss,
         },

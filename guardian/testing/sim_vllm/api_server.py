@@ -36,6 +36,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
+from guardian.testing.sim_vllm.full_page import full_page_tail
 from guardian.testing.sim_vllm.engine import (
     FAULTS,
     HANG_FAULTS,
@@ -50,6 +51,7 @@ from guardian.testing.sim_vllm.engine import (
     SetFault,
     count_tokens,
     engine_main,
+    start_idle_threads,
 )
 
 LOG = logging.getLogger("guardian.sim_vllm")
@@ -68,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exit-on-engine-death", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--death-exit-delay", type=float, default=5.0)
     p.add_argument("--ignore-sigterm", action="store_true")
+    p.add_argument("--full-metrics", action="store_true",
+                   help="append the unwatched families of a real vLLM page (~50 KB in all)")
+    p.add_argument("--idle-threads", type=int, default=0,
+                   help="extra idle threads over the tree (1/3 in the API server, 2/3 in the engine), "
+                        "like vLLM's thread pools")
     return p
 
 
@@ -255,10 +262,11 @@ def _error(status: int, kind: str, message: str, param: str | None = None) -> tu
 class SimApp:
     """Request → (status, body) decisions; the handler only moves bytes."""
 
-    def __init__(self, model: str, engine: EngineClient, config: EngineConfig) -> None:
+    def __init__(self, model: str, engine: EngineClient, config: EngineConfig, full_metrics: bool = False) -> None:
         from prometheus_client import CollectorRegistry
 
         self.model = model
+        self.full_metrics = full_metrics
         self.engine = engine
         self._config = config
         self._created = int(time.time())
@@ -280,7 +288,11 @@ class SimApp:
     def metrics(self) -> bytes:
         from prometheus_client import generate_latest
 
-        return generate_latest(self.registry)
+        page = generate_latest(self.registry)
+        if self.full_metrics:
+            stats = self.engine.stats
+            page += full_page_tail(self.model, stats.success_stop + stats.success_length).encode()
+        return page
 
     def complete(self, body) -> tuple[int, dict]:
         if not isinstance(body, dict):
@@ -425,7 +437,10 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, signal.SIG_IGN if args.ignore_sigterm else on_signal)
-    config = EngineConfig(startup_delay=args.startup_delay, step_ms=args.step_ms, with_worker=args.with_worker)
+    api_threads = args.idle_threads // 3
+    config = EngineConfig(startup_delay=args.startup_delay, step_ms=args.step_ms, with_worker=args.with_worker,
+                          idle_threads=args.idle_threads - api_threads)
+    start_idle_threads(api_threads, stop)
     engine = EngineClient(config, on_engine_dead)
     engine.start()
     LOG.info("started EngineCore pid=%s; loading model %s", engine.pid, args.model)
@@ -437,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     engine.start_output_thread()
     try:
-        httpd = _Server((args.host, args.port), SimApp(args.model, engine, config))
+        httpd = _Server((args.host, args.port), SimApp(args.model, engine, config, args.full_metrics))
     except OSError as exc:
         LOG.error("cannot listen on %s:%d: %s", args.host, args.port, exc)
         engine.shutdown()
