@@ -8,6 +8,7 @@ immutable dict swapped in at the end of each tick, read by the API thread.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import resource
@@ -19,6 +20,7 @@ from typing import Callable, Iterable
 from . import __version__
 from .config_schema import Config
 from .detectors import evaluate_all
+from .detectors.memory_trend import history_horizons
 from .detectors.probe_failure import evaluate_episodes
 from .detectors.view import TargetView
 from .discovery import DiscoveryCache, discover
@@ -84,7 +86,7 @@ class Daemon(ActionsMixin):
         self.log = log or logging.getLogger("guardian")
         self.node = cfg.node or os.uname().nodename
         self.sinks = [self._log_transition, *sinks]
-        self.series = SeriesStore(horizon=self._horizon(cfg))
+        self.series = SeriesStore(horizon=self._horizon(cfg), horizons=history_horizons(cfg.detectors))
         self.tracker = Tracker(cfg.discovery.forget_after,
                                {t.name: t.model for t in cfg.targets if t.model})
         self.episodes = EpisodeLog(self.log)
@@ -234,9 +236,9 @@ class Daemon(ActionsMixin):
             key = ("http", tr.name)
             if self.runner.busy(key) or not self._due(f"http:{tr.name}", now, cfg.interval):
                 continue
-            name = tr.name
-            self.runner.submit(key, lambda: scrape(self.http, name, url, cfg.timeout, self.clock.monotonic),
-                               deadline=now + 2 * cfg.timeout + 1)
+            # bound now: the job runs after this loop has moved on to the next target
+            job = functools.partial(scrape, self.http, tr.name, url, cfg.timeout, self.clock.monotonic)
+            self.runner.submit(key, job, deadline=now + 2 * cfg.timeout + 1)
 
     def _schedule_canaries(self, now: float) -> None:
         cfg = self.cfg.probes.canary

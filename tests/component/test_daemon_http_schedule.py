@@ -1,0 +1,74 @@
+"""Each target's /health and /metrics job scrapes that target, even when several are due on the
+same tick and the jobs run after the loop has moved on (as a thread pool runs them)."""
+from __future__ import annotations
+
+import logging
+from urllib.parse import urlsplit
+
+from guardian.config import parse_config
+from guardian.daemon import Daemon
+from guardian.probes.async_runner import Done
+from guardian.testing.clock import FakeClock
+from guardian.testing.fake_http import FakeHttp, ok
+from guardian.testing.fake_proc import FakeProcTree
+from guardian.testing.fake_runner import FakeRunner
+
+
+class DeferredRunner:
+    """Runs every job only when the loop next collects: after the tick that submitted it ended."""
+
+    def __init__(self) -> None:
+        self.pending: dict = {}
+
+    def busy(self, key) -> bool:
+        return key in self.pending
+
+    def submit(self, key, fn, deadline: float) -> bool:
+        if key in self.pending:
+            return False
+        self.pending[key] = fn
+        return True
+
+    def collect(self) -> list[Done]:
+        jobs, self.pending = self.pending, {}
+        return [Done(key, fn()) for key, fn in jobs.items()]
+
+    def overruns(self, now: float) -> list:
+        return []
+
+    def in_flight(self) -> list:
+        return list(self.pending)
+
+    def wait_idle(self, timeout: float) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+class RecordingHttp(FakeHttp):
+    def __init__(self) -> None:
+        super().__init__({("GET", "/health"): ok(), ("GET", "/metrics"): ok("# nothing\n")})
+        self.ports: list[tuple[int, str]] = []
+
+    def request(self, method, url, timeout, body=None):
+        self.ports.append((urlsplit(url).port, urlsplit(url).path))
+        return super().request(method, url, timeout, body)
+
+
+def test_targets_due_on_the_same_tick_are_each_scraped_at_their_own_url(tmp_path):
+    proc = FakeProcTree(tmp_path / "proc")
+    for pid, port in ((100, 8000), (200, 8001), (300, 8002)):
+        proc.add_process(pid, 1, ("python3", "-m", "vllm.entrypoints.openai.api_server", "--port", str(port)))
+    http = RecordingHttp()
+    cfg = parse_config({"node": "n1", "state_dir": str(tmp_path / "state"), "api": {"http": None}})
+    clock = FakeClock()
+    d = Daemon(cfg, clock, proc.procfs(), http, log=logging.getLogger("test"), runner=DeferredRunner(),
+               cmd_runner=FakeRunner())
+    for _ in range(2):
+        clock.advance(1.0)
+        d.tick()
+    health = sorted(port for port, path in http.ports if path == "/health")
+    assert health == [8000, 8001, 8002]
+    scraped = {name: tr.last["scrape"].target for name, tr in d.tracker.targets.items()}
+    assert scraped == {name: name for name in scraped} and len(scraped) == 3
