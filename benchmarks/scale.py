@@ -106,7 +106,10 @@ class Guardian:
         self.cfg = work / "guardian.yaml"
         self.cfg.write_text(yaml.safe_dump({
             "node": f"scale-{label}", "state_dir": str(self.state_dir), "autodiscover": False,
-            "targets": [{"name": f"s{i}", "match": {"port": p}} for i, p in enumerate(ports)],
+            # matched like autodiscovery (stat + cmdline of every pid), not by port (an fd scan of every pid):
+            # the bench must not pick up other servers on a shared machine
+            "targets": [{"name": f"s{i}", "match": {"cmdline_regex": f"sim_vllm.api_server --port {p} "}}
+                        for i, p in enumerate(ports)],
             "api": {"http": None}, "policy": {"dry_run": True},
         }))
         self.env = dict(os.environ)
@@ -287,7 +290,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--n", type=int, nargs="+", default=[1, 2, 4, 8], help="server counts (default 1 2 4 8)")
     p.add_argument("--window", type=float, default=30.0, help="CPU window per N, seconds")
     p.add_argument("--settle", type=float, default=5.0, help="seconds after all-ready before the window")
-    p.add_argument("--idle-threads", type=int, default=66, help="extra idle threads per server tree")
+    p.add_argument("--idle-threads", type=int, default=70, help="extra idle threads per server tree")
     p.add_argument("--detect-timeout", type=float, default=90.0)
     p.add_argument("--no-faults", action="store_true", help="skip the detection runs")
     p.add_argument("--compare", type=Path, help="source tree of a second guardian run beside this one")

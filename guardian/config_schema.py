@@ -113,9 +113,10 @@ class KvCacheLeakConfig:
 @dataclass(frozen=True)
 class MemoryLeakConfig:
     mode: str = _f("alert", "mode")
-    window: float = _f(120.0, "positive")
+    window: float = _f(90.0, "positive", "seconds of samples the slope is fitted over")
     slope_bytes_per_s: float = _f(5_000_000.0, "positive", "robust slope that counts as a leak")
-    warmup: float = _f(300.0, "nonneg", "seconds after the target became ready before judging")
+    warmup: float = _f(300.0, "nonneg", "longest warm-up: growth that has not levelled off since ready is "
+                                        "judged only after this many seconds")
     open_after: int = _f(1, "positive")
     resolve_after: int = _f(3, "positive")
 

@@ -1,7 +1,8 @@
 """Bounded in-memory ring buffers of samples, keyed by (target, subject, metric).
 
 Pure data: no I/O, no clock of its own (callers pass monotonic times). Each key
-keeps points no older than ``horizon`` seconds and at most ``max_points``.
+keeps points no older than ``horizon`` seconds (or its metric's own entry in
+``horizons``, e.g. memory kept since ready) and at most ``max_points``.
 """
 from __future__ import annotations
 
@@ -22,11 +23,13 @@ class SeriesKey:
 
 
 class SeriesStore:
-    def __init__(self, horizon: float = 600.0, max_points: int = 1200) -> None:
+    def __init__(self, horizon: float = 600.0, max_points: int = 1200,
+                 horizons: dict[str, float] | None = None) -> None:
         if horizon <= 0 or max_points <= 0:
             raise ValueError("horizon and max_points must be > 0")
         self.horizon = horizon
         self.max_points = max_points
+        self.horizons = {m: max(h, horizon) for m, h in (horizons or {}).items()}
         self._data: dict[SeriesKey, deque[Point]] = {}
 
     def add(self, sample: Sample) -> None:
@@ -37,7 +40,7 @@ class SeriesStore:
         if buf and sample.t < buf[-1][0]:
             return  # out-of-order sample (a late async result): windows stay sorted
         buf.append((sample.t, float(sample.value)))
-        cutoff = sample.t - self.horizon
+        cutoff = sample.t - self.horizons.get(key.metric, self.horizon)
         while buf and buf[0][0] < cutoff:
             buf.popleft()
 
@@ -83,8 +86,8 @@ class SeriesStore:
 
     def expire(self, now: float) -> None:
         """Drop points past the horizon everywhere, and empty series."""
-        cutoff = now - self.horizon
         for k in list(self._data):
+            cutoff = now - self.horizons.get(k.metric, self.horizon)
             buf = self._data[k]
             while buf and buf[0][0] < cutoff:
                 buf.popleft()

@@ -1,0 +1,31 @@
+"""SeriesStore keeps each metric for its horizon: the default, or the metric's own (longer) one."""
+from guardian.model import Sample
+from guardian.series.store import SeriesStore
+
+
+def _fill(store: SeriesStore, metric: str, until: int) -> None:
+    for t in range(until + 1):
+        store.add(Sample("llm", "", metric, float(t), float(t)))
+
+
+def test_a_metric_with_its_own_horizon_is_kept_longer():
+    store = SeriesStore(horizon=10.0, horizons={"proc.rss_bytes": 100.0})
+    _fill(store, "proc.rss_bytes", 200)
+    _fill(store, "proc.cpu_ratio", 200)
+    assert store.window("llm", "", "proc.rss_bytes", 0)[0][0] == 100.0
+    assert store.window("llm", "", "proc.cpu_ratio", 0)[0][0] == 190.0
+
+
+def test_expire_honours_each_metric_horizon():
+    store = SeriesStore(horizon=10.0, horizons={"proc.rss_bytes": 100.0})
+    _fill(store, "proc.rss_bytes", 50)
+    _fill(store, "proc.cpu_ratio", 50)
+    store.expire(120.0)
+    assert store.window("llm", "", "proc.rss_bytes", 0)[0][0] == 20.0
+    assert store.window("llm", "", "proc.cpu_ratio", 0) == []
+
+
+def test_a_shorter_own_horizon_never_cuts_below_the_default():
+    store = SeriesStore(horizon=10.0, horizons={"proc.rss_bytes": 1.0})
+    _fill(store, "proc.rss_bytes", 20)
+    assert store.window("llm", "", "proc.rss_bytes", 0)[0][0] == 10.0
