@@ -117,3 +117,18 @@ def test_a_garbage_line_is_refused_with_its_line_number():
     page = (FIX / "vllm-0.32.txt").read_text()
     with pytest.raises(ProbeFailed, match=r"line 3 is not a sample"):
         parse_vllm_metrics("# HELP x y\nx 1\nthis is not prometheus\n" + page)
+
+
+def test_a_longer_name_sharing_a_watched_prefix_is_not_the_watched_metric():
+    page = (FIX / "vllm-0.32.txt").read_text()
+    extra = 'vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="capacity"} 40.0\n'
+    assert parse_vllm_metrics(page + extra) == parse_vllm_metrics(page)
+
+
+def test_a_malformed_watched_line_deep_in_the_page_is_refused():
+    page = (FIX / "vllm-0.32.txt").read_text()
+    filler = "".join(f'http_requests_total{{handler="/v{b}"}} 3.0\n' for b in range(100))
+    with pytest.raises(ProbeFailed, match="unparsable"):
+        parse_vllm_metrics(page + filler + 'vllm:num_requests_running{engine="1" 3\n')
+    with pytest.raises(ProbeFailed, match="has value"):
+        parse_vllm_metrics(page + filler + 'vllm:num_requests_running{engine="1"} three\n')
