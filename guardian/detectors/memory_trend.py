@@ -158,8 +158,13 @@ def judged_points(fetch: Callable[[float, float], list[Point]], state: TargetSta
         return None
     assert state.ready_since is not None
     cap = state.ready_since + cfg.warmup
+    pts = fetch(*win)
     if win[0] >= cap:
-        return win, fetch(*win)  # the warm-up is long over, however it ended
+        return win, pts  # the warm-up is long over, however it ended
+    if not usable(pts, state, cfg) or not worth_fitting(pts, cfg.slope_bytes_per_s):
+        # nothing in the window rises like a leak: no need to read the curve since ready (the judged
+        # part must cover most of the window anyway, see ``usable``)
+        return win, pts
     history = fetch(state.ready_since, state.now)
     settled = settled_at(history, cfg.slope_bytes_per_s)
     end = cap if settled is None else min(settled, cap)

@@ -31,12 +31,14 @@ class SeriesStore:
         self.max_points = max_points
         self.horizons = {m: max(h, horizon) for m, h in (horizons or {}).items()}
         self._data: dict[SeriesKey, deque[Point]] = {}
+        self._subjects: dict[tuple[str, str], set[str]] = {}  # (target, metric) → subjects with points
 
     def add(self, sample: Sample) -> None:
         key = SeriesKey(sample.target, sample.subject, sample.metric)
         buf = self._data.get(key)
         if buf is None:
             buf = self._data[key] = deque(maxlen=self.max_points)
+            self._subjects.setdefault((key.target, key.metric), set()).add(key.subject)
         if buf and sample.t < buf[-1][0]:
             return  # out-of-order sample (a late async result): windows stay sorted
         buf.append((sample.t, float(sample.value)))
@@ -49,11 +51,20 @@ class SeriesStore:
             self.add(s)
 
     def window(self, target: str, subject: str, metric: str, since: float) -> list[Point]:
-        """Points with ``t >= since``, oldest first."""
+        """Points with ``t >= since``, oldest first (read from the newest end: windows are short
+        next to the horizon)."""
         buf = self._data.get(SeriesKey(target, subject, metric))
         if not buf:
             return []
-        return [p for p in buf if p[0] >= since]
+        if buf[0][0] >= since:
+            return list(buf)
+        out = []
+        for p in reversed(buf):
+            if p[0] < since:
+                break
+            out.append(p)
+        out.reverse()
+        return out
 
     def latest(self, target: str, subject: str, metric: str) -> Point | None:
         buf = self._data.get(SeriesKey(target, subject, metric))
@@ -61,18 +72,14 @@ class SeriesStore:
 
     def subjects(self, target: str, metric: str, prefix: str = "") -> list[str]:
         """Subjects of ``target`` that have ``metric`` (optionally under a subject prefix)."""
-        return sorted(
-            k.subject
-            for k in self._data
-            if k.target == target and k.metric == metric and k.subject.startswith(prefix)
-        )
+        return sorted(s for s in self._subjects.get((target, metric), ()) if s.startswith(prefix))
 
     def keys(self) -> Iterator[SeriesKey]:
         return iter(list(self._data))
 
     def drop_target(self, target: str) -> None:
         for k in [k for k in self._data if k.target == target]:
-            del self._data[k]
+            self._forget(k)
 
     def drop_subjects(self, target: str, keep: set[str]) -> None:
         """Forget per-process/thread series of ``target`` whose subject's pid is not kept.
@@ -82,7 +89,7 @@ class SeriesStore:
         """
         for k in [k for k in self._data if k.target == target and k.subject]:
             if k.subject.split("/", 1)[0] not in keep:
-                del self._data[k]
+                self._forget(k)
 
     def expire(self, now: float) -> None:
         """Drop points past the horizon everywhere, and empty series."""
@@ -92,7 +99,15 @@ class SeriesStore:
             while buf and buf[0][0] < cutoff:
                 buf.popleft()
             if not buf:
-                del self._data[k]
+                self._forget(k)
+
+    def _forget(self, k: SeriesKey) -> None:
+        del self._data[k]
+        subjects = self._subjects.get((k.target, k.metric))
+        if subjects is not None:
+            subjects.discard(k.subject)
+            if not subjects:
+                del self._subjects[(k.target, k.metric)]
 
     def __len__(self) -> int:
         return sum(len(b) for b in self._data.values())
