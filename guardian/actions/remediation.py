@@ -20,10 +20,11 @@ import logging
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
-from ..config_schema import Config, RestartConfig, TargetConfig
+from ..config_schema import Config, DrainConfig, PolicyConfig, RestartConfig, TargetConfig
 from ..model import Action, Kind, ProcKey
+from ..policy import Maintenance, may_restart, node_anomaly
 from ..series import metrics as m
 
 HANG_KINDS = {Kind.BUSY_LOOP.value, Kind.ENGINE_STALL.value, Kind.ENGINE_DEAD.value}
@@ -34,6 +35,34 @@ LEASE_RETRY = 5.0
 ACTIVE = ("lease", "draining", "stopping", "releasing", "starting", "verifying")
 PHASE_NAMES = {"lease": "draining", "draining": "draining", "stopping": "stopping", "releasing": "stopping",
                "starting": "starting", "verifying": "verifying"}
+
+
+@dataclass(frozen=True)
+class RestartSpec:
+    """What remediation needs to know about one configured target."""
+
+    restart: RestartConfig = field(default_factory=RestartConfig)
+    drain: DrainConfig = field(default_factory=DrainConfig)
+    systemd_unit: str | None = None  # the matched unit, when restart.unit is not set
+
+    @classmethod
+    def of(cls, tc: TargetConfig) -> RestartSpec:
+        return cls(tc.restart, tc.drain, tc.match.systemd_unit)
+
+
+@dataclass(frozen=True)
+class RemediationSettings:
+    """The node, where state lives, the policy, and a restart spec per configured target
+    (an autodiscovered target has none: it is never restarted)."""
+
+    node: str
+    state_dir: str
+    policy: PolicyConfig
+    targets: Mapping[str, RestartSpec] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> RemediationSettings:
+        return cls(cfg.node, cfg.state_dir, cfg.policy, {t.name: RestartSpec.of(t) for t in cfg.targets})
 
 
 @dataclass
@@ -64,11 +93,15 @@ class Sequence:
 
 
 class Remediator:
-    def __init__(self, cfg: Config, clock, control, async_runner, cmd_runner, incidents, ledger, procfs, *,
+    def __init__(self, settings: RemediationSettings, clock, control, async_runner, cmd_runner, incidents, ledger,
+                 procfs, *,
                  lease=None, kube=None, publish_control: Callable[[dict], object] | None = None,
                  release_check: Callable[[set[int]], bool | None] | None = None,
                  log: logging.Logger | None = None) -> None:
-        self.cfg = cfg
+        self.settings = settings
+        self.policy = settings.policy
+        self.node = settings.node
+        self.maintenance = Maintenance(settings.state_dir)
         self.clock = clock
         self.control = control
         self.async_runner = async_runner
@@ -81,7 +114,7 @@ class Remediator:
         self.publish_control = publish_control or (lambda payload: None)
         self.release_check = release_check or (lambda pids: None)
         self.log = log or logging.getLogger("guardian.remediation")
-        self.dir = Path(cfg.state_dir) / "remediation"
+        self.dir = Path(settings.state_dir) / "remediation"
         self.sequences: dict[str, Sequence] = {}
         self.on_finish: list[Callable[[Sequence, str], None]] = []
         self.exhausted: set[str] = set()
@@ -92,8 +125,8 @@ class Remediator:
         self._resume()
 
     # ------------------------------------------------------------------ queries
-    def target_config(self, name: str) -> TargetConfig | None:
-        return next((t for t in self.cfg.targets if t.name == name), None)
+    def target_config(self, name: str) -> RestartSpec | None:
+        return self.settings.targets.get(name)
 
     def active(self, name: str) -> bool:
         s = self.sequences.get(name)
@@ -142,8 +175,6 @@ class Remediator:
     def consider(self, incident, tracked, now: float, *, mode: str, tripped: int, total: int) -> str:
         """Decide whether an open incident gets a restart now. Returns the decision, for status;
         each refusal is recorded on the incident once."""
-        from ..policy import Maintenance, may_restart, node_anomaly
-
         name = incident.target.name
         if self.active(name):
             return "in progress"
@@ -164,21 +195,21 @@ class Remediator:
         if tc.restart.mode == "command" and not tc.restart.command:
             return self._once(incident, "no_command", "skipped", "restart.mode command without a command")
         wall = self.clock.wall()
-        if Maintenance(self.cfg.state_dir).active(wall):
+        if self.maintenance.active(wall):
             return self._once(incident, "maintenance", "skipped", "maintenance mode is on: no remediation")
-        anomaly = node_anomaly(self.cfg.policy, tripped, total)
+        anomaly = node_anomaly(self.policy, tripped, total)
         if anomaly:
             return self._once(incident, "anomaly", "escalated", anomaly)
         if not tracked.ever_ready:
             return self._once(incident, "grace", "skipped", "target never became ready: startup grace")
-        verdict = may_restart(self.cfg.policy, self.ledger, name, wall)
+        verdict = may_restart(self.policy, self.ledger, name, wall)
         if verdict.exhausted:
             self.exhausted.add(name)
             return self._once(incident, "budget", "escalated", verdict.reason + "; observe-only for this target")
         self.exhausted.discard(name)
         if not verdict.allowed:
             return self._once(incident, "backoff", "deferred", verdict.reason)
-        if self.cfg.policy.dry_run:
+        if self.policy.dry_run:
             keys = [p.pid for p in tracked.target.processes]
             return self._once(incident, "dry_run", "dry_run",
                               f"would have drained, stopped {keys} (SIGTERM, then SIGKILL after "
@@ -190,8 +221,6 @@ class Remediator:
     def manual(self, name: str, tracked, now: float, action: str, dry_run: bool) -> str:
         """``guardian drain|restart <target>``: the same machine and the same safety checks,
         minus the detector mode and the node-wide anomaly (a human decided)."""
-        from ..policy import may_restart
-
         if tracked is None:
             raise KeyError(f"unknown target {name!r}")
         if self.active(name):
@@ -200,10 +229,10 @@ class Remediator:
         if action == "restart":
             if tc is None:
                 return f"{name}: autodiscovered target has no restart config; refusing to restart it"
-            verdict = may_restart(self.cfg.policy, self.ledger, name, self.clock.wall())
+            verdict = may_restart(self.policy, self.ledger, name, self.clock.wall())
             if not verdict.allowed:
                 return f"{name}: refused: {verdict.reason}"
-        if dry_run or self.cfg.policy.dry_run:
+        if dry_run or self.policy.dry_run:
             return (f"{name}: dry run: would have {'drained' if action == 'drain' else 'drained, stopped'} "
                     f"{[p.pid for p in tracked.target.processes]}"
                     + ("" if action == "drain" else f" and restarted via {tc.restart.mode}"))
@@ -217,17 +246,15 @@ class Remediator:
             return f"{name}: not drained by the guardian"
         if seq.phase in ACTIVE or seq.phase == "done":
             seq.phase, seq.outcome, seq.detail = "undrained", "undrained", "undrained by request"
-            self.publish_control({"action": "undrain", "target": name, "node": self.cfg.node})
+            self.publish_control({"action": "undrain", "target": name, "node": self.node})
             self._save(seq)
         return f"{name}: back in rotation"
 
     def refresh_budgets(self) -> None:
         """A target whose budget frees up leaves observe-only."""
-        from ..policy import may_restart
-
         wall = self.clock.wall()
         for name in list(self.exhausted):
-            if not may_restart(self.cfg.policy, self.ledger, name, wall).exhausted:
+            if not may_restart(self.policy, self.ledger, name, wall).exhausted:
                 self.exhausted.discard(name)
 
     def _once(self, incident, key: str, status: str, detail: str) -> str:
@@ -245,8 +272,7 @@ class Remediator:
         return f"{status}: {detail}"
 
     # ------------------------------------------------------------------ the machine
-    def tick(self, now: float, tracker, series, done_jobs: dict[str, object]) -> None:
-        self._job_results.update(done_jobs)
+    def tick(self, now: float, tracker, series) -> None:
         for seq in list(self.sequences.values()):
             if seq.phase not in ACTIVE:
                 continue
@@ -277,7 +303,7 @@ class Remediator:
         tc = self.target_config(seq.target)
         if not seq.history[-1].get("drain_started"):
             seq.history[-1]["drain_started"] = True
-            self.publish_control({"action": "drain", "target": seq.target, "node": self.cfg.node,
+            self.publish_control({"action": "drain", "target": seq.target, "node": self.node,
                                   "reason": seq.reason})
             if tc and tc.drain.hook:
                 hook = tuple(tc.drain.hook)
@@ -311,7 +337,7 @@ class Remediator:
                 uid = seq.history[-1].get("pod_uid")
                 self.async_runner.submit(("remediation", f"{seq.target}:kube"),
                                          lambda: self._kube_delete(api, int(rc.stop_timeout)),
-                                         deadline=now + 30)
+                                         deadline=now + 30, on_done=self._job_done)
                 self._record(seq, "stop", "ok", f"pod delete requested (grace {rc.stop_timeout:g}s) {uid or ''}")
             else:
                 sent = self.control.signal(api, 15)
@@ -354,7 +380,7 @@ class Remediator:
                 return
             self._enter(seq, "verifying", now, f"started pid {seq.started_pid}: {' '.join(rc.command)[:200]}")
         elif seq.mode == "systemd":
-            unit = rc.unit or (tc.match.systemd_unit if tc else None)
+            unit = rc.unit or (tc.systemd_unit if tc else None)
             res = self._job(seq, "systemctl", lambda: self.cmd_runner.run(("systemctl", "restart", unit), 60), now)
             if res is None:
                 return
@@ -400,9 +426,12 @@ class Remediator:
             return res
         last = seq.history[-1].get(f"{name}_at")
         if seq.pending_job != key and (last is None or (retry_every is not None and now - last >= retry_every)):
-            if self.async_runner.submit(("remediation", key), fn, deadline=now + 90):
+            if self.async_runner.submit(("remediation", key), fn, deadline=now + 90, on_done=self._job_done):
                 seq.pending_job = key
         return None
+
+    def _job_done(self, done, now: float) -> None:
+        self._job_results[done.key[1]] = done.error if done.error is not None else done.result
 
     def _record_restart(self, seq: Sequence) -> None:
         """The budget counts the disruptive act: recorded (and persisted) before the first signal."""
@@ -433,7 +462,7 @@ class Remediator:
             self.async_runner.submit(("remediation", f"{seq.target}:release"),
                                      lambda: self.lease.release(seq.target, slot), deadline=now + 30)
         if outcome == "done" and not seq.drain_only:
-            self.publish_control({"action": "undrain", "target": seq.target, "node": self.cfg.node})
+            self.publish_control({"action": "undrain", "target": seq.target, "node": self.node})
         if not seq.drain_only:
             self._count_restart(seq.target, "ok" if outcome == "done" else "failed")
         self.log.log(logging.INFO if outcome == "done" else logging.ERROR,
@@ -491,7 +520,7 @@ class Remediator:
                 # nothing disruptive happened yet: abort and put it back in rotation
                 seq.phase, seq.outcome = "aborted", "aborted"
                 seq.detail = "guardian restarted before the stop; aborted, target left untouched"
-                self.publish_control({"action": "undrain", "target": seq.target, "node": self.cfg.node})
+                self.publish_control({"action": "undrain", "target": seq.target, "node": self.node})
             elif seq.phase == "starting":
                 # the start may or may not have been issued: never issue it twice; wait for it
                 seq.phase = "verifying"

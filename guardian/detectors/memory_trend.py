@@ -26,7 +26,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ..config_schema import DetectorsConfig, MemoryLeakConfig
+from ..config_schema import MemoryLeakConfig
 from ..model import process_subject
 from ..series import metrics
 from ..series.slope import spearman, theil_sen
@@ -111,12 +111,6 @@ def judged_window(state: TargetState, cfg: MemoryLeakConfig) -> tuple[float, flo
     return (t0, state.now) if t0 < state.now else None
 
 
-def history_horizons(cfg: DetectorsConfig) -> dict[str, float]:
-    """How long the memory series must be kept: the curve since ready decides the warm-up."""
-    keep = max(c.warmup + c.window for c in (cfg.host_memory_leak, cfg.accel_memory_leak)) + 30.0
-    return {metrics.PROC_RSS: keep, metrics.ACCEL_MEM: keep}
-
-
 def settled_at(points: Sequence[Point], threshold: float, stretch: float = SETTLE_S) -> float | None:
     """When the curve first levelled off: the start of the first ``stretch`` seconds whose rise
     (median of the newest third - median of the oldest third, per second) is below
@@ -151,7 +145,7 @@ def judged_points(fetch: Callable[[float, float], list[Point]], state: TargetSta
     Growth that has gone on since ready without levelling off is warm-up, for at most
     ``warmup`` seconds; once the curve has levelled off (``settled_at``) the window starts
     there, so sustained growth after it is judged at once. ``fetch(t0, t1)`` returns the
-    memory points in ``[t0, t1]``, oldest first (kept since ready: ``history_horizons``).
+    memory points in ``[t0, t1]``, oldest first (kept since ready: ``SeriesStore.memory_horizons``).
     """
     win = judged_window(state, cfg)
     if win is None:

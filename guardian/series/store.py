@@ -10,7 +10,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
+from ..config_schema import Config, DetectorsConfig
 from ..model import Sample
+from . import metrics
 
 Point = tuple[float, float]  # (monotonic t, value)
 
@@ -23,6 +25,21 @@ class SeriesKey:
 
 
 class SeriesStore:
+    @classmethod
+    def for_config(cls, cfg: Config) -> SeriesStore:
+        """Long enough for twice the longest detector window (and canary interval), plus 30 s;
+        memory series since ready (``memory_horizons``)."""
+        d = cfg.detectors
+        longest = max(d.busy_loop.window, d.engine_stall.window, d.kv_cache_leak.window,
+                      d.accel_memory_leak.window, d.host_memory_leak.window, cfg.probes.canary.interval)
+        return cls(horizon=2 * longest + 30, horizons=cls.memory_horizons(d))
+
+    @staticmethod
+    def memory_horizons(d: DetectorsConfig) -> dict[str, float]:
+        """The leak detectors judge warm-up from the curve since ready: keep memory that long."""
+        keep = max(c.warmup + c.window for c in (d.host_memory_leak, d.accel_memory_leak)) + 30.0
+        return {metrics.PROC_RSS: keep, metrics.ACCEL_MEM: keep}
+
     def __init__(self, horizon: float = 600.0, max_points: int = 1200,
                  horizons: dict[str, float] | None = None) -> None:
         if horizon <= 0 or max_points <= 0:

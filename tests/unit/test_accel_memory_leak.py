@@ -8,7 +8,6 @@ import pytest
 
 from guardian.config_schema import DetectorsConfig, MemoryLeakConfig
 from guardian.detectors import DETECTORS, accel_memory_leak
-from guardian.detectors.memory_trend import history_horizons
 from guardian.detectors.view import TargetState, TargetView
 from guardian.model import Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target
 from guardian.series import metrics as m
@@ -40,7 +39,7 @@ class Sim:
                  cfg: DetectorsConfig = CFG, **state_kw) -> None:
         self.memory = memory if callable(memory) else curve(memory).value  # a curve spec or f(seconds)
         self.running, self.total, self.cfg, self.state_kw = running, total, cfg, state_kw
-        self.store = SeriesStore(horizon=270.0, horizons=history_horizons(cfg))
+        self.store = SeriesStore(horizon=270.0, horizons=SeriesStore.memory_horizons(cfg))
         self.rel = -1.0
 
     def feed(self, rel: float) -> None:

@@ -8,7 +8,6 @@ import pytest
 
 from guardian.config_schema import DetectorsConfig
 from guardian.detectors import DETECTORS, host_memory_leak
-from guardian.detectors.memory_trend import history_horizons
 from guardian.detectors.view import TargetState, TargetView
 from guardian.model import Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target
 from guardian.series import metrics as m
@@ -35,7 +34,7 @@ def run(rss: Mapping[int, object], until: float, *, target: Target = TARGET, sin
     each tick; ``starts`` delays a pid's first sample. Returns (time, finding) of every firing."""
     fns = {pid: (v if callable(v) else curve(v).value) for pid, v in rss.items()}
     starts = starts or {}
-    store = SeriesStore(horizon=270.0, horizons=history_horizons(CFG))
+    store = SeriesStore(horizon=270.0, horizons=SeriesStore.memory_horizons(CFG))
     out = []
     r = since
     while r <= until + 1e-9:

@@ -5,11 +5,12 @@ from dataclasses import replace
 
 import pytest
 
-from guardian.actions.remediation import Remediator
+from guardian.actions.remediation import RemediationSettings, Remediator
 from guardian.config import parse_config
 from guardian.incidents import IncidentManager, IncidentStore
 from guardian.model import Finding, Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target, TargetRef
 from guardian.policy import Maintenance, RestartLedger
+from guardian.probes.async_runner import Done
 from guardian.series import SeriesStore
 from guardian.series import metrics as m
 from guardian.testing.clock import FakeClock
@@ -26,18 +27,21 @@ class SyncRunner:
     """Runs submitted jobs at once; their results come back on the next tick, like AsyncRunner."""
 
     def __init__(self):
-        self.done = {}
+        self.done = []
 
-    def submit(self, key, fn, deadline):
+    def submit(self, key, fn, deadline, on_done=None):
         try:
-            self.done[key[1]] = fn()
+            outcome = Done(key, fn())
         except Exception as e:  # noqa: BLE001 - the real runner hands errors back too
-            self.done[key[1]] = e
+            outcome = Done(key, None, e)
+        self.done.append(replace(outcome, on_done=on_done))
         return True
 
-    def take(self):
-        done, self.done = self.done, {}
-        return done
+    def deliver(self, now):
+        done, self.done = self.done, []
+        for d in done:
+            if d.on_done is not None:
+                d.on_done(d, now)
 
 
 def target(key=API, procs=(API, ENGINE, WORKER)):
@@ -71,8 +75,8 @@ class World:
         self.published = []
         self.rem = self.new_remediator()
 
-    def new_remediator(self):
-        return Remediator(self.cfg, self.clock, self.control, self.runner, self.cmd, self.incidents, self.ledger,
+    def new_remediator(self, **settings):
+        return Remediator(replace(RemediationSettings.from_config(self.cfg), **settings), self.clock, self.control, self.runner, self.cmd, self.incidents, self.ledger,
                           procfs=None, publish_control=self.published.append)
 
     def open(self, kind=Kind.BUSY_LOOP):
@@ -87,7 +91,8 @@ class World:
     def step(self, seconds=1.0, n=1):
         for _ in range(n):
             self.clock.advance(seconds)
-            self.rem.tick(self.clock.monotonic(), self.tracker, self.series, self.runner.take())
+            self.runner.deliver(self.clock.monotonic())
+            self.rem.tick(self.clock.monotonic(), self.tracker, self.series)
 
     def new_server_comes_up(self):
         self.tracker.apply_discovery((target(NEW_API, (NEW_API,)),), (), self.clock.monotonic())
@@ -247,7 +252,7 @@ def test_maintenance_pauses_remediation(tmp_path):
 
 def test_an_autodiscovered_target_is_alert_only(tmp_path):
     w = World(tmp_path)
-    w.rem.cfg = replace(w.cfg, targets=())
+    w.rem = w.new_remediator(targets={})
     assert w.consider(w.open()).startswith("skipped: autodiscovered target")
 
 
