@@ -10,6 +10,7 @@ from typing import Any
 from . import __version__
 from .incidents import incident_to_dict
 from .policy import Maintenance, budget_left
+from .model import Subject
 from .series.slope import theil_sen
 from .series import metrics as m
 
@@ -116,7 +117,7 @@ def build_status(d, now: float) -> dict[str, Any]:
             "accelerators": (d.readings.accel.per_target.get(name, []) if d.readings.accel is not None else []),
             "memory": {
                 "accelerator": _trend(d.series, name, [""], m.ACCEL_MEM, now, d.cfg.detectors.accel_memory_leak.window),
-                "rss": _trend(d.series, name, [f"p{p.pid}" for p in tr.target.processes], m.PROC_RSS, now,
+                "rss": _trend(d.series, name, [Subject(p.pid).key for p in tr.target.processes], m.PROC_RSS, now,
                               d.cfg.detectors.host_memory_leak.window),
             },
             "suspects": suspects,

@@ -12,7 +12,7 @@ import logging
 from .config_schema import Config
 from .discovery import DiscoveryCache, discover
 from .host.procfs import ProcFS
-from .model import process_subject
+from .model import Subject
 from .series import SeriesStore
 from .tracker import Changes, Tracker
 
@@ -48,7 +48,7 @@ class TargetsStage:
         for name in changes.restarted:
             tr = self.tracker.targets[name]
             self.log.info("target %s has a new API server %s", name, tr.target.key)
-            self.series.drop_subjects(name, {process_subject(p.pid) for p in tr.target.processes})
+            self.series.drop_subjects(name, {Subject(p.pid).key for p in tr.target.processes})
         for name in changes.vanished:
             self.log.warning("target %s: API server is gone", name)
         for name in changes.forgotten:

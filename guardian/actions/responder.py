@@ -19,7 +19,7 @@ import logging
 from typing import Callable
 
 from ..clock import Clock
-from ..config_schema import DetectorsConfig
+from ..config_schema import DetectorsConfig, Mode
 from ..episodes import EpisodeLog
 from ..incidents import IncidentManager
 from ..model import Finding, Incident, Kind, Severity, Transition
@@ -29,7 +29,7 @@ from ..probes.base import Readings
 from ..series import SeriesStore
 from ..tracker import Tracker
 from .evidence import EvidenceCollector, EvidenceContext, EvidenceResult, series_windows
-from .remediation import Remediator, Sequence
+from .remediation import Outcome, Remediator, Sequence
 
 
 class Responder:
@@ -67,7 +67,8 @@ class Responder:
             if inc.id in self.evidence_pending:
                 self.decisions[inc.target.name] = "capturing evidence first"
                 continue
-            mode = getattr(getattr(self.detectors, inc.kind.value, None), "mode", "alert")
+            section = getattr(self.detectors, inc.kind.value, None)
+            mode = section.mode if section is not None else Mode.ALERT
             self.decisions[inc.target.name] = self.remediator.consider(
                 inc, tr, now, mode=mode, tripped=len(tripped), total=total)
         self.remediator.tick(now, self.tracker, self.series)
@@ -90,12 +91,12 @@ class Responder:
             transitions += self.incidents.update(name, tr.ref({}), {kind: finding})
         return transitions
 
-    def _remediation_finished(self, seq: Sequence, outcome: str) -> None:
-        if outcome != "done" and seq.incident_id:
+    def _remediation_finished(self, seq: Sequence, outcome: Outcome) -> None:
+        if outcome is not Outcome.DONE and seq.incident_id:
             inc = self.incidents.get(seq.incident_id)
             if inc is not None:
                 self._updated(inc)  # the alert carries every step and why it failed
-        if outcome == "done" and not seq.drain_only:
+        if outcome is Outcome.DONE and not seq.drain_only:
             for t in self.incidents.resolve_target(seq.target, f"restarted and verified: {seq.detail}"):
                 if t.incident.kind is not Kind.RESTART_BUDGET_EXHAUSTED:
                     self.emit(t)
