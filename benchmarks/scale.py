@@ -64,6 +64,32 @@ def _ms(x: float | None) -> str:
     return "–" if x is None else f"{1000 * x:.1f}"
 
 
+_IDLE_LEAVES = ("Condition.wait", "_PollLikeSelector.select", "EpollSelector.select", "_worker (concurrent",
+                "SimpleQueue.get", "Event.wait", "sleep (")
+
+
+def profile_summary(raw: str, top: int = 12) -> list[tuple[str, float]]:
+    """py-spy ``-f raw`` text → ``(function, share of busy samples)``, inclusive, busiest first.
+    Samples whose innermost frame is a wait (a sleeping thread) are not busy."""
+    busy = 0
+    inclusive: dict[str, int] = {}
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = stack.split(";")
+        if frames[-1].startswith(_IDLE_LEAVES):
+            continue
+        n = int(count)
+        busy += n
+        for name in {f.split(" (")[0] for f in frames[1:]}:
+            inclusive[name] = inclusive.get(name, 0) + n
+    ranked = sorted(inclusive.items(), key=lambda kv: -kv[1])
+    skip = ("Thread.run", "Thread._bootstrap", "Thread._bootstrap_inner", "_run_code", "_run_module_as_main",
+            "<module>", "main", "cmd_run", "_WorkItem.run", "_worker")
+    return [(k, v / busy) for k, v in ranked if k not in skip][:top] if busy else []
+
+
 def render(points: list[Point], detections: dict[str, dict[str, float | None]], meta: dict) -> str:
     out = ["# Guardian cost at node scale (simulated vLLM servers)", "",
            f"{meta['host']}; {meta['threads']} threads per server tree, /metrics page {meta['page_kb']:.0f} KB; "
@@ -84,6 +110,9 @@ def render(points: list[Point], detections: dict[str, dict[str, float | None]], 
         for p in points:
             if p.n == max(q.n for q in points) and p.probe_ms:
                 out.append(f"- {p.label}: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(p.probe_ms.items())))
+    for label, ranked in meta.get("profiles", {}).items():
+        out += ["", f"py-spy on {label} at N = max (share of busy samples, inclusive):", ""]
+        out.append(", ".join(f"`{k}` {100 * v:.0f} %" for k, v in ranked) or "no busy samples")
     return "\n".join(out) + "\n"
 
 
@@ -224,6 +253,21 @@ class Scale:
                      f"tick p50 {_ms(points[-1].tick_p50_s)} ms p99 {_ms(points[-1].tick_p99_s)} ms")
         return points, gs
 
+    def profile(self, gs: list[Guardian]) -> dict[str, list[tuple[str, float]]]:
+        """py-spy record of every guardian at once, after the CPU window (sampling costs them CPU)."""
+        spy = Path(sys.executable).with_name("py-spy")
+        runs = {g.label: (g.dir / "pyspy.raw", subprocess.Popen(
+            [str(spy), "record", "--nonblocking", "-p", str(g.pid), "-d", str(int(self.args.pyspy)), "-r", "500",
+             "-f", "raw", "-o", str(g.dir / "pyspy.raw")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            for g in gs}
+        out = {}
+        for label, (path, proc) in runs.items():
+            proc.wait(self.args.pyspy + 60)
+            out[label] = profile_summary(path.read_text()) if path.exists() else []
+        self.say("py-spy: " + "; ".join(f"{k}: {', '.join(f'{n} {100 * v:.0f}%' for n, v in r[:5])}"
+                                        for k, r in out.items()))
+        return out
+
     def fire(self, server: SimServer, fault: str) -> float:
         server.set_fault(fault)
         onset = time.time()
@@ -267,11 +311,14 @@ class Scale:
         threads = sum(len(os.listdir(f"/proc/{p}/task")) for p in tree if os.path.isdir(f"/proc/{p}/task"))
         points: list[Point] = []
         detections: dict = {}
+        profiles: dict = {}
         try:
             for n in sorted(a.n):
                 got, gs = self.measure(n)
                 points += got
                 try:
+                    if n == max(a.n) and a.pyspy:
+                        profiles = self.profile(gs)
                     if n == max(a.n) and not a.no_faults:
                         detections = self.detections(gs)
                 finally:
@@ -281,7 +328,8 @@ class Scale:
             for s in self.servers:
                 s.stop()
         meta = {"host": f"{os.cpu_count()} CPUs, load average {load0:.1f} at the start", "threads": threads,
-                "page_kb": page / 1000, "window_s": a.window, "settle_s": a.settle, "wall_s": time.time() - self.t0}
+                "page_kb": page / 1000, "window_s": a.window, "settle_s": a.settle, "wall_s": time.time() - self.t0,
+                "profiles": profiles}
         return render(points, detections, meta)
 
 
@@ -293,6 +341,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--idle-threads", type=int, default=70, help="extra idle threads per server tree")
     p.add_argument("--detect-timeout", type=float, default=90.0)
     p.add_argument("--no-faults", action="store_true", help="skip the detection runs")
+    p.add_argument("--pyspy", type=float, default=0.0,
+                   help="seconds of py-spy record on each guardian at N = max, after its CPU window")
     p.add_argument("--compare", type=Path, help="source tree of a second guardian run beside this one")
     p.add_argument("--compare-label", default="compare")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
