@@ -64,6 +64,8 @@ class RestartConfig:
     cwd: Optional[str] = None
     log_file: Optional[str] = None
     stop_timeout: float = _f(30.0, "positive", "SIGTERM -> SIGKILL of the whole tree, seconds")
+    hang_stop_grace: float = _f(3.0, "nonneg", "SIGTERM -> SIGKILL for a hung tree (busy loop, stall, "
+                                               "engine death): a stuck engine does not shut down cleanly")
     ready_timeout: float = _f(600.0, "positive", "start -> /health 200 and a canary answered")
 
 

@@ -30,10 +30,24 @@ from ..policy import Maintenance, may_restart, node_anomaly
 from ..series import metrics as m
 
 HANG_KINDS = {Kind.BUSY_LOOP.value, Kind.ENGINE_STALL.value, Kind.ENGINE_DEAD.value}
-HANG_DRAIN_TIMEOUT = 5.0  # a hung engine has nothing to drain
+HANG_DRAIN_TIMEOUT = 5.0  # a hung engine has nothing to drain: the most a hang waits, if it still steps
 KILL_GRACE = 10.0  # after SIGKILL, how long processes get to disappear
 RELEASE_TIMEOUT = 60.0
 LEASE_RETRY = 5.0
+
+
+def stop_grace(rc: RestartConfig, reason: str) -> float:
+    """SIGTERM → SIGKILL: short for a hung tree (it will not shut down cleanly), else ``stop_timeout``."""
+    return min(rc.hang_stop_grace, rc.stop_timeout) if reason in HANG_KINDS else rc.stop_timeout
+
+
+def _stepping(series, target: str, now: float) -> bool:
+    """Did the engine's step or token counters move in the last ``HANG_DRAIN_TIMEOUT`` seconds?"""
+    for metric in (m.ITERATIONS, m.GEN_TOKENS):
+        pts = series.window(target, "", metric, now - HANG_DRAIN_TIMEOUT)
+        if len(pts) >= 2 and pts[-1][1] > pts[0][1]:
+            return True
+    return False
 
 
 class Phase(str, Enum):
@@ -186,6 +200,8 @@ class Remediator:
         self.kube = kube
         self.publish_control = publish_control or (lambda payload: None)
         self.release_check = release_check or (lambda pids: None)
+        # True while the target's evidence is being captured: draining runs meanwhile, stopping waits
+        self.hold_stop: Callable[[str], bool] = lambda target: False
         self.log = log or logging.getLogger("guardian.remediation")
         self.dir = Path(settings.state_dir) / "remediation"
         self.sequences: dict[str, Sequence] = {}
@@ -388,8 +404,8 @@ class Remediator:
                                          lambda: self.cmd_runner.run(hook, max(1.0, tc.drain.timeout)),
                                          deadline=now + tc.drain.timeout + 5)
         timeout = tc.drain.timeout if tc else 0.0
-        if seq.reason in HANG_KINDS:
-            timeout = min(timeout, HANG_DRAIN_TIMEOUT if seq.reason != Kind.ENGINE_DEAD.value else 0.0)
+        if seq.reason in HANG_KINDS:  # a hung engine makes no progress: nothing can drain
+            timeout = min(timeout, HANG_DRAIN_TIMEOUT if _stepping(series, seq.target, now) else 0.0)
         running = series.latest(seq.target, "", m.REQ_RUNNING)
         waiting = series.latest(seq.target, "", m.REQ_WAITING)
         fresh = running is not None and waiting is not None and now - running[0] <= 3.0 and now - waiting[0] <= 3.0
@@ -398,10 +414,15 @@ class Remediator:
             if empty or now - seq.phase_since >= timeout:
                 self._finish(seq, now, Outcome.DONE, "drained" if empty else "drain timeout reached; left drained")
             return
+        if not empty and now - seq.phase_since < timeout:
+            return
+        if self.hold_stop(seq.target):
+            return  # evidence first: the processes must still be there to be dumped
         if empty:
             self._enter(seq, Phase.STOPPING, now, f"drained in {now - seq.phase_since:.1f}s")
-        elif now - seq.phase_since >= timeout:
-            self._enter(seq, Phase.STOPPING, now, f"drain timeout {timeout:g}s reached")
+        else:
+            self._enter(seq, Phase.STOPPING, now, f"drain timeout {timeout:g}s reached"
+                        + (" (no progress: nothing to drain)" if timeout == 0 else ""))
 
     def _step_stopping(self, seq: Sequence, now: float, tracker, series) -> None:
         tc = self.target_config(seq.target)
@@ -412,9 +433,9 @@ class Remediator:
             self._record_restart(seq)
             if seq.mode == "kubernetes" and self.kube is not None:
                 self.async_runner.submit(("remediation", f"{seq.target}:kube"),
-                                         lambda: self._kube_delete(api, int(rc.stop_timeout)),
+                                         lambda: self._kube_delete(api, int(stop_grace(rc, seq.reason))),
                                          deadline=now + 30, on_done=self._job_done)
-                self._record(seq, "stop", "ok", f"pod delete requested (grace {rc.stop_timeout:g}s)")
+                self._record(seq, "stop", "ok", f"pod delete requested (grace {stop_grace(rc, seq.reason):g}s)")
             else:
                 sent = self.control.signal(api, signal.SIGTERM)
                 self._record(seq, "stop", "ok" if sent else "skipped",
@@ -423,10 +444,11 @@ class Remediator:
         if isinstance(kube_res, BaseException):
             self._record(seq, "stop", "failed", f"pod delete failed: {kube_res}; SIGKILL after stop_timeout")
         alive = [k for k in seq.keys if self.control.alive(k)]
-        if alive and not seq.sigkill_sent and now - seq.phase_since >= rc.stop_timeout:
+        grace = stop_grace(rc, seq.reason)
+        if alive and not seq.sigkill_sent and now - seq.phase_since >= grace:
             seq.sigkill_sent = True
             killed = [k.pid for k in alive if self.control.signal(k, signal.SIGKILL)]
-            self._record(seq, "kill", "ok", f"SIGKILL after {rc.stop_timeout:g}s to {killed}")
+            self._record(seq, "kill", "ok", f"SIGKILL after {grace:g}s to {killed}")
             seq.progress.kill_at = now
             alive = [k for k in seq.keys if self.control.alive(k)]
         if not alive:

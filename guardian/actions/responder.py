@@ -1,7 +1,8 @@
 """The acting half of the loop: what the guardian does about what it saw.
 
 - Evidence before action: when an incident opens, its bundle is captured off the loop
-  (``incident_opened``); remediation of that incident waits until the bundle is attached.
+  (``incident_opened``); remediation may start draining meanwhile, but stops nothing until the
+  bundle is attached (``Remediator.hold_stop``).
 - Each tick (``act``): for every open incident, a decision (the detector's ``mode``, the policy
   gates of ``Remediator.consider``), then the remediation state machine advances, and a target
   whose restart budget is spent gets a ``restart_budget_exhausted`` incident.
@@ -53,6 +54,8 @@ class Responder:
         self.evidence_pending: set[str] = set()  # incident ids whose bundle is being captured
         self.on_update: list[Callable[[Incident], None]] = []
         remediator.on_finish.append(self._remediation_finished)
+        remediator.hold_stop = self._capturing
+        self._evidence_of: dict[str, str] = {}  # incident id → target, while its bundle is captured
 
     # ------------------------------------------------------------------ each tick
     def act(self, now: float) -> list[Transition]:
@@ -64,13 +67,13 @@ class Responder:
             tr = self.tracker.targets.get(inc.target.name)
             if tr is None or inc.kind is Kind.RESTART_BUDGET_EXHAUSTED:
                 continue
-            if inc.id in self.evidence_pending:
-                self.decisions[inc.target.name] = "capturing evidence first"
-                continue
             section = getattr(self.detectors, inc.kind.value, None)
             mode = section.mode if section is not None else Mode.ALERT
-            self.decisions[inc.target.name] = self.remediator.consider(
-                inc, tr, now, mode=mode, tripped=len(tripped), total=total)
+            # draining starts while the bundle is captured; stopping waits for it (``_capturing``)
+            decision = self.remediator.consider(inc, tr, now, mode=mode, tripped=len(tripped), total=total)
+            if inc.id in self.evidence_pending:
+                decision = f"capturing evidence; {decision}"
+            self.decisions[inc.target.name] = decision
         self.remediator.tick(now, self.tracker, self.series)
         self.remediator.refresh_budgets()
         return self._budget_incidents()
@@ -142,9 +145,14 @@ class Responder:
                               deadline=now + collector.deadline(len(tr.target.processes)),
                               on_done=lambda done, _now: self._evidence_done(inc.id, done)):
             self.evidence_pending.add(inc.id)
+            self._evidence_of[inc.id] = inc.target.name
+
+    def _capturing(self, target: str) -> bool:
+        return any(self._evidence_of.get(i) == target for i in self.evidence_pending)
 
     def _evidence_done(self, incident_id: str, done: Done) -> None:
         self.evidence_pending.discard(incident_id)
+        self._evidence_of.pop(incident_id, None)
         if done.error is not None:
             self.episodes.fail("evidence", f"capture crashed: {done.error!r}", self.clock.monotonic())
             return
