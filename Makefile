@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test unit live demo bench bench-scale e2e-venv e2e-vllm clean
+.PHONY: venv test unit live demo bench bench-scale bench-recovery e2e-venv e2e-vllm clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -63,6 +63,10 @@ bench: $(STAMP) $(E2E_PLUGIN_STAMP)
 SCALE_ARGS ?=
 bench-scale: $(STAMP)
 	$(BIN)/python -m benchmarks.scale $(SCALE_ARGS)
+
+# Fault onset -> serving again on the simulated server, phase by phase (restart.mode: command).
+bench-recovery: $(STAMP)
+	$(BIN)/python -m benchmarks.recovery
 
 clean:
 	rm -rf $(VENV) build *.egg-info
