@@ -21,11 +21,11 @@ import threading
 import time
 from pathlib import Path
 
-from guardian.testing.sim_control import SimServer, free_port
+from guardian.sim.control import SimServer, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "recovery-latest.md"
-SIM = "guardian.testing.sim_vllm.api_server"
+SIM = "guardian.sim.vllm.api_server"
 SIM_ARGS = ("--startup-delay", "1", "--full-metrics", "--idle-threads", "70")
 FAULTS = (("busy_loop", "busy_loop"), ("stall", "engine_stall"), ("die", "engine_dead"))
 PHASES = ("detection", "evidence", "drain", "stop", "release", "start", "ready")

@@ -37,7 +37,7 @@ from pathlib import Path
 import yaml
 
 from guardian.incidents import IncidentStore, incident_to_dict
-from guardian.testing.sim_control import SimServer, descendant_pids
+from guardian.sim.control import SimServer, descendant_pids
 
 from .report import cpu_percent, parse_stat_cpu_ticks, parse_vmrss
 
@@ -137,7 +137,7 @@ class Guardian:
             "node": f"scale-{label}", "state_dir": str(self.state_dir), "autodiscover": False,
             # matched like autodiscovery (stat + cmdline of every pid), not by port (an fd scan of every pid):
             # the bench must not pick up other servers on a shared machine
-            "targets": [{"name": f"s{i}", "match": {"cmdline_regex": f"sim_vllm.api_server --port {p} "}}
+            "targets": [{"name": f"s{i}", "match": {"cmdline_regex": f"sim.vllm.api_server --port {p} "}}
                         for i, p in enumerate(ports)],
             "api": {"http": None}, "policy": {"dry_run": True},
         }))
