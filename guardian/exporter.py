@@ -13,7 +13,7 @@ incident ``Kind`` and the standard action/restart outcomes start at 0.
 
 Status fields read (all optional; a missing section means no samples):
 
-- ``node``, ``version``; ``guardian.{ticks, last_tick_s, max_tick_s, cpu_seconds, max_rss_bytes}``;
+- ``node``, ``version``; ``guardian.{ticks, last_tick_s, max_tick_s, tick_p50_s, tick_p99_s, cpu_seconds, max_rss_bytes}``;
 - ``probes.<name>.{runs, failures, overruns, last_duration_s, mean_duration_s}``;
 - ``targets[]``: ``name``, ``model``, ``source``, ``phase``, ``ready``, ``serving`` (bool;
   when absent: ``phase == "serving"``), ``health.status``,
@@ -52,6 +52,8 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("guardian_ticks_total", "counter", (), "Ticks of the main loop since the guardian started."),
     ("guardian_tick_duration_seconds", "gauge", (), "Duration of the last tick of the main loop."),
     ("guardian_tick_duration_max_seconds", "gauge", (), "Longest tick of the main loop since start."),
+    ("guardian_tick_duration_p50_seconds", "gauge", (), "Median tick of the main loop over the last 600 ticks."),
+    ("guardian_tick_duration_p99_seconds", "gauge", (), "99th percentile tick over the last 600 ticks."),
     ("guardian_self_cpu_seconds_total", "counter", (), "CPU time (user + system) the guardian process used."),
     ("guardian_self_max_resident_memory_bytes", "gauge", (), "Peak resident memory of the guardian process."),
     # probes
@@ -189,6 +191,8 @@ class GuardianCollector:
         f.add("guardian_ticks_total", (), g.get("ticks"))
         f.add("guardian_tick_duration_seconds", (), g.get("last_tick_s"))
         f.add("guardian_tick_duration_max_seconds", (), g.get("max_tick_s"))
+        f.add("guardian_tick_duration_p50_seconds", (), g.get("tick_p50_s"))
+        f.add("guardian_tick_duration_p99_seconds", (), g.get("tick_p99_s"))
         f.add("guardian_self_cpu_seconds_total", (), g.get("cpu_seconds"))
         f.add("guardian_self_max_resident_memory_bytes", (), g.get("max_rss_bytes"))
 

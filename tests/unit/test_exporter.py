@@ -63,6 +63,7 @@ def status(**over) -> dict:
     doc = {
         "schema": 1, "node": "n1", "version": "0.1.0", "time": 1_700_000_000.0, "uptime_s": 60.0,
         "guardian": {"pid": 1, "ticks": 60, "last_tick_s": 0.002, "max_tick_s": 0.01,
+                     "tick_p50_s": 0.0015, "tick_p99_s": 0.009,
                      "cpu_seconds": 1.5, "max_rss_bytes": 40_000_000},
         "probes": {"procfs": {"runs": 60, "failures": 1, "overruns": 2, "last_duration_s": 0.001,
                               "mean_duration_s": 0.0012}},
@@ -156,6 +157,8 @@ def test_describe_names_every_declared_family_without_reading_status():
     ("guardian_ticks_total", {}, 60.0),
     ("guardian_tick_duration_seconds", {}, 0.002),
     ("guardian_tick_duration_max_seconds", {}, 0.01),
+    ("guardian_tick_duration_p50_seconds", {}, 0.0015),
+    ("guardian_tick_duration_p99_seconds", {}, 0.009),
     ("guardian_self_cpu_seconds_total", {}, 1.5),
     ("guardian_self_max_resident_memory_bytes", {}, 40_000_000.0),
     ("guardian_probe_runs_total", {"probe": "procfs"}, 60.0),
