@@ -87,3 +87,29 @@ class KubeClient:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": int(grace_seconds),
                 "preconditions": {"uid": pod.uid}}  # never delete a recreated pod of the same name
         self._call("DELETE", f"/api/v1/namespaces/{quote(pod.namespace)}/pods/{quote(pod.name)}", body)
+
+    def read_log(self, namespace: str, pod: str | None, container: str | None = None, *, previous: bool = True,
+                 limit_bytes: int = 256 * 1024, pod_uid: str | None = None) -> str:
+        """A pod's container log as text (``previous``: the container that ran before the current one),
+        at most ``limit_bytes``. The pod is found by uid when no name is given."""
+        if not pod:
+            if not pod_uid:
+                raise ProbeFailed("kubernetes log: neither a pod name nor a pod uid")
+            ref = self.find_pod(pod_uid)
+            namespace, pod = ref.namespace, ref.name
+        query = {"previous": "true" if previous else "false", "limitBytes": str(int(limit_bytes))}
+        if container:
+            query["container"] = container
+        path = (f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/log?"
+                + "&".join(f"{k}={quote(v)}" for k, v in query.items()))
+        req = urllib.request.Request(self.base_url + path, method="GET")
+        req.add_header("Accept", "text/plain")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with self._open(req, self.timeout) as resp:
+                return resp.read(limit_bytes + 1).decode("utf-8", errors="replace")
+        except urllib.error.HTTPError as e:
+            raise ProbeFailed(f"kubernetes API GET {path}: HTTP {e.code} {e.reason}") from None
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise ProbeFailed(f"kubernetes API GET {path}: {e}") from None

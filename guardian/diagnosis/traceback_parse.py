@@ -1,0 +1,149 @@
+"""The last Python traceback in a log tail (pure): exception, message, frames.
+
+vLLM decorates every line a child process writes with ``(<process> pid=<pid>)``
+(``(EngineCore_DP0 pid=123)``, ``(APIServer pid=1)``, ``(Worker_TP0 pid=…)``),
+sometimes in ANSI colour; lines of several processes interleave. The parser
+strips the prefix and colour, finds the LAST ``Traceback (most recent call
+last):`` line and follows only the lines of that same process:
+
+- ``  File "path", line N, in func`` frames (plus the source line under each);
+- Python 3.11+ ``^^^^`` markers and ``  |`` exception-group rails are skipped;
+- the exception line ``pkg.Type: message`` (or a bare ``Type``) ends the report,
+  with continuation lines of a multi-line message (bounded);
+- ``The above exception was the direct cause …`` / ``During handling …`` chain
+  the previous exception into ``chain`` and the parse goes on with the next one.
+
+Returns None when the tail holds no complete traceback.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable, Sequence
+
+from .matcher import Crash, CrashFrame
+
+MAX_FRAMES = 12  # innermost frames kept
+MAX_MESSAGE = 2000
+MAX_TEXT = 16_000
+MAX_MESSAGE_LINES = 8
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_PREFIX = re.compile(r"^\s*\((?P<proc>[A-Za-z][\w.:-]*) pid=(?P<pid>\d+)\)\s?")
+_TB_START = re.compile(r"Traceback \(most recent call last\):\s*$")
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+?))?\s*$')
+_MARKER = re.compile(r"^\s*[\^~\s]+$")
+_EXC = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Timeout|Fault)?)"
+                  r"(?::\s?(?P<msg>.*))?$")
+_CHAIN = ("The above exception was the direct cause of the following exception:",
+          "During handling of the above exception, another exception occurred:")
+_LOGLINE = re.compile(r"^(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s|\[?\d{4}-\d\d-\d\d|\d\d-\d\d \d\d:)")
+
+
+def strip_line(raw: str) -> tuple[str | None, int | None, str]:
+    """(process, pid, text) of one log line: ANSI colour and vLLM's prefix removed."""
+    line = _ANSI.sub("", raw.rstrip("\r\n"))
+    m = _PREFIX.match(line)
+    if m is None:
+        return None, None, line
+    return m.group("proc"), int(m.group("pid")), line[m.end():]
+
+
+def _is_exception_line(text: str) -> re.Match[str] | None:
+    if not text or text[0].isspace():
+        return None
+    m = _EXC.match(text)
+    if m is None:
+        return None
+    t = m.group("type")
+    # a bare word is an exception only when it looks like one (AssertionError, KeyboardInterrupt)
+    if m.group("msg") is None and not re.search(r"(Error|Exception|Exit|Interrupt|Timeout)$", t):
+        return None
+    return m
+
+
+def parse_last_traceback(lines: Iterable[str]) -> Crash | None:
+    rows = [strip_line(x) for x in lines]
+    start = None
+    for i in range(len(rows) - 1, -1, -1):
+        if _TB_START.search(rows[i][2]):
+            start = i
+            break
+    if start is None:
+        return None
+    # walk back over chained reports of the same process, so the chain is complete
+    proc, pid = rows[start][0], rows[start][1]
+    mine = [i for i, r in enumerate(rows) if r[0] == proc and r[1] == pid]
+    first = start
+    while True:
+        above = [i for i in mine if i < first and rows[i][2].strip()]
+        if not above or rows[above[-1]][2].strip() not in _CHAIN:
+            break
+        prev = next((i for i in reversed(above) if _TB_START.search(rows[i][2])), None)
+        if prev is None:
+            break
+        first = prev
+    own = [r[2] for r in rows[first:] if r[0] == proc and r[1] == pid]
+    return _parse_report(own, proc, pid)
+
+
+def _parse_report(lines: Sequence[str], proc: str | None, pid: int | None) -> Crash | None:
+    chain: list[str] = []
+    frames: list[CrashFrame] = []
+    exc: tuple[str, str] | None = None
+    text: list[str] = []
+    i, n = 0, len(lines)
+    in_tb = False
+    while i < n:
+        line = lines[i].rstrip()
+        stripped = line.lstrip(" |").rstrip() if line.lstrip().startswith("|") else line
+        if _TB_START.search(stripped):
+            if exc is not None:
+                chain.append(f"{exc[0]}: {exc[1]}" if exc[1] else exc[0])
+            frames, exc, in_tb = [], None, True
+            text.append(stripped)
+            i += 1
+            continue
+        if not in_tb:
+            if stripped.strip() in _CHAIN:
+                text.append(stripped)
+            i += 1
+            continue
+        fm = _FRAME.match(stripped)
+        if fm:
+            code = ""
+            if i + 1 < n:
+                nxt = lines[i + 1].rstrip()
+                if nxt.startswith("    ") and not _FRAME.match(nxt) and not _MARKER.match(nxt):
+                    code = nxt.strip()
+                    i += 1
+            frames.append(CrashFrame(fm.group("file"), int(fm.group("line")), (fm.group("func") or "?").strip(), code))
+            text.append(stripped + ("\n    " + code if code else ""))
+            i += 1
+            continue
+        if _MARKER.match(stripped) or not stripped.strip():
+            i += 1
+            continue
+        em = _is_exception_line(stripped)
+        if em:
+            msg = [em.group("msg") or ""]
+            text.append(stripped)
+            j = i + 1
+            while j < n and len(msg) < MAX_MESSAGE_LINES:
+                nxt = lines[j].rstrip()
+                if (not nxt.strip() or _TB_START.search(nxt) or nxt.strip() in _CHAIN or _LOGLINE.match(nxt)
+                        or _FRAME.match(nxt)):
+                    break
+                msg.append(nxt)
+                text.append(nxt)
+                j += 1
+            exc = (em.group("type"), "\n".join(msg).strip()[:MAX_MESSAGE])
+            in_tb = False
+            i = j
+            continue
+        i += 1  # anything else inside a report (source of a frame without File line, etc.)
+    if exc is None:
+        return None
+    body = "\n".join(text)
+    if len(body) > MAX_TEXT:
+        body = "…\n" + body[-MAX_TEXT:]
+    return Crash(exc[0], exc[1], tuple(frames[-MAX_FRAMES:]), proc, pid, tuple(chain), body)
