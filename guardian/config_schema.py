@@ -69,6 +69,7 @@ class TargetConfig:
     model: Optional[str] = _f(None, doc="served model name; default: first of /v1/models")
     restart: RestartConfig = field(default_factory=RestartConfig)
     drain: DrainConfig = field(default_factory=DrainConfig)
+    log_path: Optional[str] = _f(None, doc="the server's log file, read for crash forensics (engine_dead)")
 
 
 # ---------------------------------------------------------------- detectors
@@ -263,6 +264,12 @@ class AcceleratorsConfig:
 
 
 @dataclass(frozen=True)
+class DiagnosisConfig:
+    catalogs: tuple[str, ...] = _f((), doc="extra signature catalogs (YAML files or folders), after the shipped ones")
+    log_max_bytes: int = _f(256 * 1024, "positive", "bytes of the log tail read for crash forensics")
+
+
+@dataclass(frozen=True)
 class ApiConfig:
     socket: Optional[str] = _f(None, doc="unix socket; default <state_dir>/guardian.sock")
     http: Optional[str] = _f("127.0.0.1:9464", "hostport", "/metrics + readiness; null = off")
@@ -283,6 +290,7 @@ class Config:
     evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
     accelerators: AcceleratorsConfig = field(default_factory=AcceleratorsConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
+    diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
 
     def socket_path(self) -> str:
         return self.api.socket or f"{self.state_dir.rstrip('/')}/guardian.sock"
