@@ -26,7 +26,7 @@ The format (``schema: 1``)::
                                within: N, optional: bool}]}
         threads: [{name: REGEX, state: ..., frames: [...], absent: bool, optional: bool}]
         logs: [{regex: RE, optional: bool}]
-        metrics: [{metric: NAME, op: ">"|">="|"<"|"<="|"=="|flat|rising|falling, value: N, optional: bool}]
+        metrics: [{metric: SERIES_NAME (the guardian's, e.g. vllm.num_requests_waiting), op: ">"|">="|"<"|"<="|"=="|flat|rising|falling, value: N, optional: bool}]
         exception: {type: NAME | [NAMES], message: RE, frames: [...], optional: bool}
         cmdline: RE
         role: api_server | engine_core | worker | [..]
