@@ -16,7 +16,12 @@ vLLM calls ``register()`` in each of its processes (entry point group
                  the trigger is removed;
 
 - ``vllm.v1.core.kv_cache_manager.KVCacheManager.free``: ``kv_leak`` present →
-  a finished request's KV blocks are never returned to the pool.
+  a finished request's KV blocks are never returned to the pool;
+
+- ``vllm.v1.core.sched.scheduler.Scheduler._update_after_schedule`` (called from
+  ``Scheduler.schedule``): ``sched_assert`` present → an ``assert`` fails there,
+  so an ``AssertionError`` rises through the real scheduler's ``schedule`` and
+  EngineCore dies with vLLM's own "EngineCore encountered a fatal error" path.
 
 When a fault starts, ``<dir>/<fault>.onset`` gets ``{"t": wall time, "pid": ...}``
 (written once per trigger: remove it with the trigger to re-arm). Without the env
@@ -39,7 +44,10 @@ STALL = "stall"
 DIE = "die"
 RSS_LEAK = "rss_leak"
 KV_LEAK = "kv_leak"
-FAULTS = (DIE, BUSY_LOOP, STALL, RSS_LEAK, KV_LEAK)
+SCHED_ASSERT = "sched_assert"
+FAULTS = (DIE, BUSY_LOOP, STALL, RSS_LEAK, KV_LEAK, SCHED_ASSERT)
+SCHED_ASSERT_MESSAGE = "scheduler invariant broken: preempted request rescheduled (injected by the guardian fault plugin)"
+SCHEDULER_HOOK = "_update_after_schedule"
 BLOCKING = (DIE, BUSY_LOOP, STALL)  # at most one runs; this is the priority order
 DIE_EXIT_CODE = 17
 DEFAULT_RSS_MB_PER_STEP = 4
@@ -182,6 +190,12 @@ class FaultInjector:
         log.warning("guardian fault plugin: %s cleared in pid %d", fault, self._pid())
         return fault
 
+    def check_scheduler(self) -> None:
+        """Inside the scheduler's path: ``sched_assert`` on → an AssertionError (an ``assert`` that fails)."""
+        if self.dir.is_on(SCHED_ASSERT):
+            self._onset(SCHED_ASSERT)
+        assert not self.dir.is_on(SCHED_ASSERT), SCHED_ASSERT_MESSAGE
+
     def should_free(self) -> bool:
         """False while ``kv_leak`` is on: the request's KV blocks stay allocated."""
         if not self.dir.is_on(KV_LEAK):
@@ -213,8 +227,20 @@ def wrap_free(original: Callable, injector: FaultInjector) -> Callable:
     return free
 
 
-def install(engine_core_cls: type, kv_manager_cls: type, injector: FaultInjector) -> list[str]:
-    """Wrap the step methods and ``free`` once (vLLM may register a plugin twice); the names wrapped now."""
+def wrap_scheduler_hook(original: Callable, injector: FaultInjector) -> Callable:
+    @functools.wraps(original)
+    def hook(self, *args, **kwargs):
+        injector.check_scheduler()
+        return original(self, *args, **kwargs)
+
+    setattr(hook, WRAPPED_MARK, True)
+    return hook
+
+
+def install(engine_core_cls: type, kv_manager_cls: type, injector: FaultInjector,
+            scheduler_cls: type | None = None) -> list[str]:
+    """Wrap the step methods, ``free`` and (given a scheduler class) its post-schedule hook once
+    (vLLM may register a plugin twice); the names wrapped now."""
     done = []
     for name in STEP_METHODS:
         original = getattr(engine_core_cls, name, None)
@@ -225,6 +251,10 @@ def install(engine_core_cls: type, kv_manager_cls: type, injector: FaultInjector
     if free is not None and not getattr(free, WRAPPED_MARK, False):
         setattr(kv_manager_cls, "free", wrap_free(free, injector))
         done.append(f"{kv_manager_cls.__name__}.free")
+    hook = getattr(scheduler_cls, SCHEDULER_HOOK, None) if scheduler_cls is not None else None
+    if hook is not None and not getattr(hook, WRAPPED_MARK, False):
+        setattr(scheduler_cls, SCHEDULER_HOOK, wrap_scheduler_hook(hook, injector))
+        done.append(f"{scheduler_cls.__name__}.{SCHEDULER_HOOK}")
     return done
 
 
@@ -236,7 +266,11 @@ def register() -> None:
     from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.engine.core import EngineCore
 
-    wrapped = install(EngineCore, KVCacheManager, FaultInjector(FaultDir(path)))
+    try:
+        from vllm.v1.core.sched.scheduler import Scheduler
+    except ImportError:  # a vLLM without the V1 scheduler: the other faults still work
+        Scheduler = None  # noqa: N806
+    wrapped = install(EngineCore, KVCacheManager, FaultInjector(FaultDir(path)), Scheduler)
     if wrapped:
         log.warning("guardian fault plugin: watching %s for %s; wrapped %s in pid %d",
                     path, ", ".join(FAULTS), ", ".join(wrapped), os.getpid())
