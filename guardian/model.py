@@ -182,6 +182,8 @@ class Incident:
     resolved_at: float | None = None
     evidence_dir: str | None = None
     actions: tuple[Action, ...] = ()
+    diagnosis: tuple[Mapping[str, Any], ...] = ()  # catalog matches, best first (guardian.diagnosis)
+    crash: Mapping[str, Any] | None = None  # engine_dead: the last traceback of the target's log
 
     @property
     def fingerprint(self) -> str:

@@ -66,6 +66,8 @@ def incident_to_dict(inc: Incident) -> dict[str, Any]:
         "evidence_dir": inc.evidence_dir,
         "actions": [{"name": a.name, "status": a.status, "at": a.at, "detail": a.detail} for a in inc.actions],
         "fingerprint": inc.fingerprint,
+        "diagnosis": [jsonable(d) for d in inc.diagnosis],
+        "crash": jsonable(inc.crash) if inc.crash is not None else None,
     }
 
 
@@ -96,6 +98,8 @@ def incident_from_dict(d: Mapping[str, Any]) -> Incident:
             Action(name=str(a["name"]), status=str(a["status"]), at=float(a["at"]), detail=str(a.get("detail", "")))
             for a in d.get("actions") or ()
         ),
+        diagnosis=tuple(dict(x) for x in d.get("diagnosis") or () if isinstance(x, Mapping)),
+        crash=dict(d["crash"]) if isinstance(d.get("crash"), Mapping) else None,
     )
 
 

@@ -43,7 +43,7 @@ def test_file_uses_the_spec_field_names(tmp_path):
     doc = json.loads(path.read_text())
     assert set(doc) == {
         "id", "kind", "status", "severity", "node", "target", "summary", "signals",
-        "opened_at", "resolved_at", "evidence_dir", "actions", "fingerprint",
+        "opened_at", "resolved_at", "evidence_dir", "actions", "fingerprint", "diagnosis", "crash",
     }
     assert doc["kind"] == "busy_loop" and doc["status"] == "firing" and doc["severity"] == "critical"
     assert doc["target"] == {"name": "llm", "pid": 100, "starttime": 11, "port": 8000, "model": "tiny",
