@@ -170,12 +170,18 @@ def cmd_incidents(args) -> int:
         if args.json:
             print(json.dumps(d, indent=2))
             return 0
+        if args.html:
+            return _show_html(d)
         print(f"{d['id']}  {d['kind']}  {d['status']}  severity {d['severity']}")
         print(f"target  {d['target']['name']} (pid {d['target']['pid']}, starttime {d['target']['starttime']})")
         print(f"opened  {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(d['opened_at']))}")
         if d["resolved_at"]:
             print(f"resolved {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(d['resolved_at']))}")
         print(f"summary {d['summary']}")
+        from .diagnosis.text import diagnosis_lines
+
+        for line in (diagnosis_lines(d["diagnosis"], d["crash"]) if d["diagnosis"] or d["crash"] or d.get("evidence_dir") else []):
+            print(line)
         print("signals")
         for k, v in sorted(d["signals"].items()):
             print(f"  {k}: {v}")
@@ -202,6 +208,22 @@ def cmd_incidents(args) -> int:
     for d in items:
         opened = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d["opened_at"]))
         print(f"{d['id']}  {d['status']:<8} {d['kind']:<14} {d['target']['name']:<14} {opened}  {d['summary']}")
+    return 0
+
+
+def _show_html(d: dict) -> int:
+    """``incidents show ID --html``: (re)write the bundle's report.html with the incident as it is now
+    and print its path; without a bundle, or where it cannot be written, the page goes to stdout."""
+    from .diagnosis.report_html import ReportInput, read_bundle, render_report, write_report
+
+    if d.get("evidence_dir") and os.path.isdir(d["evidence_dir"]):
+        try:
+            print(write_report(d["evidence_dir"], d))
+            return 0
+        except OSError:
+            print(render_report(read_bundle(d["evidence_dir"], d)))
+            return 0
+    print(render_report(ReportInput(d, d["id"], diagnosis=d.get("diagnosis") or (), crash=d.get("crash"))))
     return 0
 
 
@@ -352,6 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("action", nargs="?", choices=("list", "show"), default="list")
     sp.add_argument("id", nargs="?")
     sp.add_argument("--json", action="store_true")
+    sp.add_argument("--html", action="store_true", help="show: write the incident page (report.html), print its path")
     sp.add_argument("--limit", type=int, default=50)
     sp.set_defaults(fn=cmd_incidents)
 
