@@ -11,6 +11,7 @@ from .incidents import incident_to_dict
 from .policy import Maintenance, budget_left
 from .series.slope import theil_sen
 from .series import metrics as m
+from .diagnosis.node_view import render_table as render_accelerators
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:
@@ -123,6 +124,7 @@ def build_status(d, now: float) -> dict[str, Any]:
     return {
         "schema": 1,
         "node": d.node,
+        "accelerators": list(d.readings.accel.node) if d.readings.accel is not None else [],
         "version": __version__,
         "time": d.clock.wall(),
         "uptime_s": _r(now - d._started_mono, 1),
@@ -207,6 +209,8 @@ def render_status(doc: dict[str, Any]) -> str:
             lines.append(f"  suspect {kind}: {summary}")
         for key, msg in t["errors"].items():
             lines.append(f"  error {key}: {msg}")
+    lines.append("")
+    lines.append(render_accelerators(doc.get("accelerators") or []).rstrip("\n"))
     if doc["incidents"]:
         lines.append("")
         lines.append("OPEN INCIDENTS")
