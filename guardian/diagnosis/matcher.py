@@ -48,12 +48,13 @@ class Crash:
     pid: int | None = None
     chain: tuple[str, ...] = ()  # earlier exceptions of the same report ("Type: message")
     text: str = ""  # the traceback as logged (prefixes removed), bounded
+    followed_by: tuple[str, ...] = ()  # later reports that only echo it (the API server's EngineDeadError)
 
     def to_dict(self) -> dict:
         return {"exception": self.exception, "message": self.message, "process": self.process, "pid": self.pid,
                 "frames": [{"file": f.file, "line": f.line, "function": f.function, "code": f.code}
                            for f in self.frames],
-                "chain": list(self.chain), "text": self.text}
+                "chain": list(self.chain), "followed_by": list(self.followed_by), "text": self.text}
 
 
 @dataclass(frozen=True)

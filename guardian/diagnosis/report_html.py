@@ -213,7 +213,8 @@ def _crash_html(crash: Mapping[str, Any] | None) -> str:
     frames = crash.get("frames") or []
     last = frames[-1] if frames else None
     where = f" at {_e(last['file'])}:{_e(last['line'])} in {_e(last['function'])}" if last else ""
-    chain = "".join(f"<li>caused by {_e(c)}</li>" for c in crash.get("chain") or ())
+    chain = "".join(f"<li>caused by {_e(c)}</li>" for c in crash.get("chain") or ()) + \
+        "".join(f"<li>then reported as {_e(c)}</li>" for c in crash.get("followed_by") or ())
     return (f'<h2>Crash</h2><div id="crash"><p><b>{_e(crash["exception"])}</b>: {_e(crash.get("message"))}{where}'
             f' <span class="small">(process {_e(crash.get("process") or "?")} pid {_e(crash.get("pid") or "?")}; '
             f'source: {_e(crash.get("source"))})</span></p>' + (f"<ul>{chain}</ul>" if chain else "")

@@ -18,6 +18,7 @@ Returns None when the tail holds no complete traceback.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Iterable, Sequence
 
 from .matcher import Crash, CrashFrame
@@ -61,29 +62,58 @@ def _is_exception_line(text: str) -> re.Match[str] | None:
     return m
 
 
-def parse_last_traceback(lines: Iterable[str]) -> Crash | None:
-    rows = [strip_line(x) for x in lines]
-    start = None
-    for i in range(len(rows) - 1, -1, -1):
-        if _TB_START.search(rows[i][2]):
-            start = i
-            break
-    if start is None:
-        return None
-    # walk back over chained reports of the same process, so the chain is complete
+# Exceptions that report an earlier failure rather than being one: the API server's view of a
+# dead engine. When the last traceback is one of these, the one before it (EngineCore's) is the crash.
+CONSEQUENCES = frozenset({"EngineDeadError", "EngineGenerateError", "CancelledError"})
+MAX_REPORTS = 50
+
+
+def _is_continuation(rows: Sequence[tuple], mine: Sequence[int], start: int) -> bool:
+    above = [i for i in mine if i < start and rows[i][2].strip()]
+    return bool(above) and rows[above[-1]][2].strip() in _CHAIN
+
+
+def _report_at(rows: Sequence[tuple], start: int) -> Crash | None:
+    """The report whose last traceback starts at ``start``, its chained causes included."""
     proc, pid = rows[start][0], rows[start][1]
     mine = [i for i, r in enumerate(rows) if r[0] == proc and r[1] == pid]
     first = start
-    while True:
-        above = [i for i in mine if i < first and rows[i][2].strip()]
-        if not above or rows[above[-1]][2].strip() not in _CHAIN:
-            break
-        prev = next((i for i in reversed(above) if _TB_START.search(rows[i][2])), None)
+    while _is_continuation(rows, mine, first):
+        prev = next((i for i in reversed(mine) if i < first and _TB_START.search(rows[i][2])), None)
         if prev is None:
             break
         first = prev
-    own = [r[2] for r in rows[first:] if r[0] == proc and r[1] == pid]
+    own = [r[2] for i, r in enumerate(rows) if i >= first and r[0] == proc and r[1] == pid]
     return _parse_report(own, proc, pid)
+
+
+def parse_tracebacks(lines: Iterable[str]) -> list[Crash]:
+    """Every complete report of the tail (a chain counts once, as its last exception), oldest first."""
+    rows = [strip_line(x) for x in lines]
+    starts = [i for i, r in enumerate(rows) if _TB_START.search(r[2])][-MAX_REPORTS:]
+    finals = []
+    for s in starts:
+        proc, pid = rows[s][0], rows[s][1]
+        later = [t for t in starts if t > s and rows[t][0] == proc and rows[t][1] == pid]
+        mine = [i for i, r in enumerate(rows) if r[0] == proc and r[1] == pid]
+        if later and _is_continuation(rows, mine, later[0]):
+            continue  # a cause: its chain's last traceback reports it
+        finals.append(s)
+    return [c for c in (_report_at(rows, s) for s in finals) if c is not None]
+
+
+def parse_last_traceback(lines: Iterable[str]) -> Crash | None:
+    """The crash of the tail: the last report, unless it only reports an earlier failure
+    (``EngineDeadError`` in the API server): then the last report before it; the later ones
+    are kept in ``followed_by``."""
+    reports = parse_tracebacks(lines)
+    if not reports:
+        return None
+    pick = next((i for i in range(len(reports) - 1, -1, -1)
+                 if reports[i].exception.rsplit(".", 1)[-1] not in CONSEQUENCES), len(reports) - 1)
+    after = tuple(f"{c.exception}: {c.message.splitlines()[0] if c.message else ''}".rstrip(": ")
+                  + (f" ({c.process})" if c.process else "") for c in reports[pick + 1:])[-3:]
+    return replace(reports[pick], followed_by=after)
 
 
 def _parse_report(lines: Sequence[str], proc: str | None, pid: int | None) -> Crash | None:

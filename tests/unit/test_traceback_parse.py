@@ -83,3 +83,24 @@ def test_no_complete_traceback_is_none(lines):
 
 def test_strip_line_removes_colour_and_the_prefix():
     assert strip_line("\x1b[36m(Worker_TP0 pid=55)\x1b[0m hello") == ("Worker_TP0", 55, "hello")
+
+
+ENGINE_THEN_API = SCHED + """\
+(APIServer pid=1) ERROR 12-01 05:00:02 [async_llm.py:1] AsyncLLM output_handler failed.
+(APIServer pid=1) Traceback (most recent call last):
+(APIServer pid=1)   File "/venv/lib/python3.11/site-packages/vllm/v1/engine/async_llm.py", line 600, in output_handler
+(APIServer pid=1)     outputs = await engine_core.get_output_async()
+(APIServer pid=1) vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.
+"""
+
+
+def test_the_api_servers_engine_dead_error_points_back_to_the_engines_crash():
+    c = parse_last_traceback(ENGINE_THEN_API.splitlines())
+    assert (c.exception, c.process) == ("AssertionError", "EngineCore_DP0")
+    assert c.followed_by == ("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
+                             "See stack trace (above) for the root cause. (APIServer)",)
+
+
+def test_only_a_consequence_is_still_reported():
+    c = parse_last_traceback(CHAINED.splitlines())
+    assert c.exception.endswith("EngineDeadError") and c.chain
