@@ -27,6 +27,12 @@ def _load(path: str | None, dry_run: bool = False):
     from .config import load_config
 
     cfg = load_config(path)
+    from .diagnosis.catalog_load import CatalogError, load_catalogs
+
+    try:  # a bad signature catalog is a config error: named, before anything starts
+        load_catalogs(cfg.diagnosis.catalogs)
+    except CatalogError as e:
+        raise ConfigError([f"diagnosis.catalogs: {line}" for line in str(e).splitlines()]) from None
     if dry_run:
         cfg = replace(cfg, policy=replace(cfg.policy, dry_run=True))
     return cfg
@@ -124,9 +130,9 @@ def cmd_status(args) -> int:
 
 
 def cmd_check_config(args) -> int:
-    from .config import load_config, render_check
+    from .config import render_check
 
-    cfg = load_config(args.config)
+    cfg = _load(args.config)
     print(render_check(cfg))
     return 0
 

@@ -62,3 +62,15 @@ def test_show_html_without_a_bundle_prints_the_page(tmp_path, capsys):
     cfg, iid, _ = setup(tmp_path, evidence=False)
     assert main(["incidents", "show", iid, "--html", "-c", cfg]) == 0
     assert capsys.readouterr().out.startswith("<!DOCTYPE html>")
+
+
+def test_a_bad_extra_catalog_fails_check_config_naming_file_and_key(tmp_path, capsys):
+    bad = tmp_path / "site.yaml"
+    bad.write_text("schema: 1\nname: site\nversion: '1'\nsignatures:\n"
+                   "  - {id: s, title: t, kinds: [busy_loop], confidence: 0.5, source: ops,\n"
+                   "     hot_thread: {state: busy}}\n")
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "s"), "diagnosis": {"catalogs": [str(bad)]}}))
+    assert main(["check-config", "-c", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert f"diagnosis.catalogs: {bad}: signatures[0].hot_thread.state: must be one of any, active, idle, gil" in err
