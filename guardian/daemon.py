@@ -18,6 +18,8 @@ from typing import Callable, Iterable
 
 from . import __version__
 from .actions.evidence import EvidenceCollector
+from .diagnosis.service import Diagnoser
+from .host.kube import KubeClient
 from .actions.remediation import Remediator
 from .config_schema import Config
 from .daemon_actions import ActionsMixin
@@ -51,7 +53,7 @@ class Daemon(ActionsMixin):
                  store: IncidentStore | None = None, log: logging.Logger | None = None,
                  runner: AsyncRunner | None = None, control=None, cmd_runner=None, lease=None,
                  kube=None, publish_control: Callable[[dict], object] | None = None,
-                 evidence=None, accel_backends=None) -> None:
+                 evidence=None, accel_backends=None, diagnoser=None) -> None:
         self.cfg = cfg
         self.clock = clock
         self.procfs = procfs
@@ -85,6 +87,10 @@ class Daemon(ActionsMixin):
             EvidenceCollector(cfg.evidence, store.dir_for, cmd_runner or SubprocessRunner(), procfs, clock)
             if store is not None else None)
         self.evidence_pending: set[str] = set()
+        self.diagnoser = diagnoser if diagnoser is not None else (
+            Diagnoser.from_config(cfg, runner=cmd_runner or SubprocessRunner(), http=http,
+                                  kube=(lambda: kube) if kube is not None else (lambda: KubeClient.in_cluster(dict(os.environ))))
+            if self.evidence is not None else None)
         self._remediation_jobs: dict[str, object] = {}
         self.discovery_cache = DiscoveryCache()
         self.status_extras: dict[str, Callable[[], object]] = {}

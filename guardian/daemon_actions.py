@@ -7,6 +7,7 @@ kept apart so ``daemon.py`` stays about seeing: the tick, discovery and the prob
 from __future__ import annotations
 
 from .actions.evidence import EvidenceContext, series_windows
+from .diagnosis.service import capture_then_diagnose
 from .model import Finding, Kind, Severity, Transition
 from .policy import budget_left
 
@@ -91,8 +92,12 @@ class ActionsMixin:
             metrics_text=scrape.page if scrape is not None else None,
             accelerators=dict(self.readings.accel.devices) if self.readings.accel is not None else None,
         )
-        collector = self.evidence
-        if self.runner.submit(("evidence", inc.id), lambda: collector.capture(ctx),
+        collector, diagnoser = self.evidence, self.diagnoser
+        target_cfg = next((t for t in self.cfg.targets if t.name == inc.target.name), None)
+        accel_rows = list(self.readings.accel.node) if self.readings.accel is not None else []
+        if self.runner.submit(("evidence", inc.id),
+                              lambda: capture_then_diagnose(collector, ctx, diagnoser, target_cfg=target_cfg,
+                                                            api_url=tr.target.api_url, accelerators=accel_rows),
                               deadline=now + collector.deadline(len(tr.target.processes)),
                               on_done=lambda done, _now, inc_id=inc.id: self._fold_evidence(inc_id, done)):
             self.evidence_pending.add(inc.id)
@@ -102,11 +107,16 @@ class ActionsMixin:
         if done.error is not None:
             self.episodes.fail("evidence", f"capture crashed: {done.error!r}", self.clock.monotonic())
             return
-        res = done.result
+        res, diag = done.result
         self.log.info("evidence for %s: %d files in %.2fs%s", incident_id, len(res.files), res.duration,
                       "" if res.complete else f", partial: {'; '.join(f'{k}: {v}' for k, v in list(res.failures.items())[:3])}")
         try:
             inc = self.incidents.set_evidence(incident_id, str(res.dir))
+            if diag is not None:
+                inc = self.incidents.set_diagnosis(incident_id, diag.diagnosis, diag.crash)
+                if diag.diagnosis:
+                    self.log.info("diagnosis of %s: %s (%.2f)", incident_id, diag.diagnosis[0]["id"],
+                                  diag.diagnosis[0]["confidence"])
         except KeyError:
             return
         for hook in self.on_update:

@@ -218,3 +218,15 @@ def _atomic(path: Path, text: str) -> None:
     tmp.write_text(text, encoding="utf-8")
     os.chmod(tmp, 0o640)
     os.replace(tmp, path)
+
+
+def capture_then_diagnose(collector: Any, ctx: Any, diagnoser: "Diagnoser | None", *, target_cfg: Any = None,
+                          api_url: str | None = None,
+                          accelerators: Sequence[Mapping[str, Any]] = ()) -> tuple[Any, DiagnosisResult | None]:
+    """One off-loop job: the evidence capture, then (for an incident) its diagnosis on the bundle.
+    Returns (EvidenceResult, DiagnosisResult or None); the diagnosis never breaks the capture."""
+    res = collector.capture(ctx)
+    if diagnoser is None or ctx.incident is None or not getattr(res, "dir", None) or not Path(res.dir).is_dir():
+        return res, None
+    return res, diagnoser.diagnose_bundle(res.dir, ctx.incident, target_cfg=target_cfg, api_url=api_url,
+                                          accelerators=accelerators)
