@@ -113,7 +113,7 @@ class ActionsMixin:
         try:
             inc = self.incidents.set_evidence(incident_id, str(res.dir))
             if diag is not None:
-                inc = self.incidents.set_diagnosis(incident_id, diag.diagnosis, diag.crash)
+                inc = self.incidents.set_diagnosis(incident_id, diag.diagnosis, diag.crash, diag.notes)
                 if diag.diagnosis:
                     self.log.info("diagnosis of %s: %s (%.2f)", incident_id, diag.diagnosis[0]["id"],
                                   diag.diagnosis[0]["confidence"])

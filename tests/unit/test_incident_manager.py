@@ -193,6 +193,19 @@ def test_evidence_and_actions_are_recorded_and_persisted(tmp_path):
     assert store.load(inc.id) == got == mgr.get(inc.id)
 
 
+def test_the_diagnosis_and_its_notes_are_recorded_and_persisted(tmp_path):
+    store = IncidentStore(tmp_path)
+    mgr = manager(store)
+    inc = feed(mgr, hit(), hit())[1][0].incident
+    diag = [{"id": "vllm-mm-cache-lru-busy-loop", "confidence": 0.95}]
+    note = "device idle while the engine spins (accelerator 0 %)"
+    got = mgr.set_diagnosis(inc.id, diag, None, [note])
+    assert got.diagnosis == tuple(diag) and got.crash is None
+    assert got.summary == f"busy_loop seen; {note}"
+    assert mgr.set_diagnosis(inc.id, diag, None, [note]).summary == got.summary  # said once
+    assert store.load(inc.id) == mgr.get(inc.id)
+
+
 def test_actions_can_be_added_after_resolution(tmp_path):
     store = IncidentStore(tmp_path)
     mgr = manager(store)
