@@ -78,6 +78,36 @@ def main():
 main()
 '''
 
+GHOST_CACHE = '''
+import zlib
+
+
+class FeatureCache:
+    """Entries carry a checksum; one entry is corrupt and nothing ever evicts it."""
+
+    def __init__(self):
+        self._entries = {"user-42": (b"x" * 200_000, 0)}  # checksum 0: never valid
+
+    def _validate(self, key):
+        data, crc = self._entries[key]
+        return sum(data) & 0xFFFFFFFF == crc
+
+    def get_with_retry(self, key):
+        while True:  # the ghost key: same key, same corrupt entry, forever
+            if self._validate(key):
+                return self._entries[key][0]
+'''
+
+GHOST_APP = '''
+import queue, threading
+from feature_cache import FeatureCache
+
+threading.Thread(target=FeatureCache().get_with_retry, args=("user-42",), name="request-worker",
+                 daemon=True).start()
+print("ready", flush=True)
+queue.Queue().get()
+'''
+
 UNRELATED = '''
 import queue, threading
 
@@ -134,6 +164,19 @@ def test_a_real_lru_spin_is_named_the_mm_cache_bug(lru_program):
     assert any("_process_input_queue" in line and "MainThread" in line for line in top.matched)
     assert any("device idle while the engine spins" in line for line in top.matched)
     assert top.workaround.startswith("start vLLM with --mm-processor-cache-gb 0")
+
+
+def test_a_real_ghost_key_retry_loop_is_named_with_its_advice(tmp_path):
+    proc = _spawn(tmp_path, {"site/feature_cache.py": GHOST_CACHE, "app.py": GHOST_APP}, "app.py")
+    try:
+        threads = _dump(proc.pid)
+        hot = next(t for t in threads if t.name == "request-worker")
+        found = diagnose(SIGS, Observation("busy_loop", threads, hot_tid=hot.os_thread_id))
+        assert [m.id for m in found] == ["app-cache-ghost-key-retry-loop"]
+        assert "blacklist" in found[0].advice and "version-stamp" in found[0].advice
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_a_real_unrelated_spin_matches_nothing(tmp_path):
