@@ -3,7 +3,9 @@ program, and the diagnoser names the bug in diagnosis.json, summary.txt and repo
 from __future__ import annotations
 
 import json
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -12,6 +14,7 @@ from guardian.clock import SystemClock
 from guardian.config_schema import EvidenceConfig
 from guardian.diagnosis.catalog_load import all_signatures, load_catalogs
 from guardian.diagnosis.service import Diagnoser
+from guardian.host.http import StdlibHttpClient
 from guardian.host.procfs import ProcFS
 from guardian.host.runner import SubprocessRunner
 from guardian.incidents.store import IncidentStore
@@ -56,8 +59,28 @@ def test_a_captured_bundle_of_the_real_lru_spin_is_diagnosed(lru_program, tmp_pa
                                                                                                         [2.0, 1.0]]}}))
     assert any(f.startswith("pyspy-") for f in res.files), res.failures
     rows = [{"device": "npu:0.0", "utilization_pct": 0.0, "processes": [{"pid": pid, "target": target.name}]}]
-    out = Diagnoser(all_signatures(load_catalogs())).diagnose_bundle(res.dir, inc, accelerators=rows)
+
+    class Version(BaseHTTPRequestHandler):  # the server's GET /version, as vLLM answers it
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            body = json.dumps({"version": "0.11.0"}).encode() if self.path == "/version" else b"{}"
+            self.send_response(200 if self.path == "/version" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    api = ThreadingHTTPServer(("127.0.0.1", 0), Version)
+    threading.Thread(target=api.serve_forever, daemon=True).start()
+    try:
+        out = Diagnoser(all_signatures(load_catalogs()), http=StdlibHttpClient()).diagnose_bundle(
+            res.dir, inc, accelerators=rows, api_url=f"http://127.0.0.1:{api.server_address[1]}")
+    finally:
+        api.shutdown()
     assert out.diagnosis[0]["id"] == "vllm-mm-cache-lru-busy-loop"
+    assert out.vllm_version == "0.11.0"
+    assert out.diagnosis[0]["notes"] == ["this server runs vLLM 0.11.0; fixed in 0.26.0"]
     assert out.notes == ("device idle while the engine spins (accelerator 0 %)",)
     doc = json.loads((res.dir / "diagnosis.json").read_text())
     assert doc["diagnosis"][0]["workaround"].startswith("start vLLM with --mm-processor-cache-gb 0")
