@@ -38,15 +38,25 @@ _EXC = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|W
 _CHAIN = ("The above exception was the direct cause of the following exception:",
           "During handling of the above exception, another exception occurred:")
 _LOGLINE = re.compile(r"^(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s|\[?\d{4}-\d\d-\d\d|\d\d-\d\d \d\d:)")
+# vLLM's log header after the process prefix: "ERROR 12-01 05:00:01 [core.py:1010] ". Its
+# formatter repeats the whole prefix on every line of a multi-line message, traceback included.
+_HEADER = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[[^\]]*\] ")
+
+
+def split_line(raw: str) -> tuple[str | None, int | None, str, str | None]:
+    """(process, pid, text, log header) of one log line: ANSI colour, vLLM's process prefix and
+    its log header removed from the text."""
+    line = _ANSI.sub("", raw.rstrip("\r\n"))
+    m = _PREFIX.match(line)
+    proc, pid = (m.group("proc"), int(m.group("pid"))) if m else (None, None)
+    text = line[m.end():] if m else line
+    h = _HEADER.match(text)
+    return proc, pid, (text[h.end():] if h else text), (h.group(0) if h else None)
 
 
 def strip_line(raw: str) -> tuple[str | None, int | None, str]:
-    """(process, pid, text) of one log line: ANSI colour and vLLM's prefix removed."""
-    line = _ANSI.sub("", raw.rstrip("\r\n"))
-    m = _PREFIX.match(line)
-    if m is None:
-        return None, None, line
-    return m.group("proc"), int(m.group("pid")), line[m.end():]
+    """(process, pid, text) of one log line: ANSI colour, vLLM's prefix and log header removed."""
+    return split_line(raw)[:3]
 
 
 def _is_exception_line(text: str) -> re.Match[str] | None:
@@ -83,13 +93,13 @@ def _report_at(rows: Sequence[tuple], start: int) -> Crash | None:
         if prev is None:
             break
         first = prev
-    own = [r[2] for i, r in enumerate(rows) if i >= first and r[0] == proc and r[1] == pid]
+    own = [(r[2], r[3]) for i, r in enumerate(rows) if i >= first and r[0] == proc and r[1] == pid]
     return _parse_report(own, proc, pid)
 
 
 def parse_tracebacks(lines: Iterable[str]) -> list[Crash]:
     """Every complete report of the tail (a chain counts once, as its last exception), oldest first."""
-    rows = [strip_line(x) for x in lines]
+    rows = [split_line(x) for x in lines]
     starts = [i for i, r in enumerate(rows) if _TB_START.search(r[2])][-MAX_REPORTS:]
     finals = []
     for s in starts:
@@ -116,7 +126,10 @@ def parse_last_traceback(lines: Iterable[str]) -> Crash | None:
     return replace(reports[pick], followed_by=after)
 
 
-def _parse_report(lines: Sequence[str], proc: str | None, pid: int | None) -> Crash | None:
+def _parse_report(rows: Sequence[tuple[str, str | None]], proc: str | None, pid: int | None) -> Crash | None:
+    """One process's lines (text, log header) from a report's first traceback on."""
+    lines = [t for t, _h in rows]
+    headers = [h for _t, h in rows]
     chain: list[str] = []
     frames: list[CrashFrame] = []
     exc: tuple[str, str] | None = None
@@ -161,7 +174,7 @@ def _parse_report(lines: Sequence[str], proc: str | None, pid: int | None) -> Cr
             while j < n and len(msg) < MAX_MESSAGE_LINES:
                 nxt = lines[j].rstrip()
                 if (not nxt.strip() or _TB_START.search(nxt) or nxt.strip() in _CHAIN or _LOGLINE.match(nxt)
-                        or _FRAME.match(nxt)):
+                        or _FRAME.match(nxt) or headers[j] != headers[i]):  # another log record
                     break
                 msg.append(nxt)
                 text.append(nxt)

@@ -29,6 +29,40 @@ def schedule(running):
         assert req["state"] != "preempted", f"request {req['id']} rescheduled while preempted"
 '''
 
+ENGINE_LOGGING = '''
+import logging
+import os
+import sys
+
+
+class NewLineFormatter(logging.Formatter):
+    """vLLM's formatter (vllm/logging_utils/formatter.py): the prefix repeated on every line."""
+
+    def format(self, record):
+        msg = super().format(record)
+        if record.message != "":
+            parts = msg.split(record.message)
+            msg = msg.replace("\\n", "\\r\\n" + parts[0])
+        return msg
+
+
+handler = logging.StreamHandler(sys.stdout)
+handler.setFormatter(NewLineFormatter("(EngineCore_DP0 pid=%(process)d) %(levelname)s %(asctime)s "
+                                      "[%(filename)s:%(lineno)d] %(message)s", "%m-%d %H:%M:%S"))
+logger = logging.getLogger("vllm.v1.engine.core")
+logger.addHandler(handler)
+logger.setLevel(logging.INFO)
+from vllm.v1.core.sched.scheduler import schedule
+
+logger.info("engine started --api-key sk-SECRET123")
+try:
+    schedule([{"id": "r1", "state": "running"}, {"id": "r2", "state": "preempted"}])
+except Exception:
+    logger.exception("EngineCore encountered a fatal error.")
+    sys.stdout.flush()
+    os._exit(1)
+'''
+
 ENGINE = '''
 import os
 import sys
@@ -61,13 +95,16 @@ schedule([{"id": "r1", "state": "running"}, {"id": "r2", "state": "preempted"}])
 '''
 
 
-@pytest.fixture(scope="module")
-def dying_child_log(tmp_path_factory):
-    """Runs a child that dies with an AssertionError from .../vllm/v1/core/sched/scheduler.py; its log."""
+@pytest.fixture(scope="module", params=["prefixed-stderr", "vllm-logging"])
+def dying_child_log(tmp_path_factory, request):
+    """Runs a child that dies with an AssertionError from .../vllm/v1/core/sched/scheduler.py; its log.
+    ``prefixed-stderr``: Python's own traceback, every line prefixed; ``vllm-logging``: vLLM's
+    ``logger.exception`` through its formatter (process prefix and log header on every line)."""
     root = tmp_path_factory.mktemp("engine")
+    engine = ENGINE if request.param == "prefixed-stderr" else ENGINE_LOGGING
     for rel, text in {"site/vllm/__init__.py": "", "site/vllm/v1/__init__.py": "", "site/vllm/v1/core/__init__.py": "",
                       "site/vllm/v1/core/sched/__init__.py": "", "site/vllm/v1/core/sched/scheduler.py": SCHEDULER,
-                      "engine.py": ENGINE}.items():
+                      "engine.py": engine}.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(textwrap.dedent(text))
     log = root / "server.log"
