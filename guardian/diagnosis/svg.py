@@ -84,10 +84,11 @@ def line_chart(title: str, lines: Sequence[Line], *, unit: str = "", t_end: floa
         out.append(f'<line x1="{LEFT}" y1="{yy:.1f}" x2="{LEFT + pw}" y2="{yy:.1f}" stroke="#e4e4e4"/>'
                    f'<text x="{LEFT - 6}" y="{yy + 4:.1f}" font-size="11" text-anchor="end" fill="#555">'
                    f'{esc(fmt_value(v, unit))}</text>')
+    digits = 1 if t1 - t0 < 10 else 0
     for frac in (0.0, 0.25, 0.5, 0.75, 1.0):
         t = t0 + (t1 - t0) * frac
         out.append(f'<text x="{x(t):.1f}" y="{TOP + ph + 16}" font-size="11" text-anchor="middle" fill="#555">'
-                   f'{t - t1:+.0f} s</text>')
+                   f'{t - t1:+.{digits}f} s</text>')
     if threshold is not None:
         out.append(f'<line class="threshold" x1="{LEFT}" y1="{y(threshold):.1f}" x2="{LEFT + pw}" '
                    f'y2="{y(threshold):.1f}" stroke="#999" stroke-dasharray="2,3"/>'

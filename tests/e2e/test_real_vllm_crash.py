@@ -45,7 +45,7 @@ def test_a_scheduler_assertion_gives_an_engine_dead_incident_whose_crash_names_i
         assert done is not None, g.log_text()
         results["crash_onset_to_diagnosis_s"] = round(time.time() - onset, 2)
         crash = done["crash"]
-        assert crash["exception"] == "AssertionError", crash
+        assert crash["exception"] == "AssertionError", f"{crash}\n{server.log_tail(80)}"
         assert MESSAGE in crash["message"]
         assert crash["process"] and crash["process"].startswith("EngineCore"), crash
         assert any(f["file"].endswith("vllm/v1/core/sched/scheduler.py") and f["function"] == "schedule"
