@@ -132,8 +132,10 @@ class Responder:
         if inc.kind is Kind.RESTART_BUDGET_EXHAUSTED:
             return
         tr = self.tracker.targets.get(inc.target.name)
-        if self.evidence is None or tr is None or not tr.target.processes:
+        if self.evidence is None or tr is None:
             return
+        if not tr.target.processes and inc.kind is not Kind.ENGINE_DEAD:
+            return  # nothing to capture; a dead server still leaves its series and its log to read
         now = self.clock.monotonic()
         accel = self.readings.accel
         pid = inc.signals.get("pid")
