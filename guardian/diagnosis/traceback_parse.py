@@ -83,9 +83,23 @@ def _is_continuation(rows: Sequence[tuple], mine: Sequence[int], start: int) -> 
     return bool(above) and rows[above[-1]][2].strip() in _CHAIN
 
 
+_MP_PROCESS = re.compile(r"^Process (?P<name>[\w.:-]+):$")  # multiprocessing's header of a child's traceback
+
+
 def _report_at(rows: Sequence[tuple], start: int) -> Crash | None:
     """The report whose last traceback starts at ``start``, its chained causes included."""
     proc, pid = rows[start][0], rows[start][1]
+    crash = _report_of(rows, start, proc, pid)
+    if crash is not None and proc is None:
+        head = next((rows[i][2] for i in range(start - 1, max(-1, start - 200), -1)
+                     if rows[i][0] is None and rows[i][2].strip()), "")
+        m = _MP_PROCESS.match(head.strip())
+        if m:  # "Process EngineCore_DP0:" then Python's own traceback on stderr
+            crash = replace(crash, process=m.group("name"))
+    return crash
+
+
+def _report_of(rows: Sequence[tuple], start: int, proc: str | None, pid: int | None) -> Crash | None:
     mine = [i for i, r in enumerate(rows) if r[0] == proc and r[1] == pid]
     first = start
     while _is_continuation(rows, mine, first):
@@ -121,8 +135,15 @@ def parse_last_traceback(lines: Iterable[str]) -> Crash | None:
         return None
     pick = next((i for i in range(len(reports) - 1, -1, -1)
                  if reports[i].exception.rsplit(".", 1)[-1] not in CONSEQUENCES), len(reports) - 1)
+    if reports[pick].pid is None:  # the same crash logged by vLLM names its process and pid: prefer that
+        same = next((i for i in range(pick - 1, -1, -1) if reports[i].pid is not None
+                     and (reports[i].exception, reports[i].message) == (reports[pick].exception, reports[pick].message)),
+                    None)
+        pick = same if same is not None else pick
+    key = (reports[pick].exception, reports[pick].message)
     after = tuple(f"{c.exception}: {c.message.splitlines()[0] if c.message else ''}".rstrip(": ")
-                  + (f" ({c.process})" if c.process else "") for c in reports[pick + 1:])[-3:]
+                  + (f" ({c.process})" if c.process else "") for c in reports[pick + 1:]
+                  if (c.exception, c.message) != key)[-3:]
     return replace(reports[pick], followed_by=after)
 
 

@@ -54,13 +54,24 @@ logger.addHandler(handler)
 logger.setLevel(logging.INFO)
 from vllm.v1.core.sched.scheduler import schedule
 
-logger.info("engine started --api-key sk-SECRET123")
-try:
-    schedule([{"id": "r1", "state": "running"}, {"id": "r2", "state": "preempted"}])
-except Exception:
-    logger.exception("EngineCore encountered a fatal error.")
-    sys.stdout.flush()
-    os._exit(1)
+import multiprocessing
+
+
+def run_engine_core():
+    """As vLLM's: log the fatal error, then re-raise (multiprocessing prints it again on stderr)."""
+    logger.info("engine started --api-key sk-SECRET123")
+    try:
+        schedule([{"id": "r1", "state": "running"}, {"id": "r2", "state": "preempted"}])
+    except Exception:
+        logger.exception("EngineCore encountered a fatal error.")
+        raise
+
+
+if __name__ == "__main__":
+    proc = multiprocessing.get_context("fork").Process(target=run_engine_core, name="EngineCore_DP0")
+    proc.start()
+    proc.join()
+    sys.exit(proc.exitcode)
 '''
 
 ENGINE = '''

@@ -104,3 +104,26 @@ def test_the_api_servers_engine_dead_error_points_back_to_the_engines_crash():
 def test_only_a_consequence_is_still_reported():
     c = parse_last_traceback(CHAINED.splitlines())
     assert c.exception.endswith("EngineDeadError") and c.chain
+
+
+RAW_AFTER_LOGGED = SCHED.replace("(APIServer pid=1) ERROR 12-01 05:00:02 [async_llm.py:1] AsyncLLM output_handler failed.\n", "") + """\
+Process EngineCore_DP0:
+Traceback (most recent call last):
+  File "/usr/lib/python3.11/multiprocessing/process.py", line 314, in _bootstrap
+    self.run()
+  File "/venv/lib/python3.11/site-packages/vllm/v1/core/sched/scheduler.py", line 512, in schedule
+    assert request.num_computed_tokens <= request.num_tokens
+AssertionError: preempted request rescheduled twice
+"""
+
+
+def test_the_logged_report_with_its_process_wins_over_the_same_crash_printed_raw():
+    c = parse_last_traceback(RAW_AFTER_LOGGED.splitlines())
+    assert (c.exception, c.process, c.pid) == ("AssertionError", "EngineCore_DP0", 123)
+    assert c.followed_by == ()
+
+
+def test_a_raw_child_traceback_is_named_by_multiprocessings_header():
+    raw = RAW_AFTER_LOGGED.split("Process EngineCore_DP0:\n", 1)[1]
+    c = parse_last_traceback(["INFO something", "Process EngineCore_DP0:", *raw.splitlines()])
+    assert (c.exception, c.process, c.pid) == ("AssertionError", "EngineCore_DP0", None)
