@@ -41,9 +41,7 @@ DEFAULT_PATH = "/etc/guardian/guardian.yaml"
 
 # Configured features this version accepts but does not act on yet: (key, what).
 # Later work removes an entry when it wires the feature; nothing else lists them.
-INACTIVE_FEATURES: tuple[tuple[str, str], ...] = (
-    ("detectors.output_corruption", "detector not implemented"),
-)
+INACTIVE_FEATURES: tuple[tuple[str, str], ...] = ()
 
 # Rules for fields whose schema metadata carries no 'check' (kept out of the schema).
 _EXTRA_CHECKS: typing.Mapping[tuple[type, str], str] = types.MappingProxyType({
@@ -111,6 +109,8 @@ _RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingPr
     "restart_mode": _choice("systemd", "command", "kubernetes", "signal"),
     "allow_deny": _choice("allow", "deny"),
     "regex": ("a valid regular expression", lambda v: not _regex_problem(v)),
+    "expect": ('the word "baseline" or a valid regular expression',
+               lambda v: v == "baseline" or not _regex_problem(v)),
     "hostport": ('a "host:port" address', _is_hostport),
     "target_name": ("a name of letters, digits, '_', '.', '-'",
                     lambda v: _NAME_RE.fullmatch(v) is not None),
@@ -187,7 +187,7 @@ class _Parser:
         if not ok:
             return self.wrong(path, tp, check, value, nullable)
         if check and not _RULES[check][1](value):
-            detail = f" ({_regex_problem(value)})" if check == "regex" else ""
+            detail = f" ({_regex_problem(value)})" if check in ("regex", "expect") else ""
             return self.wrong(path, tp, check, value, nullable, detail)
         return float(value) if tp is float else value
 

@@ -4,7 +4,8 @@ The YAML file maps 1:1 onto these classes (``guardian.config`` loads and validat
 it strictly: an unknown key or a wrong type is an error naming the key path).
 Field metadata ``check`` names a validation rule (see ``guardian.config``):
 ``positive`` (> 0), ``nonneg`` (>= 0), ``ratio`` (0..1), ``mode``, ``onoff``
-(auto|off), ``restart_mode``, ``regex``, ``port``, ``hostport``.
+(auto|off), ``restart_mode``, ``regex``, ``expect`` (regex or ``baseline``), ``port``,
+``hostport``.
 The top-level names are the SPEC §9 contract.
 """
 from __future__ import annotations
@@ -122,8 +123,15 @@ class MemoryLeakConfig:
 
 @dataclass(frozen=True)
 class OutputCorruptionConfig:
+    """Conditions A-D over the gates' results (rounds: see ``gates``)."""
+
     mode: str = _f("alert", "mode")
-    interval: float = _f(300.0, "positive")
+    l1_l2_failures: int = _f(5, "positive", "A: this many L1/L2 failures on one target ...")
+    l1_l2_window: float = _f(60.0, "positive", "A: ... within this many seconds")
+    l4_rounds: int = _f(3, "positive", "C: L4 failed this many rounds in a row")
+    l5_rounds: int = _f(3, "positive", "D: L5 failed this many rounds in a row")
+    open_after: int = _f(1, "positive")
+    resolve_after: int = _f(3, "positive", "ticks without a condition (and a clean latest round)")
 
 
 @dataclass(frozen=True)
@@ -166,6 +174,47 @@ class CanaryProbeConfig:
     confirm_cooldown: float = _f(3.0, "nonneg", "min seconds between two confirmation canaries")
     prompt: str = _f("Hello")
     max_tokens: int = _f(1, "positive")
+
+
+@dataclass(frozen=True)
+class DiagnosticPromptConfig:
+    """L5: a prompt with a known answer (greedy, fixed seed)."""
+
+    prompt: str
+    expect: str = _f("baseline", "expect", "a regex searched in the answer, or the word baseline")
+    max_tokens: int = _f(4, "positive")
+
+
+_SHADOW_PROMPTS = (
+    "The first month of the year is",
+    "Water freezes at a temperature of",
+    "Once upon a time, there was a",
+)
+
+
+@dataclass(frozen=True)
+class GatesConfig:
+    """Output-correctness gates L1-L5, run by the guardian against each target."""
+
+    enabled: bool = _f(False, doc="opt-in")
+    interval: float = _f(60.0, "positive", "seconds between gate rounds per target")
+    diagnostics: tuple[DiagnosticPromptConfig, ...] = _f(
+        (DiagnosticPromptConfig("1+1=", r"^\s*2", 4),), doc="L5 prompts")
+    reference_text: Optional[str] = _f(None, doc="L2 text; null = a built-in passage")
+    shadow: bool = _f(True, doc="L4 agreement across instances of one model")
+    reports_channel: str = "vllm_health_alert"
+    control_channel: str = "vllm_control"
+    shadow_prompts: tuple[str, ...] = _f(_SHADOW_PROMPTS, doc="L4 prompts (greedy)")
+    shadow_max_tokens: int = _f(8, "positive")
+    top_logprobs: int = _f(5, "positive", "L3 reads this many top logprobs per position")
+    seed: int = _f(0, "nonneg", "per-request seed of every gate request")
+    timeout: float = _f(30.0, "positive", "per gate request, seconds")
+    perplexity_factor: float = _f(3.0, "positive", "L2 fails above factor x baseline")
+    baseline_samples: int = _f(3, "positive", "reference perplexities whose median is the L2 baseline")
+    max_entropy: float = _f(8.0, "positive", "L3: mean estimated entropy bound, nats")
+    min_top1: float = _f(0.05, "ratio", "L3: top-1 probability bound while entropy is low")
+    low_entropy: float = _f(2.0, "positive", "L3: what counts as low entropy, nats")
+    peer_max_age: Optional[float] = _f(None, "positive", "L4: ignore peer fingerprints older; null = 3 x interval")
 
 
 @dataclass(frozen=True)
@@ -282,6 +331,7 @@ class Config:
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
     accelerators: AcceleratorsConfig = field(default_factory=AcceleratorsConfig)
+    gates: GatesConfig = field(default_factory=GatesConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
 
     def socket_path(self) -> str:

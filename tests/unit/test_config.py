@@ -50,7 +50,7 @@ def target(**overrides):
 
 
 KNOWN_TOP = ("node, state_dir, interval, autodiscover, targets, detectors, probes, discovery, "
-             "policy, alerts, evidence, accelerators, api")
+             "policy, alerts, evidence, accelerators, gates, api")
 MATCHERS = "one of port, pid_file, cmdline_regex, systemd_unit, kubernetes"
 
 # (data, one expected problem line, exactly)
