@@ -78,10 +78,12 @@ def check_format(text: str, finish_reason: str | None = None) -> tuple[FormatPro
     run = _RUN_RE.search(text)
     if run:
         problems.append(FormatProblem("run", f"{len(run.group(0))}x {run.group(1)!r}"))
-    rep = _REPEAT_RE.search(text)
-    if rep and not (run and len(set(rep.group(0))) == 1):
+    for rep in _REPEAT_RE.finditer(text):
         unit = rep.group(1)
+        if not unit.strip() or len(set(unit)) == 1:  # layout whitespace; a run is reported as one
+            continue
         problems.append(FormatProblem("repeat", f"{unit!r} repeated {len(rep.group(0)) // len(unit)}x"))
+        break
     odd = [ch for ch in text if _is_odd(ch)]
     if odd:
         shown = ", ".join(sorted({f"U+{ord(c):04X}" for c in odd})[:5])
