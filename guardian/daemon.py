@@ -13,60 +13,37 @@ import os
 import resource
 import threading
 import time
-from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Iterable
 
 from . import __version__
+from .actions.evidence import EvidenceCollector
+from .actions.remediation import Remediator
 from .config_schema import Config
+from .daemon_actions import ActionsMixin
 from .detectors import evaluate_all
 from .detectors.probe_failure import evaluate_episodes
 from .detectors.view import TargetView
 from .discovery import DiscoveryCache, discover
 from .episodes import EpisodeLog
-from .incidents import IncidentManager, IncidentStore
-from .model import Finding, Kind, ProcKey, TargetRef, Transition
-from .probes.accel import AccelProbe, AccelResult, make_backends
-from .probes.async_runner import AsyncRunner
-from .probes.canary import CanaryResult, run_canary
-from .probes.procfs import ProcfsProbe, ProcfsResult
-from .probes.vllm_http import HttpScrape, scrape
-from .series import SeriesStore
-from .series import metrics as m
-from .daemon_actions import ActionsMixin
-from .tracker import Tracker
-from .actions.evidence import EvidenceCollector
-from .actions.remediation import Remediator
 from .host.process_control import OsProcessControl
 from .host.runner import SubprocessRunner
+from .incidents import IncidentManager, IncidentStore
+from .model import Finding, Kind, TargetRef, Transition
 from .policy import RestartLedger
+from .probes.accel import make_backends
+from .probes.async_runner import AsyncRunner, Done
+from .probes.base import Folded, Job, Probe, ProbeParts, Readings, Seen
+from .probes.table import build_probes, probe_names
+from .selfstats import DISCOVERY, SelfStats
+from .series import SeriesStore
+from .tracker import Tracker
 
 Sink = Callable[[Transition], None]
 
 
-@dataclass
-class ProbeStats:
-    runs: int = 0
-    failures: int = 0
-    overruns: int = 0
-    last_duration_s: float = 0.0
-    total_duration_s: float = 0.0
-
-    def record(self, seconds: float) -> None:
-        self.runs += 1
-        self.last_duration_s = seconds
-        self.total_duration_s += seconds
-
-
-@dataclass
-class SelfStats:
-    ticks: int = 0
-    last_tick_s: float = 0.0
-    max_tick_s: float = 0.0
-    probes: dict[str, ProbeStats] = field(default_factory=lambda: {
-        "discovery": ProbeStats(), "procfs": ProbeStats(), "vllm_http": ProbeStats(), "canary": ProbeStats(),
-        "accel": ProbeStats()})
-    incidents_opened: dict[str, int] = field(default_factory=dict)
-    incidents_resolved: dict[str, int] = field(default_factory=dict)
+def _episode(probe: Probe, job: Job) -> str:
+    return f"{job.subject}:{probe.name}" if job.subject else probe.name
 
 
 class Daemon(ActionsMixin):
@@ -87,14 +64,16 @@ class Daemon(ActionsMixin):
                                {t.name: t.model for t in cfg.targets if t.model})
         self.episodes = EpisodeLog(self.log)
         self.runner = runner or AsyncRunner(max_workers=8)
-        self.procfs_probe = ProcfsProbe(procfs, cfg.probes.procfs)
         if accel_backends is None:  # NVML/npu-smi are touched here, after construction, never at import
             accel_backends = make_backends(cfg.accelerators, cmd_runner or SubprocessRunner(), self.log)
-        self.accel_probe = AccelProbe(list(accel_backends)) if accel_backends else None
-        self.accel: AccelResult | None = None
+        self.readings = Readings()
+        self.probes = build_probes(ProbeParts(
+            cfg, clock, procfs, http, cmd_runner or SubprocessRunner(), list(accel_backends), self.tracker,
+            self.series, self.readings, self.log))
+        self.seen = Seen()
         self.store = store
         self.incidents = IncidentManager(self.node, clock, store, cfg.detectors)
-        self.stats = SelfStats()
+        self.stats = SelfStats.for_probes(probe_names())
         self.ledger = RestartLedger(cfg.state_dir)
         self.remediator = Remediator(
             cfg, clock, control or OsProcessControl(procfs), self.runner, cmd_runner or SubprocessRunner(),
@@ -111,15 +90,12 @@ class Daemon(ActionsMixin):
         self.status_extras: dict[str, Callable[[], object]] = {}
         self.on_update: list[Callable[[object], None]] = []  # incident changed without a transition
         self.findings: dict[str, dict[Kind, Finding | None]] = {}
-        self.process_states: dict[ProcKey, object] = {}
         self.unmatched: tuple = ()
-        self._next: dict[str, float] = {}
-        self._suspected: set[str] = set()
+        self._next_discovery = float("-inf")
         self._status: dict = {}
         self._status_tick = -1
         self._started_mono = clock.monotonic()
         self._started_wall = clock.wall()
-        self._first_tick_done = threading.Event()
         self._lock = threading.RLock()  # the loop and control-socket requests take turns
 
     @staticmethod
@@ -137,15 +113,13 @@ class Daemon(ActionsMixin):
     def _tick(self) -> list[Transition]:
         start = time.perf_counter()
         now = self.clock.monotonic()
-        if self._due("discovery", now, self.cfg.discovery.interval):
+        if now >= self._next_discovery:
+            self._next_discovery = now + self.cfg.discovery.interval
             self._discover(now)
         self._collect_async(now)
-        if self._due("procfs", now, self.cfg.probes.procfs.interval):
-            self._run_procfs(now)
-        self._schedule_http(now)
-        self._schedule_canaries(now)
-        self._schedule_accel(now)
+        self._run_inline(now)
         transitions = self._detect(now)
+        self._schedule(now)  # off-loop probes plan on this tick's detection (a suspect's canary)
         for tr in transitions:
             self._emit(tr)  # opening an incident starts its evidence capture, before any action
         later = self._remediate(now)
@@ -157,29 +131,22 @@ class Daemon(ActionsMixin):
         self.stats.ticks += 1
         self.stats.last_tick_s = time.perf_counter() - start
         self.stats.max_tick_s = max(self.stats.max_tick_s, self.stats.last_tick_s)
-        self._first_tick_done.set()  # the status document is built on demand, at most once per tick
         return transitions
-
-    def _due(self, what: str, now: float, interval: float) -> bool:
-        if now >= self._next.get(what, float("-inf")):
-            self._next[what] = now + interval
-            return True
-        return False
 
     # ------------------------------------------------------------------ discovery
     def _discover(self, now: float) -> None:
-        st = self.stats.probes["discovery"]
+        st = self.stats.probes[DISCOVERY]
         t0 = time.perf_counter()
         try:
             self.discovery_cache.now = now
             result = discover(self.procfs, self.cfg, cache=self.discovery_cache)
         except Exception as e:  # a broken /proc must not kill the loop
             st.failures += 1
-            self.episodes.fail("discovery", f"{type(e).__name__}: {e}", now)
+            self.episodes.fail(DISCOVERY, f"{type(e).__name__}: {e}", now)
             return
         finally:
             st.record(time.perf_counter() - t0)
-        self.episodes.ok("discovery")
+        self.episodes.ok(DISCOVERY)
         self.unmatched = result.unmatched
         changes = self.tracker.apply_discovery(result.targets, result.orphans, now)
         for name in changes.new:
@@ -199,158 +166,71 @@ class Daemon(ActionsMixin):
                 self._emit(t)
 
     # ------------------------------------------------------------------ probes
-    def _run_procfs(self, now: float) -> None:
-        st = self.stats.probes["procfs"]
+    def _run_inline(self, now: float) -> None:
+        for probe in self.probes:
+            if probe.inline:
+                for job in probe.jobs(now, self.seen):
+                    self._run_now(probe, job, now)
+
+    def _run_now(self, probe: Probe, job: Job, now: float) -> None:
+        st = self.stats.probes[probe.name]
         t0 = time.perf_counter()
         try:
-            res: ProcfsResult = self.procfs_probe.collect(self.tracker.live_targets(), self._suspected, now)
-        except Exception as e:
+            result = job.run()
+        except Exception as e:  # a broken /proc must not kill the loop
             st.failures += 1
-            self.episodes.fail("procfs", f"{type(e).__name__}: {e}", now)
+            self.episodes.fail(_episode(probe, job), f"{type(e).__name__}: {e}", now)
             return
         finally:
             st.record(time.perf_counter() - t0)
-            if st.last_duration_s > self.cfg.probes.procfs.deadline:
+            if st.last_duration_s > job.timeout:
                 st.overruns += 1
-        self.episodes.ok("procfs")
-        self.series.extend(res.samples)
-        self.process_states = dict(res.processes)
-        if res.denied:
-            self.episodes.fail("procfs:access", f"{res.denied[0]} (and {len(res.denied) - 1} more)", now)
-        else:
-            self.episodes.ok("procfs:access")
-        for name in self.tracker.mark_gone(res.gone, now):
-            self.log.warning("target %s: API server process exited", name)
+        self._apply(probe, probe.fold(result, now), now)
 
-    def _schedule_http(self, now: float) -> None:
-        cfg = self.cfg.probes.vllm_http
-        for tr in self.tracker.targets.values():
-            url = tr.target.api_url
-            if not url or not tr.api_alive:
+    def _schedule(self, now: float) -> None:
+        for probe in self.probes:
+            if probe.inline:
                 continue
-            key = ("http", tr.name)
-            if self.runner.busy(key) or not self._due(f"http:{tr.name}", now, cfg.interval):
-                continue
-            name = tr.name
-            self.runner.submit(key, lambda: scrape(self.http, name, url, cfg.timeout, self.clock.monotonic),
-                               deadline=now + 2 * cfg.timeout + 1)
+            for job in probe.jobs(now, self.seen):
+                key = (probe.name, job.subject)
+                if self.runner.busy(key):
+                    continue
+                if self.runner.submit(key, job.run, deadline=now + job.timeout,
+                                      on_done=partial(self._probe_done, probe, job)):
+                    if job.on_start is not None:
+                        job.on_start(now)
 
-    def _schedule_canaries(self, now: float) -> None:
-        cfg = self.cfg.probes.canary
-        for tr in self.tracker.targets.values():
-            if not tr.target.api_url or not tr.api_alive or self.runner.busy(("canary", tr.name)):
-                continue
-            last = tr.last_canary_start
-            if tr.ready:
-                due = last is None or now - last >= cfg.interval
-            else:  # warming up: try to establish readiness once /health answers 200
-                health = self.series.latest(tr.name, "", m.HEALTH_OK)
-                due = bool(health and health[1] == 1.0) and (last is None or now - last >= 2.0)
-            if due:
-                self._start_canary(tr, now)
+    def _probe_done(self, probe: Probe, job: Job, done: Done, now: float) -> None:
+        st = self.stats.probes[probe.name]
+        st.record(done.duration)
+        if done.error is not None:  # a bug in a probe job: count it, keep going
+            st.failures += 1
+            self.episodes.fail(_episode(probe, job), f"probe crashed: {done.error!r}", now)
+            return
+        self._apply(probe, probe.fold(done.result, now), now)
 
-    def _start_canary(self, tr, now: float) -> None:
-        name, url, model, key = tr.name, tr.target.api_url, tr.model, tr.target.key
-        cfg = self.cfg.probes.canary
-
-        def job() -> tuple[ProcKey, CanaryResult]:
-            return key, run_canary(self.http, name, url, model, cfg, self.clock.monotonic)
-
-        if self.runner.submit(("canary", name), job, deadline=now + 2 * cfg.timeout + 1):
-            self.tracker.canary_started(name, now)
+    def _apply(self, probe: Probe, folded: Folded, now: float) -> None:
+        self.series.extend(folded.samples)
+        st = self.stats.probes[probe.name]
+        for key, message in folded.failed.items():
+            st.failures += 1
+            self.episodes.fail(key, message, now)
+        for key, message in folded.degraded.items():
+            self.episodes.fail(key, message, now)
+        for key in folded.cleared:
+            self.episodes.ok(key)
 
     def _collect_async(self, now: float) -> None:
         self._remediation_jobs = {}  # results of this tick only
         for done in self.runner.collect():
-            kind, name = done.key
-            if kind == "remediation":
-                self._remediation_jobs[name] = done.error if done.error is not None else done.result
-                continue
-            if kind == "evidence":
-                self._fold_evidence(name, done)
-                continue
-            if kind == "accel":
-                self._fold_accel(done, now)
-                continue
-            st = self.stats.probes["vllm_http" if kind == "http" else "canary"]
-            st.record(done.duration)
-            if done.error is not None:  # a bug in a probe job: count it, keep going
-                st.failures += 1
-                self.episodes.fail(f"{name}:{kind}", f"probe crashed: {done.error!r}", now)
-                continue
-            if kind == "http":
-                self._fold_scrape(done.result, now)
-            else:
-                key, result = done.result
-                self._fold_canary(key, result, now)
-        for kind, name in self.runner.overruns(now):
-            if kind in ("http", "canary"):
-                self.stats.probes["vllm_http" if kind == "http" else "canary"].overruns += 1
-
-    def _schedule_accel(self, now: float) -> None:
-        """NVML / npu-smi reads may block (npu-smi up to its timeout): one job at a time, off the loop;
-        each backend reads at its own interval inside the probe."""
-        if self.accel_probe is None or self.runner.busy(("accel", "*")):
-            return
-        probe, targets = self.accel_probe, self.tracker.live_targets()
-        self.runner.submit(("accel", "*"), lambda: probe.collect(targets, self.clock.monotonic()),
-                           deadline=now + 2 * self.cfg.accelerators.npu_smi_timeout + 2)
-
-    def _fold_accel(self, done, now: float) -> None:
-        st = self.stats.probes["accel"]
-        st.record(done.duration)
-        if done.error is not None:
-            st.failures += 1
-            self.episodes.fail("accel", f"probe crashed: {done.error!r}", now)
-            return
-        res: AccelResult = done.result
-        self.series.extend(res.samples)
-        for name, msg in res.errors.items():
-            st.failures += 1
-            self.episodes.fail(f"accel:{name}", msg, now)
-        for name in res.read:
-            if name not in res.errors:
-                self.episodes.ok(f"accel:{name}")
-        for ev in res.events:
-            self.log.warning("accelerator event: %s", ev)
-        if self.accel is not None and not res.read:
-            return  # no backend was due: keep the latest full reading
-        self.accel = res
-
-    def _fold_scrape(self, res: HttpScrape, now: float) -> None:
-        tr = self.tracker.targets.get(res.target)
-        if tr is None:
-            return
-        self.series.extend(res.samples)
-        tr.last["scrape"] = res
-        st = self.stats.probes["vllm_http"]
-        if res.health_error:
-            if tr.ever_ready or tr.ready:  # refused while warming up is normal, not an error
-                st.failures += 1
-                self.episodes.fail(f"{res.target}:health", res.health_error, now)
-        else:
-            self.episodes.ok(f"{res.target}:health")
-        if res.metrics_error and not (res.health_error or "").startswith("refused"):
-            st.failures += 1
-            self.episodes.fail(f"{res.target}:metrics", res.metrics_error, now)
-        elif not res.metrics_error:
-            self.episodes.ok(f"{res.target}:metrics")
-
-    def _fold_canary(self, key: ProcKey, res: CanaryResult, now: float) -> None:
-        tr = self.tracker.targets.get(res.target)
-        if tr is None:
-            return
-        self.series.extend(res.samples())
-        tr.last["canary"] = res
-        was_ready = tr.ready
-        self.tracker.canary_finished(res.target, key, res.ok, res.model, now)
-        if tr.ready and not was_ready:
-            self.log.info("target %s is ready (canary answered in %.3fs)", res.target, res.latency)
-        if res.ok:
-            self.episodes.ok(f"{res.target}:canary")
-        elif tr.ready or tr.ever_ready:
-            self.stats.probes["canary"].failures += 1
-            self.episodes.fail(f"{res.target}:canary", res.error or "failed", now)
+            if done.on_done is not None:
+                done.on_done(done, now)
+            elif done.key[0] == "remediation":
+                self._remediation_jobs[done.key[1]] = done.error if done.error is not None else done.result
+        for key in self.runner.overruns(now):
+            st = self.stats.probes.get(key[0])
+            if st is not None:
+                st.overruns += 1
 
     # ------------------------------------------------------------------ detection
     def _detect(self, now: float) -> list[Transition]:
@@ -371,21 +251,11 @@ class Daemon(ActionsMixin):
             # has not seen it healthy yet) a quiet detector proves nothing: it may not resolve.
             judged = findings if tr.ready else {k: f for k, f in findings.items() if f is not None}
             transitions.extend(self.incidents.update(name, ref, judged))
-            unconfirmed = [f for f in findings.values() if f is not None and not f.confirmed]
-            if unconfirmed or any(f is not None for f in findings.values()):
+            if any(f is not None for f in findings.values()):
                 suspected.add(name)
-            if unconfirmed and tr.ready and tr.api_alive and not self.runner.busy(("canary", name)):
-                # a hung engine queues every canary it is sent: once the incident is open, its
-                # re-confirmation runs at the periodic pace, not the quick confirmation pace
-                already_open = {i.kind for i in self.incidents.open_incidents() if i.target.name == name}
-                pace = (self.cfg.probes.canary.interval if any(f.kind in already_open for f in unconfirmed)
-                        else self.cfg.probes.canary.confirm_cooldown)
-                last = tr.last_canary_start
-                if last is None or now - last >= pace:
-                    self._start_canary(tr, now)
-        for inc in self.incidents.open_incidents():
-            suspected.add(inc.target.name)
-        self._suspected = suspected
+        open_incidents = tuple(self.incidents.open_incidents())
+        suspected.update(inc.target.name for inc in open_incidents)
+        self.seen = Seen(frozenset(suspected), self.findings, open_incidents)
         return transitions
 
     def _ref(self, tr, findings) -> TargetRef:
@@ -424,9 +294,6 @@ class Daemon(ActionsMixin):
                 self._status_tick = self.stats.ticks
             return self._status
 
-    def wait_first_tick(self, timeout: float) -> bool:
-        return self._first_tick_done.wait(timeout)
-
     def _build_status(self, now: float) -> dict:
         from .status_view import build_status  # keeps this module about the loop
 
@@ -449,8 +316,8 @@ class Daemon(ActionsMixin):
                 self.clock.sleep(max(0.0, interval - (self.clock.monotonic() - t0)))
         finally:
             self.runner.shutdown()
-            if self.accel_probe is not None:
-                self.accel_probe.close()
+            for probe in self.probes:
+                probe.close()
 
     @staticmethod
     def self_usage() -> tuple[float, int]:

@@ -56,9 +56,10 @@ class ActionsMixin:
 
     def _accel_held(self, pids: set[int]) -> bool | None:
         """Whether an accelerator backend still shows memory held by these pids (None: no backend)."""
-        if self.accel_probe is None or self.accel is None:
+        accel = self.readings.accel
+        if accel is None:
             return None
-        return any(self.accel.process_memory.get(pid, 0) > 0 for pid in pids)
+        return any(accel.process_memory.get(pid, 0) > 0 for pid in pids)
 
     def control_request(self, req: dict) -> str:
         """Control-socket commands: drain, restart, undrain (same machine, same safety checks)."""
@@ -82,17 +83,18 @@ class ActionsMixin:
         if self.evidence is None or tr is None or not tr.target.processes:
             return
         now = self.clock.monotonic()
-        scrape = tr.last.get("scrape")
+        scrape = tr.last_scrape
         ctx = EvidenceContext(
             incident=inc, target=tr.target,
             hottest_pid=inc.signals.get("pid") if isinstance(inc.signals.get("pid"), int) else None,
             series=series_windows(self.series, inc.target.name, now - self.series.horizon),
-            metrics_text=getattr(scrape, "page", None),
-            accelerators=dict(self.accel.devices) if self.accel is not None else None,
+            metrics_text=scrape.page if scrape is not None else None,
+            accelerators=dict(self.readings.accel.devices) if self.readings.accel is not None else None,
         )
         collector = self.evidence
         if self.runner.submit(("evidence", inc.id), lambda: collector.capture(ctx),
-                              deadline=now + collector.deadline(len(tr.target.processes))):
+                              deadline=now + collector.deadline(len(tr.target.processes)),
+                              on_done=lambda done, _now, inc_id=inc.id: self._fold_evidence(inc_id, done)):
             self.evidence_pending.add(inc.id)
 
     def _fold_evidence(self, incident_id: str, done) -> None:

@@ -56,7 +56,7 @@ def build_status(d, now: float) -> dict[str, Any]:
         kinds = [i.kind.value for i in open_incidents if i.target.name == name]
         procs = []
         for p in tr.target.processes:
-            ps = d.process_states.get(p.key)
+            ps = d.readings.processes.get(p.key)
             hot = ps.hottest if ps is not None else None
             procs.append({
                 "pid": p.pid, "starttime": p.key.starttime, "role": p.role.value,
@@ -73,8 +73,8 @@ def build_status(d, now: float) -> dict[str, Any]:
                 },
             })
         latest = lambda metric: d.series.latest(name, "", metric)  # noqa: E731
-        health = tr.last.get("scrape")
-        canary = tr.last.get("canary")
+        health = tr.last_scrape
+        canary = tr.last_canary
         suspects = {k.value: f.summary for k, f in d.findings.get(name, {}).items()
                     if f is not None and not f.confirmed}
         targets.append({
@@ -106,7 +106,7 @@ def build_status(d, now: float) -> dict[str, Any]:
                 "error": canary.error, "age_s": _r(now - canary.ended, 1),
             },
             "processes": procs,
-            "accelerators": (d.accel.per_target.get(name, []) if d.accel is not None else []),
+            "accelerators": (d.readings.accel.per_target.get(name, []) if d.readings.accel is not None else []),
             "memory": {
                 "accelerator": _trend(d.series, name, [""], m.ACCEL_MEM, now, d.cfg.detectors.accel_memory_leak.window),
                 "rss": _trend(d.series, name, [f"p{p.pid}" for p in tr.target.processes], m.PROC_RSS, now,

@@ -10,10 +10,12 @@ gone (API server vanished) or forgotten (gone longer than ``forget_after``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from .detectors.view import TargetState
 from .model import ProcKey, ProcessInfo, Role, Target
+from .probes.canary import CanaryResult
+from .probes.vllm_http import HttpScrape
 
 
 @dataclass
@@ -30,7 +32,8 @@ class TrackedTarget:
     canary_in_flight_since: float | None = None
     last_canary_start: float | None = None
     restarts_seen: int = 0
-    last: dict = field(default_factory=dict)  # latest probe results for status (scrape, canary)
+    last_scrape: HttpScrape | None = None  # latest /health + /metrics (status, evidence)
+    last_canary: CanaryResult | None = None  # latest canary answer (status)
 
     @property
     def name(self) -> str:
