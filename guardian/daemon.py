@@ -240,7 +240,8 @@ class Daemon(ActionsMixin):
         for name, tr in list(self.tracker.targets.items()):
             if self.remediator.suppress_detection(name):
                 continue  # the guardian is taking it down itself: its death is not news
-            view = TargetView(self.tracker.state(name, now, interval), self.series)
+            gates = self.readings.gates.view(name) if self.readings.gates is not None else None
+            view = TargetView(self.tracker.state(name, now, interval), self.series, gates)
             findings = evaluate_all(view, self.cfg.detectors)
             findings[Kind.PROBE_FAILURE] = evaluate_episodes(
                 name, {k: (e.count, e.message, e.since) for k, e in self.episodes.open.items()

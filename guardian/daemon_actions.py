@@ -25,6 +25,8 @@ class ActionsMixin:
                 self.decisions[inc.target.name] = "capturing evidence first"
                 continue
             mode = getattr(getattr(self.cfg.detectors, inc.kind.value, None), "mode", "alert")
+            if inc.signals.get("alert_only"):  # e.g. two instances disagree and neither has a baseline
+                mode = "alert"
             self.decisions[inc.target.name] = self.remediator.consider(
                 inc, tr, now, mode=mode, tripped=len(tripped), total=total)
         self.remediator.tick(now, self.tracker, self.series, self._remediation_jobs)
@@ -49,6 +51,8 @@ class ActionsMixin:
             if inc is not None:
                 for hook in self.on_update:
                     hook(inc)  # the alert carries every step and why it failed
+        if outcome == "done" and not seq.drain_only and self.readings.gates is not None:
+            self.readings.gates.request_rebaseline(seq.target)
         if outcome == "done" and not seq.drain_only:
             for t in self.incidents.resolve_target(seq.target, f"restarted and verified: {seq.detail}"):
                 if t.incident.kind is not Kind.RESTART_BUDGET_EXHAUSTED:

@@ -113,6 +113,8 @@ def build_status(d, now: float) -> dict[str, Any]:
                               d.cfg.detectors.host_memory_leak.window),
             },
             "suspects": suspects,
+            "gates": (d.readings.gates.status_of(name, now, d.cfg.detectors.output_corruption)
+                      if d.readings.gates is not None else None),
             "incidents": kinds,
             "errors": d.episodes.current(f"{name}:"),
         })
@@ -141,6 +143,7 @@ def build_status(d, now: float) -> dict[str, Any]:
         "actions": {"outcomes": dict(d.remediator.action_counts),
                     "restarts": {k: dict(v) for k, v in d.remediator.restart_counts.items()}},
         "maintenance_until": Maintenance(d.cfg.state_dir).until(),
+        "gates": d.readings.gates.summary() if d.readings.gates is not None else None,
         **{key: fn() for key, fn in d.status_extras.items()},
         "errors": {k: v for k, v in d.episodes.current().items()},
     }
@@ -158,6 +161,19 @@ def _fmt_bytes(x: int | None) -> str:
             return f"{x:.0f}{unit}" if unit == "B" else f"{x:.1f}{unit}"
         x /= 1024
     return str(x)
+
+
+def _gates_lines(g: dict[str, Any] | None) -> list[str]:
+    if not g:
+        return []
+    score = "-" if g["health_score"] is None else str(g["health_score"])
+    age = "never" if g["last_round_age_s"] is None else f"{g['last_round_age_s']:.0f}s ago"
+    out = [f"  gates: health {score}/100, last round {age}, baseline {g['baseline']}, "
+           f"L4 {g['agreement'] or '-'}, {g['reports']} report(s)"]
+    out += [f"  gate failure {f['level']} {f['check']}: {f['prompt'][:30]!r} -> {f['output'][:40]!r}"
+            for f in g["failures"][:3]]
+    out += [f"  gate note: {n}" for n in g["notes"]]
+    return out
 
 
 def render_status(doc: dict[str, Any]) -> str:
@@ -203,6 +219,7 @@ def render_status(doc: dict[str, Any]) -> str:
         if t.get("decision"):
             lines.append(f"  decision: {t['decision']}")
         lines.append(f"  serving: {'yes' if t['serving'] else 'NO'}, restart budget left: {t['budget_left']}")
+        lines.extend(_gates_lines(t.get("gates")))
         for kind, summary in t["suspects"].items():
             lines.append(f"  suspect {kind}: {summary}")
         for key, msg in t["errors"].items():

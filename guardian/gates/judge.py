@@ -48,6 +48,7 @@ class RoundAnswers:
     reference_logprobs: Optional[tuple[Optional[float], ...]] = None
     notes: tuple[str, ...] = ()  # status lines: why a part could not be judged
     complete: bool = True
+    requests: int = 0  # completions requests this round cost the server
 
 
 @dataclass(frozen=True)

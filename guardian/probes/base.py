@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # only for annotations: the probes import this module
     from ..host.procfs import ProcFS
     from ..series import SeriesStore
     from ..tracker import Tracker
+    from ..gates.shared import GatesShared
     from .accel import AccelResult
     from .procfs import ProcessState
 
@@ -102,6 +103,7 @@ class Readings:
 
     processes: Mapping[ProcKey, ProcessState] = field(default_factory=dict)
     accel: AccelResult | None = None  # None: no accelerator backend, or not read yet
+    gates: GatesShared | None = None  # set by the gates probe when gates are enabled
 
 
 @dataclass(frozen=True)

@@ -96,9 +96,11 @@ def family_name(spec) -> str:
     return spec.name[:-len("_total")] if spec.type == "counter" else spec.name
 
 
-FULL = status(incidents=[incident("busy_loop", "llama")],
+FULL = status(targets=[target(gates={"health_score": 20, "baseline": "complete", "failures": [], "notes": []})],
+              incidents=[incident("busy_loop", "llama")],
               actions={"outcomes": {"ok": 4, "failed": 1}, "restarts": {"llama": {"ok": 1}}},
-              alerts={"spooled": 7, "dropped": 2})
+              alerts={"spooled": 7, "dropped": 2},
+              gates={"reports": {"accepted": 3, "malformed": 1}})
 MINIMAL = {}  # before the first tick the daemon's status() is an empty dict
 
 
@@ -331,3 +333,13 @@ def test_a_scrape_reads_the_latest_status_each_time():
     second = {f.name: f for f in text_string_to_metric_families(generate_latest(reg).decode())}
     assert (value(first, "guardian_target_up", target="llama"),
             value(second, "guardian_target_up", target="llama")) == (1.0, 0.0)
+
+
+def test_the_gates_health_score_and_report_outcomes_are_exported():
+    fams = scrape(FULL)
+    assert value(fams, "guardian_target_health_score", target="llama") == 20
+    assert value(fams, "guardian_gate_reports_total", outcome="malformed") == 1
+
+
+def test_no_health_score_before_a_gate_round():
+    assert value(scrape(status()), "guardian_target_health_score", target="llama") is None
