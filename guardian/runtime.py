@@ -21,7 +21,10 @@ from .lease import FleetLease
 from .model import Status, Transition
 from .sinks.events import AlertEmitter, IncidentAlerts
 from .sinks.fleet import node_summary
+from .sinks.gate_decisions import GateDecisions
 from .sinks.redis_sink import AlertSink
+from .gates.exchange import FingerprintExchange
+from .gates.listener import ReportsListener
 
 
 def build_daemon(cfg: Config, sink: AlertSink | None = None, clock: SystemClock | None = None) -> tuple[Daemon, SystemClock]:
@@ -52,6 +55,8 @@ class Runtime:
     alerts: IncidentAlerts
     emitter: AlertEmitter
     _next_heartbeat: float = float("-inf")
+    listener: ReportsListener | None = None
+    decisions: GateDecisions | None = None
 
     @classmethod
     def start(cls, cfg: Config) -> "Runtime":
@@ -63,7 +68,22 @@ class Runtime:
         daemon.on_update.append(lambda inc: sink.publish(
             emitter.on_transition(Transition(inc, Status.FIRING), clock.wall(), clock.monotonic())))
         daemon.status_extras["alerts"] = sink.stats
-        return cls(daemon, clock, sink, alerts, emitter)
+        rt = cls(daemon, clock, sink, alerts, emitter)
+        rt._wire_gates(cfg)
+        return rt
+
+    def _wire_gates(self, cfg: Config) -> None:
+        """The gates' Redis side: fingerprints across nodes (L4), external reports, decisions."""
+        gates = self.daemon.readings.gates
+        if gates is None:
+            return
+        log = self.daemon.log.getChild("gates")
+        gates.exchange = FingerprintExchange(self.sink.client, cfg.node or "", self.clock.wall)
+        self.listener = ReportsListener(self.sink.client, cfg.gates.reports_channel, gates.accept_report,
+                                        self.clock.monotonic, self.clock.wall, log).start()
+        self.decisions = GateDecisions(self.sink.client, cfg.gates.control_channel, cfg.node or "",
+                                       lambda: cfg.detectors.output_corruption.mode, self.clock.wall, log)
+        self.daemon.sinks.append(self.decisions)
 
     def after_tick(self) -> None:
         """Re-notify firing incidents and, a few times per heartbeat TTL, write the node
@@ -76,4 +96,8 @@ class Runtime:
 
     def close(self) -> None:
         self.daemon.runner.shutdown()
+        if self.listener is not None:
+            self.listener.stop()
+        if self.decisions is not None:
+            self.decisions.close()
         self.sink.close()
