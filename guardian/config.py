@@ -16,6 +16,7 @@ section (``detectors:`` with everything below commented out) means its defaults.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import math
 import os
@@ -36,6 +37,7 @@ from guardian.config_schema import (
     TargetConfig,
 )
 from guardian.errors import ConfigError
+from guardian.netaddr import is_hostport
 
 DEFAULT_PATH = "/etc/guardian/guardian.yaml"
 
@@ -93,11 +95,6 @@ def _regex_problem(value: str) -> str:
     return ""
 
 
-def _is_hostport(value: str) -> bool:
-    host, sep, port = value.rpartition(":")
-    return bool(sep and host and port.isdigit() and 1 <= int(port) <= 65535)
-
-
 # check name -> (expectation, "{base}" = "a number" | "an integer"; predicate)
 _RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingProxyType({
     "positive": ("{base} > 0", lambda v: v > 0),
@@ -111,7 +108,7 @@ _RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingPr
     "regex": ("a valid regular expression", lambda v: not _regex_problem(v)),
     "expect": ('the word "baseline" or a valid regular expression',
                lambda v: v == "baseline" or not _regex_problem(v)),
-    "hostport": ('a "host:port" address', _is_hostport),
+    "hostport": ('a "host:port" address', is_hostport),
     "target_name": ("a name of letters, digits, '_', '.', '-'",
                     lambda v: _NAME_RE.fullmatch(v) is not None),
     "redis_url": ('"embedded" or a redis://, rediss:// or unix:// URL',
@@ -182,6 +179,8 @@ class _Parser:
                   and math.isfinite(value))
         elif tp is str:
             ok = isinstance(value, str)
+        elif isinstance(tp, type) and issubclass(tp, enum.Enum):
+            ok = isinstance(value, str) and value in {m.value for m in tp}
         else:
             raise TypeError(f"unsupported config type {tp!r} at {path}")
         if not ok:
@@ -189,6 +188,8 @@ class _Parser:
         if check and not _RULES[check][1](value):
             detail = f" ({_regex_problem(value)})" if check in ("regex", "expect") else ""
             return self.wrong(path, tp, check, value, nullable, detail)
+        if isinstance(tp, type) and issubclass(tp, enum.Enum):
+            return tp(value)
         return float(value) if tp is float else value
 
     def sequence(self, tp: Any, value: Any, path: str, nullable: bool = False) -> Any:
@@ -398,6 +399,8 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, enum.Enum):
+        return value.value
     return value
 
 

@@ -1,16 +1,24 @@
-"""The status document (SPEC §9 `guardian status --json`) built from the daemon's state,
+"""The status document (`guardian status --json`) built from the daemon's state,
 and its human rendering as a table. Reads memory only; no I/O.
 """
 from __future__ import annotations
 
+import resource
 import time
 from typing import Any
 
 from . import __version__
 from .incidents import incident_to_dict
-from .policy import Maintenance, budget_left
+from .actions.policy import Maintenance, budget_left
+from .model import Subject
 from .series.slope import theil_sen
 from .series import metrics as m
+
+
+def self_usage() -> tuple[float, int]:
+    """CPU seconds (user + system) and peak RSS bytes of the guardian process."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime, ru.ru_maxrss * 1024
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:
@@ -49,7 +57,7 @@ def _phase(tr, open_kinds: list[str], remediation: str) -> str:
 
 
 def build_status(d, now: float) -> dict[str, Any]:
-    cpu_s, rss = d.self_usage()
+    cpu_s, rss = self_usage()
     open_incidents = d.incidents.open_incidents()
     targets = []
     for name, tr in sorted(d.tracker.targets.items()):
@@ -88,7 +96,7 @@ def build_status(d, now: float) -> dict[str, Any]:
             "phase": _phase(tr, kinds, d.remediator.phase(name)),
             "serving": d.remediator.serving(name) and tr.api_alive and tr.ready,
             "remediation": d.remediator.status().get(name),
-            "decision": d.decisions.get(name),
+            "decision": d.responder.decisions.get(name),
             "budget_left": budget_left(d.cfg.policy, d.ledger, name, d.clock.wall()),
             "ready": tr.ready,
             "health": None if health is None else {
@@ -109,7 +117,7 @@ def build_status(d, now: float) -> dict[str, Any]:
             "accelerators": (d.readings.accel.per_target.get(name, []) if d.readings.accel is not None else []),
             "memory": {
                 "accelerator": _trend(d.series, name, [""], m.ACCEL_MEM, now, d.cfg.detectors.accel_memory_leak.window),
-                "rss": _trend(d.series, name, [f"p{p.pid}" for p in tr.target.processes], m.PROC_RSS, now,
+                "rss": _trend(d.series, name, [Subject(p.pid).key for p in tr.target.processes], m.PROC_RSS, now,
                               d.cfg.detectors.host_memory_leak.window),
             },
             "suspects": suspects,
@@ -127,7 +135,7 @@ def build_status(d, now: float) -> dict[str, Any]:
         "node": d.node,
         "version": __version__,
         "time": d.clock.wall(),
-        "uptime_s": _r(now - d._started_mono, 1),
+        "uptime_s": _r(now - d.started_mono, 1),
         "guardian": {
             "pid": __import__("os").getpid(),
             "ticks": d.stats.ticks,
@@ -138,7 +146,7 @@ def build_status(d, now: float) -> dict[str, Any]:
         },
         "probes": probes,
         "targets": targets,
-        "unmatched": [{"target": n, "reason": r} for n, r in d.unmatched],
+        "unmatched": [{"target": n, "reason": r} for n, r in d.targets.unmatched],
         "incidents": [incident_to_dict(i) for i in open_incidents],
         "actions": {"outcomes": dict(d.remediator.action_counts),
                     "restarts": {k: dict(v) for k, v in d.remediator.restart_counts.items()}},

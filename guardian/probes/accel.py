@@ -34,7 +34,7 @@ from ..host.accel import AccelBackend, AccelEvent, AccelSnapshot, DeviceReading
 from ..host.accel.npu_smi import NpuSmiBackend
 from ..host.accel.nvml import NvmlBackend
 from ..host.runner import CommandRunner
-from ..model import Sample, Target, process_subject
+from ..model import Sample, Target, Subject
 from ..series import metrics as m
 from .base import Folded, Job, ProbeParts, Readings, Seen
 
@@ -141,7 +141,7 @@ class AccelReader:
                 per_pid[p.pid] = per_pid.get(p.pid, 0) + p.memory_bytes
         if not devices:
             return []
-        out = [Sample(t.name, process_subject(pid), m.ACCEL_MEM, float(v), now) for pid, v in sorted(per_pid.items())]
+        out = [Sample(t.name, Subject(pid).key, m.ACCEL_MEM, float(v), now) for pid, v in sorted(per_pid.items())]
         if per_pid:
             out.append(Sample(t.name, "", m.ACCEL_MEM, float(sum(per_pid.values())), now))
         used = [d for d in snap.devices if d.id in devices]
@@ -163,9 +163,9 @@ class AccelProbe:
     inline = False
 
     def __init__(self, parts: ProbeParts) -> None:
-        self.reader = AccelReader(parts.accel_backends)
+        self.reader = AccelReader(parts.seams.accel_backends)
         self.tracker = parts.tracker
-        self.clock = parts.clock
+        self.clock = parts.seams.clock
         self.readings: Readings = parts.readings
         self.log = parts.log
         self.timeout = 2 * parts.cfg.accelerators.npu_smi_timeout + 2

@@ -24,15 +24,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from ..clock import Clock
 from ..config_schema import Config
-from ..host.accel import AccelBackend
-from ..host.http import HttpClient
-from ..host.runner import CommandRunner
 from ..model import Finding, Incident, Kind, ProcKey, Sample
+from ..seams import Seams
 
 if TYPE_CHECKING:  # only for annotations: the probes import this module
-    from ..host.procfs import ProcFS
     from ..series import SeriesStore
     from ..tracker import Tracker
     from ..gates.shared import GatesShared
@@ -105,17 +101,19 @@ class Readings:
     accel: AccelResult | None = None  # None: no accelerator backend, or not read yet
     gates: GatesShared | None = None  # set by the gates probe when gates are enabled
 
+    def device_memory_held(self, pids: set[int]) -> bool | None:
+        """Whether an accelerator still shows memory held by these pids (None: no reading)."""
+        if self.accel is None:
+            return None
+        return any(self.accel.process_memory.get(pid, 0) > 0 for pid in pids)
+
 
 @dataclass(frozen=True)
 class ProbeParts:
     """What a probe may be built from: the seams, the shared state and the configuration."""
 
     cfg: Config
-    clock: Clock
-    procfs: ProcFS
-    http: HttpClient
-    commands: CommandRunner
-    accel_backends: Sequence[AccelBackend]
+    seams: Seams  # clock, proc root, HTTP client, command runner, process control, accelerator backends
     tracker: Tracker
     series: SeriesStore
     readings: Readings

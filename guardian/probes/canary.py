@@ -89,8 +89,8 @@ class CanaryProbe:
 
     def __init__(self, parts: ProbeParts) -> None:
         self.cfg = parts.cfg.probes.canary
-        self.http = parts.http
-        self.clock = parts.clock
+        self.http = parts.seams.http
+        self.clock = parts.seams.clock
         self.tracker = parts.tracker
         self.series = parts.series
         self.log = parts.log

@@ -34,7 +34,8 @@ class GatesProbe:
 
     def __init__(self, parts: ProbeParts, exchange: Optional[FingerprintExchange] = None) -> None:
         self.cfg = parts.cfg.gates
-        self.http, self.clock, self.tracker, self.log = parts.http, parts.clock, parts.tracker, parts.log
+        self.http, self.clock = parts.seams.http, parts.seams.clock
+        self.tracker, self.log = parts.tracker, parts.log
         self.shared = GatesShared(parts.cfg.node or "", self.cfg.interval, parts.log.getChild("gates"))
         self.shared.exchange = exchange  # the runtime sets it when Redis is wired
         parts.readings.gates = self.shared

@@ -17,7 +17,7 @@ from typing import Iterable
 
 from ..config_schema import ProcfsProbeConfig
 from ..errors import AccessDenied, ProbeFailed, TargetGone
-from ..model import ProcKey, Sample, Target, process_subject, thread_subject
+from ..model import ProcKey, Sample, Target, Subject
 from ..series import metrics as m
 from .base import Folded, Job, ProbeParts, Readings, Schedule, Seen
 
@@ -103,7 +103,7 @@ class ProcfsReader:
         if st.starttime != key.starttime or st.state in ("Z", "X"):
             res.gone.add(key)  # pid reused by another process, or exited (zombie)
             return None
-        subject = process_subject(key.pid)
+        subject = Subject(key.pid).key
         ticks = st.utime + st.stime
         cpu = self._rate(self._proc_prev.get(key), now, ticks)
         self._proc_prev[key] = (now, ticks)
@@ -182,7 +182,7 @@ class ProcfsReader:
                 if demand_ns is not None and prev[4] is not None:
                     demand = max(0, demand_ns - prev[4]) / 1e9 / dt
             self._thread_prev[tkey] = (now, ticks, vol, nonvol, demand_ns)
-            subject = thread_subject(key.pid, tid)
+            subject = Subject(key.pid, tid).key
             if cpu is not None:
                 res.samples.append(Sample(target.name, subject, m.THREAD_CPU, cpu, now))
             if vol_rate is not None:
@@ -211,7 +211,7 @@ class ProcfsProbe:
 
     def __init__(self, parts: ProbeParts) -> None:
         self.cfg = parts.cfg.probes.procfs
-        self.reader = ProcfsReader(parts.procfs, self.cfg)
+        self.reader = ProcfsReader(parts.seams.proc, self.cfg)
         self.tracker = parts.tracker
         self.readings: Readings = parts.readings
         self.log = parts.log

@@ -22,7 +22,7 @@ PROBE_TABLE: tuple[tuple[str, Callable[[ProbeParts], Probe | None]], ...] = (
     ("procfs", ProcfsProbe),
     ("vllm_http", VllmHttpProbe),
     ("canary", CanaryProbe),
-    ("accel", lambda parts: AccelProbe(parts) if parts.accel_backends else None),
+    ("accel", lambda parts: AccelProbe(parts) if parts.seams.accel_backends else None),
     ("gates", gates.make),
 )
 

@@ -75,8 +75,8 @@ class VllmHttpProbe:
 
     def __init__(self, parts: ProbeParts) -> None:
         self.cfg = parts.cfg.probes.vllm_http
-        self.http = parts.http
-        self.clock = parts.clock
+        self.http = parts.seams.http
+        self.clock = parts.seams.clock
         self.tracker = parts.tracker
         self._schedule = Schedule(self.cfg.interval)
 

@@ -20,8 +20,9 @@ from guardian.host.http import HttpClient, HttpError, HttpResponse, StdlibHttpCl
 from guardian.model import ProcessInfo, ProcKey, Role, Target
 from guardian.probes.base import ProbeParts, Readings, Seen
 from guardian.probes.gates import GatesProbe
+from guardian.seams import Seams
 from guardian.series import SeriesStore
-from guardian.testing.sim_control import SimServer
+from guardian.sim.control import SimServer
 from guardian.tracker import Tracker
 
 NAME = "sim"
@@ -55,8 +56,9 @@ class World:
         self.tracker.apply_discovery((Target(NAME, KEY, (api,), port=0, api_url=url),), (), 0.0)
         self.tracker.canary_finished(NAME, KEY, True, None, 0.0)
         self.readings = Readings()
-        self.probe = GatesProbe(ProbeParts(self.cfg, SystemClock(), None, http or StdlibHttpClient(), None, [],
-                                           self.tracker, SeriesStore(), self.readings, logging.getLogger("t")))
+        seams = Seams(SystemClock(), None, http or StdlibHttpClient(), None, None)
+        self.probe = GatesProbe(ProbeParts(self.cfg, seams, self.tracker, SeriesStore(), self.readings,
+                                           logging.getLogger("t")))
         self.now = 0.0
 
     def round(self):
@@ -67,7 +69,7 @@ class World:
         return self.readings.gates.targets[NAME]
 
     def finding(self):
-        view = TargetView(self.tracker.state(NAME, self.now, 1.0), SeriesStore(), self.readings.gates.view(NAME))
+        view = TargetView(self.tracker.state(NAME, self.now), SeriesStore(), self.readings.gates.view(NAME))
         return output_corruption.evaluate(view, self.cfg.detectors)
 
     def status(self):

@@ -13,7 +13,7 @@ import pytest
 
 from guardian.gates.gateway import Reporter, check_text
 from guardian.testing.redis_server import RedisServer
-from guardian.testing.sim_control import SimServer, free_port
+from guardian.sim.control import SimServer, free_port
 from guardian_harness import GuardianProcess, poll
 
 pytestmark = pytest.mark.live

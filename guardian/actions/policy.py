@@ -2,16 +2,16 @@
 
 Budgets (restarts per period, persisted so a guardian restart does not reset
 them), exponential backoff between restarts, maintenance mode, the node-wide
-anomaly check. The fleet lease lives in ``guardian.lease`` (it needs Redis).
+anomaly check. The fleet lease lives in ``guardian.actions.lease`` (it needs Redis).
 """
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config_schema import PolicyConfig
+from ..config_schema import PolicyConfig
+from ..fsutil import atomic_write
 
 
 @dataclass(frozen=True)
@@ -23,10 +23,14 @@ class Verdict:
 
 
 class RestartLedger:
-    """Wall times of restarts per target, in ``<state_dir>/restarts.json`` (fsync'd, atomic)."""
+    """Wall times of restarts per target, in ``<state_dir>/restarts.json`` (fsync'd, atomic).
 
-    def __init__(self, state_dir: str) -> None:
+    Restarts older than ``keep`` seconds (the budget period: older ones count for nothing) are
+    pruned whenever one is recorded, so the file stays small."""
+
+    def __init__(self, state_dir: str, keep: float | None = None) -> None:
         self.path = Path(state_dir) / "restarts.json"
+        self.keep = keep
         self.restarts: dict[str, list[float]] = {}
         try:
             data = json.loads(self.path.read_text())
@@ -35,6 +39,8 @@ class RestartLedger:
             self.restarts = {}
 
     def record(self, target: str, at: float) -> None:
+        if self.keep is not None:
+            self.prune(at, self.keep)
         self.restarts.setdefault(target, []).append(at)
         self._save()
 
@@ -49,12 +55,7 @@ class RestartLedger:
 
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(self.restarts, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        atomic_write(self.path, json.dumps(self.restarts))
 
 
 def backoff_seconds(cfg: PolicyConfig, restarts_in_period: int) -> float:
@@ -108,9 +109,7 @@ class Maintenance:
     def turn_on(self, now_wall: float, duration: float) -> float:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         until = now_wall + duration
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"until": until, "since": now_wall}))
-        os.replace(tmp, self.path)
+        atomic_write(self.path, json.dumps({"until": until, "since": now_wall}))
         return until
 
     def turn_off(self) -> bool:
