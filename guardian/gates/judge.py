@@ -33,6 +33,7 @@ class GateAnswer:
     token_logprobs: tuple[Optional[float], ...] = ()
     top_logprobs: tuple[tuple[float, ...], ...] = ()
     expect: Optional[str] = None  # diagnostics only
+    logprobs_error: Optional[str] = None  # the server failed when asked for logprobs, answered without
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,12 @@ def judge_round(ra: RoundAnswers, baseline: Optional[Baseline], cfg: GatesConfig
                 failures.append(GateFailure("L1", p.code, a.prompt, _excerpt(a.text),
                                             "text without " + p.code.replace("_", " "), {"detail": p.detail}))
         # L3
-        if a.has_logprobs:
+        if a.logprobs_error:
+            judged.add("L3")
+            failures.append(GateFailure("L3", "non_finite", a.prompt, _excerpt(a.text), "encodable logprobs",
+                                        {"detail": f"with logprobs the server fails ({a.logprobs_error}), "
+                                                   "without it answers: NaN/inf logits"}))
+        elif a.has_logprobs:
             judged.add("L3")
             problems, fig = distribution.check_distribution(
                 a.token_logprobs, a.top_logprobs, max_entropy=cfg.max_entropy, min_top1=cfg.min_top1,
@@ -113,7 +119,7 @@ def judge_round(ra: RoundAnswers, baseline: Optional[Baseline], cfg: GatesConfig
                 judged.add("L5")
             if exp.ok is False:
                 failures.append(GateFailure("L5", "expect", a.prompt, _excerpt(a.text), exp.expected))
-    if ra.answers and not any(a.has_logprobs for a in ra.answers):
+    if ra.answers and not any(a.has_logprobs or a.logprobs_error for a in ra.answers):
         notes.append("L3 not judged: the server returns no logprobs")
     ppl = None
     if ra.reference_logprobs is not None:

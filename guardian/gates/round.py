@@ -10,11 +10,13 @@ Nothing here decides about corruption. A request that fails (refused, timed out,
 4xx/5xx, an answer of the wrong shape) ends the round as *incomplete* with a note:
 hangs and deaths are other detectors' business, and a half round must not be
 judged. A server that refuses logprobs is asked again without them (L3 then cannot
-be judged, the note says so); a reference text longer than the model's context is a
+be judged, the note says so); one that fails (5xx) only when asked for logprobs
+cannot encode them — vLLM answers 500 for NaN logprobs — which L3 judges; a reference text longer than the model's context is a
 note, not a failure.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Optional
 
 from ..config_schema import GatesConfig
@@ -72,15 +74,24 @@ class RoundRunner:
         base = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
                 "seed": self.cfg.seed}
         status, data, raw = self._post(dict(base, logprobs=self.cfg.top_logprobs))
+        unencodable = None
         if status == 400 and b"logprobs" in raw:
             notes.append("the server refuses logprobs: L3 not judged")
             status, data, raw = self._post(base)
+        elif status >= 500:
+            # vLLM cannot encode NaN/inf logprobs as JSON and answers 500; if the same request
+            # without logprobs works, the logits themselves are broken
+            first = f"HTTP {status}: {_error_text(raw)}"
+            status, data, raw = self._post(base)
+            if status == 200:
+                unencodable = first
         if status != 200:
             raise _Stop(f"gate request answered {status}: {_error_text(raw)}")
         try:
-            return parse_completion(data)
+            c = parse_completion(data)
         except AnswerError as e:
             raise _Stop(f"gate answer malformed: {e}") from None
+        return replace(c, logprobs_error=unencodable) if unencodable else c
 
     def reference(self, model: str, text: str, notes: list[str]) -> Optional[tuple[Optional[float], ...]]:
         base = {"model": model, "prompt": text, "max_tokens": 1, "temperature": 0, "seed": self.cfg.seed}
@@ -126,12 +137,12 @@ def run_round(http: HttpClient, target: str, url: str, model: Optional[str], cfg
         for d in cfg.diagnostics:
             c = r.complete(model, d.prompt, d.max_tokens, notes)
             answers.append(GateAnswer("diagnostic", d.prompt, c.text, c.finish_reason, c.has_logprobs,
-                                      c.token_logprobs, c.top_logprobs, d.expect))
+                                      c.token_logprobs, c.top_logprobs, d.expect, c.logprobs_error))
         if cfg.shadow:
             for prompt in cfg.shadow_prompts:
                 c = r.complete(model, prompt, cfg.shadow_max_tokens, notes)
                 answers.append(GateAnswer("shadow", prompt, c.text, c.finish_reason, c.has_logprobs,
-                                          c.token_logprobs, c.top_logprobs))
+                                          c.token_logprobs, c.top_logprobs, None, c.logprobs_error))
         ref = r.reference(model, cfg.reference_text or perplexity.BUILTIN_REFERENCE, notes)
     except _Stop as e:
         notes.append(str(e))

@@ -31,6 +31,7 @@ class Completion:
     token_logprobs: tuple[Optional[float], ...] = ()
     top_logprobs: tuple[tuple[float, ...], ...] = ()
     prompt_logprobs: Optional[tuple[Optional[float], ...]] = None  # None: the server gave none
+    logprobs_error: Optional[str] = None  # asked with logprobs the server failed (5xx), without it answered
 
 
 def _num(x: Any, where: str) -> Optional[float]:

@@ -228,3 +228,23 @@ def test_l4_two_instances_split_without_baseline_is_alert_only(server, tmp_path,
         w.round()
     f = w.finding()
     assert f.signals["condition"] == "C" and f.signals["alert_only"]
+
+
+class FailsWithLogprobs:
+    """vLLM with NaN logits: asked for logprobs it answers 500 (NaN is not JSON), without it 200."""
+
+    def __init__(self, real: HttpClient) -> None:
+        self.real = real
+
+    def request(self, method, url, timeout, body=None):
+        if isinstance(body, dict) and (body.get("logprobs") is not None or body.get("prompt_logprobs") is not None):
+            return HttpResponse(500, b"Internal Server Error", 0.01)
+        return self.real.request(method, url, timeout, body)
+
+
+def test_logprobs_that_fail_only_when_asked_for_are_condition_b(server, tmp_path):
+    w = World(server.url, tmp_path, http=FailsWithLogprobs(StdlibHttpClient()))
+    w.round()
+    f = w.finding()
+    assert f.signals["condition"] == "B" and f.signals["sample"]["check"] == "non_finite"
+    assert "HTTP 500" in f.signals["sample"]["figures"]["detail"]

@@ -154,3 +154,9 @@ def test_echo_gives_the_prompt_logprobs_before_the_generated_ones():
 def test_malformed_answers_say_what_is_wrong(body, what):
     with pytest.raises(AnswerError, match=what.replace("[", r"\[").replace("]", r"\]")):
         parse_completion(body)
+
+
+def test_logprobs_the_server_cannot_encode_are_an_l3_failure():
+    a = GateAnswer("diagnostic", "1+1=", " 2", "length", False, expect=r"^\s*2", logprobs_error="HTTP 500: x")
+    v = judge_round(answers(a), baseline(), CFG)
+    assert levels(v) == [("L3", "non_finite")] and "L3" in v.judged
