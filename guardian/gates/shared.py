@@ -32,6 +32,8 @@ class TargetGates:
     last_round_mono: Optional[float] = None
     rounds: int = 0
     requests: int = 0
+    failed_rounds: int = 0  # rounds with at least one failure, since the guardian started
+    incomplete_rounds: int = 0  # rounds a request failed in (not judged)
     baseline: str = "none"  # none | taking k/n | complete
     agreement: Optional[str] = None  # L4 status of the latest round
     failures: tuple[GateFailure, ...] = ()
@@ -66,7 +68,8 @@ class GatesShared:
         return {
             "health_score": health_score(view, now, cfg),
             "model": tg.model, "version": tg.version, "baseline": tg.baseline, "agreement": tg.agreement,
-            "rounds": tg.rounds, "requests": tg.requests,
+            "rounds": tg.rounds, "requests": tg.requests, "failed_rounds": tg.failed_rounds,
+            "incomplete_rounds": tg.incomplete_rounds,
             "last_round_age_s": None if tg.last_round_mono is None else round(now - tg.last_round_mono, 1),
             "failures": [f.to_dict() for f in tg.failures],
             "reports": len(view.reports),

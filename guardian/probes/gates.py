@@ -100,6 +100,7 @@ class GatesProbe:
             self._baselines = {k: v for k, v in self._baselines.items() if k[0] != ra.target}
             notes.append("verified restart: baseline taken again")
         if not ra.complete:
+            tg.incomplete_rounds += 1
             self._show(ra.target, tg, notes, None, now)
             return Folded()
         if tg.model is not None and (tg.model, tg.version) != (ra.model, ra.version):
@@ -139,6 +140,7 @@ class GatesProbe:
             baseline = nb
         self.shared.ledger.add_round(ra.target, RoundRecord(now, tuple(failures), frozenset(judged), ambiguous))
         tg.rounds += 1
+        tg.failed_rounds += bool(failures)
         tg.last_round_mono = now
         tg.failures = tuple(failures)
         notes += [n for n in verdict.notes if n not in notes]
