@@ -15,10 +15,23 @@ POLL_S = 1.0
 BACKOFF_MAX_S = 30.0
 
 
+def _raw(client: Any) -> Any:
+    """The same server without response decoding: a message that is not UTF-8 must reach the
+    parser (and be counted as malformed), not break the subscription inside redis-py."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if not isinstance(kwargs, dict) or not kwargs.get("decode_responses"):
+        return client
+    import redis
+
+    raw = dict(kwargs, decode_responses=False)
+    return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **raw))
+
+
 class ReportsListener:
     def __init__(self, client: Any, channel: str, accept: Callable[[bytes | str, float, float], str],
                  mono: Callable[[], float], wall: Callable[[], float], log: logging.Logger) -> None:
-        self.client, self.channel, self.accept = client, channel, accept
+        self.client, self.channel, self.accept = _raw(client), channel, accept
         self.mono, self.wall, self.log = mono, wall, log
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
