@@ -113,7 +113,7 @@ def cmd_probe(args) -> int:
         daemon.tick()
     finally:
         daemon.runner.shutdown()
-    doc = daemon.status()
+    doc = daemon.status().to_dict()
     print(json.dumps(doc, indent=2) if args.json else render_status(doc))
     return 0 if doc["targets"] else 1
 
@@ -251,6 +251,7 @@ def cmd_snapshot(args) -> int:
     from .actions.evidence import EvidenceCollector, target_for_pid
     from .clock import SystemClock
     from .discovery import discover
+    from .host.process_details import PsutilDetails
     from .host.procfs import ProcFS
     from .host.runner import SubprocessRunner
     from .incidents import IncidentStore
@@ -266,8 +267,9 @@ def cmd_snapshot(args) -> int:
             return 1
         target = found
     os.makedirs(cfg.state_dir, mode=0o750, exist_ok=True)
+    details = PsutilDetails() if os.path.realpath(cfg.probes.procfs.proc_root) == "/proc" else None
     collector = EvidenceCollector(cfg.evidence, IncidentStore(cfg.state_dir).dir_for, SubprocessRunner(),
-                                  procfs, SystemClock())
+                                  procfs, SystemClock(), details=details)
     res = collector.snapshot(target, record_seconds=args.record)
     print(f"bundle {res.dir} ({len(res.files)} files, {res.duration:.2f}s)")
     for what, why in res.failures.items():

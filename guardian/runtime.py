@@ -28,6 +28,7 @@ from .errors import GuardianError
 from .exporter import build_registry
 from .host.http import StdlibHttpClient
 from .host.process_control import OsProcessControl
+from .host.process_details import PsutilDetails
 from .host.procfs import ProcFS
 from .host.runner import SubprocessRunner
 from .http_listener import HttpListener, LastTick
@@ -53,8 +54,9 @@ def real_seams(cfg: Config, clock: SystemClock | None = None) -> Seams:
     """The machine itself. NVML / npu-smi are touched here, at start, never at import."""
     proc = ProcFS(cfg.probes.procfs.proc_root)
     commands = SubprocessRunner()
+    details = PsutilDetails() if os.path.realpath(cfg.probes.procfs.proc_root) == "/proc" else None
     return Seams(clock or SystemClock(), proc, StdlibHttpClient(), commands, OsProcessControl(proc),
-                 make_backends(cfg.accelerators, commands, log))
+                 make_backends(cfg.accelerators, commands, log), details)
 
 
 def build_daemon(cfg: Config, seams: Seams, *, sink: AlertSink | None = None, sinks: Iterable[Sink] = (),
@@ -62,7 +64,8 @@ def build_daemon(cfg: Config, seams: Seams, *, sink: AlertSink | None = None, si
                  status_extras: dict[str, Callable[[], object]] | None = None,
                  runner: AsyncRunner | None = None, log: logging.Logger | None = None) -> Daemon:
     store = IncidentStore(cfg.state_dir)
-    evidence = EvidenceCollector(cfg.evidence, store.dir_for, seams.commands, seams.proc, seams.clock)
+    evidence = EvidenceCollector(cfg.evidence, store.dir_for, seams.commands, seams.proc, seams.clock,
+                                 details=seams.process_details)
     kube = None
     if any(t.restart.mode == "kubernetes" for t in cfg.targets):
         from .host.kube import KubeClient
@@ -112,7 +115,7 @@ class Runtime:
                               sinks=[alerts] + ([decisions] if decisions is not None else []),
                               on_update=[republish], status_extras={"alerts": sink.stats})
         control = ControlSocket(cfg.socket_path(), {
-            "status": lambda req: daemon.status(),
+            "status": lambda req: daemon.status().to_dict(),
             "ping": lambda req: "pong",
             "drain": daemon.control_request,
             "restart": daemon.control_request,
@@ -121,8 +124,10 @@ class Runtime:
         beat = LastTick(clock.monotonic)
         http = None
         if cfg.api.http:
-            http = HttpListener(parse_hostport(cfg.api.http), registry=build_registry(daemon.status, lambda: daemon.stats),
-                           status=daemon.status, tick_age=beat.age, max_tick_age=3 * cfg.interval)
+            http = HttpListener(parse_hostport(cfg.api.http),
+                                registry=build_registry(lambda: daemon.status().to_dict(), lambda: daemon.stats),
+                                status=lambda: daemon.status().to_dict(), tick_age=beat.age,
+                                max_tick_age=3 * cfg.interval)
         rt = cls(daemon, clock, sink, alerts, emitter, control, http, beat, decisions=decisions)
         try:
             rt._wire_gates(cfg)
@@ -160,7 +165,7 @@ class Runtime:
         now = self.clock.monotonic()
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + self.daemon.cfg.alerts.heartbeat_ttl / 3
-            self.sink.heartbeat(node_summary(self.daemon.status(), self.sink.stats()))
+            self.sink.heartbeat(node_summary(self.daemon.status().to_dict(), self.sink.stats()))
         self.sd.after_tick(f"{len(self.daemon.tracker.targets)} targets")
 
     def close(self) -> None:

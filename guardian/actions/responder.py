@@ -22,7 +22,7 @@ from ..clock import Clock
 from ..config_schema import DetectorsConfig, Mode
 from ..episodes import EpisodeLog
 from ..incidents import IncidentManager
-from ..model import Finding, Incident, Kind, Severity, Transition
+from ..model import Action, Finding, Incident, Kind, Severity, Transition
 from .policy import budget_left
 from ..probes.async_runner import AsyncRunner, Done
 from ..probes.base import Readings
@@ -104,6 +104,15 @@ class Responder:
             for t in self.incidents.resolve_target(seq.target, f"restarted and verified: {seq.detail}"):
                 if t.incident.kind is not Kind.RESTART_BUDGET_EXHAUSTED:
                     self.emit(t)
+
+    def record_action(self, incident_id: str, action: Action) -> None:
+        """A step taken for an incident by someone else (a probe's diagnosis): kept on the
+        incident, and its alert sent again with it. An incident already gone is ignored."""
+        try:
+            inc = self.incidents.add_action(incident_id, action)
+        except KeyError:
+            return
+        self._updated(inc)
 
     def _updated(self, inc: Incident) -> None:
         for hook in self.on_update:
