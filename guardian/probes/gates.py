@@ -13,7 +13,7 @@ baseline so it is taken again.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from ..gates import agreement
 from ..gates.baseline import Baseline, BaselineStore
@@ -162,6 +162,6 @@ class GatesProbe:
         pass
 
 
-def make(parts: ProbeParts) -> Any:
+def make(parts: ProbeParts) -> GatesProbe | None:
     """The table's entry: the probe only when gates are enabled."""
     return GatesProbe(parts) if parts.cfg.gates.enabled else None
