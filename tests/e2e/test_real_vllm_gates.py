@@ -22,6 +22,8 @@ import time
 import pytest
 
 from guardian.config_schema import GatesConfig
+from guardian.gates.cost import cost
+from guardian.gates.perplexity import BUILTIN_REFERENCE
 from guardian.sim.control import LoadGenerator, http_request
 from harness import E2E_PYTHON, FaultSwitch, GuardianRun, VllmServer, ensure_model, poll
 
@@ -75,6 +77,16 @@ def greedy(server, prompt: str, max_tokens: int, timeout: float = 60.0) -> tuple
     return choice["text"], choice["logprobs"]["token_logprobs"], time.monotonic() - t0
 
 
+def reference_seconds(server) -> float:
+    t0 = time.monotonic()
+    status, body = http_request(server.host, server.port, "POST", "/v1/completions", {
+        "model": server.model, "prompt": BUILTIN_REFERENCE, "max_tokens": 1, "temperature": 0, "seed": 0,
+        "prompt_logprobs": 0}, timeout=60.0)
+    assert status == 200, body[:300]
+    assert json.loads(body)["choices"][0].get("prompt_logprobs"), "vLLM gave no prompt_logprobs"
+    return time.monotonic() - t0
+
+
 def test_1_a_healthy_server_through_warm_up_load_and_idle_has_no_gate_failure(server, workdir, results):
     g = gates_guardian(workdir, "g-healthy", server.port)  # before the server is up: it sees the warm-up
     try:
@@ -103,7 +115,7 @@ def test_2_greedy_answers_are_stable_sequentially_and_under_load(server, results
     seq: dict[str, set[str]] = {p: set() for p, _ in PROMPTS}
     round_s = []
     for _ in range(5):
-        spent = 0.0
+        spent = reference_seconds(server)
         for prompt, n in PROMPTS:
             text, lps, dt = greedy(server, prompt, n)
             spent += dt
@@ -131,8 +143,13 @@ def test_2_greedy_answers_are_stable_sequentially_and_under_load(server, results
     results["gates_greedy_distinct_sequential"] = max(len(v) for v in seq.values())
     results["gates_greedy_distinct_under_load"] = max(len(v) for v in loaded.values())
     results["gates_greedy_logprob_max_drift_under_load"] = round(drift[0], 6)
-    # one round at the defaults: 1 diagnostic + 3 shadow prompts measured here, + the reference text
-    results["gates_round_completions_s_median"] = round(statistics.median(round_s), 4)
+    # one round at the defaults, measured idle: 1 diagnostic + 3 shadow prompts + the reference text
+    per_round = statistics.median(round_s)
+    c = cost(GatesConfig(), per_round)
+    results["gates_round_server_s_median"] = round(per_round, 4)
+    results["gates_cost_requests_per_hour"] = c.requests_per_hour
+    results["gates_cost_server_s_per_hour"] = round(c.server_seconds_per_hour, 2)
+    results["gates_cost_share_of_capacity_pct"] = round(100 * c.share_of_capacity, 3)
     assert max(len(v) for v in seq.values()) == 1
     assert max(len(v) for v in loaded.values()) == 1, loaded
 
