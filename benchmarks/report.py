@@ -44,14 +44,16 @@ class Summary:
     max: float | None
 
 
-def probe_costs(before: dict, after: dict) -> tuple["ProbeCost", ...]:
+def probe_costs(before: dict, after: dict) -> tuple[ProbeCost, ...]:
     """Per-probe cost between two ``guardian status --json`` "probes" maps (runs and mean duration
     since the guardian started): the runs and the mean duration of the runs in between."""
     out = []
     for name in sorted(after):
         a, b = after[name], before.get(name, {"runs": 0, "mean_duration_s": 0.0})
         runs = int(a["runs"]) - int(b["runs"])
-        total = float(a["mean_duration_s"] or 0.0) * int(a["runs"]) - float(b["mean_duration_s"] or 0.0) * int(b["runs"])
+        spent_after = float(a["mean_duration_s"] or 0.0) * int(a["runs"])
+        spent_before = float(b["mean_duration_s"] or 0.0) * int(b["runs"])
+        total = spent_after - spent_before
         out.append(ProbeCost(name, runs, max(0.0, total) / runs if runs > 0 else 0.0))
     return tuple(out)
 

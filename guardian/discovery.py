@@ -142,7 +142,7 @@ class DiscoveryCache:
 class _Snapshot:
     """One pass over /proc: every process's key, ppid, cmdline; children by ppid; lazily, fds."""
 
-    def __init__(self, procfs: ProcFS, cache: "DiscoveryCache | None" = None):
+    def __init__(self, procfs: ProcFS, cache: DiscoveryCache | None = None):
         self.procfs = procfs
         self.cache = cache
         self.procs: dict[int, _Proc] = {}

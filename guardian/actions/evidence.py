@@ -95,7 +95,7 @@ class EvidenceResult:
 def series_windows(store: SeriesStore, target: str, since: float) -> dict[str, dict[str, list[list[float]]]]:
     """Every series of ``target`` from ``since`` on, as {metric: {subject: [[t, v], ...]}}. Loop thread only."""
     out: dict[str, dict[str, list[list[float]]]] = {}
-    for key in store.keys():
+    for key in store.keys():  # noqa: SIM118 - SeriesStore.keys() is a method, not a dict view
         if key.target != target:
             continue
         points = store.window(target, key.subject, key.metric, since)
@@ -205,7 +205,7 @@ class EvidenceCollector:
         try:
             bundle.mkdir(root)
             removed = self._capture(ctx, bundle_id, bundle, start)
-        except Exception as e:  # noqa: BLE001 - the daemon must continue whatever happens here
+        except Exception as e:  # the daemon must continue whatever happens here
             log.exception("evidence capture %s failed", bundle_id)
             bundle.fail("capture", f"{type(e).__name__}: {e}")
         return EvidenceResult(root, tuple(sorted(bundle.files)), dict(bundle.failures),

@@ -22,6 +22,7 @@ the current period is ``CLIMB_MIN_IDLE_S`` old.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from ..config_schema import DetectorsConfig
@@ -81,7 +82,7 @@ def climbing_floors(periods: list[IdlePeriod], margin: float) -> list[float] | N
     if len(known) < CLIMB_PERIODS or periods[-1].floor is None:
         return None
     floors = known[-CLIMB_PERIODS:]
-    rising = all(b > a + CLIMB_STEP for a, b in zip(floors, floors[1:]))
+    rising = all(b > a + CLIMB_STEP for a, b in itertools.pairwise(floors))
     return floors if rising and floors[-1] - floors[0] >= margin / 2 else None
 
 

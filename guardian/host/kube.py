@@ -50,7 +50,7 @@ class KubeClient:
         self._open = opener or (lambda req, timeout: urllib.request.urlopen(req, timeout=timeout, context=ctx))
 
     @classmethod
-    def in_cluster(cls, env: dict, timeout: float = 10.0) -> "KubeClient":
+    def in_cluster(cls, env: dict, timeout: float = 10.0) -> KubeClient:
         host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT", "443")
         if not host or not (SA_DIR / "token").exists():
             raise BackendUnavailable("not running in a Kubernetes pod (no KUBERNETES_SERVICE_HOST or "

@@ -7,6 +7,7 @@ is never touched. ``start`` launches an argv (never a shell) in a new session
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal as _signal
 import subprocess
@@ -52,13 +53,10 @@ class OsProcessControl:
             raise ValueError("restart.command is empty")
         full_env = dict(os.environ)
         full_env.update(env or {})
-        out = open(log_file, "ab") if log_file else subprocess.DEVNULL
-        try:
+        with open(log_file, "ab") if log_file else contextlib.nullcontext(subprocess.DEVNULL) as out:
+            # the child keeps its own descriptor; ours is closed once it has started
             proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     env=full_env, cwd=cwd, start_new_session=True)
-        finally:
-            if log_file:
-                out.close()  # the child keeps its own descriptor
         self._children[proc.pid] = proc
         self._reap()
         return proc.pid

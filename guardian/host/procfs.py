@@ -126,7 +126,7 @@ class ProcFS:
         """None when running — and also when not permitted: the kernel then prints 0 silently."""
         return parse.parse_wchan(self._read_text(f"{pid}/task/{tid}/wchan"))
 
-    def thread_schedstat(self, pid: int, tid: int) -> "parse.SchedStat":
+    def thread_schedstat(self, pid: int, tid: int) -> parse.SchedStat:
         """Time on a CPU and time waiting for one (ns): a starved spinner still *wants* the CPU."""
         return self._parsed(f"{pid}/task/{tid}/schedstat", parse.parse_schedstat)
 

@@ -92,7 +92,7 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
         return None
     rx, ry = _ranks(xs), _ranks(ys)
     mx, my = statistics.fmean(rx), statistics.fmean(ry)
-    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
     sxx = sum((a - mx) ** 2 for a in rx)
     syy = sum((b - my) ** 2 for b in ry)
     if sxx == 0 or syy == 0:

@@ -152,7 +152,7 @@ class EmbeddedRedis:
             proc.kill()
             proc.wait(self.stop_timeout)
 
-    def __enter__(self) -> "EmbeddedRedis":
+    def __enter__(self) -> EmbeddedRedis:
         self.start()
         return self
 

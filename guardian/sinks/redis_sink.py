@@ -187,7 +187,7 @@ class AlertSink:
     @classmethod
     def from_config(cls, alerts, state_dir: str | os.PathLike[str], node: str, *,
                     embedded_factory: Callable[[str], Any] | None = None,
-                    environ: Mapping[str, str] = os.environ, **kwargs: Any) -> "AlertSink":
+                    environ: Mapping[str, str] = os.environ, **kwargs: Any) -> AlertSink:
         """Build from an ``AlertsConfig``: starts the embedded Redis when ``redis_url == "embedded"``
         (stopped again by ``close()``); spool under ``<state_dir>/spool``."""
         on_close = None
@@ -262,13 +262,13 @@ class AlertSink:
             self._thread.join(timeout)
         try:
             self.client.close()
-        except Exception:  # noqa: BLE001 - closing must not fail the shutdown
+        except Exception:  # closing must not fail the shutdown
             pass
         self.spool.close()
         if self._on_close is not None:
             self._on_close()
 
-    def __enter__(self) -> "AlertSink":
+    def __enter__(self) -> AlertSink:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -287,7 +287,7 @@ class AlertSink:
             except _redis_errors() as e:
                 error = e
                 break
-            except Exception as e:  # noqa: BLE001 - a bug must not wedge delivery; retried with backoff
+            except Exception as e:  # a bug must not wedge delivery; retried with backoff
                 log.exception("alerts: unexpected delivery error")
                 error = e
                 break
@@ -349,7 +349,7 @@ class AlertSink:
             self._wake.clear()
             try:
                 ok = self.flush_once()
-            except Exception as e:  # noqa: BLE001 - the flusher must outlive any surprise
+            except Exception as e:  # the flusher must outlive any surprise
                 log.exception("alerts: flusher error")
                 with self._lock:
                     self._redis_up, self._last_error = False, f"{type(e).__name__}: {e}"

@@ -81,7 +81,7 @@ def _device_numbers(sc: Mapping[str, Any], d: Mapping[str, Any], t: float) -> di
 
 # ------------------------------------------------------------------ rendering
 def _row(*cells: str, widths: Sequence[int]) -> str:
-    return "| " + " | ".join(f"{c:<{w}}" for c, w in zip(cells, widths)) + " |"
+    return "| " + " | ".join(f"{c:<{w}}" for c, w in zip(cells, widths, strict=True)) + " |"
 
 
 def render_info(sc: Mapping[str, Any], t: float) -> str:

@@ -195,12 +195,9 @@ class SimServer:
             raise RuntimeError("SimServer already started")
         env = dict(os.environ if self.env is None else self.env)
         if self.log_path is not None:
-            log = open(self.log_path, "ab")
-            try:
+            with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
                 self.process = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                                 stderr=subprocess.STDOUT, start_new_session=True)
-            finally:
-                log.close()
         else:
             self.process = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL,
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -47,12 +47,12 @@ class GuardianProcess:
         self.config_path.write_text(yaml.safe_dump(cfg))
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "GuardianProcess":
-        self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "guardian.cli", "run", "-c", str(self.config_path)],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+    def start(self) -> GuardianProcess:
+        with open(self.log_path, "wb") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "guardian.cli", "run", "-c", str(self.config_path)],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
         return self
 
     def stop(self) -> int | None:
@@ -65,7 +65,6 @@ class GuardianProcess:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
-        self.log.close()
         return self.proc.returncode
 
     def incidents(self) -> list[dict]:

@@ -130,7 +130,10 @@ def test_a_server_ignoring_sigterm_is_killed_with_its_engine_after_stop_timeout(
         assert inc is not None, g.log_text()
         kill = next(a for a in inc["actions"] if a["name"] == "kill")
         assert str(first.pid) in kill["detail"] and str(engine) in kill["detail"]
-        gone = lambda pid: not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"  # noqa: E731
+
+        def gone(pid):
+            return not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+
         assert poll(lambda: gone(first.pid) and gone(engine), 10)
     finally:
         first.stop()

@@ -240,7 +240,8 @@ def test_k8s_configmap_is_the_kubernetes_example_config():
 def test_k8s_podmonitor_scrapes_the_guardian_pods_metrics_port():
     pm = one("PodMonitor")
     assert pm["apiVersion"] == "monitoring.coreos.com/v1"
-    assert pm["spec"]["selector"]["matchLabels"].items() <= daemonset()["spec"]["template"]["metadata"]["labels"].items()
+    pod_labels = daemonset()["spec"]["template"]["metadata"]["labels"]
+    assert pm["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     ports = {p["name"] for p in guardian_container()["ports"]}
     assert [(e["port"], e["path"]) for e in pm["spec"]["podMetricsEndpoints"]] == [("metrics", "/metrics")]
     assert pm["spec"]["podMetricsEndpoints"][0]["port"] in ports
@@ -269,7 +270,8 @@ def test_k8s_example_vllm_readiness_asks_the_guardian_for_a_configured_target():
 def test_k8s_kustomization_lists_the_guardian_manifests_that_exist():
     kust = yaml.safe_load((K8S / "kustomization.yaml").read_text(encoding="utf-8"))
     assert all((K8S / r).is_file() for r in kust["resources"])
-    assert {"daemonset.yaml", "rbac.yaml", "configmap.yaml", "namespace.yaml", "priorityclass.yaml"} <= set(kust["resources"])
+    shipped = {"daemonset.yaml", "rbac.yaml", "configmap.yaml", "namespace.yaml", "priorityclass.yaml"}
+    assert shipped <= set(kust["resources"])
 
 
 # ------------------------------------------------------------------ Prometheus rules, Grafana

@@ -100,7 +100,9 @@ def test_no_false_positive_on_any_tick(name):
 
 
 def test_growth_that_tracks_load_is_not_a_leak():
-    running = lambda r: 2 + max(0.0, r - 500) / 10  # noqa: E731
+    def running(r):
+        return 2 + max(0.0, r - 500) / 10
+
     rss = {**FLAT, 200: lambda r: 6e9 + 80 * MB * (running(r) - 2)}
     assert run(rss, 1000, running=running) == []
 

@@ -244,7 +244,9 @@ def test_generator_stays_monotonic_within_a_millisecond_and_when_the_clock_steps
 
 
 def test_id_layout_is_ulid():
-    zero = lambda n: b"\0" * n  # noqa: E731
+    def zero(n):
+        return b"\0" * n
+
     assert new_incident_id(1469918176.385, rand=zero) == "01ARYZ6S41" + "0" * 16  # the ULID spec's example time
     assert decode_ms(new_incident_id(1469918176.385)) == 1469918176385
     assert new_incident_id(0.0, rand=lambda n: b"\xff" * n) == "0" * 10 + "Z" * 16

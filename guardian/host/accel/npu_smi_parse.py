@@ -152,7 +152,7 @@ def _metrics(names: list[str], cell: str, where: str) -> dict[str, str]:
     toks = _tokens(cell)
     if len(toks) != len(names):
         raise unrecognised(f"{where}: {len(toks)} values for columns {names}")
-    return dict(zip(names, toks))
+    return dict(zip(names, toks, strict=True))
 
 
 def _chip(layout: _Layout, r1: list[str], r2: list[str]) -> NpuChip:
