@@ -161,7 +161,7 @@ def render_markdown(r: Report) -> str:
         runs = [x for x in r.fault_runs if x.fault == fault]
         if not runs:
             continue
-        s = summarize([x.onset_to_incident_s for x in runs if x.detected])
+        s = summarize([x.onset_to_incident_s for x in runs if x.onset_to_incident_s is not None])
         each = ", ".join("miss" if x.onset_to_incident_s is None else f"{x.onset_to_incident_s:.1f}" for x in runs)
         others = sorted({k for x in runs for k in (*x.incidents, *x.after_clear) if k != kind})
         other_txt = "none" if not others else ", ".join(

@@ -362,9 +362,9 @@ class EvidenceCollector:
         try:
             res = self._runner.run(argv, timeout)
         except BackendUnavailable as e:
-            fail = pyspy.Failure("missing", f"{pyspy.MISSING_REASON} ({e})")
-            bundle.step({"what": what, "pid": pid, "mode": mode, "argv": argv, "error": fail.reason})
-            return None, fail
+            missing = pyspy.Failure("missing", f"{pyspy.MISSING_REASON} ({e})")
+            bundle.step({"what": what, "pid": pid, "mode": mode, "argv": argv, "error": missing.reason})
+            return None, missing
         fail = pyspy.classify(res.returncode, res.error_text, res.timed_out, timeout)
         bundle.step({"what": what, "pid": pid, "mode": mode, "argv": argv, "rc": res.returncode,
                      "duration_s": round(res.duration, 3), "timed_out": res.timed_out,

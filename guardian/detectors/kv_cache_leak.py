@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 from ..config_schema import DetectorsConfig
 from ..model import Finding, Kind, Severity
@@ -136,6 +137,6 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     return None
 
 
-def _finding(target: str, summary: str, signals: dict) -> Finding:
+def _finding(target: str, summary: str, signals: dict[str, Any]) -> Finding:
     return Finding(kind=KIND, target=target, severity=Severity.WARNING, summary=summary,
                    signals=signals, confirmed=True)

@@ -15,6 +15,7 @@ from typing import Mapping, Protocol, Sequence
 
 from ..errors import AccessDenied, TargetGone
 from ..model import ProcKey
+from .procfs import ProcFS
 
 
 class ProcessControl(Protocol):
@@ -25,9 +26,9 @@ class ProcessControl(Protocol):
 
 
 class OsProcessControl:
-    def __init__(self, procfs) -> None:
+    def __init__(self, procfs: ProcFS) -> None:
         self.procfs = procfs
-        self._children: dict[int, subprocess.Popen] = {}
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
 
     def alive(self, key: ProcKey) -> bool:
         try:

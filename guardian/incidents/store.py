@@ -7,6 +7,7 @@ an incident lives in the same folder (``dir_for``).
 """
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import math
@@ -150,7 +151,7 @@ class IncidentStore:
         out.sort(key=lambda i: (i.opened_at, i.id), reverse=True)
         return out if limit is None else out[: max(0, limit)]
 
-    def load_open(self) -> list[Incident]:
+    def load_open(self) -> builtins.list[Incident]:  # `list` here is the method above
         """Stored incidents still firing, oldest first."""
         return sorted((i for i in self.list() if i.status is Status.FIRING), key=lambda i: (i.opened_at, i.id))
 

@@ -8,6 +8,7 @@ difference. It costs O(n²) pairs, so long series are first reduced to at most
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Sequence
@@ -97,4 +98,4 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     syy = sum((b - my) ** 2 for b in ry)
     if sxx == 0 or syy == 0:
         return None
-    return sxy / (sxx * syy) ** 0.5
+    return sxy / math.sqrt(sxx * syy)

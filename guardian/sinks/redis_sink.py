@@ -194,7 +194,9 @@ class AlertSink:
         url = alerts.redis_url
         if url == "embedded":
             if embedded_factory is None:
-                from .embedded_redis import EmbeddedRedis as embedded_factory  # type: ignore[no-redef]
+                from .embedded_redis import EmbeddedRedis
+
+                embedded_factory = EmbeddedRedis
             embedded = embedded_factory(str(state_dir))
             url = embedded.start()
             on_close = embedded.stop

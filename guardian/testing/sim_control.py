@@ -104,7 +104,7 @@ def proc_ref(pid: int) -> ProcRef | None:
 def is_running(ref: ProcRef) -> bool:
     """Same process (pid and starttime) still there and not a zombie."""
     fields = _stat_fields(ref.pid)
-    return bool(fields) and int(fields[19]) == ref.starttime and fields[0] not in ("Z", "X")
+    return fields is not None and int(fields[19]) == ref.starttime and fields[0] not in ("Z", "X")
 
 
 def read_cmdline(pid: int) -> str:
@@ -210,8 +210,8 @@ class SimServer:
         deadline = time.monotonic() + timeout
         while True:
             self._remember_tree()
-            if self.poll() is not None:
-                raise RuntimeError(f"sim server exited with {self.process.returncode} before ready")
+            if (rc := self.poll()) is not None:
+                raise RuntimeError(f"sim server exited with {rc} before ready")
             if self.health(timeout=1.0) == 200:
                 self._remember_tree()
                 return

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 from ...errors import ProbeFailed
 
@@ -319,8 +319,8 @@ def parse_usages(text: str) -> tuple[NpuUsage, ...]:
     dropped. Raises ``ProbeFailed`` when there is no ``NPU ID``.
     """
     npu: int | None = None
-    sections: list[dict] = []
-    cur: dict = {"chip": None, "values": {}, "mcu": False}
+    sections: list[dict[str, Any]] = []
+    cur: dict[str, Any] = {"chip": None, "values": {}, "mcu": False}
     for line in text.splitlines():
         key, sep, val = line.partition(":")
         key, val = key.strip(), val.strip()
