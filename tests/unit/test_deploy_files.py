@@ -25,9 +25,13 @@ DECLARED_NAMES = {s.name for s in DECLARED}
 
 
 # ------------------------------------------------------------------ systemd
+class _UnitParser(configparser.ConfigParser):
+    def optionxform(self, optionstr: str) -> str:
+        return optionstr  # systemd keys are case-sensitive
+
+
 def unit() -> configparser.ConfigParser:
-    cp = configparser.ConfigParser(strict=False, interpolation=None)
-    cp.optionxform = str  # systemd keys are case-sensitive
+    cp = _UnitParser(strict=False, interpolation=None)
     cp.read(UNIT, encoding="utf-8")
     return cp
 
@@ -94,7 +98,7 @@ def test_unit_passes_systemd_analyze_verify(tmp_path):
 
 # ------------------------------------------------------------------ kubernetes
 def k8s_docs() -> list[tuple[str, dict]]:
-    out = []
+    out: list[tuple[str, dict]] = []
     for path in sorted(K8S.glob("*.yaml")):
         if path.name == "kustomization.yaml":
             continue
@@ -195,7 +199,7 @@ def test_k8s_daemonset_liveness_probe_is_the_guardians_healthz_on_the_metrics_po
     probe = c["livenessProbe"]["httpGet"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert (probe["path"], probe["port"]) == ("/healthz", "metrics")
-    assert ports["metrics"] == int(guarded_config().api.http.rpartition(":")[2])
+    assert ports["metrics"] == http_port(guarded_config())
 
 
 def test_k8s_daemonset_references_objects_that_are_shipped():
@@ -231,6 +235,11 @@ def guarded_config() -> Config:
     return parse_config(yaml.safe_load(data))
 
 
+def http_port(cfg: Config) -> int:
+    assert cfg.api.http, "the shipped config serves /metrics"
+    return int(cfg.api.http.rpartition(":")[2])
+
+
 def test_k8s_configmap_is_the_kubernetes_example_config():
     data = yaml.safe_load(one("ConfigMap")["data"]["guardian.yaml"])
     example = yaml.safe_load((ROOT / "configs" / "examples" / "kubernetes.yaml").read_text(encoding="utf-8"))
@@ -255,15 +264,15 @@ def test_k8s_example_vllm_readiness_asks_the_guardian_for_a_configured_target():
     m = re.fullmatch(r"http://\$\(NODE_IP\):(\d+)/targets/([^/]+)/ready", env["GUARDIAN_READY_URL"]["value"])
     assert m
     cfg = guarded_config()
-    assert int(m.group(1)) == int(cfg.api.http.rpartition(":")[2])
+    assert int(m.group(1)) == http_port(cfg)
     target = next(t for t in cfg.targets if t.name == m.group(2))
     script = c["readinessProbe"]["exec"]["command"]
     assert script[:2] == ["python3", "-c"] and "GUARDIAN_READY_URL" in script[2]
     compile(script[2], "readiness-probe", "exec")
     # the config matches this container's command line and reaches pod 0 through the headless Service
-    assert re.search(target.match.cmdline_regex, " ".join(c["args"]))
+    assert target.match.cmdline_regex and re.search(target.match.cmdline_regex, " ".join(c["args"]))
     pod_host = f"{sts['metadata']['name']}-0.{sts['spec']['serviceName']}.{sts['metadata']['namespace']}.svc"
-    assert pod_host in target.api_url
+    assert target.api_url and pod_host in target.api_url
     assert one("Service", sts["spec"]["serviceName"])["spec"]["clusterIP"] == "None"
 
 
@@ -394,6 +403,7 @@ def test_dockerfile_has_a_healthcheck_on_healthz_and_runs_the_guardian():
 def test_dockerfile_copies_what_pip_install_needs():
     sources = {s for i, r in dockerfile() if i == "COPY" for s in r.split()[:-1]}
     readme = re.search(r'^readme\s*=\s*"([^"]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)
+    assert readme
     assert sources == {"pyproject.toml", readme.group(1), "guardian", "configs"}
     ignore = (DEPLOY / "docker" / "Dockerfile.dockerignore").read_text(encoding="utf-8").splitlines()
     for s in sources:  # the context the Dockerfile's own ignore file lets through
