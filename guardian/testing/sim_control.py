@@ -205,16 +205,18 @@ class SimServer:
         self._root = proc_ref(self.process.pid)
         return self
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        """Poll /health until 200. RuntimeError if the server exits first, TimeoutError at the deadline."""
-        deadline = time.monotonic() + timeout
+    def wait_ready(self, timeout: float = 30.0) -> float:
+        """Poll /health until 200; the seconds waited. RuntimeError if the server exits first, TimeoutError
+        at the deadline."""
+        start = time.monotonic()
+        deadline = start + timeout
         while True:
             self._remember_tree()
             if (rc := self.poll()) is not None:
                 raise RuntimeError(f"sim server exited with {rc} before ready")
             if self.health(timeout=1.0) == 200:
                 self._remember_tree()
-                return
+                return time.monotonic() - start
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"sim server on {self.url} not ready after {timeout} s")
             time.sleep(0.05)

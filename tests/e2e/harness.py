@@ -118,8 +118,8 @@ class VllmServer(SimServer):
         deadline = time.monotonic() + timeout
         while True:
             self._remember_tree()
-            if self.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {self.process.returncode} before ready:\n{self.log_tail()}")
+            if (rc := self.poll()) is not None:
+                raise RuntimeError(f"vLLM exited with {rc} before ready:\n{self.log_tail()}")
             if self.health(timeout=2.0) == 200:
                 self._remember_tree()
                 self.ready_at = time.time()
@@ -132,6 +132,8 @@ class VllmServer(SimServer):
         return super().stop(timeout)
 
     def log_tail(self, lines: int = 40) -> str:
+        if self.log_path is None:
+            return ""
         try:
             text = Path(self.log_path).read_text(errors="replace")
         except OSError:

@@ -86,6 +86,12 @@ class GuardianProcess:
             return None
         return next((t for t in st["targets"] if t["name"] == name), None)
 
+    def require_target(self, name: str = "sim") -> dict:
+        """The target's entry in `guardian status --json`; the test fails when it is not listed."""
+        t = self.target(name)
+        assert t is not None, f"{name} is not in the status\n{self.log_text()}"
+        return t
+
     def wait_ready(self, timeout: float, name: str = "sim") -> dict | None:
         return poll(lambda: (t := self.target(name)) and t["ready"] and t, timeout, every=0.5)
 

@@ -78,6 +78,7 @@ def poll(fn: Callable[[], T | None], deadline_s: float, what: str, interval: flo
 
 
 def read_line(proc: subprocess.Popen, deadline_s: float = 20.0) -> str:
+    assert proc.stdout is not None, "the child needs stdout=PIPE"
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
     try:

@@ -223,7 +223,7 @@ def install(engine_core_cls: type, kv_manager_cls: type, injector: FaultInjector
             done.append(f"{engine_core_cls.__name__}.{name}")
     free = getattr(kv_manager_cls, "free", None)
     if free is not None and not getattr(free, WRAPPED_MARK, False):
-        kv_manager_cls.free = wrap_free(free, injector)
+        setattr(kv_manager_cls, "free", wrap_free(free, injector))
         done.append(f"{kv_manager_cls.__name__}.free")
     return done
 
