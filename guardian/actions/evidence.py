@@ -1,4 +1,4 @@
-"""Evidence before action: one bundle per incident under ``<state_dir>/incidents/<id>/`` (SPEC §5).
+"""Evidence before action: one bundle per incident under ``<state_dir>/incidents/<id>/`` (docs/design.md, Evidence).
 
 Reads, in this order, for every process of the target's snapshotted tree:
 1. ``/proc`` (through ``ProcFS.read_text``): the process's ``status``/``stat`` and,

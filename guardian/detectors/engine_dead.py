@@ -1,4 +1,4 @@
-"""engine_dead: the server is down, or its engine is (SPEC §4).
+"""engine_dead: the server is down, or its engine is.
 
 Reads the daemon's liveness facts (``TargetState``) and the latest ``/health``
 sample. Confirmed when:

@@ -1,4 +1,4 @@
-"""kv_cache_leak: KV-cache blocks stay allocated while the server is idle (SPEC §4).
+"""kv_cache_leak: KV-cache blocks stay allocated while the server is idle.
 
 Reads ``vllm.kv_cache_usage_perc`` (0..1) and the request gauges
 (``num_requests_running``, ``num_requests_waiting``), subject ``""``.

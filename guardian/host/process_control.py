@@ -1,6 +1,6 @@
 """Signal, check and start processes — the only code that sends a signal or spawns a server.
 
-Safety rule (SPEC §8): a signal is sent only to a process whose identity
+Safety rule (docs/design.md, Remediation): a signal is sent only to a process whose identity
 ``(pid, starttime)`` still matches the snapshot it was taken from; a reused pid
 is never touched. ``start`` launches an argv (never a shell) in a new session
 (so the guardian owns the whole group), with env, cwd and an append-only log.

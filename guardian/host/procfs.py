@@ -1,6 +1,6 @@
 """ProcFS: the only code that reads /proc. Each method reads one file and hands it to a parser.
 
-Errors are domain errors (DESIGN principle 5):
+Errors are domain errors (docs/design.md, Seams):
 - the process or thread vanished (ENOENT, ESRCH, or a file that came back empty
   because the task died mid-read) → ``TargetGone``;
 - the kernel refused the read (ptrace checks, hidepid) → ``AccessDenied``;

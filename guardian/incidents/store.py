@@ -1,7 +1,7 @@
 """Incidents on disk: ``<state_dir>/incidents/<id>/incident.json``, one JSON file each.
 
 Writes atomically (temporary file, fsync, ``os.replace``, fsync of the folder);
-files ``0640``, folders ``0750``. Field names follow SPEC §9. A corrupt or
+files ``0640``, folders ``0750``. Field names are those `guardian incidents list --json` prints. A corrupt or
 unreadable file is skipped with a warning, never a crash. The evidence bundle of
 an incident lives in the same folder (``dir_for``).
 """

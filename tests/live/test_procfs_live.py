@@ -1,6 +1,6 @@
 """ProcFS and discovery against the real kernel and real child processes.
 
-Claims checked (reference/probes.md §1.1): a spinning thread's utime rises while
+Claims checked: a spinning thread's utime rises while
 the main thread's /proc/PID/status counters stay flat; the spinner's syscall
 reads ``running``; a thread blocked on a Lock sits in futex with a wchan; a
 real ``python -m …api_server`` child with a ``VLLM::EngineCore`` grandchild is

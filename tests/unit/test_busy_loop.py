@@ -1,4 +1,4 @@
-"""busy_loop: a spinning thread with no engine progress fires; busy-but-healthy does not (SPEC §4)."""
+"""busy_loop: a spinning thread with no engine progress fires; busy-but-healthy does not."""
 from __future__ import annotations
 
 from dataclasses import replace

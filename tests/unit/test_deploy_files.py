@@ -1,5 +1,5 @@
-"""The shipped deployment files (deploy/**, docs/operate.md) parse, hold the settings SPEC §9/§10
-ask for, and agree with each other and with the exporter's declared metrics."""
+"""The shipped deployment files (deploy/**, docs/operate.md) parse, hold the settings docs/operate.md
+promises, and agree with each other and with the exporter's declared metrics."""
 from __future__ import annotations
 
 import configparser

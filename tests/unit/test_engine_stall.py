@@ -1,4 +1,4 @@
-"""engine_stall: no progress with no hot thread fires; load, idle, grace and spins do not (SPEC §4)."""
+"""engine_stall: no progress with no hot thread fires; load, idle, grace and spins do not."""
 from __future__ import annotations
 
 from dataclasses import replace

@@ -1,4 +1,4 @@
-"""Alert events, schema v1 (SPEC §6): fields, ids, fingerprints, and when events are due."""
+"""Alert events, schema v1 (docs/alerts.md): fields, ids, fingerprints, and when events are due."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""py-spy without running it: argv, dump parsing (JSON and text), error meaning (probes.md §5)."""
+"""py-spy without running it: argv, dump parsing (JSON and text), error meaning."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import pytest
 from guardian.actions import pyspy
 from guardian.actions.pyspy import Frame, Local, ThreadStack
 
-# dump --json of the probes.md §5.6 target (py-spy 0.4.3): a C spin, a thread blocked on a
+# dump --json of a three-thread target (py-spy 0.4.3): a C spin, a thread blocked on a
 # Lock, a pure-Python spin in the main thread. Innermost frame first.
 DUMP_JSON = """[
   {"pid": 8512, "thread_id": 140569233213120, "thread_name": "native-spin", "os_thread_id": 8516,

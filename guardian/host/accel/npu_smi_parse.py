@@ -1,4 +1,4 @@
-"""Pure parsers for Huawei Ascend ``npu-smi`` output (reference/probes.md §4).
+"""Pure parsers for Huawei Ascend ``npu-smi`` output (the layouts: ``tests/fixtures/npu_smi/README.md``).
 
 ``parse_info(text)`` reads the ``npu-smi info`` table: a two-row block per chip
 (``NPU Name | Health | Power Temp Hugepages`` over ``Chip | Bus-Id | AICore Memory HBM``)
