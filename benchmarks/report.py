@@ -133,6 +133,12 @@ def _mib(x: float) -> str:
     return f"{x / (1 << 20):.1f} MiB"
 
 
+
+def _other_incident(kind: str, runs: list[FaultRun]) -> str:
+    during = sum(kind in x.incidents for x in runs)
+    after = sum(kind in x.after_clear for x in runs)
+    return f"{kind} ({during} during, {after} after clear)"
+
 def _liveness(runs: list[FaultRun], period: float, threshold: int) -> str:
     fired = [r.liveness_fired_after_s for r in runs if r.liveness_fired_after_s is not None]
     probes = sum(r.liveness_probes for r in runs)
@@ -164,9 +170,7 @@ def render_markdown(r: Report) -> str:
         s = summarize([x.onset_to_incident_s for x in runs if x.onset_to_incident_s is not None])
         each = ", ".join("miss" if x.onset_to_incident_s is None else f"{x.onset_to_incident_s:.1f}" for x in runs)
         others = sorted({k for x in runs for k in (*x.incidents, *x.after_clear) if k != kind})
-        other_txt = "none" if not others else ", ".join(
-            f"{k} ({sum(k in x.incidents for x in runs)} during, {sum(k in x.after_clear for x in runs)} after clear)"
-            for k in others)
+        other_txt = "none" if not others else ", ".join(_other_incident(k, runs) for k in others)
         lines.append(f"| {label} | `{kind}` | {s.n}/{len(runs)} | {_s(s.median)} | {_s(s.max)} | {each} | "
                      f"{other_txt} | {_liveness(runs, r.period_s, r.threshold)} |")
     lines += ["", "| negative scenario | observed | incidents (false positives) |", "|---|---|---|"]
