@@ -133,11 +133,11 @@ def _mib(x: float) -> str:
     return f"{x / (1 << 20):.1f} MiB"
 
 
-
 def _other_incident(kind: str, runs: list[FaultRun]) -> str:
     during = sum(kind in x.incidents for x in runs)
     after = sum(kind in x.after_clear for x in runs)
     return f"{kind} ({during} during, {after} after clear)"
+
 
 def _liveness(runs: list[FaultRun], period: float, threshold: int) -> str:
     fired = [r.liveness_fired_after_s for r in runs if r.liveness_fired_after_s is not None]
