@@ -175,7 +175,7 @@ def _chip(layout: _Layout, r1: list[str], r2: list[str]) -> NpuChip:
     if npu is None or chip is None or not health:
         raise unrecognised(f"device row {r1!r} / {r2!r}")
     values = {**_metrics(layout.row1, m1, f"NPU {npu}"), **_metrics(layout.row2, m2, f"NPU {npu} chip {chip}")}
-    known: dict[str, object] = {}
+    known: dict[str, Any] = {}  # NpuChip's numeric fields by name
     extra: dict[str, str] = {}
     for col, tok in values.items():
         key = _COLUMNS.get(col)
@@ -190,7 +190,7 @@ def _chip(layout: _Layout, r1: list[str], r2: list[str]) -> NpuChip:
         else:
             known[key] = _num(tok)
     return NpuChip(npu=npu, chip=chip, name=name, health=health,
-                   bus_id=None if bus in _MISSING else bus, phy_id=phy, extra=extra, **known)  # type: ignore[arg-type]
+                   bus_id=None if bus in _MISSING else bus, phy_id=phy, extra=extra, **known)
 
 
 @dataclass

@@ -342,13 +342,14 @@ class SimApp:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "sim-vllm"
+    server: _Server  # the server that made this handler: it carries the app
 
     def log_message(self, format, *args) -> None:
         LOG.debug("%s %s", self.address_string(), format % args)
 
     @property
     def app(self) -> SimApp:
-        return self.server.app  # type: ignore[attr-defined]
+        return self.server.app
 
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
