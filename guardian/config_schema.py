@@ -10,6 +10,7 @@ The top-level names are a contract: scripts and operators rely on them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 
 def _f(default, check: str | None = None, doc: str = ""):
@@ -25,31 +26,31 @@ def _f(default, check: str | None = None, doc: str = ""):
 # ---------------------------------------------------------------- targets
 @dataclass(frozen=True)
 class KubernetesMatch:
-    pod_uid: str | None = None
-    namespace: str | None = None
-    pod: str | None = None
-    container: str | None = None
+    pod_uid: Optional[str] = None
+    namespace: Optional[str] = None
+    pod: Optional[str] = None
+    container: Optional[str] = None
 
 
 @dataclass(frozen=True)
 class MatchConfig:
     """Exactly one matcher must be set."""
 
-    port: int | None = _f(None, "port", "the port the API server listens on")
-    pid_file: str | None = _f(None, doc="a file holding the API server's pid")
-    cmdline_regex: str | None = _f(None, "regex", "regex searched in the joined cmdline")
-    systemd_unit: str | None = _f(None, doc="the unit whose MainPID is the API server")
-    kubernetes: KubernetesMatch | None = None
+    port: Optional[int] = _f(None, "port", "the port the API server listens on")
+    pid_file: Optional[str] = _f(None, doc="a file holding the API server's pid")
+    cmdline_regex: Optional[str] = _f(None, "regex", "regex searched in the joined cmdline")
+    systemd_unit: Optional[str] = _f(None, doc="the unit whose MainPID is the API server")
+    kubernetes: Optional[KubernetesMatch] = None
 
 
 @dataclass(frozen=True)
 class RestartConfig:
     mode: str = _f("signal", "restart_mode", "systemd | command | kubernetes | signal")
     command: tuple[str, ...] = _f((), doc="argv for mode=command (no shell)")
-    unit: str | None = None
+    unit: Optional[str] = None
     env: dict[str, str] = _f({})
-    cwd: str | None = None
-    log_file: str | None = None
+    cwd: Optional[str] = None
+    log_file: Optional[str] = None
     stop_timeout: float = _f(30.0, "positive", "SIGTERM -> SIGKILL of the whole tree, seconds")
     ready_timeout: float = _f(600.0, "positive", "start -> /health 200 and a canary answered")
 
@@ -64,8 +65,8 @@ class DrainConfig:
 class TargetConfig:
     name: str
     match: MatchConfig
-    api_url: str | None = _f(None, doc="default: http://127.0.0.1:<port>")
-    model: str | None = _f(None, doc="served model name; default: first of /v1/models")
+    api_url: Optional[str] = _f(None, doc="default: http://127.0.0.1:<port>")
+    model: Optional[str] = _f(None, doc="served model name; default: first of /v1/models")
     restart: RestartConfig = field(default_factory=RestartConfig)
     drain: DrainConfig = field(default_factory=DrainConfig)
 
@@ -225,8 +226,8 @@ class SpoolConfig:
 @dataclass(frozen=True)
 class AlertsConfig:
     redis_url: str = _f("embedded", doc="embedded | redis://... | rediss://... | unix://...")
-    password_env: str | None = None
-    password_file: str | None = None
+    password_env: Optional[str] = None
+    password_file: Optional[str] = None
     stream: str = "guardian:alerts"
     stream_maxlen: int = _f(100000, "positive")
     channel: str = "guardian:alerts"
@@ -263,13 +264,13 @@ class AcceleratorsConfig:
 
 @dataclass(frozen=True)
 class ApiConfig:
-    socket: str | None = _f(None, doc="unix socket; default <state_dir>/guardian.sock")
-    http: str | None = _f("127.0.0.1:9464", "hostport", "/metrics + readiness; null = off")
+    socket: Optional[str] = _f(None, doc="unix socket; default <state_dir>/guardian.sock")
+    http: Optional[str] = _f("127.0.0.1:9464", "hostport", "/metrics + readiness; null = off")
 
 
 @dataclass(frozen=True)
 class Config:
-    node: str | None = _f(None, doc="default: the host name")
+    node: Optional[str] = _f(None, doc="default: the host name")
     state_dir: str = "/var/lib/guardian"
     interval: float = _f(1.0, "positive", "seconds per tick")
     autodiscover: bool = True
