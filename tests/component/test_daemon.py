@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from guardian.config import parse_config
-from guardian.host.http import HttpError
+from guardian.host.http import HttpError, HttpResponse
 from guardian.incidents import IncidentStore
 from guardian.model import Kind
 from guardian.runtime import build_daemon
@@ -35,7 +35,7 @@ class VllmPage:
         self.iterations = 0
         self.running = 0
 
-    def __call__(self, _body) -> object:
+    def __call__(self, _body) -> HttpResponse:
         return ok(
             "# TYPE vllm:num_requests_running gauge\n"
             f'vllm:num_requests_running{{engine="0",model_name="m"}} {self.running}\n'
@@ -120,7 +120,7 @@ def test_a_spinning_engine_thread_with_a_hung_canary_opens_busy_loop(world):
     assert IncidentStore(world.cfg.state_dir).load(inc.id) is not None
     world.step(2)  # the evidence bundle is captured off the loop, then attached
     stored = IncidentStore(world.cfg.state_dir).load(inc.id)
-    assert stored.evidence_dir and (Path(stored.evidence_dir) / "capture.json").exists()
+    assert stored is not None and stored.evidence_dir and (Path(stored.evidence_dir) / "capture.json").exists()
     assert any(argv[0].endswith("py-spy") and argv[1] == "dump" for argv in world.cmd.argvs())
 
 
