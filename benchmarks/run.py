@@ -128,7 +128,7 @@ class Bench:
             server.stop()
 
     def load_and_idle(self, server, g) -> None:
-        from guardian.testing.sim_control import LoadGenerator
+        from guardian.sim.control import LoadGenerator
 
         a = self.args
         with LoadGenerator(server.url, server.model, clients=4, max_tokens=(1, 256), request_timeout=60.0,
@@ -143,7 +143,7 @@ class Bench:
         self.say(f"idle: guardian CPU {self.overhead.cpu_percent:.2f} %")
 
     def idle_watch(self, g) -> Overhead:
-        from guardian.testing.sim_control import descendant_pids
+        from guardian.sim.control import descendant_pids
 
         a, pr = self.args, self.proc
         kids = descendant_pids(g.pid)

@@ -15,8 +15,8 @@ section (``detectors:`` with everything below commented out) means its defaults.
 """
 from __future__ import annotations
 
-import enum
 import dataclasses
+import enum
 import json
 import math
 import os
@@ -37,6 +37,7 @@ from guardian.config_schema import (
     TargetConfig,
 )
 from guardian.errors import ConfigError
+from guardian.netaddr import is_hostport
 
 DEFAULT_PATH = "/etc/guardian/guardian.yaml"
 
@@ -96,11 +97,6 @@ def _regex_problem(value: str) -> str:
     return ""
 
 
-def _is_hostport(value: str) -> bool:
-    host, sep, port = value.rpartition(":")
-    return bool(sep and host and port.isdigit() and 1 <= int(port) <= 65535)
-
-
 # check name -> (expectation, "{base}" = "a number" | "an integer"; predicate)
 _RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingProxyType({
     "positive": ("{base} > 0", lambda v: v > 0),
@@ -112,7 +108,7 @@ _RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingPr
     "restart_mode": _choice("systemd", "command", "kubernetes", "signal"),
     "allow_deny": _choice("allow", "deny"),
     "regex": ("a valid regular expression", lambda v: not _regex_problem(v)),
-    "hostport": ('a "host:port" address', _is_hostport),
+    "hostport": ('a "host:port" address', is_hostport),
     "target_name": ("a name of letters, digits, '_', '.', '-'",
                     lambda v: _NAME_RE.fullmatch(v) is not None),
     "redis_url": ('"embedded" or a redis://, rediss:// or unix:// URL',

@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from . import __version__
 from .actions.evidence import EvidenceCollector
@@ -31,7 +31,7 @@ from .detectors.view import TargetView
 from .episodes import EpisodeLog
 from .incidents import IncidentManager, IncidentStore
 from .model import Finding, Incident, Kind, Transition
-from .policy import RestartLedger
+from .actions.policy import RestartLedger
 from .probes.async_runner import AsyncRunner
 from .probes.base import ProbeParts, Readings, Seen
 from .probes.scheduler import ProbeScheduler
@@ -43,8 +43,9 @@ from .targets import NAME as TARGETS, TargetsStage
 from .tracker import Tracker
 
 if TYPE_CHECKING:
+    from .status_snapshot import StatusSnapshot
     from .host.kube import KubeClient
-    from .lease import FleetLease
+    from .actions.lease import FleetLease
 
 Sink = Callable[[Transition], None]
 
@@ -70,7 +71,8 @@ class Daemon:
         self.stats = SelfStats.for_probes(probe_names())
         self.probes = ProbeScheduler(
             build_probes(ProbeParts(cfg, seams, self.tracker, self.series, self.readings, self.log)),
-            self.runner, self.stats, self.episodes, self.series)
+            self.runner, self.stats, self.episodes, self.series,
+            record=lambda incident_id, action: self.responder.record_action(incident_id, action))
         self.seen = Seen()
         self.incidents = IncidentManager(self.node, self.clock, store, cfg.detectors)
         self.ledger = RestartLedger(cfg.state_dir, keep=cfg.policy.budget.period)
@@ -84,7 +86,7 @@ class Daemon:
         self.responder.on_update.extend(on_update)
         self.status_extras = dict(status_extras or {})
         self.findings: dict[str, dict[Kind, Finding | None]] = {}
-        self._status: Any = None
+        self._status: StatusSnapshot | None = None
         self._status_tick = -1
         self.started_mono = self.clock.monotonic()
         self._lock = threading.RLock()  # the loop and control-socket requests take turns
@@ -177,14 +179,15 @@ class Daemon:
             self.log.warning("RESOLVED %s %s on %s", inc.id, inc.kind.value, inc.target.name)
 
     # ------------------------------------------------------------------ edges
-    def status(self) -> Any:
-        """The status document as of the last tick (built when first asked for after it)."""
+    def status(self) -> StatusSnapshot:
+        """The status as of the last tick (built when first asked for after it)."""
         with self._lock:
             if self._status_tick != self.stats.ticks:
                 from .status_view import build_status  # keeps this module about the loop
 
                 self._status = build_status(self, self.clock.monotonic())
                 self._status_tick = self.stats.ticks
+            assert self._status is not None
             return self._status
 
     def control_request(self, req: dict) -> str:

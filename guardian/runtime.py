@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from .actions.evidence import EvidenceCollector
-from .api import ControlSocket
+from .control_socket import ControlSocket
 from .clock import SystemClock
 from .config_schema import Config
 from .daemon import Daemon, Sink
@@ -28,12 +28,14 @@ from .errors import GuardianError
 from .exporter import build_registry
 from .host.http import StdlibHttpClient
 from .host.process_control import OsProcessControl
+from .host.process_details import PsutilDetails
 from .host.procfs import ProcFS
 from .host.runner import SubprocessRunner
-from .http_api import Heartbeat, HttpApi
+from .http_listener import HttpListener, LastTick
 from .incidents import IncidentStore
-from .lease import FleetLease
+from .actions.lease import FleetLease
 from .model import Incident, Status, Transition
+from .netaddr import parse_hostport
 from .probes.accel import make_backends
 from .probes.async_runner import AsyncRunner
 from .seams import Seams
@@ -49,8 +51,9 @@ def real_seams(cfg: Config, clock: SystemClock | None = None) -> Seams:
     """The machine itself. NVML / npu-smi are touched here, at start, never at import."""
     proc = ProcFS(cfg.probes.procfs.proc_root)
     commands = SubprocessRunner()
+    details = PsutilDetails() if os.path.realpath(cfg.probes.procfs.proc_root) == "/proc" else None
     return Seams(clock or SystemClock(), proc, StdlibHttpClient(), commands, OsProcessControl(proc),
-                 make_backends(cfg.accelerators, commands, log))
+                 make_backends(cfg.accelerators, commands, log), details)
 
 
 def build_daemon(cfg: Config, seams: Seams, *, sink: AlertSink | None = None, sinks: Iterable[Sink] = (),
@@ -58,7 +61,8 @@ def build_daemon(cfg: Config, seams: Seams, *, sink: AlertSink | None = None, si
                  status_extras: dict[str, Callable[[], object]] | None = None,
                  runner: AsyncRunner | None = None, log: logging.Logger | None = None) -> Daemon:
     store = IncidentStore(cfg.state_dir)
-    evidence = EvidenceCollector(cfg.evidence, store.dir_for, seams.commands, seams.proc, seams.clock)
+    evidence = EvidenceCollector(cfg.evidence, store.dir_for, seams.commands, seams.proc, seams.clock,
+                                 details=seams.process_details)
     kube = None
     if any(t.restart.mode == "kubernetes" for t in cfg.targets):
         from .host.kube import KubeClient
@@ -84,8 +88,8 @@ class Runtime:
     alerts: IncidentAlerts
     emitter: AlertEmitter
     control: ControlSocket
-    http: HttpApi | None
-    loop_beat: Heartbeat
+    http: HttpListener | None
+    loop_beat: LastTick
     sd: SdNotify = field(default_factory=SdNotify)
     _next_heartbeat: float = float("-inf")
 
@@ -102,17 +106,19 @@ class Runtime:
         daemon = build_daemon(cfg, real_seams(cfg, clock), sink=sink, sinks=[alerts], on_update=[republish],
                               status_extras={"alerts": sink.stats})
         control = ControlSocket(cfg.socket_path(), {
-            "status": lambda req: daemon.status(),
+            "status": lambda req: daemon.status().to_dict(),
             "ping": lambda req: "pong",
             "drain": daemon.control_request,
             "restart": daemon.control_request,
             "undrain": daemon.control_request,
         })
-        beat = Heartbeat(clock.monotonic)
+        beat = LastTick(clock.monotonic)
         http = None
         if cfg.api.http:
-            http = HttpApi(cfg.api.http, registry=build_registry(daemon.status, lambda: daemon.stats),
-                           status=daemon.status, tick_age=beat.age, max_tick_age=3 * cfg.interval)
+            http = HttpListener(parse_hostport(cfg.api.http),
+                                registry=build_registry(lambda: daemon.status().to_dict(), lambda: daemon.stats),
+                                status=lambda: daemon.status().to_dict(), tick_age=beat.age,
+                                max_tick_age=3 * cfg.interval)
         rt = cls(daemon, clock, sink, alerts, emitter, control, http, beat)
         try:
             if http is not None:
@@ -139,7 +145,7 @@ class Runtime:
         now = self.clock.monotonic()
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + self.daemon.cfg.alerts.heartbeat_ttl / 3
-            self.sink.heartbeat(node_summary(self.daemon.status(), self.sink.stats()))
+            self.sink.heartbeat(node_summary(self.daemon.status().to_dict(), self.sink.stats()))
         self.sd.after_tick(f"{len(self.daemon.tracker.targets)} targets")
 
     def close(self) -> None:

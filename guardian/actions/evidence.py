@@ -43,6 +43,7 @@ from ..clock import Clock
 from ..config_schema import EvidenceConfig
 from ..discovery import classify, is_api_server
 from ..errors import AccessDenied, BackendUnavailable, GuardianError, TargetGone
+from ..host.process_details import ProcessDetails
 from ..host.procfs import ProcFS
 from ..host.runner import CommandResult, CommandRunner
 from ..incidents.ids import new_incident_id
@@ -173,7 +174,8 @@ class _Dump:
 class EvidenceCollector:
     def __init__(self, cfg: EvidenceConfig, store_dir_for: Callable[[str], Path], runner: CommandRunner,
                  procfs: ProcFS, clock: Clock, *, locate: Callable[[str], str | None] = default_locate,
-                 max_workers: int = MAX_DUMP_WORKERS, slack: float = SLACK_S) -> None:
+                 max_workers: int = MAX_DUMP_WORKERS, slack: float = SLACK_S,
+                 details: ProcessDetails | None = None) -> None:
         self.cfg = cfg
         self._dir_for = store_dir_for
         self._runner = runner
@@ -182,6 +184,7 @@ class EvidenceCollector:
         self._locate = locate
         self._workers = max(1, min(MAX_DUMP_WORKERS, max_workers))
         self._slack = slack
+        self._details = details  # psutil's per-process details (processes.json), when wired
 
     # ------------------------------------------------------------ public
     def deadline(self, n_processes: int, record_seconds: float | None = None) -> float:
@@ -227,6 +230,12 @@ class EvidenceCollector:
         proc_texts: dict[tuple[int, int, str], str] = {}
         for p in alive:
             self._read_proc(p.pid, bundle, proc_texts)
+        if self._details is not None and alive:
+            try:
+                details = self._details.read([p.key for p in alive])
+                bundle.write("processes.json", json.dumps(jsonable(details), indent=2) + "\n")
+            except Exception as e:  # optional evidence: a failure is recorded, the bundle goes on
+                bundle.fail("processes.json", f"{type(e).__name__}: {e}")
 
         exe = self._locate(self.cfg.pyspy)
         if exe is None:

@@ -22,14 +22,14 @@ from ..clock import Clock
 from ..config_schema import DetectorsConfig, Mode
 from ..episodes import EpisodeLog
 from ..incidents import IncidentManager
-from ..model import Finding, Incident, Kind, Severity, Transition
-from ..policy import budget_left
+from ..model import Action, Finding, Incident, Kind, Severity, Transition
+from .policy import budget_left
 from ..probes.async_runner import AsyncRunner, Done
 from ..probes.base import Readings
 from ..series import SeriesStore
 from ..tracker import Tracker
 from .evidence import EvidenceCollector, EvidenceContext, EvidenceResult, series_windows
-from .remediation import Outcome, Remediator, Sequence
+from .remediation import Outcome, Remediator, RestartSequence
 
 
 class Responder:
@@ -91,7 +91,7 @@ class Responder:
             transitions += self.incidents.update(name, tr.ref({}), {kind: finding})
         return transitions
 
-    def _remediation_finished(self, seq: Sequence, outcome: Outcome) -> None:
+    def _remediation_finished(self, seq: RestartSequence, outcome: Outcome) -> None:
         if outcome is not Outcome.DONE and seq.incident_id:
             inc = self.incidents.get(seq.incident_id)
             if inc is not None:
@@ -100,6 +100,15 @@ class Responder:
             for t in self.incidents.resolve_target(seq.target, f"restarted and verified: {seq.detail}"):
                 if t.incident.kind is not Kind.RESTART_BUDGET_EXHAUSTED:
                     self.emit(t)
+
+    def record_action(self, incident_id: str, action: Action) -> None:
+        """A step taken for an incident by someone else (a probe's diagnosis): kept on the
+        incident, and its alert sent again with it. An incident already gone is ignored."""
+        try:
+            inc = self.incidents.add_action(incident_id, action)
+        except KeyError:
+            return
+        self._updated(inc)
 
     def _updated(self, inc: Incident) -> None:
         for hook in self.on_update:

@@ -13,11 +13,11 @@ import logging
 import math
 import os
 import re
-import tempfile
 from enum import Enum
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..fsutil import atomic_write
 from ..model import Action, Incident, Kind, Severity, Status, TargetRef
 
 log = logging.getLogger(__name__)
@@ -117,22 +117,7 @@ class IncidentStore:
         _mkdir(self.root)
         _mkdir(d)
         path = d / FILE_NAME
-        data = json.dumps(incident_to_dict(incident), indent=2, sort_keys=True).encode()
-        fd, tmp = tempfile.mkstemp(prefix=f".{FILE_NAME}.", suffix=".tmp", dir=d)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fchmod(f.fileno(), FILE_MODE)
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-        _fsync_dir(d)
+        atomic_write(path, json.dumps(incident_to_dict(incident), indent=2, sort_keys=True), mode=FILE_MODE)
         return path
 
     def load(self, incident_id: str) -> Incident | None:
@@ -171,15 +156,3 @@ def _mkdir(path: Path) -> None:
         path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         os.chmod(path, DIR_MODE)
 
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

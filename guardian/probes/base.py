@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from ..config_schema import Config
-from ..model import Finding, Incident, Kind, ProcKey, Sample
+from ..model import Action, Finding, Incident, Kind, ProcKey, Sample
 from ..seams import Seams
 
 if TYPE_CHECKING:  # only for annotations: the probes import this module
@@ -56,7 +56,9 @@ class Folded:
 
     ``failed``: episode key → message, each one counted as a failure of the probe;
     ``degraded``: episode key → message, logged once per episode but not counted (a partial
-    reading, e.g. a file that needs a capability); ``cleared``: episode keys that recovered.
+    reading, e.g. a file that needs a capability); ``cleared``: episode keys that recovered;
+    ``actions``: ``(incident id, Action)`` steps to record on open incidents (a diagnosis): the
+    incident's alert is sent again with them.
     Episode keys start with the target's name and a colon when they concern one target (the
     ``probe_failure`` detector reads them so).
     """
@@ -65,6 +67,7 @@ class Folded:
     failed: Mapping[str, str] = field(default_factory=dict)
     degraded: Mapping[str, str] = field(default_factory=dict)
     cleared: Sequence[str] = ()
+    actions: Sequence[tuple[str, Action]] = ()
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import time
 from functools import partial
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..episodes import EpisodeLog
+from ..model import Action
 from ..selfstats import SelfStats
 from ..series import SeriesStore
 from .async_runner import AsyncRunner, Done
@@ -27,12 +28,13 @@ def episode_key(probe: Probe, job: Job) -> str:
 
 class ProbeScheduler:
     def __init__(self, probes: Sequence[Probe], runner: AsyncRunner, stats: SelfStats, episodes: EpisodeLog,
-                 series: SeriesStore) -> None:
+                 series: SeriesStore, record: Callable[[str, Action], None] | None = None) -> None:
         self.probes = list(probes)
         self.runner = runner
         self.stats = stats
         self.episodes = episodes
         self.series = series
+        self.record = record  # records a probe's step on an incident (Folded.actions)
 
     def run_inline(self, now: float, seen: Seen) -> None:
         for probe in self.probes:
@@ -97,3 +99,6 @@ class ProbeScheduler:
             self.episodes.fail(key, message, now)
         for key in folded.cleared:
             self.episodes.ok(key)
+        if self.record is not None:
+            for incident_id, action in folded.actions:
+                self.record(incident_id, action)

@@ -27,7 +27,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from ..errors import ConfigError
 from .events import event_time_ms
-from .fleet import Heartbeat
+from .fleet import NodeHeartbeat
 from .spool import Spool
 
 log = logging.getLogger(__name__)
@@ -169,7 +169,7 @@ class AlertSink:
         self._delivery = RedisDelivery(client, node=node, stream=stream, channel=channel, maxlen=maxlen,
                                        delivered_keep=delivered_keep or max(DEFAULT_DELIVERED_KEEP,
                                                                              2 * spool.max_events))
-        self._heartbeat = Heartbeat(client)
+        self._heartbeat = NodeHeartbeat(client)
         self._on_close = on_close
         self._lock = threading.Lock()
         self._wake = threading.Event()

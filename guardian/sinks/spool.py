@@ -16,11 +16,12 @@ import fcntl
 import json
 import logging
 import os
-import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Collection, Iterator, Mapping
+
+from ..fsutil import atomic_write, fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -211,29 +212,9 @@ class Spool:
         self._bytes += len(line)
 
     def _rewrite(self, lines: list[bytes]) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=".events-", suffix=".tmp", dir=self.dir)
-        try:
-            os.fchmod(fd, FILE_MODE)
-            with os.fdopen(fd, "wb") as f:
-                f.writelines(lines)
-                f.flush()
-                if self._fsync:
-                    os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-        self._fsync_dir()
+        atomic_write(self.path, b"".join(lines), mode=FILE_MODE, fsync=self._fsync)
         self._set_size(lines)
 
     def _fsync_dir(self) -> None:
-        if not self._fsync:
-            return
-        fd = os.open(self.dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        if self._fsync:
+            fsync_dir(self.dir)

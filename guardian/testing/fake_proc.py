@@ -167,12 +167,6 @@ class FakeProcTree:
         self._render(pid)
         return ProcKey(pid, starttime)
 
-    def add_thread(self, pid: int, tid: int, comm: str | None = None, **values) -> None:
-        proc = self._procs[pid]
-        base = _Thread(tid, (comm if comm is not None else proc.threads[pid].comm)[:15], starttime=proc.starttime)
-        proc.threads[tid] = replace(base, **values)
-        self._render(pid)
-
     def set_thread(self, pid: int, tid: int, **values) -> None:
         """Update a thread: utime=, stime=, voluntary=, nonvoluntary=, syscall=, wchan=, state=, comm=,
         wait_ns= (runqueue wait for schedstat)."""

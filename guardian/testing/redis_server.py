@@ -16,15 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..netaddr import free_port
 from ..sinks.embedded_redis import find_redis_server
 
 SYSTEM_REDIS = "/usr/bin/redis-server"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def redis_executable() -> str:

@@ -71,7 +71,7 @@ def test_the_tree_records_ppid_starttime_and_cmdline(tree):
          "vllm-8001", "http://127.0.0.1:8001"),
         (("/usr/local/bin/vllm", "serve", "m", "--port=8002", "--host", "10.0.0.5"),
          "vllm-8002", "http://10.0.0.5:8002"),
-        (("python", "-m", "guardian.testing.sim_vllm.api_server", "--host", "0.0.0.0"),
+        (("python", "-m", "guardian.sim.vllm.api_server", "--host", "0.0.0.0"),
          "vllm-8000", "http://127.0.0.1:8000"),
         (("python3.11", "-u", "-X", "dev", "/srv/api_server.py", "--host=::", "--port", "9000"),
          "vllm-9000", "http://127.0.0.1:9000"),

@@ -523,3 +523,30 @@ def test_the_deadline_covers_a_retry_per_dump_round_plus_the_record(world):
 def test_summary_of_a_dump_without_threads_says_so(world):
     world.runner.answer(("py-spy", "dump", "--pid", "200"), result("[]"))
     assert "No Python stack: py-spy saw no Python thread" in read_summary(world.capture().dir)
+
+
+# ---------------------------------------------------------------- psutil's per-process details
+class RecordedDetails:
+    """Stands in for PsutilDetails over the fake tree: answers what it was asked, records the keys."""
+
+    def __init__(self, fail: Exception | None = None):
+        self.asked, self.fail = [], fail
+
+    def read(self, keys):
+        self.asked.append(list(keys))
+        if self.fail is not None:
+            raise self.fail
+        return {str(k.pid): {"memory": {"uss": 1024 * k.pid}} for k in self.asked[-1]}
+
+
+def test_process_details_are_written_for_every_live_process_of_the_tree(world):
+    details = RecordedDetails()
+    res = world.collector(details=details).capture(world.context())
+    assert sorted(k.pid for k in details.asked[0]) == [100, 200, 300]
+    assert json.loads((res.dir / "processes.json").read_text())["200"] == {"memory": {"uss": 204800}}
+
+
+def test_a_details_reader_that_breaks_is_recorded_and_the_bundle_goes_on(world):
+    res = world.collector(details=RecordedDetails(fail=RuntimeError("psutil broke"))).capture(world.context())
+    assert res.failures["processes.json"] == "RuntimeError: psutil broke"
+    assert (res.dir / "summary.txt").exists()

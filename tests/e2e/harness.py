@@ -29,7 +29,7 @@ from pathlib import Path
 import yaml
 
 from guardian.incidents import IncidentStore, incident_to_dict
-from guardian.testing.sim_control import SimServer, http_request, proc_ref
+from guardian.sim.control import SimServer, http_request, proc_ref
 
 ROOT = Path(__file__).resolve().parents[2]
 E2E_DIR = ROOT / ".e2e"

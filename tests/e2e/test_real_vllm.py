@@ -20,7 +20,7 @@ import time
 import pytest
 
 from benchmarks.report import parse_vmrss
-from guardian.testing.sim_control import LoadGenerator
+from guardian.sim.control import LoadGenerator
 from harness import (E2E_PYTHON, FaultSwitch, GuardianRun, HealthPoller, VllmServer, cmdline_match, e2e_env,
                      ensure_model, fire, poll, py_spy_dump)
 
@@ -230,7 +230,7 @@ def test_busy_loop_is_remediated_in_command_mode_and_the_new_server_answers(work
     verifies the new server with a canary. Runs on its own server (it is replaced)."""
     import psutil
 
-    from guardian.testing.sim_control import free_port
+    from guardian.netaddr import free_port
 
     port = free_port("127.0.0.1")
     faults = workdir / "faults-restart"

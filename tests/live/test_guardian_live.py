@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from guardian.testing.sim_control import LoadGenerator, SimServer
+from guardian.sim.control import LoadGenerator, SimServer
 from guardian_harness import GuardianProcess, poll
 
 pytestmark = pytest.mark.live

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from guardian.testing.fake_npu_smi import write_fake_npu_smi
-from guardian.testing.sim_control import LoadGenerator, SimServer
+from guardian.sim.control import LoadGenerator, SimServer
 from guardian_harness import GuardianProcess, poll
 
 pytestmark = pytest.mark.live

@@ -15,11 +15,12 @@ from typing import Any
 import psutil
 import pytest
 
-from guardian.testing.sim_control import SimServer, free_port
+from guardian.netaddr import free_port
+from guardian.sim.control import SimServer
 from guardian_harness import GuardianProcess, poll
 
 pytestmark = pytest.mark.live
-SIM = "guardian.testing.sim_vllm.api_server"
+SIM = "guardian.sim.vllm.api_server"
 
 
 def sweep(port: int) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from guardian.testing.sim_control import (
+from guardian.sim.control import (
     LoadGenerator,
     ProcRef,
     SimServer,
@@ -119,7 +119,7 @@ def sim():
 # ---- what it looks like -----------------------------------------------------
 
 def test_api_server_keeps_its_command_line(sim):
-    assert "-m guardian.testing.sim_vllm.api_server --port" in read_cmdline(sim.pid)
+    assert "-m guardian.sim.vllm.api_server --port" in read_cmdline(sim.pid)
 
 
 def test_engine_child_is_titled_like_vllm(sim):

@@ -128,3 +128,20 @@ def test_an_off_loop_job_past_its_timeout_counts_one_overrun():
     gate.set()
     w.settle(13.0)
     w.runner.shutdown()
+
+
+def test_a_step_a_probe_took_for_an_incident_is_handed_on_to_be_recorded():
+    from guardian.model import Action
+
+    class Diagnosis(Scripted):
+        def fold(self, result, now):
+            return Folded(actions=[("01INC", Action("diagnosis", "ok", 1000.0, "engine thread in a Python loop"))])
+
+    recorded = []
+    p = Diagnosis()
+    w = World(p)
+    w.s.record = lambda incident_id, action: recorded.append((incident_id, action.name, action.detail))
+    w.s.schedule(1.0, Seen())
+    w.settle(2.0)
+    assert recorded == [("01INC", "diagnosis", "engine thread in a Python loop")]
+    w.runner.shutdown()

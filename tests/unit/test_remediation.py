@@ -10,7 +10,7 @@ from guardian.config import parse_config
 from guardian.config_schema import Mode
 from guardian.incidents import IncidentManager, IncidentStore
 from guardian.model import Finding, Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target, TargetRef
-from guardian.policy import Maintenance, RestartLedger
+from guardian.actions.policy import Maintenance, RestartLedger
 from guardian.probes.async_runner import Done
 from guardian.series import SeriesStore
 from guardian.series import metrics as m

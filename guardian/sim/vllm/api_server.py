@@ -1,6 +1,6 @@
 """The simulated vLLM API server: the HTTP surface vLLM shows, over a spawned engine.
 
-Run as ``python -m guardian.testing.sim_vllm.api_server --port P [...]`` (the command
+Run as ``python -m guardian.sim.vllm.api_server --port P [...]`` (the command
 line is left as is, so the guardian autodiscovers it like ``-m vllm...api_server``).
 It spawns one ``VLLM::EngineCore`` child (multiprocessing 'spawn', as vLLM's CLI
 forces), waits while the engine "loads the model" (port not yet listening), then
@@ -36,7 +36,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-from guardian.testing.sim_vllm.engine import (
+from guardian.sim.vllm.engine import (
     FAULTS,
     HANG_FAULTS,
     ITERATION_TOKEN_BUCKETS,
@@ -53,7 +53,7 @@ from guardian.testing.sim_vllm.engine import (
 )
 
 LOG = logging.getLogger("guardian.sim_vllm")
-MODULE = "guardian.testing.sim_vllm.api_server"
+MODULE = "guardian.sim.vllm.api_server"
 _ENGINE_KILL_GRACE_S = 1.0
 
 

@@ -1,6 +1,6 @@
 """Drive the simulated vLLM server from tests and ``guardian demo``.
 
-``SimServer`` starts ``python -m guardian.testing.sim_vllm.api_server`` in its own
+``SimServer`` starts ``python -m guardian.sim.vllm.api_server`` in its own
 session, talks to it over loopback HTTP (stdlib ``http.client`` only), and on
 ``stop()`` leaves nothing behind: it remembers every process of the tree it saw
 (pid + starttime, so a reused pid is never signalled) and sweeps its session.
@@ -14,7 +14,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,7 +21,9 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-API_SERVER_MODULE = "guardian.testing.sim_vllm.api_server"
+from ..netaddr import free_port
+
+API_SERVER_MODULE = "guardian.sim.vllm.api_server"
 ENGINE_TITLE = "VLLM::EngineCore"
 WORKER_TITLE = "VLLM::Worker"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -59,14 +60,6 @@ def http_request(host: str, port: int, method: str, path: str, body: dict | None
         raise ConnectionError(str(exc)) from exc
     finally:
         conn.close()
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    _require_loopback(host)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def metric_value(text: str, sample: str, **labels: str) -> float | None:
