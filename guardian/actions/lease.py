@@ -1,4 +1,4 @@
-"""The fleet-wide restart cap (SPEC §8): at most N targets restarting at once across all nodes.
+"""The fleet-wide restart cap (docs/design.md, Safety gates): at most N targets restarting at once across all nodes.
 
 N slots in Redis, ``guardian:lease:restart:<i>``, each taken with ``SET NX EX ttl``
 and holding ``<node>/<target>``. Taking a slot we already hold succeeds (a

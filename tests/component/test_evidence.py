@@ -530,7 +530,8 @@ class RecordedDetails:
     """Stands in for PsutilDetails over the fake tree: answers what it was asked, records the keys."""
 
     def __init__(self, fail: Exception | None = None):
-        self.asked, self.fail = [], fail
+        self.asked: list[list] = []
+        self.fail = fail
 
     def read(self, keys):
         self.asked.append(list(keys))

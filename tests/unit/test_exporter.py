@@ -99,7 +99,7 @@ def family_name(spec) -> str:
 FULL = status(incidents=[incident("busy_loop", "llama")],
               actions={"outcomes": {"ok": 4, "failed": 1}, "restarts": {"llama": {"ok": 1}}},
               alerts={"spooled": 7, "dropped": 2})
-MINIMAL = {}  # before the first tick the daemon's status() is an empty dict
+MINIMAL: dict = {}  # before the first tick the daemon's status() is an empty dict
 
 
 # ------------------------------------------------------------------ the declared list

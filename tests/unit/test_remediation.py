@@ -77,7 +77,8 @@ class World:
         self.rem = self.new_remediator()
 
     def new_remediator(self, **settings):
-        return Remediator(replace(RemediationSettings.from_config(self.cfg), **settings), self.clock, self.control, self.runner, self.cmd, self.incidents, self.ledger,
+        return Remediator(replace(RemediationSettings.from_config(self.cfg), **settings), self.clock, self.control,
+                          self.runner, self.cmd, self.incidents, self.ledger,
                           procfs=None, publish_control=self.published.append)
 
     def open(self, kind=Kind.BUSY_LOOP):
