@@ -48,7 +48,7 @@ def test_no_file_cites_a_document_outside_the_repository():
 def test_the_design_document_exists_with_the_sections_the_code_points_to():
     design = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
     headings = {h.strip() for h in re.findall(r"^#+ (.+)$", design, re.M)}
-    pointed = set()
+    pointed: set[str] = set()
     for path in _texts():
         try:
             text = path.read_text(encoding="utf-8")
