@@ -48,9 +48,9 @@ class ProbeScheduler:
                 continue
             for job in probe.jobs(now, seen):
                 key = (probe.name, job.subject)
-                if not self.runner.busy(key) and self.runner.submit(
-                        key, job.run, deadline=now + job.timeout, on_done=partial(self._done, probe, job)) \
-                        and job.on_start is not None:
+                started = not self.runner.busy(key) and self.runner.submit(
+                    key, job.run, deadline=now + job.timeout, on_done=partial(self._done, probe, job))
+                if started and job.on_start is not None:
                     job.on_start(now)
 
     def collect(self, now: float) -> None:
