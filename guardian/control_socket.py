@@ -26,7 +26,7 @@ class _Handler(socketserver.StreamRequestHandler):
             if not isinstance(req, dict):
                 raise ValueError("request must be a JSON object")
             reply = self.server.dispatch(req)
-        except Exception as e:  # a bad request gets an error, never a crash
+        except Exception as e:  # noqa: BLE001 - a bad request gets an error, never a crash
             reply = {"ok": False, "error": f"{type(e).__name__}: {e}"}
         self.wfile.write(json.dumps(reply, default=str).encode() + b"\n")
 

@@ -234,7 +234,7 @@ class EvidenceCollector:
             try:
                 details = self._details.read([p.key for p in alive])
                 bundle.write("processes.json", json.dumps(jsonable(details), indent=2) + "\n")
-            except Exception as e:  # optional evidence: a failure is recorded, the bundle goes on
+            except Exception as e:  # noqa: BLE001 - optional evidence: a failure is recorded, the bundle goes on
                 bundle.fail("processes.json", f"{type(e).__name__}: {e}")
 
         exe = self._locate(self.cfg.pyspy)

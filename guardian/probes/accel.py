@@ -84,7 +84,7 @@ class AccelReader:
             self._last_read[b.name] = now
             try:
                 snap = b.read(now)
-            except Exception as e:  # a backend must never break the tick
+            except Exception as e:  # noqa: BLE001 - a backend must never break the tick
                 self._snapshots.pop(b.name, None)  # stale numbers must not look current
                 what = f"{type(e).__name__}: {e}"
                 res.errors[b.name] = what if isinstance(e, GuardianError) else f"unexpected {what}"

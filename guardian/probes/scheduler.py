@@ -71,7 +71,7 @@ class ProbeScheduler:
         t0 = time.perf_counter()
         try:
             result = job.run()
-        except Exception as e:  # a broken /proc must not kill the loop
+        except Exception as e:  # noqa: BLE001 - a broken probe must not kill the loop: counted, logged
             st.failures += 1
             self.episodes.fail(episode_key(probe, job), f"{type(e).__name__}: {e}", now)
             return

@@ -81,7 +81,7 @@ def parse_vllm_metrics(text: str) -> dict[str, float]:
                 name = LEGACY.get(sample.name, sample.name)
                 if name in WATCHED:
                     found.setdefault(name, []).append(float(sample.value))
-    except Exception as e:  # the parser raises bare ValueError/TypeError/IndexError on garbage
+    except Exception as e:  # noqa: BLE001 - the parser raises bare ValueError/TypeError/IndexError on garbage
         raise ProbeFailed(f"unparsable /metrics page: {type(e).__name__}: {e}") from None
     out: dict[str, float] = {}
     for name, values in found.items():

@@ -264,7 +264,7 @@ class AlertSink:
             self._thread.join(timeout)
         try:
             self.client.close()
-        except Exception:  # closing must not fail the shutdown
+        except Exception:  # noqa: BLE001 - closing must not fail the shutdown
             pass
         self.spool.close()
         if self._on_close is not None:

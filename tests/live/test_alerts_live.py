@@ -39,7 +39,7 @@ def test_a_restarted_busy_loop_alerts_firing_then_resolved_on_stream_and_channel
             for msg in pubsub.listen():
                 if msg["type"] == "message":
                     heard.append(json.loads(msg["data"]))
-        except Exception:  # the subscription is closed at the end of the test
+        except Exception:  # noqa: BLE001 - the subscription is closed at the end of the test
             return
 
     threading.Thread(target=listen, daemon=True).start()

@@ -57,7 +57,7 @@ def send_in_background(server: SimServer) -> None:
     def call():
         try:
             server.complete(timeout=60)
-        except Exception:  # the server is torn down under it
+        except Exception:  # noqa: BLE001 - the server is torn down under it
             pass
     threading.Thread(target=call, daemon=True).start()
 

@@ -66,7 +66,7 @@ def send_in_background(server: SimServer, **kw) -> threading.Thread:
     def call():
         try:
             server.complete(timeout=60, **kw)
-        except Exception:  # the server is torn down under it
+        except Exception:  # noqa: BLE001 - the server is torn down under it
             pass
     thread = threading.Thread(target=call, daemon=True)
     thread.start()

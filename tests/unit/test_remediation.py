@@ -33,7 +33,7 @@ class SyncRunner:
     def submit(self, key, fn, deadline, on_done=None):
         try:
             outcome = Done(key, fn())
-        except Exception as e:  # the real runner hands errors back too
+        except Exception as e:  # noqa: BLE001 - the real runner hands errors back too
             outcome = Done(key, None, e)
         self.done.append(replace(outcome, on_done=on_done))
         return True
