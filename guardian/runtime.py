@@ -74,7 +74,8 @@ def build_daemon(cfg: Config, seams: Seams, *, sink: AlertSink | None = None, si
     lease = None
     if sink is not None:
         f = cfg.policy.fleet
-        lease = FleetLease(sink.client, cfg.node, f.max_concurrent_restarts, f.lease_ttl, f.when_redis_down)
+        node = cfg.node or os.uname().nodename
+        lease = FleetLease(sink.client, node, f.max_concurrent_restarts, f.lease_ttl, f.when_redis_down)
     return Daemon(cfg, seams, store=store, evidence=evidence, lease=lease, kube=kube,
                   publish_control=sink.control if sink is not None else None, sinks=sinks,
                   on_update=on_update, status_extras=status_extras, runner=runner, log=log)
@@ -96,8 +97,9 @@ class Runtime:
     @classmethod
     def start(cls, cfg: Config) -> Runtime:
         clock = SystemClock()
-        sink = AlertSink.from_config(cfg.alerts, cfg.state_dir, cfg.node)
-        emitter = AlertEmitter(cfg.node, cfg.alerts.renotify_interval)
+        node = cfg.node or os.uname().nodename  # parse_config fills it; a Config built by hand may not
+        sink = AlertSink.from_config(cfg.alerts, cfg.state_dir, node)
+        emitter = AlertEmitter(node, cfg.alerts.renotify_interval)
         alerts = IncidentAlerts(emitter, sink.publish, clock)
 
         def republish(inc: Incident) -> None:  # an incident changed without a transition

@@ -147,9 +147,10 @@ def _fmt_pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
 
 
-def _fmt_bytes(x: int | None) -> str:
-    if x is None:
+def _fmt_bytes(n: int | None) -> str:
+    if n is None:
         return "-"
+    x = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if x < 1024 or unit == "GiB":
             return f"{x:.0f}{unit}" if unit == "B" else f"{x:.1f}{unit}"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -118,7 +119,8 @@ class RemediationSettings:
 
     @classmethod
     def from_config(cls, cfg: Config) -> RemediationSettings:
-        return cls(cfg.node, cfg.state_dir, cfg.policy, {t.name: RestartSpec.of(t) for t in cfg.targets})
+        return cls(cfg.node or os.uname().nodename, cfg.state_dir, cfg.policy,
+                   {t.name: RestartSpec.of(t) for t in cfg.targets})
 
 
 @dataclass
@@ -257,7 +259,8 @@ class Remediator:
         if incident.kind in (Kind.PROBE_FAILURE, Kind.RESTART_BUDGET_EXHAUSTED):
             return "a blind spot or an exhausted budget is never a reason to restart: alert only"
         prev = self.sequences.get(name)
-        if prev is not None and prev.incident_id == incident.id and prev.phase in (Phase.FAILED, Phase.DONE, Phase.ABORTED):
+        finished = (Phase.FAILED, Phase.DONE, Phase.ABORTED)
+        if prev is not None and prev.incident_id == incident.id and prev.phase in finished:
             return f"already {prev.phase.value} for this incident"
         tc = self.target_config(name)
         if tc is None:
@@ -502,9 +505,10 @@ class Remediator:
             seq.progress.job_at = now
             return res
         last = seq.progress.job_at
-        if seq.pending_job != key and (last is None or (retry_every is not None and now - last >= retry_every)):
-            if self.async_runner.submit(("remediation", key), fn, deadline=now + 90, on_done=self._job_done):
-                seq.pending_job = key
+        due = last is None or (retry_every is not None and now - last >= retry_every)
+        if seq.pending_job != key and due and self.async_runner.submit(
+                ("remediation", key), fn, deadline=now + 90, on_done=self._job_done):
+            seq.pending_job = key
         return None
 
     def _job_done(self, done, now: float) -> None:

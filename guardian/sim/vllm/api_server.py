@@ -93,7 +93,7 @@ def metric_families(stats: EngineStats, model: str) -> list:
     bounds = [floatToGoString(b) for b in ITERATION_TOKEN_BUCKETS] + ["+Inf"]
     hist = HistogramMetricFamily("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
                                  labels=labels)
-    hist.add_metric(values, buckets=list(zip(bounds, cumulative)), sum_value=stats.iteration_tokens_sum)
+    hist.add_metric(values, buckets=list(zip(bounds, cumulative, strict=True)), sum_value=stats.iteration_tokens_sum)
     return [
         one(GaugeMetricFamily, "vllm:num_requests_running", "Number of requests in model execution batches.",
             stats.running),
@@ -303,7 +303,8 @@ class SimApp:
                           f"This model's maximum context length is {self._config.max_model_len} tokens.")
         done = self.engine.submit(prompt, max_tokens, float(temperature))
         if done is None:
-            return _error(500, "EngineDeadError", "EngineCore encountered an issue. See stack trace for the root cause.")
+            return _error(500, "EngineDeadError",
+                          "EngineCore encountered an issue. See stack trace for the root cause.")
         return 200, {
             "id": done.request_id, "object": "text_completion", "created": int(time.time()), "model": self.model,
             "choices": [{"index": 0, "text": done.text, "logprobs": None,
@@ -341,13 +342,14 @@ class SimApp:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "sim-vllm"
+    server: _Server  # the server that made this handler: it carries the app
 
-    def log_message(self, format, *args) -> None:  # noqa: A002 - signature of the base class
+    def log_message(self, format, *args) -> None:
         LOG.debug("%s %s", self.address_string(), format % args)
 
     @property
     def app(self) -> SimApp:
-        return self.server.app  # type: ignore[attr-defined]
+        return self.server.app
 
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
