@@ -50,7 +50,7 @@ def cmd_run(args) -> int:
     rt = Runtime.start(cfg)
     stop = threading.Event()
 
-    def on_signal(signum, frame):  # noqa: ARG001
+    def on_signal(signum, frame):
         logging.getLogger("guardian").info("signal %d: shutting down", signum)
         stop.set()
         rt.clock.wake()
@@ -193,10 +193,7 @@ def parse_duration(text: str) -> float:
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     text = text.strip().lower()
     try:
-        if text and text[-1] in units:
-            value = float(text[:-1]) * units[text[-1]]
-        else:
-            value = float(text)
+        value = float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 30m, 2h)") from None
     if value <= 0:

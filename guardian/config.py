@@ -24,7 +24,7 @@ import re
 import socket
 import types
 import typing
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Union
 
 import yaml
 
@@ -128,7 +128,7 @@ def _strip_optional(tp: Any) -> Any:
     return inner[0]
 
 
-def _describe(tp: Any, check: Optional[str]) -> str:
+def _describe(tp: Any, check: str | None) -> str:
     if check:
         return _RULES[check][0].format(base="an integer" if tp is int else "a number")
     origin = typing.get_origin(tp)
@@ -148,13 +148,13 @@ class _Parser:
     def __init__(self) -> None:
         self.problems: list[str] = []
 
-    def wrong(self, path: str, tp: Any, check: Optional[str], value: Any,
+    def wrong(self, path: str, tp: Any, check: str | None, value: Any,
               nullable: bool = False, detail: str = "") -> _Invalid:
         expected = _describe(tp, check) + (" or null" if nullable else "")
         self.problems.append(f"{path}: expected {expected}, got {_show(value)}{detail}")
         return _INVALID
 
-    def value(self, tp: Any, value: Any, path: str, check: Optional[str] = None) -> Any:
+    def value(self, tp: Any, value: Any, path: str, check: str | None = None) -> Any:
         nullable = _is_optional(tp)
         if nullable:
             if value is None:
@@ -169,7 +169,7 @@ class _Parser:
             return self.mapping(tp, value, path, nullable)
         return self.scalar(tp, value, path, check, nullable)
 
-    def scalar(self, tp: Any, value: Any, path: str, check: Optional[str], nullable: bool) -> Any:
+    def scalar(self, tp: Any, value: Any, path: str, check: str | None, nullable: bool) -> Any:
         if tp is bool:
             ok = isinstance(value, bool)
         elif tp is int:
@@ -331,7 +331,7 @@ class _StrictLoader(yaml.SafeLoader):
         super().__init__(stream)
         self.duplicates: list[str] = []
 
-    def construct_mapping(self, node, deep=False):  # noqa: ANN001 (PyYAML's signature)
+    def construct_mapping(self, node, deep=False):
         seen = set()
         for key_node, _ in node.value:
             if key_node.tag == _MERGE_TAG:
@@ -367,7 +367,7 @@ def load_yaml(text: str, source: str = "<config>") -> Any:
     return data
 
 
-def load_config(path: Optional[str] = None, *, default_path: str = DEFAULT_PATH,
+def load_config(path: str | None = None, *, default_path: str = DEFAULT_PATH,
                 hostname: Callable[[], str] = socket.gethostname) -> Config:
     """Loads and validates a config file.
 

@@ -6,7 +6,7 @@ Field metadata ``check`` names a validation rule (see ``guardian.config``):
 ``positive`` (> 0), ``nonneg`` (>= 0), ``ratio`` (0..1), ``mode``, ``onoff``
 (auto|off), ``restart_mode``, ``regex``, ``expect`` (regex or ``baseline``), ``port``,
 ``hostport``.
-The top-level names are the SPEC §9 contract.
+The top-level names are a contract: scripts and operators rely on them.
 """
 from __future__ import annotations
 

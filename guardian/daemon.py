@@ -18,10 +18,12 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .actions.evidence import EvidenceCollector
+from .actions.policy import RestartLedger
 from .actions.remediation import RemediationSettings, Remediator
 from .actions.responder import Responder
 from .config_schema import Config
@@ -31,7 +33,6 @@ from .detectors.view import TargetView
 from .episodes import EpisodeLog
 from .incidents import IncidentManager, IncidentStore
 from .model import Finding, Incident, Kind, Transition
-from .actions.policy import RestartLedger
 from .probes.async_runner import AsyncRunner
 from .probes.base import ProbeParts, Readings, Seen
 from .probes.scheduler import ProbeScheduler
@@ -39,13 +40,14 @@ from .probes.table import build_probes, probe_names
 from .seams import Seams
 from .selfstats import SelfStats
 from .series import SeriesStore
-from .targets import NAME as TARGETS, TargetsStage
+from .targets import NAME as TARGETS
+from .targets import TargetsStage
 from .tracker import Tracker
 
 if TYPE_CHECKING:
-    from .status_snapshot import StatusSnapshot
-    from .host.kube import KubeClient
     from .actions.lease import FleetLease
+    from .host.kube import KubeClient
+    from .status_snapshot import StatusSnapshot
 
 Sink = Callable[[Transition], None]
 
@@ -123,7 +125,7 @@ class Daemon:
         t0 = time.perf_counter()
         try:
             changes = self.targets.refresh(now)
-        except Exception as e:  # a broken /proc must not kill the loop
+        except Exception as e:  # noqa: BLE001 - a broken /proc must not kill the loop: counted, logged
             st.failures += 1
             self.episodes.fail(TARGETS, f"{type(e).__name__}: {e}", now)
             return
@@ -168,7 +170,7 @@ class Daemon:
         for sink in self.sinks:
             try:
                 sink(tr)
-            except Exception as e:  # a sink must never take the loop down
+            except Exception as e:  # noqa: BLE001 - a sink must never take the loop down: logged once
                 self.episodes.fail(f"sink:{getattr(sink, '__name__', type(sink).__name__)}", repr(e),
                                    self.clock.monotonic())
 
@@ -184,7 +186,9 @@ class Daemon:
         """The status as of the last tick (built when first asked for after it)."""
         with self._lock:
             if self._status_tick != self.stats.ticks:
-                from .status_view import build_status  # keeps this module about the loop
+                from .status_view import (
+                    build_status,  # keeps this module about the loop
+                )
 
                 self._status = build_status(self, self.clock.monotonic())
                 self._status_tick = self.stats.ticks

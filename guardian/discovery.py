@@ -142,7 +142,7 @@ class DiscoveryCache:
 class _Snapshot:
     """One pass over /proc: every process's key, ppid, cmdline; children by ppid; lazily, fds."""
 
-    def __init__(self, procfs: ProcFS, cache: "DiscoveryCache | None" = None):
+    def __init__(self, procfs: ProcFS, cache: DiscoveryCache | None = None):
         self.procfs = procfs
         self.cache = cache
         self.procs: dict[int, _Proc] = {}
@@ -207,7 +207,7 @@ class _Snapshot:
     def port_owners(self, port: int) -> set[int]:
         if self._listening is None:
             self._listening = self.procfs.listening_ports()
-        cached = self._cached_owners(port)
+        cached = self._cached_owners(port, self._listening)
         if cached is not None:
             return cached
         if self._owners is None:
@@ -227,13 +227,13 @@ class _Snapshot:
                 self.cache.owners[inode] = frozenset(self.procs[p].key for p in found)
         return owners
 
-    def _cached_owners(self, port: int) -> set[int] | None:
+    def _cached_owners(self, port: int, listening: dict[int, set[int]]) -> set[int] | None:
         """The owners found by an earlier pass, if every one still lives with the same starttime
         and still holds the socket: one process's fds read instead of every process's."""
         if self.cache is None:
             return None
         owners: set[int] = set()
-        for inode in self._listening.get(port, ()):
+        for inode in listening.get(port, ()):
             keys = self.cache.owners.get(inode)
             if not keys:
                 return None

@@ -1,6 +1,6 @@
 """Prometheus exporter: a custom collector over the daemon's latest status document.
 
-Reads memory only (SPEC §9, DESIGN "exporter reads state at scrape time, no I/O"):
+Reads memory only (a scrape never touches /proc or the network; docs/design.md, Operating surface):
 ``status()`` returns the immutable dict the loop publishes after each tick
 (``guardian.status_view.build_status``) and ``stats()`` the daemon's ``SelfStats``
 (for the incident open/resolve totals, which the status document does not carry).
@@ -142,7 +142,7 @@ class _Families:
     """One family per declared name; ``add`` refuses undeclared names and absent values."""
 
     def __init__(self) -> None:
-        self._fams: dict[str, Metric] = {}
+        self._fams: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
         for name, typ, labels, help_ in _TABLE:
             cls = CounterMetricFamily if typ == "counter" else GaugeMetricFamily
             self._fams[name] = cls(name, help_, labels=list(labels))

@@ -16,13 +16,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from .actions.evidence import EvidenceCollector
-from .control_socket import ControlSocket
+from .actions.lease import FleetLease
 from .clock import SystemClock
 from .config_schema import Config
+from .control_socket import ControlSocket
 from .daemon import Daemon, Sink
 from .errors import GuardianError
 from .exporter import build_registry
@@ -33,13 +34,12 @@ from .host.procfs import ProcFS
 from .host.runner import SubprocessRunner
 from .http_listener import HttpListener, LastTick
 from .incidents import IncidentStore
-from .actions.lease import FleetLease
 from .model import Incident, Status, Transition
 from .netaddr import parse_hostport
 from .probes.accel import make_backends
 from .probes.async_runner import AsyncRunner
-from .seams import Seams
 from .sdnotify import SdNotify
+from .seams import Seams
 from .sinks.events import AlertEmitter, IncidentAlerts
 from .sinks.fleet import node_summary
 from .sinks.gate_decisions import GateDecisions
@@ -77,7 +77,8 @@ def build_daemon(cfg: Config, seams: Seams, *, sink: AlertSink | None = None, si
     lease = None
     if sink is not None:
         f = cfg.policy.fleet
-        lease = FleetLease(sink.client, cfg.node, f.max_concurrent_restarts, f.lease_ttl, f.when_redis_down)
+        node = cfg.node or os.uname().nodename
+        lease = FleetLease(sink.client, node, f.max_concurrent_restarts, f.lease_ttl, f.when_redis_down)
     return Daemon(cfg, seams, store=store, evidence=evidence, lease=lease, kube=kube,
                   publish_control=sink.control if sink is not None else None, sinks=sinks,
                   on_update=on_update, status_extras=status_extras, runner=runner, log=log)
@@ -101,8 +102,9 @@ class Runtime:
     @classmethod
     def start(cls, cfg: Config) -> Runtime:
         clock = SystemClock()
-        sink = AlertSink.from_config(cfg.alerts, cfg.state_dir, cfg.node)
-        emitter = AlertEmitter(cfg.node, cfg.alerts.renotify_interval)
+        node = cfg.node or os.uname().nodename  # parse_config fills it; a Config built by hand may not
+        sink = AlertSink.from_config(cfg.alerts, cfg.state_dir, node)
+        emitter = AlertEmitter(node, cfg.alerts.renotify_interval)
         alerts = IncidentAlerts(emitter, sink.publish, clock)
 
         def republish(inc: Incident) -> None:  # an incident changed without a transition

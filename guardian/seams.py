@@ -6,8 +6,8 @@
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from .clock import Clock
 from .host.accel import AccelBackend

@@ -8,9 +8,10 @@ HTTP listener and the exporter read ``to_dict()``, the JSON document other tools
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any
 
 from .incidents import incident_to_dict
 from .model import Incident

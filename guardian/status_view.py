@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from . import __version__
 from .actions.policy import Maintenance, budget_left
 from .model import Incident, ProcessInfo, Subject
+from .series import metrics as m
+from .series.slope import theil_sen
 from .status_snapshot import (
     CanaryStatus,
     EngineStatus,
@@ -25,8 +27,6 @@ from .status_snapshot import (
     StatusSnapshot,
     TargetStatus,
 )
-from .series.slope import theil_sen
-from .series import metrics as m
 
 if TYPE_CHECKING:
     from .daemon import Daemon
@@ -150,9 +150,10 @@ def _fmt_pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
 
 
-def _fmt_bytes(x: int | None) -> str:
-    if x is None:
+def _fmt_bytes(n: int | None) -> str:
+    if n is None:
         return "-"
+    x = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if x < 1024 or unit == "GiB":
             return f"{x:.0f}{unit}" if unit == "B" else f"{x:.1f}{unit}"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -111,14 +112,15 @@ class RemediationSettings:
     """The node, where state lives, the policy, and a restart spec per configured target
     (an autodiscovered target has none: it is never restarted)."""
 
-    node: str
+    node: str | None  # as configured (control messages carry it)
     state_dir: str
     policy: PolicyConfig
     targets: Mapping[str, RestartSpec] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, cfg: Config) -> RemediationSettings:
-        return cls(cfg.node, cfg.state_dir, cfg.policy, {t.name: RestartSpec.of(t) for t in cfg.targets})
+        return cls(cfg.node or os.uname().nodename, cfg.state_dir, cfg.policy,
+                   {t.name: RestartSpec.of(t) for t in cfg.targets})
 
 
 @dataclass
@@ -257,7 +259,8 @@ class Remediator:
         if incident.kind in (Kind.PROBE_FAILURE, Kind.RESTART_BUDGET_EXHAUSTED):
             return "a blind spot or an exhausted budget is never a reason to restart: alert only"
         prev = self.sequences.get(name)
-        if prev is not None and prev.incident_id == incident.id and prev.phase in (Phase.FAILED, Phase.DONE, Phase.ABORTED):
+        finished = (Phase.FAILED, Phase.DONE, Phase.ABORTED)
+        if prev is not None and prev.incident_id == incident.id and prev.phase in finished:
             return f"already {prev.phase.value} for this incident"
         tc = self.target_config(name)
         if tc is None:
@@ -309,7 +312,7 @@ class Remediator:
         if dry_run or self.policy.dry_run:
             return (f"{name}: dry run: would have {'drained' if action == 'drain' else 'drained, stopped'} "
                     f"{[p.pid for p in tracked.target.processes]}"
-                    + ("" if action == "drain" else f" and restarted via {tc.restart.mode}"))
+                    + ("" if action == "drain" or tc is None else f" and restarted via {tc.restart.mode}"))
         self.begin(name, "manual", None, tracked.target.key, [p.key for p in tracked.target.processes], now,
                    drain_only=(action == "drain"))
         return f"{name}: {action} started"
@@ -502,9 +505,10 @@ class Remediator:
             seq.progress.job_at = now
             return res
         last = seq.progress.job_at
-        if seq.pending_job != key and (last is None or (retry_every is not None and now - last >= retry_every)):
-            if self.async_runner.submit(("remediation", key), fn, deadline=now + 90, on_done=self._job_done):
-                seq.pending_job = key
+        due = last is None or (retry_every is not None and now - last >= retry_every)
+        if seq.pending_job != key and due and self.async_runner.submit(
+                ("remediation", key), fn, deadline=now + 90, on_done=self._job_done):
+            seq.pending_job = key
         return None
 
     def _job_done(self, done, now: float) -> None:

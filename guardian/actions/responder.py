@@ -16,19 +16,19 @@ target's incidents). ``on_update`` hooks hear of an incident that changed withou
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from ..clock import Clock
 from ..config_schema import DetectorsConfig, Mode
 from ..episodes import EpisodeLog
 from ..incidents import IncidentManager
 from ..model import Action, Finding, Incident, Kind, Severity, Transition
-from .policy import budget_left
 from ..probes.async_runner import AsyncRunner, Done
 from ..probes.base import Readings
 from ..series import SeriesStore
 from ..tracker import Tracker
 from .evidence import EvidenceCollector, EvidenceContext, EvidenceResult, series_windows
+from .policy import budget_left
 from .remediation import Outcome, Remediator, RestartSequence
 
 

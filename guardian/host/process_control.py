@@ -1,12 +1,13 @@
 """Signal, check and start processes — the only code that sends a signal or spawns a server.
 
-Safety rule (SPEC §8): a signal is sent only to a process whose identity
+Safety rule (docs/design.md, Remediation): a signal is sent only to a process whose identity
 ``(pid, starttime)`` still matches the snapshot it was taken from; a reused pid
 is never touched. ``start`` launches an argv (never a shell) in a new session
 (so the guardian owns the whole group), with env, cwd and an append-only log.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal as _signal
 import subprocess
@@ -14,6 +15,7 @@ from typing import Mapping, Protocol, Sequence
 
 from ..errors import AccessDenied, TargetGone
 from ..model import ProcKey
+from .procfs import ProcFS
 
 
 class ProcessControl(Protocol):
@@ -24,9 +26,9 @@ class ProcessControl(Protocol):
 
 
 class OsProcessControl:
-    def __init__(self, procfs) -> None:
+    def __init__(self, procfs: ProcFS) -> None:
         self.procfs = procfs
-        self._children: dict[int, subprocess.Popen] = {}
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
 
     def alive(self, key: ProcKey) -> bool:
         try:
@@ -52,13 +54,10 @@ class OsProcessControl:
             raise ValueError("restart.command is empty")
         full_env = dict(os.environ)
         full_env.update(env or {})
-        out = open(log_file, "ab") if log_file else subprocess.DEVNULL
-        try:
+        with open(log_file, "ab") if log_file else contextlib.nullcontext(subprocess.DEVNULL) as out:
+            # the child keeps its own descriptor; ours is closed once it has started
             proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     env=full_env, cwd=cwd, start_new_session=True)
-        finally:
-            if log_file:
-                out.close()  # the child keeps its own descriptor
         self._children[proc.pid] = proc
         self._reap()
         return proc.pid

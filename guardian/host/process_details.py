@@ -11,7 +11,8 @@ Identity-checked: a pid whose start time is not the snapshotted one is reported,
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Protocol
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 import psutil
 

@@ -1,12 +1,13 @@
 """Incidents on disk: ``<state_dir>/incidents/<id>/incident.json``, one JSON file each.
 
 Writes atomically (temporary file, fsync, ``os.replace``, fsync of the folder);
-files ``0640``, folders ``0750``. Field names follow SPEC §9. A corrupt or
+files ``0640``, folders ``0750``. Field names are those `guardian incidents list --json` prints. A corrupt or
 unreadable file is skipped with a warning, never a crash. The evidence bundle of
 an incident lives in the same folder (``dir_for``).
 """
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import math
@@ -135,7 +136,7 @@ class IncidentStore:
         out.sort(key=lambda i: (i.opened_at, i.id), reverse=True)
         return out if limit is None else out[: max(0, limit)]
 
-    def load_open(self) -> list[Incident]:
+    def load_open(self) -> builtins.list[Incident]:  # `list` here is the method above
         """Stored incidents still firing, oldest first."""
         return sorted((i for i in self.list() if i.status is Status.FIRING), key=lambda i: (i.opened_at, i.id))
 

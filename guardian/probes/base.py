@@ -21,8 +21,9 @@ read by the status document, evidence and remediation.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config_schema import Config
 from ..model import Action, Finding, Incident, Kind, ProcKey, Sample

@@ -10,8 +10,8 @@ never taken down with the loop.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Callable, Sequence
 
 from ..episodes import EpisodeLog
 from ..model import Action
@@ -48,10 +48,10 @@ class ProbeScheduler:
                 continue
             for job in probe.jobs(now, seen):
                 key = (probe.name, job.subject)
-                if not self.runner.busy(key) and self.runner.submit(
-                        key, job.run, deadline=now + job.timeout, on_done=partial(self._done, probe, job)):
-                    if job.on_start is not None:
-                        job.on_start(now)
+                started = not self.runner.busy(key) and self.runner.submit(
+                    key, job.run, deadline=now + job.timeout, on_done=partial(self._done, probe, job))
+                if started and job.on_start is not None:
+                    job.on_start(now)
 
     def collect(self, now: float) -> None:
         for done in self.runner.collect():
@@ -71,7 +71,7 @@ class ProbeScheduler:
         t0 = time.perf_counter()
         try:
             result = job.run()
-        except Exception as e:  # a broken /proc must not kill the loop
+        except Exception as e:  # noqa: BLE001 - a broken probe must not kill the loop: counted, logged
             st.failures += 1
             self.episodes.fail(episode_key(probe, job), f"{type(e).__name__}: {e}", now)
             return

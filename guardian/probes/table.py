@@ -9,7 +9,7 @@ loop's first stage, it decides what the probes look at.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .accel import AccelProbe
 from .base import Probe, ProbeParts

@@ -97,7 +97,7 @@ def proc_ref(pid: int) -> ProcRef | None:
 def is_running(ref: ProcRef) -> bool:
     """Same process (pid and starttime) still there and not a zombie."""
     fields = _stat_fields(ref.pid)
-    return bool(fields) and int(fields[19]) == ref.starttime and fields[0] not in ("Z", "X")
+    return fields is not None and int(fields[19]) == ref.starttime and fields[0] not in ("Z", "X")
 
 
 def read_cmdline(pid: int) -> str:
@@ -188,12 +188,9 @@ class SimServer:
             raise RuntimeError("SimServer already started")
         env = dict(os.environ if self.env is None else self.env)
         if self.log_path is not None:
-            log = open(self.log_path, "ab")
-            try:
+            with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
                 self.process = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                                 stderr=subprocess.STDOUT, start_new_session=True)
-            finally:
-                log.close()
         else:
             self.process = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL,
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -201,16 +198,18 @@ class SimServer:
         self._root = proc_ref(self.process.pid)
         return self
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        """Poll /health until 200. RuntimeError if the server exits first, TimeoutError at the deadline."""
-        deadline = time.monotonic() + timeout
+    def wait_ready(self, timeout: float = 30.0) -> float:
+        """Poll /health until 200; the seconds waited. RuntimeError if the server exits first, TimeoutError
+        at the deadline."""
+        start = time.monotonic()
+        deadline = start + timeout
         while True:
             self._remember_tree()
-            if self.poll() is not None:
-                raise RuntimeError(f"sim server exited with {self.process.returncode} before ready")
+            if (rc := self.poll()) is not None:
+                raise RuntimeError(f"sim server exited with {rc} before ready")
             if self.health(timeout=1.0) == 200:
                 self._remember_tree()
-                return
+                return time.monotonic() - start
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"sim server on {self.url} not ready after {timeout} s")
             time.sleep(0.05)

@@ -1,6 +1,6 @@
 """FakeProcTree: writes a realistic fake /proc into a directory, in the kernel's formats.
 
-What it claims, it does like the kernel (reference/probes.md §1.1):
+What it claims, it does like the kernel:
 - ``PID/stat`` has 52 fields; its utime/stime are the SUM over the process's
   threads, its state the leader's; ``task/TID/stat`` is per thread.
 - ``PID/status`` context-switch counters are the MAIN thread's only; ``VmRSS``

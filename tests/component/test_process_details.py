@@ -1,8 +1,8 @@
 """psutil's per-process details, on the real /proc: this test process itself."""
 import os
 
-from guardian.host.procfs import ProcFS
 from guardian.host.process_details import PsutilDetails
+from guardian.host.procfs import ProcFS
 from guardian.model import ProcKey
 
 

@@ -273,7 +273,8 @@ def test_busy_loop_is_remediated_in_command_mode_and_the_new_server_answers(work
             assert g.stop() == 0, g.log_text()
         old.stop()
         for p in psutil.process_iter(["pid", "cmdline"]):  # the replacement the guardian started
-            if str(port) in (p.info["cmdline"] or []) and "vllm.entrypoints.openai.api_server" in (p.info["cmdline"] or []):
+            cmdline = p.info["cmdline"] or []
+            if str(port) in cmdline and "vllm.entrypoints.openai.api_server" in cmdline:
                 try:
                     os.killpg(os.getsid(p.pid), signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):

@@ -423,4 +423,4 @@ def test_render_check_ends_with_the_inactive_features_as_comments():
 def test_inactive_sections_lists_one_line_per_feature_group():
     lines = inactive_sections(parse({}))
     assert len(lines) == len(INACTIVE_FEATURES)
-    assert all(line.startswith(key) for line, (key, _) in zip(lines, INACTIVE_FEATURES))
+    assert all(line.startswith(key) for line, (key, _) in zip(lines, INACTIVE_FEATURES, strict=True))

@@ -101,7 +101,7 @@ FULL = status(targets=[target(gates={"health_score": 20, "baseline": "complete",
               actions={"outcomes": {"ok": 4, "failed": 1}, "restarts": {"llama": {"ok": 1}}},
               alerts={"spooled": 7, "dropped": 2},
               gates={"reports": {"accepted": 3, "malformed": 1}})
-MINIMAL = {}  # before the first tick the daemon's status() is an empty dict
+MINIMAL: dict = {}  # before the first tick the daemon's status() is an empty dict
 
 
 # ------------------------------------------------------------------ the declared list
@@ -223,7 +223,8 @@ def test_incidents_open_lists_every_kind_at_zero_when_nothing_is_open():
 
 def test_an_incident_of_a_target_no_longer_listed_still_counts_for_that_target():
     fams = scrape(status(targets=[], incidents=[incident("engine_dead", "gone-one")]))
-    per_target = {(s.labels["target"], s.labels["kind"]): s.value for s in fams["guardian_target_incidents_open"].samples}
+    samples = fams["guardian_target_incidents_open"].samples
+    per_target = {(s.labels["target"], s.labels["kind"]): s.value for s in samples}
     assert per_target == {("gone-one", k): (1.0 if k == "engine_dead" else 0.0) for k in KINDS}
 
 

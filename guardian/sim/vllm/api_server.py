@@ -100,7 +100,7 @@ def metric_families(stats: EngineStats, model: str) -> list:
     bounds = [floatToGoString(b) for b in ITERATION_TOKEN_BUCKETS] + ["+Inf"]
     hist = HistogramMetricFamily("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
                                  labels=labels)
-    hist.add_metric(values, buckets=list(zip(bounds, cumulative)), sum_value=stats.iteration_tokens_sum)
+    hist.add_metric(values, buckets=list(zip(bounds, cumulative, strict=True)), sum_value=stats.iteration_tokens_sum)
     return [
         one(GaugeMetricFamily, "vllm:num_requests_running", "Number of requests in model execution batches.",
             stats.running),
@@ -322,8 +322,11 @@ class SimApp:
                           f"However, you requested {count_tokens(prompt) + max_tokens} tokens.")
         done = self.engine.submit(prompt, max_tokens, float(temperature))
         if done is None:
-            return _error(500, "EngineDeadError", "EngineCore encountered an issue. See stack trace for the root cause.")
-        text, finish, completion_tokens, choice_lp, choice_plp = done.text, done.finish_reason, done.completion_tokens, None, None
+            return _error(500, "EngineDeadError",
+                          "EngineCore encountered an issue. See stack trace for the root cause.")
+        text, finish, completion_tokens = done.text, done.finish_reason, done.completion_tokens
+        choice_lp: dict | None = None
+        choice_plp: list | None = None
         if faults or salt or logprobs is not None or plp is not None or echo or prompt in lm.KNOWN:
             greedy = temperature == 0
             n = max_tokens if greedy else max(1, done.completion_tokens)
@@ -387,13 +390,14 @@ class SimApp:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "sim-vllm"
+    server: _Server  # the server that made this handler: it carries the app
 
-    def log_message(self, format, *args) -> None:  # noqa: A002 - signature of the base class
+    def log_message(self, format, *args) -> None:
         LOG.debug("%s %s", self.address_string(), format % args)
 
     @property
     def app(self) -> SimApp:
-        return self.server.app  # type: ignore[attr-defined]
+        return self.server.app
 
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
