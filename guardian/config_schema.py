@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Optional
 
 
 class Mode(str, Enum):
@@ -39,31 +38,31 @@ def _f(default, check: str | None = None, doc: str = ""):
 # ---------------------------------------------------------------- targets
 @dataclass(frozen=True)
 class KubernetesMatch:
-    pod_uid: Optional[str] = None
-    namespace: Optional[str] = None
-    pod: Optional[str] = None
-    container: Optional[str] = None
+    pod_uid: str | None = None
+    namespace: str | None = None
+    pod: str | None = None
+    container: str | None = None
 
 
 @dataclass(frozen=True)
 class MatchConfig:
     """Exactly one matcher must be set."""
 
-    port: Optional[int] = _f(None, "port", "the port the API server listens on")
-    pid_file: Optional[str] = _f(None, doc="a file holding the API server's pid")
-    cmdline_regex: Optional[str] = _f(None, "regex", "regex searched in the joined cmdline")
-    systemd_unit: Optional[str] = _f(None, doc="the unit whose MainPID is the API server")
-    kubernetes: Optional[KubernetesMatch] = None
+    port: int | None = _f(None, "port", "the port the API server listens on")
+    pid_file: str | None = _f(None, doc="a file holding the API server's pid")
+    cmdline_regex: str | None = _f(None, "regex", "regex searched in the joined cmdline")
+    systemd_unit: str | None = _f(None, doc="the unit whose MainPID is the API server")
+    kubernetes: KubernetesMatch | None = None
 
 
 @dataclass(frozen=True)
 class RestartConfig:
     mode: str = _f("signal", "restart_mode", "systemd | command | kubernetes | signal")
     command: tuple[str, ...] = _f((), doc="argv for mode=command (no shell)")
-    unit: Optional[str] = None
+    unit: str | None = None
     env: dict[str, str] = _f({})
-    cwd: Optional[str] = None
-    log_file: Optional[str] = None
+    cwd: str | None = None
+    log_file: str | None = None
     stop_timeout: float = _f(30.0, "positive", "SIGTERM -> SIGKILL of the whole tree, seconds")
     ready_timeout: float = _f(600.0, "positive", "start -> /health 200 and a canary answered")
 
@@ -78,8 +77,8 @@ class DrainConfig:
 class TargetConfig:
     name: str
     match: MatchConfig
-    api_url: Optional[str] = _f(None, doc="default: http://127.0.0.1:<port>")
-    model: Optional[str] = _f(None, doc="served model name; default: first of /v1/models")
+    api_url: str | None = _f(None, doc="default: http://127.0.0.1:<port>")
+    model: str | None = _f(None, doc="served model name; default: first of /v1/models")
     restart: RestartConfig = field(default_factory=RestartConfig)
     drain: DrainConfig = field(default_factory=DrainConfig)
 
@@ -212,7 +211,7 @@ class GatesConfig:
     interval: float = _f(60.0, "positive", "seconds between gate rounds per target")
     diagnostics: tuple[DiagnosticPromptConfig, ...] = _f(
         (DiagnosticPromptConfig("1+1=", r"^\s*2", 4),), doc="L5 prompts")
-    reference_text: Optional[str] = _f(None, doc="L2 text; null = a built-in passage")
+    reference_text: str | None = _f(None, doc="L2 text; null = a built-in passage")
     shadow: bool = _f(True, doc="L4 agreement across instances of one model")
     reports_channel: str = "vllm_health_alert"
     control_channel: str = "vllm_control"
@@ -226,7 +225,7 @@ class GatesConfig:
     max_entropy: float = _f(8.0, "positive", "L3: mean estimated entropy bound, nats")
     min_top1: float = _f(0.05, "ratio", "L3: top-1 probability bound while entropy is low")
     low_entropy: float = _f(2.0, "positive", "L3: what counts as low entropy, nats")
-    peer_max_age: Optional[float] = _f(None, "positive", "L4: ignore peer fingerprints older; null = 3 x interval")
+    peer_max_age: float | None = _f(None, "positive", "L4: ignore peer fingerprints older; null = 3 x interval")
 
 
 @dataclass(frozen=True)
@@ -287,8 +286,8 @@ class SpoolConfig:
 @dataclass(frozen=True)
 class AlertsConfig:
     redis_url: str = _f("embedded", doc="embedded | redis://... | rediss://... | unix://...")
-    password_env: Optional[str] = None
-    password_file: Optional[str] = None
+    password_env: str | None = None
+    password_file: str | None = None
     stream: str = "guardian:alerts"
     stream_maxlen: int = _f(100000, "positive")
     channel: str = "guardian:alerts"
@@ -325,13 +324,13 @@ class AcceleratorsConfig:
 
 @dataclass(frozen=True)
 class ApiConfig:
-    socket: Optional[str] = _f(None, doc="unix socket; default <state_dir>/guardian.sock")
-    http: Optional[str] = _f("127.0.0.1:9464", "hostport", "/metrics + readiness; null = off")
+    socket: str | None = _f(None, doc="unix socket; default <state_dir>/guardian.sock")
+    http: str | None = _f("127.0.0.1:9464", "hostport", "/metrics + readiness; null = off")
 
 
 @dataclass(frozen=True)
 class Config:
-    node: Optional[str] = _f(None, doc="default: the host name")
+    node: str | None = _f(None, doc="default: the host name")
     state_dir: str = "/var/lib/guardian"
     interval: float = _f(1.0, "positive", "seconds per tick")
     autodiscover: bool = True

@@ -21,7 +21,6 @@ an incident does not flap between rounds; a clean round lets it resolve.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from ..config_schema import DetectorsConfig, OutputCorruptionConfig
 from ..gates.judge import GateFailure
@@ -53,9 +52,9 @@ def _failures(view: LedgerView, until: float, levels: tuple[str, ...]) -> list[t
     return sorted(out, key=lambda x: x[0])
 
 
-def _streak(view: LedgerView, until: float, level: str, need: int) -> Optional[Condition]:
+def _streak(view: LedgerView, until: float, level: str, need: int) -> Condition | None:
     """The last ``need`` judged outcomes of ``level`` (rounds + reports) all failed?"""
-    events: list[tuple[float, Optional[GateFailure], bool]] = []  # (t, failure or None, ambiguous)
+    events: list[tuple[float, GateFailure | None, bool]] = []  # (t, failure or None, ambiguous)
     for r in view.rounds:
         if r.t <= until and level in r.judged:
             failed = [f for f in r.failures if f.level == level]
@@ -118,7 +117,7 @@ def active_conditions(view: LedgerView, now: float, c: OutputCorruptionConfig) -
     return []
 
 
-def health_score(view: Optional[LedgerView], now: float, c: OutputCorruptionConfig) -> Optional[int]:
+def health_score(view: LedgerView | None, now: float, c: OutputCorruptionConfig) -> int | None:
     """0..100 from the recent records; None when the gates have seen nothing of the target."""
     if view is None or view.empty:
         return None

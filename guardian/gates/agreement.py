@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Sequence
 
 from .known_answers import normalize
 
@@ -44,7 +44,7 @@ def fingerprint(model: str, version: str, prompt: str, answer: str) -> str:
     return h.hexdigest()[:16]
 
 
-def _judge_prompt(own: str, peer_fps: Sequence[str], baseline: Optional[str]) -> str:
+def _judge_prompt(own: str, peer_fps: Sequence[str], baseline: str | None) -> str:
     if not peer_fps:
         if baseline is None:
             return UNJUDGED
@@ -63,7 +63,7 @@ def _judge_prompt(own: str, peer_fps: Sequence[str], baseline: Optional[str]) ->
 
 
 def judge(own: Mapping[str, str], peers: Sequence[Mapping[str, str]],
-          baseline: Optional[Mapping[str, str]]) -> AgreementVerdict:
+          baseline: Mapping[str, str] | None) -> AgreementVerdict:
     """``own``/``peers``/``baseline``: prompt -> fingerprint. Peers lacking a prompt do not vote on it."""
     results: dict[str, str] = {}
     for prompt, fp in own.items():

@@ -18,7 +18,6 @@ import re
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional
 
 FORMAT = 1
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -35,7 +34,7 @@ class Baseline:
     format_codes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # prompt -> L1 codes already there
     perplexities: tuple[float, ...] = ()
 
-    def with_perplexity(self, value: float) -> "Baseline":
+    def with_perplexity(self, value: float) -> Baseline:
         return replace(self, perplexities=self.perplexities + (value,))
 
     def to_dict(self) -> dict:
@@ -45,7 +44,7 @@ class Baseline:
                 "perplexities": list(self.perplexities)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Baseline":
+    def from_dict(cls, d: dict) -> Baseline:
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ValueError("not a gates baseline (format %r)" % (d.get("format") if isinstance(d, dict) else d))
         for key, tp in (("target", str), ("model", str), ("version", str), ("taken_at", (int, float)),
@@ -69,7 +68,7 @@ class BaselineStore:
         digest = hashlib.sha256(f"{model}\x1f{version}".encode()).hexdigest()[:12]
         return self.dir / f"baseline-{_SAFE.sub('_', target)}-{digest}.json"
 
-    def load(self, target: str, model: str, version: str) -> tuple[Optional[Baseline], Optional[str]]:
+    def load(self, target: str, model: str, version: str) -> tuple[Baseline | None, str | None]:
         """(baseline or None, a problem line when a file was there but unusable)."""
         p = self.path(target, model, version)
         try:
@@ -86,7 +85,7 @@ class BaselineStore:
             return None, f"baseline {p} is for {b.target}/{b.model}/{b.version}: re-baselining"
         return b, None
 
-    def save(self, b: Baseline) -> Optional[str]:
+    def save(self, b: Baseline) -> str | None:
         """Writes atomically; a problem line on failure (the in-memory baseline still serves)."""
         p = self.path(b.target, b.model, b.version)
         try:

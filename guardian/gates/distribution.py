@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Sequence
 
 MASS_TOLERANCE = 0.01
 
@@ -35,8 +35,8 @@ class DistributionProblem:
 @dataclass(frozen=True)
 class DistributionFigures:
     positions: int
-    mean_entropy: Optional[float]
-    mean_top1: Optional[float]
+    mean_entropy: float | None
+    mean_top1: float | None
     non_finite: int
 
 
@@ -55,7 +55,7 @@ def position_entropy(top: Sequence[float]) -> float:
     return h - residual * math.log(probs[-1])
 
 
-def figures(token_logprobs: Sequence[Optional[float]],
+def figures(token_logprobs: Sequence[float | None],
             top_logprobs: Sequence[Sequence[float]]) -> DistributionFigures:
     bad = sum(1 for lp in token_logprobs if lp is not None and not _finite(lp))
     bad += sum(1 for top in top_logprobs for lp in top if not _finite(lp))
@@ -67,7 +67,7 @@ def figures(token_logprobs: Sequence[Optional[float]],
     return DistributionFigures(len(top_logprobs), sum(ent) / len(ent), sum(top1) / len(top1), bad)
 
 
-def check_distribution(token_logprobs: Sequence[Optional[float]], top_logprobs: Sequence[Sequence[float]], *,
+def check_distribution(token_logprobs: Sequence[float | None], top_logprobs: Sequence[Sequence[float]], *,
                        max_entropy: float = 8.0, min_top1: float = 0.05,
                        low_entropy: float = 2.0) -> tuple[tuple[DistributionProblem, ...], DistributionFigures]:
     """The L3 problems of one completion and the figures they were judged on."""

@@ -33,7 +33,7 @@ class FingerprintExchange:
             self.client.hset(key, f"{self.node}/{target}", json.dumps({"fps": dict(fps), "t": now}))
             self.client.expire(key, max(1, int(ttl)))
             raw = self.client.hgetall(key)
-        except Exception as e:  # Redis down or slow: L4 falls back to this node's peers
+        except Exception as e:  # noqa: BLE001 - Redis down or slow: L4 falls back to this node's peers
             return [], f"L4 across nodes unavailable: {type(e).__name__}: {e}"[:200]
         peers: list[dict[str, str]] = []
         for field, value in raw.items():

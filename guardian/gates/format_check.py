@@ -23,8 +23,8 @@ REPEAT_TIMES = 5
 SCRIPT_MIX_MIN = 3
 CODES = ("control", "run", "repeat", "odd_codepoint", "script_mix", "empty")
 
-_RUN_RE = re.compile(r"(\S)\1{%d,}" % (RUN_LENGTH - 1))
-_REPEAT_RE = re.compile(r"(.{2,%d}?)\1{%d,}" % (REPEAT_UNIT_MAX, REPEAT_TIMES - 1), re.DOTALL)
+_RUN_RE = re.compile(rf"(\S)\1{{{RUN_LENGTH - 1},}}")
+_REPEAT_RE = re.compile(rf"(.{{2,{REPEAT_UNIT_MAX}}}?)\1{{{REPEAT_TIMES - 1},}}", re.DOTALL)
 _ALLOWED_CONTROLS = {"\n", "\r", "\t"}
 # scripts that are normally written together count as one
 _SCRIPT_GROUPS = {"HIRAGANA": "CJK", "KATAKANA": "CJK", "HANGUL": "CJK", "CJK": "CJK"}

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Sequence
 
 from .distribution import check_distribution
 from .format_check import check_format
@@ -35,12 +35,12 @@ class Problem:
     detail: str
 
 
-def check_text(text: str, finish_reason: Optional[str] = None) -> tuple[Problem, ...]:
+def check_text(text: str, finish_reason: str | None = None) -> tuple[Problem, ...]:
     """L1: control characters, runs, repeats, odd code points, script mix, empty."""
     return tuple(Problem("L1", p.code, p.detail) for p in check_format(text, finish_reason))
 
 
-def check_logprobs(token_logprobs: Sequence[Optional[float]], top_logprobs: Sequence[Sequence[float]],
+def check_logprobs(token_logprobs: Sequence[float | None], top_logprobs: Sequence[Sequence[float]],
                    **bounds: float) -> tuple[Problem, ...]:
     """L3: NaN/inf, flat distribution, inconsistent top-1 (bounds: max_entropy, min_top1, low_entropy)."""
     problems, _ = check_distribution(token_logprobs, top_logprobs, **bounds)
@@ -58,7 +58,7 @@ def check_completion(choice: Mapping[str, Any], **bounds: float) -> tuple[Proble
 
 
 def report_message(instance_id: str, request_id: str, level: str, type_: str, details: Any,
-                   timestamp: Optional[float] = None) -> dict:
+                   timestamp: float | None = None) -> dict:
     """The report the guardian reads on its reports channel."""
     return {"instance_id": instance_id, "request_id": request_id,
             "timestamp": time.time() if timestamp is None else timestamp,
@@ -68,7 +68,7 @@ def report_message(instance_id: str, request_id: str, level: str, type_: str, de
 class Reporter:
     """Publishes reports; ``client`` is a ``redis.Redis`` (or anything with ``publish``)."""
 
-    def __init__(self, url: Optional[str] = None, *, client: Any = None, channel: str = DEFAULT_CHANNEL,
+    def __init__(self, url: str | None = None, *, client: Any = None, channel: str = DEFAULT_CHANNEL,
                  timeout: float = 2.0) -> None:
         if client is None:
             import redis  # only a gateway that reports needs it
@@ -78,7 +78,7 @@ class Reporter:
         self.client, self.channel = client, channel
 
     def report(self, instance_id: str, request_id: str, problems: Sequence[Problem],
-               output: str = "", prompt: str = "") -> Optional[str]:
+               output: str = "", prompt: str = "") -> str | None:
         """One message per level among ``problems``; None when sent, else the error text."""
         by_level: dict[str, list[Problem]] = {}
         for p in problems:
@@ -89,6 +89,6 @@ class Reporter:
                            "problems": [f"{p.code}: {p.detail}" for p in ps]}
                 msg = report_message(instance_id, request_id, level, ps[0].code, details)
                 self.client.publish(self.channel, json.dumps(msg))
-        except Exception as e:  # a gateway must not fail a user request over a report
+        except Exception as e:  # noqa: BLE001 - a gateway must not fail a user request over a report
             return f"{type(e).__name__}: {e}"
         return None

@@ -14,7 +14,6 @@ first round whose L3 passed, and takes reference perplexities until it has
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Optional
 
 from ..config_schema import GatesConfig
 from . import agreement, distribution, format_check, known_answers, perplexity
@@ -28,12 +27,12 @@ class GateAnswer:
     role: str  # diagnostic | shadow
     prompt: str
     text: str
-    finish_reason: Optional[str]
+    finish_reason: str | None
     has_logprobs: bool
-    token_logprobs: tuple[Optional[float], ...] = ()
+    token_logprobs: tuple[float | None, ...] = ()
     top_logprobs: tuple[tuple[float, ...], ...] = ()
-    expect: Optional[str] = None  # diagnostics only
-    logprobs_error: Optional[str] = None  # the server failed when asked for logprobs, answered without
+    expect: str | None = None  # diagnostics only
+    logprobs_error: str | None = None  # the server failed when asked for logprobs, answered without
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class RoundAnswers:
     version: str
     wall: float
     answers: tuple[GateAnswer, ...] = ()
-    reference_logprobs: Optional[tuple[Optional[float], ...]] = None
+    reference_logprobs: tuple[float | None, ...] | None = None
     notes: tuple[str, ...] = ()  # status lines: why a part could not be judged
     complete: bool = True
     requests: int = 0  # completions requests this round cost the server
@@ -71,7 +70,7 @@ class RoundVerdict:
     failures: tuple[GateFailure, ...]
     judged: frozenset[str]  # levels that were judged this round (L1, L2, L3, L5)
     fingerprints: dict[str, str]  # shadow + diagnostic prompt -> fingerprint (for L4)
-    perplexity: Optional[float] = None
+    perplexity: float | None = None
     notes: tuple[str, ...] = ()
 
     def failed(self, level: str) -> tuple[GateFailure, ...]:
@@ -82,7 +81,7 @@ def _excerpt(text: str) -> str:
     return text if len(text) <= EXCERPT else text[:EXCERPT - 1] + "…"
 
 
-def judge_round(ra: RoundAnswers, baseline: Optional[Baseline], cfg: GatesConfig) -> RoundVerdict:
+def judge_round(ra: RoundAnswers, baseline: Baseline | None, cfg: GatesConfig) -> RoundVerdict:
     failures: list[GateFailure] = []
     judged: set[str] = set()
     notes = list(ra.notes)
@@ -107,9 +106,9 @@ def judge_round(ra: RoundAnswers, baseline: Optional[Baseline], cfg: GatesConfig
             problems, fig = distribution.check_distribution(
                 a.token_logprobs, a.top_logprobs, max_entropy=cfg.max_entropy, min_top1=cfg.min_top1,
                 low_entropy=cfg.low_entropy)
-            for p in problems:
-                failures.append(GateFailure("L3", p.code, a.prompt, _excerpt(a.text), "a peaked, finite distribution",
-                                            {"detail": p.detail, "mean_entropy": _r(fig.mean_entropy),
+            for dp in problems:
+                failures.append(GateFailure("L3", dp.code, a.prompt, _excerpt(a.text), "a peaked, finite distribution",
+                                            {"detail": dp.detail, "mean_entropy": _r(fig.mean_entropy),
                                              "mean_top1": _r(fig.mean_top1), "non_finite": fig.non_finite}))
         # L5
         if a.role == "diagnostic" and a.expect is not None:
@@ -140,8 +139,8 @@ def judge_round(ra: RoundAnswers, baseline: Optional[Baseline], cfg: GatesConfig
     return RoundVerdict(tuple(failures), frozenset(judged), fps, ppl, tuple(notes))
 
 
-def next_baseline(ra: RoundAnswers, verdict: RoundVerdict, baseline: Optional[Baseline],
-                  cfg: GatesConfig) -> Optional[Baseline]:
+def next_baseline(ra: RoundAnswers, verdict: RoundVerdict, baseline: Baseline | None,
+                  cfg: GatesConfig) -> Baseline | None:
     """The baseline after this round, or None when it does not change."""
     if not ra.complete or verdict.failed("L3"):
         return None
@@ -168,10 +167,10 @@ def next_baseline(ra: RoundAnswers, verdict: RoundVerdict, baseline: Optional[Ba
     return b if b is not baseline else None
 
 
-def _usable(x: Optional[float]) -> bool:
+def _usable(x: float | None) -> bool:
     return x is not None and x == x and x not in (float("inf"), float("-inf"))
 
 
-def _r(x: Optional[float]) -> object:
+def _r(x: float | None) -> object:
     """A figure for JSON: rounded, or its name when not finite."""
     return None if x is None else (round(x, 4) if _usable(x) else str(x))

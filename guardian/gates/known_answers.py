@@ -9,14 +9,13 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
-from typing import Optional
 
 BASELINE = "baseline"
 
 
 @dataclass(frozen=True)
 class Expectation:
-    ok: Optional[bool]  # None: not judged (no baseline yet)
+    ok: bool | None  # None: not judged (no baseline yet)
     expected: str  # what was expected, as shown in an incident
 
 
@@ -25,7 +24,7 @@ def normalize(text: str) -> str:
     return " ".join(unicodedata.normalize("NFC", text).split())
 
 
-def check_expectation(answer: str, expect: str, baseline_answer: Optional[str]) -> Expectation:
+def check_expectation(answer: str, expect: str, baseline_answer: str | None) -> Expectation:
     if expect == BASELINE:
         if baseline_answer is None:
             return Expectation(None, "the baseline answer (none yet)")

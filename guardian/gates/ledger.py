@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Optional
 
 from .judge import GateFailure
 
@@ -71,7 +70,7 @@ class GateLedger:
             self._rounds.pop(target, None)
             self._reports.pop(target, None)
 
-    def last_round(self, target: str) -> Optional[RoundRecord]:
+    def last_round(self, target: str) -> RoundRecord | None:
         with self._lock:
             rounds = self._rounds.get(target)
             return rounds[-1] if rounds else None

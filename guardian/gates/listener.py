@@ -20,7 +20,7 @@ def _raw(client: Any) -> Any:
     parser (and be counted as malformed), not break the subscription inside redis-py."""
     pool = getattr(client, "connection_pool", None)
     kwargs = getattr(pool, "connection_kwargs", None)
-    if not isinstance(kwargs, dict) or not kwargs.get("decode_responses"):
+    if pool is None or not isinstance(kwargs, dict) or not kwargs.get("decode_responses"):
         return client
     import redis
 
@@ -37,7 +37,7 @@ class ReportsListener:
         self._thread: threading.Thread | None = None
         self.subscribed = threading.Event()
 
-    def start(self) -> "ReportsListener":
+    def start(self) -> ReportsListener:
         self._thread = threading.Thread(target=self._run, name="gate-reports", daemon=True)
         self._thread.start()
         return self
@@ -62,7 +62,7 @@ class ReportsListener:
                     msg = pubsub.get_message(timeout=POLL_S)
                     if msg and msg.get("type") == "message":
                         self.accept(msg["data"], self.mono(), self.wall())
-            except Exception as e:  # Redis gone or a client bug: retry, never die
+            except Exception as e:  # noqa: BLE001 - Redis gone or a client bug: retry, never die
                 self.subscribed.clear()
                 if not down:
                     self.log.warning("gate reports: %s unavailable (%s: %s); retrying", self.channel,
@@ -74,5 +74,5 @@ class ReportsListener:
                 if pubsub is not None:
                     try:
                         pubsub.close()
-                    except Exception:  # closing a broken connection may fail too; nothing to do
+                    except Exception:  # noqa: BLE001 - closing a broken connection may fail too; nothing to do
                         pass

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Sequence
 
 # A passage of plain, common English: any competent model scores it low.
 BUILTIN_REFERENCE = (
@@ -34,7 +34,7 @@ class PerplexityVerdict:
         return self.perplexity / self.baseline if self.baseline > 0 else math.inf
 
 
-def perplexity(logprobs: Sequence[Optional[float]]) -> Optional[float]:
+def perplexity(logprobs: Sequence[float | None]) -> float | None:
     """``exp(-mean)`` of the known logprobs; None when there is none; inf when one is not finite."""
     known = [lp for lp in logprobs if lp is not None]
     if not known:
@@ -45,7 +45,7 @@ def perplexity(logprobs: Sequence[Optional[float]]) -> Optional[float]:
     return math.exp(-mean) if -mean < 700 else math.inf
 
 
-def baseline_of(samples: Sequence[float]) -> Optional[float]:
+def baseline_of(samples: Sequence[float]) -> float | None:
     """The median of the finite samples; None when there is none."""
     finite = [s for s in samples if math.isfinite(s)]
     return statistics.median(finite) if finite else None

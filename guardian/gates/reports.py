@@ -20,7 +20,7 @@ import json
 import math
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Optional
+from typing import Any
 
 from .judge import EXCERPT, GateFailure
 
@@ -34,7 +34,7 @@ class ReportError(ValueError):
 
 @dataclass(frozen=True)
 class Report:
-    node: Optional[str]  # None: a bare target name
+    node: str | None  # None: a bare target name
     target: str
     request_id: str
     timestamp: float  # wall time (unix seconds)

@@ -7,17 +7,18 @@ the reference text with ``max_tokens: 1`` and ``prompt_logprobs: 0`` (falling ba
 ``echo`` + ``logprobs`` when the server ignores ``prompt_logprobs``).
 
 Nothing here decides about corruption. A request that fails (refused, timed out,
-4xx/5xx, an answer of the wrong shape) ends the round as *incomplete* with a note:
-hangs and deaths are other detectors' business, and a half round must not be
-judged. A server that refuses logprobs is asked again without them (L3 then cannot
-be judged, the note says so); one that fails (5xx) only when asked for logprobs
-cannot encode them — vLLM answers 500 for NaN logprobs — which L3 judges; a reference text longer than the model's context is a
-note, not a failure.
+4xx/5xx, an answer of the wrong shape)
+ends the round as *incomplete* with a note: hangs and deaths are other detectors'
+business, and a half round must not be judged. A server that refuses logprobs is
+asked again without them (L3 then cannot be judged, the note says so); one that
+fails (5xx) only when asked for logprobs cannot encode them — vLLM answers 500 for
+NaN logprobs — which L3 judges. A reference text longer than the model's context
+is a note, not a failure.
 """
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from ..config_schema import GatesConfig
 from ..host.http import HttpClient, HttpError
@@ -62,11 +63,12 @@ class RoundRunner:
             return UNKNOWN_VERSION
         return str(v) if v else UNKNOWN_VERSION
 
-    def model(self) -> Optional[str]:
+    def model(self) -> str | None:
         try:
             resp = self.http.request("GET", self.url + "/v1/models", self.cfg.timeout)
-            data = resp.json() if resp.status == 200 else None
-            return str(data["data"][0]["id"])
+            if resp.status != 200:
+                return None
+            return str(resp.json()["data"][0]["id"])
         except (HttpError, ValueError, KeyError, IndexError, TypeError):
             return None
 
@@ -93,7 +95,7 @@ class RoundRunner:
             raise _Stop(f"gate answer malformed: {e}") from None
         return replace(c, logprobs_error=unencodable) if unencodable else c
 
-    def reference(self, model: str, text: str, notes: list[str]) -> Optional[tuple[Optional[float], ...]]:
+    def reference(self, model: str, text: str, notes: list[str]) -> tuple[float | None, ...] | None:
         base = {"model": model, "prompt": text, "max_tokens": 1, "temperature": 0, "seed": self.cfg.seed}
         status, data, raw = self._post(dict(base, prompt_logprobs=0))
         if status == 400 and (b"context length" in raw or b"maximum context" in raw or b"too long" in raw):
@@ -121,7 +123,7 @@ class RoundRunner:
         return None
 
 
-def run_round(http: HttpClient, target: str, url: str, model: Optional[str], cfg: GatesConfig,
+def run_round(http: HttpClient, target: str, url: str, model: str | None, cfg: GatesConfig,
               wall: Callable[[], float]) -> RoundAnswers:
     """Asks one target every gate prompt; never raises for what the server does."""
     r = RoundRunner(http, url, cfg)

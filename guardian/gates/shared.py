@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from ..config_schema import OutputCorruptionConfig
 from .judge import GateFailure
@@ -27,15 +27,15 @@ OUTCOMES = ("accepted", "malformed", "unknown_target", "other_node", "stale")
 class TargetGates:
     """The latest round of one target, as shown in ``guardian status``."""
 
-    model: Optional[str] = None
-    version: Optional[str] = None
-    last_round_mono: Optional[float] = None
+    model: str | None = None
+    version: str | None = None
+    last_round_mono: float | None = None
     rounds: int = 0
     requests: int = 0
     failed_rounds: int = 0  # rounds with at least one failure, since the guardian started
     incomplete_rounds: int = 0  # rounds a request failed in (not judged)
     baseline: str = "none"  # none | taking k/n | complete
-    agreement: Optional[str] = None  # L4 status of the latest round
+    agreement: str | None = None  # L4 status of the latest round
     failures: tuple[GateFailure, ...] = ()
     notes: tuple[str, ...] = ()
     logged: set[str] = field(default_factory=set)  # notes already logged (once per episode)
@@ -57,7 +57,7 @@ class GatesShared:
     def view(self, target: str) -> LedgerView:
         return self.ledger.view(target, self.interval)
 
-    def status_of(self, target: str, now: float, cfg: OutputCorruptionConfig) -> Optional[dict[str, Any]]:
+    def status_of(self, target: str, now: float, cfg: OutputCorruptionConfig) -> dict[str, Any] | None:
         from ..detectors.output_corruption import health_score  # the score is the detector's reading
 
         tg = self.targets.get(target)
@@ -93,7 +93,7 @@ class GatesShared:
             return False
 
     # ---------------------------------------------------------------- external reports
-    def _count(self, outcome: str, episode: Optional[str], message: str) -> str:
+    def _count(self, outcome: str, episode: str | None, message: str) -> str:
         with self._lock:
             self.report_counts[outcome] += 1
             first = episode is not None and episode not in self._episodes

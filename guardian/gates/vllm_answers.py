@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 
 class AnswerError(ValueError):
@@ -24,17 +24,17 @@ class AnswerError(ValueError):
 @dataclass(frozen=True)
 class Completion:
     text: str
-    finish_reason: Optional[str]
-    model: Optional[str]
+    finish_reason: str | None
+    model: str | None
     has_logprobs: bool
     tokens: tuple[str, ...] = ()
-    token_logprobs: tuple[Optional[float], ...] = ()
+    token_logprobs: tuple[float | None, ...] = ()
     top_logprobs: tuple[tuple[float, ...], ...] = ()
-    prompt_logprobs: Optional[tuple[Optional[float], ...]] = None  # None: the server gave none
-    logprobs_error: Optional[str] = None  # asked with logprobs the server failed (5xx), without it answered
+    prompt_logprobs: tuple[float | None, ...] | None = None  # None: the server gave none
+    logprobs_error: str | None = None  # asked with logprobs the server failed (5xx), without it answered
 
 
-def _num(x: Any, where: str) -> Optional[float]:
+def _num(x: Any, where: str) -> float | None:
     if x is None:
         return None
     if isinstance(x, bool) or not isinstance(x, (int, float)):
@@ -53,7 +53,7 @@ def _choice(body: Any) -> dict:
     return choices[0]
 
 
-def _logprobs(lp: Any) -> tuple[tuple[str, ...], tuple[Optional[float], ...], tuple[tuple[float, ...], ...]]:
+def _logprobs(lp: Any) -> tuple[tuple[str, ...], tuple[float | None, ...], tuple[tuple[float, ...], ...]]:
     if not isinstance(lp, dict):
         raise AnswerError("choices[0].logprobs: expected an object")
     tokens = lp.get("tokens") or []
@@ -74,10 +74,10 @@ def _logprobs(lp: Any) -> tuple[tuple[str, ...], tuple[Optional[float], ...], tu
     return tuple(str(t) for t in tokens), token_lps, tuple(tops)
 
 
-def _prompt_logprobs(plp: Any) -> tuple[Optional[float], ...]:
+def _prompt_logprobs(plp: Any) -> tuple[float | None, ...]:
     if not isinstance(plp, list):
         raise AnswerError("choices[0].prompt_logprobs: expected a list")
-    out: list[Optional[float]] = []
+    out: list[float | None] = []
     for i, entry in enumerate(plp):
         if entry is None:
             out.append(None)
@@ -109,7 +109,7 @@ def parse_completion(body: Any) -> Completion:
                       prompt_logprobs=_prompt_logprobs(plp) if plp is not None else None)
 
 
-def echo_prompt_logprobs(c: Completion, generated: int) -> Optional[tuple[Optional[float], ...]]:
+def echo_prompt_logprobs(c: Completion, generated: int) -> tuple[float | None, ...] | None:
     """With ``echo`` the prompt's logprobs lead ``token_logprobs``; drop the ``generated`` last."""
     if not c.token_logprobs:
         return None
@@ -117,5 +117,5 @@ def echo_prompt_logprobs(c: Completion, generated: int) -> Optional[tuple[Option
     return lps or None
 
 
-def is_finite(x: Optional[float]) -> bool:
+def is_finite(x: float | None) -> bool:
     return x is not None and math.isfinite(x)

@@ -13,7 +13,6 @@ baseline so it is taken again.
 """
 from __future__ import annotations
 
-from typing import Optional
 
 from ..gates import agreement
 from ..gates.baseline import Baseline, BaselineStore
@@ -32,7 +31,7 @@ class GatesProbe:
     name = "gates"
     inline = False
 
-    def __init__(self, parts: ProbeParts, exchange: Optional[FingerprintExchange] = None) -> None:
+    def __init__(self, parts: ProbeParts, exchange: FingerprintExchange | None = None) -> None:
         self.cfg = parts.cfg.gates
         self.http, self.clock = parts.seams.http, parts.seams.clock
         self.tracker, self.log = parts.tracker, parts.log
@@ -41,7 +40,7 @@ class GatesProbe:
         parts.readings.gates = self.shared
         self.store = BaselineStore(parts.cfg.state_dir)
         self.schedule = Schedule(self.cfg.interval)
-        self._baselines: dict[_BKey, Optional[Baseline]] = {}
+        self._baselines: dict[_BKey, Baseline | None] = {}
         self._keys: dict[str, ProcKey] = {}
         self._local: dict[str, tuple[str, str, dict[str, str], float]] = {}  # target -> model, version, fps, t
         self.max_age = self.cfg.peer_max_age or 3 * self.cfg.interval
@@ -61,12 +60,12 @@ class GatesProbe:
             out.append(self._job(name, tr.target.api_url, tr.model, tr.target.key))
         return out
 
-    def _job(self, name: str, url: str, model: Optional[str], key: ProcKey) -> Job:
+    def _job(self, name: str, url: str, model: str | None, key: ProcKey) -> Job:
         cfg, http, wall = self.cfg, self.http, self.clock.wall
-        exchange: Optional[FingerprintExchange] = self.shared.exchange
+        exchange: FingerprintExchange | None = self.shared.exchange
         n_requests = len(cfg.diagnostics) + (len(cfg.shadow_prompts) if cfg.shadow else 0) + 4
 
-        def run() -> tuple[ProcKey, RoundAnswers, list[dict[str, str]], Optional[str]]:
+        def run() -> tuple[ProcKey, RoundAnswers, list[dict[str, str]], str | None]:
             ra = run_round(http, name, url, model, cfg, wall)
             remote: list[dict[str, str]] = []
             note = None
@@ -79,7 +78,7 @@ class GatesProbe:
         return Job(name, run, cfg.timeout * n_requests + 1, on_start=lambda now: self.schedule.ran(name, now))
 
     # ---------------------------------------------------------------- folding
-    def _baseline(self, bkey: _BKey, notes: list[str]) -> Optional[Baseline]:
+    def _baseline(self, bkey: _BKey, notes: list[str]) -> Baseline | None:
         if bkey not in self._baselines:
             b, problem = self.store.load(*bkey)
             if problem:
@@ -87,7 +86,7 @@ class GatesProbe:
             self._baselines[bkey] = b
         return self._baselines[bkey]
 
-    def fold(self, result: tuple[ProcKey, RoundAnswers, list[dict[str, str]], Optional[str]], now: float) -> Folded:
+    def fold(self, result: tuple[ProcKey, RoundAnswers, list[dict[str, str]], str | None], now: float) -> Folded:
         key, ra, remote, xnote = result
         tr = self.tracker.targets.get(ra.target)
         if tr is None or tr.target.key != key:
@@ -147,10 +146,11 @@ class GatesProbe:
         self._show(ra.target, tg, notes, baseline, now)
         return Folded()
 
-    def _show(self, target: str, tg: TargetGates, notes: list[str], baseline: Optional[Baseline], now: float) -> None:
+    def _show(self, target: str, tg: TargetGates, notes: list[str], baseline: Baseline | None, now: float) -> None:
         if baseline is not None:
             have = len(baseline.perplexities)
-            tg.baseline = "complete" if have >= self.cfg.baseline_samples else f"taking {have}/{self.cfg.baseline_samples}"
+            need = self.cfg.baseline_samples
+            tg.baseline = "complete" if have >= need else f"taking {have}/{need}"
         notes = [n for n in dict.fromkeys(notes) if not n.startswith("L2 baseline ")]
         for n in notes:
             if n not in tg.logged:

@@ -64,7 +64,7 @@ class GateDecisions:
                 self.client.publish(self.channel, json.dumps(msg, separators=(",", ":")))
                 self.published += 1
                 self._failing = False
-            except Exception as e:  # best effort: the alert stream carries the incident anyway
+            except Exception as e:  # noqa: BLE001 - best effort: the alert stream carries the incident anyway
                 if not self._failing:
                     self.log.warning("gate decisions: cannot publish on %s: %s", self.channel, e)
                 self._failing = True

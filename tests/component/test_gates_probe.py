@@ -7,8 +7,8 @@ status lines, never an incident.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
+from typing import Any
 
 import pytest
 
@@ -17,6 +17,10 @@ from guardian.config_schema import Config, DetectorsConfig, DiagnosticPromptConf
 from guardian.detectors import output_corruption
 from guardian.detectors.view import TargetView
 from guardian.host.http import HttpClient, HttpError, HttpResponse, StdlibHttpClient
+from guardian.gates.shared import GatesShared
+from guardian.host.process_control import OsProcessControl
+from guardian.host.procfs import ProcFS
+from guardian.host.runner import SubprocessRunner
 from guardian.model import ProcessInfo, ProcKey, Role, Target
 from guardian.probes.base import ProbeParts, Readings, Seen
 from guardian.probes.gates import GatesProbe
@@ -47,7 +51,7 @@ class World:
     """One gates probe over one tracked target: rounds run synchronously, as the pool would."""
 
     def __init__(self, url: str, tmp_path, http: HttpClient | None = None, **gates) -> None:
-        g = dict(enabled=True, interval=1.0, diagnostics=DIAG)
+        g: dict[str, Any] = dict(enabled=True, interval=1.0, diagnostics=DIAG)
         g.update(gates)
         self.cfg = Config(node="n1", state_dir=str(tmp_path), gates=GatesConfig(**g),
                           detectors=DetectorsConfig())
@@ -56,7 +60,8 @@ class World:
         self.tracker.apply_discovery((Target(NAME, KEY, (api,), port=0, api_url=url),), (), 0.0)
         self.tracker.canary_finished(NAME, KEY, True, None, 0.0)
         self.readings = Readings()
-        seams = Seams(SystemClock(), None, http or StdlibHttpClient(), None, None)
+        proc = ProcFS("/proc")  # real seams; the gates probe only uses the clock and HTTP
+        seams = Seams(SystemClock(), proc, http or StdlibHttpClient(), SubprocessRunner(), OsProcessControl(proc))
         self.probe = GatesProbe(ProbeParts(self.cfg, seams, self.tracker, SeriesStore(), self.readings,
                                            logging.getLogger("t")))
         self.now = 0.0
@@ -64,16 +69,22 @@ class World:
     def round(self):
         self.now += self.cfg.gates.interval
         (job,) = self.probe.jobs(self.now, Seen())
+        assert job.on_start is not None
         job.on_start(self.now)
         self.probe.fold(job.run(), self.now)
-        return self.readings.gates.targets[NAME]
+        return self.shared.targets[NAME]
+
+    @property
+    def shared(self) -> GatesShared:
+        assert self.readings.gates is not None
+        return self.readings.gates
 
     def finding(self):
-        view = TargetView(self.tracker.state(NAME, self.now), SeriesStore(), self.readings.gates.view(NAME))
+        view = TargetView(self.tracker.state(NAME, self.now), SeriesStore(), self.shared.view(NAME))
         return output_corruption.evaluate(view, self.cfg.detectors)
 
     def status(self):
-        return self.readings.gates.status_of(NAME, self.now, self.cfg.detectors.output_corruption)
+        return self.shared.status_of(NAME, self.now, self.cfg.detectors.output_corruption)
 
 
 def test_a_healthy_server_passes_every_round_and_gets_a_complete_baseline(server, tmp_path):
@@ -207,7 +218,7 @@ def test_l4_the_instance_disagreeing_with_agreeing_peers_is_the_suspect(server, 
         def share(self, *a, **k):
             return [other, other], None
 
-    w.readings.gates.exchange = Exchange()
+    w.shared.exchange = Exchange()
     for _ in range(3):
         w.round()
     f = w.finding()
@@ -221,7 +232,7 @@ def test_l4_two_instances_split_without_baseline_is_alert_only(server, tmp_path,
         def share(self, model, version, target, fps, ttl, max_age):
             return [{p: "0" * 16 for p in fps}], None
 
-    w.readings.gates.exchange = Exchange()
+    w.shared.exchange = Exchange()
     # neither instance ever had a healthy reference: no baseline is taken
     monkeypatch.setattr("guardian.probes.gates.next_baseline", lambda *a: None)
     for _ in range(3):

@@ -69,7 +69,7 @@ def test_redis_down_is_a_note_not_an_exception():
 
     dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, socket_timeout=0.2)
     peers, note = FingerprintExchange(dead, "n", lambda: 1.0).share("m", "v", "t", {"p": "y"}, 60, 60)
-    assert peers == [] and note.startswith("L4 across nodes unavailable")
+    assert peers == [] and note is not None and note.startswith("L4 across nodes unavailable")
 
 
 def test_the_listener_feeds_reports_into_the_ledger(client):
@@ -101,7 +101,7 @@ def test_decisions_are_published_for_output_corruption_only(client):
     d(Transition(Incident("00", Kind.BUSY_LOOP, Severity.CRITICAL, "node-a", ref, Status.FIRING, "x", 1.0), None))
     d(Transition(oc, None))
     d(Transition(oc.resolve(2.0, "ok"), Status.FIRING))
-    got = []
+    got: list[dict] = []
     end = time.monotonic() + 10
     while len(got) < 2 and time.monotonic() < end:
         m = pubsub.get_message(timeout=0.5)

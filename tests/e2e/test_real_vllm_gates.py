@@ -132,7 +132,7 @@ def test_2_greedy_answers_are_stable_sequentially_and_under_load(server, results
             with lock:
                 loaded[prompt].add(text)
                 if text == first[prompt][0]:
-                    drift[0] = max(drift[0], max(abs(a - b) for a, b in zip(lps, first[prompt][1])))
+                    drift[0] = max(drift[0], max(abs(a - b) for a, b in zip(lps, first[prompt][1], strict=True)))
 
     with LoadGenerator(server.url, server.model, clients=4).start():
         threads = [threading.Thread(target=ask) for _ in range(8)]

@@ -68,7 +68,7 @@ def test_garbage_answers_open_output_corruption_and_publish_the_decision(tmp_pat
             assert inc["signals"]["sample"]["output"].startswith("!!!!")
             assert poll(lambda: any(d["decision"] == "alert_only" and d["condition"] == "A" for d in decisions), 10)
             t = g.target()
-            assert t["gates"]["health_score"] <= 20
+            assert t is not None and t["gates"]["health_score"] <= 20
         finally:
             g.stop()
 

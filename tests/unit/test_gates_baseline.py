@@ -25,7 +25,7 @@ def test_a_corrupted_file_is_a_problem_line_and_no_baseline(tmp_path):
     store.save(B)
     store.path("llm", "tiny", "0.32.0").write_text("{not json")
     b, problem = store.load("llm", "tiny", "0.32.0")
-    assert b is None and "corrupted" in problem and "re-baselining" in problem
+    assert b is None and problem is not None and "corrupted" in problem and "re-baselining" in problem
     assert store.save(B) is None and store.load("llm", "tiny", "0.32.0") == (B, None)
 
 
@@ -34,12 +34,13 @@ def test_a_file_of_the_wrong_shape_is_corrupted_too(tmp_path):
     store.path("llm", "tiny", "0.32.0").parent.mkdir(parents=True)
     store.path("llm", "tiny", "0.32.0").write_text('{"format": 1, "target": "llm"}')
     b, problem = store.load("llm", "tiny", "0.32.0")
-    assert b is None and "corrupted" in problem
+    assert b is None and problem is not None and "corrupted" in problem
 
 
 def test_an_unwritable_state_dir_is_a_problem_line(tmp_path):
     (tmp_path / "gates").write_text("a file where the directory should be")
-    assert "cannot write baseline" in BaselineStore(str(tmp_path)).save(B)
+    problem = BaselineStore(str(tmp_path)).save(B)
+    assert problem is not None and "cannot write baseline" in problem
 
 
 def test_discard_removes_every_baseline_of_a_target(tmp_path):

@@ -24,4 +24,5 @@ def test_requests_per_round_follow_the_config(gates, per_round):
 
 
 def test_a_shorter_interval_costs_proportionally_more():
-    assert cost(GatesConfig(interval=6.0), 0.5).share_of_capacity == pytest.approx(10 * cost(GatesConfig(), 0.5).share_of_capacity)
+    ten_times = 10 * cost(GatesConfig(), 0.5).share_of_capacity
+    assert cost(GatesConfig(interval=6.0), 0.5).share_of_capacity == pytest.approx(ten_times)

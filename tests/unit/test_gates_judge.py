@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -23,8 +24,9 @@ def answers(*a: GateAnswer, ref=(None, -2.0, -2.0)) -> RoundAnswers:
     return RoundAnswers("llm", "m", "0.32.0", 1000.0, tuple(a), ref)
 
 
-def baseline(**kw) -> Baseline:
-    d = dict(answers={"1+1=": " 2"}, fingerprints={}, format_codes={"1+1=": ()}, perplexities=(math.e ** 2,) * 3)
+def baseline(**kw: Any) -> Baseline:
+    d: dict[str, Any] = dict(answers={"1+1=": " 2"}, fingerprints={}, format_codes={"1+1=": ()},
+                             perplexities=(math.e**2,) * 3)
     d.update(kw)
     return Baseline("llm", "m", "0.32.0", 0.0, **d)
 
@@ -78,6 +80,7 @@ def test_the_l2_failure_carries_its_figures():
 def test_the_baseline_is_created_from_the_first_round_without_l3_failure():
     ra = answers(ans("\x0b8>", expect="baseline"))
     b = next_baseline(ra, judge_round(ra, None, CFG), None, CFG)
+    assert b is not None
     assert b.answers == {"1+1=": "\x0b8>"} and b.format_codes == {"1+1=": ("control",)}
     assert b.perplexities == pytest.approx((math.e ** 2,))
 
@@ -93,7 +96,7 @@ def test_the_baseline_takes_perplexities_until_it_has_enough_then_stays():
     b = baseline(perplexities=(7.0,))
     ra = answers(ans(" 2"), ref=(None, -2.0))
     b2 = next_baseline(ra, judge_round(ra, b, CFG), b, CFG)
-    assert len(b2.perplexities) == 2
+    assert b2 is not None and len(b2.perplexities) == 2
     full = baseline()
     assert next_baseline(ra, judge_round(ra, full, CFG), full, CFG) is None
 
@@ -102,7 +105,7 @@ def test_a_prompt_configured_later_joins_the_baseline():
     b = baseline()
     ra = answers(ans(" 2"), ans("x", prompt="new", expect="baseline"))
     b2 = next_baseline(ra, judge_round(ra, b, CFG), b, CFG)
-    assert b2.answers["new"] == "x" and "new" in b2.fingerprints
+    assert b2 is not None and b2.answers["new"] == "x" and "new" in b2.fingerprints
 
 # ------------------------------------------------------------------ vLLM shapes (measured on 0.32)
 
@@ -134,7 +137,8 @@ def test_nan_in_logprobs_is_kept_as_nan():
     body = {"choices": [{"text": "x", "logprobs": {"tokens": ["x"], "token_logprobs": [float("nan")],
                                                    "top_logprobs": [{"x": float("nan")}]}}]}
     c = parse_completion(body)
-    assert math.isnan(c.token_logprobs[0]) and math.isnan(c.top_logprobs[0][0])
+    first = c.token_logprobs[0]
+    assert first is not None and math.isnan(first) and math.isnan(c.top_logprobs[0][0])
 
 
 def test_echo_gives_the_prompt_logprobs_before_the_generated_ones():

@@ -101,6 +101,7 @@ def _view(gates: LedgerView | None, now: float):
 def test_the_finding_carries_level_condition_and_the_failing_sample():
     gates = LedgerView((rnd(0, "L3"),), (), 60.0)
     f = output_corruption.evaluate(_view(gates, 0.0), DetectorsConfig())
+    assert f is not None
     assert f.kind is Kind.OUTPUT_CORRUPTION and f.confirmed
     assert f.signals["level"] == "L3" and f.signals["condition"] == "B"
     assert f.signals["sample"] == {"level": "L3", "check": "x", "prompt": "1+1=", "output": "garbage",
@@ -116,4 +117,4 @@ def test_no_finding_without_gates_or_while_healthy():
 def test_thresholds_come_from_config():
     cfg = DetectorsConfig(output_corruption=OutputCorruptionConfig(l5_rounds=1))
     f = output_corruption.evaluate(_view(LedgerView((rnd(0, "L5"),), (), 60.0), 0.0), cfg)
-    assert f.signals["condition"] == "D"
+    assert f is not None and f.signals["condition"] == "D"

@@ -39,7 +39,7 @@ _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 
 
 def _rng(prompt: str, salt: str) -> random.Random:
-    return random.Random(zlib.crc32(f"{salt}\x1f{prompt}".encode("utf-8")))
+    return random.Random(zlib.crc32(f"{salt}\x1f{prompt}".encode()))
 
 
 def greedy_tokens(prompt: str, n: int, salt: str = "", faults: frozenset[str] = frozenset()) -> list[str]:
