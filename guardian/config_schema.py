@@ -226,6 +226,8 @@ class GatesConfig:
     min_top1: float = _f(0.05, "ratio", "L3: top-1 probability bound while entropy is low")
     low_entropy: float = _f(2.0, "positive", "L3: what counts as low entropy, nats")
     peer_max_age: float | None = _f(None, "positive", "L4: ignore peer fingerprints older; null = 3 x interval")
+    tie_margin: float = _f(0.05, "nonneg", "an answer leaving its baseline where the two tokens were within this "
+                           "many nats is a batching flip, not a failure")
 
 
 @dataclass(frozen=True)

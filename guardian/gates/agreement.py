@@ -39,6 +39,22 @@ class AgreementVerdict:
         return self.status in (DISAGREE, AMBIGUOUS)
 
 
+def near_tie_flip(tokens: Sequence[str], top_tokens: Sequence[Mapping[str, float]], ref_tokens: Sequence[str],
+                  margin: float) -> tuple[int, float] | None:
+    """Where a greedy answer leaves a reference answer at a near tie: ``(position, gap)`` when,
+    at the first token that differs, the reference's token is in this answer's top-k within
+    ``margin`` nats of the chosen one (batched numerics may pick either); None otherwise."""
+    n = min(len(tokens), len(ref_tokens))
+    i = next((k for k in range(n) if tokens[k] != ref_tokens[k]), None)
+    if i is None or i >= len(top_tokens):
+        return None
+    chosen, ref = top_tokens[i].get(tokens[i]), top_tokens[i].get(ref_tokens[i])
+    if chosen is None or ref is None:
+        return None
+    gap = chosen - ref
+    return (i, gap) if gap <= margin else None
+
+
 def fingerprint(model: str, version: str, prompt: str, answer: str) -> str:
     h = hashlib.sha256("\x1f".join((model, version, prompt, normalize(answer))).encode("utf-8"))
     return h.hexdigest()[:16]

@@ -33,6 +33,7 @@ class Baseline:
     fingerprints: dict[str, str] = field(default_factory=dict)  # prompt -> L4 fingerprint
     format_codes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # prompt -> L1 codes already there
     perplexities: tuple[float, ...] = ()
+    tokens: dict[str, tuple[str, ...]] = field(default_factory=dict)  # prompt -> answer tokens (near-tie checks)
 
     def with_perplexity(self, value: float) -> Baseline:
         return replace(self, perplexities=self.perplexities + (value,))
@@ -41,7 +42,7 @@ class Baseline:
         return {"format": FORMAT, "target": self.target, "model": self.model, "version": self.version,
                 "taken_at": self.taken_at, "answers": dict(self.answers), "fingerprints": dict(self.fingerprints),
                 "format_codes": {k: list(v) for k, v in self.format_codes.items()},
-                "perplexities": list(self.perplexities)}
+                "perplexities": list(self.perplexities), "tokens": {k: list(v) for k, v in self.tokens.items()}}
 
     @classmethod
     def from_dict(cls, d: dict) -> Baseline:
@@ -53,11 +54,15 @@ class Baseline:
                 raise ValueError(f"field {key!r} missing or of the wrong type")
         if not all(isinstance(v, (int, float)) for v in d["perplexities"]):
             raise ValueError("field 'perplexities' must hold numbers")
+        tokens = d.get("tokens") or {}
+        if not isinstance(tokens, dict):
+            raise ValueError("field 'tokens' must be a mapping")
         return cls(d["target"], d["model"], d["version"], float(d["taken_at"]),
                    {str(k): str(v) for k, v in d["answers"].items()},
                    {str(k): str(v) for k, v in d["fingerprints"].items()},
                    {str(k): tuple(str(c) for c in v) for k, v in d["format_codes"].items()},
-                   tuple(float(v) for v in d["perplexities"]))
+                   tuple(float(v) for v in d["perplexities"]),
+                   {str(k): tuple(str(t) for t in v) for k, v in tokens.items()})
 
 
 class BaselineStore:

@@ -33,6 +33,8 @@ class GateAnswer:
     top_logprobs: tuple[tuple[float, ...], ...] = ()
     expect: str | None = None  # diagnostics only
     logprobs_error: str | None = None  # the server failed when asked for logprobs, answered without
+    tokens: tuple[str, ...] = ()
+    top_tokens: tuple[dict[str, float], ...] = ()  # per position: token -> logprob
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ class RoundVerdict:
     fingerprints: dict[str, str]  # shadow + diagnostic prompt -> fingerprint (for L4)
     perplexity: float | None = None
     notes: tuple[str, ...] = ()
+    tie_flips: frozenset[str] = frozenset()  # prompts whose answer left the baseline at a near tie
 
     def failed(self, level: str) -> tuple[GateFailure, ...]:
         return tuple(f for f in self.failures if f.level == level)
@@ -86,13 +89,19 @@ def judge_round(ra: RoundAnswers, baseline: Baseline | None, cfg: GatesConfig) -
     judged: set[str] = set()
     notes = list(ra.notes)
     fps: dict[str, str] = {}
+    flips: set[str] = set()
     for a in ra.answers:
         fps[a.prompt] = agreement.fingerprint(ra.model, ra.version, a.prompt, a.text)
+        flip = _tie_flip(a, baseline, cfg.tie_margin)
+        if flip is not None:  # greedy, but batched numerics picked the other of two near-equal tokens
+            flips.add(a.prompt)
+            notes.append(f"near-tie flip on {a.prompt[:30]!r} at token {flip[0]} (gap {flip[1]:.3g} nats): "
+                         "L1/L4/L5 not judged on it this round")
         # L1, against what this model's healthy answer to the same prompt already showed
         judged.add("L1")
         normal = set(baseline.format_codes.get(a.prompt, ())) if baseline else set()
         for p in format_check.check_format(a.text, a.finish_reason):
-            if p.code not in normal:
+            if p.code not in normal and flip is None:
                 failures.append(GateFailure("L1", p.code, a.prompt, _excerpt(a.text),
                                             "text without " + p.code.replace("_", " "), {"detail": p.detail}))
         # L3
@@ -111,7 +120,7 @@ def judge_round(ra: RoundAnswers, baseline: Baseline | None, cfg: GatesConfig) -
                                             {"detail": dp.detail, "mean_entropy": _r(fig.mean_entropy),
                                              "mean_top1": _r(fig.mean_top1), "non_finite": fig.non_finite}))
         # L5
-        if a.role == "diagnostic" and a.expect is not None:
+        if a.role == "diagnostic" and a.expect is not None and flip is None:
             base_answer = baseline.answers.get(a.prompt) if baseline else None
             exp = known_answers.check_expectation(a.text, a.expect, base_answer)
             if exp.ok is not None:
@@ -136,7 +145,15 @@ def judge_round(ra: RoundAnswers, baseline: Baseline | None, cfg: GatesConfig) -
                 failures.append(GateFailure(
                     "L2", "perplexity", "<reference text>", "", f"<= {cfg.perplexity_factor:g} x {base_ppl:.4g}",
                     {"perplexity": _r(ppl), "baseline": _r(base_ppl), "ratio": _r(v.ratio)}))
-    return RoundVerdict(tuple(failures), frozenset(judged), fps, ppl, tuple(notes))
+    return RoundVerdict(tuple(failures), frozenset(judged), fps, ppl, tuple(notes), frozenset(flips))
+
+
+def _tie_flip(a: GateAnswer, baseline: Baseline | None, margin: float) -> tuple[int, float] | None:
+    if baseline is None or a.prompt not in baseline.tokens or not a.tokens:
+        return None
+    if known_answers.normalize(a.text) == known_answers.normalize(baseline.answers.get(a.prompt, "")):
+        return None
+    return agreement.near_tie_flip(a.tokens, a.top_tokens, baseline.tokens[a.prompt], margin)
 
 
 def next_baseline(ra: RoundAnswers, verdict: RoundVerdict, baseline: Baseline | None,
@@ -152,7 +169,8 @@ def next_baseline(ra: RoundAnswers, verdict: RoundVerdict, baseline: Baseline | 
             answers={a.prompt: a.text for a in ra.answers},
             fingerprints=dict(verdict.fingerprints),
             format_codes={a.prompt: tuple(sorted(format_check.problem_codes(
-                format_check.check_format(a.text, a.finish_reason)))) for a in ra.answers})
+                format_check.check_format(a.text, a.finish_reason)))) for a in ra.answers},
+            tokens={a.prompt: a.tokens for a in ra.answers if a.tokens})
         return b.with_perplexity(verdict.perplexity) if verdict.perplexity is not None and _usable(
             verdict.perplexity) else b
     new = [a for a in ra.answers if a.prompt not in baseline.answers]  # prompts configured since

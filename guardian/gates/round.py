@@ -139,12 +139,14 @@ def run_round(http: HttpClient, target: str, url: str, model: str | None, cfg: G
         for d in cfg.diagnostics:
             c = r.complete(model, d.prompt, d.max_tokens, notes)
             answers.append(GateAnswer("diagnostic", d.prompt, c.text, c.finish_reason, c.has_logprobs,
-                                      c.token_logprobs, c.top_logprobs, d.expect, c.logprobs_error))
+                                      c.token_logprobs, c.top_logprobs, d.expect, c.logprobs_error, c.tokens,
+                                      c.top_tokens))
         if cfg.shadow:
             for prompt in cfg.shadow_prompts:
                 c = r.complete(model, prompt, cfg.shadow_max_tokens, notes)
                 answers.append(GateAnswer("shadow", prompt, c.text, c.finish_reason, c.has_logprobs,
-                                          c.token_logprobs, c.top_logprobs, None, c.logprobs_error))
+                                          c.token_logprobs, c.top_logprobs, None, c.logprobs_error, c.tokens,
+                                          c.top_tokens))
         ref = r.reference(model, cfg.reference_text or perplexity.BUILTIN_REFERENCE, notes)
     except _Stop as e:
         notes.append(str(e))

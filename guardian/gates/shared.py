@@ -34,6 +34,8 @@ class TargetGates:
     requests: int = 0
     failed_rounds: int = 0  # rounds with at least one failure, since the guardian started
     incomplete_rounds: int = 0  # rounds a request failed in (not judged)
+    tie_flips: int = 0  # answers that left the baseline at a near tie (batching), not judged
+    failures_by_level: dict[str, int] = field(default_factory=dict)  # since the guardian started
     baseline: str = "none"  # none | taking k/n | complete
     agreement: str | None = None  # L4 status of the latest round
     failures: tuple[GateFailure, ...] = ()
@@ -69,7 +71,8 @@ class GatesShared:
             "health_score": health_score(view, now, cfg),
             "model": tg.model, "version": tg.version, "baseline": tg.baseline, "agreement": tg.agreement,
             "rounds": tg.rounds, "requests": tg.requests, "failed_rounds": tg.failed_rounds,
-            "incomplete_rounds": tg.incomplete_rounds,
+            "incomplete_rounds": tg.incomplete_rounds, "tie_flips": tg.tie_flips,
+            "failures_by_level": dict(tg.failures_by_level),
             "last_round_age_s": None if tg.last_round_mono is None else round(now - tg.last_round_mono, 1),
             "failures": [f.to_dict() for f in tg.failures],
             "reports": len(view.reports),

@@ -30,6 +30,7 @@ class Completion:
     tokens: tuple[str, ...] = ()
     token_logprobs: tuple[float | None, ...] = ()
     top_logprobs: tuple[tuple[float, ...], ...] = ()
+    top_tokens: tuple[dict[str, float], ...] = ()  # per position: token -> logprob (finite ones)
     prompt_logprobs: tuple[float | None, ...] | None = None  # None: the server gave none
     logprobs_error: str | None = None  # asked with logprobs the server failed (5xx), without it answered
 
@@ -53,7 +54,8 @@ def _choice(body: Any) -> dict:
     return choices[0]
 
 
-def _logprobs(lp: Any) -> tuple[tuple[str, ...], tuple[float | None, ...], tuple[tuple[float, ...], ...]]:
+def _logprobs(lp: Any) -> tuple[tuple[str, ...], tuple[float | None, ...], tuple[tuple[float, ...], ...],
+                               tuple[dict[str, float], ...]]:
     if not isinstance(lp, dict):
         raise AnswerError("choices[0].logprobs: expected an object")
     tokens = lp.get("tokens") or []
@@ -63,15 +65,18 @@ def _logprobs(lp: Any) -> tuple[tuple[str, ...], tuple[float | None, ...], tuple
         raise AnswerError("choices[0].logprobs: tokens/token_logprobs/top_logprobs must be lists")
     token_lps = tuple(_num(x, f"token_logprobs[{i}]") for i, x in enumerate(tlp))
     tops: list[tuple[float, ...]] = []
+    maps: list[dict[str, float]] = []
     for i, entry in enumerate(top):
         if entry is None:
             tops.append(())
+            maps.append({})
             continue
         if not isinstance(entry, dict):
             raise AnswerError(f"top_logprobs[{i}]: expected an object")
         vals = tuple(_num(v, f"top_logprobs[{i}]") for v in entry.values())
         tops.append(tuple(v for v in vals if v is not None))
-    return tuple(str(t) for t in tokens), token_lps, tuple(tops)
+        maps.append({str(k): v for k, v in zip(entry, vals, strict=True) if v is not None and math.isfinite(v)})
+    return tuple(str(t) for t in tokens), token_lps, tuple(tops), tuple(maps)
 
 
 def _prompt_logprobs(plp: Any) -> tuple[float | None, ...]:
@@ -100,12 +105,12 @@ def parse_completion(body: Any) -> Completion:
         raise AnswerError("choices[0].text: expected a string")
     model = body.get("model") if isinstance(body.get("model"), str) else None
     lp = ch.get("logprobs")
-    tokens, tlp, top = _logprobs(lp) if lp is not None else ((), (), ())
+    tokens, tlp, top, maps = _logprobs(lp) if lp is not None else ((), (), (), ())
     plp = ch.get("prompt_logprobs")
     if plp is None:
         plp = body.get("prompt_logprobs")  # some versions put it beside choices
     return Completion(text=text, finish_reason=ch.get("finish_reason"), model=model,
-                      has_logprobs=lp is not None, tokens=tokens, token_logprobs=tlp, top_logprobs=top,
+                      has_logprobs=lp is not None, tokens=tokens, token_logprobs=tlp, top_logprobs=top, top_tokens=maps,
                       prompt_logprobs=_prompt_logprobs(plp) if plp is not None else None)
 
 

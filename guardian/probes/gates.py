@@ -113,7 +113,8 @@ class GatesProbe:
         failures, judged = list(verdict.failures), set(verdict.judged)
         ambiguous = False
         if self.cfg.shadow:
-            own = {a.prompt: verdict.fingerprints[a.prompt] for a in ra.answers if a.role == "shadow"}
+            own = {a.prompt: verdict.fingerprints[a.prompt] for a in ra.answers
+                   if a.role == "shadow" and a.prompt not in verdict.tie_flips}  # a near-tie flip does not vote
             local = [fps for name, (m, v, fps, t) in self._local.items()
                      if name != ra.target and (m, v) == (ra.model, ra.version) and now - t <= self.max_age]
             base_fps = {p: baseline.fingerprints[p] for p in own if baseline and p in baseline.fingerprints} or None
@@ -140,6 +141,12 @@ class GatesProbe:
         self.shared.ledger.add_round(ra.target, RoundRecord(now, tuple(failures), frozenset(judged), ambiguous))
         tg.rounds += 1
         tg.failed_rounds += bool(failures)
+        tg.tie_flips += len(verdict.tie_flips)
+        for f in failures:
+            tg.failures_by_level[f.level] = tg.failures_by_level.get(f.level, 0) + 1
+        if failures:  # every failed round is in the log, whether or not it makes an incident
+            self.log.warning("gates %s: round failed: %s", ra.target, "; ".join(
+                f"{f.level} {f.check} on {f.prompt[:30]!r} -> {f.output[:40]!r}" for f in failures[:5]))
         tg.last_round_mono = now
         tg.failures = tuple(failures)
         notes += [n for n in verdict.notes if n not in notes]
