@@ -1,6 +1,8 @@
 """The baseline store: per (target, model, version), atomic, a bad file means re-baselining."""
 from __future__ import annotations
 
+import json
+
 from guardian.gates.baseline import Baseline, BaselineStore
 
 B = Baseline("llm", "tiny", "0.32.0", 1.0, {"1+1=": "\x0b8>"}, {"1+1=": "abc"}, {"1+1=": ("control",)}, (9.5,))
@@ -50,3 +52,14 @@ def test_discard_removes_every_baseline_of_a_target(tmp_path):
     store.save(Baseline("other", "tiny", "0.32.0", 1.0))
     assert store.discard("llm") == 2
     assert store.load("other", "tiny", "0.32.0")[0] is not None
+
+
+def test_a_baseline_written_before_tokens_were_kept_still_loads(tmp_path):
+    store = BaselineStore(str(tmp_path))
+    store.save(B)
+    p = store.path("llm", "tiny", "0.32.0")
+    data = json.loads(p.read_text())
+    del data["tokens"]
+    p.write_text(json.dumps(data))
+    b, problem = store.load("llm", "tiny", "0.32.0")
+    assert problem is None and b is not None and b.tokens == {}

@@ -164,3 +164,19 @@ def test_logprobs_the_server_cannot_encode_are_an_l3_failure():
     a = GateAnswer("diagnostic", "1+1=", " 2", "length", False, expect=r"^\s*2", logprobs_error="HTTP 500: x")
     v = judge_round(answers(a), baseline(), CFG)
     assert levels(v) == [("L3", "non_finite")] and "L3" in v.judged
+
+
+def test_an_answer_that_leaves_its_baseline_at_a_near_tie_is_not_a_failure():
+    b = baseline(answers={"1+1=": " 2 x"}, tokens={"1+1=": (" 2", " x")}, format_codes={"1+1=": ()})
+    flipped = GateAnswer("diagnostic", "1+1=", " 2 \x07", "length", True, (-0.1, -2.0), (PEAKED, PEAKED),
+                         "baseline", None, (" 2", " \x07"), ({" 2": -0.1}, {" \x07": -2.0, " x": -2.02}))
+    v = judge_round(answers(flipped), b, CFG)
+    assert v.failures == () and v.tie_flips == frozenset({"1+1="})
+    assert any("near-tie flip" in n for n in v.notes)
+
+
+def test_an_answer_that_leaves_its_baseline_clearly_still_fails():
+    b = baseline(answers={"1+1=": " 2 x"}, tokens={"1+1=": (" 2", " x")}, format_codes={"1+1=": ()})
+    wrong = GateAnswer("diagnostic", "1+1=", " 2 y", "length", True, (-0.1, -0.2), (PEAKED, PEAKED),
+                       "baseline", None, (" 2", " y"), ({" 2": -0.1}, {" y": -0.2, " x": -6.0}))
+    assert levels(judge_round(answers(wrong), b, CFG)) == [("L5", "expect")]

@@ -152,3 +152,15 @@ def test_fingerprints_separate_model_version_and_prompt_but_not_whitespace():
 ])
 def test_known_answers(answer, expect, base, ok):
     assert known_answers.check_expectation(answer, expect, base).ok is ok
+
+
+# ------------------------------------------------------------------ near-tie flips (batched greedy)
+@pytest.mark.parametrize("tokens, tops, ref, expected", [
+    (["a", "b"], [{"a": -1.0}, {"b": -1.00, "c": -1.01}], ["a", "c"], (1, pytest.approx(0.01))),  # near tie
+    (["a", "b"], [{"a": -1.0}, {"b": -0.5, "c": -3.0}], ["a", "c"], None),  # a real preference: not a tie
+    (["a", "b"], [{"a": -1.0}, {"b": -0.5}], ["a", "c"], None),  # the reference's token not even in the top-k
+    (["a", "b"], [{"a": -1.0}, {"b": -0.5}], ["a", "b"], None),  # no difference
+    (["a"], [], ["b"], None),  # no logprobs
+])
+def test_near_tie_flip(tokens, tops, ref, expected):
+    assert agreement.near_tie_flip(tokens, tops, ref, 0.05) == expected
