@@ -67,6 +67,8 @@ class TargetConfig:
     match: MatchConfig
     api_url: Optional[str] = _f(None, doc="default: http://127.0.0.1:<port>")
     model: Optional[str] = _f(None, doc="served model name; default: first of /v1/models")
+    api_key_env: Optional[str] = _f(None, doc="variable of the guardian's environment holding the server's API key")
+    api_key_file: Optional[str] = _f(None, doc="file whose first line is the server's API key")
     restart: RestartConfig = field(default_factory=RestartConfig)
     drain: DrainConfig = field(default_factory=DrainConfig)
 

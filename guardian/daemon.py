@@ -110,6 +110,7 @@ class Daemon(ActionsMixin):
         self.discovery_cache = DiscoveryCache()
         self.status_extras: dict[str, Callable[[], object]] = {}
         self.on_update: list[Callable[[object], None]] = []  # incident changed without a transition
+        self.on_discovery: list[Callable[[tuple], None]] = []  # each pass's targets (e.g. API keys)
         self.findings: dict[str, dict[Kind, Finding | None]] = {}
         self.process_states: dict[ProcKey, object] = {}
         self.unmatched: tuple = ()
@@ -181,6 +182,8 @@ class Daemon(ActionsMixin):
             st.record(time.perf_counter() - t0)
         self.episodes.ok("discovery")
         self.unmatched = result.unmatched
+        for hook in self.on_discovery:
+            hook(result.targets)
         changes = self.tracker.apply_discovery(result.targets, result.orphans, now)
         for name in changes.new:
             self.log.info("target %s discovered: %s", name, self.tracker.targets[name].target.key)
@@ -346,6 +349,11 @@ class Daemon(ActionsMixin):
         self.tracker.canary_finished(res.target, key, res.ok, res.model, now)
         if tr.ready and not was_ready:
             self.log.info("target %s is ready (canary answered in %.3fs)", res.target, res.latency)
+        if res.auth_status is not None:  # loud whatever the readiness: no canary can confirm a hang
+            self.stats.probes["canary"].failures += 1
+            self.episodes.fail(f"{res.target}:auth", res.error or f"HTTP {res.auth_status}", now)
+            return
+        self.episodes.ok(f"{res.target}:auth")
         if res.ok:
             self.episodes.ok(f"{res.target}:canary")
         elif tr.ready or tr.ever_ready:

@@ -14,6 +14,7 @@ from .clock import SystemClock
 from .config_schema import Config
 from .daemon import Daemon
 from .errors import GuardianError
+from .host.api_keys import ApiKeys, BearerHttpClient
 from .host.http import StdlibHttpClient
 from .host.procfs import ProcFS
 from .incidents import IncidentStore
@@ -38,9 +39,13 @@ def build_daemon(cfg: Config, sink: AlertSink | None = None, clock: SystemClock 
     if sink is not None:
         f = cfg.policy.fleet
         lease = FleetLease(sink.client, cfg.node, f.max_concurrent_restarts, f.lease_ttl, f.when_redis_down)
-    daemon = Daemon(cfg, clock, ProcFS(cfg.probes.procfs.proc_root), StdlibHttpClient(),
+    procfs = ProcFS(cfg.probes.procfs.proc_root)
+    keys = ApiKeys(cfg, procfs)  # servers started with --api-key: the canary authenticates
+    daemon = Daemon(cfg, clock, procfs, BearerHttpClient(StdlibHttpClient(), keys),
                     store=IncidentStore(cfg.state_dir), lease=lease, kube=kube,
                     publish_control=sink.control if sink is not None else None)
+    daemon.on_discovery.append(keys.update)
+    daemon.status_extras["api_keys"] = keys.origins
     return daemon, clock
 
 

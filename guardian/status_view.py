@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from . import __version__
+from .actions.redact import redact_argv
 from .incidents import incident_to_dict
 from .policy import Maintenance, budget_left
 from .series.slope import theil_sen
@@ -60,7 +61,7 @@ def build_status(d, now: float) -> dict[str, Any]:
             hot = ps.hottest if ps is not None else None
             procs.append({
                 "pid": p.pid, "starttime": p.key.starttime, "role": p.role.value,
-                "cmdline": p.title[:200],
+                "cmdline": " ".join(redact_argv(p.cmdline))[:200],  # never a --api-key value
                 "state": getattr(ps, "state", None),
                 "cpu_ratio": _r(getattr(ps, "cpu_ratio", None)),
                 "rss_bytes": getattr(ps, "rss_bytes", None),
