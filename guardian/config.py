@@ -262,10 +262,13 @@ def _check_target(target: TargetConfig, where: str, problems: list[str]) -> None
             problems.append(f"{where}.match: exactly one matcher must be set "
                             f"(one of {', '.join(names)}), got {got}")
         kube = match.kubernetes
-        if isinstance(kube, KubernetesMatch) and all(
-                getattr(kube, f.name) is None for f in dataclasses.fields(KubernetesMatch)):
-            problems.append(f"{where}.match.kubernetes: set at least one of "
-                            + ", ".join(f.name for f in dataclasses.fields(KubernetesMatch)))
+        if isinstance(kube, KubernetesMatch):
+            if kube.namespace is None and (kube.pod is not None or kube.selector is not None):
+                problems.append(f"{where}.match.kubernetes.namespace: required with pod or selector "
+                                "(pods are listed per namespace)")
+            elif kube.namespace is None and kube.pod_uid is None:
+                problems.append(f"{where}.match.kubernetes: set namespace (with pod or selector), "
+                                "or pod_uid")
     if isinstance(target.api_key_env, str) and isinstance(target.api_key_file, str):
         problems.append(f"{where}: set api_key_env or api_key_file, not both")
     restart = target.restart

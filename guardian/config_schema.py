@@ -26,10 +26,13 @@ def _f(default, check: str | None = None, doc: str = ""):
 # ---------------------------------------------------------------- targets
 @dataclass(frozen=True)
 class KubernetesMatch:
+    """A pod on this node: ``namespace`` + ``pod`` (name) or ``selector`` (labels), or ``pod_uid``."""
+
     pod_uid: Optional[str] = None
     namespace: Optional[str] = None
     pod: Optional[str] = None
-    container: Optional[str] = None
+    selector: Optional[str] = _f(None, doc="label selector, e.g. app=vllm,model=llama")
+    container: Optional[str] = _f(None, doc="the container running vLLM; default: the pod's only one")
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class MatchConfig:
     port: Optional[int] = _f(None, "port", "the port the API server listens on")
     pid_file: Optional[str] = _f(None, doc="a file holding the API server's pid")
     cmdline_regex: Optional[str] = _f(None, "regex", "regex searched in the joined cmdline")
-    systemd_unit: Optional[str] = _f(None, doc="the unit whose MainPID is the API server")
+    systemd_unit: Optional[str] = _f(None, doc="the systemd unit running the API server (its cgroup)")
     kubernetes: Optional[KubernetesMatch] = None
 
 

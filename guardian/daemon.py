@@ -108,6 +108,13 @@ class Daemon(ActionsMixin):
         self.evidence_pending: set[str] = set()
         self._remediation_jobs: dict[str, object] = {}
         self.discovery_cache = DiscoveryCache()
+        self.platform = None  # match.kubernetes / match.systemd_unit: pods and units -> processes
+        if any(t.match.kubernetes is not None or t.match.systemd_unit is not None for t in cfg.targets):
+            from .platform_match import PlatformMatcher
+            from .discovery import is_api_server
+
+            self.platform = PlatformMatcher(procfs, kube=kube, runner=cmd_runner or SubprocessRunner(),
+                                            is_api_server=is_api_server)
         self.status_extras: dict[str, Callable[[], object]] = {}
         self.on_update: list[Callable[[object], None]] = []  # incident changed without a transition
         self.on_discovery: list[Callable[[tuple], None]] = []  # each pass's targets (e.g. API keys)
@@ -173,7 +180,7 @@ class Daemon(ActionsMixin):
         t0 = time.perf_counter()
         try:
             self.discovery_cache.now = now
-            result = discover(self.procfs, self.cfg, cache=self.discovery_cache)
+            result = discover(self.procfs, self.cfg, cache=self.discovery_cache, platform=self.platform)
         except Exception as e:  # a broken /proc must not kill the loop
             st.failures += 1
             self.episodes.fail("discovery", f"{type(e).__name__}: {e}", now)

@@ -28,7 +28,8 @@ from .sinks.redis_sink import AlertSink
 def build_daemon(cfg: Config, sink: AlertSink | None = None, clock: SystemClock | None = None) -> tuple[Daemon, SystemClock]:
     clock = clock or SystemClock()
     kube = None
-    if any(t.restart.mode == "kubernetes" for t in cfg.targets):
+    if any(t.restart.mode == "kubernetes" or (t.match.kubernetes is not None and t.match.kubernetes.namespace)
+           for t in cfg.targets):
         from .host.kube import KubeClient
 
         try:

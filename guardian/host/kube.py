@@ -87,3 +87,27 @@ class KubeClient:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": int(grace_seconds),
                 "preconditions": {"uid": pod.uid}}  # never delete a recreated pod of the same name
         self._call("DELETE", f"/api/v1/namespaces/{quote(pod.namespace)}/pods/{quote(pod.name)}", body)
+
+
+# ---------------------------------------------------------------- match.kubernetes (additive)
+def node_pods_path(namespace: str, node_name: str, pod: str | None = None,
+                   label_selector: str | None = None) -> str:
+    """The list call ``match.kubernetes`` makes: one namespace, this node only (field selector
+    ``spec.nodeName``), optionally one pod by name and/or a label selector. Pure: also what the
+    RBAC cross-check reads."""
+    fields = f"spec.nodeName={node_name}" + (f",metadata.name={pod}" if pod else "")
+    query = f"fieldSelector={quote(fields, safe='')}"
+    if label_selector:
+        query += f"&labelSelector={quote(label_selector, safe='')}"
+    return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods?{query}"
+
+
+def list_node_pods(client: KubeClient, namespace: str, pod: str | None = None,
+                   label_selector: str | None = None) -> list[dict]:
+    """The pods of ``namespace`` scheduled on this node (``client.node_name``), as API objects.
+    ``ProbeFailed`` when the node name is unknown: listing a namespace cluster-wide is never done."""
+    if not client.node_name:
+        raise ProbeFailed("NODE_NAME is not set (the DaemonSet passes spec.nodeName through the "
+                          "downward API): cannot tell which pods run on this node")
+    items = client._call("GET", node_pods_path(namespace, client.node_name, pod, label_selector)).get("items")
+    return [i for i in items or [] if isinstance(i, dict)]
