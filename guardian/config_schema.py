@@ -51,9 +51,11 @@ class RestartConfig:
     mode: str = _f("signal", "restart_mode", "systemd | command | kubernetes | signal")
     command: tuple[str, ...] = _f((), doc="argv for mode=command (no shell)")
     unit: Optional[str] = None
-    env: dict[str, str] = _f({})
+    env: dict[str, str] = _f({}, doc="mode=command: the server's whole environment (plus PATH, LANG, HOME)")
     cwd: Optional[str] = None
     log_file: Optional[str] = None
+    user: Optional[str] = _f(None, doc="mode=command: run the server as this user (name or uid)")
+    group: Optional[str] = _f(None, doc="mode=command: and this group (default: the user's)")
     stop_timeout: float = _f(30.0, "positive", "SIGTERM -> SIGKILL of the whole tree, seconds")
     ready_timeout: float = _f(600.0, "positive", "start -> /health 200 and a canary answered")
 
