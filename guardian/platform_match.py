@@ -97,6 +97,8 @@ class PlatformMatcher:
 
     def match(self, tc: Any, procs: Mapping[int, Any]) -> PlatformMatch:
         """``procs``: pid -> an object with ``key`` (ProcKey) and ``cmdline``: this pass's processes."""
+        if len(self._places) > len(procs):  # processes gone since: their cgroups are not kept
+            self.forget_except({p.key for p in procs.values()})
         m = tc.match
         if m.kubernetes is not None:
             return self.match_kubernetes(m.kubernetes, procs)

@@ -250,3 +250,14 @@ def test_without_cgroupfs_each_process_cgroup_is_read(host, tmp_path):
 ])
 def test_a_unit_that_cannot_be_matched_says_why(host, tmp_path, runner, why):
     assert run(host, unit_cfg(), runner=runner, sys_cgroup=str(tmp_path / "x")).unmatched == (("llama", why),)
+
+
+def test_cgroups_of_processes_that_are_gone_are_not_kept(node):
+    platform = PlatformMatcher(node.procfs(), is_api_server=is_api_server)
+    cfg = kube_cfg(pod_uid=UID)
+    discover(node.procfs(), cfg, platform=platform)
+    cached = len(platform._places)
+    node.remove(90)
+    node.remove(70)
+    discover(node.procfs(), cfg, platform=platform)
+    assert len(platform._places) == cached - 2
