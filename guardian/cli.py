@@ -40,12 +40,6 @@ def _setup_logging(verbose: bool) -> None:
     )
 
 
-def _build_daemon(cfg, sink=None):
-    from .runtime import build_daemon
-
-    return build_daemon(cfg, sink)
-
-
 # ---------------------------------------------------------------------- commands
 def cmd_run(args) -> int:
     _setup_logging(args.verbose)
@@ -54,49 +48,18 @@ def cmd_run(args) -> int:
     from .runtime import Runtime
 
     rt = Runtime.start(cfg)
-    daemon, clock = rt.daemon, rt.clock
-    from .api import ControlSocket
-
-    api = ControlSocket(cfg.socket_path(), {
-        "status": lambda req: daemon.status(),
-        "ping": lambda req: "pong",
-        "drain": daemon.control_request,
-        "restart": daemon.control_request,
-        "undrain": daemon.control_request,
-    })
     stop = threading.Event()
 
     def on_signal(signum, frame):  # noqa: ARG001
         logging.getLogger("guardian").info("signal %d: shutting down", signum)
         stop.set()
-        clock.wake()
+        rt.clock.wake()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    from .exporter import build_registry
-    from .http_api import Heartbeat, HttpApi
-    from .sdnotify import SdNotify
-
-    beat, sd = Heartbeat(clock.monotonic), SdNotify()
-    http = None
-    if cfg.api.http:
-        http = HttpApi(cfg.api.http, registry=build_registry(daemon.status, lambda: daemon.stats),
-                       status=daemon.status, tick_age=beat.age, max_tick_age=3 * cfg.interval)
-        http.start()
-    api.start()
-
-    def after_tick() -> None:  # the systemd watchdog is fed by the loop itself: a frozen loop stops it
-        beat.beat()
-        rt.after_tick()
-        sd.after_tick(f"{len(daemon.tracker.targets)} targets")
-
     try:
-        daemon.run(stop, on_tick=after_tick)
+        rt.run(stop)
     finally:
-        sd.stopping()
-        api.stop()
-        if http is not None:
-            http.stop()
         rt.close()
     return 0
 
@@ -136,7 +99,9 @@ def cmd_probe(args) -> int:
 
     _setup_logging(args.verbose)
     cfg = _load(args.config)
-    daemon, clock = _build_daemon(cfg)
+    from .runtime import build_daemon, real_seams
+
+    daemon = build_daemon(cfg, real_seams(cfg))
     budget = cfg.probes.vllm_http.timeout * 2 + cfg.probes.canary.timeout + 1
     try:
         daemon.tick()  # discovery + first /proc reading (rates need two)

@@ -15,6 +15,7 @@ section (``detectors:`` with everything below commented out) means its defaults.
 """
 from __future__ import annotations
 
+import enum
 import dataclasses
 import json
 import math
@@ -191,6 +192,8 @@ class _Parser:
                   and math.isfinite(value))
         elif tp is str:
             ok = isinstance(value, str)
+        elif isinstance(tp, type) and issubclass(tp, enum.Enum):
+            ok = isinstance(value, str) and value in {m.value for m in tp}
         else:
             raise TypeError(f"unsupported config type {tp!r} at {path}")
         if not ok:
@@ -198,6 +201,8 @@ class _Parser:
         if check and not _RULES[check][1](value):
             detail = f" ({_regex_problem(value)})" if check == "regex" else ""
             return self.wrong(path, tp, check, value, nullable, detail)
+        if isinstance(tp, type) and issubclass(tp, enum.Enum):
+            return tp(value)
         return float(value) if tp is float else value
 
     def sequence(self, tp: Any, value: Any, path: str, nullable: bool = False) -> Any:
@@ -414,6 +419,8 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, enum.Enum):
+        return value.value
     return value
 
 

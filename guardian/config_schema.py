@@ -10,7 +10,19 @@ The top-level names are the SPEC §9 contract.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Optional
+
+
+class Mode(str, Enum):
+    """What the guardian does with an incident of one kind: record it, alert, or also remediate."""
+
+    OBSERVE = "observe"
+    ALERT = "alert"
+    REMEDIATE = "remediate"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 def _f(default, check: str | None = None, doc: str = ""):
@@ -81,7 +93,7 @@ class TargetConfig:
 # ---------------------------------------------------------------- detectors
 @dataclass(frozen=True)
 class BusyLoopConfig:
-    mode: str = _f("remediate", "mode")
+    mode: Mode = _f(Mode.REMEDIATE, "mode")
     window: float = _f(10.0, "positive", "seconds of thread samples looked at")
     cpu_ratio: float = _f(0.9, "ratio", "a thread at or above this share of a core is hot")
     max_voluntary_per_cpu_second: float = _f(
@@ -95,7 +107,7 @@ class BusyLoopConfig:
 
 @dataclass(frozen=True)
 class EngineStallConfig:
-    mode: str = _f("remediate", "mode")
+    mode: Mode = _f(Mode.REMEDIATE, "mode")
     window: float = _f(20.0, "positive", "seconds without progress while work is pending")
     open_after: int = _f(1, "positive")
     resolve_after: int = _f(3, "positive")
@@ -103,14 +115,14 @@ class EngineStallConfig:
 
 @dataclass(frozen=True)
 class EngineDeadConfig:
-    mode: str = _f("remediate", "mode")
+    mode: Mode = _f(Mode.REMEDIATE, "mode")
     open_after: int = _f(2, "positive")
     resolve_after: int = _f(1, "positive")
 
 
 @dataclass(frozen=True)
 class KvCacheLeakConfig:
-    mode: str = _f("alert", "mode")
+    mode: Mode = _f(Mode.ALERT, "mode")
     window: float = _f(60.0, "positive")
     margin: float = _f(0.1, "ratio", "usage above the idle baseline that counts as leaked")
     open_after: int = _f(1, "positive")
@@ -119,7 +131,7 @@ class KvCacheLeakConfig:
 
 @dataclass(frozen=True)
 class MemoryLeakConfig:
-    mode: str = _f("alert", "mode")
+    mode: Mode = _f(Mode.ALERT, "mode")
     window: float = _f(120.0, "positive")
     slope_bytes_per_s: float = _f(5_000_000.0, "positive", "robust slope that counts as a leak")
     warmup: float = _f(300.0, "nonneg", "seconds after the target became ready before judging")
@@ -129,13 +141,13 @@ class MemoryLeakConfig:
 
 @dataclass(frozen=True)
 class OutputCorruptionConfig:
-    mode: str = _f("alert", "mode")
+    mode: Mode = _f(Mode.ALERT, "mode")
     interval: float = _f(300.0, "positive")
 
 
 @dataclass(frozen=True)
 class ProbeFailureConfig:
-    mode: str = _f("alert", "mode")
+    mode: Mode = _f(Mode.ALERT, "mode")
     after: int = _f(30, "positive", "consecutive failures of one probe before alerting")
 
 

@@ -10,6 +10,7 @@ Stdlib only, frozen dataclasses. Nothing here touches the machine.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Mapping
@@ -110,7 +111,8 @@ class Sample:
     """One value of one metric for one subject of one target at monotonic time ``t``.
 
     ``subject`` names what was measured inside the target: ``""`` for the
-    target as a whole, ``"p<pid>"`` for a process, ``"p<pid>/t<tid>"`` for a thread.
+    target as a whole, ``"p<pid>"`` for a process, ``"p<pid>/t<tid>"`` for a thread: a
+    ``Subject``'s key.
     """
 
     target: str
@@ -120,12 +122,40 @@ class Sample:
     t: float
 
 
-def process_subject(pid: int) -> str:
-    return f"p{pid}"
+@dataclass(frozen=True, order=True)
+class Subject:
+    """What a sample measures inside a target: the target itself (no pid), one process, or one
+    thread of it. Its ``key`` is the form series, findings and alerts carry: ``""``, ``"p<pid>"``,
+    ``"p<pid>/t<tid>"``; ``parse`` reads it back."""
+
+    pid: int | None = None
+    tid: int | None = None
+
+    @property
+    def key(self) -> str:
+        if self.pid is None:
+            return ""
+        return f"p{self.pid}" if self.tid is None else f"p{self.pid}/t{self.tid}"
+
+    def __str__(self) -> str:
+        return self.key
+
+    @property
+    def threads_prefix(self) -> str:
+        """The start of the keys of this process's threads."""
+        return f"p{self.pid}/"
+
+    @classmethod
+    def parse(cls, key: str) -> Subject | None:
+        """The subject a key names; None for a string that is not one."""
+        m = _SUBJECT.fullmatch(key)
+        if m is None:
+            return None
+        pid, tid = m.group(1), m.group(2)
+        return cls(int(pid) if pid else None, int(tid) if tid else None)
 
 
-def thread_subject(pid: int, tid: int) -> str:
-    return f"p{pid}/t{tid}"
+_SUBJECT = re.compile(r"(?:p(\d+)(?:/t(\d+))?)?")
 
 
 @dataclass(frozen=True)

@@ -216,3 +216,12 @@ class PlatformMatcher:
         if not pids:
             return _miss(f"unit {unit} ({uc.control_group}) has no process")
         return PlatformMatch(self._prefer_servers(pids, procs))
+
+
+def platform_for(cfg: Any, procfs: Any, kube: Any, runner: Any) -> PlatformMatcher | None:
+    """The matcher for a config with ``match.kubernetes`` / ``match.systemd_unit`` targets; None without."""
+    if not any(t.match.kubernetes is not None or t.match.systemd_unit is not None for t in cfg.targets):
+        return None
+    from .discovery import is_api_server
+
+    return PlatformMatcher(procfs, kube=kube, runner=runner, is_api_server=is_api_server)

@@ -23,10 +23,14 @@ class Verdict:
 
 
 class RestartLedger:
-    """Wall times of restarts per target, in ``<state_dir>/restarts.json`` (fsync'd, atomic)."""
+    """Wall times of restarts per target, in ``<state_dir>/restarts.json`` (fsync'd, atomic).
 
-    def __init__(self, state_dir: str) -> None:
+    Restarts older than ``keep`` seconds (the budget period: older ones count for nothing) are
+    pruned whenever one is recorded, so the file stays small."""
+
+    def __init__(self, state_dir: str, keep: float | None = None) -> None:
         self.path = Path(state_dir) / "restarts.json"
+        self.keep = keep
         self.restarts: dict[str, list[float]] = {}
         try:
             data = json.loads(self.path.read_text())
@@ -35,6 +39,8 @@ class RestartLedger:
             self.restarts = {}
 
     def record(self, target: str, at: float) -> None:
+        if self.keep is not None:
+            self.prune(at, self.keep)
         self.restarts.setdefault(target, []).append(at)
         self._save()
 

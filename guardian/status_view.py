@@ -3,6 +3,7 @@ and its human rendering as a table. Reads memory only; no I/O.
 """
 from __future__ import annotations
 
+import resource
 import time
 from typing import Any
 
@@ -10,8 +11,15 @@ from . import __version__
 from .actions.redact import redact_argv
 from .incidents import incident_to_dict
 from .policy import Maintenance, budget_left
+from .model import Subject
 from .series.slope import theil_sen
 from .series import metrics as m
+
+
+def self_usage() -> tuple[float, int]:
+    """CPU seconds (user + system) and peak RSS bytes of the guardian process."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime, ru.ru_maxrss * 1024
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:
@@ -50,14 +58,14 @@ def _phase(tr, open_kinds: list[str], remediation: str) -> str:
 
 
 def build_status(d, now: float) -> dict[str, Any]:
-    cpu_s, rss = d.self_usage()
+    cpu_s, rss = self_usage()
     open_incidents = d.incidents.open_incidents()
     targets = []
     for name, tr in sorted(d.tracker.targets.items()):
         kinds = [i.kind.value for i in open_incidents if i.target.name == name]
         procs = []
         for p in tr.target.processes:
-            ps = d.process_states.get(p.key)
+            ps = d.readings.processes.get(p.key)
             hot = ps.hottest if ps is not None else None
             procs.append({
                 "pid": p.pid, "starttime": p.key.starttime, "role": p.role.value,
@@ -74,8 +82,8 @@ def build_status(d, now: float) -> dict[str, Any]:
                 },
             })
         latest = lambda metric: d.series.latest(name, "", metric)  # noqa: E731
-        health = tr.last.get("scrape")
-        canary = tr.last.get("canary")
+        health = tr.last_scrape
+        canary = tr.last_canary
         suspects = {k.value: f.summary for k, f in d.findings.get(name, {}).items()
                     if f is not None and not f.confirmed}
         targets.append({
@@ -89,7 +97,7 @@ def build_status(d, now: float) -> dict[str, Any]:
             "phase": _phase(tr, kinds, d.remediator.phase(name)),
             "serving": d.remediator.serving(name) and tr.api_alive and tr.ready,
             "remediation": d.remediator.status().get(name),
-            "decision": d.decisions.get(name),
+            "decision": d.responder.decisions.get(name),
             "budget_left": budget_left(d.cfg.policy, d.ledger, name, d.clock.wall()),
             "ready": tr.ready,
             "health": None if health is None else {
@@ -107,10 +115,10 @@ def build_status(d, now: float) -> dict[str, Any]:
                 "error": canary.error, "age_s": _r(now - canary.ended, 1),
             },
             "processes": procs,
-            "accelerators": (d.accel.per_target.get(name, []) if d.accel is not None else []),
+            "accelerators": (d.readings.accel.per_target.get(name, []) if d.readings.accel is not None else []),
             "memory": {
                 "accelerator": _trend(d.series, name, [""], m.ACCEL_MEM, now, d.cfg.detectors.accel_memory_leak.window),
-                "rss": _trend(d.series, name, [f"p{p.pid}" for p in tr.target.processes], m.PROC_RSS, now,
+                "rss": _trend(d.series, name, [Subject(p.pid).key for p in tr.target.processes], m.PROC_RSS, now,
                               d.cfg.detectors.host_memory_leak.window),
             },
             "suspects": suspects,
@@ -126,7 +134,7 @@ def build_status(d, now: float) -> dict[str, Any]:
         "node": d.node,
         "version": __version__,
         "time": d.clock.wall(),
-        "uptime_s": _r(now - d._started_mono, 1),
+        "uptime_s": _r(now - d.started_mono, 1),
         "guardian": {
             "pid": __import__("os").getpid(),
             "ticks": d.stats.ticks,
@@ -137,7 +145,7 @@ def build_status(d, now: float) -> dict[str, Any]:
         },
         "probes": probes,
         "targets": targets,
-        "unmatched": [{"target": n, "reason": r} for n, r in d.unmatched],
+        "unmatched": [{"target": n, "reason": r} for n, r in d.targets.unmatched],
         "incidents": [incident_to_dict(i) for i in open_incidents],
         "actions": {"outcomes": dict(d.remediator.action_counts),
                     "restarts": {k: dict(v) for k, v in d.remediator.restart_counts.items()}},

@@ -10,10 +10,13 @@ gone (API server vanished) or forgotten (gone longer than ``forget_after``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from .detectors.view import TargetState
-from .model import ProcKey, ProcessInfo, Role, Target
+from .config_schema import Config
+from .model import Finding, Kind, ProcKey, ProcessInfo, Role, Target, TargetRef
+from .probes.canary import CanaryResult
+from .probes.vllm_http import HttpScrape
 
 
 @dataclass
@@ -30,11 +33,19 @@ class TrackedTarget:
     canary_in_flight_since: float | None = None
     last_canary_start: float | None = None
     restarts_seen: int = 0
-    last: dict = field(default_factory=dict)  # latest probe results for status (scrape, canary)
+    last_scrape: HttpScrape | None = None  # latest /health + /metrics (status, evidence)
+    last_canary: CanaryResult | None = None  # latest canary answer (status)
 
     @property
     def name(self) -> str:
         return self.target.name
+
+    def ref(self, findings: dict[Kind, Finding | None]) -> TargetRef:
+        """The target as an incident records it; ``role``: of the process a finding points at."""
+        role = next((str(f.signals["role"]) for f in findings.values() if f is not None and f.signals.get("role")),
+                    None)
+        key = self.target.key
+        return TargetRef(self.name, key.pid, key.starttime, self.target.port, self.model, role)
 
     @property
     def engine_alive(self) -> bool | None:
@@ -52,10 +63,17 @@ class Changes:
 
 
 class Tracker:
-    def __init__(self, forget_after: float, configured_models: dict[str, str] | None = None) -> None:
+    def __init__(self, forget_after: float, configured_models: dict[str, str] | None = None,
+                 probe_interval: float = 1.0) -> None:
         self.forget_after = forget_after
         self.configured_models = configured_models or {}
+        self.probe_interval = probe_interval  # how often the processes are read (detectors judge gaps by it)
         self.targets: dict[str, TrackedTarget] = {}
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> Tracker:
+        return cls(cfg.discovery.forget_after, {t.name: t.model for t in cfg.targets if t.model},
+                   cfg.probes.procfs.interval)
 
     # ------------------------------------------------------------------ discovery
     def apply_discovery(self, targets: tuple[Target, ...], orphans: tuple[ProcessInfo, ...],
@@ -137,7 +155,7 @@ class Tracker:
         if ok and not tr.ready and tr.api_alive:
             tr.ready, tr.ready_since, tr.ever_ready = True, now, True
 
-    def state(self, name: str, now: float, probe_interval: float) -> TargetState:
+    def state(self, name: str, now: float, probe_interval: float | None = None) -> TargetState:
         tr = self.targets[name]
         return TargetState(
             target=tr.target,
@@ -148,7 +166,7 @@ class Tracker:
             gone_since=tr.gone_since,
             engine_alive=tr.engine_alive,
             canary_in_flight_since=tr.canary_in_flight_since,
-            probe_interval=probe_interval,
+            probe_interval=self.probe_interval if probe_interval is None else probe_interval,
             ready_since=tr.ready_since,
         )
 

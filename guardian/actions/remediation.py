@@ -18,12 +18,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Mapping
 
-from ..config_schema import Config, RestartConfig, TargetConfig
+from ..config_schema import Config, DrainConfig, Mode, PolicyConfig, RestartConfig, TargetConfig
 from ..model import Action, Kind, ProcKey
+from ..policy import Maintenance, may_restart, node_anomaly
 from ..series import metrics as m
 from .launch import build_launch_spec
 from .redact import redact_argv
@@ -33,9 +36,91 @@ HANG_DRAIN_TIMEOUT = 5.0  # a hung engine has nothing to drain
 KILL_GRACE = 10.0  # after SIGKILL, how long processes get to disappear
 RELEASE_TIMEOUT = 60.0
 LEASE_RETRY = 5.0
-ACTIVE = ("lease", "draining", "stopping", "releasing", "starting", "verifying")
-PHASE_NAMES = {"lease": "draining", "draining": "draining", "stopping": "stopping", "releasing": "stopping",
-               "starting": "starting", "verifying": "verifying"}
+
+
+class Phase(str, Enum):
+    """Where a sequence is. The first six are active; the rest end it (and name its outcome)."""
+
+    LEASE = "lease"
+    DRAINING = "draining"
+    STOPPING = "stopping"
+    RELEASING = "releasing"
+    STARTING = "starting"
+    VERIFYING = "verifying"
+    DONE = "done"
+    FAILED = "failed"
+    ABORTED = "aborted"  # the guardian restarted before anything disruptive happened
+    UNDRAINED = "undrained"  # a manual drain, ended by ``undrain``
+
+    @property
+    def active(self) -> bool:
+        return self in ACTIVE
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Outcome(str, Enum):
+    DONE = "done"
+    FAILED = "failed"
+    ABORTED = "aborted"
+    UNDRAINED = "undrained"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ACTIVE = frozenset({Phase.LEASE, Phase.DRAINING, Phase.STOPPING, Phase.RELEASING, Phase.STARTING, Phase.VERIFYING})
+# the guardian takes the target down itself from here on: its death is not news
+TAKING_DOWN = frozenset({Phase.STOPPING, Phase.RELEASING, Phase.STARTING, Phase.VERIFYING})
+# what status shows as the target's phase while a sequence runs
+PHASE_NAMES = {Phase.LEASE: "draining", Phase.DRAINING: "draining", Phase.STOPPING: "stopping",
+               Phase.RELEASING: "stopping", Phase.STARTING: "starting", Phase.VERIFYING: "verifying"}
+
+
+@dataclass
+class PhaseProgress:
+    """What happened inside one phase (a new one is started on entering the next phase)."""
+
+    phase: Phase
+    at: float  # wall time the phase was entered
+    begun: bool = False  # draining: drain published (hook started); stopping: SIGTERM sent or pod delete asked
+    kill_at: float | None = None  # stopping: monotonic time SIGKILL was sent
+    job_at: float | None = None  # monotonic time this phase's off-loop job (lease, systemctl) last ended
+
+    @classmethod
+    def load(cls, data: Mapping[str, Any]) -> PhaseProgress:
+        """From the state file (monotonic times mean nothing to the next process: dropped)."""
+        begun = bool(data.get("begun") or data.get("drain_started") or data.get("term_sent"))
+        return cls(Phase(data["phase"]), float(data["at"]), begun)
+
+
+@dataclass(frozen=True)
+class RestartSpec:
+    """What remediation needs to know about one configured target."""
+
+    restart: RestartConfig = field(default_factory=RestartConfig)
+    drain: DrainConfig = field(default_factory=DrainConfig)
+    systemd_unit: str | None = None  # the matched unit, when restart.unit is not set
+
+    @classmethod
+    def of(cls, tc: TargetConfig) -> RestartSpec:
+        return cls(tc.restart, tc.drain, tc.match.systemd_unit)
+
+
+@dataclass(frozen=True)
+class RemediationSettings:
+    """The node, where state lives, the policy, and a restart spec per configured target
+    (an autodiscovered target has none: it is never restarted)."""
+
+    node: str
+    state_dir: str
+    policy: PolicyConfig
+    targets: Mapping[str, RestartSpec] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> RemediationSettings:
+        return cls(cfg.node, cfg.state_dir, cfg.policy, {t.name: RestartSpec.of(t) for t in cfg.targets})
 
 
 @dataclass
@@ -47,7 +132,7 @@ class Sequence:
     api_key: tuple[int, int]
     tree: list[tuple[int, int]]
     drain_only: bool = False
-    phase: str = "lease"
+    phase: Phase = Phase.LEASE
     phase_since: float = 0.0  # monotonic
     phase_since_wall: float = 0.0
     started_wall: float = 0.0
@@ -56,21 +141,42 @@ class Sequence:
     sigkill_sent: bool = False
     started_pid: int | None = None
     pending_job: str | None = None  # name of an async job in flight for this sequence
-    outcome: str | None = None
+    outcome: Outcome | None = None
     detail: str = ""
-    history: list[dict] = field(default_factory=list)
+    history: list[PhaseProgress] = field(default_factory=list)
 
     @property
     def keys(self) -> list[ProcKey]:
         return [ProcKey(p, s) for p, s in self.tree]
 
+    @property
+    def progress(self) -> PhaseProgress:
+        return self.history[-1]
+
+    def end(self, outcome: Outcome, detail: str) -> None:
+        self.phase, self.outcome, self.detail = Phase(outcome.value), outcome, detail
+
+    @classmethod
+    def load(cls, data: dict[str, Any]) -> Sequence:
+        data = dict(data)
+        data["tree"] = [(int(p), int(s)) for p, s in data["tree"]]
+        data["api_key"] = (int(data["api_key"][0]), int(data["api_key"][1]))
+        data["phase"] = Phase(data["phase"])
+        data["outcome"] = None if data.get("outcome") is None else Outcome(data["outcome"])
+        data["history"] = [PhaseProgress.load(h) for h in data.get("history", [])]
+        return cls(**data)
+
 
 class Remediator:
-    def __init__(self, cfg: Config, clock, control, async_runner, cmd_runner, incidents, ledger, procfs, *,
+    def __init__(self, settings: RemediationSettings, clock, control, async_runner, cmd_runner, incidents, ledger,
+                 procfs, *,
                  lease=None, kube=None, publish_control: Callable[[dict], object] | None = None,
                  release_check: Callable[[set[int]], bool | None] | None = None,
                  log: logging.Logger | None = None) -> None:
-        self.cfg = cfg
+        self.settings = settings
+        self.policy = settings.policy
+        self.node = settings.node
+        self.maintenance = Maintenance(settings.state_dir)
         self.clock = clock
         self.control = control
         self.async_runner = async_runner
@@ -83,7 +189,7 @@ class Remediator:
         self.publish_control = publish_control or (lambda payload: None)
         self.release_check = release_check or (lambda pids: None)
         self.log = log or logging.getLogger("guardian.remediation")
-        self.dir = Path(cfg.state_dir) / "remediation"
+        self.dir = Path(settings.state_dir) / "remediation"
         self.sequences: dict[str, Sequence] = {}
         self.on_finish: list[Callable[[Sequence, str], None]] = []
         self.exhausted: set[str] = set()
@@ -94,12 +200,12 @@ class Remediator:
         self._resume()
 
     # ------------------------------------------------------------------ queries
-    def target_config(self, name: str) -> TargetConfig | None:
-        return next((t for t in self.cfg.targets if t.name == name), None)
+    def target_config(self, name: str) -> RestartSpec | None:
+        return self.settings.targets.get(name)
 
     def active(self, name: str) -> bool:
         s = self.sequences.get(name)
-        return s is not None and s.phase in ACTIVE
+        return s is not None and s.phase.active
 
     def serving(self, name: str) -> bool:
         """Readiness: False from drain start until a verified restart; False after a failed
@@ -108,23 +214,24 @@ class Remediator:
         if s is None:
             return True
         if s.drain_only:
-            return s.phase not in ACTIVE + ("done",)
-        return s.phase not in ACTIVE + ("failed",)
+            return not (s.phase.active or s.phase is Phase.DONE)
+        return not (s.phase.active or s.phase is Phase.FAILED)
 
     def phase(self, name: str) -> str:
         s = self.sequences.get(name)
-        if s is None or s.phase == "done":
+        if s is None or s.phase is Phase.DONE:
             return "serving"
-        return PHASE_NAMES.get(s.phase, s.phase)
+        return PHASE_NAMES.get(s.phase, s.phase.value)
 
     def suppress_detection(self, name: str) -> bool:
         """While the guardian itself takes a target down, its death is not news."""
         s = self.sequences.get(name)
-        return s is not None and s.phase in ("stopping", "releasing", "starting", "verifying")
+        return s is not None and s.phase in TAKING_DOWN
 
     def status(self) -> dict:
-        return {name: {"phase": s.phase, "reason": s.reason, "incident": s.incident_id, "mode": s.mode,
-                       "since": s.phase_since_wall, "detail": s.detail, "outcome": s.outcome}
+        return {name: {"phase": s.phase.value, "reason": s.reason, "incident": s.incident_id, "mode": s.mode,
+                       "since": s.phase_since_wall, "detail": s.detail,
+                       "outcome": None if s.outcome is None else s.outcome.value}
                 for name, s in self.sequences.items()}
 
     # ------------------------------------------------------------------ start
@@ -136,26 +243,24 @@ class Remediator:
                        [(k.pid, k.starttime) for k in tree], drain_only=drain_only,
                        started_wall=self.clock.wall())
         self.sequences[name] = seq
-        self._enter(seq, "lease", now, f"{'drain' if drain_only else 'restart'} of {name} ({reason}), "
+        self._enter(seq, Phase.LEASE, now, f"{'drain' if drain_only else 'restart'} of {name} ({reason}), "
                                       f"mode {mode}, tree {[p for p, _ in seq.tree]}")
         return seq
 
     # ------------------------------------------------------------------ policy gates
-    def consider(self, incident, tracked, now: float, *, mode: str, tripped: int, total: int) -> str:
+    def consider(self, incident, tracked, now: float, *, mode: Mode, tripped: int, total: int) -> str:
         """Decide whether an open incident gets a restart now. Returns the decision, for status;
         each refusal is recorded on the incident once."""
-        from ..policy import Maintenance, may_restart, node_anomaly
-
         name = incident.target.name
         if self.active(name):
             return "in progress"
-        if mode != "remediate":
-            return f"mode {mode}: alert only"
+        if mode is not Mode.REMEDIATE:
+            return f"mode {mode.value}: alert only"
         if incident.kind in (Kind.PROBE_FAILURE, Kind.RESTART_BUDGET_EXHAUSTED):
             return "a blind spot or an exhausted budget is never a reason to restart: alert only"
         prev = self.sequences.get(name)
-        if prev is not None and prev.incident_id == incident.id and prev.phase in ("failed", "done", "aborted"):
-            return f"already {prev.phase} for this incident"
+        if prev is not None and prev.incident_id == incident.id and prev.phase in (Phase.FAILED, Phase.DONE, Phase.ABORTED):
+            return f"already {prev.phase.value} for this incident"
         tc = self.target_config(name)
         if tc is None:
             return self._once(incident, "no_config", "skipped",
@@ -166,21 +271,21 @@ class Remediator:
         if tc.restart.mode == "command" and not tc.restart.command:
             return self._once(incident, "no_command", "skipped", "restart.mode command without a command")
         wall = self.clock.wall()
-        if Maintenance(self.cfg.state_dir).active(wall):
+        if self.maintenance.active(wall):
             return self._once(incident, "maintenance", "skipped", "maintenance mode is on: no remediation")
-        anomaly = node_anomaly(self.cfg.policy, tripped, total)
+        anomaly = node_anomaly(self.policy, tripped, total)
         if anomaly:
             return self._once(incident, "anomaly", "escalated", anomaly)
         if not tracked.ever_ready:
             return self._once(incident, "grace", "skipped", "target never became ready: startup grace")
-        verdict = may_restart(self.cfg.policy, self.ledger, name, wall)
+        verdict = may_restart(self.policy, self.ledger, name, wall)
         if verdict.exhausted:
             self.exhausted.add(name)
             return self._once(incident, "budget", "escalated", verdict.reason + "; observe-only for this target")
         self.exhausted.discard(name)
         if not verdict.allowed:
             return self._once(incident, "backoff", "deferred", verdict.reason)
-        if self.cfg.policy.dry_run:
+        if self.policy.dry_run:
             keys = [p.pid for p in tracked.target.processes]
             return self._once(incident, "dry_run", "dry_run",
                               f"would have drained, stopped {keys} (SIGTERM, then SIGKILL after "
@@ -192,8 +297,6 @@ class Remediator:
     def manual(self, name: str, tracked, now: float, action: str, dry_run: bool) -> str:
         """``guardian drain|restart <target>``: the same machine and the same safety checks,
         minus the detector mode and the node-wide anomaly (a human decided)."""
-        from ..policy import may_restart
-
         if tracked is None:
             raise KeyError(f"unknown target {name!r}")
         if self.active(name):
@@ -202,10 +305,10 @@ class Remediator:
         if action == "restart":
             if tc is None:
                 return f"{name}: autodiscovered target has no restart config; refusing to restart it"
-            verdict = may_restart(self.cfg.policy, self.ledger, name, self.clock.wall())
+            verdict = may_restart(self.policy, self.ledger, name, self.clock.wall())
             if not verdict.allowed:
                 return f"{name}: refused: {verdict.reason}"
-        if dry_run or self.cfg.policy.dry_run:
+        if dry_run or self.policy.dry_run:
             return (f"{name}: dry run: would have {'drained' if action == 'drain' else 'drained, stopped'} "
                     f"{[p.pid for p in tracked.target.processes]}"
                     + ("" if action == "drain" else f" and restarted via {tc.restart.mode}"))
@@ -217,19 +320,17 @@ class Remediator:
         seq = self.sequences.get(name)
         if seq is None or not seq.drain_only:
             return f"{name}: not drained by the guardian"
-        if seq.phase in ACTIVE or seq.phase == "done":
-            seq.phase, seq.outcome, seq.detail = "undrained", "undrained", "undrained by request"
-            self.publish_control({"action": "undrain", "target": name, "node": self.cfg.node})
+        if seq.phase.active or seq.phase is Phase.DONE:
+            seq.end(Outcome.UNDRAINED, "undrained by request")
+            self.publish_control({"action": "undrain", "target": name, "node": self.node})
             self._save(seq)
         return f"{name}: back in rotation"
 
     def refresh_budgets(self) -> None:
         """A target whose budget frees up leaves observe-only."""
-        from ..policy import may_restart
-
         wall = self.clock.wall()
         for name in list(self.exhausted):
-            if not may_restart(self.cfg.policy, self.ledger, name, wall).exhausted:
+            if not may_restart(self.policy, self.ledger, name, wall).exhausted:
                 self.exhausted.discard(name)
 
     def _once(self, incident, key: str, status: str, detail: str) -> str:
@@ -247,39 +348,41 @@ class Remediator:
         return f"{status}: {detail}"
 
     # ------------------------------------------------------------------ the machine
-    def tick(self, now: float, tracker, series, done_jobs: dict[str, object]) -> None:
-        self._job_results.update(done_jobs)
+    def tick(self, now: float, tracker, series) -> None:
+        steps = {Phase.LEASE: self._step_lease, Phase.DRAINING: self._step_draining,
+                 Phase.STOPPING: self._step_stopping, Phase.RELEASING: self._step_releasing,
+                 Phase.STARTING: self._step_starting, Phase.VERIFYING: self._step_verifying}
         for seq in list(self.sequences.values()):
-            if seq.phase not in ACTIVE:
-                continue
             for _ in range(6):  # several instant steps may chain within one tick
                 before = seq.phase
-                getattr(self, f"_step_{seq.phase}")(seq, now, tracker, series)
-                if seq.phase == before or seq.phase not in ACTIVE:
+                if not before.active:
+                    break
+                steps[before](seq, now, tracker, series)
+                if seq.phase is before:
                     break
 
     def _step_lease(self, seq: Sequence, now: float, tracker, series) -> None:
         if seq.drain_only:
-            self._enter(seq, "draining", now, "drain requested")
+            self._enter(seq, Phase.DRAINING, now, "drain requested")
             return
         if self.lease is None:
-            self._enter(seq, "draining", now, "no fleet lease configured")
+            self._enter(seq, Phase.DRAINING, now, "no fleet lease configured")
             return
         res = self._job(seq, "lease", lambda: self.lease.acquire(seq.target), now, retry_every=LEASE_RETRY)
         if res is None:
             return
         if res.granted:
             seq.lease_slot = res.slot
-            self._enter(seq, "draining", now, res.reason)
+            self._enter(seq, Phase.DRAINING, now, res.reason)
         elif not seq.lease_waiting_noted:
             seq.lease_waiting_noted = True
             self._record(seq, "fleet_lease", "waiting", res.reason)
 
     def _step_draining(self, seq: Sequence, now: float, tracker, series) -> None:
         tc = self.target_config(seq.target)
-        if not seq.history[-1].get("drain_started"):
-            seq.history[-1]["drain_started"] = True
-            self.publish_control({"action": "drain", "target": seq.target, "node": self.cfg.node,
+        if not seq.progress.begun:
+            seq.progress.begun = True
+            self.publish_control({"action": "drain", "target": seq.target, "node": self.node,
                                   "reason": seq.reason})
             if tc and tc.drain.hook:
                 hook = tuple(tc.drain.hook)
@@ -295,28 +398,27 @@ class Remediator:
         empty = fresh and running[1] + waiting[1] == 0 and running[0] > seq.phase_since
         if seq.drain_only:
             if empty or now - seq.phase_since >= timeout:
-                self._finish(seq, now, "done", "drained" if empty else "drain timeout reached; left drained")
+                self._finish(seq, now, Outcome.DONE, "drained" if empty else "drain timeout reached; left drained")
             return
         if empty:
-            self._enter(seq, "stopping", now, f"drained in {now - seq.phase_since:.1f}s")
+            self._enter(seq, Phase.STOPPING, now, f"drained in {now - seq.phase_since:.1f}s")
         elif now - seq.phase_since >= timeout:
-            self._enter(seq, "stopping", now, f"drain timeout {timeout:g}s reached")
+            self._enter(seq, Phase.STOPPING, now, f"drain timeout {timeout:g}s reached")
 
     def _step_stopping(self, seq: Sequence, now: float, tracker, series) -> None:
         tc = self.target_config(seq.target)
         rc = tc.restart if tc else RestartConfig()
         api = ProcKey(*seq.api_key)
-        if not seq.history[-1].get("term_sent"):
-            seq.history[-1]["term_sent"] = True
+        if not seq.progress.begun:
+            seq.progress.begun = True
             self._record_restart(seq)
             if seq.mode == "kubernetes" and self.kube is not None:
-                uid = seq.history[-1].get("pod_uid")
                 self.async_runner.submit(("remediation", f"{seq.target}:kube"),
                                          lambda: self._kube_delete(api, int(rc.stop_timeout)),
-                                         deadline=now + 30)
-                self._record(seq, "stop", "ok", f"pod delete requested (grace {rc.stop_timeout:g}s) {uid or ''}")
+                                         deadline=now + 30, on_done=self._job_done)
+                self._record(seq, "stop", "ok", f"pod delete requested (grace {rc.stop_timeout:g}s)")
             else:
-                sent = self.control.signal(api, 15)
+                sent = self.control.signal(api, signal.SIGTERM)
                 self._record(seq, "stop", "ok" if sent else "skipped",
                              f"SIGTERM to API server {api}" if sent else f"API server {api} already gone")
         kube_res = self._job_results.pop(f"{seq.target}:kube", None)
@@ -325,24 +427,25 @@ class Remediator:
         alive = [k for k in seq.keys if self.control.alive(k)]
         if alive and not seq.sigkill_sent and now - seq.phase_since >= rc.stop_timeout:
             seq.sigkill_sent = True
-            killed = [k.pid for k in alive if self.control.signal(k, 9)]
+            killed = [k.pid for k in alive if self.control.signal(k, signal.SIGKILL)]
             self._record(seq, "kill", "ok", f"SIGKILL after {rc.stop_timeout:g}s to {killed}")
-            seq.history[-1]["kill_at"] = now
+            seq.progress.kill_at = now
             alive = [k for k in seq.keys if self.control.alive(k)]
         if not alive:
-            self._enter(seq, "releasing", now, f"tree stopped in {now - seq.phase_since:.1f}s")
+            self._enter(seq, Phase.RELEASING, now, f"tree stopped in {now - seq.phase_since:.1f}s")
             return
-        if seq.sigkill_sent and now - seq.history[-1].get("kill_at", now) >= KILL_GRACE:
-            self._finish(seq, now, "failed", f"processes survived SIGKILL: {[k.pid for k in alive]} "
+        kill_at = seq.progress.kill_at
+        if seq.sigkill_sent and now - (now if kill_at is None else kill_at) >= KILL_GRACE:
+            self._finish(seq, now, Outcome.FAILED, f"processes survived SIGKILL: {[k.pid for k in alive]} "
                                              f"(uninterruptible in the kernel?); a human must look")
 
     def _step_releasing(self, seq: Sequence, now: float, tracker, series) -> None:
         held = self.release_check({p for p, _ in seq.tree})
         if held is None or held is False:
-            self._enter(seq, "starting", now, "no accelerator backend" if held is None
+            self._enter(seq, Phase.STARTING, now, "no accelerator backend" if held is None
                         else f"accelerator memory released in {now - seq.phase_since:.1f}s")
         elif now - seq.phase_since >= RELEASE_TIMEOUT:
-            self._enter(seq, "starting", now, f"accelerator memory still held after {RELEASE_TIMEOUT:g}s; "
+            self._enter(seq, Phase.STARTING, now, f"accelerator memory still held after {RELEASE_TIMEOUT:g}s; "
                                               "starting anyway")
 
     def _step_starting(self, seq: Sequence, now: float, tracker, series) -> None:
@@ -353,22 +456,22 @@ class Remediator:
                 spec = build_launch_spec(rc)
                 seq.started_pid = self.control.start_spec(spec)
             except (OSError, ValueError) as e:
-                self._finish(seq, now, "failed", f"start failed: {e}")
+                self._finish(seq, now, Outcome.FAILED, f"start failed: {e}")
                 return
-            self._enter(seq, "verifying", now, f"started pid {seq.started_pid}: "
-                                               f"{' '.join(redact_argv(spec.argv))[:200]}")
+            self._enter(seq, Phase.VERIFYING, now, f"started pid {seq.started_pid}: "
+                                                   f"{' '.join(redact_argv(spec.argv))[:200]}")
         elif seq.mode == "systemd":
-            unit = rc.unit or (tc.match.systemd_unit if tc else None)
+            unit = rc.unit or (tc.systemd_unit if tc else None)
             res = self._job(seq, "systemctl", lambda: self.cmd_runner.run(("systemctl", "restart", unit), 60), now)
             if res is None:
                 return
             if getattr(res, "ok", False):
-                self._enter(seq, "verifying", now, f"systemctl restart {unit}")
+                self._enter(seq, Phase.VERIFYING, now, f"systemctl restart {unit}")
             else:
-                self._finish(seq, now, "failed", f"systemctl restart {unit} failed: "
+                self._finish(seq, now, Outcome.FAILED, f"systemctl restart {unit} failed: "
                                                  f"{getattr(res, 'error_text', res)!s}"[:300])
         else:  # kubernetes: its controller recreates the pod; signal: an external supervisor restarts
-            self._enter(seq, "verifying", now, "waiting for the " +
+            self._enter(seq, Phase.VERIFYING, now, "waiting for the " +
                         ("controller to recreate the pod" if seq.mode == "kubernetes" else "external supervisor"))
 
     def _step_verifying(self, seq: Sequence, now: float, tracker, series) -> None:
@@ -377,10 +480,10 @@ class Remediator:
         tr = tracker.targets.get(seq.target)
         if tr is not None and tuple((tr.target.key.pid, tr.target.key.starttime)) != tuple(seq.api_key) \
                 and tr.ready and tr.api_alive:
-            self._finish(seq, now, "done", f"healthy again: pid {tr.target.key.pid}, /health 200 and a canary "
+            self._finish(seq, now, Outcome.DONE, f"healthy again: pid {tr.target.key.pid}, /health 200 and a canary "
                                            f"answered {now - seq.phase_since:.1f}s after start")
         elif now - seq.phase_since >= rc.ready_timeout:
-            self._finish(seq, now, "failed", f"not ready within ready_timeout {rc.ready_timeout:g}s")
+            self._finish(seq, now, Outcome.FAILED, f"not ready within ready_timeout {rc.ready_timeout:g}s")
 
     # ------------------------------------------------------------------ helpers
     def _kube_delete(self, api: ProcKey, grace: int):
@@ -400,26 +503,29 @@ class Remediator:
         if key in self._job_results:
             res = self._job_results.pop(key)
             seq.pending_job = None
-            seq.history[-1][f"{name}_at"] = now
+            seq.progress.job_at = now
             return res
-        last = seq.history[-1].get(f"{name}_at")
+        last = seq.progress.job_at
         if seq.pending_job != key and (last is None or (retry_every is not None and now - last >= retry_every)):
-            if self.async_runner.submit(("remediation", key), fn, deadline=now + 90):
+            if self.async_runner.submit(("remediation", key), fn, deadline=now + 90, on_done=self._job_done):
                 seq.pending_job = key
         return None
+
+    def _job_done(self, done, now: float) -> None:
+        self._job_results[done.key[1]] = done.error if done.error is not None else done.result
 
     def _record_restart(self, seq: Sequence) -> None:
         """The budget counts the disruptive act: recorded (and persisted) before the first signal."""
         self.ledger.record(seq.target, self.clock.wall())
 
-    def _enter(self, seq: Sequence, phase: str, now: float, detail: str) -> None:
+    def _enter(self, seq: Sequence, phase: Phase, now: float, detail: str) -> None:
         took = now - seq.phase_since if seq.history else 0.0
         if seq.history:
-            self._record(seq, seq.phase, "ok", f"{detail} ({took:.1f}s)")
+            self._record(seq, seq.phase.value, "ok", f"{detail} ({took:.1f}s)")
         else:
             self._record(seq, "remediation", "running", detail)
         seq.phase, seq.phase_since, seq.phase_since_wall, seq.detail = phase, now, self.clock.wall(), detail
-        seq.history.append({"phase": phase, "at": seq.phase_since_wall})
+        seq.history.append(PhaseProgress(phase, seq.phase_since_wall))
         if self.lease is not None and seq.lease_slot is not None:  # a long sequence keeps its slot
             slot = seq.lease_slot
             self.async_runner.submit(("remediation", f"{seq.target}:renew"),
@@ -427,21 +533,21 @@ class Remediator:
         self.log.info("remediation %s: %s (%s)", seq.target, phase, detail)
         self._save(seq)
 
-    def _finish(self, seq: Sequence, now: float, outcome: str, detail: str) -> None:
-        status = "ok" if outcome == "done" else "failed"
-        self._record(seq, seq.phase, status, detail)
-        seq.phase, seq.outcome, seq.detail = outcome, outcome, detail
+    def _finish(self, seq: Sequence, now: float, outcome: Outcome, detail: str) -> None:
+        done = outcome is Outcome.DONE
+        self._record(seq, seq.phase.value, "ok" if done else "failed", detail)
+        seq.end(outcome, detail)
         seq.phase_since, seq.phase_since_wall = now, self.clock.wall()
         if self.lease is not None and seq.lease_slot is not None:
             slot = seq.lease_slot
             self.async_runner.submit(("remediation", f"{seq.target}:release"),
                                      lambda: self.lease.release(seq.target, slot), deadline=now + 30)
-        if outcome == "done" and not seq.drain_only:
-            self.publish_control({"action": "undrain", "target": seq.target, "node": self.cfg.node})
+        if done and not seq.drain_only:
+            self.publish_control({"action": "undrain", "target": seq.target, "node": self.node})
         if not seq.drain_only:
-            self._count_restart(seq.target, "ok" if outcome == "done" else "failed")
-        self.log.log(logging.INFO if outcome == "done" else logging.ERROR,
-                     "remediation %s: %s (%s)", seq.target, outcome, detail)
+            self._count_restart(seq.target, "ok" if done else "failed")
+        self.log.log(logging.INFO if done else logging.ERROR,
+                     "remediation %s: %s (%s)", seq.target, outcome.value, detail)
         for hook in self.on_finish:
             hook(seq, outcome)
         self._save(seq)
@@ -482,36 +588,24 @@ class Remediator:
         now = self.clock.monotonic()
         for path in sorted(self.dir.glob("*.json")):
             try:
-                data = json.loads(path.read_text())
-                data["tree"] = [tuple(x) for x in data["tree"]]
-                data["api_key"] = tuple(data["api_key"])
-                seq = Sequence(**data)
+                seq = Sequence.load(json.loads(path.read_text()))
             except (ValueError, TypeError, KeyError) as e:
                 self.log.warning("ignoring unreadable remediation state %s: %s", path, e)
                 continue
             seq.phase_since = now
             seq.pending_job = None
-            if seq.phase in ("lease", "draining"):
+            if seq.phase in (Phase.LEASE, Phase.DRAINING):
                 # nothing disruptive happened yet: abort and put it back in rotation
-                seq.phase, seq.outcome = "aborted", "aborted"
-                seq.detail = "guardian restarted before the stop; aborted, target left untouched"
-                self.publish_control({"action": "undrain", "target": seq.target, "node": self.cfg.node})
-            elif seq.phase == "starting":
+                seq.end(Outcome.ABORTED, "guardian restarted before the stop; aborted, target left untouched")
+                self.publish_control({"action": "undrain", "target": seq.target, "node": self.node})
+            elif seq.phase is Phase.STARTING:
                 # the start may or may not have been issued: never issue it twice; wait for it
-                seq.phase = "verifying"
+                seq.phase = Phase.VERIFYING
                 seq.detail = "guardian restarted during start; verifying without starting again"
-            elif seq.phase in ("stopping", "releasing"):
-                seq.history.append({"phase": seq.phase, "at": self.clock.wall(), "term_sent": True})
-                seq.detail = f"guardian restarted during {seq.phase}; resuming"
+            elif seq.phase in (Phase.STOPPING, Phase.RELEASING):
+                seq.history.append(PhaseProgress(seq.phase, self.clock.wall(), begun=True))
+                seq.detail = f"guardian restarted during {seq.phase.value}; resuming"
             self.sequences[seq.target] = seq
             self._record(seq, "resume", "ok", seq.detail)
             self.log.warning("remediation %s: %s", seq.target, seq.detail)
             self._save(seq)
-
-    def forget_finished(self) -> None:
-        for name, seq in list(self.sequences.items()):
-            if seq.phase not in ACTIVE:
-                try:
-                    (self.dir / f"{name}.json").unlink()
-                except FileNotFoundError:
-                    pass

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config_schema import DetectorsConfig
-from ..model import Finding, Kind, Role, Severity, process_subject
+from ..model import Finding, Kind, Role, Severity, Subject
 from ..series import metrics as m
 from ..series.window import span
 from .hot_threads import hot_threads_for
@@ -54,7 +54,7 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     engines = st.target.by_role(Role.ENGINE_CORE)
     if engines:
         base.update(pid=engines[0].pid, role=Role.ENGINE_CORE.value)
-    subject = process_subject(engines[0].pid) if engines else ""
+    subject = Subject(engines[0].pid).key if engines else ""
 
     if pending and spans and progress is False:
         what = f"counters frozen with {pend[-1][1]:g} requests pending for {es.window:g}s"
@@ -87,11 +87,11 @@ def _hot_process_unread(view: TargetView, cpu_ratio: float) -> bool:
     recent = st.now - 2 * st.probe_interval
     name = st.target.name
     for p in st.target.processes:
-        last = view.series.latest(name, process_subject(p.pid), m.PROC_CPU)
+        last = view.series.latest(name, Subject(p.pid).key, m.PROC_CPU)
         if last is None or last[0] < recent or last[1] < cpu_ratio:
             continue
         latest = [view.series.latest(name, t, m.THREAD_CPU)
-                  for t in view.series.subjects(name, m.THREAD_CPU, process_subject(p.pid) + "/")]
+                  for t in view.series.subjects(name, m.THREAD_CPU, Subject(p.pid).threads_prefix)]
         latest = [pt for pt in latest if pt is not None and pt[0] >= recent]
         if not latest or max(v for _, v in latest) >= cpu_ratio:
             return True

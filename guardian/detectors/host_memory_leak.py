@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config_schema import DetectorsConfig
-from ..model import Finding, Kind, Severity, process_subject
+from ..model import Finding, Kind, Severity, Subject
 from ..series import metrics
 from ..series.store import Point
 from ..series.window import points_between
@@ -25,7 +25,7 @@ def summed_rss(view: TargetView, t0: float, t1: float) -> list[Point]:
     """Total RSS of the current processes at each sample time in ``[t0, t1]``."""
     per = []
     for p in view.state.target.processes:
-        pts = points_between(view.series, view.name, process_subject(p.pid), metrics.PROC_RSS, t0, t1)
+        pts = points_between(view.series, view.name, Subject(p.pid).key, metrics.PROC_RSS, t0, t1)
         if pts:
             per.append(pts)
     if not per:

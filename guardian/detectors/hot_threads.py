@@ -10,16 +10,14 @@ sibling, and each hand-back is a voluntary switch (~40/s measured at 100% CPU).
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from ..config_schema import BusyLoopConfig
-from ..model import Role
+from ..model import Role, Subject
 from ..series import metrics
 from ..series.window import coverage, mean, median, points_between, values
 from .view import TargetView
 
-_THREAD = re.compile(r"^p(\d+)/t(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -34,11 +32,6 @@ class HotThread:
     running_fraction: float | None  # None when the syscall file was not readable
     first_t: float  # start of the hot span: first sample in the window at or above the ratio
     samples: int
-
-
-def parse_thread_subject(subject: str) -> tuple[int, int] | None:
-    m = _THREAD.match(subject)
-    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def hot_threads(
@@ -60,7 +53,8 @@ def hot_threads(
     t0 = now - window
     out: list[HotThread] = []
     for subject in series.subjects(name, metrics.THREAD_CPU):
-        ids = parse_thread_subject(subject)
+        parsed = Subject.parse(subject)
+        ids = None if parsed is None or parsed.pid is None or parsed.tid is None else (parsed.pid, parsed.tid)
         if ids is None or ids[0] not in roles:
             continue
         cpu = points_between(series, name, subject, metrics.THREAD_CPU, t0, now)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..config_schema import MemoryLeakConfig
-from ..model import process_subject
+from ..model import Subject
 from ..series import metrics
 from ..series.slope import spearman, theil_sen
 from ..series.store import Point, SeriesStore
@@ -186,14 +186,14 @@ def fastest_process(view: TargetView, metric: str, win: tuple[float, float]) -> 
     ``pid``, ``role``, ``process`` (label), ``process_slope_bytes_per_s``, ``subject``; {} when none."""
     best: tuple[float, Any] | None = None
     for p in view.state.target.processes:
-        tr = trend(points_between(view.series, view.name, process_subject(p.pid), metric, *win))
+        tr = trend(points_between(view.series, view.name, Subject(p.pid).key, metric, *win))
         if tr is not None and (best is None or tr.slope > best[0]):
             best = (tr.slope, p)
     if best is None:
         return {}
     slope, p = best
     return {"pid": p.pid, "role": p.role.value, "process": role_label(p.role),
-            "process_slope_bytes_per_s": round(slope, 1), "subject": process_subject(p.pid)}
+            "process_slope_bytes_per_s": round(slope, 1), "subject": Subject(p.pid).key}
 
 
 def human_bytes(n: float) -> str:

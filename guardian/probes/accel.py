@@ -16,6 +16,9 @@ the latest snapshot of every device (for status and evidence), ``per_target``
 the device rows of each target in the status document's shape, ``errors`` one
 message per failing backend (log once per episode, key ``accel:<backend>``).
 
+``AccelProbe`` runs the reader off the loop thread (NVML / npu-smi may block, npu-smi up to its
+timeout), one read at a time, and keeps the latest full reading in ``Readings.accel``.
+
 ``make_backends(cfg, runner, log)`` builds the backends ``accelerators:`` asks for:
 ``auto`` tries and, when absent, logs one line and skips; ``off`` skips.
 """
@@ -31,8 +34,9 @@ from ..host.accel import AccelBackend, AccelEvent, AccelSnapshot, DeviceReading
 from ..host.accel.npu_smi import NpuSmiBackend
 from ..host.accel.nvml import NvmlBackend
 from ..host.runner import CommandRunner
-from ..model import Sample, Target, process_subject
+from ..model import Sample, Target, Subject
 from ..series import metrics as m
+from .base import Folded, Job, ProbeParts, Readings, Seen
 
 
 @dataclass
@@ -56,8 +60,8 @@ def device_dict(d: DeviceReading, read_at: float, pids: Sequence[int]) -> dict[s
     }
 
 
-class AccelProbe:
-    name = "accel"
+class AccelReader:
+    """Reads the backends that are due and maps their processes onto the targets."""
 
     def __init__(self, backends: Iterable[AccelBackend]) -> None:
         self.backends = list(backends)
@@ -137,7 +141,7 @@ class AccelProbe:
                 per_pid[p.pid] = per_pid.get(p.pid, 0) + p.memory_bytes
         if not devices:
             return []
-        out = [Sample(t.name, process_subject(pid), m.ACCEL_MEM, float(v), now) for pid, v in sorted(per_pid.items())]
+        out = [Sample(t.name, Subject(pid).key, m.ACCEL_MEM, float(v), now) for pid, v in sorted(per_pid.items())]
         if per_pid:
             out.append(Sample(t.name, "", m.ACCEL_MEM, float(sum(per_pid.values())), now))
         used = [d for d in snap.devices if d.id in devices]
@@ -152,6 +156,36 @@ class AccelProbe:
     def close(self) -> None:
         for b in self.backends:
             b.close()
+
+
+class AccelProbe:
+    name = "accel"
+    inline = False
+
+    def __init__(self, parts: ProbeParts) -> None:
+        self.reader = AccelReader(parts.seams.accel_backends)
+        self.tracker = parts.tracker
+        self.clock = parts.seams.clock
+        self.readings: Readings = parts.readings
+        self.log = parts.log
+        self.timeout = 2 * parts.cfg.accelerators.npu_smi_timeout + 2
+
+    def jobs(self, now: float, seen: Seen) -> list[Job]:
+        if not self.reader.backends:
+            return []
+        reader, targets = self.reader, self.tracker.live_targets()
+        return [Job("", lambda: reader.collect(targets, self.clock.monotonic()), self.timeout)]
+
+    def fold(self, res: AccelResult, now: float) -> Folded:
+        for ev in res.events:
+            self.log.warning("accelerator event: %s", ev)
+        if self.readings.accel is None or res.read:  # no backend due: keep the latest full reading
+            self.readings.accel = res
+        return Folded(res.samples, failed={f"accel:{name}": msg for name, msg in res.errors.items()},
+                      cleared=[f"accel:{name}" for name in res.read if name not in res.errors])
+
+    def close(self) -> None:
+        self.reader.close()
 
 
 def make_backends(cfg: AcceleratorsConfig, runner: CommandRunner, log: logging.Logger, *,

@@ -1,7 +1,7 @@
-"""Runs slow probe jobs (HTTP, canaries) off the loop thread, at most one per key.
+"""Runs slow jobs (probes, evidence, remediation steps) off the loop thread, at most one per key.
 
-The loop submits a job and collects finished results on later ticks; it never
-waits. A job still running past its deadline is reported once as an overrun and
+The loop submits a job with what to do with its result (``on_done``) and collects finished
+results on later ticks; it never waits. A job still running past its deadline is reported once as an overrun and
 keeps its key busy until it ends (its own socket timeout ends it), so a hung
 server can never pile up threads.
 """
@@ -13,19 +13,24 @@ from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
 
-@dataclass
-class _Job:
-    future: Future
-    deadline: float
-    overrun_reported: bool = False
-
-
 @dataclass(frozen=True)
 class Done:
     key: Hashable
     result: Any = None
     error: BaseException | None = None
     duration: float = 0.0  # seconds the job itself ran (not its wait for a worker)
+    on_done: OnDone | None = None  # what the loop does with it (the submitter's fold)
+
+
+OnDone = Callable[[Done, float], None]  # (the finished job, the collecting tick's time)
+
+
+@dataclass
+class _Job:
+    future: Future
+    deadline: float
+    on_done: OnDone | None = None
+    overrun_reported: bool = False
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[Any, float, BaseException | None]:
@@ -44,15 +49,17 @@ class AsyncRunner:
     def busy(self, key: Hashable) -> bool:
         return key in self._jobs
 
-    def submit(self, key: Hashable, fn: Callable[[], Any], deadline: float) -> bool:
-        """Start ``fn`` unless a job with ``key`` is still running. Returns True if started."""
+    def submit(self, key: Hashable, fn: Callable[[], Any], deadline: float,
+               on_done: OnDone | None = None) -> bool:
+        """Start ``fn`` unless a job with ``key`` is still running. Returns True if started.
+        ``on_done`` travels with the result: ``collect`` hands it back on the ``Done``."""
         if key in self._jobs:
             return False
         try:
             future = self._pool.submit(_timed, fn)
         except RuntimeError:  # the pool is shut down (the daemon is stopping): nothing runs
             return False
-        self._jobs[key] = _Job(future, deadline)
+        self._jobs[key] = _Job(future, deadline, on_done)
         return True
 
     def collect(self) -> list[Done]:
@@ -62,10 +69,10 @@ class AsyncRunner:
                 del self._jobs[key]
                 err = job.future.exception()
                 if err is not None:
-                    done.append(Done(key, None, err))
+                    done.append(Done(key, None, err, on_done=job.on_done))
                 else:
                     outcome, seconds, raised = job.future.result()
-                    done.append(Done(key, None if raised else outcome, raised, seconds))
+                    done.append(Done(key, None if raised else outcome, raised, seconds, job.on_done))
         return done
 
     def overruns(self, now: float) -> list[Hashable]:

@@ -1,7 +1,7 @@
 """The procfs probe: per-process and per-thread CPU, context switches, state and syscall.
 
 Reads through ``guardian.host.procfs.ProcFS`` (the seam: a proc root and an opener).
-Two stages (SPEC §3): every tick, each process's ``stat`` (CPU ticks, RSS,
+Two stages: every ``probes.procfs.interval``, each process's ``stat`` (CPU ticks, RSS,
 state — and its starttime, so a reused pid is seen as gone); per-thread files
 (``task/<tid>/stat``, ``status``, ``syscall``, ``schedstat``; ``wchan`` when suspected) only
 for processes that are hot, or of a target that is suspected. Rates need two
@@ -17,8 +17,9 @@ from typing import Iterable
 
 from ..config_schema import ProcfsProbeConfig
 from ..errors import AccessDenied, ProbeFailed, TargetGone
-from ..model import ProcKey, Sample, Target, process_subject, thread_subject
+from ..model import ProcKey, Sample, Target, Subject
 from ..series import metrics as m
+from .base import Folded, Job, ProbeParts, Readings, Schedule, Seen
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,8 @@ class ProcfsResult:
     denied: list[str] = field(default_factory=list)  # what could not be read, once per kind of file
 
 
-class ProcfsProbe:
-    name = "procfs"
+class ProcfsReader:
+    """Reads the processes of the targets; keeps the previous counters to turn them into rates."""
 
     def __init__(self, procfs, cfg: ProcfsProbeConfig, page_size: int | None = None) -> None:
         self.procfs = procfs
@@ -102,7 +103,7 @@ class ProcfsProbe:
         if st.starttime != key.starttime or st.state in ("Z", "X"):
             res.gone.add(key)  # pid reused by another process, or exited (zombie)
             return None
-        subject = process_subject(key.pid)
+        subject = Subject(key.pid).key
         ticks = st.utime + st.stime
         cpu = self._rate(self._proc_prev.get(key), now, ticks)
         self._proc_prev[key] = (now, ticks)
@@ -181,7 +182,7 @@ class ProcfsProbe:
                 if demand_ns is not None and prev[4] is not None:
                     demand = max(0, demand_ns - prev[4]) / 1e9 / dt
             self._thread_prev[tkey] = (now, ticks, vol, nonvol, demand_ns)
-            subject = thread_subject(key.pid, tid)
+            subject = Subject(key.pid, tid).key
             if cpu is not None:
                 res.samples.append(Sample(target.name, subject, m.THREAD_CPU, cpu, now))
             if vol_rate is not None:
@@ -199,3 +200,38 @@ class ProcfsProbe:
         if prev is None or now <= prev[0]:
             return None
         return max(0, ticks - prev[1]) / self.procfs.clk_tck / (now - prev[0])
+
+
+class ProcfsProbe:
+    """The inline probe: reads the live targets every ``interval``, deeper for suspected ones;
+    publishes the process table to ``Readings`` and tells the tracker which processes exited."""
+
+    name = "procfs"
+    inline = True
+
+    def __init__(self, parts: ProbeParts) -> None:
+        self.cfg = parts.cfg.probes.procfs
+        self.reader = ProcfsReader(parts.seams.proc, self.cfg)
+        self.tracker = parts.tracker
+        self.readings: Readings = parts.readings
+        self.log = parts.log
+        self._schedule = Schedule(self.cfg.interval)
+
+    def jobs(self, now: float, seen: Seen) -> list[Job]:
+        if not self._schedule.due("", now):
+            return []
+        self._schedule.ran("", now)
+        targets, suspected = self.tracker.live_targets(), set(seen.suspected)
+        return [Job("", lambda: self.reader.collect(targets, suspected, now), self.cfg.deadline)]
+
+    def fold(self, result: ProcfsResult, now: float) -> Folded:
+        self.readings.processes = dict(result.processes)
+        for name in self.tracker.mark_gone(result.gone, now):
+            self.log.warning("target %s: API server process exited", name)
+        if result.denied:
+            what = f"{result.denied[0]} (and {len(result.denied) - 1} more)"
+            return Folded(result.samples, degraded={"procfs:access": what}, cleared=("procfs",))
+        return Folded(result.samples, cleared=("procfs", "procfs:access"))
+
+    def close(self) -> None:
+        pass

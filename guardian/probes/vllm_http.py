@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..host.http import HttpClient, HttpError
 from ..errors import ProbeFailed
+from ..host.http import HttpClient, HttpError
 from ..model import Sample
 from ..series import metrics as m
+from .base import Folded, Job, ProbeParts, Schedule, Seen
 from .vllm_metrics_parse import parse_vllm_metrics
 
 
@@ -63,3 +64,51 @@ def scrape(http: HttpClient, target: str, api_url: str, timeout: float,
         metrics_error = str(e)
         samples.append(Sample(target, "", m.METRICS_OK, 0.0, now()))
     return HttpScrape(target, tuple(samples), health_status, health_error, metrics_error, values, page)
+
+
+class VllmHttpProbe:
+    """Scrapes every live target with an API URL every ``interval``, off the loop thread; the
+    latest scrape is kept on the tracked target (status, evidence)."""
+
+    name = "vllm_http"
+    inline = False
+
+    def __init__(self, parts: ProbeParts) -> None:
+        self.cfg = parts.cfg.probes.vllm_http
+        self.http = parts.seams.http
+        self.clock = parts.seams.clock
+        self.tracker = parts.tracker
+        self._schedule = Schedule(self.cfg.interval)
+
+    def jobs(self, now: float, seen: Seen) -> list[Job]:
+        out = []
+        for tr in self.tracker.targets.values():
+            url = tr.target.api_url
+            if url and tr.api_alive and self._schedule.due(tr.name, now):
+                out.append(Job(tr.name, self._job(tr.name, url), 2 * self.cfg.timeout + 1,
+                               on_start=lambda t, name=tr.name: self._schedule.ran(name, t)))
+        return out
+
+    def _job(self, name: str, url: str) -> Callable[[], HttpScrape]:
+        return lambda: scrape(self.http, name, url, self.cfg.timeout, self.clock.monotonic)
+
+    def fold(self, res: HttpScrape, now: float) -> Folded:
+        tr = self.tracker.targets.get(res.target)
+        if tr is None:
+            return Folded()
+        tr.last_scrape = res
+        failed: dict[str, str] = {}
+        cleared: list[str] = []
+        if res.health_error:
+            if tr.ever_ready or tr.ready:  # refused while warming up is normal, not an error
+                failed[f"{res.target}:health"] = res.health_error
+        else:
+            cleared.append(f"{res.target}:health")
+        if res.metrics_error and not (res.health_error or "").startswith("refused"):
+            failed[f"{res.target}:metrics"] = res.metrics_error
+        elif not res.metrics_error:
+            cleared.append(f"{res.target}:metrics")
+        return Folded(res.samples, failed=failed, cleared=cleared)
+
+    def close(self) -> None:
+        pass

@@ -9,6 +9,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
+from ..config_schema import Config
 from ..model import Sample
 
 Point = tuple[float, float]  # (monotonic t, value)
@@ -22,6 +23,14 @@ class SeriesKey:
 
 
 class SeriesStore:
+    @classmethod
+    def for_config(cls, cfg: Config) -> SeriesStore:
+        """Long enough for twice the longest detector window (and canary interval), plus 30 s."""
+        d = cfg.detectors
+        longest = max(d.busy_loop.window, d.engine_stall.window, d.kv_cache_leak.window,
+                      d.accel_memory_leak.window, d.host_memory_leak.window, cfg.probes.canary.interval)
+        return cls(horizon=2 * longest + 30)
+
     def __init__(self, horizon: float = 600.0, max_points: int = 1200) -> None:
         if horizon <= 0 or max_points <= 0:
             raise ValueError("horizon and max_points must be > 0")

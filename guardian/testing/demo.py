@@ -69,7 +69,7 @@ def run_demo(keep: bool = False, timeout: float = 120.0) -> int:
             f"state in {cfg.state_dir}")
         listener = threading.Thread(target=_print_alerts, args=(rt, out, stop), daemon=True)
         listener.start()
-        loop = threading.Thread(target=rt.daemon.run, args=(stop, rt.after_tick), daemon=True)
+        loop = threading.Thread(target=rt.run, args=(stop,), daemon=True)
         loop.start()
 
         deadline = time.monotonic() + timeout

@@ -12,7 +12,7 @@ from guardian.host.accel import MIB, AccelEvent, AccelSnapshot
 from guardian.host.accel.npu_smi import NpuSmiBackend
 from guardian.host.runner import SubprocessRunner
 from guardian.model import ProcessInfo, ProcKey, Role, Target
-from guardian.probes.accel import AccelProbe, make_backends
+from guardian.probes.accel import AccelReader, make_backends
 from guardian.series import metrics as m
 from guardian.testing.clock import FakeClock
 from guardian.testing.fake_npu_smi import write_fake_npu_smi
@@ -49,7 +49,7 @@ def test_a_leaking_process_row_gives_rising_samples_through_the_real_runner(tmp_
                 "processes": [{"npu": 0, "chip": 0, "pid": 4242,
                                "memory_mb": {"curve": "linear", "start": 30000, "rate": 8}}]}
     fake = write_fake_npu_smi(tmp_path, scenario)
-    probe = AccelProbe([NpuSmiBackend(SubprocessRunner(), str(fake.path), timeout=30.0, usages_interval=None)])
+    probe = AccelReader([NpuSmiBackend(SubprocessRunner(), str(fake.path), timeout=30.0, usages_interval=None)])
     series = []
     for t in (0.0, 5.0, 10.0, 15.0):
         fake.set_time(t)
@@ -66,7 +66,7 @@ def test_a_leaking_process_row_gives_rising_samples_through_the_real_runner(tmp_
 # ------------------------------------------------------------------ mapping onto targets (fake NVML)
 def test_memory_per_process_and_summed_per_target_util_and_total_over_its_devices():
     clock = FakeClock()
-    probe = AccelProbe([FakeNvmlBackend(NVML, clock=clock)])
+    probe = AccelReader([FakeNvmlBackend(NVML, clock=clock)])
     res = probe.collect([LLM, OTHER], clock.monotonic())
     got = by_key(res.samples)
     assert {k: v for k, v in got.items() if k[0] == "llm"} == {
@@ -84,13 +84,13 @@ def test_memory_per_process_and_summed_per_target_util_and_total_over_its_device
 
 def test_a_target_with_no_process_on_any_device_gets_no_sample():
     clock = FakeClock()
-    res = AccelProbe([FakeNvmlBackend(NVML, clock=clock)]).collect([target("cpu-only", 500, 501)], clock.monotonic())
+    res = AccelReader([FakeNvmlBackend(NVML, clock=clock)]).collect([target("cpu-only", 500, 501)], clock.monotonic())
     assert res.samples == [] and "cpu-only" not in res.per_target
 
 
 def test_devices_snapshot_and_status_rows():
     clock = FakeClock()
-    res = AccelProbe([FakeNvmlBackend(NVML, clock=clock)]).collect([LLM], clock.monotonic())
+    res = AccelReader([FakeNvmlBackend(NVML, clock=clock)]).collect([LLM], clock.monotonic())
     assert sorted(res.devices) == ["nvml:0", "nvml:1", "nvml:2"]
     d0 = res.devices["nvml:0"]
     assert (d0["backend"], d0["memory_total_bytes"], d0["utilization_ratio"], d0["pids"], d0["read_at"]) == (
@@ -108,7 +108,7 @@ def test_devices_snapshot_and_status_rows():
 
 def test_xid_events_come_back_with_the_read():
     clock = FakeClock()
-    probe = AccelProbe([FakeNvmlBackend(dict(NVML, xid=[{"at": 2, "device": 1, "code": 79}]), clock=clock)])
+    probe = AccelReader([FakeNvmlBackend(dict(NVML, xid=[{"at": 2, "device": 1, "code": 79}]), clock=clock)])
     probe.collect([LLM], clock.monotonic())
     clock.advance(3)
     assert probe.collect([LLM], clock.monotonic()).events == [AccelEvent("nvml:1", "xid", 79, "XID 79")]
@@ -138,7 +138,7 @@ EMPTY = AccelSnapshot("npu_smi", (), ())
 def test_each_backend_is_read_at_most_once_per_its_interval():
     npu = Scripted("npu_smi", 5.0, [EMPTY])
     gpu = Scripted("nvml", 1.0, [AccelSnapshot("nvml", (), ())])
-    probe = AccelProbe([npu, gpu])
+    probe = AccelReader([npu, gpu])
     reads = [probe.collect([LLM], 1000.0 + t).read for t in range(12)]
     assert (npu.reads, gpu.reads) == (3, 12)
     assert [t for t, r in enumerate(reads) if "npu_smi" in r] == [0, 5, 10]
@@ -148,7 +148,7 @@ def test_a_failing_backend_reports_an_error_and_drops_its_stale_devices():
     clock = FakeClock()
     nvml = FakeNvmlBackend(NVML, clock=clock)
     broken = Scripted("npu_smi", 1.0, [ProbeFailed("unrecognised npu-smi output: empty output")])
-    probe = AccelProbe([nvml, broken])
+    probe = AccelReader([nvml, broken])
     res = probe.collect([LLM], clock.monotonic())
     assert res.errors == {"npu_smi": "ProbeFailed: unrecognised npu-smi output: empty output"}
     assert res.read == ("nvml",) and res.samples  # the other backend still reports
@@ -157,7 +157,7 @@ def test_a_failing_backend_reports_an_error_and_drops_its_stale_devices():
 def test_after_a_failure_the_last_snapshot_is_not_reported_as_current():
     ok = AccelSnapshot("npu_smi", (), ())
     b = Scripted("npu_smi", 1.0, [ok, ProbeFailed("npu-smi info timed out after 5s"), ok])
-    probe = AccelProbe([b])
+    probe = AccelReader([b])
     probe.collect([LLM], 0.0)
     res = probe.collect([LLM], 1.0)
     assert (res.errors, res.devices, res.samples) == ({"npu_smi": "ProbeFailed: npu-smi info timed out after 5s"},
@@ -167,7 +167,7 @@ def test_after_a_failure_the_last_snapshot_is_not_reported_as_current():
 
 def test_close_closes_every_backend():
     b = Scripted("npu_smi", 1.0, [EMPTY])
-    AccelProbe([b]).close()
+    AccelReader([b]).close()
     assert b.answers == []
 
 
@@ -217,18 +217,18 @@ def test_real_npu_smi_path_missing_is_one_line(caplog, tmp_path):
 
 @pytest.mark.parametrize("bad", [ProbeFailed("boom"), BackendUnavailable("gone")])
 def test_a_guardian_error_from_any_backend_never_escapes_collect(bad):
-    probe = AccelProbe([Scripted("nvml", 1.0, [bad])])
+    probe = AccelReader([Scripted("nvml", 1.0, [bad])])
     assert list(probe.collect([LLM], 0.0).errors) == ["nvml"]
 
 
 def test_an_unexpected_exception_from_a_backend_is_reported_not_raised():
-    probe = AccelProbe([Scripted("nvml", 1.0, [KeyError("bug")])])
+    probe = AccelReader([Scripted("nvml", 1.0, [KeyError("bug")])])
     assert probe.collect([LLM], 0.0).errors == {"nvml": "unexpected KeyError: 'bug'"}
 
 
 def test_a_tick_slightly_early_still_reads_a_backend_due_every_second():
     gpu = Scripted("nvml", 1.0, [AccelSnapshot("nvml", (), ())])
-    probe = AccelProbe([gpu])
+    probe = AccelReader([gpu])
     for t in (0.0, 0.95, 1.93, 2.5):
         probe.collect([LLM], t)
     assert gpu.reads == 3  # 0.0, 0.95, 1.93; 2.5 is too soon after 1.93
@@ -236,6 +236,6 @@ def test_a_tick_slightly_early_still_reads_a_backend_due_every_second():
 
 def test_what_a_backend_cannot_see_is_passed_on():
     clock = FakeClock()
-    probe = AccelProbe([FakeNvmlBackend(dict(NVML, xid_permission=False), clock=clock)])
+    probe = AccelReader([FakeNvmlBackend(dict(NVML, xid_permission=False), clock=clock)])
     notes = probe.collect([LLM], clock.monotonic()).notes["nvml"]
     assert notes[0] == "XID events disabled on nvml:0: Insufficient Permissions"

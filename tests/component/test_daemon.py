@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 
 from guardian.config import parse_config
-from guardian.daemon import Daemon
 from guardian.host.http import HttpError
 from guardian.incidents import IncidentStore
 from guardian.model import Kind
+from guardian.runtime import build_daemon
+from guardian.seams import Seams
 from guardian.testing.clock import FakeClock
+from guardian.testing.fake_control import FakeControl
 from guardian.testing.fake_http import FakeHttp, ok
 from guardian.testing.fake_proc import FakeProcTree
 from guardian.testing.fake_runner import FakeRunner
@@ -46,7 +48,7 @@ class VllmPage:
 
 
 class World:
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, config: dict | None = None, accel_backends=(), clock=None) -> None:
         self.proc = FakeProcTree(tmp_path / "proc")
         self.proc.add_process(API, 1, ("python3", "-m", "vllm.entrypoints.openai.api_server", "--port", "8000"))
         self.proc.add_process(TRACKER, API, ("python3", "-c", "from multiprocessing.resource_tracker import main"))
@@ -58,14 +60,19 @@ class World:
             ("GET", "/v1/models"): ok(json.dumps({"data": [{"id": "m"}]})),
             ("POST", "/v1/completions"): ok(json.dumps({"choices": [{"text": "x"}]})),
         })
-        self.clock = FakeClock()
-        self.cfg = parse_config({"node": "n1", "state_dir": str(tmp_path / "state"),
-                                 "api": {"http": None}})
+        self.clock = clock or FakeClock()
+        self.cfg = parse_config({"node": "n1", "state_dir": str(tmp_path / "state"), "api": {"http": None},
+                                 **(config or {})})
         self.log = logging.getLogger("test-daemon")
         self.cmd = FakeRunner()  # py-spy and friends never run against the real machine's pids here
-        self.d = Daemon(self.cfg, self.clock, self.proc.procfs(), self.http,
-                        store=IncidentStore(self.cfg.state_dir), log=self.log, cmd_runner=self.cmd)
+        # nothing is ever restarted here (autodiscovered targets): no process is alive to the control
+        self.seams = Seams(self.clock, self.proc.procfs(), self.http, self.cmd, FakeControl(set()),
+                           list(accel_backends))
+        self.d = self.new_daemon()
         self.engine_ticks = 0
+
+    def new_daemon(self):
+        return build_daemon(self.cfg, self.seams, log=self.log)
 
     def step(self, seconds: int = 1, *, spin: bool = False, progress: bool = False) -> list:
         transitions = []
@@ -185,8 +192,7 @@ def test_an_open_incident_survives_a_guardian_restart_without_a_duplicate(world,
     world.step(3)
     first = world.d.incidents.open_incidents()
     assert [i.kind for i in first] == [Kind.ENGINE_DEAD]
-    again = Daemon(world.cfg, world.clock, world.proc.procfs(), world.http,
-                   store=IncidentStore(world.cfg.state_dir), log=world.log, cmd_runner=world.cmd)
+    again = world.new_daemon()
     try:
         world.d.runner.shutdown()
         world.d = again
@@ -207,12 +213,10 @@ def test_a_fake_gpu_curve_through_the_whole_daemon(tmp_path, engine_memory, expe
     """The real NVML backend over a scripted NVML: per-process GPU memory of the engine pid."""
     from guardian.testing.fake_nvml import FakeNvmlBackend
 
-    w = World(tmp_path)
     scenario = {"devices": [{"memory_total": 8e10, "utilization": 0,
                              "processes": [{"pid": ENGINE, "memory": engine_memory}]}]}
-    w.d.runner.shutdown()
-    w.d = Daemon(w.cfg, w.clock, w.proc.procfs(), w.http, store=IncidentStore(w.cfg.state_dir), log=w.log,
-                 cmd_runner=w.cmd, accel_backends=[FakeNvmlBackend(scenario, clock=w.clock)])
+    clock = FakeClock()
+    w = World(tmp_path, accel_backends=[FakeNvmlBackend(scenario, clock=clock)], clock=clock)
     opened = []
     for _ in range(600):  # ten minutes of ticks: warm-up (300 s) + windows
         opened += [t.incident.kind for t in w.step(progress=True) if t.previous is None]
@@ -223,9 +227,8 @@ def test_a_fake_gpu_curve_through_the_whole_daemon(tmp_path, engine_memory, expe
         assert 6000 < inc.signals["projected_exhaustion_s"] < 8000  # (80 - 20.5) GB at 8 MB/s
 
 
-def test_a_probe_failing_for_long_opens_probe_failure_and_never_a_restart(world):
-    world.d.cfg = parse_config({"node": "n1", "state_dir": world.cfg.state_dir, "api": {"http": None},
-                                "detectors": {"probe_failure": {"after": 10}}})
+def test_a_probe_failing_for_long_opens_probe_failure_and_never_a_restart(tmp_path):
+    world = World(tmp_path, {"detectors": {"probe_failure": {"after": 10}}})
     world.step(4)
     world.http.route("GET", "/metrics", ok("<html>proxy login</html>\n"))
     opened = [t.incident.kind for t in world.step(15) if t.previous is None]
@@ -233,6 +236,7 @@ def test_a_probe_failing_for_long_opens_probe_failure_and_never_a_restart(world)
     world.http.route("GET", "/metrics", world.page)
     resolved = [t.incident.kind for t in world.step(3) if t.previous is not None]
     assert resolved == [Kind.PROBE_FAILURE]
+    world.d.runner.shutdown()
 
 
 def test_the_status_table_reads_at_a_glance(world):
@@ -248,9 +252,7 @@ def test_the_status_table_reads_at_a_glance(world):
 def test_a_configured_target_that_is_not_found_is_shown_with_the_reason(tmp_path):
     from guardian.status_view import render_status
 
-    w = World(tmp_path)
-    w.d.cfg = parse_config({"node": "n1", "state_dir": w.cfg.state_dir, "api": {"http": None},
-                            "targets": [{"name": "llama", "match": {"pid_file": str(tmp_path / "none.pid")}}]})
+    w = World(tmp_path, {"targets": [{"name": "llama", "match": {"pid_file": str(tmp_path / "none.pid")}}]})
     w.step(2)
     assert "configured target llama not found" in render_status(w.d.status())
     w.d.runner.shutdown()

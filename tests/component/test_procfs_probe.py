@@ -5,7 +5,7 @@ import pytest
 
 from guardian.config_schema import ProcfsProbeConfig
 from guardian.model import ProcessInfo, Role, Target
-from guardian.probes.procfs import ProcfsProbe
+from guardian.probes.procfs import ProcfsReader
 from guardian.series import metrics as m
 from guardian.testing.fake_proc import FakeProcTree
 
@@ -31,14 +31,14 @@ def samples(res, metric, subject=None):
 
 
 def test_the_first_reading_gives_no_rate_only_levels(tree):
-    probe = ProcfsProbe(tree.procfs(), ProcfsProbeConfig(), page_size=4096)
+    probe = ProcfsReader(tree.procfs(), ProcfsProbeConfig(), page_size=4096)
     res = probe.collect([target(tree)], set(), now=10.0)
     assert samples(res, m.PROC_CPU) == {}
     assert samples(res, m.PROC_RSS)["p100"] == 2500 * 4096
 
 
 def test_cpu_ratio_is_ticks_over_wall_time_and_hot_processes_get_thread_reads(tree):
-    probe = ProcfsProbe(tree.procfs(), ProcfsProbeConfig(hot_cpu_ratio=0.5), page_size=4096)
+    probe = ProcfsReader(tree.procfs(), ProcfsProbeConfig(hot_cpu_ratio=0.5), page_size=4096)
     t = target(tree)
     probe.collect([t], set(), 10.0)
     tree.set_thread(ENGINE, ENGINE, utime=100, state="R", voluntary=5)
@@ -55,7 +55,7 @@ def test_cpu_ratio_is_ticks_over_wall_time_and_hot_processes_get_thread_reads(tr
 
 
 def test_a_suspected_target_gets_thread_reads_and_wchan_even_when_cold(tree):
-    probe = ProcfsProbe(tree.procfs(), ProcfsProbeConfig(), page_size=4096)
+    probe = ProcfsReader(tree.procfs(), ProcfsProbeConfig(), page_size=4096)
     t = target(tree)
     probe.collect([t], {"llm"}, 10.0)
     res = probe.collect([t], {"llm"}, 11.0)
@@ -66,7 +66,7 @@ def test_a_suspected_target_gets_thread_reads_and_wchan_even_when_cold(tree):
 
 @pytest.mark.parametrize("how", ["remove", "zombie", "reuse"])
 def test_a_vanished_zombie_or_reused_pid_is_reported_gone(tree, how):
-    probe = ProcfsProbe(tree.procfs(), ProcfsProbeConfig(), page_size=4096)
+    probe = ProcfsReader(tree.procfs(), ProcfsProbeConfig(), page_size=4096)
     t = target(tree)
     if how == "remove":
         tree.remove(ENGINE)
@@ -81,7 +81,7 @@ def test_a_vanished_zombie_or_reused_pid_is_reported_gone(tree, how):
 
 def test_an_unreadable_syscall_file_is_reported_and_the_rest_still_read(tree):
     tree.deny(f"{ENGINE}/task/{ENGINE}/syscall")
-    probe = ProcfsProbe(tree.procfs(), ProcfsProbeConfig(), page_size=4096)
+    probe = ProcfsReader(tree.procfs(), ProcfsProbeConfig(), page_size=4096)
     t = target(tree)
     probe.collect([t], {"llm"}, 10.0)
     res = probe.collect([t], {"llm"}, 11.0)

@@ -8,7 +8,7 @@ import pytest
 from guardian.config_schema import BusyLoopConfig, DetectorsConfig
 from guardian.detectors import busy_loop
 from guardian.detectors.hot_threads import hot_threads_for
-from guardian.model import Kind, Role, Sample, Severity, thread_subject
+from guardian.model import Kind, Role, Sample, Severity, Subject
 from guardian.series import metrics as m
 from detector_world import NOW, T, canary, gauges, seconds
 from detector_world import make_view as view
@@ -19,7 +19,7 @@ CFG = DetectorsConfig()
 # ------------------------------------------------------------------ series builders
 def thread(pid=200, tid=200, cpu=1.0, vol=0.0, running: float | None = 1.0, since=NOW - 10, until=NOW,
            demand: float | None = None):
-    subj = thread_subject(pid, tid)
+    subj = Subject(pid, tid).key
     out = []
     for t in seconds(since, until):
         out.append(Sample(T, subj, m.THREAD_CPU, cpu, t))

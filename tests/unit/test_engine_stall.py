@@ -7,7 +7,7 @@ import pytest
 
 from guardian.config_schema import DetectorsConfig, EngineStallConfig
 from guardian.detectors import engine_stall
-from guardian.model import Kind, Sample, Severity, process_subject, thread_subject
+from guardian.model import Kind, Sample, Severity, Subject
 from guardian.series import metrics as m
 from detector_world import NOW, T, canary, gauges, seconds
 from detector_world import make_view as view
@@ -24,7 +24,7 @@ def counters(advancing: bool, since=NOW - 40, until=NOW):
 
 
 def thread(cpu: float, pid=200, tid=200, since=NOW - 10, until=NOW):
-    subj = thread_subject(pid, tid)
+    subj = Subject(pid, tid).key
     return [
         s
         for t in seconds(since, until)
@@ -130,14 +130,14 @@ def test_window_comes_from_the_config():
 def test_a_hot_process_whose_threads_are_not_read_yet_is_not_a_stall():
     """The first tick of a spin: process CPU is known, per-thread rates are not (they need two
     readings). A canary that times out then must not be blamed on a stall."""
-    hot_process = [Sample(T, process_subject(200), m.PROC_CPU, 1.0, t) for t in (NOW - 1, NOW)]
+    hot_process = [Sample(T, Subject(200).key, m.PROC_CPU, 1.0, t) for t in (NOW - 1, NOW)]
     v = view(counters(False), canary(NOW - 1, NOW, answered=False), hot_process)
     assert engine_stall.evaluate(v, CFG) is None
 
 
 def test_a_hot_process_whose_threads_are_read_and_cool_can_still_stall():
     """Several lukewarm threads summing to a hot process are not a spin: the stall stands."""
-    hot_process = [Sample(T, process_subject(200), m.PROC_CPU, 1.0, t) for t in (NOW - 1, NOW)]
+    hot_process = [Sample(T, Subject(200).key, m.PROC_CPU, 1.0, t) for t in (NOW - 1, NOW)]
     v = view(counters(False), canary(NOW - 6, NOW - 1, answered=False), hot_process, thread(cpu=0.3))
     f = engine_stall.evaluate(v, CFG)
     assert f is not None and f.confirmed

@@ -6,11 +6,13 @@ from dataclasses import replace
 import pytest
 
 from guardian.actions.launch import MINIMAL_PATH
-from guardian.actions.remediation import Remediator
+from guardian.actions.remediation import Phase, RemediationSettings, Remediator
 from guardian.config import parse_config
+from guardian.config_schema import Mode
 from guardian.incidents import IncidentManager, IncidentStore
 from guardian.model import Finding, Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target, TargetRef
 from guardian.policy import Maintenance, RestartLedger
+from guardian.probes.async_runner import Done
 from guardian.series import SeriesStore
 from guardian.series import metrics as m
 from guardian.testing.clock import FakeClock
@@ -27,18 +29,21 @@ class SyncRunner:
     """Runs submitted jobs at once; their results come back on the next tick, like AsyncRunner."""
 
     def __init__(self):
-        self.done = {}
+        self.done = []
 
-    def submit(self, key, fn, deadline):
+    def submit(self, key, fn, deadline, on_done=None):
         try:
-            self.done[key[1]] = fn()
+            outcome = Done(key, fn())
         except Exception as e:  # noqa: BLE001 - the real runner hands errors back too
-            self.done[key[1]] = e
+            outcome = Done(key, None, e)
+        self.done.append(replace(outcome, on_done=on_done))
         return True
 
-    def take(self):
-        done, self.done = self.done, {}
-        return done
+    def deliver(self, now):
+        done, self.done = self.done, []
+        for d in done:
+            if d.on_done is not None:
+                d.on_done(d, now)
 
 
 def target(key=API, procs=(API, ENGINE, WORKER)):
@@ -72,8 +77,8 @@ class World:
         self.published = []
         self.rem = self.new_remediator()
 
-    def new_remediator(self):
-        return Remediator(self.cfg, self.clock, self.control, self.runner, self.cmd, self.incidents, self.ledger,
+    def new_remediator(self, **settings):
+        return Remediator(replace(RemediationSettings.from_config(self.cfg), **settings), self.clock, self.control, self.runner, self.cmd, self.incidents, self.ledger,
                           procfs=None, publish_control=self.published.append)
 
     def open(self, kind=Kind.BUSY_LOOP):
@@ -83,12 +88,13 @@ class World:
 
     def consider(self, inc, kind_mode="remediate", tripped=1, total=1):
         return self.rem.consider(inc, self.tracker.targets["llm"], self.clock.monotonic(),
-                                 mode=kind_mode, tripped=tripped, total=total)
+                                 mode=Mode(kind_mode), tripped=tripped, total=total)
 
     def step(self, seconds=1.0, n=1):
         for _ in range(n):
             self.clock.advance(seconds)
-            self.rem.tick(self.clock.monotonic(), self.tracker, self.series, self.runner.take())
+            self.runner.deliver(self.clock.monotonic())
+            self.rem.tick(self.clock.monotonic(), self.tracker, self.series)
 
     def new_server_comes_up(self):
         self.tracker.apply_discovery((target(NEW_API, (NEW_API,)),), (), self.clock.monotonic())
@@ -223,7 +229,7 @@ def test_backoff_defers_a_restart_soon_after_the_previous_one(tmp_path):
 def test_gates_that_never_signal_anything(tmp_path, setup, expected):
     w = World(tmp_path, policy=setup.get("policy"))
     decision = w.rem.consider(w.open(), w.tracker.targets["llm"], w.clock.monotonic(),
-                              mode=setup.get("mode", "remediate"), tripped=setup.get("tripped", 1),
+                              mode=Mode(setup.get("mode", "remediate")), tripped=setup.get("tripped", 1),
                               total=setup.get("total", 1))
     w.step(1, n=20)
     assert decision.startswith(expected)
@@ -249,7 +255,7 @@ def test_maintenance_pauses_remediation(tmp_path):
 
 def test_an_autodiscovered_target_is_alert_only(tmp_path):
     w = World(tmp_path)
-    w.rem.cfg = replace(w.cfg, targets=())
+    w.rem = w.new_remediator(targets={})
     assert w.consider(w.open()).startswith("skipped: autodiscovered target")
 
 
@@ -290,7 +296,7 @@ def test_a_guardian_restart_mid_sequence_resumes_safely(tmp_path, phase, expect_
     w = World(tmp_path)
     w.consider(w.open())
     seq = w.rem.sequences["llm"]
-    seq.phase = phase
+    seq.phase = Phase(phase)
     w.rem._save(seq)
     w.control.started.clear()
     again = w.new_remediator()
@@ -359,3 +365,20 @@ def test_kubernetes_mode_deletes_the_pod_and_lets_its_controller_recreate_it(tmp
     assert (method, url) == ("DELETE", "https://k8s/api/v1/namespaces/llm/pods/vllm-llama-0")
     assert body["gracePeriodSeconds"] == 10 and body["preconditions"] == {"uid": RecordingApi.UID}
     assert all(sig != 15 for _, sig in w.control.signals)  # the kubelet stops the pod, not the guardian
+
+
+def test_a_state_file_of_the_previous_format_resumes_a_stop_without_a_second_sigterm(tmp_path):
+    import json
+
+    w = World(tmp_path)
+    (tmp_path / "remediation").mkdir()
+    (tmp_path / "remediation" / "llm.json").write_text(json.dumps({
+        "target": "llm", "reason": "busy_loop", "incident_id": None, "mode": "command",
+        "api_key": [API.pid, API.starttime], "tree": [[k.pid, k.starttime] for k in (API, ENGINE, WORKER)],
+        "phase": "stopping", "phase_since": None, "history": [{"phase": "stopping", "at": 1.0, "term_sent": True}]}))
+    again = w.new_remediator()
+    seq = again.sequences["llm"]
+    assert seq.phase is Phase.STOPPING and seq.progress.begun
+    w.rem = again
+    w.step()
+    assert w.control.signals == []  # SIGTERM was sent before the restart; only SIGKILL may follow

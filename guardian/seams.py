@@ -1,0 +1,27 @@
+"""The built OS contacts the loop works through, typed by their protocols.
+
+``runtime.py`` builds the real ones (``SystemClock``, ``ProcFS`` on the configured proc root,
+``StdlibHttpClient``, ``SubprocessRunner``, ``OsProcessControl``, the accelerator backends
+``accelerators:`` asks for); tests build fakes. Nothing else in the loop builds a seam.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from .clock import Clock
+from .host.accel import AccelBackend
+from .host.http import HttpClient
+from .host.process_control import ProcessControl
+from .host.procfs import ProcFS
+from .host.runner import CommandRunner
+
+
+@dataclass(frozen=True)
+class Seams:
+    clock: Clock
+    proc: ProcFS  # /proc under a root (a fake tree in tests)
+    http: HttpClient
+    commands: CommandRunner  # py-spy, systemctl, npu-smi, drain hooks
+    control: ProcessControl  # identity-checked signals, starts
+    accel_backends: Sequence[AccelBackend] = ()
