@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from guardian.config import parse_config
-from guardian.daemon import Daemon
 from guardian.host.api_keys import ApiKeys, BearerHttpClient
 from guardian.host.http import HttpError
-from guardian.incidents import IncidentStore
 from guardian.model import Kind
+from guardian.runtime import build_daemon
+from guardian.seams import Seams
 from guardian.testing.clock import FakeClock
+from guardian.testing.fake_control import FakeControl
 from guardian.testing.fake_http import FakeHttp, ok
 from guardian.testing.fake_proc import FakeProcTree
 from guardian.testing.fake_runner import FakeRunner
@@ -64,9 +65,8 @@ class World:
         self.log = logging.getLogger("test-api-key")
         procfs = self.proc.procfs()
         keys = ApiKeys(self.cfg, procfs, environ={})
-        self.d = Daemon(self.cfg, self.clock, procfs, BearerHttpClient(self.http, keys),
-                        store=IncidentStore(self.cfg.state_dir), log=self.log, cmd_runner=FakeRunner())
-        self.d.on_discovery.append(keys.update)
+        seams = Seams(self.clock, procfs, BearerHttpClient(self.http, keys), FakeRunner(), FakeControl(set()))
+        self.d = build_daemon(self.cfg, seams, log=self.log)  # the production wiring: keys follow discovery
         self.engine_ticks = 0
 
     def step(self, seconds: int = 1, *, spin: bool = False) -> list:
