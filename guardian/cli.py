@@ -50,7 +50,7 @@ def cmd_run(args) -> int:
     rt = Runtime.start(cfg)
     stop = threading.Event()
 
-    def on_signal(signum, frame):  # noqa: ARG001
+    def on_signal(signum, frame):
         logging.getLogger("guardian").info("signal %d: shutting down", signum)
         stop.set()
         rt.clock.wake()
@@ -65,7 +65,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from .api import request
+    from .control_socket import request
     from .status_view import render_status
 
     cfg = _load(args.config)
@@ -113,7 +113,7 @@ def cmd_probe(args) -> int:
         daemon.tick()
     finally:
         daemon.runner.shutdown()
-    doc = daemon.status()
+    doc = daemon.status().to_dict()
     print(json.dumps(doc, indent=2) if args.json else render_status(doc))
     return 0 if doc["targets"] else 1
 
@@ -172,7 +172,7 @@ def cmd_incidents(args) -> int:
 
 def cmd_control(args) -> int:
     """drain / restart / undrain a target through the running daemon (same safety checks)."""
-    from .api import request
+    from .control_socket import request
 
     cfg = _load(args.config)
     path = args.socket or cfg.socket_path()
@@ -193,10 +193,7 @@ def parse_duration(text: str) -> float:
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     text = text.strip().lower()
     try:
-        if text and text[-1] in units:
-            value = float(text[:-1]) * units[text[-1]]
-        else:
-            value = float(text)
+        value = float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 30m, 2h)") from None
     if value <= 0:
@@ -205,7 +202,7 @@ def parse_duration(text: str) -> float:
 
 
 def cmd_maintenance(args) -> int:
-    from .policy import Maintenance
+    from .actions.policy import Maintenance
 
     cfg = _load(args.config)
     m = Maintenance(cfg.state_dir)
@@ -251,6 +248,7 @@ def cmd_snapshot(args) -> int:
     from .actions.evidence import EvidenceCollector, target_for_pid
     from .clock import SystemClock
     from .discovery import discover
+    from .host.process_details import PsutilDetails
     from .host.procfs import ProcFS
     from .host.runner import SubprocessRunner
     from .incidents import IncidentStore
@@ -266,8 +264,9 @@ def cmd_snapshot(args) -> int:
             return 1
         target = found
     os.makedirs(cfg.state_dir, mode=0o750, exist_ok=True)
+    details = PsutilDetails() if os.path.realpath(cfg.probes.procfs.proc_root) == "/proc" else None
     collector = EvidenceCollector(cfg.evidence, IncidentStore(cfg.state_dir).dir_for, SubprocessRunner(),
-                                  procfs, SystemClock())
+                                  procfs, SystemClock(), details=details)
     res = collector.snapshot(target, record_seconds=args.record)
     print(f"bundle {res.dir} ({len(res.files)} files, {res.duration:.2f}s)")
     for what, why in res.failures.items():
@@ -276,7 +275,7 @@ def cmd_snapshot(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from .testing.demo import run_demo  # the demo drives the shipped simulated vLLM server
+    from .sim.demo import run_demo  # the demo drives the shipped simulated vLLM server
 
     return run_demo(keep=args.keep, timeout=args.timeout)
 

@@ -15,8 +15,8 @@ section (``detectors:`` with everything below commented out) means its defaults.
 """
 from __future__ import annotations
 
-import enum
 import dataclasses
+import enum
 import json
 import math
 import os
@@ -24,7 +24,7 @@ import re
 import socket
 import types
 import typing
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Union
 
 import yaml
 
@@ -37,14 +37,13 @@ from guardian.config_schema import (
     TargetConfig,
 )
 from guardian.errors import ConfigError
+from guardian.netaddr import is_hostport
 
 DEFAULT_PATH = "/etc/guardian/guardian.yaml"
 
 # Configured features this version accepts but does not act on yet: (key, what).
 # Later work removes an entry when it wires the feature; nothing else lists them.
-INACTIVE_FEATURES: tuple[tuple[str, str], ...] = (
-    ("detectors.output_corruption", "detector not implemented"),
-)
+INACTIVE_FEATURES: tuple[tuple[str, str], ...] = ()
 
 # Rules for fields whose schema metadata carries no 'check' (kept out of the schema).
 _EXTRA_CHECKS: typing.Mapping[tuple[type, str], str] = types.MappingProxyType({
@@ -105,11 +104,6 @@ def _regex_problem(value: str) -> str:
     return ""
 
 
-def _is_hostport(value: str) -> bool:
-    host, sep, port = value.rpartition(":")
-    return bool(sep and host and port.isdigit() and 1 <= int(port) <= 65535)
-
-
 # check name -> (expectation, "{base}" = "a number" | "an integer"; predicate)
 _RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingProxyType({
     "positive": ("{base} > 0", lambda v: v > 0),
@@ -121,7 +115,9 @@ _RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingPr
     "restart_mode": _choice("systemd", "command", "kubernetes", "signal"),
     "allow_deny": _choice("allow", "deny"),
     "regex": ("a valid regular expression", lambda v: not _regex_problem(v)),
-    "hostport": ('a "host:port" address', _is_hostport),
+    "expect": ('the word "baseline" or a valid regular expression',
+               lambda v: v == "baseline" or not _regex_problem(v)),
+    "hostport": ('a "host:port" address', is_hostport),
     "target_name": ("a name of letters, digits, '_', '.', '-'",
                     lambda v: _NAME_RE.fullmatch(v) is not None),
     "redis_url": ('"embedded" or a redis://, rediss:// or unix:// URL',
@@ -141,7 +137,7 @@ def _strip_optional(tp: Any) -> Any:
     return inner[0]
 
 
-def _describe(tp: Any, check: Optional[str]) -> str:
+def _describe(tp: Any, check: str | None) -> str:
     if check:
         return _RULES[check][0].format(base="an integer" if tp is int else "a number")
     origin = typing.get_origin(tp)
@@ -161,13 +157,13 @@ class _Parser:
     def __init__(self) -> None:
         self.problems: list[str] = []
 
-    def wrong(self, path: str, tp: Any, check: Optional[str], value: Any,
+    def wrong(self, path: str, tp: Any, check: str | None, value: Any,
               nullable: bool = False, detail: str = "") -> _Invalid:
         expected = _describe(tp, check) + (" or null" if nullable else "")
         self.problems.append(f"{path}: expected {expected}, got {_show(value)}{detail}")
         return _INVALID
 
-    def value(self, tp: Any, value: Any, path: str, check: Optional[str] = None) -> Any:
+    def value(self, tp: Any, value: Any, path: str, check: str | None = None) -> Any:
         nullable = _is_optional(tp)
         if nullable:
             if value is None:
@@ -182,7 +178,7 @@ class _Parser:
             return self.mapping(tp, value, path, nullable)
         return self.scalar(tp, value, path, check, nullable)
 
-    def scalar(self, tp: Any, value: Any, path: str, check: Optional[str], nullable: bool) -> Any:
+    def scalar(self, tp: Any, value: Any, path: str, check: str | None, nullable: bool) -> Any:
         if tp is bool:
             ok = isinstance(value, bool)
         elif tp is int:
@@ -199,7 +195,7 @@ class _Parser:
         if not ok:
             return self.wrong(path, tp, check, value, nullable)
         if check and not _RULES[check][1](value):
-            detail = f" ({_regex_problem(value)})" if check == "regex" else ""
+            detail = f" ({_regex_problem(value)})" if check in ("regex", "expect") else ""
             return self.wrong(path, tp, check, value, nullable, detail)
         if isinstance(tp, type) and issubclass(tp, enum.Enum):
             return tp(value)
@@ -351,7 +347,7 @@ class _StrictLoader(yaml.SafeLoader):
         super().__init__(stream)
         self.duplicates: list[str] = []
 
-    def construct_mapping(self, node, deep=False):  # noqa: ANN001 (PyYAML's signature)
+    def construct_mapping(self, node, deep=False):
         seen = set()
         for key_node, _ in node.value:
             if key_node.tag == _MERGE_TAG:
@@ -387,7 +383,7 @@ def load_yaml(text: str, source: str = "<config>") -> Any:
     return data
 
 
-def load_config(path: Optional[str] = None, *, default_path: str = DEFAULT_PATH,
+def load_config(path: str | None = None, *, default_path: str = DEFAULT_PATH,
                 hostname: Callable[[], str] = socket.gethostname) -> Config:
     """Loads and validates a config file.
 

@@ -145,7 +145,7 @@ class DiscoveryCache:
 class _Snapshot:
     """One pass over /proc: every process's key, ppid, cmdline; children by ppid; lazily, fds."""
 
-    def __init__(self, procfs: ProcFS, cache: "DiscoveryCache | None" = None):
+    def __init__(self, procfs: ProcFS, cache: DiscoveryCache | None = None):
         self.procfs = procfs
         self.cache = cache
         self.procs: dict[int, _Proc] = {}
@@ -211,7 +211,7 @@ class _Snapshot:
     def port_owners(self, port: int) -> set[int]:
         if self._listening is None:
             self._listening = self.procfs.listening_ports()
-        cached = self._cached_owners(port)
+        cached = self._cached_owners(port, self._listening)
         if cached is not None:
             return cached
         if self._owners is None:
@@ -231,13 +231,13 @@ class _Snapshot:
                 self.cache.owners[inode] = frozenset(self.procs[p].key for p in found)
         return owners
 
-    def _cached_owners(self, port: int) -> set[int] | None:
+    def _cached_owners(self, port: int, listening: dict[int, set[int]]) -> set[int] | None:
         """The owners found by an earlier pass, if every one still lives with the same starttime
         and still holds the socket: one process's fds read instead of every process's."""
         if self.cache is None:
             return None
         owners: set[int] = set()
-        for inode in self._listening.get(port, ()):
+        for inode in listening.get(port, ()):
             keys = self.cache.owners.get(inode)
             if not keys:
                 return None
@@ -261,7 +261,7 @@ def _read_file(path: str) -> str:
 
 # ---------------------------------------------------------------- matching
 def _match(snap: _Snapshot, tc: TargetConfig, read_file: Callable[[str], str],
-           platform: "PlatformMatcher | None" = None) -> tuple[int | None, str]:
+           platform: PlatformMatcher | None = None) -> tuple[int | None, str]:
     """(root pid, "") or (None, why); a platform match leaves its address in ``snap.addresses``."""
     m = tc.match
     if m.port is not None:
@@ -327,7 +327,7 @@ def _build(snap: _Snapshot, root: int, name: str, prefix: str, port: int, api_ur
 
 
 def discover(procfs: ProcFS, cfg: Config, *, read_file: Callable[[str], str] | None = None,
-             cache: DiscoveryCache | None = None, platform: "PlatformMatcher | None" = None) -> DiscoveryResult:
+             cache: DiscoveryCache | None = None, platform: PlatformMatcher | None = None) -> DiscoveryResult:
     """One discovery pass. ``read_file`` is the seam for reading pid files (default: open);
     ``cache`` (kept by the caller between passes) spares the fd scan when port owners are unchanged;
     ``platform`` answers ``match.kubernetes`` / ``match.systemd_unit``."""

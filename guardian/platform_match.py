@@ -14,6 +14,7 @@ Decides: the processes that may be the target's API server (those that look like
 IP and the container's port named ``http`` (else its first port). A pod the guardian cannot
 pick unambiguously (several match) is reported, never guessed.
 """
+
 from __future__ import annotations
 
 import os
@@ -55,11 +56,19 @@ def _read_text(path: str) -> str:
 class PlatformMatcher:
     """Kept by the daemon between discovery passes (it caches pod lists and process cgroups)."""
 
-    def __init__(self, procfs: Any, *, kube: Any = None, runner: Any = None,
-                 sys_cgroup: str = "/sys/fs/cgroup", pods_ttl: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic, read_text: Callable[[str], str] = _read_text,
-                 walk: Callable[[str], Any] = os.walk, is_api_server: Callable[[tuple[str, ...]], bool] | None = None
-                 ) -> None:
+    def __init__(
+        self,
+        procfs: Any,
+        *,
+        kube: Any = None,
+        runner: Any = None,
+        sys_cgroup: str = "/sys/fs/cgroup",
+        pods_ttl: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        read_text: Callable[[str], str] = _read_text,
+        walk: Callable[[str], Any] = os.walk,
+        is_api_server: Callable[[tuple[str, ...]], bool] | None = None,
+    ) -> None:
         self.procfs = procfs
         self.kube = kube
         self.runner = runner
@@ -122,27 +131,38 @@ class PlatformMatcher:
     def match_kubernetes(self, km: Any, procs: Mapping[int, Any]) -> PlatformMatch:
         if km.namespace is None:  # by pod UID alone: the cgroups say it all, no API needed
             uid = km.pod_uid.lower()
-            pids = {pid for pid, p in procs.items()
-                    if (place := self.place(pid, p.key)) is not None and place.pod_uid == uid}
+            pids = {
+                pid
+                for pid, p in procs.items()
+                if (place := self.place(pid, p.key)) is not None and place.pod_uid == uid
+            }
             if not pids:
                 return _miss(f"no process of this node is in pod {uid}")
             return PlatformMatch(self._prefer_servers(pids, procs))
         if self.kube is None:
-            return _miss("match.kubernetes needs the Kubernetes API: not running in a pod with a "
-                         "service account (KUBERNETES_SERVICE_HOST and the token)")
+            return _miss(
+                "match.kubernetes needs the Kubernetes API: not running in a pod with a "
+                "service account (KUBERNETES_SERVICE_HOST and the token)"
+            )
         try:
             items = self._list_pods(km.namespace, km.pod, km.selector)
         except ProbeFailed as e:
             return _miss(str(e))
         wanted = "pod " + (km.pod or "") if km.pod else f"pods with labels {km.selector!r}" if km.selector else "pods"
-        pods = [i for i in items if (i.get("status") or {}).get("phase") == "Running"
-                and (km.pod_uid is None or (i.get("metadata") or {}).get("uid") == km.pod_uid)]
+        pods = [
+            i
+            for i in items
+            if (i.get("status") or {}).get("phase") == "Running"
+            and (km.pod_uid is None or (i.get("metadata") or {}).get("uid") == km.pod_uid)
+        ]
         if not pods:
             return _miss(f"no running {wanted} in namespace {km.namespace} on this node")
         if len(pods) > 1:
             names = ", ".join(sorted((p.get("metadata") or {}).get("name", "?") for p in pods))
-            return _miss(f"{len(pods)} running {wanted} in namespace {km.namespace} on this node ({names}): "
-                         "name one with match.kubernetes.pod, or narrow the selector")
+            return _miss(
+                f"{len(pods)} running {wanted} in namespace {km.namespace} on this node ({names}): "
+                "name one with match.kubernetes.pod, or narrow the selector"
+            )
         pod = pods[0]
         md, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
         uid = str(md.get("uid", "")).lower()
@@ -156,12 +176,20 @@ class PlatformMatcher:
             container = containers[0]
         cid = None
         if container is not None:
-            st = next((s for s in status.get("containerStatuses") or []
-                       if isinstance(s, dict) and s.get("name") == container.get("name")), {})
+            st = next(
+                (
+                    s
+                    for s in status.get("containerStatuses") or []
+                    if isinstance(s, dict) and s.get("name") == container.get("name")
+                ),
+                {},
+            )
             cid = container_id_of(st.get("containerID", ""))
             if cid is None:
-                return _miss(f"container {container.get('name')} of pod {km.namespace}/{md.get('name')} "
-                             "is not running (no containerID)")
+                return _miss(
+                    f"container {container.get('name')} of pod {km.namespace}/{md.get('name')} "
+                    "is not running (no containerID)"
+                )
         pids = set()
         for pid, p in procs.items():
             place = self.place(pid, p.key)
@@ -171,8 +199,10 @@ class PlatformMatcher:
                 pids.add(pid)
         if not pids:
             what = f"container {container.get('name')}" if container is not None else "pod"
-            return _miss(f"no process of this node is in the {what} of {km.namespace}/{md.get('name')} "
-                         f"(uid {uid}): is the guardian running with hostPID?")
+            return _miss(
+                f"no process of this node is in the {what} of {km.namespace}/{md.get('name')} "
+                f"(uid {uid}): is the guardian running with hostPID?"
+            )
         port = _container_port(container) if container is not None else None
         return PlatformMatch(self._prefer_servers(pids, procs), status.get("podIP") or None, port)
 
@@ -208,8 +238,11 @@ class PlatformMatcher:
             return _miss(f"unit {unit} is not running (no ControlGroup)")
         pids = self._unit_procs(uc.control_group)
         if pids is None:  # no cgroupfs to read here: each process's own cgroup says it
-            pids = {pid for pid, p in procs.items()
-                    if (place := self.place(pid, p.key)) is not None and place.within(uc.control_group)}
+            pids = {
+                pid
+                for pid, p in procs.items()
+                if (place := self.place(pid, p.key)) is not None and place.within(uc.control_group)
+            }
         pids &= set(procs)
         if uc.main_pid is not None and uc.main_pid in procs:
             pids.add(uc.main_pid)

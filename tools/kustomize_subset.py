@@ -10,6 +10,7 @@ Supported, and nothing else (any other key is an error, so the manifests stay wi
 ``configMapGenerator`` (``name``, ``namespace``, ``behavior`` create|replace|merge, ``files``
 as ``name`` or ``key=name``, ``literals``), ``generatorOptions.disableNameSuffixHash: true``.
 """
+
 from __future__ import annotations
 
 import sys
@@ -90,8 +91,9 @@ def render(directory: str | Path, _seen: tuple[Path, ...] = ()) -> list[dict]:
             docs.append(made)
         elif behavior in ("replace", "merge"):
             if not hits:
-                raise RenderError(f"{root}: no ConfigMap {gen['name']} in namespace "
-                                  f"{gen.get('namespace', '')!r} to {behavior}")
+                raise RenderError(
+                    f"{root}: no ConfigMap {gen['name']} in namespace {gen.get('namespace', '')!r} to {behavior}"
+                )
             old = docs[hits[0]]
             new = dict(old)
             new["data"] = made["data"] if behavior == "replace" else {**(old.get("data") or {}), **made["data"]}

@@ -10,6 +10,7 @@ of this checkout). Checks, each printed as it passes, exit 1 at the first failur
   and on every shipped example config; ``guardian <command> --help`` answers for every command;
 - ``guardian demo`` (a simulated vLLM server, a busy loop, detection to recovery) exits 0.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,8 +45,15 @@ def source_files() -> set[str]:
 def run(venv: Path, args: list[str], cwd: str, timeout: float = 60) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     env["PATH"] = f"{venv / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"
-    return subprocess.run([str(venv / "bin" / "guardian"), *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [str(venv / "bin" / "guardian"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def main(wheel: str, venv_dir: str) -> int:
@@ -64,8 +72,13 @@ def main(wheel: str, venv_dir: str) -> int:
         if res.returncode != 0 or res.stdout.strip() != f"guardian {version}":
             fail(f"guardian --version: rc {res.returncode}, {res.stdout.strip()!r} {res.stderr.strip()[-300:]}")
         ok(f"guardian --version: {res.stdout.strip()}")
-        where = subprocess.run([str(venv / "bin" / "python"), "-c", "import guardian; print(guardian.__file__)"],
-                               cwd=empty, capture_output=True, text=True, timeout=60).stdout.strip()
+        where = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import guardian; print(guardian.__file__)"],
+            cwd=empty,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.strip()
         if not where.startswith(str(venv)):
             fail(f"guardian is imported from {where}, not from the virtualenv")
         ok(f"imported from the virtualenv ({where})")

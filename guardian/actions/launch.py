@@ -19,6 +19,7 @@ its primary group unless ``group`` says otherwise, with the user's supplementary
 that cannot be opened for appending (a read-only path under the guardian's systemd sandbox is
 the usual one), a missing working directory, a program not on the launch ``PATH``.
 """
+
 from __future__ import annotations
 
 import grp
@@ -100,8 +101,9 @@ def build_launch_spec(restart: Any, accounts: Accounts | None = None) -> LaunchS
         if groups is None:
             groups = ()  # a group alone: drop the guardian's supplementary groups too
     env.update(restart.env or {})
-    return LaunchSpec(tuple(restart.command), MappingProxyType(env), restart.cwd, restart.log_file,
-                      uid, gid, groups, name)
+    return LaunchSpec(
+        tuple(restart.command), MappingProxyType(env), restart.cwd, restart.log_file, uid, gid, groups, name
+    )
 
 
 def _can_append(path: str) -> str:
@@ -113,17 +115,25 @@ def _can_append(path: str) -> str:
     return ""
 
 
-def preflight(spec: LaunchSpec, *, can_append: Callable[[str], str] = _can_append,
-              is_dir: Callable[[str], bool] = os.path.isdir,
-              which: Callable[..., str | None] = shutil.which) -> list[str]:
+def preflight(
+    spec: LaunchSpec,
+    *,
+    can_append: Callable[[str], str] = _can_append,
+    is_dir: Callable[[str], bool] = os.path.isdir,
+    which: Callable[..., str | None] = shutil.which,
+) -> list[str]:
     """Why this launch would fail, one line each; empty when it can run. Called before the running
     server is stopped, so a launch that cannot work never costs a server."""
     problems = []
     if spec.log_file:
         why = can_append(spec.log_file)
         if why:
-            hint = (" (under the guardian's systemd unit only ReadWritePaths= are writable: add the "
-                    "log directory there, see deploy/systemd/guardian.service)" if "Read-only" in why else "")
+            hint = (
+                " (under the guardian's systemd unit only ReadWritePaths= are writable: add the "
+                "log directory there, see deploy/systemd/guardian.service)"
+                if "Read-only" in why
+                else ""
+            )
             problems.append(f"restart.log_file {spec.log_file}: cannot append: {why}{hint}")
     if spec.cwd and not is_dir(spec.cwd):
         problems.append(f"restart.cwd {spec.cwd}: not a directory")
@@ -132,6 +142,8 @@ def preflight(spec: LaunchSpec, *, can_append: Callable[[str], str] = _can_appen
         if which(program) is None:
             problems.append(f"restart.command: {program} is not an executable file")
     elif which(program, path=spec.env.get("PATH", MINIMAL_PATH)) is None:
-        problems.append(f"restart.command: {program} is not on the launch PATH "
-                        f"({spec.env.get('PATH', MINIMAL_PATH)}); give its full path or set restart.env.PATH")
+        problems.append(
+            f"restart.command: {program} is not on the launch PATH "
+            f"({spec.env.get('PATH', MINIMAL_PATH)}); give its full path or set restart.env.PATH"
+        )
     return problems

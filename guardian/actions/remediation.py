@@ -1,6 +1,6 @@
-"""Drain → stop → release → start → verify, as a state machine advanced by the loop (SPEC §7).
+"""Drain → stop → release → start → verify, as a state machine advanced by the loop.
 
-One ``Sequence`` per target at most. ``Remediator.tick`` moves each sequence as
+One ``RestartSequence`` per target at most. ``Remediator.tick`` moves each sequence as
 far as it can without blocking: signals are instant and identity-checked by
 ProcessControl; anything that may block (drain hook, ``systemctl``, the
 Kubernetes API, the fleet lease) runs on the AsyncRunner and its result is
@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..config_schema import Config, DrainConfig, Mode, PolicyConfig, RestartConfig, TargetConfig
+from ..fsutil import atomic_write
 from ..model import Action, Kind, ProcKey
-from ..policy import Maintenance, may_restart, node_anomaly
 from ..series import metrics as m
 from .launch import build_launch_spec
+from .policy import Maintenance, may_restart, node_anomaly
 from .redact import redact_argv
 
 HANG_KINDS = {Kind.BUSY_LOOP.value, Kind.ENGINE_STALL.value, Kind.ENGINE_DEAD.value}
@@ -113,18 +114,19 @@ class RemediationSettings:
     """The node, where state lives, the policy, and a restart spec per configured target
     (an autodiscovered target has none: it is never restarted)."""
 
-    node: str
+    node: str | None  # as configured (control messages carry it)
     state_dir: str
     policy: PolicyConfig
     targets: Mapping[str, RestartSpec] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, cfg: Config) -> RemediationSettings:
-        return cls(cfg.node, cfg.state_dir, cfg.policy, {t.name: RestartSpec.of(t) for t in cfg.targets})
+        return cls(cfg.node or os.uname().nodename, cfg.state_dir, cfg.policy,
+                   {t.name: RestartSpec.of(t) for t in cfg.targets})
 
 
 @dataclass
-class Sequence:
+class RestartSequence:
     target: str
     reason: str  # incident kind, or "manual"
     incident_id: str | None
@@ -157,7 +159,7 @@ class Sequence:
         self.phase, self.outcome, self.detail = Phase(outcome.value), outcome, detail
 
     @classmethod
-    def load(cls, data: dict[str, Any]) -> Sequence:
+    def load(cls, data: dict[str, Any]) -> RestartSequence:
         data = dict(data)
         data["tree"] = [(int(p), int(s)) for p, s in data["tree"]]
         data["api_key"] = (int(data["api_key"][0]), int(data["api_key"][1]))
@@ -190,8 +192,8 @@ class Remediator:
         self.release_check = release_check or (lambda pids: None)
         self.log = log or logging.getLogger("guardian.remediation")
         self.dir = Path(settings.state_dir) / "remediation"
-        self.sequences: dict[str, Sequence] = {}
-        self.on_finish: list[Callable[[Sequence, str], None]] = []
+        self.sequences: dict[str, RestartSequence] = {}
+        self.on_finish: list[Callable[[RestartSequence, Outcome], None]] = []
         self.exhausted: set[str] = set()
         self.action_counts: dict[str, int] = {}
         self.restart_counts: dict[str, dict[str, int]] = {}
@@ -236,10 +238,10 @@ class Remediator:
 
     # ------------------------------------------------------------------ start
     def begin(self, name: str, reason: str, incident_id: str | None, api_key: ProcKey,
-              tree: list[ProcKey], now: float, *, drain_only: bool = False) -> Sequence:
+              tree: list[ProcKey], now: float, *, drain_only: bool = False) -> RestartSequence:
         tc = self.target_config(name)
         mode = tc.restart.mode if tc else "signal"
-        seq = Sequence(name, reason, incident_id, mode, (api_key.pid, api_key.starttime),
+        seq = RestartSequence(name, reason, incident_id, mode, (api_key.pid, api_key.starttime),
                        [(k.pid, k.starttime) for k in tree], drain_only=drain_only,
                        started_wall=self.clock.wall())
         self.sequences[name] = seq
@@ -259,7 +261,8 @@ class Remediator:
         if incident.kind in (Kind.PROBE_FAILURE, Kind.RESTART_BUDGET_EXHAUSTED):
             return "a blind spot or an exhausted budget is never a reason to restart: alert only"
         prev = self.sequences.get(name)
-        if prev is not None and prev.incident_id == incident.id and prev.phase in (Phase.FAILED, Phase.DONE, Phase.ABORTED):
+        finished = (Phase.FAILED, Phase.DONE, Phase.ABORTED)
+        if prev is not None and prev.incident_id == incident.id and prev.phase in finished:
             return f"already {prev.phase.value} for this incident"
         tc = self.target_config(name)
         if tc is None:
@@ -311,7 +314,7 @@ class Remediator:
         if dry_run or self.policy.dry_run:
             return (f"{name}: dry run: would have {'drained' if action == 'drain' else 'drained, stopped'} "
                     f"{[p.pid for p in tracked.target.processes]}"
-                    + ("" if action == "drain" else f" and restarted via {tc.restart.mode}"))
+                    + ("" if action == "drain" or tc is None else f" and restarted via {tc.restart.mode}"))
         self.begin(name, "manual", None, tracked.target.key, [p.key for p in tracked.target.processes], now,
                    drain_only=(action == "drain"))
         return f"{name}: {action} started"
@@ -361,7 +364,7 @@ class Remediator:
                 if seq.phase is before:
                     break
 
-    def _step_lease(self, seq: Sequence, now: float, tracker, series) -> None:
+    def _step_lease(self, seq: RestartSequence, now: float, tracker, series) -> None:
         if seq.drain_only:
             self._enter(seq, Phase.DRAINING, now, "drain requested")
             return
@@ -378,7 +381,7 @@ class Remediator:
             seq.lease_waiting_noted = True
             self._record(seq, "fleet_lease", "waiting", res.reason)
 
-    def _step_draining(self, seq: Sequence, now: float, tracker, series) -> None:
+    def _step_draining(self, seq: RestartSequence, now: float, tracker, series) -> None:
         tc = self.target_config(seq.target)
         if not seq.progress.begun:
             seq.progress.begun = True
@@ -405,7 +408,7 @@ class Remediator:
         elif now - seq.phase_since >= timeout:
             self._enter(seq, Phase.STOPPING, now, f"drain timeout {timeout:g}s reached")
 
-    def _step_stopping(self, seq: Sequence, now: float, tracker, series) -> None:
+    def _step_stopping(self, seq: RestartSequence, now: float, tracker, series) -> None:
         tc = self.target_config(seq.target)
         rc = tc.restart if tc else RestartConfig()
         api = ProcKey(*seq.api_key)
@@ -439,7 +442,7 @@ class Remediator:
             self._finish(seq, now, Outcome.FAILED, f"processes survived SIGKILL: {[k.pid for k in alive]} "
                                              f"(uninterruptible in the kernel?); a human must look")
 
-    def _step_releasing(self, seq: Sequence, now: float, tracker, series) -> None:
+    def _step_releasing(self, seq: RestartSequence, now: float, tracker, series) -> None:
         held = self.release_check({p for p, _ in seq.tree})
         if held is None or held is False:
             self._enter(seq, Phase.STARTING, now, "no accelerator backend" if held is None
@@ -448,7 +451,7 @@ class Remediator:
             self._enter(seq, Phase.STARTING, now, f"accelerator memory still held after {RELEASE_TIMEOUT:g}s; "
                                               "starting anyway")
 
-    def _step_starting(self, seq: Sequence, now: float, tracker, series) -> None:
+    def _step_starting(self, seq: RestartSequence, now: float, tracker, series) -> None:
         tc = self.target_config(seq.target)
         rc = tc.restart if tc else RestartConfig()
         if seq.mode == "command":
@@ -474,7 +477,7 @@ class Remediator:
             self._enter(seq, Phase.VERIFYING, now, "waiting for the " +
                         ("controller to recreate the pod" if seq.mode == "kubernetes" else "external supervisor"))
 
-    def _step_verifying(self, seq: Sequence, now: float, tracker, series) -> None:
+    def _step_verifying(self, seq: RestartSequence, now: float, tracker, series) -> None:
         tc = self.target_config(seq.target)
         rc = tc.restart if tc else RestartConfig()
         tr = tracker.targets.get(seq.target)
@@ -497,7 +500,7 @@ class Remediator:
         self.kube.delete_pod(pod, grace)
         return pod
 
-    def _job(self, seq: Sequence, name: str, fn, now: float, retry_every: float | None = None):
+    def _job(self, seq: RestartSequence, name: str, fn, now: float, retry_every: float | None = None):
         """Run ``fn`` off the loop once per phase (or every ``retry_every`` s); None until it ends."""
         key = f"{seq.target}:{name}"
         if key in self._job_results:
@@ -506,19 +509,20 @@ class Remediator:
             seq.progress.job_at = now
             return res
         last = seq.progress.job_at
-        if seq.pending_job != key and (last is None or (retry_every is not None and now - last >= retry_every)):
-            if self.async_runner.submit(("remediation", key), fn, deadline=now + 90, on_done=self._job_done):
-                seq.pending_job = key
+        due = last is None or (retry_every is not None and now - last >= retry_every)
+        if seq.pending_job != key and due and self.async_runner.submit(
+                ("remediation", key), fn, deadline=now + 90, on_done=self._job_done):
+            seq.pending_job = key
         return None
 
     def _job_done(self, done, now: float) -> None:
         self._job_results[done.key[1]] = done.error if done.error is not None else done.result
 
-    def _record_restart(self, seq: Sequence) -> None:
+    def _record_restart(self, seq: RestartSequence) -> None:
         """The budget counts the disruptive act: recorded (and persisted) before the first signal."""
         self.ledger.record(seq.target, self.clock.wall())
 
-    def _enter(self, seq: Sequence, phase: Phase, now: float, detail: str) -> None:
+    def _enter(self, seq: RestartSequence, phase: Phase, now: float, detail: str) -> None:
         took = now - seq.phase_since if seq.history else 0.0
         if seq.history:
             self._record(seq, seq.phase.value, "ok", f"{detail} ({took:.1f}s)")
@@ -533,7 +537,7 @@ class Remediator:
         self.log.info("remediation %s: %s (%s)", seq.target, phase, detail)
         self._save(seq)
 
-    def _finish(self, seq: Sequence, now: float, outcome: Outcome, detail: str) -> None:
+    def _finish(self, seq: RestartSequence, now: float, outcome: Outcome, detail: str) -> None:
         done = outcome is Outcome.DONE
         self._record(seq, seq.phase.value, "ok" if done else "failed", detail)
         seq.end(outcome, detail)
@@ -559,7 +563,7 @@ class Remediator:
         per = self.restart_counts.setdefault(target, {})
         per[outcome] = per.get(outcome, 0) + 1
 
-    def _record(self, seq: Sequence, name: str, status: str, detail: str) -> None:
+    def _record(self, seq: RestartSequence, name: str, status: str, detail: str) -> None:
         self._count(status)
         if seq.incident_id is None:
             return
@@ -569,17 +573,11 @@ class Remediator:
             pass  # the incident was resolved and aged out meanwhile
 
     # ------------------------------------------------------------------ persistence
-    def _save(self, seq: Sequence) -> None:
+    def _save(self, seq: RestartSequence) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / f"{seq.target}.json"
-        tmp = path.with_suffix(".tmp")
         data = asdict(seq)
         data["phase_since"] = None  # monotonic times mean nothing to the next process
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic_write(self.dir / f"{seq.target}.json", json.dumps(data))
 
     def _resume(self) -> None:
         """A guardian restarted mid-sequence: resume where it is safe, never start twice."""
@@ -588,7 +586,7 @@ class Remediator:
         now = self.clock.monotonic()
         for path in sorted(self.dir.glob("*.json")):
             try:
-                seq = Sequence.load(json.loads(path.read_text()))
+                seq = RestartSequence.load(json.loads(path.read_text()))
             except (ValueError, TypeError, KeyError) as e:
                 self.log.warning("ignoring unreadable remediation state %s: %s", path, e)
                 continue

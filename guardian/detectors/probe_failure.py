@@ -1,4 +1,4 @@
-"""probe_failure: one of a target's probes keeps failing (SPEC §4) — the guardian is half blind.
+"""probe_failure: one of a target's probes keeps failing — the guardian is half blind.
 
 Reads the target's open failure episodes (``EpisodeLog``: key ``<target>:<probe>``, how many
 consecutive failures, the last message). Decides: a finding while some probe has failed at

@@ -18,6 +18,7 @@ The key is held only in memory, sent only in the ``Authorization`` header of ``/
 requests, and never formatted into a message: problems name the *source* (``env GUARDIAN_KEY``,
 ``file /etc/…``, ``--api-key of pid 42``), never the value.
 """
+
 from __future__ import annotations
 
 import os
@@ -59,7 +60,7 @@ def key_from_argv(argv: Iterable[str]) -> str | None:
             if i + 1 < len(args) and not args[i + 1].startswith("--"):
                 found = args[i + 1]
         elif arg.startswith("--api-key="):
-            found = arg[len("--api-key="):]
+            found = arg[len("--api-key=") :]
     return found or None
 
 
@@ -78,9 +79,11 @@ def needs_key(url: str) -> bool:
 def describe_auth_failure(status: int, path: str, source: KeySource) -> str:
     """The status line for a 401/403: what was refused and what to do, never the key."""
     if source.key is None:
-        hint = ("no API key found: the server requires one; set the target's api_key_env or "
-                "api_key_file (or run the guardian as the server's user so it can read --api-key / "
-                f"{ENV_NAME} from /proc)")
+        hint = (
+            "no API key found: the server requires one; set the target's api_key_env or "
+            "api_key_file (or run the guardian as the server's user so it can read --api-key / "
+            f"{ENV_NAME} from /proc)"
+        )
         if source.problem:
             hint = f"{source.problem}; {hint}"
     else:
@@ -95,26 +98,35 @@ def _read_key_file(path: str) -> str:
     return line.strip()
 
 
-def resolve_key(target_cfg: Any, pid: int | None, cmdline: Iterable[str], procfs: Any, *,
-                environ: Mapping[str, str] | None = None,
-                read_file: Callable[[str], str] = _read_key_file) -> KeySource:
+def resolve_key(
+    target_cfg: Any,
+    pid: int | None,
+    cmdline: Iterable[str],
+    procfs: Any,
+    *,
+    environ: Mapping[str, str] | None = None,
+    read_file: Callable[[str], str] = _read_key_file,
+) -> KeySource:
     """Where this target's key comes from. ``target_cfg`` is a ``TargetConfig`` or None
     (autodiscovered); ``procfs`` is the ``ProcFS`` seam for ``/proc/<pid>/environ``."""
     environ = os.environ if environ is None else environ
+    value: str | None
     env_name = getattr(target_cfg, "api_key_env", None)
     file_path = getattr(target_cfg, "api_key_file", None)
     if env_name:
         value = environ.get(env_name, "").strip()
         if value:
             return KeySource(value, f"config env {env_name}")
-        return KeySource(None, f"config env {env_name}",
-                         f"api_key_env {env_name} is not set in the guardian's environment")
+        return KeySource(
+            None, f"config env {env_name}", f"api_key_env {env_name} is not set in the guardian's environment"
+        )
     if file_path:
         try:
             value = read_file(file_path)
         except OSError as e:
-            return KeySource(None, f"config file {file_path}",
-                             f"api_key_file {file_path}: {e.strerror or type(e).__name__}")
+            return KeySource(
+                None, f"config file {file_path}", f"api_key_file {file_path}: {e.strerror or type(e).__name__}"
+            )
         if value:
             return KeySource(value, f"config file {file_path}")
         return KeySource(None, f"config file {file_path}", f"api_key_file {file_path} is empty")
@@ -139,8 +151,14 @@ class ApiKeys:
     one whose key was refused (``refused``), so a rotated key file is picked up on the next pass.
     """
 
-    def __init__(self, cfg: Any, procfs: Any, *, environ: Mapping[str, str] | None = None,
-                 read_file: Callable[[str], str] = _read_key_file) -> None:
+    def __init__(
+        self,
+        cfg: Any,
+        procfs: Any,
+        *,
+        environ: Mapping[str, str] | None = None,
+        read_file: Callable[[str], str] = _read_key_file,
+    ) -> None:
         self._targets_cfg = {t.name: t for t in getattr(cfg, "targets", ())}
         self._procfs = procfs
         self._environ = environ
@@ -162,9 +180,14 @@ class ApiKeys:
                 source = cached[1]
             else:
                 api = t.api_server
-                source = resolve_key(self._targets_cfg.get(t.name), t.key.pid,
-                                     api.cmdline if api is not None else (), self._procfs,
-                                     environ=self._environ, read_file=self._read_file)
+                source = resolve_key(
+                    self._targets_cfg.get(t.name),
+                    t.key.pid,
+                    api.cmdline if api is not None else (),
+                    self._procfs,
+                    environ=self._environ,
+                    read_file=self._read_file,
+                )
                 self._stale.discard(t.name)
             seen[t.name] = (t.key, source)
             by_origin[origin_of(t.api_url)] = source
@@ -177,7 +200,7 @@ class ApiKeys:
     def refused(self, url: str) -> None:
         """A 401/403 came back: read the key again on the next pass."""
         origin = origin_of(url)
-        for name, (key, source) in self._by_target.items():
+        for name, (_key, source) in self._by_target.items():
             if self._by_origin.get(origin) is source:
                 self._stale.add(name)
 
@@ -198,8 +221,9 @@ class BearerHttpClient:
         self.inner = inner
         self.keys = keys
 
-    def request(self, method: str, url: str, timeout: float, body: Any = None,
-                headers: Mapping[str, str] | None = None) -> HttpResponse:
+    def request(
+        self, method: str, url: str, timeout: float, body: Any = None, headers: Mapping[str, str] | None = None
+    ) -> HttpResponse:
         merged = dict(headers or {})
         if needs_key(url):
             source = self.keys.source_for(url)

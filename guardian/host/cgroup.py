@@ -11,6 +11,7 @@ of ``systemctl show`` or of a ``cgroup.procs`` file. The shapes it understands:
   ``cri-containerd``, ``crio`` or ``docker``;
 - a container ID in the Kubernetes API: ``containerd://<id>``, ``cri-o://<id>``, ``docker://<id>``.
 """
+
 from __future__ import annotations
 
 import re

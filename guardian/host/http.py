@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
@@ -77,7 +76,7 @@ class StdlibHttpClient:
             )
         except ConnectionRefusedError as e:
             raise HttpError("refused", str(e), time.monotonic() - start) from None
-        except (socket.timeout, TimeoutError) as e:
+        except TimeoutError as e:
             raise HttpError("timeout", f"no answer within {timeout:g}s", time.monotonic() - start) from e
         except (OSError, http.client.HTTPException) as e:
             raise HttpError("error", f"{type(e).__name__}: {e}", time.monotonic() - start) from e

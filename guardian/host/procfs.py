@@ -1,6 +1,6 @@
 """ProcFS: the only code that reads /proc. Each method reads one file and hands it to a parser.
 
-Errors are domain errors (DESIGN principle 5):
+Errors are domain errors (docs/design.md, Seams):
 - the process or thread vanished (ENOENT, ESRCH, or a file that came back empty
   because the task died mid-read) → ``TargetGone``;
 - the kernel refused the read (ptrace checks, hidepid) → ``AccessDenied``;
@@ -136,7 +136,7 @@ class ProcFS:
         """None when running — and also when not permitted: the kernel then prints 0 silently."""
         return parse.parse_wchan(self._read_text(f"{pid}/task/{tid}/wchan"))
 
-    def thread_schedstat(self, pid: int, tid: int) -> "parse.SchedStat":
+    def thread_schedstat(self, pid: int, tid: int) -> parse.SchedStat:
         """Time on a CPU and time waiting for one (ns): a starved spinner still *wants* the CPU."""
         return self._parsed(f"{pid}/task/{tid}/schedstat", parse.parse_schedstat)
 

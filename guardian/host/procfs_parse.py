@@ -3,8 +3,8 @@
 No I/O here: ``guardian.host.procfs`` reads the files and hands their text to these
 functions, so every format (and every ugly variant) is tested on literals.
 Formats: ``man 5 proc_pid_stat``, ``proc_pid_status``, ``proc_pid_syscall``,
-``proc_pid_wchan``, ``proc_pid_cmdline``, ``proc_net`` (tcp/tcp6); measured
-samples are in ``reference/probes.md`` §1.1.
+``proc_pid_wchan``, ``proc_pid_cmdline``, ``proc_net`` (tcp/tcp6); samples taken from
+a real kernel are the literals in ``tests/unit/test_procfs_parse.py``.
 
 Every parser raises ``ValueError`` with a message naming the file kind when the
 text is malformed (empty, truncated, not numbers).

@@ -14,7 +14,7 @@ from .events import (
     list_evidence_files,
 )
 from .fleet import (
-    Heartbeat,
+    NodeHeartbeat,
     ack,
     alerts_main,
     autoclaim,
@@ -40,7 +40,7 @@ __all__ = [
     "AlertEmitter",
     "AlertSink",
     "EmbeddedRedis",
-    "Heartbeat",
+    "NodeHeartbeat",
     "IncidentAlerts",
     "RedisDelivery",
     "Spool",

@@ -1,6 +1,6 @@
 """The fleet seen through Redis: node heartbeats, and the alert stream read back.
 
-- ``Heartbeat.write`` sets ``guardian:node:<node>`` to a JSON node summary with a
+- ``NodeHeartbeat.write`` sets ``guardian:node:<node>`` to a JSON node summary with a
   TTL; ``fleet_status`` lists every live node (``SCAN``, never ``KEYS``) and
   ``render_fleet`` draws them as a table (``guardian status --fleet``).
 - ``tail`` reads the last or the next events of the stream; ``ensure_group``,
@@ -31,7 +31,7 @@ def node_key(node: str, prefix: str = NODE_PREFIX) -> str:
     return f"{prefix}{node}"
 
 
-class Heartbeat:
+class NodeHeartbeat:
     """Writes this node's summary under ``guardian:node:<node>`` with a TTL."""
 
     def __init__(self, client, prefix: str = NODE_PREFIX) -> None:
@@ -72,7 +72,7 @@ def fleet_status(client, prefix: str = NODE_PREFIX, batch: int = 100) -> list[di
             pipe.get(k)
             pipe.pttl(k)
         replies = pipe.execute()
-        for k, raw, pttl in zip(chunk, replies[0::2], replies[1::2]):
+        for k, raw, pttl in zip(chunk, replies[0::2], replies[1::2], strict=True):
             if raw is None:  # expired between SCAN and GET
                 continue
             node = k[len(prefix):]

@@ -4,12 +4,15 @@ SIGTERM ends it unless it ignores SIGTERM; ending the API server can take its tr
 """
 from __future__ import annotations
 
+from typing import Collection
+
 from ..model import ProcKey
 
 
 class FakeControl:
-    def __init__(self, alive: set[ProcKey] = frozenset(), *, ignores_term: set[ProcKey] = frozenset(),
-                 term_takes_down: dict[ProcKey, set[ProcKey]] | None = None, unkillable: set[ProcKey] = frozenset()):
+    def __init__(self, alive: Collection[ProcKey] = frozenset(), *, ignores_term: Collection[ProcKey] = frozenset(),
+                 term_takes_down: dict[ProcKey, set[ProcKey]] | None = None,
+                 unkillable: Collection[ProcKey] = frozenset()):
         self.live = set(alive)
         self.ignores_term = set(ignores_term)
         self.term_takes_down = term_takes_down or {}

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from ..host.http import HttpError, HttpResponse
 
-Answer = HttpResponse | HttpError | Callable[[Any], HttpResponse]
+Answer = HttpResponse | HttpError | Callable[..., HttpResponse]  # (body) or (body, headers)
 
 
 def ok(body: str | bytes = b"", status: int = 200, elapsed: float = 0.002, content_type: str = "") -> HttpResponse:

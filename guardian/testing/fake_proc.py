@@ -1,6 +1,6 @@
 """FakeProcTree: writes a realistic fake /proc into a directory, in the kernel's formats.
 
-What it claims, it does like the kernel (reference/probes.md §1.1):
+What it claims, it does like the kernel:
 - ``PID/stat`` has 52 fields; its utime/stime are the SUM over the process's
   threads, its state the leader's; ``task/TID/stat`` is per thread.
 - ``PID/status`` context-switch counters are the MAIN thread's only; ``VmRSS``
@@ -168,12 +168,6 @@ class FakeProcTree:
         self._procs[pid] = _Proc(pid, ppid, argv, starttime, rss_pages, ths)
         self._render(pid)
         return ProcKey(pid, starttime)
-
-    def add_thread(self, pid: int, tid: int, comm: str | None = None, **values) -> None:
-        proc = self._procs[pid]
-        base = _Thread(tid, (comm if comm is not None else proc.threads[pid].comm)[:15], starttime=proc.starttime)
-        proc.threads[tid] = replace(base, **values)
-        self._render(pid)
 
     def set_thread(self, pid: int, tid: int, **values) -> None:
         """Update a thread: utime=, stime=, voluntary=, nonvoluntary=, syscall=, wchan=, state=, comm=,

@@ -16,15 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..netaddr import free_port
 from ..sinks.embedded_redis import find_redis_server
 
 SYSTEM_REDIS = "/usr/bin/redis-server"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def redis_executable() -> str:
@@ -65,7 +60,7 @@ class RedisServer:
         kwargs.setdefault("socket_connect_timeout", 5.0)
         return redis.Redis(host=self.host, port=self.port, **kwargs)
 
-    def start(self) -> "RedisServer":
+    def start(self) -> RedisServer:
         if self.running:
             return self
         if self.dir is None:
@@ -96,11 +91,11 @@ class RedisServer:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
 
-    def restart(self) -> "RedisServer":
+    def restart(self) -> RedisServer:
         self._end(signal.SIGTERM)
         return self.start()
 
-    def __enter__(self) -> "RedisServer":
+    def __enter__(self) -> RedisServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

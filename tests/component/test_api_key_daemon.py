@@ -1,6 +1,7 @@
 """A server started with --api-key, through the whole pipeline: the canary authenticates (so a hang
 is still confirmed), a refused key is a loud once-per-episode line and a probe_failure, and the key
 shows up in none of the guardian's outputs (log, status, incidents, evidence)."""
+
 from __future__ import annotations
 
 import json
@@ -40,25 +41,29 @@ class KeyedServer:
             if self.hung:
                 raise HttpError("timeout", "no answer within 5s")
             return answer
+
         return route
 
 
 class World:
     def __init__(self, tmp_path: Path, server_key: str, argv_key: str | None = SECRET) -> None:
         self.proc = FakeProcTree(tmp_path / "proc")
-        argv = ("python3", "-m", "vllm.entrypoints.openai.api_server", "--port", "8000")
+        argv: tuple[str, ...] = ("python3", "-m", "vllm.entrypoints.openai.api_server", "--port", "8000")
         if argv_key:
             argv += ("--api-key", argv_key)
         self.proc.add_process(API, 1, argv)
         self.proc.add_process(ENGINE, API, ("VLLM::EngineCore",))
         self.server = KeyedServer(server_key)
-        self.http = FakeHttp({
-            ("GET", "/health"): ok(),
-            ("GET", "/metrics"): ok("# TYPE vllm:num_requests_running gauge\n"
-                                    'vllm:num_requests_running{engine="0",model_name="m"} 0\n'),
-            ("GET", "/v1/models"): self.server.guarded(ok(json.dumps({"data": [{"id": "m"}]}))),
-            ("POST", "/v1/completions"): self.server.guarded(COMPLETION),
-        })
+        self.http = FakeHttp(
+            {
+                ("GET", "/health"): ok(),
+                ("GET", "/metrics"): ok(
+                    '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0",model_name="m"} 0\n'
+                ),
+                ("GET", "/v1/models"): self.server.guarded(ok(json.dumps({"data": [{"id": "m"}]}))),
+                ("POST", "/v1/completions"): self.server.guarded(COMPLETION),
+            }
+        )
         self.clock = FakeClock()
         self.state = tmp_path / "state"
         self.cfg = parse_config({"node": "n1", "state_dir": str(self.state), "api": {"http": None}})
@@ -83,7 +88,7 @@ class World:
     def outputs(self, caplog) -> str:
         """Everything the guardian wrote: its log, its status, its state dir (incidents, evidence)."""
         files = "".join(p.read_text(errors="replace") for p in self.state.rglob("*") if p.is_file())
-        return caplog.text + json.dumps(self.d.status()) + files
+        return caplog.text + json.dumps(self.d.status().to_dict()) + files
 
 
 @pytest.fixture
@@ -93,6 +98,7 @@ def make_world(tmp_path):
     def make(**kw) -> World:
         worlds.append(World(tmp_path, **kw))
         return worlds[-1]
+
     yield make
     for w in worlds:
         w.d.runner.shutdown()
@@ -101,10 +107,13 @@ def make_world(tmp_path):
 def test_the_canary_sends_the_key_from_the_servers_command_line_and_the_target_gets_ready(make_world):
     w = make_world(server_key=SECRET)
     w.step(4)
-    target = w.d.status()["targets"][0]
+    target = w.d.status().to_dict()["targets"][0]
     assert target["ready"]
-    assert all(h.get("Authorization") is None for (m, path, *_), h in zip(w.http.requests, w.http.headers)
-               if not path.startswith("/v1"))  # /health and /metrics never carry it
+    assert all(
+        h.get("Authorization") is None
+        for (m, path, *_), h in zip(w.http.requests, w.http.headers, strict=True)
+        if not path.startswith("/v1")
+    )  # /health and /metrics never carry it
 
 
 def test_a_hang_behind_an_api_key_is_still_confirmed_as_a_busy_loop(make_world, caplog):
@@ -130,7 +139,7 @@ def test_a_refused_key_is_one_loud_line_and_a_probe_failure_never_silence(make_w
     assert opened[0].signals["probe"] == "auth"
     lines = [r.getMessage() for r in caplog.records if ":auth:" in r.getMessage()]
     assert len(lines) == 1 and "HTTP 401" in lines[0] and "--api-key of pid 100" in lines[0]
-    assert "HTTP 401" in w.d.status()["targets"][0]["errors"]["vllm-8000:auth"]
+    assert "HTTP 401" in w.d.status().to_dict()["targets"][0]["errors"]["vllm-8000:auth"]
     assert SECRET not in w.outputs(caplog)
 
 
@@ -139,12 +148,12 @@ def test_the_key_fixed_closes_the_episode_and_the_target_gets_ready(make_world):
     w.step(4)
     w.server.key = SECRET
     w.step(8)
-    target = w.d.status()["targets"][0]
+    target = w.d.status().to_dict()["targets"][0]
     assert target["ready"] and "vllm-8000:auth" not in target["errors"]
 
 
 def test_a_server_with_a_key_and_none_found_says_how_to_configure_one(make_world, caplog):
     w = make_world(server_key=SECRET, argv_key=None)
     w.step(4)
-    err = w.d.status()["targets"][0]["errors"]["vllm-8000:auth"]
+    err = w.d.status().to_dict()["targets"][0]["errors"]["vllm-8000:auth"]
     assert "no API key found" in err and "api_key_env or api_key_file" in err

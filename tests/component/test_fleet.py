@@ -10,7 +10,7 @@ import pytest
 
 from guardian.errors import BackendUnavailable
 from guardian.sinks.fleet import (
-    Heartbeat,
+    NodeHeartbeat,
     ack,
     alerts_main,
     autoclaim,
@@ -60,7 +60,7 @@ def add_events(client, n: int) -> list[str]:
 
 # ---------------------------------------------------------------- heartbeats and the fleet
 def test_two_nodes_heartbeating_are_both_listed(client):
-    hb = Heartbeat(client)
+    hb = NodeHeartbeat(client)
     hb.write("gpu-b", {"version": "0.1.0", "targets": [{"name": "llama", "phase": "serving"}]}, 30)
     hb.write("gpu-a", {"version": "0.1.0", "targets": []}, 30)
     rows = fleet_status(client)
@@ -70,7 +70,7 @@ def test_two_nodes_heartbeating_are_both_listed(client):
 
 
 def test_a_node_whose_heartbeat_expired_disappears(client):
-    hb = Heartbeat(client)
+    hb = NodeHeartbeat(client)
     hb.write("gpu-a", {}, 0.3)
     hb.write("gpu-b", {}, 30)
     assert nodes(client) == ["gpu-a", "gpu-b"]
@@ -78,7 +78,7 @@ def test_a_node_whose_heartbeat_expired_disappears(client):
 
 
 def test_the_latest_heartbeat_wins(client):
-    hb = Heartbeat(client)
+    hb = NodeHeartbeat(client)
     hb.write("gpu-a", {"uptime_s": 1}, 30)
     hb.write("gpu-a", {"uptime_s": 2}, 30)
     (row,) = fleet_status(client)
@@ -87,7 +87,7 @@ def test_the_latest_heartbeat_wins(client):
 
 
 def test_the_fleet_is_listed_with_scan_never_keys_and_only_heartbeats(client):
-    hb = Heartbeat(client)
+    hb = NodeHeartbeat(client)
     for i in range(250):
         hb.write(f"n{i:03d}", {}, 30)
     client.set("guardian:delivered:x", "1")

@@ -1,5 +1,6 @@
 """A real launch (``OsProcessControl.start_spec``): the child sees only the spec's environment,
 writes to the log file, and runs as the spec's user and groups."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,17 @@ from guardian.host.procfs import ProcFS
 
 
 def restart(tmp_path, argv, **kw):
-    cfg = parse_config({"targets": [{"name": "t", "match": {"port": 8000}, "restart": {
-        "mode": "command", "command": argv, "log_file": str(tmp_path / "server.log"), **kw}}]})
+    cfg = parse_config(
+        {
+            "targets": [
+                {
+                    "name": "t",
+                    "match": {"port": 8000},
+                    "restart": {"mode": "command", "command": argv, "log_file": str(tmp_path / "server.log"), **kw},
+                }
+            ]
+        }
+    )
     return cfg.targets[0].restart
 
 
@@ -37,8 +47,12 @@ def test_the_child_sees_only_the_configured_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("REDIS_PASSWORD", "guardian-secret")
     spec = build_launch_spec(restart(tmp_path, ["/usr/bin/env"], env={"VLLM_LOGGING_LEVEL": "INFO"}))
     lines = set(run(spec, tmp_path).splitlines())
-    assert lines == {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8",
-                     "HOME=/", "VLLM_LOGGING_LEVEL=INFO"}
+    assert lines == {
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "LANG=C.UTF-8",
+        "HOME=/",
+        "VLLM_LOGGING_LEVEL=INFO",
+    }
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another user needs root (CAP_SETUID/CAP_SETGID)")

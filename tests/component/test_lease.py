@@ -1,7 +1,7 @@
 """The fleet-wide restart cap on a real Redis: N slots, re-entrant, released only by its holder."""
 import pytest
 
-from guardian.lease import FleetLease
+from guardian.actions.lease import FleetLease
 from guardian.testing.redis_server import RedisServer
 
 

@@ -1,6 +1,7 @@
 """match.kubernetes and match.systemd_unit through discovery: a fake Kubernetes API server that
 checks the exact list call, a fake /proc with each process's cgroup, a fake /sys/fs/cgroup tree
 and a scripted systemctl."""
+
 from __future__ import annotations
 
 import json
@@ -24,15 +25,29 @@ PAUSE = "cd" * 32
 SIDE = "ef" * 32
 
 
-def pod(name: str, uid: str = UID, *, containers=(("vllm", CID, 8000),), ip: str = "10.1.2.3",
-        phase: str = "Running", labels: dict | None = None) -> dict:
+def pod(
+    name: str,
+    uid: str = UID,
+    *,
+    containers=(("vllm", CID, 8000),),
+    ip: str = "10.1.2.3",
+    phase: str = "Running",
+    labels: dict | None = None,
+) -> dict:
     return {
         "metadata": {"namespace": "llm", "name": name, "uid": uid, "labels": labels or {"app": "vllm"}},
-        "spec": {"nodeName": NODE, "containers": [
-            {"name": n, **({"ports": [{"name": "http", "containerPort": port}]} if port else {})}
-            for n, _, port in containers]},
-        "status": {"phase": phase, "podIP": ip, "containerStatuses": [
-            {"name": n, "containerID": f"containerd://{cid}"} for n, cid, _ in containers]},
+        "spec": {
+            "nodeName": NODE,
+            "containers": [
+                {"name": n, **({"ports": [{"name": "http", "containerPort": port}]} if port else {})}
+                for n, _, port in containers
+            ],
+        },
+        "status": {
+            "phase": phase,
+            "podIP": ip,
+            "containerStatuses": [{"name": n, "containerID": f"containerd://{cid}"} for n, cid, _ in containers],
+        },
     }
 
 
@@ -48,12 +63,19 @@ class FakeApi(BaseHTTPRequestHandler):
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
         self.seen.append((parts.path, query))
         fields = dict(f.split("=", 1) for f in query.get("fieldSelector", "").split(",") if f)
-        items = [p for p in self.pods
-                 if parts.path == f"/api/v1/namespaces/{p['metadata']['namespace']}/pods"
-                 and all((p["spec"]["nodeName"] if k == "spec.nodeName" else p["metadata"]["name"]) == v
-                         for k, v in fields.items())
-                 and all(p["metadata"]["labels"].get(k) == v for k, v in
-                         (kv.split("=", 1) for kv in query.get("labelSelector", "").split(",") if kv))]
+        items = [
+            p
+            for p in self.pods
+            if parts.path == f"/api/v1/namespaces/{p['metadata']['namespace']}/pods"
+            and all(
+                (p["spec"]["nodeName"] if k == "spec.nodeName" else p["metadata"]["name"]) == v
+                for k, v in fields.items()
+            )
+            and all(
+                p["metadata"]["labels"].get(k) == v
+                for k, v in (kv.split("=", 1) for kv in query.get("labelSelector", "").split(",") if kv)
+            )
+        ]
         data = json.dumps({"kind": "PodList", "items": items}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -73,8 +95,10 @@ def api():
 
 
 def v2(uid: str, cid: str) -> str:
-    return (f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid.replace('-', '_')}.slice/"
-            f"cri-containerd-{cid}.scope\n")
+    return (
+        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid.replace('-', '_')}.slice/"
+        f"cri-containerd-{cid}.scope\n"
+    )
 
 
 @pytest.fixture
@@ -112,7 +136,7 @@ def test_a_pod_by_name_is_found_on_this_node_and_reached_at_its_pod_ip(node, api
     (t,) = res.targets
     assert (t.key.pid, t.api_url) == (60, "http://10.1.2.3:8000")
     assert {p.pid for p in t.processes} == {60, 61}
-    (path, query), = FakeApi.seen
+    ((path, query),) = FakeApi.seen
     assert path == "/api/v1/namespaces/llm/pods"
     assert query == {"fieldSelector": f"spec.nodeName={NODE},metadata.name=vllm-llama-0"}
 
@@ -148,21 +172,37 @@ def test_without_a_container_name_the_pods_api_server_is_taken_never_pause(node,
 
 def test_a_configured_api_url_wins_over_the_pod_ip(node, api):
     FakeApi.pods = [pod("vllm-llama-0")]
-    cfg = parse_config({"autodiscover": False, "targets": [{
-        "name": "llama", "api_url": "http://vllm-llama-0.vllm.llm.svc:8000",
-        "match": {"kubernetes": {"namespace": "llm", "pod": "vllm-llama-0"}}}]})
+    cfg = parse_config(
+        {
+            "autodiscover": False,
+            "targets": [
+                {
+                    "name": "llama",
+                    "api_url": "http://vllm-llama-0.vllm.llm.svc:8000",
+                    "match": {"kubernetes": {"namespace": "llm", "pod": "vllm-llama-0"}},
+                }
+            ],
+        }
+    )
     assert run(node, cfg, api).targets[0].api_url == "http://vllm-llama-0.vllm.llm.svc:8000"
 
 
-@pytest.mark.parametrize("pods, why", [
-    ([pod("a"), pod("b", "11111111-1111-1111-1111-111111111111")],
-     "2 running pods with labels 'app=vllm' in namespace llm on this node (a, b): "
-     "name one with match.kubernetes.pod, or narrow the selector"),
-    ([pod("a", phase="Pending")], "no running pods with labels 'app=vllm' in namespace llm on this node"),
-    ([pod("a", "22222222-2222-2222-2222-222222222222", containers=(("vllm", "99" * 32, 8000),))],
-     "no process of this node is in the container vllm of llm/a (uid 22222222-2222-2222-2222-222222222222): "
-     "is the guardian running with hostPID?"),
-])
+@pytest.mark.parametrize(
+    "pods, why",
+    [
+        (
+            [pod("a"), pod("b", "11111111-1111-1111-1111-111111111111")],
+            "2 running pods with labels 'app=vllm' in namespace llm on this node (a, b): "
+            "name one with match.kubernetes.pod, or narrow the selector",
+        ),
+        ([pod("a", phase="Pending")], "no running pods with labels 'app=vllm' in namespace llm on this node"),
+        (
+            [pod("a", "22222222-2222-2222-2222-222222222222", containers=(("vllm", "99" * 32, 8000),))],
+            "no process of this node is in the container vllm of llm/a (uid 22222222-2222-2222-2222-222222222222): "
+            "is the guardian running with hostPID?",
+        ),
+    ],
+)
 def test_what_cannot_be_matched_says_why(node, api, pods, why):
     FakeApi.pods = pods
     assert run(node, kube_cfg(namespace="llm", selector="app=vllm"), api).unmatched == (("llama", why),)
@@ -242,12 +282,17 @@ def test_without_cgroupfs_each_process_cgroup_is_read(host, tmp_path):
     assert t.key.pid == 301
 
 
-@pytest.mark.parametrize("runner, why", [
-    (systemctl("ControlGroup=\nMainPID=0\n"), f"unit {UNIT} is not running (no ControlGroup)"),
-    (systemctl("", rc=1), f"systemctl show {UNIT}: failed"),
-    (FakeRunner(missing=["systemctl"]),
-     "match.systemd_unit: systemctl is not available here (systemctl: not found (No such file or directory))"),
-])
+@pytest.mark.parametrize(
+    "runner, why",
+    [
+        (systemctl("ControlGroup=\nMainPID=0\n"), f"unit {UNIT} is not running (no ControlGroup)"),
+        (systemctl("", rc=1), f"systemctl show {UNIT}: failed"),
+        (
+            FakeRunner(missing=["systemctl"]),
+            "match.systemd_unit: systemctl is not available here (systemctl: not found (No such file or directory))",
+        ),
+    ],
+)
 def test_a_unit_that_cannot_be_matched_says_why(host, tmp_path, runner, why):
     assert run(host, unit_cfg(), runner=runner, sys_cgroup=str(tmp_path / "x")).unmatched == (("llama", why),)
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import yaml
 
 from guardian.incidents import IncidentStore, incident_to_dict
-from guardian.testing.sim_control import SimServer, http_request, proc_ref
+from guardian.sim.control import SimServer, http_request, proc_ref
 
 ROOT = Path(__file__).resolve().parents[2]
 E2E_DIR = ROOT / ".e2e"
@@ -119,8 +119,8 @@ class VllmServer(SimServer):
         deadline = time.monotonic() + timeout
         while True:
             self._remember_tree()
-            if self.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {self.process.returncode} before ready:\n{self.log_tail()}")
+            if (rc := self.poll()) is not None:
+                raise RuntimeError(f"vLLM exited with {rc} before ready:\n{self.log_tail()}")
             if self.health(timeout=2.0) == 200:
                 self._remember_tree()
                 self.ready_at = time.time()
@@ -133,6 +133,8 @@ class VllmServer(SimServer):
         return super().stop(timeout)
 
     def log_tail(self, lines: int = 40) -> str:
+        if self.log_path is None:
+            return ""
         try:
             text = Path(self.log_path).read_text(errors="replace")
         except OSError:
@@ -218,7 +220,6 @@ class GuardianRun:
         self.config_path.write_text(yaml.safe_dump(cfg))
         self.proc: subprocess.Popen | None = None
         self.started_at: float | None = None
-        self._log = None
         self.dry_run = dry_run
 
     @property
@@ -228,12 +229,12 @@ class GuardianRun:
         return self.proc.pid
 
     def start(self) -> GuardianRun:
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [self.python, "-m", "guardian.cli", "run", *(["--dry-run"] if self.dry_run else []),
-             "-c", str(self.config_path)],
-            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )
+        with open(self.log_path, "wb") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                [self.python, "-m", "guardian.cli", "run", *(["--dry-run"] if self.dry_run else []),
+                 "-c", str(self.config_path)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
         self.started_at = time.time()
         return self
 
@@ -247,9 +248,6 @@ class GuardianRun:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
         return self.proc.returncode
 
     def incidents(self) -> list[dict]:

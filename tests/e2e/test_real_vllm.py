@@ -20,7 +20,7 @@ import time
 import pytest
 
 from benchmarks.report import parse_vmrss
-from guardian.testing.sim_control import LoadGenerator
+from guardian.sim.control import LoadGenerator
 from harness import (E2E_PYTHON, FaultSwitch, GuardianRun, HealthPoller, VllmServer, cmdline_match, e2e_env,
                      ensure_model, fire, poll, py_spy_dump)
 
@@ -230,7 +230,7 @@ def test_busy_loop_is_remediated_in_command_mode_and_the_new_server_answers(work
     verifies the new server with a canary. Runs on its own server (it is replaced)."""
     import psutil
 
-    from guardian.testing.sim_control import free_port
+    from guardian.netaddr import free_port
 
     port = free_port("127.0.0.1")
     faults = workdir / "faults-restart"
@@ -273,7 +273,8 @@ def test_busy_loop_is_remediated_in_command_mode_and_the_new_server_answers(work
             assert g.stop() == 0, g.log_text()
         old.stop()
         for p in psutil.process_iter(["pid", "cmdline"]):  # the replacement the guardian started
-            if str(port) in (p.info["cmdline"] or []) and "vllm.entrypoints.openai.api_server" in (p.info["cmdline"] or []):
+            cmdline = p.info["cmdline"] or []
+            if str(port) in cmdline and "vllm.entrypoints.openai.api_server" in cmdline:
                 try:
                     os.killpg(os.getsid(p.pid), signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
@@ -284,7 +285,7 @@ def test_busy_loop_behind_an_api_key_is_caught_and_the_key_leaks_nowhere(workdir
     """vLLM started with --api-key answers 401 to an unauthenticated canary: without the key a hang
     looked like a fast 'not a hang'. The guardian reads the key from the server's command line
     (/proc) and still catches the busy loop; the key is in none of its outputs."""
-    from guardian.testing.sim_control import free_port, http_request
+    from guardian.sim.control import free_port, http_request
 
     key = "sk-e2e-91b7c4d2f0"
     port = free_port("127.0.0.1")

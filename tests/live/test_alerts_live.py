@@ -9,7 +9,8 @@ import threading
 import pytest
 
 from guardian.testing.redis_server import RedisServer
-from guardian.testing.sim_control import SimServer, free_port
+from guardian.netaddr import free_port
+from guardian.sim.control import SimServer
 from guardian_harness import GuardianProcess, poll
 from test_remediation_live import config, sweep, trip
 

@@ -5,13 +5,14 @@ authenticates, and a busy loop in the engine is still caught. Afterwards every o
 searched for the key: the log, ``status --json``, /metrics, and the whole state dir (incident
 files, evidence bundles, the embedded Redis' append-only file that holds the alerts).
 """
+
 from __future__ import annotations
 
 import urllib.request
 
 import pytest
 
-from guardian.testing.sim_control import SimServer, free_port, http_request
+from guardian.sim.control import SimServer, free_port, http_request
 from guardian_harness import GuardianProcess
 from test_guardian_live import fire
 
@@ -49,6 +50,7 @@ def test_a_busy_loop_behind_an_api_key_is_caught_and_the_key_is_in_no_output(tmp
         assert inc is not None, g.log_text()
         print(f"\nbusy_loop behind --api-key: onset->incident {inc['opened_at'] - onset:.1f}s")
         status = g.status()
+        assert status is not None
         assert status["api_keys"] == {"sim": f"--api-key of pid {keyed_sim.pid}"}
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as resp:
             metrics = resp.read().decode()

@@ -20,7 +20,7 @@ from guardian.host.runner import SubprocessRunner
 from guardian.incidents.ids import new_incident_id
 from guardian.incidents.store import IncidentStore
 from guardian.model import Incident, Kind, ProcessInfo, Role, Severity, Status, Target, TargetRef
-from guardian.testing.sim_control import SimServer
+from guardian.sim.control import SimServer
 
 pytestmark = pytest.mark.live
 

@@ -1,4 +1,5 @@
 """API keys: where a server's key is read from, which requests carry it, and that it never leaks."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,38 +26,47 @@ SECRET = "sk-test-0123456789abcdef"
 COMPLETION = ok('{"choices": [{"text": "!"}]}')
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (("vllm", "serve", "m", "--api-key", SECRET), SECRET),
-    (("vllm", "serve", "m", f"--api-key={SECRET}"), SECRET),
-    (("vllm", "serve", "m", "--api-key", SECRET, "other-key", "--port", "8000"), SECRET),
-    (("vllm", "serve", "m", "--api-key", "old", "--api-key", SECRET), SECRET),
-    (("vllm", "serve", "m", "--api-key"), None),
-    (("vllm", "serve", "m", "--api-key", "--port", "8000"), None),
-    (("vllm", "serve", "m", "--api-key-file", "x"), None),
-    (("vllm", "serve", "m"), None),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (("vllm", "serve", "m", "--api-key", SECRET), SECRET),
+        (("vllm", "serve", "m", f"--api-key={SECRET}"), SECRET),
+        (("vllm", "serve", "m", "--api-key", SECRET, "other-key", "--port", "8000"), SECRET),
+        (("vllm", "serve", "m", "--api-key", "old", "--api-key", SECRET), SECRET),
+        (("vllm", "serve", "m", "--api-key"), None),
+        (("vllm", "serve", "m", "--api-key", "--port", "8000"), None),
+        (("vllm", "serve", "m", "--api-key-file", "x"), None),
+        (("vllm", "serve", "m"), None),
+    ],
+)
 def test_key_from_the_servers_command_line(argv, expected):
     assert key_from_argv(argv) == expected
 
 
-@pytest.mark.parametrize("raw, expected", [
-    (b"PATH=/bin\0VLLM_API_KEY=abc\0HOME=/root\0", "abc"),
-    (b"VLLM_API_KEY=first\0VLLM_API_KEY=last\0", "last"),
-    (b"VLLM_API_KEYS=no\0XVLLM_API_KEY=no\0", None),
-    (b"", None),
-])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        (b"PATH=/bin\0VLLM_API_KEY=abc\0HOME=/root\0", "abc"),
+        (b"VLLM_API_KEY=first\0VLLM_API_KEY=last\0", "last"),
+        (b"VLLM_API_KEYS=no\0XVLLM_API_KEY=no\0", None),
+        (b"", None),
+    ],
+)
 def test_a_variable_from_proc_environ(raw, expected):
     assert environ_value(raw, "VLLM_API_KEY") == expected
 
 
-@pytest.mark.parametrize("url, guarded", [
-    ("http://127.0.0.1:8000/v1/completions", True),
-    ("http://127.0.0.1:8000/v1/models", True),
-    ("http://127.0.0.1:8000/v1", True),
-    ("http://127.0.0.1:8000/health", False),
-    ("http://127.0.0.1:8000/metrics", False),
-    ("http://127.0.0.1:8000/v10/x", False),
-])
+@pytest.mark.parametrize(
+    "url, guarded",
+    [
+        ("http://127.0.0.1:8000/v1/completions", True),
+        ("http://127.0.0.1:8000/v1/models", True),
+        ("http://127.0.0.1:8000/v1", True),
+        ("http://127.0.0.1:8000/health", False),
+        ("http://127.0.0.1:8000/metrics", False),
+        ("http://127.0.0.1:8000/v10/x", False),
+    ],
+)
 def test_only_v1_paths_need_the_key_as_in_vllm(url, guarded):
     assert needs_key(url) is guarded
 
@@ -130,8 +140,12 @@ def _sim_target(name: str, pid: int, port: int, argv: tuple[str, ...]) -> Target
 
 def _keys(proc) -> ApiKeys:
     keys = ApiKeys(parse_config({"autodiscover": False}), proc.procfs(), environ={})
-    keys.update([_sim_target("a", 42, 8000, ("vllm", "serve", "--api-key", SECRET)),
-                 _sim_target("b", 43, 8001, ("vllm", "serve"))])
+    keys.update(
+        [
+            _sim_target("a", 42, 8000, ("vllm", "serve", "--api-key", SECRET)),
+            _sim_target("b", 43, 8001, ("vllm", "serve")),
+        ]
+    )
     return keys
 
 
@@ -157,8 +171,9 @@ def test_a_restarted_server_has_its_key_read_again(proc):
 def test_a_refused_key_is_read_again_on_the_next_pass(proc, tmp_path):
     path = tmp_path / "key"
     path.write_text("old")
-    cfg = parse_config({"autodiscover": False, "targets": [
-        {"name": "a", "match": {"port": 8000}, "api_key_file": str(path)}]})
+    cfg = parse_config(
+        {"autodiscover": False, "targets": [{"name": "a", "match": {"port": 8000}, "api_key_file": str(path)}]}
+    )
     keys = ApiKeys(cfg, proc.procfs(), environ={})
     target = _sim_target("a", 42, 8000, ("vllm", "serve"))
     keys.update([target])
@@ -182,6 +197,7 @@ def _enforcing(key: str):
         if headers.get("Authorization") != f"Bearer {key}":
             return ok('{"error": "Unauthorized"}', status=401)
         return COMPLETION
+
     return answer
 
 
@@ -189,8 +205,9 @@ def _enforcing(key: str):
 def test_the_canary_authenticates_with_the_servers_key(proc, server_key, expect_ok):
     proc.add_process(43, cmdline=("vllm", "serve"))
     http = FakeHttp({("POST", "/v1/completions"): _enforcing(server_key)})
-    res = run_canary(BearerHttpClient(http, _keys(proc)), "a", "http://127.0.0.1:8000", "m",
-                     CanaryProbeConfig(), lambda: 0.0)
+    res = run_canary(
+        BearerHttpClient(http, _keys(proc)), "a", "http://127.0.0.1:8000", "m", CanaryProbeConfig(), lambda: 0.0
+    )
     assert res.ok is expect_ok
     assert res.auth_status == (None if expect_ok else 401)
 
@@ -198,8 +215,10 @@ def test_the_canary_authenticates_with_the_servers_key(proc, server_key, expect_
 def test_a_refused_key_is_reported_with_its_source_and_never_its_value(proc):
     proc.add_process(43, cmdline=("vllm", "serve"))
     http = FakeHttp({("POST", "/v1/completions"): _enforcing("another-key")})
-    res = run_canary(BearerHttpClient(http, _keys(proc)), "a", "http://127.0.0.1:8000", "m",
-                     CanaryProbeConfig(), lambda: 0.0)
+    res = run_canary(
+        BearerHttpClient(http, _keys(proc)), "a", "http://127.0.0.1:8000", "m", CanaryProbeConfig(), lambda: 0.0
+    )
+    assert res.error is not None
     assert "HTTP 401 on /v1/completions" in res.error and "--api-key of pid 42" in res.error
     assert SECRET not in repr(res)
 
@@ -208,7 +227,7 @@ def test_no_key_at_all_says_how_to_configure_one(proc):
     http = FakeHttp({("GET", "/v1/models"): ok('{"error": "Unauthorized"}', status=401)})
     res = run_canary(http, "a", "http://127.0.0.1:8000", None, CanaryProbeConfig(), lambda: 0.0)
     assert res.auth_status == 401 and not res.timed_out
-    assert "api_key_env or api_key_file" in res.error
+    assert res.error is not None and "api_key_env or api_key_file" in res.error
 
 
 def test_403_counts_as_an_auth_failure_too():
@@ -232,4 +251,5 @@ def test_a_key_written_in_the_config_is_refused_with_what_to_do_instead():
 
 def test_env_and_file_together_are_refused():
     assert _problems({"api_key_env": "K", "api_key_file": "/k"}) == [
-        "targets[0]: set api_key_env or api_key_file, not both"]
+        "targets[0]: set api_key_env or api_key_file, not both"
+    ]

@@ -1,5 +1,6 @@
 """Every subcommand's --help is something a person can act on: it says what the command does,
 every option and argument is explained, and its examples are valid command lines."""
+
 from __future__ import annotations
 
 import shlex

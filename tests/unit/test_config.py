@@ -50,7 +50,7 @@ def target(**overrides):
 
 
 KNOWN_TOP = ("node, state_dir, interval, autodiscover, targets, detectors, probes, discovery, "
-             "policy, alerts, evidence, accelerators, api")
+             "policy, alerts, evidence, accelerators, gates, api")
 MATCHERS = "one of port, pid_file, cmdline_regex, systemd_unit, kubernetes"
 
 # (data, one expected problem line, exactly)
@@ -426,4 +426,4 @@ def test_render_check_ends_with_the_inactive_features_as_comments():
 def test_inactive_sections_lists_one_line_per_feature_group():
     lines = inactive_sections(parse({}))
     assert len(lines) == len(INACTIVE_FEATURES)
-    assert all(line.startswith(key) for line, (key, _) in zip(lines, INACTIVE_FEATURES))
+    assert all(line.startswith(key) for line, (key, _) in zip(lines, INACTIVE_FEATURES, strict=True))

@@ -1,14 +1,15 @@
 """The Kubernetes overlays render, and what they render is accepted by the API schemas of every
 Kubernetes version supported, in strict mode (an unknown field is an error, as ``kubectl apply
 --validate=strict`` makes it); the Prometheus Operator objects match the fields of their CRDs."""
+
 from __future__ import annotations
 
 import shutil
 import subprocess
 from pathlib import Path
 
-import jsonschema
-import kubernetes_validate
+import jsonschema  # type: ignore[import-untyped]
+import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
@@ -33,8 +34,9 @@ def builtin_and_crd(overlay: str) -> tuple[list[dict], list[dict]]:
     return [d for d in docs if d not in crd], crd
 
 
-CASES = [(o, v, f"{d['kind']}/{d['metadata']['name']}") for o in OVERLAYS for v in VERSIONS
-         for d in builtin_and_crd(o)[0]]
+CASES = [
+    (o, v, f"{d['kind']}/{d['metadata']['name']}") for o in OVERLAYS for v in VERSIONS for d in builtin_and_crd(o)[0]
+]
 
 
 @pytest.mark.parametrize("overlay, version, obj", CASES)
@@ -53,38 +55,103 @@ def test_strict_validation_rejects_an_unknown_field():
 
 # The fields of monitoring.coreos.com/v1 the shipped objects use, with their CRD's types;
 # additionalProperties false, so a field the operator does not know fails here.
-_RELABEL = {"type": "object", "additionalProperties": False, "properties": {
-    "sourceLabels": {"type": "array", "items": {"type": "string"}}, "targetLabel": {"type": "string"},
-    "action": {"type": "string"}, "regex": {"type": "string"}, "replacement": {"type": "string"}}}
+_RELABEL = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "sourceLabels": {"type": "array", "items": {"type": "string"}},
+        "targetLabel": {"type": "string"},
+        "action": {"type": "string"},
+        "regex": {"type": "string"},
+        "replacement": {"type": "string"},
+    },
+}
 _META = {"type": "object", "required": ["name", "namespace"]}
 CRD_SCHEMAS = {
-    "PodMonitor": {"type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
-                   "additionalProperties": False, "properties": {
-        "apiVersion": {"const": "monitoring.coreos.com/v1"}, "kind": {"const": "PodMonitor"}, "metadata": _META,
-        "spec": {"type": "object", "required": ["selector", "podMetricsEndpoints"], "additionalProperties": False,
-                 "properties": {
-            "selector": {"type": "object", "properties": {"matchLabels": {"type": "object"}}},
-            "namespaceSelector": {"type": "object"},
-            "podMetricsEndpoints": {"type": "array", "minItems": 1, "items": {
-                "type": "object", "additionalProperties": False, "properties": {
-                    "port": {"type": "string"}, "path": {"type": "string"},
-                    "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
-                    "scrapeTimeout": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
-                    "relabelings": {"type": "array", "items": _RELABEL}}}}}}}},
-    "PrometheusRule": {"type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
-                       "additionalProperties": False, "properties": {
-        "apiVersion": {"const": "monitoring.coreos.com/v1"}, "kind": {"const": "PrometheusRule"}, "metadata": _META,
-        "spec": {"type": "object", "required": ["groups"], "additionalProperties": False, "properties": {
-            "groups": {"type": "array", "minItems": 1, "items": {
-                "type": "object", "required": ["name", "rules"], "additionalProperties": False, "properties": {
-                    "name": {"type": "string"}, "interval": {"type": "string"},
-                    "rules": {"type": "array", "minItems": 1, "items": {
-                        "type": "object", "required": ["expr"], "additionalProperties": False, "properties": {
-                            "alert": {"type": "string"}, "record": {"type": "string"}, "expr": {"type": "string"},
-                            "for": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
-                            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-                            "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
-                        }}}}}}}}}},
+    "PodMonitor": {
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "additionalProperties": False,
+        "properties": {
+            "apiVersion": {"const": "monitoring.coreos.com/v1"},
+            "kind": {"const": "PodMonitor"},
+            "metadata": _META,
+            "spec": {
+                "type": "object",
+                "required": ["selector", "podMetricsEndpoints"],
+                "additionalProperties": False,
+                "properties": {
+                    "selector": {"type": "object", "properties": {"matchLabels": {"type": "object"}}},
+                    "namespaceSelector": {"type": "object"},
+                    "podMetricsEndpoints": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {
+                                "port": {"type": "string"},
+                                "path": {"type": "string"},
+                                "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                                "scrapeTimeout": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                                "relabelings": {"type": "array", "items": _RELABEL},
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+    "PrometheusRule": {
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "additionalProperties": False,
+        "properties": {
+            "apiVersion": {"const": "monitoring.coreos.com/v1"},
+            "kind": {"const": "PrometheusRule"},
+            "metadata": _META,
+            "spec": {
+                "type": "object",
+                "required": ["groups"],
+                "additionalProperties": False,
+                "properties": {
+                    "groups": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "object",
+                            "required": ["name", "rules"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "name": {"type": "string"},
+                                "interval": {"type": "string"},
+                                "rules": {
+                                    "type": "array",
+                                    "minItems": 1,
+                                    "items": {
+                                        "type": "object",
+                                        "required": ["expr"],
+                                        "additionalProperties": False,
+                                        "properties": {
+                                            "alert": {"type": "string"},
+                                            "record": {"type": "string"},
+                                            "expr": {"type": "string"},
+                                            "for": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                                            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                                            "annotations": {
+                                                "type": "object",
+                                                "additionalProperties": {"type": "string"},
+                                            },
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    }
+                },
+            },
+        },
+    },
 }
 
 
@@ -135,12 +202,16 @@ def _by_id(docs: list[dict]) -> dict:
 KUBECTL = shutil.which("kubectl")
 
 
-@pytest.mark.skipif(KUBECTL is None, reason="kubectl (with its built-in kustomize) is not installed here; "
-                                            "it is on neither PyPI nor this Debian")
+@pytest.mark.skipif(
+    KUBECTL is None,
+    reason="kubectl (with its built-in kustomize) is not installed here; it is on neither PyPI nor this Debian",
+)
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_subset_renderer_agrees_with_kubectl_kustomize(overlay):
-    out = subprocess.run([KUBECTL, "kustomize", str(K8S / "overlays" / overlay)], capture_output=True,
-                         text=True, timeout=60)
+    assert KUBECTL is not None
+    out = subprocess.run(
+        [KUBECTL, "kustomize", str(K8S / "overlays" / overlay)], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     real = [d for d in yaml.safe_load_all(out.stdout) if d]
     assert _by_id(real) == _by_id(rendered(overlay))

@@ -1,6 +1,7 @@
 """The RBAC the overlays grant is exactly what the Kubernetes client calls: every client call is
 replayed against a recording API server, each request mapped to the (verb, resource, namespace)
 the API server authorizes it as, and compared with the rendered Roles and bindings."""
+
 from __future__ import annotations
 
 import ast
@@ -50,8 +51,9 @@ def authorization(method: str, path: str) -> tuple[str, str, str]:
     named = len(rest) >= 2
     if len(rest) == 3:
         resource = f"{rest[0]}/{rest[2]}"
-    verb = {"GET": "get" if named else "list", "DELETE": "delete", "POST": "create",
-            "PATCH": "patch", "PUT": "update"}[method]
+    verb = {"GET": "get" if named else "list", "DELETE": "delete", "POST": "create", "PATCH": "patch", "PUT": "update"}[
+        method
+    ]
     return verb, resource, namespace
 
 
@@ -66,8 +68,10 @@ class Recorder(BaseHTTPRequestHandler):
         if self.path.split("?")[0].endswith("/log"):
             data, ctype = b"engine crashed\n", "text/plain"
         else:
-            data, ctype = json.dumps({"items": [{"metadata": {"namespace": NS, "name": "vllm-llama-0",
-                                                              "uid": UID}}]}).encode(), "application/json"
+            data, ctype = (
+                json.dumps({"items": [{"metadata": {"namespace": NS, "name": "vllm-llama-0", "uid": UID}}]}).encode(),
+                "application/json",
+            )
         self.send_response(200)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
@@ -117,8 +121,11 @@ def api_calling_functions() -> set[str]:
 
 def granted(overlay: str) -> set[tuple[str, str, str]]:
     docs = render(OVERLAYS / overlay)
-    roles = {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
-             for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    roles = {
+        (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
+        for d in docs
+        if d["kind"] in ("Role", "ClusterRole")
+    }
     sa = next(d for d in docs if d["kind"] == "ServiceAccount")
     subject = {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}
     out = set()
@@ -161,12 +168,15 @@ def test_nothing_is_granted_cluster_wide():
         assert all(ns == NS for _, _, ns in granted(overlay)), overlay
 
 
-@pytest.mark.parametrize("method, path, expected", [
-    ("GET", "/api/v1/namespaces/llm/pods?fieldSelector=x", ("list", "pods", "llm")),
-    ("GET", "/api/v1/pods?fieldSelector=x", ("list", "pods", "*")),
-    ("GET", "/api/v1/namespaces/llm/pods/p", ("get", "pods", "llm")),
-    ("DELETE", "/api/v1/namespaces/llm/pods/p", ("delete", "pods", "llm")),
-    ("GET", "/api/v1/namespaces/llm/pods/p/log?previous=true", ("get", "pods/log", "llm")),
-])
+@pytest.mark.parametrize(
+    "method, path, expected",
+    [
+        ("GET", "/api/v1/namespaces/llm/pods?fieldSelector=x", ("list", "pods", "llm")),
+        ("GET", "/api/v1/pods?fieldSelector=x", ("list", "pods", "*")),
+        ("GET", "/api/v1/namespaces/llm/pods/p", ("get", "pods", "llm")),
+        ("DELETE", "/api/v1/namespaces/llm/pods/p", ("delete", "pods", "llm")),
+        ("GET", "/api/v1/namespaces/llm/pods/p/log?previous=true", ("get", "pods/log", "llm")),
+    ],
+)
 def test_requests_map_to_the_authorization_the_api_server_checks(method, path, expected):
     assert authorization(method, path) == expected

@@ -11,7 +11,7 @@ from guardian.config import parse_config
 from guardian.config_schema import Mode
 from guardian.incidents import IncidentManager, IncidentStore
 from guardian.model import Finding, Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target, TargetRef
-from guardian.policy import Maintenance, RestartLedger
+from guardian.actions.policy import Maintenance, RestartLedger
 from guardian.probes.async_runner import Done
 from guardian.series import SeriesStore
 from guardian.series import metrics as m
@@ -78,7 +78,8 @@ class World:
         self.rem = self.new_remediator()
 
     def new_remediator(self, **settings):
-        return Remediator(replace(RemediationSettings.from_config(self.cfg), **settings), self.clock, self.control, self.runner, self.cmd, self.incidents, self.ledger,
+        return Remediator(replace(RemediationSettings.from_config(self.cfg), **settings), self.clock, self.control,
+                          self.runner, self.cmd, self.incidents, self.ledger,
                           procfs=None, publish_control=self.published.append)
 
     def open(self, kind=Kind.BUSY_LOOP):
@@ -101,7 +102,12 @@ class World:
         self.tracker.canary_finished("llm", NEW_API, True, "m", self.clock.monotonic())
 
     def actions(self, inc):
-        return [(a.name, a.status) for a in self.incidents.get(inc.id).actions]
+        return [(a.name, a.status) for a in self.incident(inc.id).actions]
+
+    def incident(self, incident_id):
+        inc = self.incidents.get(incident_id)
+        assert inc is not None, f"incident {incident_id} is not known"
+        return inc
 
 
 def test_a_busy_loop_is_drained_stopped_restarted_and_verified(tmp_path):
@@ -241,7 +247,7 @@ def test_dry_run_is_recorded_on_the_incident_as_would_have(tmp_path):
     inc = w.open()
     w.consider(inc)
     w.consider(inc)
-    acts = w.incidents.get(inc.id).actions
+    acts = w.incident(inc.id).actions
     assert [(a.name, a.status) for a in acts] == [("restart", "dry_run")]  # recorded once
     assert "would have" in acts[0].detail
 

@@ -1,4 +1,4 @@
-"""The read-only HTTP listener (SPEC §9): ``/metrics``, ``/healthz`` and per-target readiness.
+"""The read-only HTTP listener (docs/design.md, Operating surface): ``/metrics``, ``/healthz`` and per-target readiness.
 
 Routes (GET, and HEAD for load-balancer checks; any other method is 405, any other path 404):
 
@@ -31,7 +31,7 @@ from .exporter import serving
 JSON = "application/json"
 
 
-class Heartbeat:
+class LastTick:
     """When the main loop last finished a tick (monotonic), for ``/healthz``.
 
     ``beat()`` is called by the loop after every tick; ``age()`` from the HTTP threads.
@@ -49,29 +49,22 @@ class Heartbeat:
         return None if last is None else max(0.0, self._monotonic() - last)
 
 
-def parse_bind(bind: str) -> tuple[str, int]:
-    """``"host:port"`` (``"[::1]:9464"`` for IPv6) → ``(host, port)``; raises ``ConfigError``."""
-    host, sep, port = bind.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError([f'api.http: expected a "host:port" address, got {bind!r}'])
-    return host, int(port)
-
-
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    api: HttpListener  # set by HttpListener.start: what the handlers read
 
 
 class _Handler(BaseHTTPRequestHandler):
+    server: _Server
     server_version = "vllm-guardian"
     timeout = 10  # a client that sends nothing does not hold a thread forever
 
     # ---------------------------------------------------------------- methods
-    def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+    def do_GET(self) -> None:
         self._route(send_body=True)
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self._route(send_body=False)
 
     def __getattr__(self, name: str) -> Any:
@@ -86,7 +79,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ---------------------------------------------------------------- routes
     def _route(self, send_body: bool) -> None:
-        api: HttpApi = self.server.api  # type: ignore[attr-defined]
+        api = self.server.api
         path = urlsplit(self.path).path
         if path == "/metrics":
             try:
@@ -127,26 +120,27 @@ class _Handler(BaseHTTPRequestHandler):
         if send_body:
             self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature)
-        self.server.api.log.debug("http %s " + format, self.client_address[0], *args)  # type: ignore[attr-defined]
+    def log_message(self, format: str, *args: Any) -> None:
+        self.server.api.log.debug("http %s " + format, self.client_address[0], *args)
 
 
-class HttpApi:
+class HttpListener:
     """The listener. ``start()`` binds and serves on a thread; ``stop()`` closes it.
 
-    - ``bind``: ``"host:port"`` (port 0 = any free port; see ``address``);
+    - ``address``: ``(host, port)`` to bind (``guardian.netaddr.parse_hostport`` reads the config's
+      ``"host:port"``; port 0 = any free port, see ``address`` once started);
     - ``registry``: the exporter's ``CollectorRegistry`` (``exporter.build_registry``);
     - ``status``: returns the latest status document;
-    - ``tick_age``: seconds since the loop's last tick, None before the first (``Heartbeat.age``);
+    - ``tick_age``: seconds since the loop's last tick, None before the first (``LastTick.age``);
     - ``max_tick_age``: ``/healthz`` turns 503 at or past this age (3 × interval);
     - ``poll_interval``: how often the serving thread checks for ``stop()`` (seconds).
     """
 
-    def __init__(self, bind: str, *, registry: CollectorRegistry,
+    def __init__(self, address: tuple[str, int], *, registry: CollectorRegistry,
                  status: Callable[[], Mapping[str, Any] | None],
                  tick_age: Callable[[], float | None], max_tick_age: float,
                  log: logging.Logger | None = None, poll_interval: float = 0.5) -> None:
-        self.host, self.port = parse_bind(bind)
+        self.host, self.port = address
         if max_tick_age <= 0:
             raise ConfigError([f"max_tick_age: expected > 0, got {max_tick_age}"])
         self.registry = registry
@@ -191,7 +185,7 @@ class HttpApi:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         server_cls = type("_BoundServer", (_Server,), {"address_family": family})
         server = server_cls((self.host, self.port), _Handler)
-        server.api = self  # type: ignore[attr-defined]
+        server.api = self
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, args=(self.poll_interval,),
                                         name="guardian-http", daemon=True)
@@ -209,4 +203,4 @@ class HttpApi:
             self._thread = None
 
 
-__all__ = ["Heartbeat", "HttpApi", "parse_bind"]
+__all__ = ["HttpListener", "LastTick"]

@@ -1,6 +1,6 @@
 """The simulated vLLM API server: the HTTP surface vLLM shows, over a spawned engine.
 
-Run as ``python -m guardian.testing.sim_vllm.api_server --port P [...]`` (the command
+Run as ``python -m guardian.sim.vllm.api_server --port P [...]`` (the command
 line is left as is, so the guardian autodiscovers it like ``-m vllm...api_server``).
 It spawns one ``VLLM::EngineCore`` child (multiprocessing 'spawn', as vLLM's CLI
 forces), waits while the engine "loads the model" (port not yet listening), then
@@ -12,6 +12,12 @@ serves, on stdlib ``http.server``:
   reported (they freeze when the engine hangs);
 - ``POST /v1/completions``: handed to the engine; no timeout of its own;
 - ``POST /sim/fault``, ``GET /sim/state``: simulator control, not part of vLLM.
+
+Completions speak vLLM's ``logprobs`` (``top_logprobs``), ``prompt_logprobs``, ``echo``
+and ``seed`` shapes; greedy answers are deterministic per prompt (``sim_vllm.lm``).
+Output faults (``lm.OUTPUT_FAULTS``: garbage answers, flat or NaN logprobs, a high
+reference perplexity, no logprobs support) and ``swap_model`` (another model under the
+same server) change the answers only; ``none`` ends them.
 
 With ``--api-key K [K2 …]`` (or ``VLLM_API_KEY=K`` in its environment; the option wins, as in
 vLLM), every ``/v1/*`` request needs ``Authorization: Bearer <one of the keys>`` and gets 401
@@ -43,7 +49,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-from guardian.testing.sim_vllm.engine import (
+from guardian.sim.vllm import lm
+from guardian.sim.vllm.engine import (
     FAULTS,
     HANG_FAULTS,
     ITERATION_TOKEN_BUCKETS,
@@ -60,7 +67,7 @@ from guardian.testing.sim_vllm.engine import (
 )
 
 LOG = logging.getLogger("guardian.sim_vllm")
-MODULE = "guardian.testing.sim_vllm.api_server"
+MODULE = "guardian.sim.vllm.api_server"
 _ENGINE_KILL_GRACE_S = 1.0
 
 
@@ -102,7 +109,7 @@ def metric_families(stats: EngineStats, model: str) -> list:
     bounds = [floatToGoString(b) for b in ITERATION_TOKEN_BUCKETS] + ["+Inf"]
     hist = HistogramMetricFamily("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
                                  labels=labels)
-    hist.add_metric(values, buckets=list(zip(bounds, cumulative)), sum_value=stats.iteration_tokens_sum)
+    hist.add_metric(values, buckets=list(zip(bounds, cumulative, strict=True)), sum_value=stats.iteration_tokens_sum)
     return [
         one(GaugeMetricFamily, "vllm:num_requests_running", "Number of requests in model execution batches.",
             stats.running),
@@ -274,6 +281,8 @@ class SimApp:
         self._lock = threading.Lock()
         self._fault = "none"
         self._faults: set[str] = set()
+        self._output_faults: frozenset[str] = frozenset()  # lm.OUTPUT_FAULTS in force
+        self._salt = ""  # the "weights": changed by swap_model
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_StatsCollector(self))
 
@@ -307,24 +316,63 @@ class SimApp:
             return _error(400, "BadRequestError", "max_tokens must be a positive integer.", "max_tokens")
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
             return _error(400, "BadRequestError", "temperature must be >= 0.", "temperature")
+        with self._lock:
+            faults, salt, model = self._output_faults, self._salt, self.model
+        ignore = "no_logprobs" in faults  # an older vLLM or a proxy: the extensions are dropped
+        logprobs = None if ignore else body.get("logprobs")
+        plp = None if ignore else body.get("prompt_logprobs")
+        echo = False if ignore else bool(body.get("echo", False))
+        for name, v in (("logprobs", logprobs), ("prompt_logprobs", plp)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 20):
+                return _error(400, "BadRequestError", f"{name} must be an integer between 0 and 20.", name)
         if count_tokens(prompt) + max_tokens > self._config.max_model_len:
             return _error(400, "BadRequestError",
-                          f"This model's maximum context length is {self._config.max_model_len} tokens.")
+                          f"This model's maximum context length is {self._config.max_model_len} tokens. "
+                          f"However, you requested {count_tokens(prompt) + max_tokens} tokens.")
         done = self.engine.submit(prompt, max_tokens, float(temperature))
         if done is None:
-            return _error(500, "EngineDeadError", "EngineCore encountered an issue. See stack trace for the root cause.")
+            return _error(500, "EngineDeadError",
+                          "EngineCore encountered an issue. See stack trace for the root cause.")
+        text, finish, completion_tokens = done.text, done.finish_reason, done.completion_tokens
+        choice_lp: dict | None = None
+        choice_plp: list | None = None
+        if faults or salt or logprobs is not None or plp is not None or echo or prompt in lm.KNOWN:
+            greedy = temperature == 0
+            n = max_tokens if greedy else max(1, done.completion_tokens)
+            tokens = lm.greedy_tokens(prompt, n, salt if greedy else salt + done.request_id, faults)
+            text, finish, completion_tokens = "".join(tokens), "length", n
+            echo_tokens = lm.prompt_tokens(prompt) if echo else None
+            if echo:
+                text = prompt + text
+            if logprobs is not None:
+                choice_lp = lm.completion_logprobs(prompt, tokens, logprobs, faults, echo_tokens)
+            if plp is not None:
+                choice_plp = lm.prompt_logprobs(prompt, faults)
+        choice = {"index": 0, "text": text, "logprobs": choice_lp, "finish_reason": finish, "stop_reason": None}
+        if choice_plp is not None:
+            choice["prompt_logprobs"] = choice_plp
         return 200, {
-            "id": done.request_id, "object": "text_completion", "created": int(time.time()), "model": self.model,
-            "choices": [{"index": 0, "text": done.text, "logprobs": None,
-                         "finish_reason": done.finish_reason, "stop_reason": None}],
-            "usage": {"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens,
-                      "total_tokens": done.prompt_tokens + done.completion_tokens},
+            "id": done.request_id, "object": "text_completion", "created": int(time.time()), "model": model,
+            "choices": [choice],
+            "usage": {"prompt_tokens": done.prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": done.prompt_tokens + completion_tokens},
         }
 
     def set_fault(self, body) -> tuple[int, dict]:
         name = body.get("fault") if isinstance(body, dict) else None
+        if name in lm.OUTPUT_FAULTS or name == "swap_model":  # the answers, not the engine
+            with self._lock:
+                if name == "swap_model":
+                    self._salt += "/swapped"
+                    self.model = self.model + "-swapped"
+                else:
+                    self._output_faults = self._output_faults | {name}
+                faults = sorted(self._faults | self._output_faults)
+            LOG.warning("sim output fault ordered: %s", name)
+            return 200, {"fault": name, "faults": faults}
         if name not in FAULTS:
-            return _error(400, "BadRequestError", f"fault must be one of {', '.join(FAULTS)}.", "fault")
+            return _error(400, "BadRequestError",
+                          f"fault must be one of {', '.join(FAULTS + lm.OUTPUT_FAULTS + ('swap_model',))}.", "fault")
         rate = body.get("rate_mb_s", 8.0)
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0:
             return _error(400, "BadRequestError", "rate_mb_s must be a positive number.", "rate_mb_s")
@@ -334,14 +382,15 @@ class SimApp:
                 self._faults.add(name)
             else:
                 self._faults -= set(LEAK_FAULTS)
-            faults = sorted(self._faults)
+                self._output_faults = frozenset()  # "none" also ends the garbage
+            faults = sorted(self._faults | self._output_faults)
         LOG.warning("sim fault ordered: %s", name)
         self.engine.set_fault(name, float(rate))
         return 200, {"fault": name, "faults": faults}
 
     def state(self) -> dict:
         with self._lock:
-            fault, faults = self._fault, sorted(self._faults)
+            fault, faults = self._fault, sorted(self._faults | self._output_faults)
         return {"api_pid": os.getpid(), "engine_pid": self.engine.pid, "worker_pid": self.engine.worker_pid,
                 "engine_alive": self.engine.alive, "model": self.model, "fault": fault, "faults": faults,
                 "stats": self.engine.stats.to_dict()}
@@ -350,17 +399,18 @@ class SimApp:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "sim-vllm"
+    server: _Server  # the server that made this handler: it carries the app
 
-    def log_message(self, format, *args) -> None:  # noqa: A002 - signature of the base class
+    def log_message(self, format, *args) -> None:
         LOG.debug("%s %s", self.address_string(), format % args)
 
     @property
     def app(self) -> SimApp:
-        return self.server.app  # type: ignore[attr-defined]
+        return self.server.app
 
     def _authorized(self, path: str) -> bool:
         """vLLM's rule: only paths under /v1 are guarded; a missing or wrong bearer token is 401."""
-        tokens = self.server.api_keys  # type: ignore[attr-defined]
+        tokens = self.server.api_keys
         if not tokens or not (path == "/v1" or path.startswith("/v1/")):
             return True
         scheme, _, param = (self.headers.get("Authorization") or "").partition(" ")

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from guardian.errors import ConfigError
 from guardian.exporter import DECLARED, build_registry
-from guardian.http_api import Heartbeat, HttpApi, parse_bind
+from guardian.http_listener import HttpListener, LastTick
 from guardian.testing.clock import FakeClock
 
 INTERVAL = 1.0
@@ -30,9 +30,9 @@ def status_doc() -> dict:
 class Harness:
     def __init__(self) -> None:
         self.clock = FakeClock()
-        self.heartbeat = Heartbeat(self.clock.monotonic)
+        self.heartbeat = LastTick(self.clock.monotonic)
         self.doc = status_doc()
-        self.api = HttpApi("127.0.0.1:0", registry=build_registry(lambda: self.doc),
+        self.api = HttpListener(("127.0.0.1", 0), registry=build_registry(lambda: self.doc),
                            status=lambda: self.doc, tick_age=self.heartbeat.age,
                            max_tick_age=3 * INTERVAL, poll_interval=0.02)
 
@@ -176,22 +176,6 @@ def test_stop_closes_the_port():
         http.client.HTTPConnection(host, port, timeout=2).connect()
 
 
-@pytest.mark.parametrize("bind, expected", [
-    ("127.0.0.1:9464", ("127.0.0.1", 9464)),
-    ("0.0.0.0:0", ("0.0.0.0", 0)),
-    ("[::1]:9464", ("::1", 9464)),
-    ("localhost:80", ("localhost", 80)),
-])
-def test_parse_bind(bind, expected):
-    assert parse_bind(bind) == expected
-
-
-@pytest.mark.parametrize("bind", ["9464", ":9464", "host:", "host:port", "host:70000", ""])
-def test_parse_bind_rejects(bind):
-    with pytest.raises(ConfigError, match="api.http"):
-        parse_bind(bind)
-
-
 def test_a_non_positive_max_tick_age_is_refused():
     with pytest.raises(ConfigError, match="max_tick_age"):
-        HttpApi("127.0.0.1:0", registry=build_registry(dict), status=dict, tick_age=lambda: 0.0, max_tick_age=0)
+        HttpListener(("127.0.0.1", 0), registry=build_registry(dict), status=dict, tick_age=lambda: 0.0, max_tick_age=0)

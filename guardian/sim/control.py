@@ -1,6 +1,6 @@
 """Drive the simulated vLLM server from tests and ``guardian demo``.
 
-``SimServer`` starts ``python -m guardian.testing.sim_vllm.api_server`` in its own
+``SimServer`` starts ``python -m guardian.sim.vllm.api_server`` in its own
 session, talks to it over loopback HTTP (stdlib ``http.client`` only), and on
 ``stop()`` leaves nothing behind: it remembers every process of the tree it saw
 (pid + starttime, so a reused pid is never signalled) and sweeps its session.
@@ -14,7 +14,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,7 +21,9 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-API_SERVER_MODULE = "guardian.testing.sim_vllm.api_server"
+from ..netaddr import free_port
+
+API_SERVER_MODULE = "guardian.sim.vllm.api_server"
 ENGINE_TITLE = "VLLM::EngineCore"
 WORKER_TITLE = "VLLM::Worker"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -64,14 +65,6 @@ def http_request(host: str, port: int, method: str, path: str, body: dict | None
         conn.close()
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    _require_loopback(host)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
 def metric_value(text: str, sample: str, **labels: str) -> float | None:
     """Sum of the samples named ``sample`` whose labels include ``labels``; None when absent."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -107,7 +100,7 @@ def proc_ref(pid: int) -> ProcRef | None:
 def is_running(ref: ProcRef) -> bool:
     """Same process (pid and starttime) still there and not a zombie."""
     fields = _stat_fields(ref.pid)
-    return bool(fields) and int(fields[19]) == ref.starttime and fields[0] not in ("Z", "X")
+    return fields is not None and int(fields[19]) == ref.starttime and fields[0] not in ("Z", "X")
 
 
 def read_cmdline(pid: int) -> str:
@@ -201,12 +194,9 @@ class SimServer:
             raise RuntimeError("SimServer already started")
         env = dict(os.environ if self.env is None else self.env)
         if self.log_path is not None:
-            log = open(self.log_path, "ab")
-            try:
+            with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
                 self.process = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                                 stderr=subprocess.STDOUT, start_new_session=True)
-            finally:
-                log.close()
         else:
             self.process = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL,
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -214,16 +204,18 @@ class SimServer:
         self._root = proc_ref(self.process.pid)
         return self
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        """Poll /health until 200. RuntimeError if the server exits first, TimeoutError at the deadline."""
-        deadline = time.monotonic() + timeout
+    def wait_ready(self, timeout: float = 30.0) -> float:
+        """Poll /health until 200; the seconds waited. RuntimeError if the server exits first, TimeoutError
+        at the deadline."""
+        start = time.monotonic()
+        deadline = start + timeout
         while True:
             self._remember_tree()
-            if self.poll() is not None:
-                raise RuntimeError(f"sim server exited with {self.process.returncode} before ready")
+            if (rc := self.poll()) is not None:
+                raise RuntimeError(f"sim server exited with {rc} before ready")
             if self.health(timeout=1.0) == 200:
                 self._remember_tree()
-                return
+                return time.monotonic() - start
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"sim server on {self.url} not ready after {timeout} s")
             time.sleep(0.05)
