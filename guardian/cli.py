@@ -357,7 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--keep", action="store_true", help="keep the demo's state dir")
     sp.add_argument("--timeout", type=float, default=120.0)
     sp.set_defaults(fn=cmd_demo)
-    return p
+    from .cli_help import decorate  # descriptions, examples and option help of every command
+
+    return decorate(p)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -52,6 +52,15 @@ _EXTRA_CHECKS: typing.Mapping[tuple[type, str], str] = types.MappingProxyType({
     (AlertsConfig, "redis_url"): "redis_url",
 })
 
+# Keys refused with a message of their own (instead of "unknown key"): (class, key) -> why.
+_FORBIDDEN_KEYS: typing.Mapping[tuple[type, str], str] = types.MappingProxyType({
+    (TargetConfig, "api_key"): "an API key is never written in the config (it would leak through "
+                               "check-config, backups and version control); name where to read it: "
+                               "api_key_env (a variable of the guardian's environment) or api_key_file "
+                               "(a file readable by the guardian); when neither is set the key is read "
+                               "from the server's own --api-key / VLLM_API_KEY",
+})
+
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 _BOOL_TAG = "tag:yaml.org,2002:bool"
@@ -222,7 +231,9 @@ class _Parser:
         fields = dataclasses.fields(cls)
         known = [f.name for f in fields]
         for key in value:
-            if key not in known:
+            if (cls, key) in _FORBIDDEN_KEYS:
+                self.problems.append(f"{_join(path, key)}: {_FORBIDDEN_KEYS[(cls, key)]}")
+            elif key not in known:
                 self.problems.append(f"{_join(path, key)}: unknown key (known: {', '.join(known)})")
         hints = typing.get_type_hints(cls)
         kwargs = {}
@@ -252,10 +263,15 @@ def _check_target(target: TargetConfig, where: str, problems: list[str]) -> None
             problems.append(f"{where}.match: exactly one matcher must be set "
                             f"(one of {', '.join(names)}), got {got}")
         kube = match.kubernetes
-        if isinstance(kube, KubernetesMatch) and all(
-                getattr(kube, f.name) is None for f in dataclasses.fields(KubernetesMatch)):
-            problems.append(f"{where}.match.kubernetes: set at least one of "
-                            + ", ".join(f.name for f in dataclasses.fields(KubernetesMatch)))
+        if isinstance(kube, KubernetesMatch):
+            if kube.namespace is None and (kube.pod is not None or kube.selector is not None):
+                problems.append(f"{where}.match.kubernetes.namespace: required with pod or selector "
+                                "(pods are listed per namespace)")
+            elif kube.namespace is None and kube.pod_uid is None:
+                problems.append(f"{where}.match.kubernetes: set namespace (with pod or selector), "
+                                "or pod_uid")
+    if isinstance(target.api_key_env, str) and isinstance(target.api_key_file, str):
+        problems.append(f"{where}: set api_key_env or api_key_file, not both")
     restart = target.restart
     if isinstance(restart, _Invalid):
         return

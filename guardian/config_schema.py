@@ -38,10 +38,13 @@ def _f(default, check: str | None = None, doc: str = ""):
 # ---------------------------------------------------------------- targets
 @dataclass(frozen=True)
 class KubernetesMatch:
+    """A pod on this node: ``namespace`` + ``pod`` (name) or ``selector`` (labels), or ``pod_uid``."""
+
     pod_uid: str | None = None
     namespace: str | None = None
     pod: str | None = None
-    container: str | None = None
+    selector: str | None = _f(None, doc="label selector, e.g. app=vllm,model=llama")
+    container: str | None = _f(None, doc="the container running vLLM; default: the pod's only one")
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,7 @@ class MatchConfig:
     port: int | None = _f(None, "port", "the port the API server listens on")
     pid_file: str | None = _f(None, doc="a file holding the API server's pid")
     cmdline_regex: str | None = _f(None, "regex", "regex searched in the joined cmdline")
-    systemd_unit: str | None = _f(None, doc="the unit whose MainPID is the API server")
+    systemd_unit: str | None = _f(None, doc="the systemd unit running the API server (its cgroup)")
     kubernetes: KubernetesMatch | None = None
 
 
@@ -60,9 +63,11 @@ class RestartConfig:
     mode: str = _f("signal", "restart_mode", "systemd | command | kubernetes | signal")
     command: tuple[str, ...] = _f((), doc="argv for mode=command (no shell)")
     unit: str | None = None
-    env: dict[str, str] = _f({})
+    env: dict[str, str] = _f({}, doc="mode=command: the server's whole environment (plus PATH, LANG, HOME)")
     cwd: str | None = None
     log_file: str | None = None
+    user: str | None = _f(None, doc="mode=command: run the server as this user (name or uid)")
+    group: str | None = _f(None, doc="mode=command: and this group (default: the user's)")
     stop_timeout: float = _f(30.0, "positive", "SIGTERM -> SIGKILL of the whole tree, seconds")
     ready_timeout: float = _f(600.0, "positive", "start -> /health 200 and a canary answered")
 
@@ -79,6 +84,8 @@ class TargetConfig:
     match: MatchConfig
     api_url: str | None = _f(None, doc="default: http://127.0.0.1:<port>")
     model: str | None = _f(None, doc="served model name; default: first of /v1/models")
+    api_key_env: str | None = _f(None, doc="variable of the guardian's environment holding the server's API key")
+    api_key_file: str | None = _f(None, doc="file whose first line is the server's API key")
     restart: RestartConfig = field(default_factory=RestartConfig)
     drain: DrainConfig = field(default_factory=DrainConfig)
 

@@ -33,6 +33,7 @@ from .detectors.view import TargetView
 from .episodes import EpisodeLog
 from .incidents import IncidentManager, IncidentStore
 from .model import Finding, Incident, Kind, Transition
+from .platform_match import platform_for
 from .probes.async_runner import AsyncRunner
 from .probes.base import ProbeParts, Readings, Seen
 from .probes.scheduler import ProbeScheduler
@@ -69,7 +70,8 @@ class Daemon:
         self.episodes = EpisodeLog(self.log)
         self.runner = runner or AsyncRunner(max_workers=8)
         self.readings = Readings()
-        self.targets = TargetsStage(cfg, seams.proc, self.tracker, self.series, self.log)
+        self.targets = TargetsStage(cfg, seams.proc, self.tracker, self.series, self.log,
+                                    platform=platform_for(cfg, seams.proc, kube, seams.commands))
         self.stats = SelfStats.for_probes(probe_names())
         self.probes = ProbeScheduler(
             build_probes(ProbeParts(cfg, seams, self.tracker, self.series, self.readings, self.log)),

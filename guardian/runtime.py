@@ -27,6 +27,7 @@ from .control_socket import ControlSocket
 from .daemon import Daemon, Sink
 from .errors import GuardianError
 from .exporter import build_registry
+from .host.api_keys import ApiKeys, BearerHttpClient
 from .host.http import StdlibHttpClient
 from .host.process_control import OsProcessControl
 from .host.process_details import PsutilDetails
@@ -55,7 +56,8 @@ def real_seams(cfg: Config, clock: SystemClock | None = None) -> Seams:
     proc = ProcFS(cfg.probes.procfs.proc_root)
     commands = SubprocessRunner()
     details = PsutilDetails() if os.path.realpath(cfg.probes.procfs.proc_root) == "/proc" else None
-    return Seams(clock or SystemClock(), proc, StdlibHttpClient(), commands, OsProcessControl(proc),
+    http = BearerHttpClient(StdlibHttpClient(), ApiKeys(cfg, proc))  # servers started with --api-key
+    return Seams(clock or SystemClock(), proc, http, commands, OsProcessControl(proc),
                  make_backends(cfg.accelerators, commands, log), details)
 
 
@@ -67,7 +69,8 @@ def build_daemon(cfg: Config, seams: Seams, *, sink: AlertSink | None = None, si
     evidence = EvidenceCollector(cfg.evidence, store.dir_for, seams.commands, seams.proc, seams.clock,
                                  details=seams.process_details)
     kube = None
-    if any(t.restart.mode == "kubernetes" for t in cfg.targets):
+    if any(t.restart.mode == "kubernetes" or (t.match.kubernetes is not None and t.match.kubernetes.namespace)
+           for t in cfg.targets):
         from .host.kube import KubeClient
 
         try:
@@ -79,9 +82,13 @@ def build_daemon(cfg: Config, seams: Seams, *, sink: AlertSink | None = None, si
         f = cfg.policy.fleet
         node = cfg.node or os.uname().nodename
         lease = FleetLease(sink.client, node, f.max_concurrent_restarts, f.lease_ttl, f.when_redis_down)
-    return Daemon(cfg, seams, store=store, evidence=evidence, lease=lease, kube=kube,
-                  publish_control=sink.control if sink is not None else None, sinks=sinks,
-                  on_update=on_update, status_extras=status_extras, runner=runner, log=log)
+    daemon = Daemon(cfg, seams, store=store, evidence=evidence, lease=lease, kube=kube,
+                    publish_control=sink.control if sink is not None else None, sinks=sinks,
+                    on_update=on_update, status_extras=status_extras, runner=runner, log=log)
+    if isinstance(seams.http, BearerHttpClient):  # the keys follow each discovery pass
+        daemon.targets.on_discovery.append(seams.http.keys.update)
+        daemon.status_extras["api_keys"] = seams.http.keys.origins
+    return daemon
 
 
 @dataclass

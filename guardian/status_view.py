@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .actions.policy import Maintenance, budget_left
+from .actions.redact import redact_argv
 from .model import Incident, ProcessInfo, Subject
 from .series import metrics as m
 from .series.slope import theil_sen
@@ -77,7 +78,7 @@ def _phase(tr: TrackedTarget, open_kinds: list[str], remediation: str) -> str:
 def _process(p: ProcessInfo, ps: ProcessState | None) -> ProcessStatus:
     hot = ps.hottest if ps is not None else None
     return ProcessStatus(
-        p.pid, p.key.starttime, p.role.value, p.title[:200],
+        p.pid, p.key.starttime, p.role.value, " ".join(redact_argv(p.cmdline))[:200],  # never an --api-key
         None if ps is None else ps.state, None if ps is None else _r(ps.cpu_ratio),
         None if ps is None else ps.rss_bytes, None if ps is None else ps.num_threads,
         None if hot is None else HottestThread(

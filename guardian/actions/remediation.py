@@ -28,7 +28,9 @@ from ..config_schema import Config, DrainConfig, Mode, PolicyConfig, RestartConf
 from ..fsutil import atomic_write
 from ..model import Action, Kind, ProcKey
 from ..series import metrics as m
+from .launch import build_launch_spec
 from .policy import Maintenance, may_restart, node_anomaly
+from .redact import redact_argv
 
 HANG_KINDS = {Kind.BUSY_LOOP.value, Kind.ENGINE_STALL.value, Kind.ENGINE_DEAD.value}
 HANG_DRAIN_TIMEOUT = 5.0  # a hung engine has nothing to drain
@@ -453,12 +455,14 @@ class Remediator:
         tc = self.target_config(seq.target)
         rc = tc.restart if tc else RestartConfig()
         if seq.mode == "command":
-            try:
-                seq.started_pid = self.control.start(rc.command, rc.env, rc.cwd, rc.log_file)
+            try:  # a clean environment, as restart.user/group (guardian.actions.launch)
+                spec = build_launch_spec(rc)
+                seq.started_pid = self.control.start_spec(spec)
             except (OSError, ValueError) as e:
                 self._finish(seq, now, Outcome.FAILED, f"start failed: {e}")
                 return
-            self._enter(seq, Phase.VERIFYING, now, f"started pid {seq.started_pid}: {' '.join(rc.command)[:200]}")
+            self._enter(seq, Phase.VERIFYING, now, f"started pid {seq.started_pid}: "
+                                                   f"{' '.join(redact_argv(spec.argv))[:200]}")
         elif seq.mode == "systemd":
             unit = rc.unit or (tc.systemd_unit if tc else None)
             res = self._job(seq, "systemctl", lambda: self.cmd_runner.run(("systemctl", "restart", unit), 60), now)

@@ -12,7 +12,7 @@ import http.client
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 from urllib.parse import urlsplit
 
 from ..errors import ProbeFailed
@@ -44,13 +44,15 @@ class HttpResponse:
 
 
 class HttpClient(Protocol):
-    def request(self, method: str, url: str, timeout: float, body: Any = None) -> HttpResponse: ...
+    def request(self, method: str, url: str, timeout: float, body: Any = None,
+                headers: Mapping[str, str] | None = None) -> HttpResponse: ...
 
 
 class StdlibHttpClient:
     """http.client, one connection per call (probes are ~1 Hz; no pooling needed)."""
 
-    def request(self, method: str, url: str, timeout: float, body: Any = None) -> HttpResponse:
+    def request(self, method: str, url: str, timeout: float, body: Any = None,
+                headers: Mapping[str, str] | None = None) -> HttpResponse:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https"):
             raise HttpError("error", f"unsupported URL scheme in {url!r}")
@@ -59,7 +61,7 @@ class StdlibHttpClient:
         if parts.query:
             path += "?" + parts.query
         payload = None
-        headers = {"Accept": "*/*", "Connection": "close"}
+        headers = {"Accept": "*/*", "Connection": "close", **(headers or {})}
         if body is not None:
             payload = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"

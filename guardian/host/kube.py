@@ -90,3 +90,51 @@ class KubeClient:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": int(grace_seconds),
                 "preconditions": {"uid": pod.uid}}  # never delete a recreated pod of the same name
         self._call("DELETE", f"/api/v1/namespaces/{quote(pod.namespace)}/pods/{quote(pod.name)}", body)
+
+
+# ---------------------------------------------------------------- match.kubernetes (additive)
+def node_pods_path(namespace: str, node_name: str, pod: str | None = None,
+                   label_selector: str | None = None) -> str:
+    """The list call ``match.kubernetes`` makes: one namespace, this node only (field selector
+    ``spec.nodeName``), optionally one pod by name and/or a label selector. Pure: also what the
+    RBAC cross-check reads."""
+    fields = f"spec.nodeName={node_name}" + (f",metadata.name={pod}" if pod else "")
+    query = f"fieldSelector={quote(fields, safe='')}"
+    if label_selector:
+        query += f"&labelSelector={quote(label_selector, safe='')}"
+    return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods?{query}"
+
+
+def list_node_pods(client: KubeClient, namespace: str, pod: str | None = None,
+                   label_selector: str | None = None) -> list[dict[str, Any]]:
+    """The pods of ``namespace`` scheduled on this node (``client.node_name``), as API objects.
+    ``ProbeFailed`` when the node name is unknown: listing a namespace cluster-wide is never done."""
+    if not client.node_name:
+        raise ProbeFailed("NODE_NAME is not set (the DaemonSet passes spec.nodeName through the "
+                          "downward API): cannot tell which pods run on this node")
+    items = client._call("GET", node_pods_path(namespace, client.node_name, pod, label_selector)).get("items")
+    return [i for i in items or [] if isinstance(i, dict)]
+
+
+def read_pod_log(client: KubeClient, pod: PodRef, container: str, *, previous: bool = True,
+                 tail_lines: int = 500, limit_bytes: int = 256 * 1024) -> str:
+    """The (previous, i.e. crashed) container's log, for crash forensics: ``GET pods/log``."""
+    query = (f"container={quote(container, safe='')}&previous={'true' if previous else 'false'}"
+             f"&tailLines={int(tail_lines)}&limitBytes={int(limit_bytes)}")
+    path = f"/api/v1/namespaces/{quote(pod.namespace, safe='')}/pods/{quote(pod.name, safe='')}/log?{query}"
+    return client_text(client, path)
+
+
+def client_text(client: KubeClient, path: str) -> str:
+    """A GET whose answer is plain text (``pods/log``), with the client's auth and error mapping."""
+    req = urllib.request.Request(client.base_url + path, method="GET")
+    req.add_header("Accept", "text/plain")
+    if client.token:
+        req.add_header("Authorization", f"Bearer {client.token}")
+    try:
+        with client._open(req, client.timeout) as resp:
+            return str(resp.read(4 * 1024 * 1024).decode("utf-8", errors="replace"))
+    except urllib.error.HTTPError as e:
+        raise ProbeFailed(f"kubernetes API GET {path.split('?')[0]}: HTTP {e.code} {e.reason}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise ProbeFailed(f"kubernetes API GET {path.split('?')[0]}: {e}") from None

@@ -11,11 +11,14 @@ import contextlib
 import os
 import signal as _signal
 import subprocess
-from typing import Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 
 from ..errors import AccessDenied, TargetGone
 from ..model import ProcKey
 from .procfs import ProcFS
+
+if TYPE_CHECKING:
+    from ..actions.launch import LaunchSpec
 
 
 class ProcessControl(Protocol):
@@ -23,6 +26,7 @@ class ProcessControl(Protocol):
     def signal(self, key: ProcKey, sig: int) -> bool: ...
     def start(self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: str | None,
               log_file: str | None) -> int: ...
+    def start_spec(self, spec: LaunchSpec) -> int: ...
 
 
 class OsProcessControl:
@@ -58,6 +62,20 @@ class OsProcessControl:
             # the child keeps its own descriptor; ours is closed once it has started
             proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     env=full_env, cwd=cwd, start_new_session=True)
+        self._children[proc.pid] = proc
+        self._reap()
+        return proc.pid
+
+    def start_spec(self, spec: LaunchSpec) -> int:
+        """Launch exactly ``spec`` (``guardian.actions.launch``): its environment and nothing of the
+        guardian's, as its user and groups (needs CAP_SETUID/CAP_SETGID when they differ)."""
+        if not spec.argv:
+            raise ValueError("restart.command is empty")
+        with open(spec.log_file, "ab") if spec.log_file else contextlib.nullcontext(subprocess.DEVNULL) as out:
+            # the child keeps its own descriptor; ours is closed once it has started
+            proc = subprocess.Popen(list(spec.argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    env=dict(spec.env), cwd=spec.cwd, start_new_session=True, user=spec.uid,
+                                    group=spec.gid, extra_groups=list(spec.groups) if spec.groups is not None else None)
         self._children[proc.pid] = proc
         self._reap()
         return proc.pid

@@ -105,6 +105,16 @@ class ProcFS:
         """argv as the process shows it now (after setproctitle: the title). Empty for zombies/kthreads."""
         return parse.parse_cmdline(self._read(f"{pid}/cmdline"))
 
+    def environ_var(self, pid: int, name: str) -> str | None:
+        """One variable of the environment the process started with (``/proc/<pid>/environ``);
+        None when unset. Readable only as the process's user (or with CAP_SYS_PTRACE). The
+        rest of the environment is never kept."""
+        return parse.environ_value(self._read(f"{pid}/environ"), name)
+
+    def cgroup(self, pid: int) -> str:
+        """``/proc/<pid>/cgroup`` as text: the cgroup paths a process lives in (v1 and v2 lines)."""
+        return self._read_text(f"{pid}/cgroup")
+
     def identity(self, pid: int) -> ProcKey:
         return ProcKey(pid, self.stat(pid).starttime)
 

@@ -255,3 +255,14 @@ def parse_net_tcp(text: str, byteorder: str = "little") -> list[SocketEntry]:
         except ValueError:
             continue
     return entries
+
+
+def environ_value(raw: bytes, name: str) -> str | None:
+    """The value of ``name`` in a NUL-separated ``/proc/<pid>/environ``; None when absent.
+    The last assignment wins, as Python's ``os.environ`` (and so vLLM) reads it."""
+    prefix = name.encode() + b"="
+    found: str | None = None
+    for entry in raw.split(b"\0"):
+        if entry.startswith(prefix):
+            found = entry[len(prefix):].decode("utf-8", errors="replace")
+    return found

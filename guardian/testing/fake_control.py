@@ -19,6 +19,7 @@ class FakeControl:
         self.unkillable = set(unkillable)
         self.signals: list[tuple[ProcKey, int]] = []
         self.started: list[tuple] = []
+        self.specs: list = []  # LaunchSpecs given to start_spec
         self._next_pid = 9000
 
     def alive(self, key: ProcKey) -> bool:
@@ -35,6 +36,10 @@ class FakeControl:
             for child in self.term_takes_down.get(key, ()):
                 self.live.discard(child)
         return True
+
+    def start_spec(self, spec) -> int:
+        self.specs.append(spec)
+        return self.start(spec.argv, dict(spec.env), spec.cwd, spec.log_file)
 
     def start(self, argv, env, cwd, log_file) -> int:
         self._next_pid += 1

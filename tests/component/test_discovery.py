@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from guardian.config_schema import Config, DiscoveryConfig, MatchConfig, TargetConfig, KubernetesMatch
-from guardian.discovery import NOT_SUPPORTED, DiscoveryResult, discover, is_api_server, server_host, server_port
+from guardian.discovery import DiscoveryResult, discover, is_api_server, server_host, server_port
 from guardian.model import ProcKey, Role, Target
 from guardian.testing.fake_proc import FakeProcTree
 
@@ -363,10 +363,10 @@ def test_two_targets_matching_the_same_process(tree):
     "match",
     [MatchConfig(systemd_unit="vllm@llama.service"), MatchConfig(kubernetes=KubernetesMatch(pod="p"))],
 )
-def test_unsupported_matchers_are_reported_unmatched(tree, match):
+def test_platform_matchers_without_a_platform_seam_are_reported_unmatched(tree, match):
     vllm_tree(tree)
     result = discover(tree.procfs(), cfg(TargetConfig("llama", match)))
-    assert result.unmatched == (("llama", NOT_SUPPORTED),)
+    assert result.unmatched == (("llama", "no platform matcher wired (kubernetes / systemd)"),)
     assert [t.name for t in result.targets] == ["vllm-8000"]  # autodiscovery still sees it
 
 

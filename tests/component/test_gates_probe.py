@@ -175,7 +175,7 @@ class Broken:
     def __init__(self, status: int | None) -> None:
         self.status = status
 
-    def request(self, method, url, timeout, body=None):
+    def request(self, method, url, timeout, body=None, headers=None):
         if url.endswith("/v1/models"):  # the API server answers; completions are in trouble
             return HttpResponse(200, b'{"data": [{"id": "m"}]}', 0.01)
         if self.status is None:
@@ -247,7 +247,7 @@ class FailsWithLogprobs:
     def __init__(self, real: HttpClient) -> None:
         self.real = real
 
-    def request(self, method, url, timeout, body=None):
+    def request(self, method, url, timeout, body=None, headers=None):
         if isinstance(body, dict) and (body.get("logprobs") is not None or body.get("prompt_logprobs") is not None):
             return HttpResponse(500, b"Internal Server Error", 0.01)
         return self.real.request(method, url, timeout, body)

@@ -83,10 +83,10 @@ class VllmServer(SimServer):
     """A real vLLM OpenAI server on loopback (the tree tracking and teardown of ``SimServer``)."""
 
     def __init__(self, model_dir: Path, fault_dir: Path, log_path: Path, port: int | None = None,
-                 python: Path = E2E_PYTHON, extra_args: tuple[str, ...] = ()) -> None:
+                 python: Path = E2E_PYTHON, extra_args: tuple[str, ...] = (), api_key: str | None = None) -> None:
         fault_dir.mkdir(parents=True, exist_ok=True)
         super().__init__(port=port, model=SERVED_MODEL, env=e2e_env(fault_dir), log_path=log_path,
-                         python=str(python), extra_args=extra_args)
+                         python=str(python), extra_args=extra_args, api_key=api_key)
         self.model_dir = model_dir
         self.fault_dir = fault_dir
         self.started_at: float | None = None
@@ -96,7 +96,8 @@ class VllmServer(SimServer):
     def argv(self) -> list[str]:
         return [self.python, "-m", API_SERVER_MODULE, "--model", str(self.model_dir),
                 "--served-model-name", self.model, "--host", self.host, "--port", str(self.port),
-                "--max-model-len", "512", "--dtype", "float32", *self.extra_args]
+                "--max-model-len", "512", "--dtype", "float32",
+                *(("--api-key", self.api_key) if self.api_key else ()), *self.extra_args]
 
     def start(self) -> VllmServer:
         super().start()

@@ -98,11 +98,13 @@ def test_unit_passes_systemd_analyze_verify(tmp_path):
 
 # ------------------------------------------------------------------ kubernetes
 def k8s_docs() -> list[tuple[str, dict]]:
+    """The base, the monitoring objects and the example vLLM (the overlays: test_manifests.py)."""
     out: list[tuple[str, dict]] = []
-    for path in sorted(K8S.glob("*.yaml")):
+    for path in sorted([*K8S.glob("base/*.yaml"), *K8S.glob("monitoring/*.yaml"), K8S / "example-vllm.yaml"]):
         if path.name == "kustomization.yaml":
             continue
-        out.extend((path.name, d) for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d)
+        name = str(path.relative_to(K8S))
+        out.extend((name, d) for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d)
     return out
 
 
@@ -211,13 +213,11 @@ def test_k8s_daemonset_references_objects_that_are_shipped():
     assert guardian_container()["args"] == ["run", "-c", f"{mount['mountPath']}/guardian.yaml"]
 
 
-def test_k8s_rbac_allows_only_get_list_delete_on_pods():
+def test_k8s_base_rbac_reads_pods_and_their_logs_and_never_deletes():
+    """Deleting is the remediate overlay's (test_rbac_matches_client.py checks both overlays)."""
     rules = [r for _, d in DOCS if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]]
-    assert rules
-    for r in rules:
-        assert (r["apiGroups"], r["resources"]) == ([""], ["pods"])
-        assert set(r["verbs"]) <= {"get", "list", "delete"}
-    assert {v for r in rules for v in r["verbs"]} == {"get", "list", "delete"}
+    assert {(v, res) for r in rules for v in r["verbs"] for res in r["resources"]} == {
+        ("list", "pods"), ("get", "pods/log")}
 
 
 def test_k8s_rbac_binds_the_role_to_the_guardians_service_account_in_the_vllm_namespace():
@@ -269,16 +269,17 @@ def test_k8s_example_vllm_readiness_asks_the_guardian_for_a_configured_target():
     script = c["readinessProbe"]["exec"]["command"]
     assert script[:2] == ["python3", "-c"] and "GUARDIAN_READY_URL" in script[2]
     compile(script[2], "readiness-probe", "exec")
-    # the config matches this container's command line and reaches pod 0 through the headless Service
-    assert target.match.cmdline_regex and re.search(target.match.cmdline_regex, " ".join(c["args"]))
-    pod_host = f"{sts['metadata']['name']}-0.{sts['spec']['serviceName']}.{sts['metadata']['namespace']}.svc"
-    assert target.api_url and pod_host in target.api_url
-    assert one("Service", sts["spec"]["serviceName"])["spec"]["clusterIP"] == "None"
+    # the config matches pod 0 of this StatefulSet, its vLLM container, reached on its "http" port
+    km = target.match.kubernetes
+    assert km is not None
+    assert (km.namespace, km.pod, km.container) == (sts["metadata"]["namespace"], f"{sts['metadata']['name']}-0",
+                                                    c["name"])
+    assert target.api_url is None and {p["name"]: p["containerPort"] for p in c["ports"]}["http"] == 8000
 
 
 def test_k8s_kustomization_lists_the_guardian_manifests_that_exist():
-    kust = yaml.safe_load((K8S / "kustomization.yaml").read_text(encoding="utf-8"))
-    assert all((K8S / r).is_file() for r in kust["resources"])
+    kust = yaml.safe_load((K8S / "base" / "kustomization.yaml").read_text(encoding="utf-8"))
+    assert all((K8S / "base" / r).is_file() for r in kust["resources"])
     shipped = {"daemonset.yaml", "rbac.yaml", "configmap.yaml", "namespace.yaml", "priorityclass.yaml"}
     assert shipped <= set(kust["resources"])
 
@@ -387,10 +388,23 @@ def dockerfile() -> list[tuple[str, str]]:
     return out
 
 
-def test_dockerfile_builds_from_python_slim_and_installs_the_project():
-    instrs = dockerfile()
-    assert instrs[0] == ("FROM", "python:3.11-slim")
-    assert any(i == "RUN" and re.search(r"\bpip install \.(\s|$)", r) for i, r in instrs)
+def stages() -> list[list[tuple[str, str]]]:
+    out: list[list[tuple[str, str]]] = []
+    for instr in dockerfile():
+        if instr[0] == "FROM":
+            out.append([])
+        out[-1].append(instr)
+    return out
+
+
+def test_dockerfile_builds_the_wheel_then_installs_only_that_wheel():
+    build, image = stages()
+    assert build[0] == ("FROM", "python:3.11-slim AS wheel")
+    assert any(i == "RUN" and "python -m build --wheel --outdir /dist ." in r for i, r in build)
+    assert image[0] == ("FROM", "python:3.11-slim")
+    assert ("COPY", "--from=wheel /dist/ /tmp/dist/") in image
+    assert any(i == "RUN" and re.search(r"\bpip install /tmp/dist/\*\.whl", r) for i, r in image)
+    assert not any(i == "COPY" and r.split()[0] == "guardian" for i, r in image)  # no source tree in the image
 
 
 def test_dockerfile_has_a_healthcheck_on_healthz_and_runs_the_guardian():
@@ -400,14 +414,15 @@ def test_dockerfile_has_a_healthcheck_on_healthz_and_runs_the_guardian():
     assert json.loads(instrs["CMD"]) == ["run", "-c", "/etc/guardian/guardian.yaml"]
 
 
-def test_dockerfile_copies_what_pip_install_needs():
-    sources = {s for i, r in dockerfile() if i == "COPY" for s in r.split()[:-1]}
+def test_dockerfile_copies_what_the_wheel_build_needs():
+    sources = {s for i, r in dockerfile() if i == "COPY" and not r.startswith("--from")
+               for s in r.split()[:-1]}
     readme = re.search(r'^readme\s*=\s*"([^"]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)
     assert readme
-    assert sources == {"pyproject.toml", readme.group(1), "guardian", "configs"}
+    assert sources == {"pyproject.toml", readme.group(1), "guardian", "configs/guardian.yaml"}
     ignore = (DEPLOY / "docker" / "Dockerfile.dockerignore").read_text(encoding="utf-8").splitlines()
     for s in sources:  # the context the Dockerfile's own ignore file lets through
-        assert f"!{s}" in ignore or f"!{s}/**" in ignore
+        assert f"!{s}" in ignore or f"!{s}/**" in ignore or f"!{s.split('/')[0]}/**" in ignore
 
 
 # ------------------------------------------------------------------ docs

@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 
+from guardian.actions.launch import MINIMAL_PATH
 from guardian.actions.remediation import Phase, RemediationSettings, Remediator
 from guardian.config import parse_config
 from guardian.config_schema import Mode
@@ -118,7 +119,8 @@ def test_a_busy_loop_is_drained_stopped_restarted_and_verified(tmp_path):
     assert w.published[0]["action"] == "drain"
     w.step(1, n=6)  # a hung engine has nothing to drain: the short drain timeout passes
     assert (API, 15) in w.control.signals  # SIGTERM to the API server first
-    assert w.control.started == [(tuple(ARGV), {}, None, None)]
+    assert [s.argv for s in w.control.specs] == [tuple(ARGV)]  # a clean launch (test_launch.py)
+    assert w.control.specs[0].env == {"PATH": MINIMAL_PATH, "LANG": "C.UTF-8", "HOME": "/"}
     assert w.rem.phase("llm") == "verifying" and not w.rem.serving("llm")
     w.new_server_comes_up()
     w.step()

@@ -19,6 +19,11 @@ Output faults (``lm.OUTPUT_FAULTS``: garbage answers, flat or NaN logprobs, a hi
 reference perplexity, no logprobs support) and ``swap_model`` (another model under the
 same server) change the answers only; ``none`` ends them.
 
+With ``--api-key K [K2 …]`` (or ``VLLM_API_KEY=K`` in its environment; the option wins, as in
+vLLM), every ``/v1/*`` request needs ``Authorization: Bearer <one of the keys>`` and gets 401
+``{"error": "Unauthorized"}`` otherwise; ``/health``, ``/metrics``, ``/version`` and ``/sim/*``
+stay open, like vLLM's ``AuthenticationMiddleware``.
+
 Engine death: ``/health`` turns 503 at once and, with ``--exit-on-engine-death``
 (default), the server exits with status 0 after ``--death-exit-delay`` seconds,
 like vLLM's 5 s ``terminate_if_errored`` watchdog. SIGTERM/SIGINT: stop listening,
@@ -27,6 +32,8 @@ terminate the engine (SIGKILL after a 1 s grace) and its worker, exit 0.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import hmac
 import itertools
 import json
 import logging
@@ -75,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exit-on-engine-death", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--death-exit-delay", type=float, default=5.0)
     p.add_argument("--ignore-sigterm", action="store_true")
+    p.add_argument("--api-key", nargs="+", default=None,
+                   help="require 'Authorization: Bearer <key>' on /v1/* (default: $VLLM_API_KEY)")
     return p
 
 
@@ -399,8 +408,23 @@ class _Handler(BaseHTTPRequestHandler):
     def app(self) -> SimApp:
         return self.server.app
 
+    def _authorized(self, path: str) -> bool:
+        """vLLM's rule: only paths under /v1 are guarded; a missing or wrong bearer token is 401."""
+        tokens = self.server.api_keys
+        if not tokens or not (path == "/v1" or path.startswith("/v1/")):
+            return True
+        scheme, _, param = (self.headers.get("Authorization") or "").partition(" ")
+        given = hashlib.sha256(param.encode()).digest()
+        ok = scheme.lower() == "bearer" and any(
+            hmac.compare_digest(given, hashlib.sha256(t.encode()).digest()) for t in tokens)
+        if not ok:
+            self._json(401, {"error": "Unauthorized"})
+        return ok
+
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
+        if not self._authorized(path):
+            return
         if path == "/health":
             self._send(self.app.health(), b"", "application/json")
         elif path == "/v1/models":
@@ -419,6 +443,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         path = urlsplit(self.path).path
         routes = {"/v1/completions": self.app.complete, "/sim/fault": self.app.set_fault}
+        if not self._authorized(path):
+            return
         if path not in routes:
             self._json(404, {"detail": "Not Found"})
             return
@@ -447,10 +473,11 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], app: SimApp) -> None:
+    def __init__(self, address: tuple[str, int], app: SimApp, api_keys: tuple[str, ...] = ()) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self.app = app
+        self.api_keys = tuple(k for k in api_keys if k)
         super().__init__(address, _Handler)
 
 
@@ -487,7 +514,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     engine.start_output_thread()
     try:
-        httpd = _Server((args.host, args.port), SimApp(args.model, engine, config))
+        api_keys = tuple(args.api_key or [os.environ.get("VLLM_API_KEY", "")])
+        httpd = _Server((args.host, args.port), SimApp(args.model, engine, config), api_keys)
     except OSError as exc:
         LOG.error("cannot listen on %s:%d: %s", args.host, args.port, exc)
         engine.shutdown()
