@@ -56,7 +56,7 @@ def cmd_run(args) -> int:
     rt = Runtime.start(cfg)
     stop = threading.Event()
 
-    def on_signal(signum, frame):  # noqa: ARG001
+    def on_signal(signum, frame):
         logging.getLogger("guardian").info("signal %d: shutting down", signum)
         stop.set()
         rt.clock.wake()
@@ -119,7 +119,7 @@ def cmd_probe(args) -> int:
         daemon.tick()
     finally:
         daemon.runner.shutdown()
-    doc = daemon.status()
+    doc = daemon.status().to_dict()
     print(json.dumps(doc, indent=2) if args.json else render_status(doc))
     return 0 if doc["targets"] else 1
 
@@ -221,10 +221,7 @@ def parse_duration(text: str) -> float:
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     text = text.strip().lower()
     try:
-        if text and text[-1] in units:
-            value = float(text[:-1]) * units[text[-1]]
-        else:
-            value = float(text)
+        value = float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 30m, 2h)") from None
     if value <= 0:
@@ -279,6 +276,7 @@ def cmd_snapshot(args) -> int:
     from .actions.evidence import EvidenceCollector, target_for_pid
     from .clock import SystemClock
     from .discovery import discover
+    from .host.process_details import PsutilDetails
     from .host.procfs import ProcFS
     from .host.runner import SubprocessRunner
     from .incidents import IncidentStore
@@ -294,8 +292,9 @@ def cmd_snapshot(args) -> int:
             return 1
         target = found
     os.makedirs(cfg.state_dir, mode=0o750, exist_ok=True)
+    details = PsutilDetails() if os.path.realpath(cfg.probes.procfs.proc_root) == "/proc" else None
     collector = EvidenceCollector(cfg.evidence, IncidentStore(cfg.state_dir).dir_for, SubprocessRunner(),
-                                  procfs, SystemClock())
+                                  procfs, SystemClock(), details=details)
     res = collector.snapshot(target, record_seconds=args.record)
     print(f"bundle {res.dir} ({len(res.files)} files, {res.duration:.2f}s)")
     for what, why in res.failures.items():
@@ -387,7 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--keep", action="store_true", help="keep the demo's state dir")
     sp.add_argument("--timeout", type=float, default=120.0)
     sp.set_defaults(fn=cmd_demo)
-    return p
+    from .cli_help import decorate  # descriptions, examples and option help of every command
+
+    return decorate(p)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

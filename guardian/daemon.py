@@ -18,10 +18,12 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .actions.evidence import EvidenceCollector
+from .actions.policy import RestartLedger
 from .actions.remediation import RemediationSettings, Remediator
 from .actions.responder import Responder
 from .config_schema import Config
@@ -31,7 +33,7 @@ from .detectors.view import TargetView
 from .episodes import EpisodeLog
 from .incidents import IncidentManager, IncidentStore
 from .model import Finding, Incident, Kind, Transition
-from .actions.policy import RestartLedger
+from .platform_match import platform_for
 from .probes.async_runner import AsyncRunner
 from .probes.base import ProbeParts, Readings, Seen
 from .probes.scheduler import ProbeScheduler
@@ -39,13 +41,15 @@ from .probes.table import build_probes, probe_names
 from .seams import Seams
 from .selfstats import SelfStats
 from .series import SeriesStore
-from .targets import NAME as TARGETS, TargetsStage
+from .targets import NAME as TARGETS
+from .targets import TargetsStage
 from .tracker import Tracker
 
 if TYPE_CHECKING:
     from .diagnosis.service import Diagnoser
-    from .host.kube import KubeClient
     from .actions.lease import FleetLease
+    from .host.kube import KubeClient
+    from .status_snapshot import StatusSnapshot
 
 Sink = Callable[[Transition], None]
 
@@ -68,11 +72,13 @@ class Daemon:
         self.episodes = EpisodeLog(self.log)
         self.runner = runner or AsyncRunner(max_workers=8)
         self.readings = Readings()
-        self.targets = TargetsStage(cfg, seams.proc, self.tracker, self.series, self.log)
+        self.targets = TargetsStage(cfg, seams.proc, self.tracker, self.series, self.log,
+                                    platform=platform_for(cfg, seams.proc, kube, seams.commands))
         self.stats = SelfStats.for_probes(probe_names())
         self.probes = ProbeScheduler(
             build_probes(ProbeParts(cfg, seams, self.tracker, self.series, self.readings, self.log)),
-            self.runner, self.stats, self.episodes, self.series)
+            self.runner, self.stats, self.episodes, self.series,
+            record=lambda incident_id, action: self.responder.record_action(incident_id, action))
         self.seen = Seen()
         self.incidents = IncidentManager(self.node, self.clock, store, cfg.detectors)
         self.ledger = RestartLedger(cfg.state_dir, keep=cfg.policy.budget.period)
@@ -87,7 +93,7 @@ class Daemon:
         self.responder.on_update.extend(on_update)
         self.status_extras = dict(status_extras or {})
         self.findings: dict[str, dict[Kind, Finding | None]] = {}
-        self._status: Any = None
+        self._status: StatusSnapshot | None = None
         self._status_tick = -1
         self.started_mono = self.clock.monotonic()
         self._lock = threading.RLock()  # the loop and control-socket requests take turns
@@ -124,7 +130,7 @@ class Daemon:
         t0 = time.perf_counter()
         try:
             changes = self.targets.refresh(now)
-        except Exception as e:  # a broken /proc must not kill the loop
+        except Exception as e:  # noqa: BLE001 - a broken /proc must not kill the loop: counted, logged
             st.failures += 1
             self.episodes.fail(TARGETS, f"{type(e).__name__}: {e}", now)
             return
@@ -145,7 +151,8 @@ class Daemon:
         for name, tr in list(self.tracker.targets.items()):
             if self.remediator.suppress_detection(name):
                 continue  # the guardian is taking it down itself: its death is not news
-            findings = evaluate_all(TargetView(self.tracker.state(name, now), self.series), self.cfg.detectors)
+            gates = self.readings.gates.view(name) if self.readings.gates is not None else None
+            findings = evaluate_all(TargetView(self.tracker.state(name, now), self.series, gates), self.cfg.detectors)
             findings[Kind.PROBE_FAILURE] = evaluate_episodes(
                 name, {k: v for k, v in open_episodes.items() if k.startswith(f"{name}:")}, self.cfg.detectors, now)
             self.findings[name] = findings
@@ -168,7 +175,7 @@ class Daemon:
         for sink in self.sinks:
             try:
                 sink(tr)
-            except Exception as e:  # a sink must never take the loop down
+            except Exception as e:  # noqa: BLE001 - a sink must never take the loop down: logged once
                 self.episodes.fail(f"sink:{getattr(sink, '__name__', type(sink).__name__)}", repr(e),
                                    self.clock.monotonic())
 
@@ -180,14 +187,17 @@ class Daemon:
             self.log.warning("RESOLVED %s %s on %s", inc.id, inc.kind.value, inc.target.name)
 
     # ------------------------------------------------------------------ edges
-    def status(self) -> Any:
-        """The status document as of the last tick (built when first asked for after it)."""
+    def status(self) -> StatusSnapshot:
+        """The status as of the last tick (built when first asked for after it)."""
         with self._lock:
             if self._status_tick != self.stats.ticks:
-                from .status_view import build_status  # keeps this module about the loop
+                from .status_view import (
+                    build_status,  # keeps this module about the loop
+                )
 
                 self._status = build_status(self, self.clock.monotonic())
                 self._status_tick = self.stats.ticks
+            assert self._status is not None
             return self._status
 
     def control_request(self, req: dict) -> str:

@@ -6,13 +6,14 @@
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from .clock import Clock
 from .host.accel import AccelBackend
 from .host.http import HttpClient
 from .host.process_control import ProcessControl
+from .host.process_details import ProcessDetails
 from .host.procfs import ProcFS
 from .host.runner import CommandRunner
 
@@ -25,3 +26,4 @@ class Seams:
     commands: CommandRunner  # py-spy, systemctl, npu-smi, drain hooks
     control: ProcessControl  # identity-checked signals, starts
     accel_backends: Sequence[AccelBackend] = ()
+    process_details: ProcessDetails | None = None  # psutil, for evidence; only over the real /proc

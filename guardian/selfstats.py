@@ -4,8 +4,8 @@ Read by the status document and the exporter; written only by the tick loop.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 DISCOVERY = "discovery"  # the loop's first stage, counted like a probe
 

@@ -1,19 +1,39 @@
-"""The status document (`guardian status --json`) built from the daemon's state,
-and its human rendering as a table. Reads memory only; no I/O.
+"""The status of the guardian built from the daemon's state (a ``StatusSnapshot``), and the
+human rendering of its JSON document (``guardian status``) as a table. Reads memory only
+(and the maintenance file).
 """
 from __future__ import annotations
 
+import os
 import resource
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .incidents import incident_to_dict
 from .actions.policy import Maintenance, budget_left
-from .model import Subject
-from .series.slope import theil_sen
-from .series import metrics as m
+from .actions.redact import redact_argv
+from .model import Incident, ProcessInfo, Subject
 from .diagnosis.node_view import render_table as render_accelerators
+from .series import metrics as m
+from .series.slope import theil_sen
+from .status_snapshot import (
+    CanaryStatus,
+    EngineStatus,
+    GuardianSelf,
+    HealthStatus,
+    HottestThread,
+    MemoryStatus,
+    MemoryTrend,
+    ProbeCounters,
+    ProcessStatus,
+    StatusSnapshot,
+    TargetStatus,
+)
+
+if TYPE_CHECKING:
+    from .daemon import Daemon
+    from .probes.procfs import ProcessState
+    from .tracker import TrackedTarget
 
 
 def self_usage() -> tuple[float, int]:
@@ -33,7 +53,7 @@ def _progress_rate(series, name: str, now: float, window: float = 10.0) -> float
     return max(0.0, pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
 
 
-def _trend(series, name: str, subjects: list[str], metric: str, now: float, window: float) -> dict | None:
+def _trend(series, name: str, subjects: list[str], metric: str, now: float, window: float) -> MemoryTrend | None:
     """The current level and Theil–Sen slope (bytes/s) of a memory series summed over subjects."""
     totals: dict[float, float] = {}
     for subject in subjects:
@@ -43,11 +63,10 @@ def _trend(series, name: str, subjects: list[str], metric: str, now: float, wind
     fit = theil_sen(pts) if len(pts) >= 2 else None
     if not pts:
         return None
-    return {"bytes": int(pts[-1][1]), "slope_bytes_per_s": None if fit is None else round(fit.slope, 1),
-            "window_s": window}
+    return MemoryTrend(int(pts[-1][1]), None if fit is None else round(fit.slope, 1), window)
 
 
-def _phase(tr, open_kinds: list[str], remediation: str) -> str:
+def _phase(tr: TrackedTarget, open_kinds: list[str], remediation: str) -> str:
     if remediation != "serving":
         return remediation  # draining / stopping / starting / verifying
     if not tr.api_alive:
@@ -57,117 +76,105 @@ def _phase(tr, open_kinds: list[str], remediation: str) -> str:
     return "serving" if tr.ready else "warming"
 
 
-def build_status(d, now: float) -> dict[str, Any]:
+def _process(p: ProcessInfo, ps: ProcessState | None) -> ProcessStatus:
+    hot = ps.hottest if ps is not None else None
+    return ProcessStatus(
+        p.pid, p.key.starttime, p.role.value, " ".join(redact_argv(p.cmdline))[:200],  # never an --api-key
+        None if ps is None else ps.state, None if ps is None else _r(ps.cpu_ratio),
+        None if ps is None else ps.rss_bytes, None if ps is None else ps.num_threads,
+        None if hot is None else HottestThread(
+            hot.tid, hot.comm, _r(hot.cpu_ratio), _r(hot.voluntary_per_s, 1), _r(hot.involuntary_per_s, 1),
+            _r(hot.cpu_demand), hot.syscall, hot.wchan))
+
+
+def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incident], now: float) -> TargetStatus:
+    kinds = [i.kind.value for i in open_incidents if i.target.name == name]
+
+    def latest(metric: str) -> float | None:
+        point = d.series.latest(name, "", metric)
+        return None if point is None else point[1]
+
+    scrape, canary, accel = tr.last_scrape, tr.last_canary, d.readings.accel
+    return TargetStatus(
+        name=name, source=tr.target.source, pid=tr.target.key.pid, starttime=tr.target.key.starttime,
+        port=tr.target.port, api_url=tr.target.api_url, model=tr.model,
+        phase=_phase(tr, kinds, d.remediator.phase(name)),
+        serving=d.remediator.serving(name) and tr.api_alive and tr.ready,
+        remediation=d.remediator.status().get(name),
+        decision=d.responder.decisions.get(name),
+        budget_left=budget_left(d.cfg.policy, d.ledger, name, d.clock.wall()),
+        ready=tr.ready,
+        health=None if scrape is None else HealthStatus(
+            scrape.health_status, scrape.health_error, _r(latest(m.HEALTH_LATENCY), 4)),
+        engine=EngineStatus(latest(m.REQ_RUNNING), latest(m.REQ_WAITING), _r(latest(m.KV_USAGE)),
+                            _r(_progress_rate(d.series, name, now), 2)),
+        canary=None if canary is None else CanaryStatus(
+            canary.ok, canary.timed_out, _r(canary.latency, 4), canary.error, _r(now - canary.ended, 1)),
+        processes=tuple(_process(p, d.readings.processes.get(p.key)) for p in tr.target.processes),
+        accelerators=tuple(accel.per_target.get(name, []) if accel is not None else ()),
+        memory=MemoryStatus(
+            _trend(d.series, name, [""], m.ACCEL_MEM, now, d.cfg.detectors.accel_memory_leak.window),
+            _trend(d.series, name, [Subject(p.pid).key for p in tr.target.processes], m.PROC_RSS, now,
+                   d.cfg.detectors.host_memory_leak.window)),
+        suspects={k.value: f.summary for k, f in d.findings.get(name, {}).items()
+                  if f is not None and not f.confirmed},
+        incidents=tuple(kinds),
+        errors=d.episodes.current(f"{name}:"),
+        gates=(d.readings.gates.status_of(name, now, d.cfg.detectors.output_corruption)
+               if d.readings.gates is not None else None),
+    )
+
+
+def build_status(d: Daemon, now: float) -> StatusSnapshot:
     cpu_s, rss = self_usage()
     open_incidents = d.incidents.open_incidents()
-    targets = []
-    for name, tr in sorted(d.tracker.targets.items()):
-        kinds = [i.kind.value for i in open_incidents if i.target.name == name]
-        procs = []
-        for p in tr.target.processes:
-            ps = d.readings.processes.get(p.key)
-            hot = ps.hottest if ps is not None else None
-            procs.append({
-                "pid": p.pid, "starttime": p.key.starttime, "role": p.role.value,
-                "cmdline": p.title[:200],
-                "state": getattr(ps, "state", None),
-                "cpu_ratio": _r(getattr(ps, "cpu_ratio", None)),
-                "rss_bytes": getattr(ps, "rss_bytes", None),
-                "threads": getattr(ps, "num_threads", None),
-                "hottest_thread": None if hot is None else {
-                    "tid": hot.tid, "comm": hot.comm, "cpu_ratio": _r(hot.cpu_ratio),
-                    "voluntary_per_s": _r(hot.voluntary_per_s, 1),
-                    "involuntary_per_s": _r(hot.involuntary_per_s, 1),
-                    "cpu_demand": _r(hot.cpu_demand), "syscall": hot.syscall, "wchan": hot.wchan,
-                },
-            })
-        latest = lambda metric: d.series.latest(name, "", metric)  # noqa: E731
-        health = tr.last_scrape
-        canary = tr.last_canary
-        suspects = {k.value: f.summary for k, f in d.findings.get(name, {}).items()
-                    if f is not None and not f.confirmed}
-        targets.append({
-            "name": name,
-            "source": tr.target.source,
-            "pid": tr.target.key.pid,
-            "starttime": tr.target.key.starttime,
-            "port": tr.target.port,
-            "api_url": tr.target.api_url,
-            "model": tr.model,
-            "phase": _phase(tr, kinds, d.remediator.phase(name)),
-            "serving": d.remediator.serving(name) and tr.api_alive and tr.ready,
-            "remediation": d.remediator.status().get(name),
-            "decision": d.responder.decisions.get(name),
-            "budget_left": budget_left(d.cfg.policy, d.ledger, name, d.clock.wall()),
-            "ready": tr.ready,
-            "health": None if health is None else {
-                "status": health.health_status, "error": health.health_error,
-                "latency_s": _r((latest(m.HEALTH_LATENCY) or (0, None))[1], 4),
-            },
-            "engine": {
-                "requests_running": (latest(m.REQ_RUNNING) or (0, None))[1],
-                "requests_waiting": (latest(m.REQ_WAITING) or (0, None))[1],
-                "kv_cache_usage": _r((latest(m.KV_USAGE) or (0, None))[1]),
-                "steps_per_s": _r(_progress_rate(d.series, name, now), 2),
-            },
-            "canary": None if canary is None else {
-                "ok": canary.ok, "timed_out": canary.timed_out, "latency_s": _r(canary.latency, 4),
-                "error": canary.error, "age_s": _r(now - canary.ended, 1),
-            },
-            "processes": procs,
-            "accelerators": (d.readings.accel.per_target.get(name, []) if d.readings.accel is not None else []),
-            "memory": {
-                "accelerator": _trend(d.series, name, [""], m.ACCEL_MEM, now, d.cfg.detectors.accel_memory_leak.window),
-                "rss": _trend(d.series, name, [Subject(p.pid).key for p in tr.target.processes], m.PROC_RSS, now,
-                              d.cfg.detectors.host_memory_leak.window),
-            },
-            "suspects": suspects,
-            "incidents": kinds,
-            "errors": d.episodes.current(f"{name}:"),
-        })
-    probes = {name: {"runs": s.runs, "failures": s.failures, "overruns": s.overruns,
-                     "last_duration_s": _r(s.last_duration_s, 5),
-                     "mean_duration_s": _r(s.total_duration_s / s.runs if s.runs else 0.0, 5)}
+    probes = {name: ProbeCounters(s.runs, s.failures, s.overruns, _r(s.last_duration_s, 5),
+                                  _r(s.total_duration_s / s.runs if s.runs else 0.0, 5))
               for name, s in d.stats.probes.items()}
-    return {
-        "schema": 1,
-        "node": d.node,
-        "accelerators": list(d.readings.accel.node) if d.readings.accel is not None else [],
-        "version": __version__,
-        "time": d.clock.wall(),
-        "uptime_s": _r(now - d.started_mono, 1),
-        "guardian": {
-            "pid": __import__("os").getpid(),
-            "ticks": d.stats.ticks,
-            "last_tick_s": _r(d.stats.last_tick_s, 5),
-            "max_tick_s": _r(d.stats.max_tick_s, 5),
-            "cpu_seconds": _r(cpu_s, 2),
-            "max_rss_bytes": rss,
-        },
-        "probes": probes,
-        "targets": targets,
-        "unmatched": [{"target": n, "reason": r} for n, r in d.targets.unmatched],
-        "incidents": [incident_to_dict(i) for i in open_incidents],
-        "actions": {"outcomes": dict(d.remediator.action_counts),
-                    "restarts": {k: dict(v) for k, v in d.remediator.restart_counts.items()}},
-        "maintenance_until": Maintenance(d.cfg.state_dir).until(),
-        **{key: fn() for key, fn in d.status_extras.items()},
-        "errors": {k: v for k, v in d.episodes.current().items()},
-    }
+    return StatusSnapshot(
+        node=d.node, version=__version__, time=d.clock.wall(), uptime_s=_r(now - d.started_mono, 1),
+        guardian=GuardianSelf(os.getpid(), d.stats.ticks, _r(d.stats.last_tick_s, 5), _r(d.stats.max_tick_s, 5),
+                              _r(cpu_s, 2), rss),
+        probes=probes,
+        targets=tuple(_target(d, name, tr, open_incidents, now) for name, tr in sorted(d.tracker.targets.items())),
+        unmatched=tuple(d.targets.unmatched),
+        incidents=tuple(open_incidents),
+        actions={"outcomes": dict(d.remediator.action_counts),
+                 "restarts": {k: dict(v) for k, v in d.remediator.restart_counts.items()}},
+        maintenance_until=Maintenance(d.cfg.state_dir).until(),
+        extras={**{key: fn() for key, fn in d.status_extras.items()},
+                **({"gates": d.readings.gates.summary()} if d.readings.gates is not None else {})},
+        errors=dict(d.episodes.current()),
+        accelerators=tuple(d.readings.accel.node) if d.readings.accel is not None else (),
+    )
 
 
 def _fmt_pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
 
 
-def _fmt_bytes(x: int | None) -> str:
-    if x is None:
+def _fmt_bytes(n: int | None) -> str:
+    if n is None:
         return "-"
+    x = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if x < 1024 or unit == "GiB":
             return f"{x:.0f}{unit}" if unit == "B" else f"{x:.1f}{unit}"
         x /= 1024
     return str(x)
+
+
+def _gates_lines(g: dict[str, Any] | None) -> list[str]:
+    if not g:
+        return []
+    score = "-" if g["health_score"] is None else str(g["health_score"])
+    age = "never" if g["last_round_age_s"] is None else f"{g['last_round_age_s']:.0f}s ago"
+    out = [f"  gates: health {score}/100, last round {age}, baseline {g['baseline']}, "
+           f"L4 {g['agreement'] or '-'}, {g['reports']} report(s)"]
+    out += [f"  gate failure {f['level']} {f['check']}: {f['prompt'][:30]!r} -> {f['output'][:40]!r}"
+            for f in g["failures"][:3]]
+    out += [f"  gate note: {n}" for n in g["notes"]]
+    return out
 
 
 def render_status(doc: dict[str, Any]) -> str:
@@ -213,6 +220,7 @@ def render_status(doc: dict[str, Any]) -> str:
         if t.get("decision"):
             lines.append(f"  decision: {t['decision']}")
         lines.append(f"  serving: {'yes' if t['serving'] else 'NO'}, restart budget left: {t['budget_left']}")
+        lines.extend(_gates_lines(t.get("gates")))
         for kind, summary in t["suspects"].items():
             lines.append(f"  suspect {kind}: {summary}")
         for key, msg in t["errors"].items():

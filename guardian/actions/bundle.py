@@ -9,6 +9,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..fsutil import atomic_write
+
 FILE_MODE = 0o640
 DIR_MODE = 0o750
 
@@ -40,16 +42,7 @@ class BundleWriter:
         raw = data.encode("utf-8", errors="replace") if isinstance(data, str) else data
         path = self.root / rel
         self.mkdir(path.parent)
-        tmp = path.with_name(f".{path.name}.tmp{threading.get_ident()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-        try:
-            os.fchmod(fd, FILE_MODE)
-            view = memoryview(raw)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        atomic_write(path, raw, mode=FILE_MODE)
         self.adopt(rel, len(raw))
 
     def adopt(self, rel: str, size: int) -> None:

@@ -1,4 +1,4 @@
-"""Evidence before action: one bundle per incident under ``<state_dir>/incidents/<id>/`` (SPEC §5).
+"""Evidence before action: one bundle per incident under ``<state_dir>/incidents/<id>/`` (docs/design.md, Evidence).
 
 Reads, in this order, for every process of the target's snapshotted tree:
 1. ``/proc`` (through ``ProcFS.read_text``): the process's ``status``/``stat`` and,
@@ -43,6 +43,7 @@ from ..clock import Clock
 from ..config_schema import EvidenceConfig
 from ..discovery import classify, is_api_server
 from ..errors import AccessDenied, BackendUnavailable, GuardianError, TargetGone
+from ..host.process_details import ProcessDetails
 from ..host.procfs import ProcFS
 from ..host.runner import CommandResult, CommandRunner
 from ..incidents.ids import new_incident_id
@@ -95,7 +96,7 @@ class EvidenceResult:
 def series_windows(store: SeriesStore, target: str, since: float) -> dict[str, dict[str, list[list[float]]]]:
     """Every series of ``target`` from ``since`` on, as {metric: {subject: [[t, v], ...]}}. Loop thread only."""
     out: dict[str, dict[str, list[list[float]]]] = {}
-    for key in store.keys():
+    for key in store.keys():  # noqa: SIM118 - SeriesStore.keys() is a method, not a dict view
         if key.target != target:
             continue
         points = store.window(target, key.subject, key.metric, since)
@@ -173,7 +174,8 @@ class _Dump:
 class EvidenceCollector:
     def __init__(self, cfg: EvidenceConfig, store_dir_for: Callable[[str], Path], runner: CommandRunner,
                  procfs: ProcFS, clock: Clock, *, locate: Callable[[str], str | None] = default_locate,
-                 max_workers: int = MAX_DUMP_WORKERS, slack: float = SLACK_S) -> None:
+                 max_workers: int = MAX_DUMP_WORKERS, slack: float = SLACK_S,
+                 details: ProcessDetails | None = None) -> None:
         self.cfg = cfg
         self._dir_for = store_dir_for
         self._runner = runner
@@ -182,6 +184,7 @@ class EvidenceCollector:
         self._locate = locate
         self._workers = max(1, min(MAX_DUMP_WORKERS, max_workers))
         self._slack = slack
+        self._details = details  # psutil's per-process details (processes.json), when wired
 
     # ------------------------------------------------------------ public
     def deadline(self, n_processes: int, record_seconds: float | None = None) -> float:
@@ -205,7 +208,7 @@ class EvidenceCollector:
         try:
             bundle.mkdir(root)
             removed = self._capture(ctx, bundle_id, bundle, start)
-        except Exception as e:  # noqa: BLE001 - the daemon must continue whatever happens here
+        except Exception as e:  # the daemon must continue whatever happens here
             log.exception("evidence capture %s failed", bundle_id)
             bundle.fail("capture", f"{type(e).__name__}: {e}")
         return EvidenceResult(root, tuple(sorted(bundle.files)), dict(bundle.failures),
@@ -227,6 +230,12 @@ class EvidenceCollector:
         proc_texts: dict[tuple[int, int, str], str] = {}
         for p in alive:
             self._read_proc(p.pid, bundle, proc_texts)
+        if self._details is not None and alive:
+            try:
+                details = self._details.read([p.key for p in alive])
+                bundle.write("processes.json", json.dumps(jsonable(details), indent=2) + "\n")
+            except Exception as e:  # noqa: BLE001 - optional evidence: a failure is recorded, the bundle goes on
+                bundle.fail("processes.json", f"{type(e).__name__}: {e}")
 
         exe = self._locate(self.cfg.pyspy)
         if exe is None:
@@ -362,9 +371,9 @@ class EvidenceCollector:
         try:
             res = self._runner.run(argv, timeout)
         except BackendUnavailable as e:
-            fail = pyspy.Failure("missing", f"{pyspy.MISSING_REASON} ({e})")
-            bundle.step({"what": what, "pid": pid, "mode": mode, "argv": argv, "error": fail.reason})
-            return None, fail
+            missing = pyspy.Failure("missing", f"{pyspy.MISSING_REASON} ({e})")
+            bundle.step({"what": what, "pid": pid, "mode": mode, "argv": argv, "error": missing.reason})
+            return None, missing
         fail = pyspy.classify(res.returncode, res.error_text, res.timed_out, timeout)
         bundle.step({"what": what, "pid": pid, "mode": mode, "argv": argv, "rc": res.returncode,
                      "duration_s": round(res.duration, 3), "timed_out": res.timed_out,

@@ -1,4 +1,4 @@
-"""Remediation policy (SPEC §8): may this target be restarted now? Pure decisions over state.
+"""Remediation policy (docs/design.md, Safety gates): may this target be restarted now? Pure decisions over state.
 
 Budgets (restarts per period, persisted so a guardian restart does not reset
 them), exponential backoff between restarts, maintenance mode, the node-wide
@@ -7,11 +7,11 @@ anomaly check. The fleet lease lives in ``guardian.actions.lease`` (it needs Red
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..config_schema import PolicyConfig
+from ..fsutil import atomic_write
 
 
 @dataclass(frozen=True)
@@ -55,12 +55,7 @@ class RestartLedger:
 
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(self.restarts, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        atomic_write(self.path, json.dumps(self.restarts))
 
 
 def backoff_seconds(cfg: PolicyConfig, restarts_in_period: int) -> float:
@@ -114,9 +109,7 @@ class Maintenance:
     def turn_on(self, now_wall: float, duration: float) -> float:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         until = now_wall + duration
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"until": until, "since": now_wall}))
-        os.replace(tmp, self.path)
+        atomic_write(self.path, json.dumps({"until": until, "since": now_wall}))
         return until
 
     def turn_off(self) -> bool:

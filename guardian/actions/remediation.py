@@ -25,9 +25,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..config_schema import Config, DrainConfig, Mode, PolicyConfig, RestartConfig, TargetConfig
+from ..fsutil import atomic_write
 from ..model import Action, Kind, ProcKey
-from .policy import Maintenance, may_restart, node_anomaly
 from ..series import metrics as m
+from .launch import build_launch_spec
+from .policy import Maintenance, may_restart, node_anomaly
+from .redact import redact_argv
 
 HANG_KINDS = {Kind.BUSY_LOOP.value, Kind.ENGINE_STALL.value, Kind.ENGINE_DEAD.value}
 HANG_DRAIN_TIMEOUT = 5.0  # a hung engine has nothing to drain
@@ -111,14 +114,15 @@ class RemediationSettings:
     """The node, where state lives, the policy, and a restart spec per configured target
     (an autodiscovered target has none: it is never restarted)."""
 
-    node: str
+    node: str | None  # as configured (control messages carry it)
     state_dir: str
     policy: PolicyConfig
     targets: Mapping[str, RestartSpec] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, cfg: Config) -> RemediationSettings:
-        return cls(cfg.node, cfg.state_dir, cfg.policy, {t.name: RestartSpec.of(t) for t in cfg.targets})
+        return cls(cfg.node or os.uname().nodename, cfg.state_dir, cfg.policy,
+                   {t.name: RestartSpec.of(t) for t in cfg.targets})
 
 
 @dataclass
@@ -257,7 +261,8 @@ class Remediator:
         if incident.kind in (Kind.PROBE_FAILURE, Kind.RESTART_BUDGET_EXHAUSTED):
             return "a blind spot or an exhausted budget is never a reason to restart: alert only"
         prev = self.sequences.get(name)
-        if prev is not None and prev.incident_id == incident.id and prev.phase in (Phase.FAILED, Phase.DONE, Phase.ABORTED):
+        finished = (Phase.FAILED, Phase.DONE, Phase.ABORTED)
+        if prev is not None and prev.incident_id == incident.id and prev.phase in finished:
             return f"already {prev.phase.value} for this incident"
         tc = self.target_config(name)
         if tc is None:
@@ -309,7 +314,7 @@ class Remediator:
         if dry_run or self.policy.dry_run:
             return (f"{name}: dry run: would have {'drained' if action == 'drain' else 'drained, stopped'} "
                     f"{[p.pid for p in tracked.target.processes]}"
-                    + ("" if action == "drain" else f" and restarted via {tc.restart.mode}"))
+                    + ("" if action == "drain" or tc is None else f" and restarted via {tc.restart.mode}"))
         self.begin(name, "manual", None, tracked.target.key, [p.key for p in tracked.target.processes], now,
                    drain_only=(action == "drain"))
         return f"{name}: {action} started"
@@ -450,12 +455,14 @@ class Remediator:
         tc = self.target_config(seq.target)
         rc = tc.restart if tc else RestartConfig()
         if seq.mode == "command":
-            try:
-                seq.started_pid = self.control.start(rc.command, rc.env, rc.cwd, rc.log_file)
+            try:  # a clean environment, as restart.user/group (guardian.actions.launch)
+                spec = build_launch_spec(rc)
+                seq.started_pid = self.control.start_spec(spec)
             except (OSError, ValueError) as e:
                 self._finish(seq, now, Outcome.FAILED, f"start failed: {e}")
                 return
-            self._enter(seq, Phase.VERIFYING, now, f"started pid {seq.started_pid}: {' '.join(rc.command)[:200]}")
+            self._enter(seq, Phase.VERIFYING, now, f"started pid {seq.started_pid}: "
+                                                   f"{' '.join(redact_argv(spec.argv))[:200]}")
         elif seq.mode == "systemd":
             unit = rc.unit or (tc.systemd_unit if tc else None)
             res = self._job(seq, "systemctl", lambda: self.cmd_runner.run(("systemctl", "restart", unit), 60), now)
@@ -502,9 +509,10 @@ class Remediator:
             seq.progress.job_at = now
             return res
         last = seq.progress.job_at
-        if seq.pending_job != key and (last is None or (retry_every is not None and now - last >= retry_every)):
-            if self.async_runner.submit(("remediation", key), fn, deadline=now + 90, on_done=self._job_done):
-                seq.pending_job = key
+        due = last is None or (retry_every is not None and now - last >= retry_every)
+        if seq.pending_job != key and due and self.async_runner.submit(
+                ("remediation", key), fn, deadline=now + 90, on_done=self._job_done):
+            seq.pending_job = key
         return None
 
     def _job_done(self, done, now: float) -> None:
@@ -567,15 +575,9 @@ class Remediator:
     # ------------------------------------------------------------------ persistence
     def _save(self, seq: RestartSequence) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / f"{seq.target}.json"
-        tmp = path.with_suffix(".tmp")
         data = asdict(seq)
         data["phase_since"] = None  # monotonic times mean nothing to the next process
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic_write(self.dir / f"{seq.target}.json", json.dumps(data))
 
     def _resume(self) -> None:
         """A guardian restarted mid-sequence: resume where it is safe, never start twice."""

@@ -19,20 +19,21 @@ target's incidents). ``on_update`` hooks hear of an incident that changed withou
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock
 from ..config_schema import DetectorsConfig, Mode
 from ..episodes import EpisodeLog
 from ..incidents import IncidentManager
-from ..model import Finding, Incident, Kind, Severity, Transition
-from .policy import budget_left
+from ..model import Action, Finding, Incident, Kind, Severity, Transition
 from ..probes.async_runner import AsyncRunner, Done
 from ..probes.base import Readings
 from ..series import SeriesStore
 from ..tracker import Tracker
 from ..diagnosis.service import capture_then_diagnose
 from .evidence import EvidenceCollector, EvidenceContext, EvidenceResult, series_windows
+from .policy import budget_left
 from .remediation import Outcome, Remediator, RestartSequence
 
 
@@ -76,6 +77,8 @@ class Responder:
                 continue
             section = getattr(self.detectors, inc.kind.value, None)
             mode = section.mode if section is not None else Mode.ALERT
+            if inc.signals.get("alert_only") and mode is Mode.REMEDIATE:
+                mode = Mode.ALERT  # e.g. two instances disagree and neither has a baseline: nobody to blame
             self.decisions[inc.target.name] = self.remediator.consider(
                 inc, tr, now, mode=mode, tripped=len(tripped), total=total)
         self.remediator.tick(now, self.tracker, self.series)
@@ -103,10 +106,21 @@ class Responder:
             inc = self.incidents.get(seq.incident_id)
             if inc is not None:
                 self._updated(inc)  # the alert carries every step and why it failed
+        if outcome is Outcome.DONE and not seq.drain_only and self.readings.gates is not None:
+            self.readings.gates.request_rebaseline(seq.target)  # the gates take the baseline again
         if outcome is Outcome.DONE and not seq.drain_only:
             for t in self.incidents.resolve_target(seq.target, f"restarted and verified: {seq.detail}"):
                 if t.incident.kind is not Kind.RESTART_BUDGET_EXHAUSTED:
                     self.emit(t)
+
+    def record_action(self, incident_id: str, action: Action) -> None:
+        """A step taken for an incident by someone else (a probe's diagnosis): kept on the
+        incident, and its alert sent again with it. An incident already gone is ignored."""
+        try:
+            inc = self.incidents.add_action(incident_id, action)
+        except KeyError:
+            return
+        self._updated(inc)
 
     def _updated(self, inc: Incident) -> None:
         for hook in self.on_update:

@@ -1,22 +1,23 @@
 """Incidents on disk: ``<state_dir>/incidents/<id>/incident.json``, one JSON file each.
 
 Writes atomically (temporary file, fsync, ``os.replace``, fsync of the folder);
-files ``0640``, folders ``0750``. Field names follow SPEC §9. A corrupt or
+files ``0640``, folders ``0750``. Field names are those `guardian incidents list --json` prints. A corrupt or
 unreadable file is skipped with a warning, never a crash. The evidence bundle of
 an incident lives in the same folder (``dir_for``).
 """
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import math
 import os
 import re
-import tempfile
 from enum import Enum
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..fsutil import atomic_write
 from ..model import Action, Incident, Kind, Severity, Status, TargetRef
 
 log = logging.getLogger(__name__)
@@ -120,22 +121,7 @@ class IncidentStore:
         _mkdir(self.root)
         _mkdir(d)
         path = d / FILE_NAME
-        data = json.dumps(incident_to_dict(incident), indent=2, sort_keys=True).encode()
-        fd, tmp = tempfile.mkstemp(prefix=f".{FILE_NAME}.", suffix=".tmp", dir=d)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fchmod(f.fileno(), FILE_MODE)
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-        _fsync_dir(d)
+        atomic_write(path, json.dumps(incident_to_dict(incident), indent=2, sort_keys=True), mode=FILE_MODE)
         return path
 
     def load(self, incident_id: str) -> Incident | None:
@@ -154,7 +140,7 @@ class IncidentStore:
         out.sort(key=lambda i: (i.opened_at, i.id), reverse=True)
         return out if limit is None else out[: max(0, limit)]
 
-    def load_open(self) -> list[Incident]:
+    def load_open(self) -> builtins.list[Incident]:  # `list` here is the method above
         """Stored incidents still firing, oldest first."""
         return sorted((i for i in self.list() if i.status is Status.FIRING), key=lambda i: (i.opened_at, i.id))
 
@@ -174,15 +160,3 @@ def _mkdir(path: Path) -> None:
         path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         os.chmod(path, DIR_MODE)
 
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -21,16 +21,18 @@ read by the status document, evidence and remediation.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config_schema import Config
-from ..model import Finding, Incident, Kind, ProcKey, Sample
+from ..model import Action, Finding, Incident, Kind, ProcKey, Sample
 from ..seams import Seams
 
 if TYPE_CHECKING:  # only for annotations: the probes import this module
     from ..series import SeriesStore
     from ..tracker import Tracker
+    from ..gates.shared import GatesShared
     from .accel import AccelResult
     from .procfs import ProcessState
 
@@ -56,7 +58,9 @@ class Folded:
 
     ``failed``: episode key → message, each one counted as a failure of the probe;
     ``degraded``: episode key → message, logged once per episode but not counted (a partial
-    reading, e.g. a file that needs a capability); ``cleared``: episode keys that recovered.
+    reading, e.g. a file that needs a capability); ``cleared``: episode keys that recovered;
+    ``actions``: ``(incident id, Action)`` steps to record on open incidents (a diagnosis): the
+    incident's alert is sent again with them.
     Episode keys start with the target's name and a colon when they concern one target (the
     ``probe_failure`` detector reads them so).
     """
@@ -65,6 +69,7 @@ class Folded:
     failed: Mapping[str, str] = field(default_factory=dict)
     degraded: Mapping[str, str] = field(default_factory=dict)
     cleared: Sequence[str] = ()
+    actions: Sequence[tuple[str, Action]] = ()
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,7 @@ class Readings:
 
     processes: Mapping[ProcKey, ProcessState] = field(default_factory=dict)
     accel: AccelResult | None = None  # None: no accelerator backend, or not read yet
+    gates: GatesShared | None = None  # set by the gates probe when gates are enabled
 
     def device_memory_held(self, pids: set[int]) -> bool | None:
         """Whether an accelerator still shows memory held by these pids (None: no reading)."""

@@ -86,8 +86,8 @@ class ProcfsReader:
         for k in [k for k in self._proc_prev if k not in seen_procs]:
             del self._proc_prev[k]
         self._followed &= seen_procs
-        for k in [k for k in self._thread_prev if k not in seen_threads]:
-            del self._thread_prev[k]
+        for tk in [tk for tk in self._thread_prev if tk not in seen_threads]:
+            del self._thread_prev[tk]
         return res
 
     # ------------------------------------------------------------------ helpers

@@ -10,10 +10,11 @@ never taken down with the loop.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Sequence
 
 from ..episodes import EpisodeLog
+from ..model import Action
 from ..selfstats import SelfStats
 from ..series import SeriesStore
 from .async_runner import AsyncRunner, Done
@@ -27,12 +28,13 @@ def episode_key(probe: Probe, job: Job) -> str:
 
 class ProbeScheduler:
     def __init__(self, probes: Sequence[Probe], runner: AsyncRunner, stats: SelfStats, episodes: EpisodeLog,
-                 series: SeriesStore) -> None:
+                 series: SeriesStore, record: Callable[[str, Action], None] | None = None) -> None:
         self.probes = list(probes)
         self.runner = runner
         self.stats = stats
         self.episodes = episodes
         self.series = series
+        self.record = record  # records a probe's step on an incident (Folded.actions)
 
     def run_inline(self, now: float, seen: Seen) -> None:
         for probe in self.probes:
@@ -46,10 +48,10 @@ class ProbeScheduler:
                 continue
             for job in probe.jobs(now, seen):
                 key = (probe.name, job.subject)
-                if not self.runner.busy(key) and self.runner.submit(
-                        key, job.run, deadline=now + job.timeout, on_done=partial(self._done, probe, job)):
-                    if job.on_start is not None:
-                        job.on_start(now)
+                started = not self.runner.busy(key) and self.runner.submit(
+                    key, job.run, deadline=now + job.timeout, on_done=partial(self._done, probe, job))
+                if started and job.on_start is not None:
+                    job.on_start(now)
 
     def collect(self, now: float) -> None:
         for done in self.runner.collect():
@@ -69,7 +71,7 @@ class ProbeScheduler:
         t0 = time.perf_counter()
         try:
             result = job.run()
-        except Exception as e:  # a broken /proc must not kill the loop
+        except Exception as e:  # noqa: BLE001 - a broken probe must not kill the loop: counted, logged
             st.failures += 1
             self.episodes.fail(episode_key(probe, job), f"{type(e).__name__}: {e}", now)
             return
@@ -97,3 +99,6 @@ class ProbeScheduler:
             self.episodes.fail(key, message, now)
         for key in folded.cleared:
             self.episodes.ok(key)
+        if self.record is not None:
+            for incident_id, action in folded.actions:
+                self.record(incident_id, action)

@@ -9,6 +9,7 @@ cannot be parsed gives ``METRICS_OK`` 0 and no vLLM samples, never zeros.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable
 
 from ..errors import ProbeFailed
@@ -86,7 +87,7 @@ class VllmHttpProbe:
             url = tr.target.api_url
             if url and tr.api_alive and self._schedule.due(tr.name, now):
                 out.append(Job(tr.name, self._job(tr.name, url), 2 * self.cfg.timeout + 1,
-                               on_start=lambda t, name=tr.name: self._schedule.ran(name, t)))
+                               on_start=partial(self._schedule.ran, tr.name)))
         return out
 
     def _job(self, name: str, url: str) -> Callable[[], HttpScrape]:

@@ -1,7 +1,7 @@
 """Pure parser: a vLLM ``/metrics`` page (Prometheus text) → the numbers the guardian watches.
 
 Reads with prometheus_client's text parser. Tolerates what changes across vLLM
-versions (SPEC §3, reference/vllm.md §2): a metric that is absent is absent in
+versions (docs/design.md, Seeing: the probes): a metric that is absent is absent in
 the result (never 0); ``vllm:gpu_cache_usage_perc`` (≤ 0.11) stands in for
 ``vllm:kv_cache_usage_perc``. Values are summed over engines (data parallel),
 except the KV usage, which is the highest engine's.
@@ -81,7 +81,7 @@ def parse_vllm_metrics(text: str) -> dict[str, float]:
                 name = LEGACY.get(sample.name, sample.name)
                 if name in WATCHED:
                     found.setdefault(name, []).append(float(sample.value))
-    except Exception as e:  # the parser raises bare ValueError/TypeError/IndexError on garbage
+    except Exception as e:  # noqa: BLE001 - the parser raises bare ValueError/TypeError/IndexError on garbage
         raise ProbeFailed(f"unparsable /metrics page: {type(e).__name__}: {e}") from None
     out: dict[str, float] = {}
     for name, values in found.items():

@@ -1,4 +1,4 @@
-"""Alert events, schema v1 (SPEC §6): what one incident transition says to the world.
+"""Alert events, schema v1 (docs/alerts.md): what one incident transition says to the world.
 
 ``event_from_incident`` is a pure function of an incident and the wall time of
 the event: one JSON-able dict with a unique, time-sortable ``id`` (ULID), a

@@ -16,11 +16,12 @@ import fcntl
 import json
 import logging
 import os
-import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Collection, Iterator, Mapping
+
+from ..fsutil import atomic_write, fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,11 @@ def decode_line(line: bytes) -> dict[str, Any] | None:
     if not isinstance(event, dict) or not isinstance(event.get("id"), str) or not event["id"]:
         return None
     return event
+
+
+def _line_id(line: bytes) -> str | None:
+    event = decode_line(line)
+    return None if event is None else event["id"]
 
 
 class Spool:
@@ -114,7 +120,7 @@ class Spool:
             return 0
         with self._locked():
             lines, damaged = self._read_lines()
-            kept = [ln for ln in lines if decode_line(ln)["id"] not in wanted]  # type: ignore[index]
+            kept = [ln for ln in lines if _line_id(ln) not in wanted]
             removed = len(lines) - len(kept)
             if removed or damaged:
                 self._rewrite(kept)
@@ -206,29 +212,9 @@ class Spool:
         self._bytes += len(line)
 
     def _rewrite(self, lines: list[bytes]) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=".events-", suffix=".tmp", dir=self.dir)
-        try:
-            os.fchmod(fd, FILE_MODE)
-            with os.fdopen(fd, "wb") as f:
-                f.writelines(lines)
-                f.flush()
-                if self._fsync:
-                    os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-        self._fsync_dir()
+        atomic_write(self.path, b"".join(lines), mode=FILE_MODE, fsync=self._fsync)
         self._set_size(lines)
 
     def _fsync_dir(self) -> None:
-        if not self._fsync:
-            return
-        fd = os.open(self.dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        if self._fsync:
+            fsync_dir(self.dir)

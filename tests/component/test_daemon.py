@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import json
 import logging
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from guardian.config import parse_config
-from guardian.host.http import HttpError
+from guardian.host.http import HttpError, HttpResponse
 from guardian.incidents import IncidentStore
-from guardian.model import Kind
+from guardian.model import Incident, Kind
 from guardian.runtime import build_daemon
 from guardian.seams import Seams
 from guardian.testing.clock import FakeClock
@@ -35,7 +36,7 @@ class VllmPage:
         self.iterations = 0
         self.running = 0
 
-    def __call__(self, _body) -> object:
+    def __call__(self, _body) -> HttpResponse:
         return ok(
             "# TYPE vllm:num_requests_running gauge\n"
             f'vllm:num_requests_running{{engine="0",model_name="m"}} {self.running}\n'
@@ -88,7 +89,7 @@ class World:
         return transitions
 
     def target(self) -> dict:
-        return self.d.status()["targets"][0]
+        return self.d.status().to_dict()["targets"][0]
 
 
 @pytest.fixture
@@ -120,7 +121,7 @@ def test_a_spinning_engine_thread_with_a_hung_canary_opens_busy_loop(world):
     assert IncidentStore(world.cfg.state_dir).load(inc.id) is not None
     world.step(2)  # the evidence bundle is captured off the loop, then attached
     stored = IncidentStore(world.cfg.state_dir).load(inc.id)
-    assert stored.evidence_dir and (Path(stored.evidence_dir) / "capture.json").exists()
+    assert stored is not None and stored.evidence_dir and (Path(stored.evidence_dir) / "capture.json").exists()
     assert any(argv[0].endswith("py-spy") and argv[1] == "dump" for argv in world.cmd.argvs())
 
 
@@ -159,7 +160,7 @@ def test_a_canary_500_is_counted_shown_and_is_not_a_hang(world, caplog):
     with caplog.at_level(logging.WARNING, logger="test-daemon"):
         assert not world.step(40)
     assert sum("HTTP 500" in r.getMessage() for r in caplog.records) == 1
-    assert world.d.status()["probes"]["canary"]["failures"] >= 3
+    assert world.d.status().probes["canary"].failures >= 3
     assert "vllm-8000:canary" in world.target()["errors"]
 
 
@@ -243,7 +244,7 @@ def test_the_status_table_reads_at_a_glance(world):
     from guardian.status_view import render_status
 
     world.step(4)
-    text = render_status(world.d.status())
+    text = render_status(world.d.status().to_dict())
     assert "TARGET vllm-8000  [SERVING]" in text
     assert "engine_core" in text and "api_server" in text
     assert "serving: yes, restart budget left: 3" in text
@@ -254,5 +255,49 @@ def test_a_configured_target_that_is_not_found_is_shown_with_the_reason(tmp_path
 
     w = World(tmp_path, {"targets": [{"name": "llama", "match": {"pid_file": str(tmp_path / "none.pid")}}]})
     w.step(2)
-    assert "configured target llama not found" in render_status(w.d.status())
+    assert "configured target llama not found" in render_status(w.d.status().to_dict())
+    w.d.runner.shutdown()
+
+
+def test_a_probe_added_to_the_table_runs_and_annotates_an_incident_without_touching_the_daemon(tmp_path,
+                                                                                            monkeypatch):
+    """A diagnosis step as the next capabilities will add it: one class, one table line."""
+    from guardian.model import Action
+    from guardian.probes import table
+    from guardian.probes.base import Folded, Job
+
+    class Diagnosis:
+        name, inline = "diagnosis", False
+
+        def __init__(self, parts):
+            self.clock, self.done = parts.seams.clock, set()
+
+        def jobs(self, now, seen):
+            new = [i for i in seen.incidents if i.id not in self.done]
+            self.done.update(i.id for i in new)
+            return [Job(i.target.name, partial(self.look_at, i), 5.0) for i in new]
+
+        def look_at(self, incident):
+            return incident.id, f"{incident.kind.value}: looked at it"
+
+        def fold(self, result, now):
+            incident_id, text = result
+            return Folded(actions=[(incident_id, Action("diagnosis", "ok", self.clock.wall(), text))])
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(table, "PROBE_TABLE", (*table.PROBE_TABLE, ("diagnosis", Diagnosis)))
+    w = World(tmp_path)
+    updated: list[Incident] = []
+    w.d.responder.on_update.append(updated.append)
+    w.step(4)
+    w.proc.remove(ENGINE)
+    w.http.route("GET", "/health", ok(status=503))
+    w.step(5)
+    inc = w.d.incidents.open_incidents()[0]
+    assert [(a.name, a.detail) for a in inc.actions if a.name == "diagnosis"] == [
+        ("diagnosis", "engine_dead: looked at it")]
+    assert any(any(a.name == "diagnosis" for a in u.actions) for u in updated)
+    assert w.d.status().probes["diagnosis"].runs == 1
     w.d.runner.shutdown()

@@ -66,7 +66,8 @@ def test_save_replaces_atomically_and_leaves_no_temporary_file(tmp_path):
     store.save(inc)
     store.save(inc.resolve(1_700_000_100.0, "cleared"))
     assert [p.name for p in store.dir_for(inc.id).iterdir()] == ["incident.json"]
-    assert store.load(inc.id).status is Status.RESOLVED
+    loaded = store.load(inc.id)
+    assert loaded is not None and loaded.status is Status.RESOLVED
 
 
 def test_list_is_newest_first_and_limited(tmp_path):

@@ -95,7 +95,7 @@ def test_no_trigger_means_a_plain_step_and_a_real_free(fdir):
 
 
 def test_die_exits_with_the_code_and_marks_the_onset(fdir):
-    exits = []
+    exits: list[int] = []
     inj = fp.FaultInjector(fdir, exit=exits.append, wall=lambda: 123.5, pid=lambda: 4242)
     (fdir.path / "die").write_text("")
     assert inj.before_step() == "die"
@@ -179,3 +179,4 @@ def test_sched_assert_raises_an_assertion_error_inside_the_schedulers_path(fdir)
     assert "schedule" in [f.name for f in e.traceback]  # raised through the scheduler's own frame
     assert json.loads((fdir.path / "sched_assert.onset").read_text()) == {"fault": "sched_assert", "t": 9.0, "pid": 77}
     assert "sched_assert" in fp.read_triggers(["sched_assert"])
+    fp.register()  # returns before importing vllm, which this venv does not have

@@ -49,7 +49,7 @@ class World:
 
 
 def test_the_table_names_every_probe_once_and_the_counters_start_with_discovery():
-    assert probe_names() == ("procfs", "vllm_http", "canary", "accel")
+    assert probe_names() == ("procfs", "vllm_http", "canary", "accel", "gates")
     assert len(set(probe_names())) == len(PROBE_TABLE)
     assert list(SelfStats.for_probes(probe_names()).probes) == ["discovery", *probe_names()]
 
@@ -101,9 +101,13 @@ def test_a_job_that_raises_is_counted_as_a_crash_of_its_probe_on_its_target():
 
 
 def test_an_inline_probe_runs_on_the_loop_thread_and_a_slow_run_counts_an_overrun():
-    ran_on = []
-    p = Scripted(name="fast", inline=True, run=lambda: ran_on.append(threading.current_thread()) or 1.0,
-                 timeout=0.0)
+    ran_on: list[threading.Thread] = []
+
+    def run() -> float:
+        ran_on.append(threading.current_thread())
+        return 1.0
+
+    p = Scripted(name="fast", inline=True, run=run, timeout=0.0)
     w = World(p)
     w.s.run_inline(1.0, Seen())
     assert ran_on == [threading.current_thread()]
@@ -123,4 +127,21 @@ def test_an_off_loop_job_past_its_timeout_counts_one_overrun():
     assert w.stats.probes["gates"].overruns == 1
     gate.set()
     w.settle(13.0)
+    w.runner.shutdown()
+
+
+def test_a_step_a_probe_took_for_an_incident_is_handed_on_to_be_recorded():
+    from guardian.model import Action
+
+    class Diagnosis(Scripted):
+        def fold(self, result, now):
+            return Folded(actions=[("01INC", Action("diagnosis", "ok", 1000.0, "engine thread in a Python loop"))])
+
+    recorded = []
+    p = Diagnosis()
+    w = World(p)
+    w.s.record = lambda incident_id, action: recorded.append((incident_id, action.name, action.detail))
+    w.s.schedule(1.0, Seen())
+    w.settle(2.0)
+    assert recorded == [("01INC", "diagnosis", "engine thread in a Python loop")]
     w.runner.shutdown()
