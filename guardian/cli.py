@@ -151,8 +151,9 @@ def cmd_incidents(args) -> int:
         print(f"summary {d['summary']}")
         from .diagnosis.text import diagnosis_lines
 
-        for line in (diagnosis_lines(d["diagnosis"], d["crash"]) if d["diagnosis"] or d["crash"] or d.get("evidence_dir") else []):
-            print(line)
+        if d["diagnosis"] or d["crash"] or d.get("evidence_dir"):
+            for line in diagnosis_lines(d["diagnosis"], d["crash"]):
+                print(line)
         print("signals")
         for k, v in sorted(d["signals"].items()):
             print(f"  {k}: {v}")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..clock import Clock
 from ..config_schema import DetectorsConfig, Mode
@@ -31,7 +31,7 @@ from ..probes.async_runner import AsyncRunner, Done
 from ..probes.base import Readings
 from ..series import SeriesStore
 from ..tracker import Tracker
-from ..diagnosis.service import capture_then_diagnose
+from ..diagnosis.service import Diagnoser, capture_then_diagnose
 from .evidence import EvidenceCollector, EvidenceContext, EvidenceResult, series_windows
 from .policy import budget_left
 from .remediation import Outcome, Remediator, RestartSequence

@@ -38,7 +38,8 @@ The format (``schema: 1``)::
         advice: "..."
 
 A later catalog may not reuse an id (an error names both files). Pure but for the reads.
-"""
+"""  # noqa: E501
+
 from __future__ import annotations
 
 import re
@@ -67,9 +68,29 @@ SCHEMA = 1
 KINDS = tuple(k.value for k in Kind)
 ROLES = tuple(r.value for r in Role)
 _ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-_SIG_KEYS = {"id", "title", "kinds", "confidence", "source", "confirmed", "inferred", "require", "hot_thread",
-             "threads", "logs", "metrics", "exception", "cmdline", "role", "device_idle", "versions", "fixed_in",
-             "references", "workaround", "advice"}
+_SIG_KEYS = {
+    "id",
+    "title",
+    "kinds",
+    "confidence",
+    "source",
+    "confirmed",
+    "inferred",
+    "require",
+    "hot_thread",
+    "threads",
+    "logs",
+    "metrics",
+    "exception",
+    "cmdline",
+    "role",
+    "device_idle",
+    "versions",
+    "fixed_in",
+    "references",
+    "workaround",
+    "advice",
+}
 _TOP_KEYS = {"schema", "name", "version", "description", "signatures"}
 
 
@@ -156,11 +177,14 @@ def _frame(v: Any, path: str, p: _Problems) -> FramePattern | None:
     if within is not None and (not isinstance(within, int) or isinstance(within, bool) or within < 1):
         p.add(f"{path}.within", f"must be a positive integer, got {within!r}")
         within = None
-    fp = FramePattern(_strs(d.get("function"), f"{path}.function", p),
-                      _regex(d.get("function_regex"), f"{path}.function_regex", p),
-                      tuple(f.replace("\\", "/") for f in _strs(d.get("file"), f"{path}.file", p)),
-                      _regex(d.get("file_regex"), f"{path}.file_regex", p), within,
-                      _bool(d.get("optional"), f"{path}.optional", p))
+    fp = FramePattern(
+        _strs(d.get("function"), f"{path}.function", p),
+        _regex(d.get("function_regex"), f"{path}.function_regex", p),
+        tuple(f.replace("\\", "/") for f in _strs(d.get("file"), f"{path}.file", p)),
+        _regex(d.get("file_regex"), f"{path}.file_regex", p),
+        within,
+        _bool(d.get("optional"), f"{path}.optional", p),
+    )
     if not (fp.functions or fp.function_regex or fp.files or fp.file_regex):
         p.add(path, "a frame needs function/function_regex or file/file_regex")
     return fp
@@ -179,8 +203,13 @@ def _thread(v: Any, path: str, p: _Problems) -> ThreadPattern | None:
     if state not in THREAD_STATES:
         p.add(f"{path}.state", f"must be one of {', '.join(THREAD_STATES)}, got {state!r}")
         state = "any"
-    tp = ThreadPattern(_regex(d.get("name"), f"{path}.name", p), state, _frames(d.get("frames"), f"{path}.frames", p),
-                       _bool(d.get("absent"), f"{path}.absent", p), _bool(d.get("optional"), f"{path}.optional", p))
+    tp = ThreadPattern(
+        _regex(d.get("name"), f"{path}.name", p),
+        state,
+        _frames(d.get("frames"), f"{path}.frames", p),
+        _bool(d.get("absent"), f"{path}.absent", p),
+        _bool(d.get("optional"), f"{path}.optional", p),
+    )
     if tp.name is None and not tp.frames and state == "any":
         p.add(path, "a thread pattern needs a name, a state or frames")
     return tp
@@ -206,8 +235,12 @@ def _exception(v: Any, path: str, p: _Problems) -> ExceptionPattern | None:
     d = _map(v, path, p, {"type", "message", "frames", "optional"})
     if d is None:
         return None
-    ep = ExceptionPattern(_strs(d.get("type"), f"{path}.type", p), _regex(d.get("message"), f"{path}.message", p),
-                          _frames(d.get("frames"), f"{path}.frames", p), _bool(d.get("optional"), f"{path}.optional", p))
+    ep = ExceptionPattern(
+        _strs(d.get("type"), f"{path}.type", p),
+        _regex(d.get("message"), f"{path}.message", p),
+        _frames(d.get("frames"), f"{path}.frames", p),
+        _bool(d.get("optional"), f"{path}.optional", p),
+    )
     if not (ep.types or ep.message or ep.frames):
         p.add(path, "an exception pattern needs a type, a message or frames")
     return ep
@@ -218,7 +251,7 @@ def _version(v: Any, path: str, p: _Problems) -> str | None:
         return None
     s = str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
     if not isinstance(s, str) or not is_version(s):
-        p.add(path, f"must be a version like \"0.26.0\", got {v!r}")
+        p.add(path, f'must be a version like "0.26.0", got {v!r}')
         return None
     return s
 
@@ -249,8 +282,13 @@ def _signature(v: Any, path: str, p: _Problems, label: str) -> Signature | None:
     hot = _thread(d["hot_thread"], f"{path}.hot_thread", p) if "hot_thread" in d else None
     if hot is not None and hot.absent:
         p.add(f"{path}.hot_thread.absent", "the hot thread cannot be absent (use threads)")
-    threads = tuple(t for t in (_thread(x, f"{path}.threads[{i}]", p)
-                                for i, x in enumerate(_list(d.get("threads"), f"{path}.threads", p))) if t)
+    threads = tuple(
+        t
+        for t in (
+            _thread(x, f"{path}.threads[{i}]", p) for i, x in enumerate(_list(d.get("threads"), f"{path}.threads", p))
+        )
+        if t
+    )
     logs = []
     for i, x in enumerate(_list(d.get("logs"), f"{path}.logs", p)):
         lm = _map(x, f"{path}.logs[{i}]", p, {"regex", "optional"})
@@ -259,8 +297,13 @@ def _signature(v: Any, path: str, p: _Problems, label: str) -> Signature | None:
             p.add(f"{path}.logs[{i}].regex", "required")
         if rx is not None:
             logs.append(LogPattern(rx, _bool(lm.get("optional"), f"{path}.logs[{i}].optional", p)))
-    metrics = tuple(mp for mp in (_metric(x, f"{path}.metrics[{i}]", p)
-                                  for i, x in enumerate(_list(d.get("metrics"), f"{path}.metrics", p))) if mp)
+    metrics = tuple(
+        mp
+        for mp in (
+            _metric(x, f"{path}.metrics[{i}]", p) for i, x in enumerate(_list(d.get("metrics"), f"{path}.metrics", p))
+        )
+        if mp
+    )
     exc = _exception(d["exception"], f"{path}.exception", p) if "exception" in d else None
     roles = _strs(d.get("role"), f"{path}.role", p)
     for r in roles:
@@ -274,27 +317,51 @@ def _signature(v: Any, path: str, p: _Problems, label: str) -> Signature | None:
     vmap = _map(versions, f"{path}.versions", p, {"min", "below"}) if versions else {}
     refs = _strs(d.get("references"), f"{path}.references", p)
     sig = Signature(
-        id=sid or "?", title=title or "?", kinds=kinds, confidence=float(conf), source=source or "?",
+        id=sid or "?",
+        title=title or "?",
+        kinds=kinds,
+        confidence=float(conf),
+        source=source or "?",
         confirmed=_strs(d.get("confirmed"), f"{path}.confirmed", p),
         inferred=_strs(d.get("inferred"), f"{path}.inferred", p),
-        hot_thread=hot, threads=threads, logs=tuple(logs), metrics=metrics, exception=exc,
-        cmdline=_regex(d.get("cmdline"), f"{path}.cmdline", p), roles=roles,
-        device_idle=True if idle else None, device_idle_optional=idle != "required",
+        hot_thread=hot,
+        threads=threads,
+        logs=tuple(logs),
+        metrics=metrics,
+        exception=exc,
+        cmdline=_regex(d.get("cmdline"), f"{path}.cmdline", p),
+        roles=roles,
+        device_idle=True if idle else None,
+        device_idle_optional=idle != "required",
         require=require if require in ("all", "any") else "all",
         versions_min=_version((vmap or {}).get("min"), f"{path}.versions.min", p),
         versions_below=_version((vmap or {}).get("below"), f"{path}.versions.below", p),
-        fixed_in=_version(d.get("fixed_in"), f"{path}.fixed_in", p), references=refs,
+        fixed_in=_version(d.get("fixed_in"), f"{path}.fixed_in", p),
+        references=refs,
         workaround=_str(d.get("workaround"), f"{path}.workaround", p),
-        advice=_str(d.get("advice"), f"{path}.advice", p), catalog=label)
+        advice=_str(d.get("advice"), f"{path}.advice", p),
+        catalog=label,
+    )
     if not _evidence_clauses(sig):
-        p.add(path, "needs at least one clause besides kinds (hot_thread, threads, logs, metrics, exception, "
-                    "cmdline, role, device_idle)")
+        p.add(
+            path,
+            "needs at least one clause besides kinds (hot_thread, threads, logs, metrics, exception, "
+            "cmdline, role, device_idle)",
+        )
     return sig if len(p.lines) == n else None
 
 
 def _evidence_clauses(s: Signature) -> int:
-    return (bool(s.hot_thread) + len(s.threads) + len(s.logs) + len(s.metrics) + bool(s.exception)
-            + bool(s.cmdline) + bool(s.roles) + bool(s.device_idle))
+    return (
+        bool(s.hot_thread)
+        + len(s.threads)
+        + len(s.logs)
+        + len(s.metrics)
+        + bool(s.exception)
+        + bool(s.cmdline)
+        + bool(s.roles)
+        + bool(s.device_idle)
+    )
 
 
 # ---------------------------------------------------------------- documents and files
@@ -311,7 +378,7 @@ def parse_catalog(data: Any, where: str) -> Catalog:
     name = _str(top.get("name"), "name", p, required=True) or "?"
     version = top.get("version")
     if not isinstance(version, str) or not version:
-        p.add("version", f"required: a string such as \"2026.12.1\", got {version!r}")
+        p.add("version", f'required: a string such as "2026.12.1", got {version!r}')
         version = "?"
     label = f"{name} {version}"
     sigs: list[Signature] = []

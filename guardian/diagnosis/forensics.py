@@ -12,6 +12,7 @@ With no traceback, ``exception`` is null and ``error`` says why (no source, read
 failed, no traceback in N lines); the catalog still sees the log lines (a log
 line alone can identify a signature, e.g. "Failed to advance FSM").
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -29,9 +30,17 @@ def crash_report(tail: LogTail, signatures: Sequence[Signature], obs: Observatio
     matches = diagnose(signatures, replace(obs, crash=crash, log_lines=clean + tuple(obs.log_lines)))
     doc: dict[str, Any] = {
         "source": tail.source.describe() if tail.source else None,
-        "lines_read": len(tail.lines), "truncated": tail.truncated,
-        "exception": None, "message": None, "process": None, "pid": None, "frames": [], "chain": [], "text": "",
-        "diagnosis": [m.to_dict() for m in matches], "error": tail.error,
+        "lines_read": len(tail.lines),
+        "truncated": tail.truncated,
+        "exception": None,
+        "message": None,
+        "process": None,
+        "pid": None,
+        "frames": [],
+        "chain": [],
+        "text": "",
+        "diagnosis": [m.to_dict() for m in matches],
+        "error": tail.error,
     }
     if crash is not None:
         doc.update({k: v for k, v in crash.to_dict().items()})

@@ -13,6 +13,7 @@ journalctl through the ``CommandRunner`` seam (``-n`` lines, ``-o cat``), the po
 log through ``KubeClient.read_log``. Never raises: a failure is a reason string.
 Text is redacted (``redact_text``) before anyone keeps it.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,9 @@ class LogSource:
     pod_uid: str | None = None
 
     def describe(self) -> str:
-        return {"file": "file", "journal": "journalctl -u", "kubernetes": "previous container log of"}[self.kind] \
-            + f" {self.where}"
+        return {"file": "file", "journal": "journalctl -u", "kubernetes": "previous container log of"}[
+            self.kind
+        ] + f" {self.where}"
 
 
 @dataclass(frozen=True)
@@ -91,13 +93,21 @@ def journal_argv(unit: str, lines: int = JOURNAL_LINES) -> list[str]:
     return ["journalctl", "-u", unit, "-n", str(lines), "--no-pager", "-o", "cat"]
 
 
-def read_tail(source: LogSource | None, *, runner: CommandRunner | None = None,
-              kube: Callable[[], Any] | None = None, max_bytes: int = MAX_BYTES,
-              timeout: float = TIMEOUT_S) -> LogTail:
+def read_tail(
+    source: LogSource | None,
+    *,
+    runner: CommandRunner | None = None,
+    kube: Callable[[], Any] | None = None,
+    max_bytes: int = MAX_BYTES,
+    timeout: float = TIMEOUT_S,
+) -> LogTail:
     """Read ``source`` (bounded); ``kube`` builds a ``KubeClient`` on demand. Never raises."""
     if source is None:
-        return LogTail(None, (), "no log source: set log_path for this target (or restart.log_file / a "
-                                 "systemd unit / a kubernetes match)")
+        return LogTail(
+            None,
+            (),
+            "no log source: set log_path for this target (or restart.log_file / a systemd unit / a kubernetes match)",
+        )
     try:
         if source.kind == "file":
             lines, cut = tail_file(Path(source.where), max_bytes)
@@ -114,8 +124,14 @@ def read_tail(source: LogSource | None, *, runner: CommandRunner | None = None,
             if kube is None:
                 return LogTail(source, (), "no Kubernetes API client")
             client = kube()
-            text = client.read_log(source.namespace or "default", source.pod, source.container,
-                                   previous=True, limit_bytes=max_bytes, pod_uid=source.pod_uid)
+            text = client.read_log(
+                source.namespace or "default",
+                source.pod,
+                source.container,
+                previous=True,
+                limit_bytes=max_bytes,
+                pod_uid=source.pod_uid,
+            )
             lines, cut = text.splitlines(), len(text.encode()) >= max_bytes
         else:
             return LogTail(source, (), f"unknown log source kind {source.kind!r}")

@@ -14,6 +14,7 @@ How a signature is scored:
   (at most 0.99); halved, with a note, when the server runs a version at or
   after ``fixed_in`` (a regression, or another cause with the same look).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -51,10 +52,16 @@ class Crash:
     followed_by: tuple[str, ...] = ()  # later reports that only echo it (the API server's EngineDeadError)
 
     def to_dict(self) -> dict:
-        return {"exception": self.exception, "message": self.message, "process": self.process, "pid": self.pid,
-                "frames": [{"file": f.file, "line": f.line, "function": f.function, "code": f.code}
-                           for f in self.frames],
-                "chain": list(self.chain), "followed_by": list(self.followed_by), "text": self.text}
+        return {
+            "exception": self.exception,
+            "message": self.message,
+            "process": self.process,
+            "pid": self.pid,
+            "frames": [{"file": f.file, "line": f.line, "function": f.function, "code": f.code} for f in self.frames],
+            "chain": list(self.chain),
+            "followed_by": list(self.followed_by),
+            "text": self.text,
+        }
 
 
 @dataclass(frozen=True)
@@ -100,8 +107,12 @@ def _stack(t: ThreadStack) -> list[tuple[str, str]]:
 
 
 def _state_ok(state: str, t: ThreadStack) -> bool:
-    return (state == "any" or (state == "active" and t.active) or (state == "idle" and not t.active)
-            or (state == "gil" and t.active and t.owns_gil))
+    return (
+        state == "any"
+        or (state == "active" and t.active)
+        or (state == "idle" and not t.active)
+        or (state == "gil" and t.active and t.owns_gil)
+    )
 
 
 def thread_matches(p: ThreadPattern, t: ThreadStack) -> tuple[bool, list[str], int]:
@@ -221,9 +232,13 @@ def match_signature(sig: Signature, obs: Observation) -> Match | None:
             used = hit[0]
             optional_hits += hit[2]
             what = "hot" if obs.kind == "busy_loop" else "focus"
-            clause(True, sig.hot_thread.optional,
-                   [f"{what} {_thread_label(hit[0])} in " + " ← ".join(hit[1])] if hit[1]
-                   else [f"{what} {_thread_label(hit[0])}"])
+            clause(
+                True,
+                sig.hot_thread.optional,
+                [f"{what} {_thread_label(hit[0])} in " + " ← ".join(hit[1])]
+                if hit[1]
+                else [f"{what} {_thread_label(hit[0])}"],
+            )
         else:
             clause(False, sig.hot_thread.optional, ())
     for tp in sig.threads:
@@ -236,7 +251,9 @@ def match_signature(sig: Signature, obs: Observation) -> Match | None:
         hit = next(((t, r) for t in others for r in [thread_matches(tp, t)] if r[0]), None)
         if hit is not None:
             optional_hits += hit[1][2]
-            clause(True, tp.optional, [f"{_thread_label(hit[0])}" + (" in " + " ← ".join(hit[1][1]) if hit[1][1] else "")])
+            clause(
+                True, tp.optional, [f"{_thread_label(hit[0])}" + (" in " + " ← ".join(hit[1][1]) if hit[1][1] else "")]
+            )
         else:
             clause(False, tp.optional, ())
     for lp in sig.logs:
@@ -261,8 +278,11 @@ def match_signature(sig: Signature, obs: Observation) -> Match | None:
     if sig.device_idle:
         u = obs.device_utilization
         ok = u is not None and u <= IDLE_UTILIZATION
-        clause(ok, sig.device_idle_optional,
-               [f"device idle while the engine spins (accelerator {u * 100:.0f} %)"] if ok and u is not None else ())
+        clause(
+            ok,
+            sig.device_idle_optional,
+            [f"device idle while the engine spins (accelerator {u * 100:.0f} %)"] if ok and u is not None else (),
+        )
 
     if not required_ok and optional_hits == 0:
         return None
@@ -273,14 +293,29 @@ def match_signature(sig: Signature, obs: Observation) -> Match | None:
         try:
             if parse_version(obs.vllm_version) >= parse_version(sig.fixed_in):
                 conf /= 2
-                notes.append(f"this server runs vLLM {obs.vllm_version}, where it is fixed ({sig.fixed_in}): "
-                             "a regression, or another cause that looks the same")
+                notes.append(
+                    f"this server runs vLLM {obs.vllm_version}, where it is fixed ({sig.fixed_in}): "
+                    "a regression, or another cause that looks the same"
+                )
             else:
                 notes.append(f"this server runs vLLM {obs.vllm_version}; fixed in {sig.fixed_in}")
         except ValueError:
             pass
-    return Match(sig.id, sig.title, round(conf, 2), tuple(matched), sig.references, sig.workaround, sig.fixed_in,
-                 sig.advice, sig.source, sig.confirmed, sig.inferred, sig.catalog, tuple(notes))
+    return Match(
+        sig.id,
+        sig.title,
+        round(conf, 2),
+        tuple(matched),
+        sig.references,
+        sig.workaround,
+        sig.fixed_in,
+        sig.advice,
+        sig.source,
+        sig.confirmed,
+        sig.inferred,
+        sig.catalog,
+        tuple(notes),
+    )
 
 
 def diagnose(signatures: Iterable[Signature], obs: Observation) -> list[Match]:
@@ -294,4 +329,3 @@ def device_idle_note(kind: str, utilization: float | None) -> str | None:
     if kind == "busy_loop" and utilization is not None and utilization <= IDLE_UTILIZATION:
         return f"device idle while the engine spins (accelerator {utilization * 100:.0f} %)"
     return None
-

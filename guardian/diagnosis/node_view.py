@@ -14,6 +14,7 @@ device::
 and ``render_table`` writes the same rows as text for ``guardian status`` /
 ``guardian probe --once``.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
@@ -21,7 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from ..host.accel import AccelSnapshot
 from ..model import Target
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 def _owners(targets: Iterable[Target]) -> dict[int, tuple[str, str]]:
@@ -32,8 +33,9 @@ def _owners(targets: Iterable[Target]) -> dict[int, tuple[str, str]]:
     return out
 
 
-def accelerator_rows(snapshots: Iterable[tuple[float, AccelSnapshot]], targets: Iterable[Target],
-                     now: float) -> list[dict[str, Any]]:
+def accelerator_rows(
+    snapshots: Iterable[tuple[float, AccelSnapshot]], targets: Iterable[Target], now: float
+) -> list[dict[str, Any]]:
     """Every device of every snapshot, with its processes and their owning targets; sorted by device id."""
     owners = _owners(targets)
     rows: list[dict[str, Any]] = []
@@ -41,25 +43,38 @@ def accelerator_rows(snapshots: Iterable[tuple[float, AccelSnapshot]], targets: 
         procs: dict[str, list[dict[str, Any]]] = {}
         for p in snap.processes:
             owner = owners.get(p.pid)
-            procs.setdefault(p.device, []).append({
-                "pid": p.pid, "name": p.name, "memory_bytes": p.memory_bytes,
-                "target": owner[0] if owner else None, "role": owner[1] if owner else None})
+            procs.setdefault(p.device, []).append(
+                {
+                    "pid": p.pid,
+                    "name": p.name,
+                    "memory_bytes": p.memory_bytes,
+                    "target": owner[0] if owner else None,
+                    "role": owner[1] if owner else None,
+                }
+            )
         for d in snap.devices:
             extra = dict(d.extra)
             npu = d.backend == "npu_smi"
             label = "AICore" if npu else "GPU"
             if npu and "usages" in extra and "NPU Utilization(%)" in (extra.get("usages") or {}):
                 label = "NPU"
-            rows.append({
-                "device": d.id, "backend": d.backend, "name": d.name, "health": d.health,
-                "utilization_pct": None if d.utilization is None else round(d.utilization * 100, 1),
-                "utilization_label": label,
-                "memory_kind": extra.get("memory_kind", "vram" if not npu else "hbm"),
-                "memory_used_bytes": d.memory_used_bytes, "memory_total_bytes": d.memory_total_bytes,
-                "power_w": d.power_w, "temperature_c": d.temperature_c,
-                "processes": sorted(procs.get(d.id, []), key=lambda r: r["pid"]),
-                "read_age_s": round(max(0.0, now - read_at), 3),
-            })
+            rows.append(
+                {
+                    "device": d.id,
+                    "backend": d.backend,
+                    "name": d.name,
+                    "health": d.health,
+                    "utilization_pct": None if d.utilization is None else round(d.utilization * 100, 1),
+                    "utilization_label": label,
+                    "memory_kind": extra.get("memory_kind", "vram" if not npu else "hbm"),
+                    "memory_used_bytes": d.memory_used_bytes,
+                    "memory_total_bytes": d.memory_total_bytes,
+                    "power_w": d.power_w,
+                    "temperature_c": d.temperature_c,
+                    "processes": sorted(procs.get(d.id, []), key=lambda r: r["pid"]),
+                    "read_age_s": round(max(0.0, now - read_at), 3),
+                }
+            )
     return sorted(rows, key=lambda r: _sort_key(r["device"]))
 
 
@@ -82,10 +97,14 @@ def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
     out = ["accelerators:"]
     for r in rows:
         util = "?" if r.get("utilization_pct") is None else f"{r['utilization_pct']:g} %"
-        mem = f"{r.get('memory_kind', '').upper() or 'mem'} {_gib(r.get('memory_used_bytes'))}/" \
-              f"{_gib(r.get('memory_total_bytes'))} GiB"
-        out.append(f"  {r['device']:<10} {r.get('name') or '?':<14} health {r.get('health') or '?':<8} "
-                   f"{r.get('utilization_label', 'util')} {util:<7} {mem}")
+        mem = (
+            f"{r.get('memory_kind', '').upper() or 'mem'} {_gib(r.get('memory_used_bytes'))}/"
+            f"{_gib(r.get('memory_total_bytes'))} GiB"
+        )
+        out.append(
+            f"  {r['device']:<10} {r.get('name') or '?':<14} health {r.get('health') or '?':<8} "
+            f"{r.get('utilization_label', 'util')} {util:<7} {mem}"
+        )
         for p in r.get("processes") or ():
             owner = f"target {p['target']} ({p['role']})" if p.get("target") else "no target"
             out.append(f"      pid {p['pid']:<8} {p.get('name') or '':<16} {_gib(p.get('memory_bytes'))} GiB  {owner}")
@@ -94,6 +113,9 @@ def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def target_utilization(rows: Sequence[Mapping[str, Any]], target: str) -> float | None:
     """0..1: the busiest device one of the target's processes sits on (None when it has none or no number)."""
-    vals = [r["utilization_pct"] for r in rows if r.get("utilization_pct") is not None
-            and any(p.get("target") == target for p in r.get("processes") or ())]
+    vals = [
+        r["utilization_pct"]
+        for r in rows
+        if r.get("utilization_pct") is not None and any(p.get("target") == target for p in r.get("processes") or ())
+    ]
     return max(vals) / 100.0 if vals else None

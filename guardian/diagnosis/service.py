@@ -18,6 +18,7 @@ accelerators, vllm_version}), the diagnosis block into ``summary.txt`` (after it
 header, so it is read first) and ``report.html``. Never raises: a failure is
 logged and the bundle keeps what it had.
 """
+
 from __future__ import annotations
 
 import json
@@ -91,9 +92,16 @@ def metric_values(series: Mapping[str, Any]) -> dict[str, list[float]]:
 
 
 class Diagnoser:
-    def __init__(self, signatures: Sequence[Signature], *, runner: CommandRunner | None = None,
-                 kube: Callable[[], Any] | None = None, http: HttpClient | None = None,
-                 log_max_bytes: int = MAX_BYTES, version_timeout: float = VERSION_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        signatures: Sequence[Signature],
+        *,
+        runner: CommandRunner | None = None,
+        kube: Callable[[], Any] | None = None,
+        http: HttpClient | None = None,
+        log_max_bytes: int = MAX_BYTES,
+        version_timeout: float = VERSION_TIMEOUT_S,
+    ) -> None:
         self.signatures = tuple(signatures)
         self._runner = runner
         self._kube = kube
@@ -102,7 +110,7 @@ class Diagnoser:
         self._version_timeout = version_timeout
 
     @classmethod
-    def from_config(cls, cfg: Any, **seams: Any) -> "Diagnoser":
+    def from_config(cls, cfg: Any, **seams: Any) -> Diagnoser:
         """The shipped catalogs plus ``diagnosis.catalogs``; ``CatalogError`` at startup when one is bad."""
         d = getattr(cfg, "diagnosis", None)
         extra = tuple(getattr(d, "catalogs", ()) or ())
@@ -124,10 +132,19 @@ class Diagnoser:
         return read_tail(choose_source(target_cfg), runner=self._runner, kube=self._kube, max_bytes=self._max_bytes)
 
     # ------------------------------------------------------------ the decision
-    def diagnose(self, incident: Incident, *, threads: Mapping[int, Sequence[ThreadStack]], focus_pid: int | None,
-                 roles: Mapping[int, str], cmdlines: Mapping[int, str], series: Mapping[str, Any],
-                 accelerators: Sequence[Mapping[str, Any]], tail: LogTail | None, version: str | None,
-                 ) -> DiagnosisResult:
+    def diagnose(
+        self,
+        incident: Incident,
+        *,
+        threads: Mapping[int, Sequence[ThreadStack]],
+        focus_pid: int | None,
+        roles: Mapping[int, str],
+        cmdlines: Mapping[int, str],
+        series: Mapping[str, Any],
+        accelerators: Sequence[Mapping[str, Any]],
+        tail: LogTail | None,
+        version: str | None,
+    ) -> DiagnosisResult:
         """Pure given its inputs: the matches (best first), the crash document and the notes."""
         kind = incident.kind.value
         util = target_utilization(accelerators, incident.target.name)
@@ -135,10 +152,14 @@ class Diagnoser:
             vals = metric_values(series).get(m.ACCEL_UTIL)
             util = vals[-1] if vals else None
         tid = incident.signals.get("tid")
-        base = Observation(kind, vllm_version=version, device_utilization=util,
-                           metrics=metric_values(series),
-                           cmdline=" ; ".join(cmdlines.values()),
-                           log_lines=tuple(tail.lines) if tail is not None else ())
+        base = Observation(
+            kind,
+            vllm_version=version,
+            device_utilization=util,
+            metrics=metric_values(series),
+            cmdline=" ; ".join(cmdlines.values()),
+            log_lines=tuple(tail.lines) if tail is not None else (),
+        )
         crash = None
         if kind == "engine_dead":
             crash = crash_report(tail or LogTail(None, (), "no log source"), self.signatures, base)
@@ -146,13 +167,24 @@ class Diagnoser:
         order = ([focus_pid] if focus_pid in threads else []) + [p for p in threads if p != focus_pid]
         found: dict[str, dict[str, Any]] = {}
         for pid in order or [None]:
-            obs = replace(base, threads=tuple(threads.get(pid, ())) if pid is not None else (),
-                          hot_tid=tid if isinstance(tid, int) and pid == focus_pid else None,
-                          role=roles.get(pid) if pid is not None else incident.target.role)
+            obs = replace(
+                base,
+                threads=tuple(threads.get(pid, ())) if pid is not None else (),
+                hot_tid=tid if isinstance(tid, int) and pid == focus_pid else None,
+                role=roles.get(pid) if pid is not None else incident.target.role,
+            )
             if crash is not None and crash.get("exception"):
-                obs = replace(obs, crash=Crash(crash["exception"], crash.get("message") or "",
-                                               tuple(CrashFrame(f["file"], f["line"], f["function"], f.get("code", ""))
-                                                     for f in crash.get("frames") or ())))
+                obs = replace(
+                    obs,
+                    crash=Crash(
+                        crash["exception"],
+                        crash.get("message") or "",
+                        tuple(
+                            CrashFrame(f["file"], f["line"], f["function"], f.get("code", ""))
+                            for f in crash.get("frames") or ()
+                        ),
+                    ),
+                )
             for mt in diagnose(self.signatures, obs):
                 d = mt.to_dict()
                 if pid is not None and pid != focus_pid:
@@ -168,12 +200,20 @@ class Diagnoser:
             crash = {k: v for k, v in crash.items() if k != "diagnosis"}
         ranked = sorted(found.values(), key=lambda d: (-d["confidence"], -len(d["matched"]), d["id"]))
         note = device_idle_note(kind, util)
-        return DiagnosisResult(tuple(ranked[:MAX_MATCHES]), crash, (note,) if note else (), version,
-                               tuple(dict(r) for r in accelerators))
+        return DiagnosisResult(
+            tuple(ranked[:MAX_MATCHES]), crash, (note,) if note else (), version, tuple(dict(r) for r in accelerators)
+        )
 
     # ------------------------------------------------------------ the bundle
-    def diagnose_bundle(self, bundle_dir: str | os.PathLike[str], incident: Incident, *, target_cfg: Any = None,
-                        api_url: str | None = None, accelerators: Sequence[Mapping[str, Any]] = ()) -> DiagnosisResult:
+    def diagnose_bundle(
+        self,
+        bundle_dir: str | os.PathLike[str],
+        incident: Incident,
+        *,
+        target_cfg: Any = None,
+        api_url: str | None = None,
+        accelerators: Sequence[Mapping[str, Any]] = (),
+    ) -> DiagnosisResult:
         """Reads the bundle, diagnoses, writes diagnosis.json / summary.txt / report.html. Never raises."""
         bundle = Path(bundle_dir)
         try:
@@ -185,10 +225,18 @@ class Diagnoser:
             focus = sig_pid if isinstance(sig_pid, int) else capture.get("hottest_pid")
             series = _read_json(bundle / "series.json") or {}
             tail = self.log_tail(target_cfg)
-            res = self.diagnose(incident, threads=bundle_threads(bundle), focus_pid=focus, roles=roles,
-                                cmdlines=cmdlines, series=series, accelerators=accelerators, tail=tail,
-                                version=self.vllm_version(api_url))
-        except Exception as e:  # noqa: BLE001 - the daemon must continue whatever a bundle holds
+            res = self.diagnose(
+                incident,
+                threads=bundle_threads(bundle),
+                focus_pid=focus,
+                roles=roles,
+                cmdlines=cmdlines,
+                series=series,
+                accelerators=accelerators,
+                tail=tail,
+                version=self.vllm_version(api_url),
+            )
+        except Exception as e:
             log.exception("diagnosis of %s failed", bundle)
             return DiagnosisResult(notes=(f"diagnosis failed: {type(e).__name__}: {e}",))
         self.write(bundle, incident, res)
@@ -196,8 +244,14 @@ class Diagnoser:
 
     @staticmethod
     def write(bundle: Path, incident: Incident, res: DiagnosisResult) -> None:
-        doc = {"schema": 1, "diagnosis": list(res.diagnosis), "crash": res.crash, "notes": list(res.notes),
-               "vllm_version": res.vllm_version, "accelerators": list(res.accelerators)}
+        doc = {
+            "schema": 1,
+            "diagnosis": list(res.diagnosis),
+            "crash": res.crash,
+            "notes": list(res.notes),
+            "vllm_version": res.vllm_version,
+            "accelerators": list(res.accelerators),
+        }
         try:
             _atomic(bundle / DIAGNOSIS_FILE, redact_text(json.dumps(jsonable(doc), indent=2)) + "\n")
             summary = bundle / "summary.txt"
@@ -220,13 +274,20 @@ def _atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def capture_then_diagnose(collector: Any, ctx: Any, diagnoser: "Diagnoser | None", *, target_cfg: Any = None,
-                          api_url: str | None = None,
-                          accelerators: Sequence[Mapping[str, Any]] = ()) -> tuple[Any, DiagnosisResult | None]:
+def capture_then_diagnose(
+    collector: Any,
+    ctx: Any,
+    diagnoser: Diagnoser | None,
+    *,
+    target_cfg: Any = None,
+    api_url: str | None = None,
+    accelerators: Sequence[Mapping[str, Any]] = (),
+) -> tuple[Any, DiagnosisResult | None]:
     """One off-loop job: the evidence capture, then (for an incident) its diagnosis on the bundle.
     Returns (EvidenceResult, DiagnosisResult or None); the diagnosis never breaks the capture."""
     res = collector.capture(ctx)
     if diagnoser is None or ctx.incident is None or not getattr(res, "dir", None) or not Path(res.dir).is_dir():
         return res, None
-    return res, diagnoser.diagnose_bundle(res.dir, ctx.incident, target_cfg=target_cfg, api_url=api_url,
-                                          accelerators=accelerators)
+    return res, diagnoser.diagnose_bundle(
+        res.dir, ctx.incident, target_cfg=target_cfg, api_url=api_url, accelerators=accelerators
+    )

@@ -16,6 +16,7 @@ A ``Signature`` is a set of *clauses*; each clause tests one kind of evidence:
 A clause is required unless ``optional: true`` (optional ones raise the confidence);
 ``require: any`` makes one required clause enough instead of all of them.
 """
+
 from __future__ import annotations
 
 import re
@@ -125,18 +126,39 @@ class Match:
     notes: tuple[str, ...] = ()  # e.g. "this server runs 0.33.0, fixed in 0.26.0"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "confidence": round(self.confidence, 2),
-                "matched": list(self.matched), "references": list(self.references),
-                "workaround": self.workaround, "fixed_in": self.fixed_in, "advice": self.advice,
-                "source": self.source, "confirmed": list(self.confirmed), "inferred": list(self.inferred),
-                "catalog": self.catalog, "notes": list(self.notes)}
+        return {
+            "id": self.id,
+            "title": self.title,
+            "confidence": round(self.confidence, 2),
+            "matched": list(self.matched),
+            "references": list(self.references),
+            "workaround": self.workaround,
+            "fixed_in": self.fixed_in,
+            "advice": self.advice,
+            "source": self.source,
+            "confirmed": list(self.confirmed),
+            "inferred": list(self.inferred),
+            "catalog": self.catalog,
+            "notes": list(self.notes),
+        }
 
 
 def match_from_dict(d: Mapping[str, Any]) -> Match:
-    return Match(str(d.get("id", "")), str(d.get("title", "")), float(d.get("confidence", 0.0)),
-                 tuple(d.get("matched") or ()), tuple(d.get("references") or ()), d.get("workaround"),
-                 d.get("fixed_in"), d.get("advice"), str(d.get("source", "")), tuple(d.get("confirmed") or ()),
-                 tuple(d.get("inferred") or ()), str(d.get("catalog", "")), tuple(d.get("notes") or ()))
+    return Match(
+        str(d.get("id", "")),
+        str(d.get("title", "")),
+        float(d.get("confidence", 0.0)),
+        tuple(d.get("matched") or ()),
+        tuple(d.get("references") or ()),
+        d.get("workaround"),
+        d.get("fixed_in"),
+        d.get("advice"),
+        str(d.get("source", "")),
+        tuple(d.get("confirmed") or ()),
+        tuple(d.get("inferred") or ()),
+        str(d.get("catalog", "")),
+        tuple(d.get("notes") or ()),
+    )
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
 """The diagnosis in words: the block summary.txt and ``guardian incidents show`` print (pure)."""
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -8,12 +9,15 @@ from .forensics import crash_headline
 MATCHED_SHOWN = 6
 
 
-def diagnosis_lines(diagnosis: Sequence[Mapping[str, Any]], crash: Mapping[str, Any] | None = None,
-                    notes: Sequence[str] = ()) -> list[str]:
+def diagnosis_lines(
+    diagnosis: Sequence[Mapping[str, Any]], crash: Mapping[str, Any] | None = None, notes: Sequence[str] = ()
+) -> list[str]:
     lines: list[str] = []
     if diagnosis:
         top = diagnosis[0]
-        lines.append(f"Diagnosis: {top.get('title')} [{top.get('id')}, confidence {float(top.get('confidence', 0)):.2f}]")
+        lines.append(
+            f"Diagnosis: {top.get('title')} [{top.get('id')}, confidence {float(top.get('confidence', 0)):.2f}]"
+        )
         for m in list(top.get("matched") or ())[:MATCHED_SHOWN]:
             lines.append(f"  matched: {m}")
         if top.get("workaround"):
@@ -34,7 +38,9 @@ def diagnosis_lines(diagnosis: Sequence[Mapping[str, Any]], crash: Mapping[str, 
     for n in notes:
         lines.append(f"Note: {n}")
     if crash:
-        lines.append(f"Crash: {crash_headline(dict(crash))}" + (f"  [from {crash['source']}]" if crash.get("source") else ""))
+        lines.append(
+            f"Crash: {crash_headline(dict(crash))}" + (f"  [from {crash['source']}]" if crash.get("source") else "")
+        )
     return lines
 
 

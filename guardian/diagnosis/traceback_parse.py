@@ -15,6 +15,7 @@ last):`` line and follows only the lines of that same process:
 
 Returns None when the tail holds no complete traceback.
 """
+
 from __future__ import annotations
 
 import re
@@ -33,10 +34,14 @@ _PREFIX = re.compile(r"^\s*\((?P<proc>[A-Za-z][\w.:-]*) pid=(?P<pid>\d+)\)\s?")
 _TB_START = re.compile(r"Traceback \(most recent call last\):\s*$")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+?))?\s*$')
 _MARKER = re.compile(r"^\s*[\^~\s]+$")
-_EXC = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Timeout|Fault)?)"
-                  r"(?::\s?(?P<msg>.*))?$")
-_CHAIN = ("The above exception was the direct cause of the following exception:",
-          "During handling of the above exception, another exception occurred:")
+_EXC = re.compile(
+    r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Timeout|Fault)?)"
+    r"(?::\s?(?P<msg>.*))?$"
+)
+_CHAIN = (
+    "The above exception was the direct cause of the following exception:",
+    "During handling of the above exception, another exception occurred:",
+)
 _LOGLINE = re.compile(r"^(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s|\[?\d{4}-\d\d-\d\d|\d\d-\d\d \d\d:)")
 # vLLM's log header after the process prefix: "ERROR 12-01 05:00:01 [core.py:1010] ". Its
 # formatter repeats the whole prefix on every line of a multi-line message, traceback included.
@@ -49,9 +54,9 @@ def split_line(raw: str) -> tuple[str | None, int | None, str, str | None]:
     line = _ANSI.sub("", raw.rstrip("\r\n"))
     m = _PREFIX.match(line)
     proc, pid = (m.group("proc"), int(m.group("pid"))) if m else (None, None)
-    text = line[m.end():] if m else line
+    text = line[m.end() :] if m else line
     h = _HEADER.match(text)
-    return proc, pid, (text[h.end():] if h else text), (h.group(0) if h else None)
+    return proc, pid, (text[h.end() :] if h else text), (h.group(0) if h else None)
 
 
 def strip_line(raw: str) -> tuple[str | None, int | None, str]:
@@ -91,8 +96,14 @@ def _report_at(rows: Sequence[tuple], start: int) -> Crash | None:
     proc, pid = rows[start][0], rows[start][1]
     crash = _report_of(rows, start, proc, pid)
     if crash is not None and proc is None:
-        head = next((rows[i][2] for i in range(start - 1, max(-1, start - 200), -1)
-                     if rows[i][0] is None and rows[i][2].strip()), "")
+        head = next(
+            (
+                rows[i][2]
+                for i in range(start - 1, max(-1, start - 200), -1)
+                if rows[i][0] is None and rows[i][2].strip()
+            ),
+            "",
+        )
         m = _MP_PROCESS.match(head.strip())
         if m:  # "Process EngineCore_DP0:" then Python's own traceback on stderr
             crash = replace(crash, process=m.group("name"))
@@ -133,17 +144,28 @@ def parse_last_traceback(lines: Iterable[str]) -> Crash | None:
     reports = parse_tracebacks(lines)
     if not reports:
         return None
-    pick = next((i for i in range(len(reports) - 1, -1, -1)
-                 if reports[i].exception.rsplit(".", 1)[-1] not in CONSEQUENCES), len(reports) - 1)
+    pick = next(
+        (i for i in range(len(reports) - 1, -1, -1) if reports[i].exception.rsplit(".", 1)[-1] not in CONSEQUENCES),
+        len(reports) - 1,
+    )
     if reports[pick].pid is None:  # the same crash logged by vLLM names its process and pid: prefer that
-        same = next((i for i in range(pick - 1, -1, -1) if reports[i].pid is not None
-                     and (reports[i].exception, reports[i].message) == (reports[pick].exception, reports[pick].message)),
-                    None)
+        same = next(
+            (
+                i
+                for i in range(pick - 1, -1, -1)
+                if reports[i].pid is not None
+                and (reports[i].exception, reports[i].message) == (reports[pick].exception, reports[pick].message)
+            ),
+            None,
+        )
         pick = same if same is not None else pick
     key = (reports[pick].exception, reports[pick].message)
-    after = tuple(f"{c.exception}: {c.message.splitlines()[0] if c.message else ''}".rstrip(": ")
-                  + (f" ({c.process})" if c.process else "") for c in reports[pick + 1:]
-                  if (c.exception, c.message) != key)[-3:]
+    after = tuple(
+        f"{c.exception}: {c.message.splitlines()[0] if c.message else ''}".rstrip(": ")
+        + (f" ({c.process})" if c.process else "")
+        for c in reports[pick + 1 :]
+        if (c.exception, c.message) != key
+    )[-3:]
     return replace(reports[pick], followed_by=after)
 
 
@@ -194,8 +216,14 @@ def _parse_report(rows: Sequence[tuple[str, str | None]], proc: str | None, pid:
             j = i + 1
             while j < n and len(msg) < MAX_MESSAGE_LINES:
                 nxt = lines[j].rstrip()
-                if (not nxt.strip() or _TB_START.search(nxt) or nxt.strip() in _CHAIN or _LOGLINE.match(nxt)
-                        or _FRAME.match(nxt) or headers[j] != headers[i]):  # another log record
+                if (
+                    not nxt.strip()
+                    or _TB_START.search(nxt)
+                    or nxt.strip() in _CHAIN
+                    or _LOGLINE.match(nxt)
+                    or _FRAME.match(nxt)
+                    or headers[j] != headers[i]
+                ):  # another log record
                     break
                 msg.append(nxt)
                 text.append(nxt)

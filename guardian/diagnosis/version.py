@@ -4,6 +4,7 @@
 PEP 440 does for the cases vLLM publishes: numeric release, then pre-releases
 (``dev`` < ``rc``/``a``/``b`` < final), local build tags ignored.
 """
+
 from __future__ import annotations
 
 import re

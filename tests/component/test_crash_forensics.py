@@ -1,4 +1,5 @@
 """Crash forensics on real things: a dying child's traceback, read from each kind of log source."""
+
 from __future__ import annotations
 
 import json
@@ -23,11 +24,11 @@ from guardian.host.runner import SubprocessRunner
 
 SIGS = all_signatures(load_catalogs())
 
-SCHEDULER = '''
+SCHEDULER = """
 def schedule(running):
     for req in running:
         assert req["state"] != "preempted", f"request {req['id']} rescheduled while preempted"
-'''
+"""
 
 ENGINE_LOGGING = '''
 import logging
@@ -113,17 +114,27 @@ def dying_child_log(tmp_path_factory, request):
     ``logger.exception`` through its formatter (process prefix and log header on every line)."""
     root = tmp_path_factory.mktemp("engine")
     engine = ENGINE if request.param == "prefixed-stderr" else ENGINE_LOGGING
-    for rel, text in {"site/vllm/__init__.py": "", "site/vllm/v1/__init__.py": "", "site/vllm/v1/core/__init__.py": "",
-                      "site/vllm/v1/core/sched/__init__.py": "", "site/vllm/v1/core/sched/scheduler.py": SCHEDULER,
-                      "engine.py": engine}.items():
+    for rel, text in {
+        "site/vllm/__init__.py": "",
+        "site/vllm/v1/__init__.py": "",
+        "site/vllm/v1/core/__init__.py": "",
+        "site/vllm/v1/core/sched/__init__.py": "",
+        "site/vllm/v1/core/sched/scheduler.py": SCHEDULER,
+        "engine.py": engine,
+    }.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(textwrap.dedent(text))
     log = root / "server.log"
     with open(log, "wb") as f:
         f.write(b"(APIServer pid=1) INFO Started server process\n")
         f.flush()
-        rc = subprocess.run([sys.executable, str(root / "engine.py")], stdout=f, stderr=subprocess.STDOUT,
-                            env={"PYTHONPATH": str(root / "site"), "PATH": "/usr/bin:/bin"}, timeout=60).returncode
+        rc = subprocess.run(
+            [sys.executable, str(root / "engine.py")],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env={"PYTHONPATH": str(root / "site"), "PATH": "/usr/bin:/bin"},
+            timeout=60,
+        ).returncode
         f.write(b"(APIServer pid=1) ERROR AsyncLLM output_handler failed.\n")
     assert rc == 1
     return log
@@ -137,8 +148,9 @@ def test_a_real_dying_childs_traceback_is_named_from_its_log_file(dying_child_lo
     assert doc["frames"][-1]["file"].endswith("vllm/v1/core/sched/scheduler.py")
     assert doc["frames"][-1]["function"] == "schedule"
     assert doc["diagnosis"][0]["id"] == "vllm-scheduler-assertion"
-    assert crash_headline(doc).startswith("AssertionError: request r2 rescheduled while preempted (EngineCore_DP0, "
-                                          "at scheduler.py:")
+    assert crash_headline(doc).startswith(
+        "AssertionError: request r2 rescheduled while preempted (EngineCore_DP0, at scheduler.py:"
+    )
     assert "sk-SECRET123" not in json.dumps(doc)  # secrets redacted as in evidence
 
 
@@ -153,7 +165,7 @@ def test_the_read_is_bounded_to_the_files_end(tmp_path):
 def test_journalctl_is_read_through_the_command_runner(dying_child_log, tmp_path, monkeypatch):
     fake = tmp_path / "bin" / "journalctl"
     fake.parent.mkdir()
-    fake.write_text(f"#!/bin/sh\n[ \"$1\" = -u ] && [ \"$2\" = vllm.service ] || exit 3\ncat {dying_child_log}\n")
+    fake.write_text(f'#!/bin/sh\n[ "$1" = -u ] && [ "$2" = vllm.service ] || exit 3\ncat {dying_child_log}\n')
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
     tail = read_tail(LogSource("journal", "vllm.service"), runner=SubprocessRunner())
@@ -192,16 +204,24 @@ def _tc(**kw):
     return TargetConfig(name="t", match=kw.pop("match", MatchConfig(port=8000)), **kw)
 
 
-@pytest.mark.parametrize("cfg, expected", [
-    (_tc(restart=RestartConfig(mode="command", command=("vllm",), log_file="/var/log/v.log")), ("file", "/var/log/v.log")),
-    (_tc(restart=RestartConfig(mode="systemd", unit="vllm.service")), ("journal", "vllm.service")),
-    (_tc(match=MatchConfig(systemd_unit="vllm@a.service")), ("journal", "vllm@a.service")),
-    (_tc(match=MatchConfig(kubernetes=KubernetesMatch(namespace="llm", pod="vllm-0", container="c"))),
-     ("kubernetes", "llm/vllm-0/c")),
-    (_tc(log_path="/srv/v.log", restart=RestartConfig(mode="systemd", unit="u")), ("file", "/srv/v.log")),
-    (_tc(), None),
-    (None, None),
-])
+@pytest.mark.parametrize(
+    "cfg, expected",
+    [
+        (
+            _tc(restart=RestartConfig(mode="command", command=("vllm",), log_file="/var/log/v.log")),
+            ("file", "/var/log/v.log"),
+        ),
+        (_tc(restart=RestartConfig(mode="systemd", unit="vllm.service")), ("journal", "vllm.service")),
+        (_tc(match=MatchConfig(systemd_unit="vllm@a.service")), ("journal", "vllm@a.service")),
+        (
+            _tc(match=MatchConfig(kubernetes=KubernetesMatch(namespace="llm", pod="vllm-0", container="c"))),
+            ("kubernetes", "llm/vllm-0/c"),
+        ),
+        (_tc(log_path="/srv/v.log", restart=RestartConfig(mode="systemd", unit="u")), ("file", "/srv/v.log")),
+        (_tc(), None),
+        (None, None),
+    ],
+)
 def test_the_log_source_follows_the_targets_config(cfg, expected):
     src = choose_source(cfg)
     assert (src.kind, src.where) == expected if expected else src is None

@@ -1,5 +1,6 @@
 """A vLLM server that dies: the engine_dead incident gets a bundle (no live process, the series) and
 its ``crash`` from the target's log_path (fake /proc, HTTP and runner; the log is vLLM's format)."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,15 +26,20 @@ LOG = """\
 (APIServer pid=100) ERROR 12-01 05:54:41 [async_llm.py:600]     outputs = await engine_core.get_output_async()\r
 (APIServer pid=100) ERROR 12-01 05:54:41 [async_llm.py:600] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.
 (APIServer pid=100) INFO 12-01 05:54:42 [launcher.py:110] Shutting down FastAPI HTTP server.
-"""
+"""  # noqa: E501
 
 
 @pytest.fixture
 def world(tmp_path):
     log = tmp_path / "vllm.log"
     log.write_text(LOG)
-    w = World(tmp_path, config={"autodiscover": False, "targets": [
-        {"name": "llm", "match": {"cmdline_regex": "--port 8000"}, "log_path": str(log)}]})
+    w = World(
+        tmp_path,
+        config={
+            "autodiscover": False,
+            "targets": [{"name": "llm", "match": {"cmdline_regex": "--port 8000"}, "log_path": str(log)}],
+        },
+    )
     yield w
     w.d.runner.shutdown()
 

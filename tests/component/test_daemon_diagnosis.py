@@ -1,4 +1,5 @@
 """The daemon puts the diagnosis on the incident once its evidence is in (fake /proc, HTTP, runner)."""
+
 from __future__ import annotations
 
 import json
@@ -19,20 +20,48 @@ INPUT_TID = 111
 
 
 def frame(name, path, line=10):
-    return {"name": name, "filename": path, "module": None, "short_filename": path.rsplit("/", 1)[-1],
-            "line": line, "locals": None, "is_entry": False, "is_shim_entry": False}
+    return {
+        "name": name,
+        "filename": path,
+        "module": None,
+        "short_filename": path.rsplit("/", 1)[-1],
+        "line": line,
+        "locals": None,
+        "is_entry": False,
+        "is_shim_entry": False,
+    }
 
 
-ENGINE_DUMP = json.dumps([
-    {"pid": ENGINE, "thread_id": 1, "thread_name": "MainThread", "os_thread_id": ENGINE, "active": False,
-     "owns_gil": False, "process_info": None,
-     "frames": [frame("Queue.get", "/usr/lib/python3.11/queue.py", 171),
-                frame("EngineCoreProc._process_input_queue", f"{SITE}/vllm/v1/engine/core.py", 990)]},
-    {"pid": ENGINE, "thread_id": 2, "thread_name": "Thread-1 (process_input_sockets)", "os_thread_id": INPUT_TID,
-     "active": True, "owns_gil": True, "process_info": None,
-     "frames": [frame("LRUCache.popitem", f"{SITE}/vllm/utils/cache.py", 205),
-                frame("EngineCoreProc.process_input_sockets", f"{SITE}/vllm/v1/engine/core.py", 1300)]},
-])
+ENGINE_DUMP = json.dumps(
+    [
+        {
+            "pid": ENGINE,
+            "thread_id": 1,
+            "thread_name": "MainThread",
+            "os_thread_id": ENGINE,
+            "active": False,
+            "owns_gil": False,
+            "process_info": None,
+            "frames": [
+                frame("Queue.get", "/usr/lib/python3.11/queue.py", 171),
+                frame("EngineCoreProc._process_input_queue", f"{SITE}/vllm/v1/engine/core.py", 990),
+            ],
+        },
+        {
+            "pid": ENGINE,
+            "thread_id": 2,
+            "thread_name": "Thread-1 (process_input_sockets)",
+            "os_thread_id": INPUT_TID,
+            "active": True,
+            "owns_gil": True,
+            "process_info": None,
+            "frames": [
+                frame("LRUCache.popitem", f"{SITE}/vllm/utils/cache.py", 205),
+                frame("EngineCoreProc.process_input_sockets", f"{SITE}/vllm/v1/engine/core.py", 1300),
+            ],
+        },
+    ]
+)
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """Evidence → diagnosis on real things: the real collector (real /proc, real py-spy) captures the LRU
 program, and the diagnoser names the bug in diagnosis.json, summary.txt and report.html."""
+
 from __future__ import annotations
 
 import json
@@ -34,29 +35,40 @@ def hot_tid(pid: int) -> int:
                 st = proc.read_text(f"{pid}/task/{tid}/stat")
             except Exception:  # noqa: BLE001
                 continue
-            rest = st[st.rindex(")") + 2:].split()
+            rest = st[st.rindex(")") + 2 :].split()
             out[tid] = int(rest[11]) + int(rest[12])
         return out
+
     a = ticks()
     time.sleep(0.5)
     b = ticks()
     return max(b, key=lambda t: b[t] - a.get(t, 0))
 
 
-def test_a_captured_bundle_of_the_real_lru_spin_is_diagnosed(lru_program, tmp_path):
+def test_a_captured_bundle_of_the_real_lru_spin_is_diagnosed(lru_program, tmp_path):  # noqa: F811 (the fixture)
     if default_locate("py-spy") is None:
         pytest.skip("py-spy is not installed next to this Python")
     pid = lru_program.pid
     target = target_for_pid(ProcFS(), pid)
     tid = hot_tid(pid)
-    inc = Incident("01JDIAG0000000000000000000", Kind.BUSY_LOOP, Severity.CRITICAL, "node-1",
-                   TargetRef(target.name, pid, target.key.starttime, None), Status.FIRING,
-                   f"thread {tid} at 100 % CPU, no progress", time.time(), {"pid": pid, "tid": tid})
+    inc = Incident(
+        "01JDIAG0000000000000000000",
+        Kind.BUSY_LOOP,
+        Severity.CRITICAL,
+        "node-1",
+        TargetRef(target.name, pid, target.key.starttime, None),
+        Status.FIRING,
+        f"thread {tid} at 100 % CPU, no progress",
+        time.time(),
+        {"pid": pid, "tid": tid},
+    )
     store = IncidentStore(tmp_path)
-    collector = EvidenceCollector(EvidenceConfig(record_seconds=1.0), store.dir_for, SubprocessRunner(), ProcFS(),
-                                  SystemClock())
-    res = collector.capture(EvidenceContext(inc, target, pid, {"thread.cpu_ratio": {f"p{pid}/t{tid}": [[1.0, 1.0],
-                                                                                                        [2.0, 1.0]]}}))
+    collector = EvidenceCollector(
+        EvidenceConfig(record_seconds=1.0), store.dir_for, SubprocessRunner(), ProcFS(), SystemClock()
+    )
+    res = collector.capture(
+        EvidenceContext(inc, target, pid, {"thread.cpu_ratio": {f"p{pid}/t{tid}": [[1.0, 1.0], [2.0, 1.0]]}})
+    )
     assert any(f.startswith("pyspy-") for f in res.files), res.failures
     rows = [{"device": "npu:0.0", "utilization_pct": 0.0, "processes": [{"pid": pid, "target": target.name}]}]
 
@@ -75,7 +87,8 @@ def test_a_captured_bundle_of_the_real_lru_spin_is_diagnosed(lru_program, tmp_pa
     threading.Thread(target=api.serve_forever, daemon=True).start()
     try:
         out = Diagnoser(all_signatures(load_catalogs()), http=StdlibHttpClient()).diagnose_bundle(
-            res.dir, inc, accelerators=rows, api_url=f"http://127.0.0.1:{api.server_address[1]}")
+            res.dir, inc, accelerators=rows, api_url=f"http://127.0.0.1:{api.server_address[1]}"
+        )
     finally:
         api.shutdown()
     assert out.diagnosis[0]["id"] == "vllm-mm-cache-lru-busy-loop"

@@ -6,6 +6,7 @@ file whose path ends in ``vllm/utils/cache.py``, on a thread named
 ``_process_input_queue`` — the shape of vLLM #43941/#47958 — and the negative is
 a real process spinning in unrelated code.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -47,7 +48,7 @@ class LRUCache:
         self.popitem()
 '''
 
-CORE = '''
+CORE = """
 import queue
 import threading
 
@@ -76,7 +77,7 @@ def main():
 
 
 main()
-'''
+"""
 
 GHOST_CACHE = '''
 import zlib
@@ -98,7 +99,7 @@ class FeatureCache:
                 return self._entries[key][0]
 '''
 
-GHOST_APP = '''
+GHOST_APP = """
 import queue, threading
 from feature_cache import FeatureCache
 
@@ -106,9 +107,9 @@ threading.Thread(target=FeatureCache().get_with_retry, args=("user-42",), name="
                  daemon=True).start()
 print("ready", flush=True)
 queue.Queue().get()
-'''
+"""
 
-UNRELATED = '''
+UNRELATED = """
 import queue, threading
 
 def compute():
@@ -119,7 +120,7 @@ def compute():
 threading.Thread(target=compute, name="worker", daemon=True).start()
 print("ready", flush=True)
 queue.Queue().get()
-'''
+"""
 
 
 def _spawn(tmp_path: Path, files: dict[str, str], main: str) -> subprocess.Popen:
@@ -127,8 +128,13 @@ def _spawn(tmp_path: Path, files: dict[str, str], main: str) -> subprocess.Popen
         p = tmp_path / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(textwrap.dedent(text))
-    proc = subprocess.Popen([sys.executable, str(tmp_path / main)], cwd=tmp_path, stdout=subprocess.PIPE,
-                            env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"}, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(tmp_path / main)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"},
+        text=True,
+    )
     assert proc.stdout.readline().strip() == "ready"
     time.sleep(0.5)
     return proc
@@ -145,10 +151,19 @@ def _dump(pid: int):
 
 @pytest.fixture
 def lru_program(tmp_path):
-    proc = _spawn(tmp_path, {"site/vllm/__init__.py": "", "site/vllm/utils/__init__.py": "",
-                             "site/vllm/utils/cache.py": CACHE, "site/vllm/v1/__init__.py": "",
-                             "site/vllm/v1/engine/__init__.py": "", "site/vllm/v1/engine/core.py": CORE,
-                             "run_engine.py": "import vllm.v1.engine.core\n"}, "run_engine.py")
+    proc = _spawn(
+        tmp_path,
+        {
+            "site/vllm/__init__.py": "",
+            "site/vllm/utils/__init__.py": "",
+            "site/vllm/utils/cache.py": CACHE,
+            "site/vllm/v1/__init__.py": "",
+            "site/vllm/v1/engine/__init__.py": "",
+            "site/vllm/v1/engine/core.py": CORE,
+            "run_engine.py": "import vllm.v1.engine.core\n",
+        },
+        "run_engine.py",
+    )
     yield proc
     proc.kill()
     proc.wait()

@@ -1,4 +1,5 @@
 """`guardian probe --once` shows the node's accelerators even with no vLLM running (a 310P's npu-smi)."""
+
 from __future__ import annotations
 
 import json
@@ -17,10 +18,18 @@ def config(tmp_path: Path) -> str:
     fake.write_text(f"#!/bin/sh\n[ \"$*\" = info ] && exec cat {FIXTURE}\necho 'not supported' >&2\nexit 2\n")
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     path = tmp_path / "g.yaml"
-    path.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "state"), "api": {"http": None},
-                                    "autodiscover": False, "interval": 0.2,
-                                    "probes": {"procfs": {"interval": 0.2}},
-                                    "accelerators": {"nvml": "off", "npu_smi_path": str(fake)}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "state_dir": str(tmp_path / "state"),
+                "api": {"http": None},
+                "autodiscover": False,
+                "interval": 0.2,
+                "probes": {"procfs": {"interval": 0.2}},
+                "accelerators": {"nvml": "off", "npu_smi_path": str(fake)},
+            }
+        )
+    )
     return str(path)
 
 

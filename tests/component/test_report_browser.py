@@ -3,6 +3,7 @@
 Skips, saying why, when no Chromium is installed (``apt-get install -y chromium``;
 CI installs it in ``.ci/run``).
 """
+
 from __future__ import annotations
 
 import os
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from test_report_html import page  # noqa: E402  (the same page the unit tests check)
+from test_report_html import page
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
@@ -36,8 +37,15 @@ def run(argv: list[str], home: str) -> subprocess.CompletedProcess:
 
 
 def flags(home: str) -> list[str]:
-    return ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-            f"--user-data-dir={home}/profile", "--window-size=1200,1800"]
+    return [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--no-first-run",
+        f"--user-data-dir={home}/profile",
+        "--window-size=1200,1800",
+    ]
 
 
 def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
@@ -45,8 +53,8 @@ def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     pos, idat, ihdr = 8, b"", None
     while pos < len(data):
-        (n,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]
+        (n,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + n]
         if kind == b"IHDR":
             ihdr = struct.unpack(">IIBBBBB", body)
         elif kind == b"IDAT":
@@ -57,7 +65,7 @@ def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
     bpp = 3 if colour == 2 else 4
     raw, stride, rows, prev = zlib.decompress(idat), w * bpp, [], bytearray(w * bpp)
     for y in range(h):
-        f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
         for i in range(stride):
             a = line[i - bpp] if i >= bpp else 0
             b, c = prev[i], prev[i - bpp] if i >= bpp else 0
@@ -92,8 +100,8 @@ def test_chromium_draws_the_page(rendered):
     png, _dom, (r1, _r2) = rendered
     assert png, f"no screenshot: {r1.stderr[-500:]}"
     w, h, rows = png_pixels(png)
-    colours = {row[i:i + 3] for row in rows[::8] for i in range(0, len(row), 3 * 8)}
-    dark = sum(1 for row in rows[::4] for i in range(0, len(row), 12) if sum(row[i:i + 3]) < 200)
+    colours = {row[i : i + 3] for row in rows[::8] for i in range(0, len(row), 3 * 8)}
+    dark = sum(1 for row in rows[::4] for i in range(0, len(row), 12) if sum(row[i : i + 3]) < 200)
     assert (w, h) == (1200, 1800)
     assert len(colours) > 20 and dark > 200  # text, chart lines and the verdict box, not a blank page
 

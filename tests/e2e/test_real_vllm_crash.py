@@ -9,9 +9,11 @@ exception rises through vLLM's own frames and EngineCore dies by vLLM's own
 EngineCore's traceback (not the API server's echo) and matches the catalog.
 Runs on its own server (it dies).
 """
+
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -40,22 +42,27 @@ def test_a_scheduler_assertion_gives_an_engine_dead_incident_whose_crash_names_i
         inc = g.wait_incident("engine_dead", DETECT_TIMEOUT)
         assert inc is not None, g.log_text() + server.log_tail()
         results["crash_onset_to_incident_s"] = round(inc["opened_at"] - onset, 2)
-        done = poll(lambda: next((i for i in g.incidents() if i["id"] == inc["id"] and i["crash"]), None),
-                    DIAGNOSIS_TIMEOUT, every=1.0)
+        done = poll(
+            lambda: next((i for i in g.incidents() if i["id"] == inc["id"] and i["crash"]), None),
+            DIAGNOSIS_TIMEOUT,
+            every=1.0,
+        )
         assert done is not None, g.log_text()
         results["crash_onset_to_diagnosis_s"] = round(time.time() - onset, 2)
         crash = done["crash"]
         assert crash["exception"] == "AssertionError", f"{crash}\n{server.log_tail(80)}"
         assert MESSAGE in crash["message"]
         assert crash["process"] and crash["process"].startswith("EngineCore"), crash
-        assert any(f["file"].endswith("vllm/v1/core/sched/scheduler.py") and f["function"] == "schedule"
-                   for f in crash["frames"]), crash["frames"]
+        assert any(
+            f["file"].endswith("vllm/v1/core/sched/scheduler.py") and f["function"] == "schedule"
+            for f in crash["frames"]
+        ), crash["frames"]
         assert crash["source"] == f"file {log}"
         assert done["diagnosis"][0]["id"] == "vllm-scheduler-assertion", done["diagnosis"]
         bundle = done["evidence_dir"]
-        html = open(f"{bundle}/report.html", encoding="utf-8").read()
+        html = Path(bundle, "report.html").read_text(encoding="utf-8")
         assert 'id="crash"' in html and "AssertionError" in html
-        summary = open(f"{bundle}/summary.txt", encoding="utf-8").read()
+        summary = Path(bundle, "summary.txt").read_text(encoding="utf-8")
         assert "Crash: AssertionError: " + MESSAGE in summary
     finally:
         if g is not None:

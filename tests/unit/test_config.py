@@ -68,7 +68,7 @@ ERROR_CASES = {
         "kv_cache_leak, accel_memory_leak, host_memory_leak, output_corruption, probe_failure)"),
     "unknown key inside a list item": (
         {"targets": [target(prot=1)]},
-        "targets[0].prot: unknown key (known: name, match, api_url, model, api_key_env, api_key_file, restart, drain, log_path)"),
+        "targets[0].prot: unknown key (known: name, match, api_url, model, api_key_env, api_key_file, restart, drain, log_path)"),  # noqa: E501
     "string for a number": (
         {"detectors": {"busy_loop": {"window": "ten"}}},
         'detectors.busy_loop.window: expected a number > 0, got "ten"'),

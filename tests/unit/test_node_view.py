@@ -1,4 +1,5 @@
 """The node's accelerator table: every device every npu-smi variant and NVML report, with owners."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,8 +24,9 @@ def snap(name: str) -> AccelSnapshot:
 def test_every_npu_smi_variant_lists_every_chip_with_health_util_and_memory(name):
     s = snap(name)
     rows = accelerator_rows([(10.0, s)], [], now=10.5)
-    assert [r["device"] for r in rows] == sorted((d.id for d in s.devices),
-                                                 key=lambda i: tuple(int(x) for x in i[4:].split(".")))
+    assert [r["device"] for r in rows] == sorted(
+        (d.id for d in s.devices), key=lambda i: tuple(int(x) for x in i[4:].split("."))
+    )
     for r in rows:
         assert r["backend"] == "npu_smi" and r["memory_kind"] in ("hbm", "ddr") and r["read_age_s"] == 0.5
         assert set(r) >= {"health", "utilization_pct", "memory_used_bytes", "memory_total_bytes", "processes"}
@@ -45,13 +47,23 @@ def _target(name, pids):
 
 
 def test_processes_name_their_owning_target_and_role():
-    s = AccelSnapshot("nvml", (DeviceReading("nvml:0", "nvml", "H200", 10 * MIB, 100 * MIB, 0.0, "OK"),
-                               DeviceReading("nvml:1", "nvml", "H200", 0, 100 * MIB, 0.5, "OK")),
-                      (ProcessUsage(200, "nvml:0", 8 * MIB, "VLLM::EngineCor"), ProcessUsage(300, "nvml:0", 2 * MIB)))
+    s = AccelSnapshot(
+        "nvml",
+        (
+            DeviceReading("nvml:0", "nvml", "H200", 10 * MIB, 100 * MIB, 0.0, "OK"),
+            DeviceReading("nvml:1", "nvml", "H200", 0, 100 * MIB, 0.5, "OK"),
+        ),
+        (ProcessUsage(200, "nvml:0", 8 * MIB, "VLLM::EngineCor"), ProcessUsage(300, "nvml:0", 2 * MIB)),
+    )
     rows = accelerator_rows([(1.0, s)], [_target("vllm-8000", [(100, Role.API_SERVER), (200, Role.ENGINE_CORE)])], 1.0)
     procs = rows[0]["processes"]
-    assert procs[0] == {"pid": 200, "name": "VLLM::EngineCor", "memory_bytes": 8 * MIB, "target": "vllm-8000",
-                        "role": "engine_core"}
+    assert procs[0] == {
+        "pid": 200,
+        "name": "VLLM::EngineCor",
+        "memory_bytes": 8 * MIB,
+        "target": "vllm-8000",
+        "role": "engine_core",
+    }
     assert procs[1]["target"] is None
     assert rows[1]["processes"] == [] and rows[1]["utilization_pct"] == 50.0
     assert target_utilization(rows, "vllm-8000") == 0.0  # the engine's device sits idle

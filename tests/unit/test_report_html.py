@@ -1,4 +1,5 @@
 """The incident page: self-contained HTML with the plots of the windows that fired and the verdict."""
+
 from __future__ import annotations
 
 import re
@@ -30,27 +31,55 @@ def busy_series(n: int = 30) -> dict:
 
 
 INCIDENT = {
-    "id": "01JABCDEF", "kind": "busy_loop", "severity": "critical", "node": "n1", "status": "firing",
-    "summary": "EngineCore thread 212 at 100 % CPU with no progress", "opened_at": 1764565000.0,
+    "id": "01JABCDEF",
+    "kind": "busy_loop",
+    "severity": "critical",
+    "node": "n1",
+    "status": "firing",
+    "summary": "EngineCore thread 212 at 100 % CPU with no progress",
+    "opened_at": 1764565000.0,
     "target": {"name": "vllm-8000", "pid": 100, "starttime": 5, "port": 8000},
     "signals": {"pid": 200, "tid": 212, "threshold_cpu_ratio": 0.9},
-    "actions": [{"name": "evidence", "status": "ok", "at": 1764565001.0, "detail": ""},
-                {"name": "restart", "status": "ok", "at": 1764565031.5, "detail": "SIGTERM tree"}],
+    "actions": [
+        {"name": "evidence", "status": "ok", "at": 1764565001.0, "detail": ""},
+        {"name": "restart", "status": "ok", "at": 1764565031.5, "detail": "SIGTERM tree"},
+    ],
 }
-DIAG = [{"id": "vllm-mm-cache-lru-busy-loop", "title": "MM cache <LRU> spin", "confidence": 0.95,
-         "matched": ['hot thread "process_input_sockets" in LRUCache.popitem (vllm/utils/cache.py)'],
-         "references": ["https://github.com/vllm-project/vllm/issues/43941"], "workaround": "--mm-processor-cache-gb 0",
-         "fixed_in": "0.26.0", "source": "vLLM #43941", "confirmed": ["x"], "inferred": ["y"], "catalog": "c 1"}]
+DIAG = [
+    {
+        "id": "vllm-mm-cache-lru-busy-loop",
+        "title": "MM cache <LRU> spin",
+        "confidence": 0.95,
+        "matched": ['hot thread "process_input_sockets" in LRUCache.popitem (vllm/utils/cache.py)'],
+        "references": ["https://github.com/vllm-project/vllm/issues/43941"],
+        "workaround": "--mm-processor-cache-gb 0",
+        "fixed_in": "0.26.0",
+        "source": "vLLM #43941",
+        "confirmed": ["x"],
+        "inferred": ["y"],
+        "catalog": "c 1",
+    }
+]
 FLAME = b'<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><script>alert(1)</script></svg>'
 
 
 def page(**kw) -> str:
-    base = dict(incident=INCIDENT, bundle_id="01JABCDEF", series=busy_series(), diagnosis=DIAG,
-                notes=("device idle while the engine spins (accelerator 0 %)",), flame_svg=FLAME,
-                flame_name="flame-200.svg",
-                capture={"started_at": 1764565001.0, "duration_s": 4.2, "complete": True,
-                         "files": [{"name": "series.json", "bytes": 10}],
-                         "steps": [{"what": "dump", "pid": 200, "mode": "blocking", "rc": 0, "duration_s": 0.03}]})
+    base = dict(
+        incident=INCIDENT,
+        bundle_id="01JABCDEF",
+        series=busy_series(),
+        diagnosis=DIAG,
+        notes=("device idle while the engine spins (accelerator 0 %)",),
+        flame_svg=FLAME,
+        flame_name="flame-200.svg",
+        capture={
+            "started_at": 1764565001.0,
+            "duration_s": 4.2,
+            "complete": True,
+            "files": [{"name": "series.json", "bytes": 10}],
+            "steps": [{"what": "dump", "pid": 200, "mode": "blocking", "rc": 0, "duration_s": 0.03}],
+        },
+    )
     base.update(kw)
     return render_report(ReportInput(**base))
 
@@ -94,9 +123,16 @@ def test_memory_charts_carry_the_fitted_slope():
 
 
 def test_a_crash_is_shown_with_its_traceback():
-    crash = {"exception": "AssertionError", "message": "boom", "process": "EngineCore_DP0", "pid": 7,
-             "frames": [{"file": "/v/vllm/v1/core/sched/scheduler.py", "line": 5, "function": "schedule", "code": ""}],
-             "chain": [], "text": "Traceback ...\nAssertionError: boom", "source": "file /x.log"}
+    crash = {
+        "exception": "AssertionError",
+        "message": "boom",
+        "process": "EngineCore_DP0",
+        "pid": 7,
+        "frames": [{"file": "/v/vllm/v1/core/sched/scheduler.py", "line": 5, "function": "schedule", "code": ""}],
+        "chain": [],
+        "text": "Traceback ...\nAssertionError: boom",
+        "source": "file /x.log",
+    }
     html = page(incident=dict(INCIDENT, kind="engine_dead"), crash=crash, diagnosis=[])
     assert 'id="crash"' in html and "scheduler.py:5 in schedule" in html and "No known signature matched" in html
 

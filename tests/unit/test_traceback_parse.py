@@ -1,4 +1,5 @@
 """The last Python traceback in a log tail, with vLLM's per-process prefixes."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,7 +18,7 @@ SCHED = """\
 (EngineCore_DP0 pid=123)            ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
 (EngineCore_DP0 pid=123) AssertionError: preempted request rescheduled twice
 (APIServer pid=1) ERROR 12-01 05:00:02 [async_llm.py:1] AsyncLLM output_handler failed.
-"""
+"""  # noqa: E501
 
 CHAINED = """\
 Traceback (most recent call last):
@@ -33,22 +34,36 @@ Traceback (most recent call last):
 vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.
 """
 
-COLOURED = ("\x1b[1;36m(EngineCore pid=7)\x1b[0;0m Traceback (most recent call last):\n"
-            "\x1b[1;36m(EngineCore pid=7)\x1b[0;0m   File \"/a/b.py\", line 3, in f\n"
-            "\x1b[1;36m(EngineCore pid=7)\x1b[0;0m KeyError: 'k'\n")
+COLOURED = (
+    "\x1b[1;36m(EngineCore pid=7)\x1b[0;0m Traceback (most recent call last):\n"
+    '\x1b[1;36m(EngineCore pid=7)\x1b[0;0m   File "/a/b.py", line 3, in f\n'
+    "\x1b[1;36m(EngineCore pid=7)\x1b[0;0m KeyError: 'k'\n"
+)
 
-TWO = ("Traceback (most recent call last):\n  File \"/a/old.py\", line 1, in old\nValueError: first\n"
-       "INFO later\nTraceback (most recent call last):\n  File \"/a/new.py\", line 2, in new\n"
-       "RuntimeError: second\n  with a second line\n")
+TWO = (
+    'Traceback (most recent call last):\n  File "/a/old.py", line 1, in old\nValueError: first\n'
+    'INFO later\nTraceback (most recent call last):\n  File "/a/new.py", line 2, in new\n'
+    "RuntimeError: second\n  with a second line\n"
+)
 
 
-@pytest.mark.parametrize("text, exc, msg, proc, pid, last_fn", [
-    (SCHED, "AssertionError", "preempted request rescheduled twice", "EngineCore_DP0", 123, "schedule"),
-    (CHAINED, "vllm.v1.engine.exceptions.EngineDeadError", "EngineCore encountered an issue", None, None,
-     "output_handler"),
-    (COLOURED, "KeyError", "'k'", "EngineCore", 7, "f"),
-    (TWO, "RuntimeError", "second\n  with a second line", None, None, "new"),
-], ids=["vllm-prefixes-interleaved", "chained", "ansi-colour", "last-of-two"])
+@pytest.mark.parametrize(
+    "text, exc, msg, proc, pid, last_fn",
+    [
+        (SCHED, "AssertionError", "preempted request rescheduled twice", "EngineCore_DP0", 123, "schedule"),
+        (
+            CHAINED,
+            "vllm.v1.engine.exceptions.EngineDeadError",
+            "EngineCore encountered an issue",
+            None,
+            None,
+            "output_handler",
+        ),
+        (COLOURED, "KeyError", "'k'", "EngineCore", 7, "f"),
+        (TWO, "RuntimeError", "second\n  with a second line", None, None, "new"),
+    ],
+    ids=["vllm-prefixes-interleaved", "chained", "ansi-colour", "last-of-two"],
+)
 def test_the_last_traceback_is_parsed(text, exc, msg, proc, pid, last_fn):
     c = parse_last_traceback(text.splitlines())
     assert c is not None
@@ -69,14 +84,26 @@ def test_a_chain_keeps_the_cause():
 
 
 def test_a_bare_exception_line_has_an_empty_message():
-    c = parse_last_traceback(["Traceback (most recent call last):", '  File "/v/scheduler.py", line 9, in s',
-                              "    assert x", "AssertionError"])
+    c = parse_last_traceback(
+        [
+            "Traceback (most recent call last):",
+            '  File "/v/scheduler.py", line 9, in s',
+            "    assert x",
+            "AssertionError",
+        ]
+    )
     assert (c.exception, c.message) == ("AssertionError", "")
 
 
-@pytest.mark.parametrize("lines", [
-    [], ["INFO all good"], ["Traceback (most recent call last):", '  File "/a.py", line 1, in f'],  # cut off
-], ids=["empty", "no-traceback", "incomplete"])
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [],
+        ["INFO all good"],
+        ["Traceback (most recent call last):", '  File "/a.py", line 1, in f'],  # cut off
+    ],
+    ids=["empty", "no-traceback", "incomplete"],
+)
 def test_no_complete_traceback_is_none(lines):
     assert parse_last_traceback(lines) is None
 
@@ -85,20 +112,25 @@ def test_strip_line_removes_colour_and_the_prefix():
     assert strip_line("\x1b[36m(Worker_TP0 pid=55)\x1b[0m hello") == ("Worker_TP0", 55, "hello")
 
 
-ENGINE_THEN_API = SCHED + """\
+ENGINE_THEN_API = (
+    SCHED
+    + """\
 (APIServer pid=1) ERROR 12-01 05:00:02 [async_llm.py:1] AsyncLLM output_handler failed.
 (APIServer pid=1) Traceback (most recent call last):
 (APIServer pid=1)   File "/venv/lib/python3.11/site-packages/vllm/v1/engine/async_llm.py", line 600, in output_handler
 (APIServer pid=1)     outputs = await engine_core.get_output_async()
 (APIServer pid=1) vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.
-"""
+"""  # noqa: E501
+)
 
 
 def test_the_api_servers_engine_dead_error_points_back_to_the_engines_crash():
     c = parse_last_traceback(ENGINE_THEN_API.splitlines())
     assert (c.exception, c.process) == ("AssertionError", "EngineCore_DP0")
-    assert c.followed_by == ("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
-                             "See stack trace (above) for the root cause. (APIServer)",)
+    assert c.followed_by == (
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
+        "See stack trace (above) for the root cause. (APIServer)",
+    )
 
 
 def test_only_a_consequence_is_still_reported():
@@ -106,7 +138,9 @@ def test_only_a_consequence_is_still_reported():
     assert c.exception.endswith("EngineDeadError") and c.chain
 
 
-RAW_AFTER_LOGGED = SCHED.replace("(APIServer pid=1) ERROR 12-01 05:00:02 [async_llm.py:1] AsyncLLM output_handler failed.\n", "") + """\
+RAW_AFTER_LOGGED = (
+    SCHED.replace("(APIServer pid=1) ERROR 12-01 05:00:02 [async_llm.py:1] AsyncLLM output_handler failed.\n", "")
+    + """\
 Process EngineCore_DP0:
 Traceback (most recent call last):
   File "/usr/lib/python3.11/multiprocessing/process.py", line 314, in _bootstrap
@@ -115,6 +149,7 @@ Traceback (most recent call last):
     assert request.num_computed_tokens <= request.num_tokens
 AssertionError: preempted request rescheduled twice
 """
+)
 
 
 def test_the_logged_report_with_its_process_wins_over_the_same_crash_printed_raw():

@@ -54,7 +54,7 @@ RSS_LEAK = "rss_leak"
 KV_LEAK = "kv_leak"
 SCHED_ASSERT = "sched_assert"
 FAULTS = (DIE, BUSY_LOOP, STALL, RSS_LEAK, KV_LEAK, SCHED_ASSERT)
-SCHED_ASSERT_MESSAGE = "scheduler invariant broken: preempted request rescheduled (injected by the guardian fault plugin)"
+SCHED_ASSERT_MESSAGE = "scheduler invariant broken: preempted request rescheduled (injected by the guardian fault plugin)"  # noqa: E501
 SCHEDULER_HOOK = "_update_after_schedule"
 BLOCKING = (DIE, BUSY_LOOP, STALL)  # at most one runs; this is the priority order
 DIE_EXIT_CODE = 17
@@ -335,7 +335,7 @@ def register() -> None:
     try:
         from vllm.v1.core.sched.scheduler import Scheduler
     except ImportError:  # a vLLM without the V1 scheduler: the other faults still work
-        Scheduler = None  # noqa: N806
+        Scheduler = None
     wrapped = install(EngineCore, KVCacheManager, FaultInjector(FaultDir(path)), Scheduler)
     try:
         from vllm.model_executor.layers.logits_processor import LogitsProcessor
