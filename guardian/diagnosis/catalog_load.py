@@ -295,7 +295,7 @@ def _signature(v: Any, path: str, p: _Problems, label: str) -> Signature | None:
         rx = _regex(lm.get("regex"), f"{path}.logs[{i}].regex", p) if lm is not None else None
         if lm is not None and rx is None and "regex" not in lm:
             p.add(f"{path}.logs[{i}].regex", "required")
-        if rx is not None:
+        if rx is not None and lm is not None:
             logs.append(LogPattern(rx, _bool(lm.get("optional"), f"{path}.logs[{i}].optional", p)))
     metrics = tuple(
         mp

@@ -248,12 +248,11 @@ def match_signature(sig: Signature, obs: Observation) -> Match | None:
             name = tp.name.pattern if tp.name else "such"
             clause(ok, tp.optional, [f"no thread {name!r} in the dump"])
             continue
-        hit = next(((t, r) for t in others for r in [thread_matches(tp, t)] if r[0]), None)
-        if hit is not None:
-            optional_hits += hit[1][2]
-            clause(
-                True, tp.optional, [f"{_thread_label(hit[0])}" + (" in " + " ← ".join(hit[1][1]) if hit[1][1] else "")]
-            )
+        other = next(((t, r) for t in others for r in [thread_matches(tp, t)] if r[0]), None)
+        if other is not None:
+            thread, (_ok, held, bonus) = other
+            optional_hits += bonus
+            clause(True, tp.optional, [_thread_label(thread) + (" in " + " ← ".join(held) if held else "")])
         else:
             clause(False, tp.optional, ())
     for lp in sig.logs:

@@ -112,7 +112,7 @@ def line_chart(
             f'fill="#777">{esc(threshold_label or fmt_value(threshold, unit))}</text>'
         )
     legend_y = HEIGHT - 8
-    lx = LEFT
+    lx = float(LEFT)
     for i, ln in enumerate(lines):
         colour = PALETTE[i % len(PALETTE)]
         good = [(t, v) for t, v in ln.points if math.isfinite(t) and math.isfinite(v)]

@@ -111,7 +111,7 @@ class KubeClient:
             req.add_header("Authorization", f"Bearer {self.token}")
         try:
             with self._open(req, self.timeout) as resp:
-                return resp.read(limit_bytes + 1).decode("utf-8", errors="replace")
+                return str(resp.read(limit_bytes + 1).decode("utf-8", errors="replace"))
         except urllib.error.HTTPError as e:
             raise ProbeFailed(f"kubernetes API GET {path}: HTTP {e.code} {e.reason}") from None
         except (urllib.error.URLError, OSError, ValueError) as e:

@@ -54,8 +54,10 @@ def test_a_dead_servers_incident_names_the_engines_assertion(world):
     assert [t.incident.kind for t in opened] == [Kind.ENGINE_DEAD]
     world.step(2)
     stored = IncidentStore(world.cfg.state_dir).load(opened[0].incident.id)
+    assert stored is not None
     assert stored.evidence_dir is not None
     crash = stored.crash
+    assert crash is not None
     assert (crash["exception"], crash["process"], crash["pid"]) == ("AssertionError", "EngineCore_DP0", 110)
     assert crash["frames"][-1]["function"] == "schedule"
     assert crash["followed_by"][0].startswith("vllm.v1.engine.exceptions.EngineDeadError")

@@ -87,8 +87,9 @@ def test_a_busy_loop_incident_gets_its_diagnosis_after_the_evidence(world):
     assert inc.signals["tid"] == INPUT_TID and inc.diagnosis == ()
     world.step(2)  # evidence, then the diagnosis of its bundle, off the loop
     stored = IncidentStore(world.cfg.state_dir).load(inc.id)
+    assert stored is not None
     assert stored.diagnosis[0]["id"] == "vllm-mm-cache-lru-busy-loop"
     assert stored.crash is None
-    bundle = Path(stored.evidence_dir)
+    bundle = Path(stored.evidence_dir or "")
     assert (bundle / "report.html").exists() and (bundle / "diagnosis.json").exists()
     assert "Diagnosis: Multi-modal processor cache" in (bundle / "summary.txt").read_text()

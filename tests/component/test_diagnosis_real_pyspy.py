@@ -135,7 +135,7 @@ def _spawn(tmp_path: Path, files: dict[str, str], main: str) -> subprocess.Popen
         env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"},
         text=True,
     )
-    assert proc.stdout.readline().strip() == "ready"
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     time.sleep(0.5)
     return proc
 
@@ -178,7 +178,7 @@ def test_a_real_lru_spin_is_named_the_mm_cache_bug(lru_program):
     assert top.id == "vllm-mm-cache-lru-busy-loop"
     assert any("_process_input_queue" in line and "MainThread" in line for line in top.matched)
     assert any("device idle while the engine spins" in line for line in top.matched)
-    assert top.workaround.startswith("start vLLM with --mm-processor-cache-gb 0")
+    assert (top.workaround or "").startswith("start vLLM with --mm-processor-cache-gb 0")
 
 
 def test_a_real_ghost_key_retry_loop_is_named_with_its_advice(tmp_path):
@@ -188,7 +188,8 @@ def test_a_real_ghost_key_retry_loop_is_named_with_its_advice(tmp_path):
         hot = next(t for t in threads if t.name == "request-worker")
         found = diagnose(SIGS, Observation("busy_loop", threads, hot_tid=hot.os_thread_id))
         assert [m.id for m in found] == ["app-cache-ghost-key-retry-loop"]
-        assert "blacklist" in found[0].advice and "version-stamp" in found[0].advice
+        advice = found[0].advice or ""
+        assert "blacklist" in advice and "version-stamp" in advice
     finally:
         proc.kill()
         proc.wait()

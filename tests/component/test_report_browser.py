@@ -60,6 +60,7 @@ def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
         elif kind == b"IDAT":
             idat += body
         pos += 12 + n
+    assert ihdr is not None, "no IHDR chunk"
     w, h, depth, colour = ihdr[0], ihdr[1], ihdr[2], ihdr[3]
     assert depth == 8 and colour in (2, 6)
     bpp = 3 if colour == 2 else 4

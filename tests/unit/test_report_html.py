@@ -81,7 +81,7 @@ def page(**kw) -> str:
         },
     )
     base.update(kw)
-    return render_report(ReportInput(**base))
+    return render_report(ReportInput(**base))  # type: ignore[arg-type]
 
 
 def test_a_busy_loop_page_plots_the_hot_thread_progress_and_device_first():

@@ -67,12 +67,14 @@ TWO = (
 def test_the_last_traceback_is_parsed(text, exc, msg, proc, pid, last_fn):
     c = parse_last_traceback(text.splitlines())
     assert c is not None
+    assert c is not None
     assert (c.exception, c.process, c.pid, c.frames[-1].function) == (exc, proc, pid, last_fn)
     assert c.message.startswith(msg)
 
 
 def test_interleaved_lines_of_other_processes_stay_out_of_the_frames():
     c = parse_last_traceback(SCHED.splitlines())
+    assert c is not None
     assert [f.function for f in c.frames] == ["run_engine_core", "schedule"]
     assert c.frames[-1].code == "assert request.num_computed_tokens <= request.num_tokens"
     assert "GET /health" not in c.text and "^^^" not in c.text
@@ -80,6 +82,7 @@ def test_interleaved_lines_of_other_processes_stay_out_of_the_frames():
 
 def test_a_chain_keeps_the_cause():
     c = parse_last_traceback(CHAINED.splitlines())
+    assert c is not None
     assert c.chain == ("TimeoutError: RPC call to execute_model timed out.",)
 
 
@@ -92,6 +95,7 @@ def test_a_bare_exception_line_has_an_empty_message():
             "AssertionError",
         ]
     )
+    assert c is not None
     assert (c.exception, c.message) == ("AssertionError", "")
 
 
@@ -126,6 +130,7 @@ ENGINE_THEN_API = (
 
 def test_the_api_servers_engine_dead_error_points_back_to_the_engines_crash():
     c = parse_last_traceback(ENGINE_THEN_API.splitlines())
+    assert c is not None
     assert (c.exception, c.process) == ("AssertionError", "EngineCore_DP0")
     assert c.followed_by == (
         "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
@@ -135,6 +140,7 @@ def test_the_api_servers_engine_dead_error_points_back_to_the_engines_crash():
 
 def test_only_a_consequence_is_still_reported():
     c = parse_last_traceback(CHAINED.splitlines())
+    assert c is not None
     assert c.exception.endswith("EngineDeadError") and c.chain
 
 
@@ -154,6 +160,7 @@ AssertionError: preempted request rescheduled twice
 
 def test_the_logged_report_with_its_process_wins_over_the_same_crash_printed_raw():
     c = parse_last_traceback(RAW_AFTER_LOGGED.splitlines())
+    assert c is not None
     assert (c.exception, c.process, c.pid) == ("AssertionError", "EngineCore_DP0", 123)
     assert c.followed_by == ()
 
@@ -161,4 +168,5 @@ def test_the_logged_report_with_its_process_wins_over_the_same_crash_printed_raw
 def test_a_raw_child_traceback_is_named_by_multiprocessings_header():
     raw = RAW_AFTER_LOGGED.split("Process EngineCore_DP0:\n", 1)[1]
     c = parse_last_traceback(["INFO something", "Process EngineCore_DP0:", *raw.splitlines()])
+    assert c is not None
     assert (c.exception, c.process, c.pid) == ("AssertionError", "EngineCore_DP0", None)

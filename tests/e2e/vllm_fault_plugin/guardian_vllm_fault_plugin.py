@@ -318,7 +318,7 @@ def install(engine_core_cls: type, kv_manager_cls: type, injector: FaultInjector
         setattr(kv_manager_cls, "free", wrap_free(free, injector))
         done.append(f"{kv_manager_cls.__name__}.free")
     hook = getattr(scheduler_cls, SCHEDULER_HOOK, None) if scheduler_cls is not None else None
-    if hook is not None and not getattr(hook, WRAPPED_MARK, False):
+    if scheduler_cls is not None and hook is not None and not getattr(hook, WRAPPED_MARK, False):
         setattr(scheduler_cls, SCHEDULER_HOOK, wrap_scheduler_hook(hook, injector))
         done.append(f"{scheduler_cls.__name__}.{SCHEDULER_HOOK}")
     return done
