@@ -29,6 +29,7 @@ DRIVERS = {
     "find_pod": lambda c: c.find_pod(UID),
     "delete_pod": lambda c: c.delete_pod(POD, 30),
     "read_pod_log": lambda c: read_pod_log(c, POD, "vllm"),
+    "read_log": lambda c: c.read_log(NS, "vllm-llama-0", "vllm"),
 }
 # Calls the shipped RBAC deliberately does not grant, and why. An entry whose call no longer
 # needs it fails the test: remove it then.
@@ -105,7 +106,7 @@ def needs() -> dict[str, set[tuple[str, str, str]]]:
 
 
 def api_calling_functions() -> set[str]:
-    """Functions and methods of kube.py that send a request (call ``_call`` or ``client_text``)."""
+    """Functions and methods of kube.py that send a request (``_call``, ``client_text`` or ``_open``)."""
     tree = ast.parse(Path(kube.__file__).read_text(encoding="utf-8"))
     found = set()
     for node in ast.walk(tree):
@@ -114,7 +115,7 @@ def api_calling_functions() -> set[str]:
                 if isinstance(sub, ast.Call):
                     fn = sub.func
                     name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
-                    if name in ("_call", "client_text"):
+                    if name in ("_call", "client_text", "_open"):
                         found.add(node.name)
     return found
 
