@@ -97,13 +97,15 @@ def judge_round(ra: RoundAnswers, baseline: Baseline | None, cfg: GatesConfig) -
             flips.add(a.prompt)
             notes.append(f"near-tie flip on {a.prompt[:30]!r} at token {flip[0]} (gap {flip[1]:.3g} nats): "
                          "L1/L4/L5 not judged on it this round")
-        # L1, against what this model's healthy answer to the same prompt already showed
-        judged.add("L1")
-        normal = set(baseline.format_codes.get(a.prompt, ())) if baseline else set()
-        for p in format_check.check_format(a.text, a.finish_reason):
-            if p.code not in normal and flip is None:
-                failures.append(GateFailure("L1", p.code, a.prompt, _excerpt(a.text),
-                                            "text without " + p.code.replace("_", " "), {"detail": p.detail}))
+        # L1, against what this model's healthy answer to the same prompt already showed; the round
+        # that takes the baseline defines it (the random test model answers control characters)
+        known = baseline.format_codes.get(a.prompt) if baseline else None
+        if known is not None:
+            judged.add("L1")
+            for p in format_check.check_format(a.text, a.finish_reason):
+                if p.code not in known and flip is None:
+                    failures.append(GateFailure("L1", p.code, a.prompt, _excerpt(a.text),
+                                                "text without " + p.code.replace("_", " "), {"detail": p.detail}))
         # L3
         if a.logprobs_error:
             judged.add("L3")

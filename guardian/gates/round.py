@@ -80,9 +80,10 @@ class RoundRunner:
         if status == 400 and b"logprobs" in raw:
             notes.append("the server refuses logprobs: L3 not judged")
             status, data, raw = self._post(base)
-        elif status >= 500:
-            # vLLM cannot encode NaN/inf logprobs as JSON and answers 500; if the same request
-            # without logprobs works, the logits themselves are broken
+        elif status != 200:
+            # vLLM cannot encode NaN/inf logprobs as JSON ("Out of range float values are not JSON
+            # compliant", measured as HTTP 400 on 0.32); if the same request without logprobs
+            # works, the logits themselves are broken
             first = f"HTTP {status}: {_error_text(raw)}"
             status, data, raw = self._post(base)
             if status == 200:

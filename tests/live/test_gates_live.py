@@ -40,6 +40,7 @@ def listen(client, channel: str) -> list[dict]:
     pubsub.subscribe(channel)
 
     def run():  # polls: the client's socket timeout would end a blocking listen() while all is quiet
+        keep = client  # noqa: F841 - a collected client closes its pool, and this subscription with it
         while True:
             try:
                 msg = pubsub.get_message(timeout=0.5)

@@ -180,3 +180,8 @@ def test_an_answer_that_leaves_its_baseline_clearly_still_fails():
     wrong = GateAnswer("diagnostic", "1+1=", " 2 y", "length", True, (-0.1, -0.2), (PEAKED, PEAKED),
                        "baseline", None, (" 2", " y"), ({" 2": -0.1}, {" y": -0.2, " x": -6.0}))
     assert levels(judge_round(answers(wrong), b, CFG)) == [("L5", "expect")]
+
+
+def test_the_round_that_takes_the_baseline_does_not_judge_l1():
+    v = judge_round(answers(ans("\x0b8>", expect="baseline")), None, CFG)  # the random model's healthy answer
+    assert v.failures == () and "L1" not in v.judged
