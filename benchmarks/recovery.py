@@ -110,7 +110,7 @@ def one(kind: str, fault: str, work: Path, h) -> dict[str, float | None]:
 def _quiet(fn) -> None:
     try:
         fn()
-    except Exception:
+    except Exception:  # noqa: BLE001 - best-effort cleanup in a benchmark
         pass
 
 

@@ -145,7 +145,7 @@ class Guardian:
         self.cwd = str(src or ROOT)  # `python -m` puts the working directory first on sys.path
         if src is not None:
             self.env["PYTHONPATH"] = str(src)
-        self.log = open(work / "guardian.log", "wb")
+        self.log = open(work / "guardian.log", "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen([sys.executable, "-m", "guardian.cli", "run", "-c", str(self.cfg)],
                                      stdout=self.log, stderr=subprocess.STDOUT, env=self.env,
                                      cwd=self.cwd, start_new_session=True)
@@ -242,7 +242,7 @@ class Scale:
         c1 = [g.cpu_ticks() for g in gs]
         t1 = time.time()
         points = []
-        for g, b, e in zip(gs, c0, c1):
+        for g, b, e in zip(gs, c0, c1, strict=True):
             rss = g.rss()
             st = g.status() or {}
             gst = st.get("guardian", {})
@@ -275,7 +275,7 @@ class Scale:
         def request() -> None:
             try:
                 server.complete("trip the fault", max_tokens=4, timeout=60)
-            except Exception:
+            except Exception:  # noqa: BLE001 - a hung or dead engine fails the request
                 pass  # a hung or dead engine fails the request: that is the point
 
         threading.Thread(target=request, daemon=True).start()

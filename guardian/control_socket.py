@@ -17,20 +17,23 @@ MAX_REQUEST = 64 * 1024
 
 
 class _Handler(socketserver.StreamRequestHandler):
+    server: _Server
+
     def handle(self) -> None:
         line = self.rfile.readline(MAX_REQUEST)
         try:
             req = json.loads(line or b"{}")
             if not isinstance(req, dict):
                 raise ValueError("request must be a JSON object")
-            reply = self.server.dispatch(req)  # type: ignore[attr-defined]
-        except Exception as e:  # a bad request gets an error, never a crash
+            reply = self.server.dispatch(req)
+        except Exception as e:  # noqa: BLE001 - a bad request gets an error, never a crash
             reply = {"ok": False, "error": f"{type(e).__name__}: {e}"}
         self.wfile.write(json.dumps(reply, default=str).encode() + b"\n")
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
+    dispatch: Callable[[dict], Any]  # set by ControlSocket.start
 
 
 class ControlSocket:
@@ -48,14 +51,14 @@ class ControlSocket:
             os.unlink(self.path)  # stale socket of a guardian that died
         server = _Server(self.path, _Handler)
         os.chmod(self.path, 0o660)
-        server.dispatch = self._dispatch  # type: ignore[attr-defined]
+        server.dispatch = self._dispatch
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, name="guardian-api", daemon=True)
         self._thread.start()
 
     def _dispatch(self, req: dict) -> Any:
         cmd = req.get("cmd")
-        handler = self.handlers.get(cmd)  # type: ignore[arg-type]
+        handler = self.handlers.get(cmd) if isinstance(cmd, str) else None
         if handler is None:
             return {"ok": False, "error": f"unknown command {cmd!r} (known: {', '.join(sorted(self.handlers))})"}
         return {"ok": True, "result": handler(req)}

@@ -105,6 +105,7 @@ class TargetStatus:
     suspects: Mapping[str, str]  # kind -> summary of an unconfirmed finding
     incidents: tuple[str, ...]  # kinds of the open incidents
     errors: Mapping[str, str]  # episode key -> message
+    gates: Mapping[str, Any] | None = None  # output-correctness gates: health score, baseline, notes
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,7 @@ class StatusSnapshot:
     actions: Mapping[str, Any]  # {"outcomes": {...}, "restarts": {target: {...}}}
     maintenance_until: float | None
     extras: Mapping[str, Any] = field(default_factory=dict)  # sections wired in by runtime (alerts)
+    accelerators: tuple[Mapping[str, Any], ...] = ()  # every device of the node (diagnosis.node_view)
     errors: Mapping[str, str] = field(default_factory=dict)
     schema: int = SCHEMA
 
@@ -158,6 +160,7 @@ class StatusSnapshot:
             "unmatched": [{"target": n, "reason": r} for n, r in self.unmatched],
             "incidents": [incident_to_dict(i) for i in self.incidents],
             "actions": _plain(self.actions), "maintenance_until": self.maintenance_until,
+            "accelerators": _plain(self.accelerators),
             **{k: _plain(v) for k, v in self.extras.items()},
             "errors": dict(self.errors),
         }

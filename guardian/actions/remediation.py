@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -27,7 +28,9 @@ from ..config_schema import Config, DrainConfig, Mode, PolicyConfig, RestartConf
 from ..fsutil import atomic_write
 from ..model import Action, Kind, ProcKey
 from ..series import metrics as m
+from .launch import build_launch_spec
 from .policy import Maintenance, may_restart, node_anomaly
+from .redact import redact_argv
 
 HANG_KINDS = {Kind.BUSY_LOOP.value, Kind.ENGINE_STALL.value, Kind.ENGINE_DEAD.value}
 HANG_DRAIN_TIMEOUT = 5.0  # a hung engine has nothing to drain: the most a hang waits, if it still steps
@@ -132,7 +135,8 @@ class RemediationSettings:
 
     @classmethod
     def from_config(cls, cfg: Config) -> RemediationSettings:
-        return cls(cfg.node, cfg.state_dir, cfg.policy, {t.name: RestartSpec.of(t) for t in cfg.targets})
+        return cls(cfg.node or os.uname().nodename, cfg.state_dir, cfg.policy,
+                   {t.name: RestartSpec.of(t) for t in cfg.targets})
 
 
 @dataclass
@@ -273,7 +277,8 @@ class Remediator:
         if incident.kind in (Kind.PROBE_FAILURE, Kind.RESTART_BUDGET_EXHAUSTED):
             return "a blind spot or an exhausted budget is never a reason to restart: alert only"
         prev = self.sequences.get(name)
-        if prev is not None and prev.incident_id == incident.id and prev.phase in (Phase.FAILED, Phase.DONE, Phase.ABORTED):
+        finished = (Phase.FAILED, Phase.DONE, Phase.ABORTED)
+        if prev is not None and prev.incident_id == incident.id and prev.phase in finished:
             return f"already {prev.phase.value} for this incident"
         tc = self.target_config(name)
         if tc is None:
@@ -472,12 +477,14 @@ class Remediator:
         tc = self.target_config(seq.target)
         rc = tc.restart if tc else RestartConfig()
         if seq.mode == "command":
-            try:
-                seq.started_pid = self.control.start(rc.command, rc.env, rc.cwd, rc.log_file)
+            try:  # a clean environment, as restart.user/group (guardian.actions.launch)
+                spec = build_launch_spec(rc)
+                seq.started_pid = self.control.start_spec(spec)
             except (OSError, ValueError) as e:
                 self._finish(seq, now, Outcome.FAILED, f"start failed: {e}")
                 return
-            self._enter(seq, Phase.VERIFYING, now, f"started pid {seq.started_pid}: {' '.join(rc.command)[:200]}")
+            self._enter(seq, Phase.VERIFYING, now, f"started pid {seq.started_pid}: "
+                                                   f"{' '.join(redact_argv(spec.argv))[:200]}")
         elif seq.mode == "systemd":
             unit = rc.unit or (tc.systemd_unit if tc else None)
             res = self._job(seq, "systemctl", lambda: self.cmd_runner.run(("systemctl", "restart", unit), 60), now)
@@ -524,9 +531,10 @@ class Remediator:
             seq.progress.job_at = now
             return res
         last = seq.progress.job_at
-        if seq.pending_job != key and (last is None or (retry_every is not None and now - last >= retry_every)):
-            if self.async_runner.submit(("remediation", key), fn, deadline=now + 90, on_done=self._job_done):
-                seq.pending_job = key
+        due = last is None or (retry_every is not None and now - last >= retry_every)
+        if seq.pending_job != key and due and self.async_runner.submit(
+                ("remediation", key), fn, deadline=now + 90, on_done=self._job_done):
+            seq.pending_job = key
         return None
 
     def _job_done(self, done, now: float) -> None:

@@ -1,4 +1,4 @@
-"""accel_memory_leak: the target's accelerator memory rises steadily with no new load (SPEC §4).
+"""accel_memory_leak: the target's accelerator memory rises steadily with no new load.
 
 Reads the target's accelerator memory (``accel.memory_bytes``, subject ``""``: the
 sum over its processes), the devices' total (``accel.memory_total_bytes``), the

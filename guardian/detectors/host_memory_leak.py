@@ -1,4 +1,4 @@
-"""host_memory_leak: the RSS of the target's processes rises steadily with no new load (SPEC §4).
+"""host_memory_leak: the RSS of the target's processes rises steadily with no new load.
 
 Reads ``proc.rss_bytes`` of every process in the current tree (subjects ``p<pid>``),
 sums them per sample time (only times at which every process with samples in

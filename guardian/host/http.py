@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 from urllib.parse import urlsplit
 
 from ..errors import ProbeFailed
@@ -45,13 +44,15 @@ class HttpResponse:
 
 
 class HttpClient(Protocol):
-    def request(self, method: str, url: str, timeout: float, body: Any = None) -> HttpResponse: ...
+    def request(self, method: str, url: str, timeout: float, body: Any = None,
+                headers: Mapping[str, str] | None = None) -> HttpResponse: ...
 
 
 class StdlibHttpClient:
     """http.client, one connection per call (probes are ~1 Hz; no pooling needed)."""
 
-    def request(self, method: str, url: str, timeout: float, body: Any = None) -> HttpResponse:
+    def request(self, method: str, url: str, timeout: float, body: Any = None,
+                headers: Mapping[str, str] | None = None) -> HttpResponse:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https"):
             raise HttpError("error", f"unsupported URL scheme in {url!r}")
@@ -60,7 +61,7 @@ class StdlibHttpClient:
         if parts.query:
             path += "?" + parts.query
         payload = None
-        headers = {"Accept": "*/*", "Connection": "close"}
+        headers = {"Accept": "*/*", "Connection": "close", **(headers or {})}
         if body is not None:
             payload = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
@@ -75,7 +76,7 @@ class StdlibHttpClient:
             )
         except ConnectionRefusedError as e:
             raise HttpError("refused", str(e), time.monotonic() - start) from None
-        except (socket.timeout, TimeoutError) as e:
+        except TimeoutError as e:
             raise HttpError("timeout", f"no answer within {timeout:g}s", time.monotonic() - start) from e
         except (OSError, http.client.HTTPException) as e:
             raise HttpError("error", f"{type(e).__name__}: {e}", time.monotonic() - start) from e

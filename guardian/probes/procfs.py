@@ -19,6 +19,7 @@ from typing import Iterable
 
 from ..config_schema import ProcfsProbeConfig
 from ..errors import AccessDenied, ProbeFailed, TargetGone
+from ..host.procfs_parse import SchedStat
 from ..model import ProcKey, Sample, Target, Subject
 from ..series import metrics as m
 from .base import Folded, Job, ProbeParts, Readings, Schedule, Seen
@@ -73,7 +74,7 @@ class ProcfsReader:
         self._thread_prev: dict[tuple[ProcKey, int], tuple[float, int, int | None, int | None, int | None]] = {}
         self._followed: set[ProcKey] = set()
         self._screen_prev: dict[tuple[ProcKey, int], tuple[float, int, int]] = {}  # (t, run ns, wait ns)
-        self._screened: dict[tuple[ProcKey, int], object] = {}  # this collect's screen reads
+        self._screened: dict[tuple[ProcKey, int], SchedStat | None] = {}  # this collect's screen reads
 
     def collect(self, targets: Iterable[Target], suspected: set[str], now: float) -> ProcfsResult:
         res = ProcfsResult()

@@ -2,7 +2,7 @@
 
 Finds the watched sample lines with ``str.find`` and reads their values (the
 rest of a ~50 KB page is never split into lines nor parsed). Tolerates what changes across vLLM
-versions (SPEC §3, reference/vllm.md §2): a metric that is absent is absent in
+versions (docs/design.md, Seeing: the probes): a metric that is absent is absent in
 the result (never 0); ``vllm:gpu_cache_usage_perc`` (≤ 0.11) stands in for
 ``vllm:kv_cache_usage_perc``. Values are summed over engines (data parallel),
 except the KV usage, which is the highest engine's.
@@ -64,14 +64,14 @@ def _watched_samples(text: str) -> Iterator[tuple[str, str]]:
     that is not a well-formed sample refuses the page, as a full parser would.
     """
     padded = "\n" + text
-    for m in _WATCHED_LINE.finditer(padded):
-        end = padded.find("\n", m.end())
+    for match in _WATCHED_LINE.finditer(padded):
+        end = padded.find("\n", match.end())
         if end < 0:
             end = len(padded)
-        rest = _REST.fullmatch(padded, m.end(), end)
+        rest = _REST.fullmatch(padded, match.end(), end)
         if rest is None:
-            raise ProbeFailed(f"unparsable /metrics page: {padded[m.start() + 1:end][:80]!r}")
-        yield m.group(1), rest.group(2)
+            raise ProbeFailed(f"unparsable /metrics page: {padded[match.start() + 1:end][:80]!r}")
+        yield match.group(1), rest.group(2)
 
 
 def parse_vllm_metrics(text: str) -> dict[str, float]:

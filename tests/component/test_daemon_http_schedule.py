@@ -3,10 +3,12 @@ same tick and the jobs run after the loop has moved on (as a thread pool runs th
 from __future__ import annotations
 
 import logging
+from typing import Any, Mapping, cast
 from urllib.parse import urlsplit
 
 from guardian.config import parse_config
-from guardian.probes.async_runner import Done
+from guardian.host.http import HttpResponse
+from guardian.probes.async_runner import AsyncRunner, Done
 from guardian.runtime import build_daemon
 from guardian.seams import Seams
 from guardian.testing.clock import FakeClock
@@ -51,11 +53,12 @@ class DeferredRunner:
 class RecordingHttp(FakeHttp):
     def __init__(self) -> None:
         super().__init__({("GET", "/health"): ok(), ("GET", "/metrics"): ok("# nothing\n")})
-        self.ports: list[tuple[int, str]] = []
+        self.ports: list[tuple[int | None, str]] = []
 
-    def request(self, method, url, timeout, body=None):
+    def request(self, method: str, url: str, timeout: float, body: Any = None,
+                headers: Mapping[str, str] | None = None) -> HttpResponse:
         self.ports.append((urlsplit(url).port, urlsplit(url).path))
-        return super().request(method, url, timeout, body)
+        return super().request(method, url, timeout, body, headers)
 
 
 def test_targets_due_on_the_same_tick_are_each_scraped_at_their_own_url(tmp_path):
@@ -66,9 +69,9 @@ def test_targets_due_on_the_same_tick_are_each_scraped_at_their_own_url(tmp_path
     cfg = parse_config({"node": "n1", "state_dir": str(tmp_path / "state"), "api": {"http": None}})
     clock = FakeClock()
     seams = Seams(clock, proc.procfs(), http, FakeRunner(), FakeControl(set()), [])
-    d = build_daemon(cfg, seams, runner=DeferredRunner(), log=logging.getLogger("test"))
+    d = build_daemon(cfg, seams, runner=cast(AsyncRunner, DeferredRunner()), log=logging.getLogger("test"))
     for _ in range(2):
         clock.advance(1.0)
         d.tick()
-    health = sorted(port for port, path in http.ports if path == "/health")
+    health = sorted(port or 0 for port, path in http.ports if path == "/health")
     assert health == [8000, 8001, 8002]

@@ -45,7 +45,7 @@ def fire(sim: SimServer, fault: str) -> float:
     def request():
         try:
             sim.complete("trip the fault", max_tokens=4, timeout=60)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a hung or dead engine fails the request
             pass  # a hung or dead engine: the request fails, which is the point
 
     threading.Thread(target=request, daemon=True).start()

@@ -192,8 +192,12 @@ def test_a_step_anywhere_in_the_window_is_not_a_leak(step_at):
 
 
 def test_growth_that_tracks_load_is_not_a_leak():
-    running = lambda r: 2 + max(0.0, r - 600) / 10  # noqa: E731
-    memory = lambda r: 20e9 + 50 * MB * (running(r) - 2)  # noqa: E731
+    def running(r):
+        return 2 + max(0.0, r - 600) / 10
+
+    def memory(r):
+        return 20e9 + 50 * MB * (running(r) - 2)
+
     assert Sim(memory, running=running).run(1200) == []
 
 

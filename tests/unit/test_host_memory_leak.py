@@ -9,7 +9,7 @@ import pytest
 from guardian.config_schema import DetectorsConfig
 from guardian.detectors import DETECTORS, host_memory_leak
 from guardian.detectors.view import TargetState, TargetView
-from guardian.model import Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target
+from guardian.model import Finding, Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target
 from guardian.series import metrics as m
 from guardian.series.store import SeriesStore
 from guardian.testing.curves import curve
@@ -29,13 +29,13 @@ LEAK_8 = {"curve": "linear", "start": 6e9, "rate": 8 * MB}
 
 def run(rss: Mapping[int, object], until: float, *, target: Target = TARGET, since: float = 1.0,
         running: Callable[[float], float] = lambda r: 2.0, starts: Mapping[int, float] | None = None,
-        **state_kw) -> list[tuple[float, object]]:
+        **state_kw) -> list[tuple[float, Finding]]:
     """Feed every pid's RSS (a curve spec or f(seconds)) each second from ``since`` and evaluate
     each tick; ``starts`` delays a pid's first sample. Returns (time, finding) of every firing."""
     fns = {pid: (v if callable(v) else curve(v).value) for pid, v in rss.items()}
     starts = starts or {}
     store = SeriesStore(horizon=270.0, horizons=SeriesStore.memory_horizons(CFG))
-    out = []
+    out: list[tuple[float, Finding]] = []
     r = since
     while r <= until + 1e-9:
         t = READY + r
@@ -109,7 +109,9 @@ def test_a_leak_after_the_curve_levelled_off_is_reported_within(onset, within):
 
 
 def test_growth_that_tracks_load_is_not_a_leak():
-    running = lambda r: 2 + max(0.0, r - 500) / 10  # noqa: E731
+    def running(r):
+        return 2 + max(0.0, r - 500) / 10
+
     rss = {**FLAT, 200: lambda r: 6e9 + 80 * MB * (running(r) - 2)}
     assert run(rss, 1000, running=running) == []
 

@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 
+from guardian.actions.launch import MINIMAL_PATH
 from guardian.actions.remediation import Phase, RemediationSettings, Remediator
 from guardian.config import parse_config
 from guardian.config_schema import Mode
@@ -77,7 +78,8 @@ class World:
         self.rem = self.new_remediator()
 
     def new_remediator(self, **settings):
-        return Remediator(replace(RemediationSettings.from_config(self.cfg), **settings), self.clock, self.control, self.runner, self.cmd, self.incidents, self.ledger,
+        return Remediator(replace(RemediationSettings.from_config(self.cfg), **settings), self.clock, self.control,
+                          self.runner, self.cmd, self.incidents, self.ledger,
                           procfs=None, publish_control=self.published.append)
 
     def open(self, kind=Kind.BUSY_LOOP):
@@ -100,7 +102,12 @@ class World:
         self.tracker.canary_finished("llm", NEW_API, True, "m", self.clock.monotonic())
 
     def actions(self, inc):
-        return [(a.name, a.status) for a in self.incidents.get(inc.id).actions]
+        return [(a.name, a.status) for a in self.incident(inc.id).actions]
+
+    def incident(self, incident_id):
+        inc = self.incidents.get(incident_id)
+        assert inc is not None, f"incident {incident_id} is not known"
+        return inc
 
 
 def test_a_busy_loop_is_drained_stopped_restarted_and_verified(tmp_path):
@@ -112,7 +119,8 @@ def test_a_busy_loop_is_drained_stopped_restarted_and_verified(tmp_path):
     assert w.published[0]["action"] == "drain"
     w.step(1, n=6)  # a hung engine has nothing to drain: the short drain timeout passes
     assert (API, 15) in w.control.signals  # SIGTERM to the API server first
-    assert w.control.started == [(tuple(ARGV), {}, None, None)]
+    assert [s.argv for s in w.control.specs] == [tuple(ARGV)]  # a clean launch (test_launch.py)
+    assert w.control.specs[0].env == {"PATH": MINIMAL_PATH, "LANG": "C.UTF-8", "HOME": "/"}
     assert w.rem.phase("llm") == "verifying" and not w.rem.serving("llm")
     w.new_server_comes_up()
     w.step()
@@ -283,7 +291,7 @@ def test_dry_run_is_recorded_on_the_incident_as_would_have(tmp_path):
     inc = w.open()
     w.consider(inc)
     w.consider(inc)
-    acts = w.incidents.get(inc.id).actions
+    acts = w.incident(inc.id).actions
     assert [(a.name, a.status) for a in acts] == [("restart", "dry_run")]  # recorded once
     assert "would have" in acts[0].detail
 

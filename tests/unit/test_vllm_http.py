@@ -81,7 +81,7 @@ def test_a_health_timeout_is_no_sample_not_a_dead_verdict():
                      ("GET", "/metrics"): ok((FIX / "vllm-0.32.txt").read_text())})
     res = scrape(http, "t", URL, 2.0, clock)
     assert m.HEALTH_OK not in by_metric(res)
-    assert res.health_error.startswith("timeout")
+    assert str(res.health_error).startswith("timeout")
 
 
 def test_refused_health_skips_the_metrics_request():
@@ -97,13 +97,13 @@ def test_html_metrics_page_is_a_failed_scrape_with_no_zeros():
     got = by_metric(res)
     assert got[m.METRICS_OK] == 0.0
     assert m.REQ_RUNNING not in got and m.ITERATIONS not in got
-    assert "HTML" in res.metrics_error
+    assert "HTML" in str(res.metrics_error)
 
 
 def test_non_200_metrics_is_a_failed_scrape():
     http = FakeHttp({("GET", "/health"): ok(), ("GET", "/metrics"): ok("oops", status=500)})
     res = scrape(http, "t", URL, 2.0, clock)
-    assert "HTTP 500" in res.metrics_error
+    assert "HTTP 500" in str(res.metrics_error)
 
 
 def test_families_we_do_not_watch_are_skipped_without_changing_any_number():
