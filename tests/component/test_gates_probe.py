@@ -241,21 +241,27 @@ def test_l4_two_instances_split_without_baseline_is_alert_only(server, tmp_path,
     assert f.signals["condition"] == "C" and f.signals["alert_only"]
 
 
-class FailsWithLogprobs:
-    """vLLM with NaN logits: asked for logprobs it answers 500 (NaN is not JSON), without it 200."""
+# what vLLM 0.32 answers to a logprobs request when the logits are NaN (measured)
+VLLM_NAN_400 = (b'{"error":{"message":"Out of range float values are not JSON compliant",'
+                b'"type":"BadRequestError","param":null,"code":400}}')
 
-    def __init__(self, real: HttpClient) -> None:
-        self.real = real
+
+class FailsWithLogprobs:
+    """vLLM with NaN logits: asked for logprobs it cannot encode them; without, it answers."""
+
+    def __init__(self, real: HttpClient, status: int, body: bytes) -> None:
+        self.real, self.status, self.body = real, status, body
 
     def request(self, method, url, timeout, body=None, headers=None):
         if isinstance(body, dict) and (body.get("logprobs") is not None or body.get("prompt_logprobs") is not None):
-            return HttpResponse(500, b"Internal Server Error", 0.01)
+            return HttpResponse(self.status, self.body, 0.01)
         return self.real.request(method, url, timeout, body)
 
 
-def test_logprobs_that_fail_only_when_asked_for_are_condition_b(server, tmp_path):
-    w = World(server.url, tmp_path, http=FailsWithLogprobs(StdlibHttpClient()))
+@pytest.mark.parametrize("status, body", [(400, VLLM_NAN_400), (500, b"Internal Server Error")])
+def test_logprobs_that_fail_only_when_asked_for_are_condition_b(server, tmp_path, status, body):
+    w = World(server.url, tmp_path, http=FailsWithLogprobs(StdlibHttpClient(), status, body))
     w.round()
     f = w.finding()
-    assert f.signals["condition"] == "B" and f.signals["sample"]["check"] == "non_finite"
-    assert "HTTP 500" in f.signals["sample"]["figures"]["detail"]
+    assert f is not None and f.signals["condition"] == "B" and f.signals["sample"]["check"] == "non_finite"
+    assert f"HTTP {status}" in f.signals["sample"]["figures"]["detail"]
