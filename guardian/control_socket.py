@@ -22,8 +22,9 @@ MAX_CLIENTS = 16
 
 
 class _Handler(socketserver.StreamRequestHandler):
+    server: _Server
     def setup(self) -> None:
-        self.request.settimeout(self.server.read_timeout)  # type: ignore[attr-defined]
+        self.request.settimeout(self.server.read_timeout)
         super().setup()
 
     def handle(self) -> None:
@@ -35,14 +36,15 @@ class _Handler(socketserver.StreamRequestHandler):
             req = json.loads(line or b"{}")
             if not isinstance(req, dict):
                 raise ValueError("request must be a JSON object")
-            reply = self.server.dispatch(req)  # type: ignore[attr-defined]
-        except Exception as e:  # a bad request gets an error, never a crash
+            reply = self.server.dispatch(req)
+        except Exception as e:  # noqa: BLE001 - a bad request gets an error, never a crash
             reply = {"ok": False, "error": f"{type(e).__name__}: {e}"}
         self.wfile.write(json.dumps(reply, default=str).encode() + b"\n")
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
+    dispatch: Callable[[dict], Any]  # set by ControlSocket.start
     block_on_close = False
     read_timeout = READ_TIMEOUT
 
@@ -86,14 +88,14 @@ class ControlSocket:
         server = _Server(self.path, _Handler)
         server.set_limits(self.read_timeout, self.max_clients)
         os.chmod(self.path, 0o660)
-        server.dispatch = self._dispatch  # type: ignore[attr-defined]
+        server.dispatch = self._dispatch
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, name="guardian-api", daemon=True)
         self._thread.start()
 
     def _dispatch(self, req: dict) -> Any:
         cmd = req.get("cmd")
-        handler = self.handlers.get(cmd)  # type: ignore[arg-type]
+        handler = self.handlers.get(cmd) if isinstance(cmd, str) else None
         if handler is None:
             return {"ok": False, "error": f"unknown command {cmd!r} (known: {', '.join(sorted(self.handlers))})"}
         return {"ok": True, "result": handler(req)}

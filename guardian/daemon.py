@@ -33,6 +33,7 @@ from .detectors.view import TargetView
 from .episodes import EpisodeLog
 from .incidents import IncidentManager, IncidentStore
 from .model import Finding, Incident, Kind, Transition
+from .platform_match import platform_for
 from .probes.async_runner import AsyncRunner
 from .probes.base import ProbeParts, Readings, Seen
 from .probes.scheduler import ProbeScheduler
@@ -45,6 +46,7 @@ from .targets import TargetsStage
 from .tracker import Tracker
 
 if TYPE_CHECKING:
+    from .diagnosis.service import Diagnoser
     from .actions.lease import FleetLease
     from .host.kube import KubeClient
     from .status_snapshot import StatusSnapshot
@@ -58,7 +60,8 @@ class Daemon:
                  kube: KubeClient | None = None, publish_control: Callable[[dict], object] | None = None,
                  sinks: Iterable[Sink] = (), on_update: Iterable[Callable[[Incident], None]] = (),
                  status_extras: dict[str, Callable[[], object]] | None = None,
-                 runner: AsyncRunner | None = None, log: logging.Logger | None = None) -> None:
+                 runner: AsyncRunner | None = None, log: logging.Logger | None = None,
+                 diagnoser: Diagnoser | None = None) -> None:
         self.cfg = cfg
         self.clock = seams.clock
         self.log = log or logging.getLogger("guardian")
@@ -69,7 +72,8 @@ class Daemon:
         self.episodes = EpisodeLog(self.log)
         self.runner = runner or AsyncRunner(max_workers=8)
         self.readings = Readings()
-        self.targets = TargetsStage(cfg, seams.proc, self.tracker, self.series, self.log)
+        self.targets = TargetsStage(cfg, seams.proc, self.tracker, self.series, self.log,
+                                    platform=platform_for(cfg, seams.proc, kube, seams.commands))
         self.stats = SelfStats.for_probes(probe_names())
         self.probes = ProbeScheduler(
             build_probes(ProbeParts(cfg, seams, self.tracker, self.series, self.readings, self.log)),
@@ -84,7 +88,8 @@ class Daemon:
             release_check=self.readings.device_memory_held, log=self.log.getChild("remediation"))
         self.responder = Responder(cfg.detectors, self.clock, self.runner, self.tracker, self.series,
                                    self.readings, self.incidents, self.remediator, evidence, self.episodes,
-                                   self._emit, self.log)
+                                   self._emit, self.log, diagnoser=diagnoser,
+                                   target_configs={t.name: t for t in cfg.targets})
         self.responder.on_update.extend(on_update)
         self.status_extras = dict(status_extras or {})
         self.findings: dict[str, dict[Kind, Finding | None]] = {}
@@ -118,6 +123,7 @@ class Daemon:
         self.stats.ticks += 1
         self.stats.last_tick_s = time.perf_counter() - start
         self.stats.max_tick_s = max(self.stats.max_tick_s, self.stats.last_tick_s)
+        self.stats.tick_times.add(self.stats.last_tick_s)
         return transitions
 
     def _refresh_targets(self, now: float) -> None:
@@ -148,7 +154,8 @@ class Daemon:
         for name, tr in list(self.tracker.targets.items()):
             if self.remediator.suppress_detection(name):
                 continue  # the guardian is taking it down itself: its death is not news
-            findings = evaluate_all(TargetView(self.tracker.state(name, now), self.series), self.cfg.detectors)
+            gates = self.readings.gates.view(name) if self.readings.gates is not None else None
+            findings = evaluate_all(TargetView(self.tracker.state(name, now), self.series, gates), self.cfg.detectors)
             findings[Kind.PROBE_FAILURE] = evaluate_episodes(
                 name, {k: v for k, v in open_episodes.items() if k.startswith(f"{name}:")}, self.cfg.detectors, now)
             self.findings[name] = findings

@@ -4,7 +4,8 @@ Reads /proc through ``ProcFS`` (one pass: stat + cmdline of every pid; the fd
 scan only when a ``port`` matcher is configured, once per pass) and decides:
 - explicit ``targets:`` from config, matched by ``port`` (owner of the LISTEN
   socket's inode; the top-most ancestor when several processes hold it),
-  ``pid_file`` or ``cmdline_regex`` (the top-most matching ancestor);
+  ``pid_file`` or ``cmdline_regex`` (the top-most matching ancestor), or
+  ``kubernetes`` / ``systemd_unit`` (their cgroups: ``guardian.platform_match``);
 - autodiscovered servers (``vllm serve …``, ``python -m …api_server``,
   ``…/api_server.py``) not already inside another target's tree;
 - each target's tree (all descendants by ppid) with roles from the cmdline
@@ -21,7 +22,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 from urllib.parse import urlsplit
 
 from guardian.config_schema import Config, TargetConfig
@@ -29,10 +30,12 @@ from guardian.errors import AccessDenied, ProbeFailed, TargetGone
 from guardian.host.procfs import ProcFS
 from guardian.model import ProcessInfo, ProcKey, Role, Target
 
+if TYPE_CHECKING:
+    from guardian.platform_match import PlatformMatcher
+
 DEFAULT_PORT = 8000
 _ANY_HOSTS = ("", "0.0.0.0", "::", "[::]")
 _PY_OPTS_WITH_VALUE = ("-W", "-X", "-Q")
-NOT_SUPPORTED = "matcher not supported yet"
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,7 @@ class DiscoveryCache:
 class _Snapshot:
     """One pass over /proc: every process's key, ppid, cmdline; children by ppid; lazily, fds."""
 
-    def __init__(self, procfs: ProcFS, cache: "DiscoveryCache | None" = None):
+    def __init__(self, procfs: ProcFS, cache: DiscoveryCache | None = None):
         self.procfs = procfs
         self.cache = cache
         self.procs: dict[int, _Proc] = {}
@@ -184,6 +187,7 @@ class _Snapshot:
             kids.sort()
         self._listening: dict[int, set[int]] | None = None
         self._owners: dict[int, set[int]] | None = None
+        self.addresses: dict[int, tuple[str | None, int | None]] = {}  # root -> (host, port) from a pod
 
     def ancestors(self, pid: int) -> list[int]:
         out: list[int] = []
@@ -218,7 +222,7 @@ class _Snapshot:
     def port_owners(self, port: int) -> set[int]:
         if self._listening is None:
             self._listening = self.procfs.listening_ports()
-        cached = self._cached_owners(port)
+        cached = self._cached_owners(port, self._listening)
         if cached is not None:
             return cached
         if self._owners is None:
@@ -238,13 +242,13 @@ class _Snapshot:
                 self.cache.owners[inode] = frozenset(self.procs[p].key for p in found)
         return owners
 
-    def _cached_owners(self, port: int) -> set[int] | None:
+    def _cached_owners(self, port: int, listening: dict[int, set[int]]) -> set[int] | None:
         """The owners found by an earlier pass, if every one still lives with the same starttime
         and still holds the socket: one process's fds read instead of every process's."""
         if self.cache is None:
             return None
         owners: set[int] = set()
-        for inode in self._listening.get(port, ()):
+        for inode in listening.get(port, ()):
             keys = self.cache.owners.get(inode)
             if not keys:
                 return None
@@ -294,8 +298,9 @@ def _read_file(path: str) -> str:
 
 
 # ---------------------------------------------------------------- matching
-def _match(snap: _Snapshot, tc: TargetConfig, read_file: Callable[[str], str]) -> tuple[int | None, str]:
-    """(root pid, "") or (None, why)."""
+def _match(snap: _Snapshot, tc: TargetConfig, read_file: Callable[[str], str],
+           platform: PlatformMatcher | None = None) -> tuple[int | None, str]:
+    """(root pid, "") or (None, why); a platform match leaves its address in ``snap.addresses``."""
     m = tc.match
     if m.port is not None:
         try:
@@ -327,7 +332,15 @@ def _match(snap: _Snapshot, tc: TargetConfig, read_file: Callable[[str], str]) -
             return None, f"no process cmdline matches {m.cmdline_regex!r}"
         return snap.topmost(hits), ""
     if m.systemd_unit is not None or m.kubernetes is not None:
-        return None, NOT_SUPPORTED
+        if platform is None:
+            return None, "no platform matcher wired (kubernetes / systemd)"
+        found = platform.match(tc, snap.procs)
+        if not found.pids:
+            return None, found.why
+        root = snap.topmost(set(found.pids))
+        if root is not None:
+            snap.addresses[root] = (found.host, found.port)
+        return root, ""
     return None, "no matcher configured"
 
 
@@ -352,9 +365,10 @@ def _build(snap: _Snapshot, root: int, name: str, prefix: str, port: int, api_ur
 
 
 def discover(procfs: ProcFS, cfg: Config, *, read_file: Callable[[str], str] | None = None,
-             cache: DiscoveryCache | None = None) -> DiscoveryResult:
+             cache: DiscoveryCache | None = None, platform: PlatformMatcher | None = None) -> DiscoveryResult:
     """One discovery pass. ``read_file`` is the seam for reading pid files (default: open);
-    ``cache`` (kept by the caller between passes) spares the fd scan when port owners are unchanged."""
+    ``cache`` (kept by the caller between passes) spares the fd scan when port owners are unchanged;
+    ``platform`` answers ``match.kubernetes`` / ``match.systemd_unit``."""
     read_file = read_file or _read_file
     prefix = cfg.discovery.process_name_prefix
     snap = _Snapshot(procfs, cache)
@@ -363,7 +377,7 @@ def discover(procfs: ProcFS, cfg: Config, *, read_file: Callable[[str], str] | N
     claimed: dict[int, str] = {}  # pid -> target name, for every process of every tree
 
     for tc in cfg.targets:
-        root, why = _match(snap, tc, read_file)
+        root, why = _match(snap, tc, read_file, platform)
         if root is None:
             unmatched.append((tc.name, why))
             continue
@@ -372,8 +386,9 @@ def discover(procfs: ProcFS, cfg: Config, *, read_file: Callable[[str], str] | N
             unmatched.append((tc.name, f"process {root} is already target {owner}"))
             continue
         cmdline = snap.procs[root].cmdline
-        port = tc.match.port or _port_from_url(tc.api_url) or server_port(cmdline)
-        api_url = tc.api_url or url_for(server_host(cmdline), port)
+        pod_host, pod_port = snap.addresses.get(root, (None, None))
+        port = tc.match.port or _port_from_url(tc.api_url) or pod_port or server_port(cmdline)
+        api_url = tc.api_url or url_for(pod_host or server_host(cmdline), port)
         target = _build(snap, root, tc.name, prefix, port, api_url, "config")
         targets.append(target)
         for p in target.processes:

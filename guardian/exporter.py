@@ -1,6 +1,6 @@
 """Prometheus exporter: a custom collector over the daemon's latest status document.
 
-Reads memory only (SPEC §9, DESIGN "exporter reads state at scrape time, no I/O"):
+Reads memory only (a scrape never touches /proc or the network; docs/design.md, Operating surface):
 ``status()`` returns the immutable dict the loop publishes after each tick
 (``guardian.status_view.build_status``) and ``stats()`` the daemon's ``SelfStats``
 (for the incident open/resolve totals, which the status document does not carry).
@@ -13,7 +13,8 @@ incident ``Kind`` and the standard action/restart outcomes start at 0.
 
 Status fields read (all optional; a missing section means no samples):
 
-- ``node``, ``version``; ``guardian.{ticks, last_tick_s, max_tick_s, cpu_seconds, max_rss_bytes}``;
+- ``node``, ``version``;
+  ``guardian.{ticks, last_tick_s, max_tick_s, tick_p50_s, tick_p99_s, cpu_seconds, max_rss_bytes}``;
 - ``probes.<name>.{runs, failures, overruns, last_duration_s, mean_duration_s}``;
 - ``targets[]``: ``name``, ``model``, ``source``, ``phase``, ``ready``, ``serving`` (bool;
   when absent: ``phase == "serving"``), ``health.status``,
@@ -52,6 +53,8 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("guardian_ticks_total", "counter", (), "Ticks of the main loop since the guardian started."),
     ("guardian_tick_duration_seconds", "gauge", (), "Duration of the last tick of the main loop."),
     ("guardian_tick_duration_max_seconds", "gauge", (), "Longest tick of the main loop since start."),
+    ("guardian_tick_duration_p50_seconds", "gauge", (), "Median tick of the main loop over the last 600 ticks."),
+    ("guardian_tick_duration_p99_seconds", "gauge", (), "99th percentile tick over the last 600 ticks."),
     ("guardian_self_cpu_seconds_total", "counter", (), "CPU time (user + system) the guardian process used."),
     ("guardian_self_max_resident_memory_bytes", "gauge", (), "Peak resident memory of the guardian process."),
     # probes
@@ -66,6 +69,10 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("guardian_target_up", "gauge", ("target",), "1 when the target should take traffic (serving), else 0."),
     ("guardian_target_ready", "gauge", ("target",), "1 once the target answered a canary (warm-up over), else 0."),
     ("guardian_target_health_ok", "gauge", ("target",), "1 when the target's /health last answered 200, else 0."),
+    ("guardian_target_health_score", "gauge", ("target",),
+     "Output-correctness health 0..100 from the gates (100: nothing wrong seen); absent before a gate round."),
+    ("guardian_gate_reports_total", "counter", ("outcome",),
+     "External gate reports by outcome (accepted, malformed, unknown_target, other_node, stale)."),
     ("guardian_process_cpu_ratio", "gauge", ("target", "pid", "role"), "CPU use of a process (1.0 = one core)."),
     ("guardian_process_resident_memory_bytes", "gauge", ("target", "pid", "role"), "Resident memory of a process."),
     ("guardian_process_threads", "gauge", ("target", "pid", "role"), "Threads of a process."),
@@ -138,7 +145,7 @@ class _Families:
     """One family per declared name; ``add`` refuses undeclared names and absent values."""
 
     def __init__(self) -> None:
-        self._fams: dict[str, Metric] = {}
+        self._fams: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
         for name, typ, labels, help_ in _TABLE:
             cls = CounterMetricFamily if typ == "counter" else GaugeMetricFamily
             self._fams[name] = cls(name, help_, labels=list(labels))
@@ -178,6 +185,8 @@ class GuardianCollector:
         alerts = _map(doc.get("alerts"))
         f.add("guardian_alerts_spooled", (), alerts.get("spooled"))
         f.add("guardian_alerts_dropped_total", (), alerts.get("dropped"))
+        for outcome, n in _map(_map(doc.get("gates")).get("reports")).items():
+            f.add("guardian_gate_reports_total", (outcome,), n)
         return f.all()
 
     # ---------------------------------------------------------------- sections
@@ -189,6 +198,8 @@ class GuardianCollector:
         f.add("guardian_ticks_total", (), g.get("ticks"))
         f.add("guardian_tick_duration_seconds", (), g.get("last_tick_s"))
         f.add("guardian_tick_duration_max_seconds", (), g.get("max_tick_s"))
+        f.add("guardian_tick_duration_p50_seconds", (), g.get("tick_p50_s"))
+        f.add("guardian_tick_duration_p99_seconds", (), g.get("tick_p99_s"))
         f.add("guardian_self_cpu_seconds_total", (), g.get("cpu_seconds"))
         f.add("guardian_self_max_resident_memory_bytes", (), g.get("max_rss_bytes"))
 
@@ -212,6 +223,7 @@ class GuardianCollector:
         health = t.get("health")
         if isinstance(health, Mapping):
             f.add("guardian_target_health_ok", tl, health.get("status") == 200)
+        f.add("guardian_target_health_score", tl, _map(t.get("gates")).get("health_score"))
         eng = _map(t.get("engine"))
         f.add("guardian_engine_steps_per_second", tl, eng.get("steps_per_s"))
         f.add("guardian_engine_requests_running", tl, eng.get("requests_running"))

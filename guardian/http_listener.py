@@ -1,4 +1,4 @@
-"""The read-only HTTP listener (SPEC §9): ``/metrics``, ``/healthz`` and per-target readiness.
+"""The read-only HTTP listener (docs/design.md, Operating surface): ``/metrics``, ``/healthz`` and per-target readiness.
 
 Routes (GET, and HEAD for load-balancer checks; any other method is 405, any other path 404):
 
@@ -52,17 +52,19 @@ class LastTick:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    api: HttpListener  # set by HttpListener.start: what the handlers read
 
 
 class _Handler(BaseHTTPRequestHandler):
+    server: _Server
     server_version = "vllm-guardian"
     timeout = 10  # a client that sends nothing does not hold a thread forever
 
     # ---------------------------------------------------------------- methods
-    def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+    def do_GET(self) -> None:
         self._route(send_body=True)
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self._route(send_body=False)
 
     def __getattr__(self, name: str) -> Any:
@@ -77,7 +79,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ---------------------------------------------------------------- routes
     def _route(self, send_body: bool) -> None:
-        api: HttpListener = self.server.api  # type: ignore[attr-defined]
+        api = self.server.api
         path = urlsplit(self.path).path
         if path == "/metrics":
             try:
@@ -118,8 +120,8 @@ class _Handler(BaseHTTPRequestHandler):
         if send_body:
             self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature)
-        self.server.api.log.debug("http %s " + format, self.client_address[0], *args)  # type: ignore[attr-defined]
+    def log_message(self, format: str, *args: Any) -> None:
+        self.server.api.log.debug("http %s " + format, self.client_address[0], *args)
 
 
 class HttpListener:
@@ -183,7 +185,7 @@ class HttpListener:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         server_cls = type("_BoundServer", (_Server,), {"address_family": family})
         server = server_cls((self.host, self.port), _Handler)
-        server.api = self  # type: ignore[attr-defined]
+        server.api = self
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, args=(self.poll_interval,),
                                         name="guardian-http", daemon=True)

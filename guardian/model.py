@@ -2,7 +2,7 @@
 
 Stdlib only, frozen dataclasses. Nothing here touches the machine.
 
-- ``ProcKey``: a process identity, ``(pid, starttime)`` (SPEC §2): PIDs are reused.
+- ``ProcKey``: a process identity, ``(pid, starttime)`` (docs/design.md, Vocabulary): PIDs are reused.
 - ``ProcessInfo`` / ``Target``: one supervised vLLM server and its snapshotted tree.
 - ``Sample``: one number at a monotonic time; an absent value is simply not emitted.
 - ``Finding``: what one detector concludes on one tick (stateless).
@@ -212,12 +212,14 @@ class Incident:
     resolved_at: float | None = None
     evidence_dir: str | None = None
     actions: tuple[Action, ...] = ()
+    diagnosis: tuple[Mapping[str, Any], ...] = ()  # catalog matches, best first (guardian.diagnosis)
+    crash: Mapping[str, Any] | None = None  # engine_dead: the last traceback of the target's log
 
     @property
     def fingerprint(self) -> str:
         return f"{self.node}/{self.target.name}/{self.kind.value}"
 
-    def resolve(self, at: float, reason: str) -> "Incident":
+    def resolve(self, at: float, reason: str) -> Incident:
         return replace(
             self,
             status=Status.RESOLVED,
@@ -225,7 +227,7 @@ class Incident:
             actions=self.actions + (Action("resolve", "ok", at, reason),),
         )
 
-    def with_action(self, action: Action) -> "Incident":
+    def with_action(self, action: Action) -> Incident:
         return replace(self, actions=self.actions + (action,))
 
 

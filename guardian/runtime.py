@@ -18,6 +18,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .actions.evidence import EvidenceCollector
 from .actions.lease import FleetLease
@@ -27,6 +28,7 @@ from .control_socket import ControlSocket
 from .daemon import Daemon, Sink
 from .errors import GuardianError
 from .exporter import build_registry
+from .host.api_keys import ApiKeys, BearerHttpClient
 from .host.http import StdlibHttpClient
 from .host.process_control import OsProcessControl
 from .host.process_details import PsutilDetails
@@ -38,11 +40,15 @@ from .model import Incident, Status, Transition
 from .netaddr import parse_hostport
 from .probes.accel import make_backends
 from .probes.async_runner import AsyncRunner
+from .diagnosis.service import Diagnoser
 from .sdnotify import SdNotify
 from .seams import Seams
 from .sinks.events import AlertEmitter, IncidentAlerts
 from .sinks.fleet import node_summary
+from .sinks.gate_decisions import GateDecisions
 from .sinks.redis_sink import AlertSink
+from .gates.exchange import FingerprintExchange
+from .gates.listener import ReportsListener
 
 log = logging.getLogger("guardian")
 
@@ -52,7 +58,8 @@ def real_seams(cfg: Config, clock: SystemClock | None = None) -> Seams:
     proc = ProcFS(cfg.probes.procfs.proc_root)
     commands = SubprocessRunner()
     details = PsutilDetails() if os.path.realpath(cfg.probes.procfs.proc_root) == "/proc" else None
-    return Seams(clock or SystemClock(), proc, StdlibHttpClient(), commands, OsProcessControl(proc),
+    http = BearerHttpClient(StdlibHttpClient(), ApiKeys(cfg, proc))  # servers started with --api-key
+    return Seams(clock or SystemClock(), proc, http, commands, OsProcessControl(proc),
                  make_backends(cfg.accelerators, commands, log), details)
 
 
@@ -64,7 +71,8 @@ def build_daemon(cfg: Config, seams: Seams, *, sink: AlertSink | None = None, si
     evidence = EvidenceCollector(cfg.evidence, store.dir_for, seams.commands, seams.proc, seams.clock,
                                  details=seams.process_details)
     kube = None
-    if any(t.restart.mode == "kubernetes" for t in cfg.targets):
+    if any(t.restart.mode == "kubernetes" or (t.match.kubernetes is not None and t.match.kubernetes.namespace)
+           for t in cfg.targets):
         from .host.kube import KubeClient
 
         try:
@@ -74,10 +82,26 @@ def build_daemon(cfg: Config, seams: Seams, *, sink: AlertSink | None = None, si
     lease = None
     if sink is not None:
         f = cfg.policy.fleet
-        lease = FleetLease(sink.client, cfg.node, f.max_concurrent_restarts, f.lease_ttl, f.when_redis_down)
-    return Daemon(cfg, seams, store=store, evidence=evidence, lease=lease, kube=kube,
-                  publish_control=sink.control if sink is not None else None, sinks=sinks,
-                  on_update=on_update, status_extras=status_extras, runner=runner, log=log)
+        node = cfg.node or os.uname().nodename
+        lease = FleetLease(sink.client, node, f.max_concurrent_restarts, f.lease_ttl, f.when_redis_down)
+    diagnoser = Diagnoser.from_config(cfg, runner=seams.commands, http=seams.http, kube=_kube_factory(kube))
+    daemon = Daemon(cfg, seams, store=store, evidence=evidence, lease=lease, kube=kube,
+                    publish_control=sink.control if sink is not None else None, sinks=sinks,
+                    on_update=on_update, status_extras=status_extras, runner=runner, log=log, diagnoser=diagnoser)
+    if isinstance(seams.http, BearerHttpClient):  # the keys follow each discovery pass
+        daemon.targets.on_discovery.append(seams.http.keys.update)
+        daemon.status_extras["api_keys"] = seams.http.keys.origins
+    return daemon
+
+
+def _kube_factory(kube: Any) -> Callable[[], Any]:
+    """The Kubernetes client crash forensics reads previous container logs with: the one remediation
+    built, else an in-cluster client made when first needed (BackendUnavailable outside a pod)."""
+    if kube is not None:
+        return lambda: kube
+    from .host.kube import KubeClient
+
+    return lambda: KubeClient.in_cluster(dict(os.environ))
 
 
 @dataclass
@@ -92,19 +116,26 @@ class Runtime:
     loop_beat: LastTick
     sd: SdNotify = field(default_factory=SdNotify)
     _next_heartbeat: float = float("-inf")
+    decisions: GateDecisions | None = None
+    listener: ReportsListener | None = None
 
     @classmethod
     def start(cls, cfg: Config) -> Runtime:
         clock = SystemClock()
-        sink = AlertSink.from_config(cfg.alerts, cfg.state_dir, cfg.node)
-        emitter = AlertEmitter(cfg.node, cfg.alerts.renotify_interval)
+        node = cfg.node or os.uname().nodename  # parse_config fills it; a Config built by hand may not
+        sink = AlertSink.from_config(cfg.alerts, cfg.state_dir, node)
+        emitter = AlertEmitter(node, cfg.alerts.renotify_interval)
         alerts = IncidentAlerts(emitter, sink.publish, clock)
 
         def republish(inc: Incident) -> None:  # an incident changed without a transition
             sink.publish(emitter.on_transition(Transition(inc, Status.FIRING), clock.wall(), clock.monotonic()))
 
-        daemon = build_daemon(cfg, real_seams(cfg, clock), sink=sink, sinks=[alerts], on_update=[republish],
-                              status_extras={"alerts": sink.stats})
+        decisions = (GateDecisions(sink.client, cfg.gates.control_channel, cfg.node or "",
+                                   lambda: cfg.detectors.output_corruption.mode, clock.wall, log.getChild("gates"))
+                     if cfg.gates.enabled else None)
+        daemon = build_daemon(cfg, real_seams(cfg, clock), sink=sink,
+                              sinks=[alerts] + ([decisions] if decisions is not None else []),
+                              on_update=[republish], status_extras={"alerts": sink.stats})
         control = ControlSocket(cfg.socket_path(), {
             "status": lambda req: daemon.status().to_dict(),
             "ping": lambda req: "pong",
@@ -119,8 +150,9 @@ class Runtime:
                                 registry=build_registry(lambda: daemon.status().to_dict(), lambda: daemon.stats),
                                 status=lambda: daemon.status().to_dict(), tick_age=beat.age,
                                 max_tick_age=3 * cfg.interval)
-        rt = cls(daemon, clock, sink, alerts, emitter, control, http, beat)
+        rt = cls(daemon, clock, sink, alerts, emitter, control, http, beat, decisions=decisions)
         try:
+            rt._wire_gates(cfg)
             if http is not None:
                 http.start()
             control.start()
@@ -128,6 +160,16 @@ class Runtime:
             rt.close()
             raise
         return rt
+
+    def _wire_gates(self, cfg: Config) -> None:
+        """The gates' Redis side: greedy-answer fingerprints across nodes (L4) and the listener of
+        external reports; the decisions sink was handed to the daemon with the others."""
+        gates = self.daemon.readings.gates
+        if gates is None:
+            return
+        gates.exchange = FingerprintExchange(self.sink.client, cfg.node or "", self.clock.wall)
+        self.listener = ReportsListener(self.sink.client, cfg.gates.reports_channel, gates.accept_report,
+                                        self.clock.monotonic, self.clock.wall, log.getChild("gates")).start()
 
     def run(self, stop: threading.Event) -> None:
         """The loop, until ``stop`` is set (then ``clock.wake()`` ends the current sleep)."""
@@ -153,4 +195,8 @@ class Runtime:
         if self.http is not None:
             self.http.stop()
         self.daemon.runner.shutdown()
+        if self.listener is not None:
+            self.listener.stop()
+        if self.decisions is not None:
+            self.decisions.close()
         self.sink.close()

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from .tick_times import TickTimes
+
 DISCOVERY = "discovery"  # the loop's first stage, counted like a probe
 
 
@@ -31,6 +33,7 @@ class SelfStats:
     after_tick_failed: int = 0  # after-tick work (re-notify, heartbeat) that raised
     last_tick_s: float = 0.0
     max_tick_s: float = 0.0
+    tick_times: TickTimes = field(default_factory=TickTimes)  # the last ticks, for p50/p99
     probes: dict[str, ProbeStats] = field(default_factory=dict)
     incidents_opened: dict[str, int] = field(default_factory=dict)
     incidents_resolved: dict[str, int] = field(default_factory=dict)

@@ -105,6 +105,7 @@ class TargetStatus:
     suspects: Mapping[str, str]  # kind -> summary of an unconfirmed finding
     incidents: tuple[str, ...]  # kinds of the open incidents
     errors: Mapping[str, str]  # episode key -> message
+    gates: Mapping[str, Any] | None = None  # output-correctness gates: health score, baseline, notes
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,8 @@ class GuardianSelf:
     cpu_seconds: float | None
     max_rss_bytes: int
     ticks_failed: int = 0  # ticks that raised (they feed neither /healthz nor the watchdog)
+    tick_p50_s: float | None = None  # over the last ticks kept (SelfStats.tick_times)
+    tick_p99_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,7 @@ class StatusSnapshot:
     actions: Mapping[str, Any]  # {"outcomes": {...}, "restarts": {target: {...}}}
     maintenance_until: float | None
     extras: Mapping[str, Any] = field(default_factory=dict)  # sections wired in by runtime (alerts)
+    accelerators: tuple[Mapping[str, Any], ...] = ()  # every device of the node (diagnosis.node_view)
     errors: Mapping[str, str] = field(default_factory=dict)
     schema: int = SCHEMA
 
@@ -157,6 +161,7 @@ class StatusSnapshot:
             "unmatched": [{"target": n, "reason": r} for n, r in self.unmatched],
             "incidents": [incident_to_dict(i) for i in self.incidents],
             "actions": _plain(self.actions), "maintenance_until": self.maintenance_until,
+            "accelerators": _plain(self.accelerators),
             **{k: _plain(v) for k, v in self.extras.items()},
             "errors": dict(self.errors),
         }

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 from . import __version__
 from .actions.redact import redact_text
 from .actions.policy import Maintenance, budget_left
+from .actions.redact import redact_argv
 from .model import Incident, ProcessInfo, Subject
+from .diagnosis.node_view import render_table as render_accelerators
 from .series import metrics as m
 from .series.slope import theil_sen
 from .status_snapshot import (
@@ -78,7 +80,7 @@ def _phase(tr: TrackedTarget, open_kinds: list[str], remediation: str) -> str:
 def _process(p: ProcessInfo, ps: ProcessState | None) -> ProcessStatus:
     hot = ps.hottest if ps is not None else None
     return ProcessStatus(
-        p.pid, p.key.starttime, p.role.value, redact_text(p.title)[:200],
+        p.pid, p.key.starttime, p.role.value, " ".join(redact_argv(p.cmdline))[:200],  # never an --api-key
         None if ps is None else ps.state, None if ps is None else _r(ps.cpu_ratio),
         None if ps is None else ps.rss_bytes, None if ps is None else ps.num_threads,
         None if hot is None else HottestThread(
@@ -119,6 +121,8 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
                   if f is not None and not f.confirmed},
         incidents=tuple(kinds),
         errors=d.episodes.current(f"{name}:"),
+        gates=(d.readings.gates.status_of(name, now, d.cfg.detectors.output_corruption)
+               if d.readings.gates is not None else None),
     )
 
 
@@ -131,7 +135,9 @@ def build_status(d: Daemon, now: float) -> StatusSnapshot:
     return StatusSnapshot(
         node=d.node, version=__version__, time=d.clock.wall(), uptime_s=_r(now - d.started_mono, 1),
         guardian=GuardianSelf(os.getpid(), d.stats.ticks, _r(d.stats.last_tick_s, 5), _r(d.stats.max_tick_s, 5),
-                              _r(cpu_s, 2), rss, d.stats.ticks_failed),
+                              _r(cpu_s, 2), rss, d.stats.ticks_failed,
+                              _r(d.stats.tick_times.quantile(0.5), 5),
+                              _r(d.stats.tick_times.quantile(0.99), 5)),
         probes=probes,
         targets=tuple(_target(d, name, tr, open_incidents, now) for name, tr in sorted(d.tracker.targets.items())),
         unmatched=tuple(d.targets.unmatched),
@@ -139,8 +145,10 @@ def build_status(d: Daemon, now: float) -> StatusSnapshot:
         actions={"outcomes": dict(d.remediator.action_counts),
                  "restarts": {k: dict(v) for k, v in d.remediator.restart_counts.items()}},
         maintenance_until=Maintenance(d.cfg.state_dir).until(),
-        extras={key: fn() for key, fn in d.status_extras.items()},
+        extras={**{key: fn() for key, fn in d.status_extras.items()},
+                **({"gates": d.readings.gates.summary()} if d.readings.gates is not None else {})},
         errors=dict(d.episodes.current()),
+        accelerators=tuple(d.readings.accel.node) if d.readings.accel is not None else (),
     )
 
 
@@ -148,14 +156,28 @@ def _fmt_pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
 
 
-def _fmt_bytes(x: int | None) -> str:
-    if x is None:
+def _fmt_bytes(n: int | None) -> str:
+    if n is None:
         return "-"
+    x = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if x < 1024 or unit == "GiB":
             return f"{x:.0f}{unit}" if unit == "B" else f"{x:.1f}{unit}"
         x /= 1024
     return str(x)
+
+
+def _gates_lines(g: dict[str, Any] | None) -> list[str]:
+    if not g:
+        return []
+    score = "-" if g["health_score"] is None else str(g["health_score"])
+    age = "never" if g["last_round_age_s"] is None else f"{g['last_round_age_s']:.0f}s ago"
+    out = [f"  gates: health {score}/100, last round {age}, baseline {g['baseline']}, "
+           f"L4 {g['agreement'] or '-'}, {g['reports']} report(s)"]
+    out += [f"  gate failure {f['level']} {f['check']}: {f['prompt'][:30]!r} -> {f['output'][:40]!r}"
+            for f in g["failures"][:3]]
+    out += [f"  gate note: {n}" for n in g["notes"]]
+    return out
 
 
 def render_status(doc: dict[str, Any]) -> str:
@@ -201,10 +223,13 @@ def render_status(doc: dict[str, Any]) -> str:
         if t.get("decision"):
             lines.append(f"  decision: {t['decision']}")
         lines.append(f"  serving: {'yes' if t['serving'] else 'NO'}, restart budget left: {t['budget_left']}")
+        lines.extend(_gates_lines(t.get("gates")))
         for kind, summary in t["suspects"].items():
             lines.append(f"  suspect {kind}: {summary}")
         for key, msg in t["errors"].items():
             lines.append(f"  error {key}: {msg}")
+    lines.append("")
+    lines.append(render_accelerators(doc.get("accelerators") or []).rstrip("\n"))
     if doc["incidents"]:
         lines.append("")
         lines.append("OPEN INCIDENTS")

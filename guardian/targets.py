@@ -8,21 +8,27 @@ drop everything it keeps about it.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Callable
 
 from .config_schema import Config
 from .discovery import DiscoveryCache, discover
 from .host.procfs import ProcFS
-from .model import Subject
+from .model import Subject, Target
 from .series import SeriesStore
 from .tracker import Changes, Tracker
+
+if TYPE_CHECKING:
+    from .platform_match import PlatformMatcher
 
 NAME = "discovery"  # counted like a probe: runs, failures, duration
 
 
 class TargetsStage:
     def __init__(self, cfg: Config, proc: ProcFS, tracker: Tracker, series: SeriesStore,
-                 log: logging.Logger) -> None:
+                 log: logging.Logger, platform: PlatformMatcher | None = None) -> None:
         self.cfg = cfg
+        self.platform = platform  # match.kubernetes / match.systemd_unit
+        self.on_discovery: list[Callable[[tuple[Target, ...]], None]] = []  # each pass's targets (API keys)
         self.proc = proc
         self.tracker = tracker
         self.series = series
@@ -40,8 +46,10 @@ class TargetsStage:
     def refresh(self, now: float) -> Changes:
         """One discovery pass; raises what a broken /proc raises (the loop counts it)."""
         self.cache.now = now
-        result = discover(self.proc, self.cfg, cache=self.cache)
+        result = discover(self.proc, self.cfg, cache=self.cache, platform=self.platform)
         self.unmatched = result.unmatched
+        for hook in self.on_discovery:
+            hook(result.targets)
         changes = self.tracker.apply_discovery(result.targets, result.orphans, now)
         for name in changes.new:
             self.log.info("target %s discovered: %s", name, self.tracker.targets[name].target.key)

@@ -124,7 +124,7 @@ class Tracker:
     # ------------------------------------------------------------------ per tick
     def mark_gone(self, keys: set[ProcKey], now: float) -> list[str]:
         """Drop vanished processes from every tree; return targets whose API server vanished."""
-        lost_api = []
+        lost_api: list[str] = []
         if not keys:
             return lost_api
         for tr in self.targets.values():

@@ -1,4 +1,4 @@
-"""Evidence before action: one bundle per incident under ``<state_dir>/incidents/<id>/`` (SPEC §5).
+"""Evidence before action: one bundle per incident under ``<state_dir>/incidents/<id>/`` (docs/design.md, Evidence).
 
 Reads, in this order, for every process of the target's snapshotted tree:
 1. ``/proc`` (through ``ProcFS.read_text``): the process's ``status``/``stat`` and,
@@ -101,7 +101,7 @@ class EvidenceResult:
 def series_windows(store: SeriesStore, target: str, since: float) -> dict[str, dict[str, list[list[float]]]]:
     """Every series of ``target`` from ``since`` on, as {metric: {subject: [[t, v], ...]}}. Loop thread only."""
     out: dict[str, dict[str, list[list[float]]]] = {}
-    for key in store.keys():
+    for key in store.keys():  # noqa: SIM118 - SeriesStore.keys() is a method, not a dict view
         if key.target != target:
             continue
         points = store.window(target, key.subject, key.metric, since)
@@ -213,7 +213,7 @@ class EvidenceCollector:
         try:
             bundle.mkdir(root)
             removed = self._capture(ctx, bundle_id, bundle, start)
-        except Exception as e:  # noqa: BLE001 - the daemon must continue whatever happens here
+        except Exception as e:  # the daemon must continue whatever happens here
             log.exception("evidence capture %s failed", bundle_id)
             bundle.fail("capture", f"{type(e).__name__}: {e}")
         return EvidenceResult(root, tuple(sorted(bundle.files)), dict(bundle.failures),
@@ -239,7 +239,7 @@ class EvidenceCollector:
             try:
                 details = self._details.read([p.key for p in alive])
                 bundle.write("processes.json", json.dumps(jsonable(details), indent=2) + "\n")
-            except Exception as e:  # optional evidence: a failure is recorded, the bundle goes on
+            except Exception as e:  # noqa: BLE001 - optional evidence: a failure is recorded, the bundle goes on
                 bundle.fail("processes.json", f"{type(e).__name__}: {e}")
 
         exe = self._locate(self.cfg.pyspy)
@@ -378,9 +378,9 @@ class EvidenceCollector:
         try:
             res = self._runner.run(argv, timeout)
         except BackendUnavailable as e:
-            fail = pyspy.Failure("missing", f"{pyspy.MISSING_REASON} ({e})")
-            bundle.step({"what": what, "pid": pid, "mode": mode, "argv": argv, "error": fail.reason})
-            return None, fail
+            missing = pyspy.Failure("missing", f"{pyspy.MISSING_REASON} ({e})")
+            bundle.step({"what": what, "pid": pid, "mode": mode, "argv": argv, "error": missing.reason})
+            return None, missing
         fail = pyspy.classify(res.returncode, res.error_text, res.timed_out, timeout)
         bundle.step({"what": what, "pid": pid, "mode": mode, "argv": argv, "rc": res.returncode,
                      "duration_s": round(res.duration, 3), "timed_out": res.timed_out,

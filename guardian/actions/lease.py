@@ -1,4 +1,4 @@
-"""The fleet-wide restart cap (SPEC §8): at most N targets restarting at once across all nodes.
+"""The fleet-wide restart cap (docs/design.md, Safety gates): at most N targets restarting at once across all nodes.
 
 N slots in Redis, ``guardian:lease:restart:<i>``, each taken with ``SET NX EX ttl``
 and holding ``<node>/<target>``. Taking a slot we already hold succeeds (a
@@ -57,7 +57,7 @@ class FleetLease:
                     holders.append(h.decode() if isinstance(h, bytes) else h)
             return LeaseResult(False, f"fleet cap {self.max_concurrent} reached; restarting now: "
                                       f"{', '.join(holders) or '?'}")
-        except Exception as e:  # redis.ConnectionError, TimeoutError, ...: the fail-safe decides
+        except Exception as e:  # noqa: BLE001 - redis.ConnectionError, TimeoutError, ...: the fail-safe decides
             return self._down(f"{type(e).__name__}: {e}")
 
     def renew(self, target: str, slot: int | None) -> bool:
@@ -68,7 +68,7 @@ class FleetLease:
             held = self.client.get(key)
             if held is not None and (held.decode() if isinstance(held, bytes) else held) == self._value(target):
                 return bool(self.client.expire(key, self.ttl))
-        except Exception:
+        except Exception:  # noqa: BLE001 - any Redis failure: the lease is not renewed
             return False
         return False
 
@@ -77,5 +77,5 @@ class FleetLease:
             return False
         try:
             return bool(self.client.eval(_RELEASE, 1, KEY.format(slot), self._value(target)))
-        except Exception:
+        except Exception:  # noqa: BLE001 - any Redis failure: the TTL frees the slot
             return False  # the TTL frees it

@@ -1,4 +1,4 @@
-"""Remediation policy (SPEC §8): may this target be restarted now? Pure decisions over state.
+"""Remediation policy (docs/design.md, Safety gates): may this target be restarted now? Pure decisions over state.
 
 Budgets (restarts per period, persisted so a guardian restart does not reset
 them), exponential backoff between restarts, maintenance mode, the node-wide

@@ -1,6 +1,6 @@
 """py-spy, without running it: argv building, parsing of its output, and what its errors mean.
 
-Pure functions tested on literal output of py-spy 0.4.3 (reference/probes.md §5):
+Pure functions tested on literal output of py-spy 0.4.3:
 
 - ``dump_argv`` / ``record_argv``: one ``dump`` per pid (``dump --json`` ignores
   ``--subprocesses``); ``record`` always ``--nonblocking``, whole seconds;

@@ -1,6 +1,6 @@
 """Secrets out of what evidence writes: command lines and free text (summary, manifest, dumps).
 
-Pure functions, no I/O. What is treated as a secret (SPEC §5, issue #5):
+Pure functions, no I/O. What is treated as a secret:
 
 - the value of an option whose *name* says secret: ``--api-key X``,
   ``--api-key=X``, ``--hf-token X``, ``--password X``, ``-–db-secret=X``;

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -37,10 +38,12 @@ from ..config_schema import Config, DrainConfig, Mode, PolicyConfig, RestartConf
 from ..fsutil import atomic_write
 from ..model import Action, Kind, ProcKey
 from ..series import metrics as m
+from .launch import build_launch_spec, preflight
 from .policy import Maintenance, may_restart, node_anomaly
+from .redact import redact_argv
 
 HANG_KINDS = {Kind.BUSY_LOOP.value, Kind.ENGINE_STALL.value, Kind.ENGINE_DEAD.value}
-HANG_DRAIN_TIMEOUT = 5.0  # a hung engine has nothing to drain
+HANG_DRAIN_TIMEOUT = 5.0  # a hung engine has nothing to drain: the most a hang waits, if it still steps
 KILL_GRACE = 10.0  # after SIGKILL, how long processes get to disappear
 RELEASE_TIMEOUT = 60.0
 LEASE_RETRY = 5.0
@@ -49,16 +52,31 @@ START_ATTEMPTS = 3  # a command-mode start is tried this many times (2 s, 4 s ap
 
 def start_problem(rc: RestartConfig) -> str | None:
     """Why a command-mode start would fail, checked before anything is stopped: an unwritable
-    ``log_file`` (a read-only /var/log under ProtectSystem=strict)."""
-    if rc.mode != "command" or not rc.log_file:
+    ``log_file`` (a read-only /var/log under ProtectSystem=strict), a missing ``cwd``, a program
+    that is not there, an unknown ``user``/``group`` (``guardian.actions.launch.preflight``)."""
+    if rc.mode != "command":
         return None
     try:
-        with open(rc.log_file, "ab"):
-            pass
-    except OSError as e:
-        return (f"restart.log_file {rc.log_file} is not writable ({e.strerror or e}); not stopping a server "
-                f"that could not be started again")
-    return None
+        problems = preflight(build_launch_spec(rc))
+    except (ValueError, KeyError, OSError) as e:  # an unknown user or group
+        problems = [f"restart: cannot build the launch: {e}"]
+    if not problems:
+        return None
+    return "; ".join(problems) + "; not stopping a server that could not be started again"
+
+
+def stop_grace(rc: RestartConfig, reason: str) -> float:
+    """SIGTERM → SIGKILL: short for a hung tree (it will not shut down cleanly), else ``stop_timeout``."""
+    return min(rc.hang_stop_grace, rc.stop_timeout) if reason in HANG_KINDS else rc.stop_timeout
+
+
+def _stepping(series, target: str, now: float) -> bool:
+    """Did the engine's step or token counters move in the last ``HANG_DRAIN_TIMEOUT`` seconds?"""
+    for metric in (m.ITERATIONS, m.GEN_TOKENS):
+        pts = series.window(target, "", metric, now - HANG_DRAIN_TIMEOUT)
+        if len(pts) >= 2 and pts[-1][1] > pts[0][1]:
+            return True
+    return False
 
 
 class Phase(str, Enum):
@@ -151,7 +169,8 @@ class RemediationSettings:
 
     @classmethod
     def from_config(cls, cfg: Config) -> RemediationSettings:
-        return cls(cfg.node, cfg.state_dir, cfg.policy, {t.name: RestartSpec.of(t) for t in cfg.targets})
+        return cls(cfg.node or os.uname().nodename, cfg.state_dir, cfg.policy,
+                   {t.name: RestartSpec.of(t) for t in cfg.targets})
 
 
 @dataclass
@@ -221,6 +240,8 @@ class Remediator:
         self.kube = kube
         self.publish_control = publish_control or (lambda payload: None)
         self.release_check = release_check or (lambda pids: None)
+        # True while the target's evidence is being captured: draining runs meanwhile, stopping waits
+        self.hold_stop: Callable[[str], bool] = lambda target: False
         self.log = log or logging.getLogger("guardian.remediation")
         self.dir = Path(settings.state_dir) / "remediation"
         self.sequences: dict[str, RestartSequence] = {}
@@ -300,7 +321,8 @@ class Remediator:
         if incident.kind in (Kind.PROBE_FAILURE, Kind.RESTART_BUDGET_EXHAUSTED):
             return "a blind spot or an exhausted budget is never a reason to restart: alert only"
         prev = self.sequences.get(name)
-        if prev is not None and prev.incident_id == incident.id and prev.phase in (Phase.FAILED, Phase.DONE, Phase.ABORTED):
+        finished = (Phase.FAILED, Phase.DONE, Phase.ABORTED)
+        if prev is not None and prev.incident_id == incident.id and prev.phase in finished:
             return f"already {prev.phase.value} for this incident"
         tc = self.target_config(name)
         if tc is None:
@@ -459,8 +481,8 @@ class Remediator:
                                          lambda: self.cmd_runner.run(hook, max(1.0, tc.drain.timeout)),
                                          deadline=now + tc.drain.timeout + 5)
         timeout = tc.drain.timeout if tc else 0.0
-        if seq.reason in HANG_KINDS:
-            timeout = min(timeout, HANG_DRAIN_TIMEOUT if seq.reason != Kind.ENGINE_DEAD.value else 0.0)
+        if seq.reason in HANG_KINDS:  # a hung engine makes no progress: nothing can drain
+            timeout = min(timeout, HANG_DRAIN_TIMEOUT if _stepping(series, seq.target, now) else 0.0)
         running = series.latest(seq.target, "", m.REQ_RUNNING)
         waiting = series.latest(seq.target, "", m.REQ_WAITING)
         fresh = running is not None and waiting is not None and now - running[0] <= 3.0 and now - waiting[0] <= 3.0
@@ -469,10 +491,15 @@ class Remediator:
             if empty or now - seq.phase_since >= timeout:
                 self._finish(seq, now, Outcome.DONE, "drained" if empty else "drain timeout reached; left drained")
             return
+        if not empty and now - seq.phase_since < timeout:
+            return
+        if self.hold_stop(seq.target):
+            return  # evidence first: the processes must still be there to be dumped
         if empty:
             self._enter(seq, Phase.STOPPING, now, f"drained in {now - seq.phase_since:.1f}s")
-        elif now - seq.phase_since >= timeout:
-            self._enter(seq, Phase.STOPPING, now, f"drain timeout {timeout:g}s reached")
+        else:
+            self._enter(seq, Phase.STOPPING, now, f"drain timeout {timeout:g}s reached"
+                        + (" (no progress: nothing to drain)" if timeout == 0 else ""))
 
     def _step_stopping(self, seq: RestartSequence, now: float, tracker, series) -> None:
         tc = self.target_config(seq.target)
@@ -490,9 +517,9 @@ class Remediator:
             if seq.mode == "kubernetes" and self.kube is not None:
                 uid, ns = seq.pod_uid, rc.namespace
                 self.async_runner.submit(("remediation", f"{seq.target}:kube"),
-                                         lambda: self._kube_delete(api, int(rc.stop_timeout), uid, ns),
+                                         lambda: self._kube_delete(api, int(stop_grace(rc, seq.reason)), uid, ns),
                                          deadline=now + 30, on_done=self._job_done)
-                self._record(seq, "stop", "ok", f"pod delete requested (grace {rc.stop_timeout:g}s) {uid or ''}")
+                self._record(seq, "stop", "ok", f"pod delete requested (grace {stop_grace(rc, seq.reason):g}s) {uid or ''}")
             else:
                 sent = self.control.signal(api, signal.SIGTERM)
                 seq.found_gone = not sent
@@ -502,10 +529,11 @@ class Remediator:
         if isinstance(kube_res, BaseException):
             self._record(seq, "stop", "failed", f"pod delete failed: {kube_res}; SIGKILL after stop_timeout")
         alive = [k for k in seq.keys if self.control.alive(k)]
-        if alive and not seq.sigkill_sent and now - seq.phase_since >= rc.stop_timeout:
+        grace = stop_grace(rc, seq.reason)
+        if alive and not seq.sigkill_sent and now - seq.phase_since >= grace:
             seq.sigkill_sent = True
             killed = [k.pid for k in alive if self.control.signal(k, signal.SIGKILL)]
-            self._record(seq, "kill", "ok", f"SIGKILL after {rc.stop_timeout:g}s to {killed}")
+            self._record(seq, "kill", "ok", f"SIGKILL after {grace:g}s to {killed}")
             seq.progress.kill_at = now
             alive = [k for k in seq.keys if self.control.alive(k)]
         if not alive:
@@ -591,8 +619,9 @@ class Remediator:
                 return
             progress.start_issued = True  # from here a guardian restarted mid-start never starts again
             self._save(seq)
-            try:
-                seq.started_pid = self.control.start(rc.command, rc.env, rc.cwd, rc.log_file)
+            try:  # a clean environment, as restart.user/group (guardian.actions.launch)
+                spec = build_launch_spec(rc)
+                seq.started_pid = self.control.start_spec(spec)
             except (OSError, ValueError) as e:
                 progress.start_failures += 1
                 tries = progress.start_failures
@@ -606,7 +635,8 @@ class Remediator:
                                                      f"({tries} of {START_ATTEMPTS})")
                 self._save(seq)
                 return
-            self._enter(seq, Phase.VERIFYING, now, f"started pid {seq.started_pid}: {' '.join(rc.command)[:200]}")
+            self._enter(seq, Phase.VERIFYING, now, f"started pid {seq.started_pid}: "
+                                                   f"{' '.join(redact_argv(spec.argv))[:200]}")
         elif seq.mode == "systemd":
             unit = rc.unit or (tc.systemd_unit if tc else None)
             if not seq.progress.start_issued:
@@ -670,9 +700,10 @@ class Remediator:
             seq.progress.job_at = now
             return res
         last = seq.progress.job_at
-        if seq.pending_job != key and (last is None or (retry_every is not None and now - last >= retry_every)):
-            if self.async_runner.submit(("remediation", key), fn, deadline=now + 90, on_done=self._job_done):
-                seq.pending_job = key
+        due = last is None or (retry_every is not None and now - last >= retry_every)
+        if seq.pending_job != key and due and self.async_runner.submit(
+                ("remediation", key), fn, deadline=now + 90, on_done=self._job_done):
+            seq.pending_job = key
         return None
 
     def _job_done(self, done, now: float) -> None:

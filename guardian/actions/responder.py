@@ -1,11 +1,15 @@
 """The acting half of the loop: what the guardian does about what it saw.
 
 - Evidence before action: when an incident opens, its bundle is captured off the loop
-  (``incident_opened``); remediation of that incident waits until the bundle is attached.
+  (``incident_opened``); remediation may start draining meanwhile, but stops nothing until the
+  bundle is attached (``Remediator.hold_stop``).
 - Each tick (``act``): for every open incident, a decision (the detector's ``mode``, the policy
   gates of ``Remediator.consider``), then the remediation state machine advances, and a target
   whose restart budget is spent gets a ``restart_budget_exhausted`` incident.
 - Control-socket requests (``control``): drain, restart, undrain through the same machine.
+- Diagnosis: with a ``Diagnoser``, the evidence job goes on to diagnose its bundle (known-bug
+  catalog; crash forensics for engine_dead) and the incident gets ``diagnosis`` / ``crash``
+  before its ``updated`` alert.
 
 Everything it touches is handed in, built: the tracker, series and readings it reads, the
 incident manager it writes, the remediator, the evidence collector (None: no evidence), the
@@ -16,7 +20,8 @@ target's incidents). ``on_update`` hooks hear of an incident that changed withou
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..clock import Clock
 from ..config_schema import DetectorsConfig, Mode
@@ -27,6 +32,7 @@ from ..probes.async_runner import AsyncRunner, Done
 from ..probes.base import Readings
 from ..series import SeriesStore
 from ..tracker import Tracker
+from ..diagnosis.service import Diagnoser, capture_then_diagnose
 from .evidence import EvidenceCollector, EvidenceContext, EvidenceResult, series_windows
 from .policy import budget_left
 from .remediation import Outcome, Remediator, RestartSequence
@@ -36,7 +42,8 @@ class Responder:
     def __init__(self, detectors: DetectorsConfig, clock: Clock, runner: AsyncRunner, tracker: Tracker,
                  series: SeriesStore, readings: Readings, incidents: IncidentManager, remediator: Remediator,
                  evidence: EvidenceCollector | None, episodes: EpisodeLog,
-                 emit: Callable[[Transition], None], log: logging.Logger) -> None:
+                 emit: Callable[[Transition], None], log: logging.Logger, *,
+                 diagnoser: Diagnoser | None = None, target_configs: Mapping[str, Any] | None = None) -> None:
         self.detectors = detectors
         self.clock = clock
         self.runner = runner
@@ -49,10 +56,14 @@ class Responder:
         self.episodes = episodes
         self.emit = emit
         self.log = log
+        self.diagnoser = diagnoser
+        self.target_configs = dict(target_configs or {})  # name -> TargetConfig (log sources)
         self.decisions: dict[str, str] = {}  # target -> what was decided this tick (status)
         self.evidence_pending: set[str] = set()  # incident ids whose bundle is being captured
         self.on_update: list[Callable[[Incident], None]] = []
         remediator.on_finish.append(self._remediation_finished)
+        remediator.hold_stop = self._capturing
+        self._evidence_of: dict[str, str] = {}  # incident id → target, while its bundle is captured
 
     # ------------------------------------------------------------------ each tick
     def act(self, now: float) -> list[Transition]:
@@ -64,13 +75,15 @@ class Responder:
             tr = self.tracker.targets.get(inc.target.name)
             if tr is None or inc.kind is Kind.RESTART_BUDGET_EXHAUSTED:
                 continue
-            if inc.id in self.evidence_pending:
-                self.decisions[inc.target.name] = "capturing evidence first"
-                continue
             section = getattr(self.detectors, inc.kind.value, None)
             mode = section.mode if section is not None else Mode.ALERT
-            self.decisions[inc.target.name] = self.remediator.consider(
-                inc, tr, now, mode=mode, tripped=len(tripped), total=total)
+            if inc.signals.get("alert_only") and mode is Mode.REMEDIATE:
+                mode = Mode.ALERT  # e.g. two instances disagree and neither has a baseline: nobody to blame
+            # draining starts while the bundle is captured; stopping waits for it (``_capturing``)
+            decision = self.remediator.consider(inc, tr, now, mode=mode, tripped=len(tripped), total=total)
+            if inc.id in self.evidence_pending:
+                decision = f"capturing evidence; {decision}"
+            self.decisions[inc.target.name] = decision
         self.remediator.tick(now, self.tracker, self.series)
         self.remediator.refresh_budgets()
         return self._budget_incidents()
@@ -96,6 +109,8 @@ class Responder:
             inc = self.incidents.get(seq.incident_id)
             if inc is not None:
                 self._updated(inc)  # the alert carries every step and why it failed
+        if outcome is Outcome.DONE and not seq.drain_only and self.readings.gates is not None:
+            self.readings.gates.request_rebaseline(seq.target)  # the gates take the baseline again
         if outcome is Outcome.DONE and not seq.drain_only:
             for t in self.incidents.resolve_target(seq.target, f"restarted and verified: {seq.detail}"):
                 if t.incident.kind is not Kind.RESTART_BUDGET_EXHAUSTED:
@@ -134,8 +149,10 @@ class Responder:
         if inc.kind is Kind.RESTART_BUDGET_EXHAUSTED:
             return
         tr = self.tracker.targets.get(inc.target.name)
-        if self.evidence is None or tr is None or not tr.target.processes:
+        if self.evidence is None or tr is None:
             return
+        if not tr.target.processes and inc.kind is not Kind.ENGINE_DEAD:
+            return  # nothing to capture; a dead server still leaves its series and its log to read
         now = self.clock.monotonic()
         accel = self.readings.accel
         pid = inc.signals.get("pid")
@@ -146,23 +163,39 @@ class Responder:
             metrics_text=tr.last_scrape.page if tr.last_scrape is not None else None,
             accelerators=dict(accel.devices) if accel is not None else None,
         )
-        collector = self.evidence
-        if self.runner.submit(("evidence", inc.id), lambda: collector.capture(ctx),
+        collector, diagnoser = self.evidence, self.diagnoser
+        target_cfg = self.target_configs.get(inc.target.name)
+        accel_rows = list(accel.node) if accel is not None else []
+        api_url = tr.target.api_url
+        if self.runner.submit(("evidence", inc.id),
+                              lambda: capture_then_diagnose(collector, ctx, diagnoser, target_cfg=target_cfg,
+                                                            api_url=api_url, accelerators=accel_rows),
                               deadline=now + collector.deadline(len(tr.target.processes)),
                               on_done=lambda done, _now: self._evidence_done(inc.id, done)):
             self.evidence_pending.add(inc.id)
+            self._evidence_of[inc.id] = inc.target.name
+
+    def _capturing(self, target: str) -> bool:
+        return any(self._evidence_of.get(i) == target for i in self.evidence_pending)
 
     def _evidence_done(self, incident_id: str, done: Done) -> None:
         self.evidence_pending.discard(incident_id)
+        self._evidence_of.pop(incident_id, None)
         if done.error is not None:
             self.episodes.fail("evidence", f"capture crashed: {done.error!r}", self.clock.monotonic())
             return
-        res: EvidenceResult = done.result
+        res: EvidenceResult
+        res, diag = done.result
         partial = "" if res.complete else ", partial: " + "; ".join(
             f"{k}: {v}" for k, v in list(res.failures.items())[:3])
         self.log.info("evidence for %s: %d files in %.2fs%s", incident_id, len(res.files), res.duration, partial)
         try:
             inc = self.incidents.set_evidence(incident_id, str(res.dir))
+            if diag is not None:
+                inc = self.incidents.set_diagnosis(incident_id, diag.diagnosis, diag.crash, diag.notes)
+                if diag.diagnosis:
+                    self.log.info("diagnosis of %s: %s (confidence %.2f)", incident_id, diag.diagnosis[0]["id"],
+                                  diag.diagnosis[0]["confidence"])
         except KeyError:
             return
         self._updated(inc)

@@ -11,7 +11,8 @@ from typing import Callable, Mapping
 
 from ..config_schema import DetectorsConfig
 from ..model import Finding, Kind
-from . import accel_memory_leak, busy_loop, engine_dead, engine_stall, host_memory_leak, kv_cache_leak
+from . import (accel_memory_leak, busy_loop, engine_dead, engine_stall, host_memory_leak, kv_cache_leak,
+               output_corruption)
 from .view import TargetState, TargetView
 
 Detector = Callable[[TargetView, DetectorsConfig], "Finding | None"]
@@ -24,6 +25,7 @@ DETECTORS: Mapping[Kind, Detector] = MappingProxyType(
         Kind.KV_CACHE_LEAK: kv_cache_leak.evaluate,
         Kind.ACCEL_MEMORY_LEAK: accel_memory_leak.evaluate,
         Kind.HOST_MEMORY_LEAK: host_memory_leak.evaluate,
+        Kind.OUTPUT_CORRUPTION: output_corruption.evaluate,
     }
 )
 

@@ -1,4 +1,4 @@
-"""accel_memory_leak: the target's accelerator memory rises steadily with no new load (SPEC §4).
+"""accel_memory_leak: the target's accelerator memory rises steadily with no new load.
 
 Reads the target's accelerator memory (``accel.memory_bytes``, subject ``""``: the
 sum over its processes), the devices' total (``accel.memory_total_bytes``), the
@@ -26,11 +26,11 @@ CRITICAL_WITHIN_S = 600.0  # projected exhaustion sooner than this makes the fin
 
 def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     st, c = view.state, cfg.accel_memory_leak
-    win = mt.judged_window(st, c)
-    if win is None:
-        return None
     name = st.target.name
-    pts = points_between(view.series, name, "", metrics.ACCEL_MEM, *win)
+    judged = mt.judged_points(lambda t0, t1: points_between(view.series, name, "", metrics.ACCEL_MEM, t0, t1), st, c)
+    if judged is None:
+        return None
+    win, pts = judged
     if not mt.usable(pts, st, c) or not mt.worth_fitting(pts, c.slope_bytes_per_s):
         return None
     tr = mt.trend(pts)

@@ -1,4 +1,4 @@
-"""busy_loop: a thread of the target spins while the engine makes no progress (SPEC §4).
+"""busy_loop: a thread of the target spins while the engine makes no progress.
 
 Reads the hot threads (``hot_threads``), the progress counters, the request
 gauges and the canary results. Decides, for the hottest thread:

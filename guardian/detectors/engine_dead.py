@@ -1,4 +1,4 @@
-"""engine_dead: the server is down, or its engine is (SPEC §4).
+"""engine_dead: the server is down, or its engine is.
 
 Reads the daemon's liveness facts (``TargetState``) and the latest ``/health``
 sample. Confirmed when:
@@ -47,7 +47,7 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     if st.ever_ready:
         latest = view.series.latest(tgt.name, "", metrics.HEALTH_OK)
         fresh = latest is not None and st.now - latest[0] <= HEALTH_FRESH_INTERVALS * st.probe_interval + 1e-9
-        if fresh and latest[1] == 0:
+        if latest is not None and fresh and latest[1] == 0:
             return _finding(
                 view, dict(sig, reason="health_failed", pid=tgt.key.pid, role=Role.API_SERVER.value,
                            health_ok=0, health_age_s=round(st.now - latest[0], 3)),

@@ -90,9 +90,9 @@ def _hot_process_unread(view: TargetView, cpu_ratio: float) -> bool:
         last = view.series.latest(name, Subject(p.pid).key, m.PROC_CPU)
         if last is None or last[0] < recent or last[1] < cpu_ratio:
             continue
-        latest = [view.series.latest(name, t, m.THREAD_CPU)
-                  for t in view.series.subjects(name, m.THREAD_CPU, Subject(p.pid).threads_prefix)]
-        latest = [pt for pt in latest if pt is not None and pt[0] >= recent]
+        threads = [view.series.latest(name, t, m.THREAD_CPU)
+                   for t in view.series.subjects(name, m.THREAD_CPU, Subject(p.pid).threads_prefix)]
+        latest = [pt for pt in threads if pt is not None and pt[0] >= recent]
         if not latest or max(v for _, v in latest) >= cpu_ratio:
             return True
     return False

@@ -1,4 +1,4 @@
-"""host_memory_leak: the RSS of the target's processes rises steadily with no new load (SPEC §4).
+"""host_memory_leak: the RSS of the target's processes rises steadily with no new load.
 
 Reads ``proc.rss_bytes`` of every process in the current tree (subjects ``p<pid>``),
 sums them per sample time (only times at which every process with samples in
@@ -46,10 +46,10 @@ def summed_rss(view: TargetView, t0: float, t1: float) -> list[Point]:
 
 def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     st, c = view.state, cfg.host_memory_leak
-    win = mt.judged_window(st, c)
-    if win is None:
+    judged = mt.judged_points(lambda t0, t1: summed_rss(view, t0, t1), st, c)
+    if judged is None:
         return None
-    pts = summed_rss(view, *win)
+    win, pts = judged
     if not mt.usable(pts, st, c) or not mt.worth_fitting(pts, c.slope_bytes_per_s):
         return None
     tr = mt.trend(pts)

@@ -1,4 +1,4 @@
-"""kv_cache_leak: KV-cache blocks stay allocated while the server is idle (SPEC §4).
+"""kv_cache_leak: KV-cache blocks stay allocated while the server is idle.
 
 Reads ``vllm.kv_cache_usage_perc`` (0..1) and the request gauges
 (``num_requests_running``, ``num_requests_waiting``), subject ``""``.
@@ -22,7 +22,9 @@ the current period is ``CLIMB_MIN_IDLE_S`` old.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+from typing import Any
 
 from ..config_schema import DetectorsConfig
 from ..model import Finding, Kind, Severity
@@ -81,7 +83,7 @@ def climbing_floors(periods: list[IdlePeriod], margin: float) -> list[float] | N
     if len(known) < CLIMB_PERIODS or periods[-1].floor is None:
         return None
     floors = known[-CLIMB_PERIODS:]
-    rising = all(b > a + CLIMB_STEP for a, b in zip(floors, floors[1:]))
+    rising = all(b > a + CLIMB_STEP for a, b in itertools.pairwise(floors))
     return floors if rising and floors[-1] - floors[0] >= margin / 2 else None
 
 
@@ -135,6 +137,6 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     return None
 
 
-def _finding(target: str, summary: str, signals: dict) -> Finding:
+def _finding(target: str, summary: str, signals: dict[str, Any]) -> Finding:
     return Finding(kind=KIND, target=target, severity=Severity.WARNING, summary=summary,
                    signals=signals, confirmed=True)

@@ -3,15 +3,19 @@ rising steadily, after warm-up, faster than a threshold, without more load to ex
 
 Reads one memory series (points) plus the target's ``vllm.num_requests_running``.
 Decides with a robust slope (Theil–Sen, ``series.slope``) over the judged window:
-the last ``window`` seconds, none of them inside the warm-up (``warmup`` seconds
-after ``TargetState.ready_since``; unknown ``ready_since`` means not judged).
-A leak needs all of:
+the last ``window`` seconds after ready (unknown ``ready_since`` means not judged).
+Warm-up is judged from the curve: growth that has gone on since ready without
+levelling off is warm-up, for at most ``warmup`` seconds; once the curve has
+levelled off (``SETTLE_S`` seconds with no rise worth a leak) the window starts
+there, so sustained growth after it is judged at once. A leak needs all of:
 
 - points covering ``MIN_COVERAGE`` of the window, the newest one fresh;
 - the window's slope >= the threshold;
 - each half of the window rising at >= ``HALF_FRACTION`` of the threshold: a
   single allocation step lies in one half (or on the boundary) and leaves the
   other flat; growth that levels off leaves the second half flat;
+- the newer half rising at >= ``KEEPS_PACE`` of the older half's slope: growth that
+  decelerates (a warm-up approaching its plateau) is not a leak, linear growth keeps pace;
 - no rise in running requests that explains it: running grew over the window
   (last-quarter median >= first-quarter median + max(1, 25%)), or its slope is
   > 0 and memory follows it (Spearman rho >= ``LOAD_RHO``).
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..config_schema import MemoryLeakConfig
 from ..model import Subject
@@ -34,7 +38,9 @@ from .view import TargetState, TargetView
 MIN_COVERAGE = 0.8
 MIN_POINTS = 6
 HALF_FRACTION = 0.5
+KEEPS_PACE = 0.75  # a leak's newer half rises at least this share of its older half's slope
 LOAD_RHO = 0.5
+SETTLE_S = 15.0  # a stretch this long with no growth worth a leak: the warm-up has levelled off
 PREFILTER_FRACTION = 0.5  # quarter-median rise below this share of the threshold: not worth a fit
 HALF_POINTS = 24  # halves are fitted on at most this many bucket medians
 
@@ -50,8 +56,14 @@ class Trend:
     first: float  # value at the window start / end on the fitted line
     last: float
 
+    @property
+    def decelerating(self) -> bool:
+        """The newer half rises clearly slower than the older one: warm-up levelling off."""
+        return self.second_half < KEEPS_PACE * self.first_half
+
     def leaking(self, threshold: float) -> bool:
-        return self.slope >= threshold and min(self.first_half, self.second_half) >= HALF_FRACTION * threshold
+        return (self.slope >= threshold and min(self.first_half, self.second_half) >= HALF_FRACTION * threshold
+                and not self.decelerating)
 
 
 def trend(points: Sequence[Point]) -> Trend | None:
@@ -91,12 +103,69 @@ def worth_fitting(points: Sequence[Point], threshold: float) -> bool:
 
 
 def judged_window(state: TargetState, cfg: MemoryLeakConfig) -> tuple[float, float] | None:
-    """``(t0, now)``: the last ``window`` seconds cut to after warm-up; None when not judged
-    (not ready, ``ready_since`` unknown, or still warming up)."""
+    """``(t0, now)``: the last ``window`` seconds, none before ready; None when not judged (not
+    ready, ``ready_since`` unknown). What of it is warm-up: see ``judged_points``."""
     if not state.ready or not state.api_alive or state.ready_since is None:
         return None
-    t0 = max(state.now - cfg.window, state.ready_since + cfg.warmup)
+    t0 = max(state.now - cfg.window, state.ready_since)
     return (t0, state.now) if t0 < state.now else None
+
+
+def settled_at(points: Sequence[Point], threshold: float, stretch: float = SETTLE_S) -> float | None:
+    """When the curve first levelled off: the start of the first ``stretch`` seconds whose rise
+    (median of the newest third - median of the oldest third, per second) is below
+    ``HALF_FRACTION`` of the threshold; None while it has risen all along (still warming up).
+    Falling counts as level: memory given back is not warm-up growth."""
+    n = len(points)
+    j = 0
+    for i in range(n):
+        t_i = points[i][0]
+        while j < n and points[j][0] < t_i + stretch:
+            j += 1
+        if j >= n and points[-1][0] < t_i + stretch - 1e-9:
+            return None  # the rest is shorter than one stretch
+        chunk = points[i:j + 1] if j < n else points[i:]
+        k = len(chunk) // 3
+        if k < 2:
+            continue
+        old, new = chunk[:k], chunk[-k:]
+        dt = (new[0][0] + new[-1][0]) / 2 - (old[0][0] + old[-1][0]) / 2
+        if dt <= 0:
+            continue
+        rate = (statistics.median(values(new)) - statistics.median(values(old))) / dt
+        if rate < HALF_FRACTION * threshold:
+            return t_i
+    return None
+
+
+def judged_points(fetch: Callable[[float, float], list[Point]], state: TargetState,
+                  cfg: MemoryLeakConfig) -> tuple[tuple[float, float], list[Point]] | None:
+    """The window to judge and its points, the warm-up judged from the curve.
+
+    Growth that has gone on since ready without levelling off is warm-up, for at most
+    ``warmup`` seconds; once the curve has levelled off (``settled_at``) the window starts
+    there, so sustained growth after it is judged at once. ``fetch(t0, t1)`` returns the
+    memory points in ``[t0, t1]``, oldest first (kept since ready: ``SeriesStore.memory_horizons``).
+    """
+    win = judged_window(state, cfg)
+    if win is None:
+        return None
+    assert state.ready_since is not None
+    cap = state.ready_since + cfg.warmup
+    pts = fetch(*win)
+    if win[0] >= cap:
+        return win, pts  # the warm-up is long over, however it ended
+    if not usable(pts, state, cfg) or not worth_fitting(pts, cfg.slope_bytes_per_s):
+        # nothing in the window rises like a leak: no need to read the curve since ready (the judged
+        # part must cover most of the window anyway, see ``usable``)
+        return win, pts
+    history = fetch(state.ready_since, state.now)
+    settled = settled_at(history, cfg.slope_bytes_per_s)
+    end = cap if settled is None else min(settled, cap)
+    t0 = max(win[0], end)
+    if t0 >= state.now:
+        return None
+    return (t0, state.now), [p for p in history if p[0] >= t0]
 
 
 def usable(points: Sequence[Point], state: TargetState, cfg: MemoryLeakConfig) -> bool:

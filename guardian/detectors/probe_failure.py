@@ -1,8 +1,10 @@
-"""probe_failure: one of a target's probes keeps failing (SPEC §4) — the guardian is half blind.
+"""probe_failure: one of a target's probes keeps failing — the guardian is half blind.
 
 Reads the target's open failure episodes (``EpisodeLog``: key ``<target>:<probe>``, how many
 consecutive failures, the last message). Decides: a finding while some probe has failed at
-least ``after`` times in a row; none once every episode closed. Alert only: a blind spot is
+least ``after`` times in a row — an ``auth`` episode (the server refused the guardian's API key,
+or wants one it has none of) from its first failure: it is a configuration fault that never
+heals by itself and blinds every hang confirmation; none once every episode closed. Alert only: a blind spot is
 never a reason to restart anything.
 """
 from __future__ import annotations
@@ -13,13 +15,14 @@ from ..config_schema import DetectorsConfig
 from ..model import Finding, Kind, Severity
 
 KIND = Kind.PROBE_FAILURE
+IMMEDIATE = (":auth",)  # episodes alerted from their first failure
 
 
 def evaluate_episodes(target: str, episodes: Mapping[str, tuple[int, str, float]], cfg: DetectorsConfig,
                       now: float) -> Finding | None:
     """``episodes``: ``{key: (consecutive failures, last message, since)}`` for this target."""
     after = cfg.probe_failure.after
-    failing = {k: v for k, v in episodes.items() if v[0] >= after}
+    failing = {k: v for k, v in episodes.items() if v[0] >= (1 if k.endswith(IMMEDIATE) else after)}
     if not failing:
         return None
     key, (count, message, since) = max(failing.items(), key=lambda kv: kv[1][0])

@@ -6,6 +6,7 @@ Decides nothing by itself; busy_loop and engine_stall combine these answers.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -29,7 +30,7 @@ def counter_moved(points: Sequence[Point], t0: float, t1: float) -> bool | None:
     if base is None or end is None or end[0] <= base[0]:
         return None
     seg = clip(points, base[0], end[0])
-    return any(b[1] != a[1] for a, b in zip(seg, seg[1:]))
+    return any(b[1] != a[1] for a, b in itertools.pairwise(seg))
 
 
 def progress_between(series: SeriesStore, target: str, t0: float, t1: float) -> bool | None:

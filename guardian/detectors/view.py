@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..gates.ledger import LedgerView
 from ..model import Target
 from ..series.store import SeriesStore
 
@@ -31,6 +32,7 @@ class TargetState:
 class TargetView:
     state: TargetState
     series: SeriesStore  # read only
+    gates: LedgerView | None = None  # the output-correctness gates' recent verdicts, when gates run
 
     @property
     def name(self) -> str:

@@ -11,10 +11,9 @@ from __future__ import annotations
 import http.client
 import io
 import json
-import socket
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 from urllib.parse import urlsplit
 
 from ..errors import ProbeFailed
@@ -46,7 +45,8 @@ class HttpResponse:
 
 
 class HttpClient(Protocol):
-    def request(self, method: str, url: str, timeout: float, body: Any = None) -> HttpResponse: ...
+    def request(self, method: str, url: str, timeout: float, body: Any = None,
+                headers: Mapping[str, str] | None = None) -> HttpResponse: ...
 
 
 class _DeadlineReader(io.RawIOBase):
@@ -84,7 +84,8 @@ class StdlibHttpClient:
     """http.client, one connection per call (probes are ~1 Hz; no pooling needed); ``timeout``
     bounds the whole call (connect, send, headers and body), not each read."""
 
-    def request(self, method: str, url: str, timeout: float, body: Any = None) -> HttpResponse:
+    def request(self, method: str, url: str, timeout: float, body: Any = None,
+                headers: Mapping[str, str] | None = None) -> HttpResponse:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https"):
             raise HttpError("error", f"unsupported URL scheme in {url!r}")
@@ -93,7 +94,7 @@ class StdlibHttpClient:
         if parts.query:
             path += "?" + parts.query
         payload = None
-        headers = {"Accept": "*/*", "Connection": "close"}
+        headers = {"Accept": "*/*", "Connection": "close", **(headers or {})}
         if body is not None:
             payload = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
@@ -112,7 +113,7 @@ class StdlibHttpClient:
             )
         except ConnectionRefusedError as e:
             raise HttpError("refused", str(e), time.monotonic() - start) from None
-        except (socket.timeout, TimeoutError) as e:
+        except TimeoutError as e:
             raise HttpError("timeout", f"no answer within {timeout:g}s", time.monotonic() - start) from e
         except (OSError, http.client.HTTPException) as e:
             raise HttpError("error", f"{type(e).__name__}: {e}", time.monotonic() - start) from e

@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Mapping
 from urllib.parse import quote
 
 from ..errors import BackendUnavailable, ProbeFailed
@@ -57,7 +57,8 @@ def pod_uid_of(procfs, key, alive: Callable[[object], bool]) -> str | None:
 
 class KubeClient:
     def __init__(self, base_url: str, token: str | None, ca_file: str | None, node_name: str | None,
-                 timeout: float = 10.0, opener: Callable | None = None, token_file: str | None = None) -> None:
+                 timeout: float = 10.0, opener: Callable[..., Any] | None = None,
+                 token_file: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.token_file = token_file
@@ -67,7 +68,7 @@ class KubeClient:
         self._open = opener or (lambda req, timeout: urllib.request.urlopen(req, timeout=timeout, context=ctx))
 
     @classmethod
-    def in_cluster(cls, env: dict, timeout: float = 10.0) -> "KubeClient":
+    def in_cluster(cls, env: Mapping[str, str], timeout: float = 10.0) -> KubeClient:
         host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT", "443")
         if not host or not (SA_DIR / "token").exists():
             raise BackendUnavailable("not running in a Kubernetes pod (no KUBERNETES_SERVICE_HOST or "
@@ -84,7 +85,7 @@ class KubeClient:
         except OSError as e:
             raise ProbeFailed(f"kubernetes service-account token {self.token_file}: {e.strerror or e}") from None
 
-    def _call(self, method: str, path: str, body: dict | None = None) -> dict:
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.base_url + path, data=data, method=method)
         req.add_header("Accept", "application/json")
@@ -95,11 +96,14 @@ class KubeClient:
             req.add_header("Authorization", f"Bearer {token}")
         try:
             with self._open(req, self.timeout) as resp:
-                return json.loads(resp.read() or b"{}")
+                reply = json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as e:
             raise ProbeFailed(f"kubernetes API {method} {path}: HTTP {e.code} {e.reason}") from None
         except (urllib.error.URLError, OSError, ValueError) as e:
             raise ProbeFailed(f"kubernetes API {method} {path}: {e}") from None
+        if not isinstance(reply, dict):
+            raise ProbeFailed(f"kubernetes API {method} {path}: expected a JSON object, got {type(reply).__name__}")
+        return reply
 
     def find_pod(self, uid: str, namespace: str | None = None) -> PodRef:
         """The pod with this UID on this node: listed in ``namespace`` when given (what a
@@ -123,3 +127,76 @@ class KubeClient:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": int(grace_seconds),
                 "preconditions": {"uid": pod.uid}}  # never delete a recreated pod of the same name
         self._call("DELETE", f"/api/v1/namespaces/{quote(pod.namespace)}/pods/{quote(pod.name)}", body)
+
+    def read_log(self, namespace: str, pod: str | None, container: str | None = None, *, previous: bool = True,
+                 limit_bytes: int = 256 * 1024, pod_uid: str | None = None) -> str:
+        """A pod's container log as text (``previous``: the container that ran before the current one),
+        at most ``limit_bytes``. The pod is found by uid when no name is given."""
+        if not pod:
+            if not pod_uid:
+                raise ProbeFailed("kubernetes log: neither a pod name nor a pod uid")
+            ref = self.find_pod(pod_uid)
+            namespace, pod = ref.namespace, ref.name
+        query = {"previous": "true" if previous else "false", "limitBytes": str(int(limit_bytes))}
+        if container:
+            query["container"] = container
+        path = (f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/log?"
+                + "&".join(f"{k}={quote(v)}" for k, v in query.items()))
+        req = urllib.request.Request(self.base_url + path, method="GET")
+        req.add_header("Accept", "text/plain")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with self._open(req, self.timeout) as resp:
+                return str(resp.read(limit_bytes + 1).decode("utf-8", errors="replace"))
+        except urllib.error.HTTPError as e:
+            raise ProbeFailed(f"kubernetes API GET {path}: HTTP {e.code} {e.reason}") from None
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise ProbeFailed(f"kubernetes API GET {path}: {e}") from None
+
+# ---------------------------------------------------------------- match.kubernetes (additive)
+def node_pods_path(namespace: str, node_name: str, pod: str | None = None,
+                   label_selector: str | None = None) -> str:
+    """The list call ``match.kubernetes`` makes: one namespace, this node only (field selector
+    ``spec.nodeName``), optionally one pod by name and/or a label selector. Pure: also what the
+    RBAC cross-check reads."""
+    fields = f"spec.nodeName={node_name}" + (f",metadata.name={pod}" if pod else "")
+    query = f"fieldSelector={quote(fields, safe='')}"
+    if label_selector:
+        query += f"&labelSelector={quote(label_selector, safe='')}"
+    return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods?{query}"
+
+
+def list_node_pods(client: KubeClient, namespace: str, pod: str | None = None,
+                   label_selector: str | None = None) -> list[dict[str, Any]]:
+    """The pods of ``namespace`` scheduled on this node (``client.node_name``), as API objects.
+    ``ProbeFailed`` when the node name is unknown: listing a namespace cluster-wide is never done."""
+    if not client.node_name:
+        raise ProbeFailed("NODE_NAME is not set (the DaemonSet passes spec.nodeName through the "
+                          "downward API): cannot tell which pods run on this node")
+    items = client._call("GET", node_pods_path(namespace, client.node_name, pod, label_selector)).get("items")
+    return [i for i in items or [] if isinstance(i, dict)]
+
+
+def read_pod_log(client: KubeClient, pod: PodRef, container: str, *, previous: bool = True,
+                 tail_lines: int = 500, limit_bytes: int = 256 * 1024) -> str:
+    """The (previous, i.e. crashed) container's log, for crash forensics: ``GET pods/log``."""
+    query = (f"container={quote(container, safe='')}&previous={'true' if previous else 'false'}"
+             f"&tailLines={int(tail_lines)}&limitBytes={int(limit_bytes)}")
+    path = f"/api/v1/namespaces/{quote(pod.namespace, safe='')}/pods/{quote(pod.name, safe='')}/log?{query}"
+    return client_text(client, path)
+
+
+def client_text(client: KubeClient, path: str) -> str:
+    """A GET whose answer is plain text (``pods/log``), with the client's auth and error mapping."""
+    req = urllib.request.Request(client.base_url + path, method="GET")
+    req.add_header("Accept", "text/plain")
+    if client.token:
+        req.add_header("Authorization", f"Bearer {client.token}")
+    try:
+        with client._open(req, client.timeout) as resp:
+            return str(resp.read(4 * 1024 * 1024).decode("utf-8", errors="replace"))
+    except urllib.error.HTTPError as e:
+        raise ProbeFailed(f"kubernetes API GET {path.split('?')[0]}: HTTP {e.code} {e.reason}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise ProbeFailed(f"kubernetes API GET {path.split('?')[0]}: {e}") from None

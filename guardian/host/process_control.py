@@ -1,19 +1,24 @@
 """Signal, check and start processes — the only code that sends a signal or spawns a server.
 
-Safety rule (SPEC §8): a signal is sent only to a process whose identity
+Safety rule (docs/design.md, Remediation): a signal is sent only to a process whose identity
 ``(pid, starttime)`` still matches the snapshot it was taken from; a reused pid
 is never touched. ``start`` launches an argv (never a shell) in a new session
 (so the guardian owns the whole group), with env, cwd and an append-only log.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal as _signal
 import subprocess
-from typing import Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 
 from ..errors import AccessDenied, TargetGone
 from ..model import ProcKey
+from .procfs import ProcFS
+
+if TYPE_CHECKING:
+    from ..actions.launch import LaunchSpec
 
 
 class ProcessControl(Protocol):
@@ -21,12 +26,13 @@ class ProcessControl(Protocol):
     def signal(self, key: ProcKey, sig: int) -> bool: ...
     def start(self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: str | None,
               log_file: str | None) -> int: ...
+    def start_spec(self, spec: LaunchSpec) -> int: ...
 
 
 class OsProcessControl:
-    def __init__(self, procfs) -> None:
+    def __init__(self, procfs: ProcFS) -> None:
         self.procfs = procfs
-        self._children: dict[int, subprocess.Popen] = {}
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
 
     def alive(self, key: ProcKey) -> bool:
         try:
@@ -67,13 +73,24 @@ class OsProcessControl:
             raise ValueError("restart.command is empty")
         full_env = dict(os.environ)
         full_env.update(env or {})
-        out = open(log_file, "ab") if log_file else subprocess.DEVNULL
-        try:
+        with open(log_file, "ab") if log_file else contextlib.nullcontext(subprocess.DEVNULL) as out:
+            # the child keeps its own descriptor; ours is closed once it has started
             proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     env=full_env, cwd=cwd, start_new_session=True)
-        finally:
-            if log_file:
-                out.close()  # the child keeps its own descriptor
+        self._children[proc.pid] = proc
+        self._reap()
+        return proc.pid
+
+    def start_spec(self, spec: LaunchSpec) -> int:
+        """Launch exactly ``spec`` (``guardian.actions.launch``): its environment and nothing of the
+        guardian's, as its user and groups (needs CAP_SETUID/CAP_SETGID when they differ)."""
+        if not spec.argv:
+            raise ValueError("restart.command is empty")
+        with open(spec.log_file, "ab") if spec.log_file else contextlib.nullcontext(subprocess.DEVNULL) as out:
+            # the child keeps its own descriptor; ours is closed once it has started
+            proc = subprocess.Popen(list(spec.argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    env=dict(spec.env), cwd=spec.cwd, start_new_session=True, user=spec.uid,
+                                    group=spec.gid, extra_groups=list(spec.groups) if spec.groups is not None else None)
         self._children[proc.pid] = proc
         self._reap()
         return proc.pid

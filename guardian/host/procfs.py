@@ -1,6 +1,6 @@
 """ProcFS: the only code that reads /proc. Each method reads one file and hands it to a parser.
 
-Errors are domain errors (DESIGN principle 5):
+Errors are domain errors (docs/design.md, Seams):
 - the process or thread vanished (ENOENT, ESRCH, or a file that came back empty
   because the task died mid-read) → ``TargetGone``;
 - the kernel refused the read (ptrace checks, hidepid) → ``AccessDenied``;
@@ -105,6 +105,16 @@ class ProcFS:
         """argv as the process shows it now (after setproctitle: the title). Empty for zombies/kthreads."""
         return parse.parse_cmdline(self._read(f"{pid}/cmdline"))
 
+    def environ_var(self, pid: int, name: str) -> str | None:
+        """One variable of the environment the process started with (``/proc/<pid>/environ``);
+        None when unset. Readable only as the process's user (or with CAP_SYS_PTRACE). The
+        rest of the environment is never kept."""
+        return parse.environ_value(self._read(f"{pid}/environ"), name)
+
+    def cgroup(self, pid: int) -> str:
+        """``/proc/<pid>/cgroup`` as text: the cgroup paths a process lives in (v1 and v2 lines)."""
+        return self._read_text(f"{pid}/cgroup")
+
     def identity(self, pid: int) -> ProcKey:
         return ProcKey(pid, self.stat(pid).starttime)
 
@@ -126,7 +136,7 @@ class ProcFS:
         """None when running — and also when not permitted: the kernel then prints 0 silently."""
         return parse.parse_wchan(self._read_text(f"{pid}/task/{tid}/wchan"))
 
-    def thread_schedstat(self, pid: int, tid: int) -> "parse.SchedStat":
+    def thread_schedstat(self, pid: int, tid: int) -> parse.SchedStat:
         """Time on a CPU and time waiting for one (ns): a starved spinner still *wants* the CPU."""
         return self._parsed(f"{pid}/task/{tid}/schedstat", parse.parse_schedstat)
 

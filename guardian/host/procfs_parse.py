@@ -3,8 +3,8 @@
 No I/O here: ``guardian.host.procfs`` reads the files and hands their text to these
 functions, so every format (and every ugly variant) is tested on literals.
 Formats: ``man 5 proc_pid_stat``, ``proc_pid_status``, ``proc_pid_syscall``,
-``proc_pid_wchan``, ``proc_pid_cmdline``, ``proc_net`` (tcp/tcp6); measured
-samples are in ``reference/probes.md`` §1.1.
+``proc_pid_wchan``, ``proc_pid_cmdline``, ``proc_net`` (tcp/tcp6); samples taken from
+a real kernel are the literals in ``tests/unit/test_procfs_parse.py``.
 
 Every parser raises ``ValueError`` with a message naming the file kind when the
 text is malformed (empty, truncated, not numbers).
@@ -255,3 +255,14 @@ def parse_net_tcp(text: str, byteorder: str = "little") -> list[SocketEntry]:
         except ValueError:
             continue
     return entries
+
+
+def environ_value(raw: bytes, name: str) -> str | None:
+    """The value of ``name`` in a NUL-separated ``/proc/<pid>/environ``; None when absent.
+    The last assignment wins, as Python's ``os.environ`` (and so vLLM) reads it."""
+    prefix = name.encode() + b"="
+    found: str | None = None
+    for entry in raw.split(b"\0"):
+        if entry.startswith(prefix):
+            found = entry[len(prefix):].decode("utf-8", errors="replace")
+    return found

@@ -20,7 +20,7 @@ import logging
 import threading
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from ..clock import Clock
 from ..config_schema import DetectorsConfig
@@ -194,6 +194,17 @@ class IncidentManager:
     def set_evidence(self, incident_id: str, path: str) -> Incident:
         """Record the evidence bundle path; returns the updated incident (``KeyError`` if unknown)."""
         return self._change(incident_id, lambda inc: replace(inc, evidence_dir=str(path)))
+
+    def set_diagnosis(self, incident_id: str, diagnosis: Sequence[Mapping[str, Any]],
+                      crash: Mapping[str, Any] | None, notes: Sequence[str] = ()) -> Incident:
+        """Record what the incident most likely is (and, engine_dead, the crash); ``notes`` (such as
+        "device idle while the engine spins") join the summary. ``KeyError`` if unknown."""
+        def change(inc: Incident) -> Incident:
+            extra = [n for n in notes if n not in inc.summary]
+            return replace(inc, diagnosis=tuple(dict(d) for d in diagnosis),
+                           crash=dict(crash) if crash is not None else inc.crash,
+                           summary="; ".join([inc.summary, *extra]) if extra else inc.summary)
+        return self._change(incident_id, change)
 
     def add_action(self, incident_id: str, action: Action) -> Incident:
         """Append an action taken for the incident; returns it updated (``KeyError`` if unknown)."""

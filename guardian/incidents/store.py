@@ -1,12 +1,13 @@
 """Incidents on disk: ``<state_dir>/incidents/<id>/incident.json``, one JSON file each.
 
 Writes atomically (temporary file, fsync, ``os.replace``, fsync of the folder);
-files ``0640``, folders ``0750``. Field names follow SPEC §9. A corrupt or
+files ``0640``, folders ``0750``. Field names are those `guardian incidents list --json` prints. A corrupt or
 unreadable file is skipped with a warning, never a crash. The evidence bundle of
 an incident lives in the same folder (``dir_for``).
 """
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import math
@@ -66,6 +67,8 @@ def incident_to_dict(inc: Incident) -> dict[str, Any]:
         "evidence_dir": inc.evidence_dir,
         "actions": [{"name": a.name, "status": a.status, "at": a.at, "detail": a.detail} for a in inc.actions],
         "fingerprint": inc.fingerprint,
+        "diagnosis": [jsonable(d) for d in inc.diagnosis],
+        "crash": jsonable(inc.crash) if inc.crash is not None else None,
     }
 
 
@@ -96,6 +99,8 @@ def incident_from_dict(d: Mapping[str, Any]) -> Incident:
             Action(name=str(a["name"]), status=str(a["status"]), at=float(a["at"]), detail=str(a.get("detail", "")))
             for a in d.get("actions") or ()
         ),
+        diagnosis=tuple(dict(x) for x in d.get("diagnosis") or () if isinstance(x, Mapping)),
+        crash=dict(d["crash"]) if isinstance(d.get("crash"), Mapping) else None,
     )
 
 
@@ -137,7 +142,7 @@ class IncidentStore:
         out.sort(key=lambda i: (i.opened_at, i.id), reverse=True)
         return out if limit is None else out[: max(0, limit)]
 
-    def load_open(self) -> list[Incident]:
+    def load_open(self) -> builtins.list[Incident]:  # `list` here is the method above
         """Stored incidents still firing, oldest first."""
         return sorted((i for i in self.list() if i.status is Status.FIRING), key=lambda i: (i.opened_at, i.id))
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from ..config_schema import AcceleratorsConfig
+from ..diagnosis.node_view import accelerator_rows
 from ..errors import BackendUnavailable, GuardianError
 from ..host.accel import AccelBackend, AccelEvent, AccelSnapshot, DeviceReading
 from ..host.accel.npu_smi import NpuSmiBackend
@@ -49,6 +50,7 @@ class AccelResult:
     read: tuple[str, ...] = ()  # backends read this call
     process_memory: dict[int, int] = field(default_factory=dict)  # pid -> bytes, latest read of all backends
     notes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # backend -> what it cannot see (latest read)
+    node: list[dict[str, Any]] = field(default_factory=list)  # every device of the node, owners named (node_view)
 
 
 def device_dict(d: DeviceReading, read_at: float, pids: Sequence[int]) -> dict[str, Any]:
@@ -110,6 +112,7 @@ class AccelReader:
                     res.per_target.setdefault(t.name, []).extend(rows)
                 if name in res.read:
                     res.samples.extend(self._target_samples(t, snap, now))
+        res.node = accelerator_rows(self._snapshots.values(), targets, now)
         return res
 
     @staticmethod

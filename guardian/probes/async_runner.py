@@ -44,7 +44,7 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float, BaseException | None]:
     start = time.perf_counter()
     try:
         return fn(), time.perf_counter() - start, None
-    except Exception as e:  # handed back to the loop as Done.error
+    except Exception as e:  # noqa: BLE001 - handed back to the loop as Done.error
         return None, time.perf_counter() - start, e
 
 

@@ -32,6 +32,7 @@ from ..seams import Seams
 if TYPE_CHECKING:  # only for annotations: the probes import this module
     from ..series import SeriesStore
     from ..tracker import Tracker
+    from ..gates.shared import GatesShared
     from .accel import AccelResult
     from .procfs import ProcessState
 
@@ -102,6 +103,7 @@ class Readings:
 
     processes: Mapping[ProcKey, ProcessState] = field(default_factory=dict)
     accel: AccelResult | None = None  # None: no accelerator backend, or not read yet
+    gates: GatesShared | None = None  # set by the gates probe when gates are enabled
 
     def device_memory_held(self, pids: set[int]) -> bool | None:
         """Whether an accelerator still shows memory held by these pids (None: no reading)."""

@@ -6,7 +6,10 @@ Used to confirm a suspect and as a slow periodic end-to-end check; the daemon
 keeps at most one in flight per target. The probe also confirms a suspect: a target with an
 unconfirmed finding gets a canary at the ``confirm_cooldown`` pace (at the periodic pace once
 an incident of that kind is open: a hung engine queues every canary it is sent). A timeout is the hang signal; a fast
-failure (HTTP 500, refused) is *not* a hang and is reported as such.
+failure (HTTP 500, refused) is *not* a hang and is reported as such. A 401/403
+(the server wants an API key the guardian does not have, or refuses the one it
+sent) sets ``auth_status`` and the episode ``<target>:auth``, whatever the
+readiness: until it is fixed no canary can ever confirm a hang.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from ..config_schema import CanaryProbeConfig
+from ..host.api_keys import AUTH_STATUSES, NO_KEY, describe_auth_failure
 from ..host.http import HttpClient, HttpError
 from ..model import ProcKey, Sample
 from ..series import metrics as m
@@ -34,6 +38,7 @@ class CanaryResult:
     timed_out: bool
     model: str | None
     error: str | None = None
+    auth_status: int | None = None  # 401/403 from a /v1 endpoint
 
     @property
     def latency(self) -> float:
@@ -51,8 +56,24 @@ class CanaryResult:
         return out
 
 
+class AuthRefused(HttpError):
+    """A /v1 endpoint answered 401/403; ``detail`` says where the key came from, never the key."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        self.status = status
+        super().__init__("auth", detail)
+
+
+def _auth_detail(http: HttpClient, url: str, status: int, path: str) -> str:
+    source_for = getattr(http, "auth_source", None)  # a BearerHttpClient knows the key's origin
+    return describe_auth_failure(status, path, source_for(url) if source_for else NO_KEY)
+
+
 def served_model(http: HttpClient, api_url: str, timeout: float) -> str:
-    r = http.request("GET", api_url.rstrip("/") + "/v1/models", timeout)
+    url = api_url.rstrip("/") + "/v1/models"
+    r = http.request("GET", url, timeout)
+    if r.status in AUTH_STATUSES:
+        raise AuthRefused(r.status, _auth_detail(http, url, r.status, "/v1/models"))
     if r.status != 200:
         raise HttpError("error", f"/v1/models answered HTTP {r.status}")
     try:
@@ -68,10 +89,16 @@ def run_canary(http: HttpClient, target: str, api_url: str, model: str | None,
         if model is None:
             model = served_model(http, api_url, cfg.timeout)
         body = {"model": model, "prompt": cfg.prompt, "max_tokens": cfg.max_tokens, "temperature": 0}
-        r = http.request("POST", api_url.rstrip("/") + "/v1/completions", cfg.timeout, body=body)
+        url = api_url.rstrip("/") + "/v1/completions"
+        r = http.request("POST", url, cfg.timeout, body=body)
+    except AuthRefused as e:
+        return CanaryResult(target, started, now(), False, False, model, e.detail, e.status)
     except HttpError as e:
         return CanaryResult(target, started, now(), False, e.reason == "timeout", model, str(e))
     ended = now()
+    if r.status in AUTH_STATUSES:
+        return CanaryResult(target, started, ended, False, False, model,
+                            _auth_detail(http, url, r.status, "/v1/completions"), r.status)
     if r.status != 200:
         return CanaryResult(target, started, ended, False, False, model, f"HTTP {r.status}: {r.text[:200]}")
     try:
@@ -133,11 +160,14 @@ class CanaryProbe:
         self.tracker.canary_finished(res.target, key, res.ok, res.model, now)
         if tr.ready and not was_ready:
             self.log.info("target %s is ready (canary answered in %.3fs)", res.target, res.latency)
+        if res.auth_status is not None:  # loud whatever the readiness: no canary can confirm a hang
+            return Folded(res.samples(), failed={f"{res.target}:auth": res.error or f"HTTP {res.auth_status}"})
         if res.ok:
-            return Folded(res.samples(), cleared=(f"{res.target}:canary",))
+            return Folded(res.samples(), cleared=(f"{res.target}:canary", f"{res.target}:auth"))
         if tr.ready or tr.ever_ready:
-            return Folded(res.samples(), failed={f"{res.target}:canary": res.error or "failed"})
-        return Folded(res.samples())
+            return Folded(res.samples(), failed={f"{res.target}:canary": res.error or "failed"},
+                          cleared=(f"{res.target}:auth",))
+        return Folded(res.samples(), cleared=(f"{res.target}:auth",))
 
     def close(self) -> None:
         pass

@@ -4,7 +4,9 @@ Reads through ``guardian.host.procfs.ProcFS`` (the seam: a proc root and an open
 Two stages: every ``probes.procfs.interval``, each process's ``stat`` (CPU ticks, RSS,
 state — and its starttime, so a reused pid is seen as gone); per-thread files
 (``task/<tid>/stat``, ``status``, ``syscall``, ``schedstat``; ``wchan`` when suspected) only
-for processes that are hot, or of a target that is suspected. Rates need two
+for processes that are hot, or of a target that is suspected — and in a hot process only for
+threads whose ``schedstat`` says they can be hot (the rest cost one small read: a busy engine
+has one or two hot threads among ~75). Rates need two
 readings: the first reading of a process or thread yields no rate (absent,
 never 0). Context-switch counts come from each thread's own ``status``
 (``/proc/<pid>/status`` is the main thread only).
@@ -17,6 +19,7 @@ from typing import Iterable
 
 from ..config_schema import ProcfsProbeConfig
 from ..errors import AccessDenied, ProbeFailed, TargetGone
+from ..host.procfs_parse import SchedStat
 from ..model import ProcKey, Sample, Target, Subject
 from ..series import metrics as m
 from .base import Folded, Job, ProbeParts, Readings, Schedule, Seen
@@ -70,6 +73,8 @@ class ProcfsReader:
         self._proc_prev: dict[ProcKey, tuple[float, int]] = {}
         self._thread_prev: dict[tuple[ProcKey, int], tuple[float, int, int | None, int | None, int | None]] = {}
         self._followed: set[ProcKey] = set()
+        self._screen_prev: dict[tuple[ProcKey, int], tuple[float, int, int]] = {}  # (t, run ns, wait ns)
+        self._screened: dict[tuple[ProcKey, int], SchedStat | None] = {}  # this collect's screen reads
 
     def collect(self, targets: Iterable[Target], suspected: set[str], now: float) -> ProcfsResult:
         res = ProcfsResult()
@@ -88,6 +93,9 @@ class ProcfsReader:
         self._followed &= seen_procs
         for tk in [tk for tk in self._thread_prev if tk not in seen_threads]:
             del self._thread_prev[tk]
+        for tk in [tk for tk in self._screen_prev if tk not in seen_threads]:
+            del self._screen_prev[tk]
+        self._screened.clear()
         return res
 
     # ------------------------------------------------------------------ helpers
@@ -130,6 +138,8 @@ class ProcfsReader:
             return ()
         out = []
         for tid in tids:
+            if not deep and self._cool(target, key, tid, now, res, seen_threads):
+                continue
             try:
                 tst = self.procfs.thread_stat(key.pid, tid)
             except (TargetGone, AccessDenied):
@@ -155,11 +165,12 @@ class ProcfsReader:
                 continue
             except AccessDenied as e:
                 res.denied.append(f"syscall (needs CAP_SYS_PTRACE): {e}")
-            sched = None
-            try:
-                sched = self.procfs.thread_schedstat(key.pid, tid)
-            except (TargetGone, AccessDenied, ProbeFailed):
-                sched = None  # optional: kernels without schedstat; the thread's exit shows elsewhere
+            sched = self._screened.pop((key, tid), None)  # read a moment ago by the screen
+            if sched is None:
+                try:
+                    sched = self.procfs.thread_schedstat(key.pid, tid)
+                except (TargetGone, AccessDenied, ProbeFailed):
+                    sched = None  # optional: kernels without schedstat; the thread's exit shows elsewhere
             wchan = None
             if deep:
                 try:
@@ -195,6 +206,35 @@ class ProcfsReader:
                 res.samples.append(Sample(target.name, subject, m.THREAD_DEMAND, demand, now))
             out.append(ThreadState(tid, tst.comm, tst.state, cpu, vol_rate, nonvol_rate, demand, syscall, wchan))
         return tuple(out)
+
+    def _cool(self, target, key: ProcKey, tid: int, now: float, res, seen_threads) -> bool:
+        """The screen: is this thread of a hot process too idle to be worth its four files?
+
+        Reads only its ``schedstat`` (time on a CPU + time waiting for one: what it wants, even
+        starved); below half of ``hot_cpu_ratio`` since the last screen, it is cool: its CPU share
+        (time on a CPU, from the same file) is its only sample, and its other rate baselines are
+        dropped, so that when it heats up its first full reading yields no rate rather than an
+        average over the idle gap. Unknown (first sight, no schedstat on this kernel) is never cool.
+        """
+        tkey = (key, tid)
+        try:
+            sched = self.procfs.thread_schedstat(key.pid, tid)
+        except (TargetGone, AccessDenied, ProbeFailed):
+            return False
+        prev = self._screen_prev.get(tkey)
+        self._screen_prev[tkey] = (now, sched.run_ns, sched.wait_ns)
+        seen_threads.add(tkey)
+        if prev is None or now <= prev[0]:
+            self._screened[tkey] = sched
+            return False
+        dt = now - prev[0]
+        ran = max(0, sched.run_ns - prev[1]) / 1e9 / dt
+        if ran + max(0, sched.wait_ns - prev[2]) / 1e9 / dt >= self.cfg.hot_cpu_ratio / 2:
+            self._screened[tkey] = sched
+            return False
+        self._thread_prev.pop(tkey, None)
+        res.samples.append(Sample(target.name, Subject(key.pid, tid).key, m.THREAD_CPU, ran, now))
+        return True
 
     def _rate(self, prev: tuple[float, int] | None, now: float, ticks: int) -> float | None:
         if prev is None or now <= prev[0]:

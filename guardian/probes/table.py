@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from .accel import AccelProbe
 from .base import Probe, ProbeParts
+from . import gates
 from .canary import CanaryProbe
 from .procfs import ProcfsProbe
 from .vllm_http import VllmHttpProbe
@@ -22,6 +23,7 @@ PROBE_TABLE: tuple[tuple[str, Callable[[ProbeParts], Probe | None]], ...] = (
     ("vllm_http", VllmHttpProbe),
     ("canary", CanaryProbe),
     ("accel", lambda parts: AccelProbe(parts) if parts.seams.accel_backends else None),
+    ("gates", gates.make),
 )
 
 

@@ -1,7 +1,8 @@
 """Pure parser: a vLLM ``/metrics`` page (Prometheus text) → the numbers the guardian watches.
 
-Reads with prometheus_client's text parser. Tolerates what changes across vLLM
-versions (SPEC §3, reference/vllm.md §2): a metric that is absent is absent in
+Finds the watched sample lines with ``str.find`` and reads their values (the
+rest of a ~50 KB page is never split into lines nor parsed). Tolerates what changes across vLLM
+versions (docs/design.md, Seeing: the probes): a metric that is absent is absent in
 the result (never 0); ``vllm:gpu_cache_usage_perc`` (≤ 0.11) stands in for
 ``vllm:kv_cache_usage_perc``. Values are summed over engines (data parallel),
 except the KV usage, which is the highest engine's.
@@ -9,8 +10,7 @@ except the KV usage, which is the highest engine's.
 from __future__ import annotations
 
 import re
-
-from prometheus_client.parser import text_string_to_metric_families
+from typing import Iterator
 
 from ..errors import ProbeFailed
 from ..series import metrics as m
@@ -31,40 +31,54 @@ WATCHED: dict[str, tuple[str, str]] = {
 LEGACY: dict[str, str] = {"vllm:gpu_cache_usage_perc": "vllm:kv_cache_usage_perc"}
 
 
-_FAMILIES = tuple(sorted({n.rsplit("_count", 1)[0] if n.endswith("_count") else n
-                          for n in (*WATCHED, *LEGACY)}))
-
-
 CHECK_LINES = 20
 # name, optional {labels}, value, optional timestamp: the shape of every exposition sample line
 _SAMPLE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?[ \t]+\S+([ \t]+-?\d+)?[ \t]*$")
+# what follows a watched sample's name on its line: {labels}, the value, an optional timestamp
+_REST = re.compile(r"(\{.*\})?[ \t]+(\S+)(?:[ \t]+-?\d+)?[ \t]*")
+_NAMES = (*WATCHED, *LEGACY)
+# a watched name at a line start, followed by its labels or the value (not a longer name)
+_WATCHED_LINE = re.compile(r"\n(" + "|".join(re.escape(n) for n in sorted(_NAMES, key=len, reverse=True))
+                           + r")(?=[{ \t])")
 
 
-def _watched_lines(text: str) -> str:
-    """Only the lines of the watched families (and their HELP/TYPE comments).
-
-    A real vLLM page is ~50 KB; prometheus_client's parser costs ~14 ms of CPU on it, which at
-    1 Hz is most of the guardian's own CPU. The families we read are a few dozen lines.
-    A line that names no watched family cannot change the result, so it is skipped unparsed.
-    """
-    keep = []
+def _check_head(text: str) -> None:
+    """The page's head proves it is exposition text: its first sample lines must look like samples."""
     checked = 0
-    for n, line in enumerate(text.splitlines(), 1):
-        if checked < CHECK_LINES and line and not line.startswith("#"):
-            checked += 1  # the page's head proves it is exposition text; the kept lines are parsed
+    lines = text.split("\n", 10 * CHECK_LINES)
+    for n, line in enumerate(lines[:-1], 1):
+        if line and not line.startswith("#"):
             if not _SAMPLE.match(line):
                 raise ProbeFailed(f"unparsable /metrics page: line {n} is not a sample: {line[:80]!r}")
-        body = line[7:] if line.startswith(("# HELP ", "# TYPE ")) else line
-        if body.startswith("vllm:") and body.startswith(_FAMILIES):
-            keep.append(line)
-    return "\n".join(keep) + "\n"
+            checked += 1
+            if checked >= CHECK_LINES:
+                return
+
+
+def _watched_samples(text: str) -> Iterator[tuple[str, str]]:
+    """``(sample name, value text)`` of every line of a watched sample.
+
+    A real vLLM page is ~50 KB and the guardian reads it every second; the samples it watches
+    are a dozen lines. One regex search finds them at line starts (a C-speed scan for the
+    literal prefix, a newline and ``vllm:``: no per-line Python loop, no general parser); a watched line
+    that is not a well-formed sample refuses the page, as a full parser would.
+    """
+    padded = "\n" + text
+    for match in _WATCHED_LINE.finditer(padded):
+        end = padded.find("\n", match.end())
+        if end < 0:
+            end = len(padded)
+        rest = _REST.fullmatch(padded, match.end(), end)
+        if rest is None:
+            raise ProbeFailed(f"unparsable /metrics page: {padded[match.start() + 1:end][:80]!r}")
+        yield match.group(1), rest.group(2)
 
 
 def parse_vllm_metrics(text: str) -> dict[str, float]:
     """Return ``{series name: value}`` for the watched metrics present in ``text``.
 
     Raises ``ProbeFailed`` for a page that is not Prometheus text (HTML, truncated
-    mid-line, binary).
+    mid-line, binary) or whose watched lines are not samples.
     """
     stripped = text.lstrip()
     if not stripped:
@@ -74,15 +88,14 @@ def parse_vllm_metrics(text: str) -> dict[str, float]:
     if not text.endswith("\n"):
         # The exposition format ends every line with \n; a page without it was cut short.
         raise ProbeFailed("/metrics page is truncated (no final newline)")
+    _check_head(text)
     found: dict[str, list[float]] = {}
-    try:
-        for family in text_string_to_metric_families(_watched_lines(text)):
-            for sample in family.samples:
-                name = LEGACY.get(sample.name, sample.name)
-                if name in WATCHED:
-                    found.setdefault(name, []).append(float(sample.value))
-    except Exception as e:  # the parser raises bare ValueError/TypeError/IndexError on garbage
-        raise ProbeFailed(f"unparsable /metrics page: {type(e).__name__}: {e}") from None
+    for name, raw in _watched_samples(text):
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ProbeFailed(f"unparsable /metrics page: {name} has value {raw[:40]!r}") from None
+        found.setdefault(LEGACY.get(name, name), []).append(value)
     out: dict[str, float] = {}
     for name, values in found.items():
         series, how = WATCHED[name]

@@ -8,6 +8,7 @@ difference. It costs O(n²) pairs, so long series are first reduced to at most
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Sequence
@@ -92,9 +93,9 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
         return None
     rx, ry = _ranks(xs), _ranks(ys)
     mx, my = statistics.fmean(rx), statistics.fmean(ry)
-    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
     sxx = sum((a - mx) ** 2 for a in rx)
     syy = sum((b - my) ** 2 for b in ry)
     if sxx == 0 or syy == 0:
         return None
-    return sxy / (sxx * syy) ** 0.5
+    return sxy / math.sqrt(sxx * syy)

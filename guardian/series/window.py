@@ -16,6 +16,10 @@ from .store import Point, SeriesStore
 _ALL = float("-inf")
 
 
+def _time(p: Point) -> float:
+    return p[0]
+
+
 def all_points(series: SeriesStore, target: str, subject: str, metric: str) -> list[Point]:
     """Every stored point of one series, oldest first."""
     return series.window(target, subject, metric, _ALL)
@@ -35,7 +39,7 @@ def clip(points: Sequence[Point], t0: float, t1: float) -> list[Point]:
 
 def last_at_or_before(points: Sequence[Point], t: float) -> Point | None:
     """The latest point with time ``<= t`` (points sorted by time), or None."""
-    i = bisect.bisect_right([p[0] for p in points], t)
+    i = bisect.bisect_right(points, t, key=_time)  # O(log n): no list of times per call
     return points[i - 1] if i else None
 
 

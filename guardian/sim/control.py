@@ -46,13 +46,16 @@ def _require_loopback(host: str) -> None:
 
 
 def http_request(host: str, port: int, method: str, path: str, body: dict | None = None,
-                 timeout: float = 5.0) -> tuple[int, bytes]:
-    """One request on a fresh connection; (status, body). Raises OSError when refused or timed out."""
+                 timeout: float = 5.0, api_key: str | None = None) -> tuple[int, bytes]:
+    """One request on a fresh connection; (status, body). Raises OSError when refused or timed out.
+    ``api_key``: sent as ``Authorization: Bearer`` (a server started with ``--api-key``)."""
     _require_loopback(host)
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json"} if data is not None else {}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
         conn.request(method, path, body=data, headers=headers)
         resp = conn.getresponse()
         return resp.status, resp.read()
@@ -97,7 +100,7 @@ def proc_ref(pid: int) -> ProcRef | None:
 def is_running(ref: ProcRef) -> bool:
     """Same process (pid and starttime) still there and not a zombie."""
     fields = _stat_fields(ref.pid)
-    return bool(fields) and int(fields[19]) == ref.starttime and fields[0] not in ("Z", "X")
+    return fields is not None and int(fields[19]) == ref.starttime and fields[0] not in ("Z", "X")
 
 
 def read_cmdline(pid: int) -> str:
@@ -151,8 +154,10 @@ class SimServer:
     def __init__(self, port: int | None = None, model: str = "sim-model", startup_delay: float = 2.0,
                  extra_args: tuple[str, ...] | list[str] = (), env: dict[str, str] | None = None,
                  log_path: str | os.PathLike | None = None, host: str = "127.0.0.1",
-                 python: str | None = None) -> None:
+                 python: str | None = None, api_key: str | None = None) -> None:
+        """``api_key``: start the server with ``--api-key`` and send it on this object's own requests."""
         _require_loopback(host)
+        self.api_key = api_key
         self.host = host
         self.port = port if port is not None else free_port(host)
         self.model = model
@@ -170,7 +175,8 @@ class SimServer:
     @property
     def argv(self) -> list[str]:
         return [self.python, "-m", API_SERVER_MODULE, "--port", str(self.port), "--host", self.host,
-                "--model", self.model, "--startup-delay", str(self.startup_delay), *self.extra_args]
+                "--model", self.model, "--startup-delay", str(self.startup_delay),
+                *(("--api-key", self.api_key) if self.api_key else ()), *self.extra_args]
 
     @property
     def url(self) -> str:
@@ -188,12 +194,9 @@ class SimServer:
             raise RuntimeError("SimServer already started")
         env = dict(os.environ if self.env is None else self.env)
         if self.log_path is not None:
-            log = open(self.log_path, "ab")
-            try:
+            with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
                 self.process = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                                 stderr=subprocess.STDOUT, start_new_session=True)
-            finally:
-                log.close()
         else:
             self.process = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL,
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -201,16 +204,18 @@ class SimServer:
         self._root = proc_ref(self.process.pid)
         return self
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        """Poll /health until 200. RuntimeError if the server exits first, TimeoutError at the deadline."""
-        deadline = time.monotonic() + timeout
+    def wait_ready(self, timeout: float = 30.0) -> float:
+        """Poll /health until 200; the seconds waited. RuntimeError if the server exits first, TimeoutError
+        at the deadline."""
+        start = time.monotonic()
+        deadline = start + timeout
         while True:
             self._remember_tree()
-            if self.poll() is not None:
-                raise RuntimeError(f"sim server exited with {self.process.returncode} before ready")
+            if (rc := self.poll()) is not None:
+                raise RuntimeError(f"sim server exited with {rc} before ready")
             if self.health(timeout=1.0) == 200:
                 self._remember_tree()
-                return
+                return time.monotonic() - start
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"sim server on {self.url} not ready after {timeout} s")
             time.sleep(0.05)
@@ -301,7 +306,7 @@ class SimServer:
     # -- HTTP
 
     def request(self, method: str, path: str, body: dict | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
-        return http_request(self.host, self.port, method, path, body, timeout)
+        return http_request(self.host, self.port, method, path, body, timeout, self.api_key)
 
     def health(self, timeout: float = 2.0) -> int | None:
         """/health status, or None when refused or timed out."""
@@ -358,8 +363,10 @@ class LoadGenerator:
 
     def __init__(self, url: str, model: str, clients: int = 4, prompt_words: tuple[int, int] = (1, 40),
                  max_tokens: tuple[int, int] = (1, 48), request_timeout: float = 30.0,
-                 max_duration: float = 300.0, max_requests: int = 100_000, seed: int = 0) -> None:
+                 max_duration: float = 300.0, max_requests: int = 100_000, seed: int = 0,
+                 api_key: str | None = None) -> None:
         parts = urlsplit(url)
+        self.api_key = api_key
         _require_loopback(parts.hostname or "")
         if clients < 1:
             raise ValueError("clients must be >= 1")
@@ -437,7 +444,7 @@ class LoadGenerator:
                     "temperature": rng.choice((0.0, 0.7))}
             try:
                 status, data = http_request(self.host, self.port, "POST", "/v1/completions", body,
-                                            self.request_timeout)
+                                            self.request_timeout, self.api_key)
                 error = "" if status == 200 else f"HTTP {status}: {data[:120]!r}"
             except OSError as exc:
                 error = f"{type(exc).__name__}: {exc}"

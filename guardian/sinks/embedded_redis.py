@@ -129,7 +129,8 @@ class EmbeddedRedis:
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self.running else None  # type: ignore[union-attr]
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
 
     def start(self) -> str:
         """Start the server (idempotent) and wait until it answers PING; returns ``url``."""
@@ -189,7 +190,7 @@ class EmbeddedRedis:
             proc.kill()
             proc.wait(self.stop_timeout)
 
-    def __enter__(self) -> "EmbeddedRedis":
+    def __enter__(self) -> EmbeddedRedis:
         self.start()
         return self
 

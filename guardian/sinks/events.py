@@ -1,4 +1,4 @@
-"""Alert events, schema v1 (SPEC §6): what one incident transition says to the world.
+"""Alert events, schema v1 (docs/alerts.md): what one incident transition says to the world.
 
 ``event_from_incident`` is a pure function of an incident and the wall time of
 the event: one JSON-able dict with a unique, time-sortable ``id`` (ULID), a
@@ -24,8 +24,11 @@ REASONS = ("opened", "updated", "renotify", "resolved")
 EVENT_FIELDS = (
     "schema", "id", "incident_id", "fingerprint", "status", "reason", "kind", "severity",
     "node", "target", "summary", "signals", "evidence", "actions", "starts_at", "ends_at",
-    "timestamp", "generator",
+    "timestamp", "generator", "diagnosis", "crash",
 )
+MAX_DIAGNOSES = 3
+CRASH_EVENT_KEYS = ("exception", "message", "process", "pid", "source", "error")
+CRASH_FRAMES = 5
 TARGET_FIELDS = ("name", "pid", "starttime", "port", "model", "role")
 MAX_EVIDENCE_FILES = 200
 
@@ -79,7 +82,18 @@ def event_from_incident(incident: Incident, node: str, now_wall: float, *, reaso
         if resolved else None,
         "timestamp": rfc3339(now_wall),
         "generator": generator_name(node, version),
+        "diagnosis": [jsonable(d) for d in incident.diagnosis[:MAX_DIAGNOSES]],
+        "crash": crash_for_event(incident.crash),
     }
+
+
+def crash_for_event(crash: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The crash without its full traceback text (the bundle and the incident keep that)."""
+    if crash is None:
+        return None
+    out = {k: jsonable(crash.get(k)) for k in CRASH_EVENT_KEYS}
+    out["frames"] = jsonable(list(crash.get("frames") or ())[-CRASH_FRAMES:])
+    return out
 
 
 def list_evidence_files(directory: str | None, limit: int = MAX_EVIDENCE_FILES) -> list[str]:

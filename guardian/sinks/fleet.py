@@ -72,7 +72,7 @@ def fleet_status(client, prefix: str = NODE_PREFIX, batch: int = 100) -> list[di
             pipe.get(k)
             pipe.pttl(k)
         replies = pipe.execute()
-        for k, raw, pttl in zip(chunk, replies[0::2], replies[1::2]):
+        for k, raw, pttl in zip(chunk, replies[0::2], replies[1::2], strict=True):
             if raw is None:  # expired between SCAN and GET
                 continue
             node = k[len(prefix):]

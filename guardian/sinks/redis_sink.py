@@ -195,14 +195,16 @@ class AlertSink:
     @classmethod
     def from_config(cls, alerts, state_dir: str | os.PathLike[str], node: str, *,
                     embedded_factory: Callable[[str], Any] | None = None,
-                    environ: Mapping[str, str] = os.environ, **kwargs: Any) -> "AlertSink":
+                    environ: Mapping[str, str] = os.environ, **kwargs: Any) -> AlertSink:
         """Build from an ``AlertsConfig``: starts the embedded Redis when ``redis_url == "embedded"``
         (stopped again by ``close()``); spool under ``<state_dir>/spool``."""
         on_close = None
         url = alerts.redis_url
         if url == "embedded":
             if embedded_factory is None:
-                from .embedded_redis import EmbeddedRedis as embedded_factory  # type: ignore[no-redef]
+                from .embedded_redis import EmbeddedRedis
+
+                embedded_factory = EmbeddedRedis
             embedded = embedded_factory(str(state_dir))
             url = embedded.start()
             on_close = embedded.stop
@@ -327,7 +329,7 @@ class AlertSink:
         if self._on_close is not None:
             self._on_close()
 
-    def __enter__(self) -> "AlertSink":
+    def __enter__(self) -> AlertSink:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -433,7 +435,7 @@ class AlertSink:
             self._wake.clear()
             try:
                 ok = self.flush_once()
-            except Exception as e:  # noqa: BLE001 - the flusher must outlive any surprise
+            except Exception as e:  # the flusher must outlive any surprise
                 log.exception("alerts: flusher error")
                 with self._lock:
                     self._redis_up, self._last_error = False, f"{type(e).__name__}: {e}"

@@ -48,6 +48,11 @@ def decode_line(line: bytes) -> dict[str, Any] | None:
     return event
 
 
+def _line_id(line: bytes) -> str | None:
+    event = decode_line(line)
+    return None if event is None else event["id"]
+
+
 class Spool:
     """A bounded on-disk FIFO of events, keyed by their ``id``."""
 
@@ -116,7 +121,7 @@ class Spool:
             return 0
         with self._locked():
             lines, damaged = self._read_lines()
-            kept = [ln for ln in lines if decode_line(ln)["id"] not in wanted]  # type: ignore[index]
+            kept = [ln for ln in lines if _line_id(ln) not in wanted]
             removed = len(lines) - len(kept)
             if removed or damaged:
                 self._rewrite(kept)

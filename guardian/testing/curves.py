@@ -9,6 +9,8 @@ A spec is a number (steady) or a mapping ``{"curve": kind, ...params, "noise": a
   (flat at ``start`` before)
 - ``step``: ``before`` until ``at`` s, then ``after``
 - ``noisy``: ``value`` plus noise (same as ``steady`` with ``noise``)
+- ``approach``: ``start`` rising to ``value`` ever slower (``1 - exp(-t / tau)``): warm-up that
+  decelerates and levels off
 
 ``noise`` adds a deterministic pseudo-random offset in ``[-noise, +noise]`` that
 depends only on ``seed`` and the time rounded to the millisecond, so the same
@@ -16,11 +18,12 @@ scenario replays the same numbers in every process (fake executable included).
 """
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-KINDS = ("steady", "warmup", "linear", "step", "noisy")
+KINDS = ("steady", "warmup", "linear", "step", "noisy", "approach")
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,9 @@ class Curve:
         if k == "warmup":
             start, end, dur = self._p("start"), self._p("value"), self._p("duration", 60.0)
             return end if t >= dur or dur <= 0 else start + (end - start) * max(t, 0.0) / dur
+        if k == "approach":
+            start, end, tau = self._p("start"), self._p("value"), self._p("tau", 60.0)
+            return end if tau <= 0 else start + (end - start) * (1.0 - math.exp(-max(t, 0.0) / tau))
         if k == "linear":
             after = self._p("after")
             return self._p("start") + self._p("rate") * max(0.0, t - after)

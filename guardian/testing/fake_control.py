@@ -4,18 +4,22 @@ SIGTERM ends it unless it ignores SIGTERM; ending the API server can take its tr
 """
 from __future__ import annotations
 
+from typing import Collection
+
 from ..model import ProcKey
 
 
 class FakeControl:
-    def __init__(self, alive: set[ProcKey] = frozenset(), *, ignores_term: set[ProcKey] = frozenset(),
-                 term_takes_down: dict[ProcKey, set[ProcKey]] | None = None, unkillable: set[ProcKey] = frozenset()):
+    def __init__(self, alive: Collection[ProcKey] = frozenset(), *, ignores_term: Collection[ProcKey] = frozenset(),
+                 term_takes_down: dict[ProcKey, set[ProcKey]] | None = None,
+                 unkillable: Collection[ProcKey] = frozenset()):
         self.live = set(alive)
         self.ignores_term = set(ignores_term)
         self.term_takes_down = term_takes_down or {}
         self.unkillable = set(unkillable)
         self.signals: list[tuple[ProcKey, int]] = []
         self.started: list[tuple] = []
+        self.specs: list = []  # LaunchSpecs given to start_spec
         self._next_pid = 9000
 
     def alive(self, key: ProcKey) -> bool:
@@ -32,6 +36,10 @@ class FakeControl:
             for child in self.term_takes_down.get(key, ()):
                 self.live.discard(child)
         return True
+
+    def start_spec(self, spec) -> int:
+        self.specs.append(spec)
+        return self.start(spec.argv, dict(spec.env), spec.cwd, spec.log_file)
 
     def start(self, argv, env, cwd, log_file) -> int:
         self._next_pid += 1

@@ -8,7 +8,7 @@ Time (seconds since the scenario started) comes from the state file
 (``{"t": seconds}``, written by ``FakeNpuSmi.set_time``) when one is given, else
 from the wall clock minus the scenario's ``epoch``. A scenario (JSON or YAML)::
 
-    layout: a2                     # a2 | a3 | 310p | 950 (the table shapes of probes.md §4)
+    layout: a2                     # a2 | a3 | 310p | 950 (the layouts of tests/fixtures/npu_smi/)
     devices:
       - {npu: 0, chip: 0, name: 910B3, health: OK, power: 90.5, temp: 40,
          aicore: <curve %>, hbm_total_mb: 65536, base_mb: 3000}   # hbm_used_mb: <curve> overrides
@@ -81,7 +81,7 @@ def _device_numbers(sc: Mapping[str, Any], d: Mapping[str, Any], t: float) -> di
 
 # ------------------------------------------------------------------ rendering
 def _row(*cells: str, widths: Sequence[int]) -> str:
-    return "| " + " | ".join(f"{c:<{w}}" for c, w in zip(cells, widths)) + " |"
+    return "| " + " | ".join(f"{c:<{w}}" for c, w in zip(cells, widths, strict=True)) + " |"
 
 
 def render_info(sc: Mapping[str, Any], t: float) -> str:

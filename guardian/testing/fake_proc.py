@@ -1,6 +1,6 @@
 """FakeProcTree: writes a realistic fake /proc into a directory, in the kernel's formats.
 
-What it claims, it does like the kernel (reference/probes.md §1.1):
+What it claims, it does like the kernel:
 - ``PID/stat`` has 52 fields; its utime/stime are the SUM over the process's
   threads, its state the leader's; ``task/TID/stat`` is per thread.
 - ``PID/status`` context-switch counters are the MAIN thread's only; ``VmRSS``
@@ -77,6 +77,8 @@ class _Proc:
     threads: dict[int, _Thread]
     sockets: list[_Socket] = field(default_factory=list)
     zombie: bool = False
+    environ: dict[str, str] = field(default_factory=dict)
+    cgroup: str = "0::/\n"
 
 
 def _default_comm(cmdline: tuple[str, ...]) -> str:
@@ -189,6 +191,16 @@ class FakeProcTree:
             proc.rss_pages = rss_pages
         self._render(pid)
 
+    def set_environ(self, pid: int, **env: str) -> None:
+        """The environment the process started with (``/proc/<pid>/environ``)."""
+        self._procs[pid].environ = dict(env)
+        self._render(pid)
+
+    def set_cgroup(self, pid: int, text: str) -> None:
+        """``/proc/<pid>/cgroup`` verbatim (a v2 ``0::/path`` line, or v1 ``N:ctrl:/path`` lines)."""
+        self._procs[pid].cgroup = text
+        self._render(pid)
+
     def remove(self, pid: int) -> None:
         """The process is gone (reaped): its directory and its sockets disappear."""
         self._procs.pop(pid, None)
@@ -295,6 +307,8 @@ class FakeProcTree:
         (base / "status").write_text(self._status_text(proc, leader))
         argv = b"" if proc.zombie else b"".join(a.encode() + b"\x00" for a in proc.cmdline)
         (base / "cmdline").write_bytes(argv)
+        (base / "environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\x00" for k, v in proc.environ.items()))
+        (base / "cgroup").write_text(proc.cgroup)
         for th in proc.threads.values():
             tdir = base / "task" / str(th.tid)
             tdir.mkdir()

@@ -15,7 +15,9 @@ Answer = CommandResult | Callable[[tuple[str, ...]], CommandResult]
 
 def result(stdout: str | bytes = b"", returncode: int | None = 0, stderr: str | bytes = b"",
            timed_out: bool = False, duration: float = 0.01, argv: Sequence[str] = ()) -> CommandResult:
-    enc = lambda x: x.encode() if isinstance(x, str) else x  # noqa: E731
+    def enc(x: str | bytes) -> bytes:
+        return x.encode() if isinstance(x, str) else x
+
     return CommandResult(tuple(argv), None if timed_out else returncode, enc(stdout), enc(stderr),
                          duration, timed_out)
 

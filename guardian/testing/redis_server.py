@@ -61,7 +61,7 @@ class RedisServer:
         kwargs.setdefault("socket_connect_timeout", 5.0)
         return redis.Redis(host=self.host, port=self.port, **kwargs)
 
-    def start(self) -> "RedisServer":
+    def start(self) -> RedisServer:
         if self.running:
             return self
         if self.dir is None:
@@ -92,11 +92,11 @@ class RedisServer:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
 
-    def restart(self) -> "RedisServer":
+    def restart(self) -> RedisServer:
         self._end(signal.SIGTERM)
         return self.start()
 
-    def __enter__(self) -> "RedisServer":
+    def __enter__(self) -> RedisServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

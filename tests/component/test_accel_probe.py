@@ -8,7 +8,7 @@ import pytest
 
 from guardian.config_schema import AcceleratorsConfig
 from guardian.errors import BackendUnavailable, ProbeFailed
-from guardian.host.accel import MIB, AccelEvent, AccelSnapshot
+from guardian.host.accel import MIB, AccelBackend, AccelEvent, AccelSnapshot
 from guardian.host.accel.npu_smi import NpuSmiBackend
 from guardian.host.runner import SubprocessRunner
 from guardian.model import ProcessInfo, ProcKey, Role, Target
@@ -179,10 +179,17 @@ def unavailable(why: str):
 
 
 def test_off_skips_without_trying(caplog):
-    tried = []
+    tried: list[str] = []
+
+    def factory(name: str):
+        def build() -> AccelBackend:
+            tried.append(name)
+            raise BackendUnavailable(f"{name} must not be tried")
+        return build
+
     cfg = AcceleratorsConfig(nvml="off", npu_smi="off")
     got = make_backends(cfg, FakeRunner(), logging.getLogger("t"),
-                        nvml_factory=lambda: tried.append("nvml"), npu_smi_factory=lambda: tried.append("npu"))
+                        nvml_factory=factory("nvml"), npu_smi_factory=factory("npu"))
     assert (got, tried, caplog.records) == ([], [], [])
 
 
@@ -205,7 +212,8 @@ def test_auto_present_builds_the_backend(tmp_path):
     got = make_backends(cfg, SubprocessRunner(), logging.getLogger("t"),
                         nvml_factory=lambda: FakeNvmlBackend(NVML, clock=clock))
     assert [b.name for b in got] == ["nvml", "npu_smi"]
-    assert (got[1].path, got[1].timeout) == (str(fake.path), 7.0)
+    npu = got[1]
+    assert isinstance(npu, NpuSmiBackend) and (npu.path, npu.timeout) == (str(fake.path), 7.0)
 
 
 def test_real_npu_smi_path_missing_is_one_line(caplog, tmp_path):

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import json
 import logging
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from guardian.config import parse_config
-from guardian.host.http import HttpError
+from guardian.host.http import HttpError, HttpResponse
 from guardian.incidents import IncidentStore
-from guardian.model import Kind
+from guardian.model import Incident, Kind
 from guardian.runtime import build_daemon
 from guardian.seams import Seams
 from guardian.testing.clock import FakeClock
@@ -35,7 +36,7 @@ class VllmPage:
         self.iterations = 0
         self.running = 0
 
-    def __call__(self, _body) -> object:
+    def __call__(self, _body) -> HttpResponse:
         return ok(
             "# TYPE vllm:num_requests_running gauge\n"
             f'vllm:num_requests_running{{engine="0",model_name="m"}} {self.running}\n'
@@ -120,7 +121,7 @@ def test_a_spinning_engine_thread_with_a_hung_canary_opens_busy_loop(world):
     assert IncidentStore(world.cfg.state_dir).load(inc.id) is not None
     world.step(2)  # the evidence bundle is captured off the loop, then attached
     stored = IncidentStore(world.cfg.state_dir).load(inc.id)
-    assert stored.evidence_dir and (Path(stored.evidence_dir) / "capture.json").exists()
+    assert stored is not None and stored.evidence_dir and (Path(stored.evidence_dir) / "capture.json").exists()
     assert any(argv[0].endswith("py-spy") and argv[1] == "dump" for argv in world.cmd.argvs())
 
 
@@ -274,7 +275,10 @@ def test_a_probe_added_to_the_table_runs_and_annotates_an_incident_without_touch
         def jobs(self, now, seen):
             new = [i for i in seen.incidents if i.id not in self.done]
             self.done.update(i.id for i in new)
-            return [Job(i.target.name, lambda i=i: (i.id, f"{i.kind.value}: looked at it"), 5.0) for i in new]
+            return [Job(i.target.name, partial(self.look_at, i), 5.0) for i in new]
+
+        def look_at(self, incident):
+            return incident.id, f"{incident.kind.value}: looked at it"
 
         def fold(self, result, now):
             incident_id, text = result
@@ -285,7 +289,7 @@ def test_a_probe_added_to_the_table_runs_and_annotates_an_incident_without_touch
 
     monkeypatch.setattr(table, "PROBE_TABLE", (*table.PROBE_TABLE, ("diagnosis", Diagnosis)))
     w = World(tmp_path)
-    updated = []
+    updated: list[Incident] = []
     w.d.responder.on_update.append(updated.append)
     w.step(4)
     w.proc.remove(ENGINE)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from guardian.config_schema import Config, DiscoveryConfig, MatchConfig, TargetConfig, KubernetesMatch
-from guardian.discovery import NOT_SUPPORTED, discover, is_api_server, server_host, server_port
-from guardian.model import ProcKey, Role
+from guardian.discovery import DiscoveryResult, discover, is_api_server, server_host, server_port
+from guardian.model import ProcKey, Role, Target
 from guardian.testing.fake_proc import FakeProcTree
 
 API = ("/opt/venv/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "m", "--port", "8000")
@@ -30,6 +30,12 @@ def vllm_tree(tree: FakeProcTree, root: int = 100, cmdline=API, prefix: str = "V
 def cfg(*targets: TargetConfig, autodiscover: bool = True, prefix: str = "VLLM") -> Config:
     return Config(autodiscover=autodiscover, targets=targets,
                   discovery=DiscoveryConfig(process_name_prefix=prefix))
+
+
+def found(result: DiscoveryResult, name: str) -> Target:
+    target = result.target(name)
+    assert target is not None, f"{name} was not discovered"
+    return target
 
 
 def roles(target) -> dict[int, Role]:
@@ -357,10 +363,10 @@ def test_two_targets_matching_the_same_process(tree):
     "match",
     [MatchConfig(systemd_unit="vllm@llama.service"), MatchConfig(kubernetes=KubernetesMatch(pod="p"))],
 )
-def test_unsupported_matchers_are_reported_unmatched(tree, match):
+def test_platform_matchers_without_a_platform_seam_are_reported_unmatched(tree, match):
     vllm_tree(tree)
     result = discover(tree.procfs(), cfg(TargetConfig("llama", match)))
-    assert result.unmatched == (("llama", NOT_SUPPORTED),)
+    assert result.unmatched == (("llama", "no platform matcher wired (kubernetes / systemd)"),)
     assert [t.name for t in result.targets] == ["vllm-8000"]  # autodiscovery still sees it
 
 
@@ -413,7 +419,7 @@ def test_a_cache_spares_the_fd_scan_while_the_port_owner_is_unchanged(tmp_path):
     first = discover(procfs, cfg, cache=cache)
     full = counter.fd_listings
     second = discover(procfs, cfg, cache=cache)
-    assert first.target("llm").key == second.target("llm").key
+    assert found(first, "llm").key == found(second, "llm").key
     assert full >= 41 and counter.fd_listings - full == 1  # one process's fds, not every process's
 
 
@@ -431,7 +437,7 @@ def test_a_cache_is_not_trusted_once_the_owner_changed(tmp_path):
     tree.remove(100)
     tree.add_process(200, 1, ("python3", "/opt/serve.py"))  # restarted: a new owner, same port and inode
     tree.listen(200, 8000, inode=777)
-    assert discover(tree.procfs(), cfg, cache=cache).target("llm").key.pid == 200
+    assert found(discover(tree.procfs(), cfg, cache=cache), "llm").key.pid == 200
 
 
 def test_a_settled_title_is_not_read_again_but_a_young_one_is(tmp_path):
@@ -444,12 +450,17 @@ def test_a_settled_title_is_not_read_again_but_a_young_one_is(tmp_path):
     tree.add_process(110, 100, ("python3", "-c", "from multiprocessing.spawn import spawn_main"))
     cfg = parse_config({})
     cache = DiscoveryCache(now=0.0)
-    assert discover(tree.procfs(), cfg, cache=cache).target("vllm-8000").processes[1].role is Role.OTHER
+    assert found(discover(tree.procfs(), cfg, cache=cache), "vllm-8000").processes[1].role is Role.OTHER
     tree.set_process(110, cmdline=("VLLM::EngineCore",))  # the child retitles itself a moment later
     cache.now = 2.0
-    assert discover(tree.procfs(), cfg, cache=cache).target("vllm-8000").processes[1].role is Role.ENGINE_CORE
-    reads = []
-    procfs = tree.procfs(opener=lambda path: reads.append(path) or tree.opener(path))
+    assert found(discover(tree.procfs(), cfg, cache=cache), "vllm-8000").processes[1].role is Role.ENGINE_CORE
+    reads: list[str] = []
+
+    def opener(path: str):
+        reads.append(path)
+        return tree.opener(path)
+
+    procfs = tree.procfs(opener=opener)
     cache.now = 2.0 + CMDLINE_SETTLE_S
     discover(procfs, cfg, cache=cache)
     assert not [p for p in reads if p.endswith("/cmdline")]

@@ -137,7 +137,9 @@ def test_a_server_left_by_a_dead_guardian_is_replaced_and_its_data_kept(state_di
     try:
         client = make_client(successor.start())
         assert successor.pid != orphan_pid
-        wait_for(lambda: orphan._proc.poll() is not None, what="the orphan to exit")
+        orphan_proc = orphan._proc
+        assert orphan_proc is not None
+        wait_for(lambda: orphan_proc.poll() is not None, what="the orphan to exit")
         assert client.get("k") == "v"
     finally:
         successor.stop()

@@ -165,7 +165,10 @@ def test_the_text_dump_is_rendered_from_the_same_json_dump(world):
     assert text.startswith("Process 200: VLLM::EngineCore\nMode: blocking\n\n")
     from_text = pyspy.parse_dump_text(text)
     from_json = pyspy.parse_dump_json((res.dir / "pyspy-200-engine_core.json").read_text())
-    shape = lambda threads: [(t.os_thread_id, t.status, [f.label for f in t.frames]) for t in threads]  # noqa: E731
+
+    def shape(threads):
+        return [(t.os_thread_id, t.status, [f.label for f in t.frames]) for t in threads]
+
     assert shape(from_text) == shape(from_json)
     assert [f.name for f in from_text[0].frames] == ["_ghost_key_spin", "_fire", "step"]
 
@@ -415,7 +418,7 @@ def test_capture_never_raises(world, breakage):
 # ---------------------------------------------------------------- what it writes, and how
 def test_files_are_0640_and_folders_0750(world):
     res = world.capture()
-    for dirpath, dirnames, filenames in os.walk(res.dir):
+    for dirpath, _dirnames, filenames in os.walk(res.dir):
         assert stat.S_IMODE(os.stat(dirpath).st_mode) == 0o750, dirpath
         for f in filenames:
             assert stat.S_IMODE(os.stat(os.path.join(dirpath, f)).st_mode) == 0o640, f
@@ -527,7 +530,8 @@ class RecordedDetails:
     """Stands in for PsutilDetails over the fake tree: answers what it was asked, records the keys."""
 
     def __init__(self, fail: Exception | None = None):
-        self.asked, self.fail = [], fail
+        self.asked: list[list] = []
+        self.fail = fail
 
     def read(self, keys):
         self.asked.append(list(keys))

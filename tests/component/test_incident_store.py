@@ -43,7 +43,7 @@ def test_file_uses_the_spec_field_names(tmp_path):
     doc = json.loads(path.read_text())
     assert set(doc) == {
         "id", "kind", "status", "severity", "node", "target", "summary", "signals",
-        "opened_at", "resolved_at", "evidence_dir", "actions", "fingerprint",
+        "opened_at", "resolved_at", "evidence_dir", "actions", "fingerprint", "diagnosis", "crash",
     }
     assert doc["kind"] == "busy_loop" and doc["status"] == "firing" and doc["severity"] == "critical"
     assert doc["target"] == {"name": "llm", "pid": 100, "starttime": 11, "port": 8000, "model": "tiny",
@@ -66,7 +66,8 @@ def test_save_replaces_atomically_and_leaves_no_temporary_file(tmp_path):
     store.save(inc)
     store.save(inc.resolve(1_700_000_100.0, "cleared"))
     assert [p.name for p in store.dir_for(inc.id).iterdir()] == ["incident.json"]
-    assert store.load(inc.id).status is Status.RESOLVED
+    loaded = store.load(inc.id)
+    assert loaded is not None and loaded.status is Status.RESOLVED
 
 
 def test_list_is_newest_first_and_limited(tmp_path):

@@ -55,6 +55,7 @@ def test_fake_npu_smi_replays_a_leak_as_its_time_moves(tmp_path):
     before = b.read(0.0).processes[0].memory_bytes
     fake.set_time(100.0)
     after = b.read(100.0).processes[0].memory_bytes
+    assert before is not None and after is not None
     assert after - before == 800 * MIB
 
 
@@ -150,8 +151,8 @@ def test_a_failed_usages_call_only_leaves_a_note():
     (result("Command 'npu-smi' not found\n"), "^unrecognised npu-smi output: "),
 ], ids=["timeout", "exit code with stderr", "exit code without output", "unrecognised"])
 def test_a_failed_info_run_is_probe_failed(answer, message):
-    b, _ = recorded("")
-    b.runner.answer(("/usr/bin/npu-smi", "info"), answer)
+    b, runner = recorded("")
+    runner.answer(("/usr/bin/npu-smi", "info"), answer)
     with pytest.raises(ProbeFailed, match=message):
         b.read(0.0)
 

@@ -81,6 +81,7 @@ def test_a_leaking_process_rises_with_the_injected_clock():
     before = b.read(clock.monotonic()).processes[0].memory_bytes
     clock.advance(10)
     after = b.read(clock.monotonic()).processes[0].memory_bytes
+    assert before is not None and after is not None
     assert after - before == 80_000_000
 
 

@@ -87,3 +87,32 @@ def test_an_unreadable_syscall_file_is_reported_and_the_rest_still_read(tree):
     res = probe.collect([t], {"llm"}, 11.0)
     assert any("CAP_SYS_PTRACE" in d for d in res.denied)
     assert "p110/t110" in samples(res, m.THREAD_CPU) and "p110/t110" not in samples(res, m.THREAD_RUNNING)
+
+
+def test_a_cool_thread_of_a_hot_process_costs_one_schedstat_read_and_gives_its_cpu_only(tree):
+    opened: list[str] = []
+
+    def opener(path: str) -> bytes:
+        opened.append(path.rsplit("/proc/", 1)[-1])
+        return tree.opener(path)
+
+    probe = ProcfsReader(tree.procfs(opener=opener), ProcfsProbeConfig(hot_cpu_ratio=0.5), page_size=4096)
+    t = target(tree)
+    ticks = 0
+    for now in (10.0, 11.0, 12.0):
+        ticks += 100
+        tree.set_thread(ENGINE, ENGINE, utime=ticks, state="R")
+        opened.clear()
+        res = probe.collect([t], set(), now)
+    assert [p for p in opened if "/task/111/" in p] == ["110/task/111/schedstat"]
+    assert samples(res, m.THREAD_CPU, "p110/t111") == {"p110/t111": 0.0}
+    assert not any(s.subject == "p110/t111" and s.metric != m.THREAD_CPU for s in res.samples)
+    assert samples(res, m.THREAD_RUNNING) == {"p110/t110": 1.0}  # the hot thread: every file, every tick
+    # it heats up: read in full at once, its first full reading gives no rates (no average over the gap)
+    tree.set_thread(ENGINE, 111, utime=100, state="R", voluntary=7)
+    res = probe.collect([t], set(), 13.0)
+    assert "p110/t111" in samples(res, m.THREAD_RUNNING) and "p110/t111" not in samples(res, m.THREAD_VOL_RATE)
+    tree.set_thread(ENGINE, 111, utime=200, state="R", voluntary=7)
+    res = probe.collect([t], set(), 14.0)
+    assert samples(res, m.THREAD_VOL_RATE, "p110/t111") == {"p110/t111": 0.0}
+    assert samples(res, m.THREAD_CPU, "p110/t111") == {"p110/t111": 1.0}

@@ -334,7 +334,7 @@ def test_no_password_configured_means_none():
 
 
 def test_the_embedded_redis_is_started_by_from_config_and_stopped_by_close(sinks, tmp_path):
-    calls = []
+    calls: list[object] = []
 
     class FakeEmbedded:
         def __init__(self, state_dir):
@@ -353,7 +353,7 @@ def test_the_embedded_redis_is_started_by_from_config_and_stopped_by_close(sinks
     assert calls == [("init", str(tmp_path)), "start", "stop"]
 
 
-def test_a_failing_flush_is_survived_by_the_thread(server, sinks, tmp_path):
+def test_a_failing_flush_is_survived_by_the_thread(server, sinks, tmp_path, monkeypatch):
     sink = make_sink(sinks, server, tmp_path, start=False)
     real = sink._delivery
     boom = threading.Event()
@@ -365,7 +365,7 @@ def test_a_failing_flush_is_survived_by_the_thread(server, sinks, tmp_path):
                 raise RuntimeError("unexpected")
             return real.deliver(ev)
 
-    sink._delivery = Flaky()
+    monkeypatch.setattr(sink, "_delivery", Flaky())
     sink_events = events(1)
     sink.publish(sink_events[0])
     sink.start()

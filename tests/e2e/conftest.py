@@ -39,7 +39,7 @@ def results(request) -> dict:
     return request.config.stash[RESULTS_KEY]
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG001
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
     got = config.stash.get(RESULTS_KEY, {})
     if not got:
         return

@@ -83,10 +83,10 @@ class VllmServer(SimServer):
     """A real vLLM OpenAI server on loopback (the tree tracking and teardown of ``SimServer``)."""
 
     def __init__(self, model_dir: Path, fault_dir: Path, log_path: Path, port: int | None = None,
-                 python: Path = E2E_PYTHON, extra_args: tuple[str, ...] = ()) -> None:
+                 python: Path = E2E_PYTHON, extra_args: tuple[str, ...] = (), api_key: str | None = None) -> None:
         fault_dir.mkdir(parents=True, exist_ok=True)
         super().__init__(port=port, model=SERVED_MODEL, env=e2e_env(fault_dir), log_path=log_path,
-                         python=str(python), extra_args=extra_args)
+                         python=str(python), extra_args=extra_args, api_key=api_key)
         self.model_dir = model_dir
         self.fault_dir = fault_dir
         self.started_at: float | None = None
@@ -96,7 +96,8 @@ class VllmServer(SimServer):
     def argv(self) -> list[str]:
         return [self.python, "-m", API_SERVER_MODULE, "--model", str(self.model_dir),
                 "--served-model-name", self.model, "--host", self.host, "--port", str(self.port),
-                "--max-model-len", "512", "--dtype", "float32", *self.extra_args]
+                "--max-model-len", "512", "--dtype", "float32",
+                *(("--api-key", self.api_key) if self.api_key else ()), *self.extra_args]
 
     def start(self) -> VllmServer:
         super().start()
@@ -118,8 +119,8 @@ class VllmServer(SimServer):
         deadline = time.monotonic() + timeout
         while True:
             self._remember_tree()
-            if self.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {self.process.returncode} before ready:\n{self.log_tail()}")
+            if (rc := self.poll()) is not None:
+                raise RuntimeError(f"vLLM exited with {rc} before ready:\n{self.log_tail()}")
             if self.health(timeout=2.0) == 200:
                 self._remember_tree()
                 self.ready_at = time.time()
@@ -132,6 +133,8 @@ class VllmServer(SimServer):
         return super().stop(timeout)
 
     def log_tail(self, lines: int = 40) -> str:
+        if self.log_path is None:
+            return ""
         try:
             text = Path(self.log_path).read_text(errors="replace")
         except OSError:
@@ -217,7 +220,6 @@ class GuardianRun:
         self.config_path.write_text(yaml.safe_dump(cfg))
         self.proc: subprocess.Popen | None = None
         self.started_at: float | None = None
-        self._log = None
         self.dry_run = dry_run
 
     @property
@@ -227,12 +229,12 @@ class GuardianRun:
         return self.proc.pid
 
     def start(self) -> GuardianRun:
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [self.python, "-m", "guardian.cli", "run", *(["--dry-run"] if self.dry_run else []),
-             "-c", str(self.config_path)],
-            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )
+        with open(self.log_path, "wb") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                [self.python, "-m", "guardian.cli", "run", *(["--dry-run"] if self.dry_run else []),
+                 "-c", str(self.config_path)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
         self.started_at = time.time()
         return self
 
@@ -246,9 +248,6 @@ class GuardianRun:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
         return self.proc.returncode
 
     def incidents(self) -> list[dict]:

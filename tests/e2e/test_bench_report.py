@@ -7,7 +7,8 @@ from benchmarks.report import (FaultRun, Negative, Overhead, ProbeCost, Report, 
                                parse_vmrss, probe_costs, render_markdown, summarize)
 from harness import Probe, liveness_fired_at
 
-STAT = "4242 (py thon) (x) S 1 4242 4242 0 -1 4194560 2000 0 0 0 150 25 0 0 20 0 3 0 208880 1000 200 18446744073709551615"
+STAT = ("4242 (py thon) (x) S 1 4242 4242 0 -1 4194560 2000 0 0 0 150 25 0 0 20 0 3 0 208880 1000 200 "
+        "18446744073709551615")
 
 
 def test_parse_stat_cpu_ticks_sums_utime_and_stime_after_a_tricky_comm():

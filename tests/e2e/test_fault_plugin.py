@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 
 import pytest
@@ -95,7 +96,7 @@ def test_no_trigger_means_a_plain_step_and_a_real_free(fdir):
 
 
 def test_die_exits_with_the_code_and_marks_the_onset(fdir):
-    exits = []
+    exits: list[int] = []
     inj = fp.FaultInjector(fdir, exit=exits.append, wall=lambda: 123.5, pid=lambda: 4242)
     (fdir.path / "die").write_text("")
     assert inj.before_step() == "die"
@@ -150,4 +151,34 @@ def test_rss_leak_keeps_ballast_per_step_and_drops_it_when_cleared(fdir):
 
 def test_register_patches_nothing_without_the_env(monkeypatch):
     monkeypatch.delenv(fp.ENV_DIR, raising=False)
-    assert fp.register() is None  # returns before importing vllm, which this venv does not have
+    fp.register()  # returns before importing vllm
+    assert "vllm" not in sys.modules
+
+
+class FakeScheduler:
+    def __init__(self):
+        self.updates = 0
+
+    def schedule(self):
+        self._update_after_schedule("output")
+        return "output"
+
+    def _update_after_schedule(self, output):
+        self.updates += 1
+
+
+def test_sched_assert_raises_an_assertion_error_inside_the_schedulers_path(fdir):
+    core, kv = fresh_classes()
+    sched = type("Scheduler", (FakeScheduler,), {})
+    inj = fp.FaultInjector(fdir, wall=lambda: 9.0, pid=lambda: 77)
+    assert fp.install(core, kv, inj, sched)[-1] == "Scheduler._update_after_schedule"
+    assert fp.install(core, kv, inj, sched) == []
+    s = sched()
+    assert s.schedule() == "output" and s.updates == 1  # no trigger: the real hook runs
+    (fdir.path / "sched_assert").write_text("")
+    with pytest.raises(AssertionError, match="preempted request rescheduled") as e:
+        s.schedule()
+    assert "schedule" in [f.name for f in e.traceback]  # raised through the scheduler's own frame
+    assert json.loads((fdir.path / "sched_assert.onset").read_text()) == {"fault": "sched_assert", "t": 9.0, "pid": 77}
+    assert "sched_assert" in fp.read_triggers(["sched_assert"])
+    fp.register()  # returns before importing vllm, which this venv does not have

@@ -273,8 +273,41 @@ def test_busy_loop_is_remediated_in_command_mode_and_the_new_server_answers(work
             assert g.stop() == 0, g.log_text()
         old.stop()
         for p in psutil.process_iter(["pid", "cmdline"]):  # the replacement the guardian started
-            if str(port) in (p.info["cmdline"] or []) and "vllm.entrypoints.openai.api_server" in (p.info["cmdline"] or []):
+            cmdline = p.info["cmdline"] or []
+            if str(port) in cmdline and "vllm.entrypoints.openai.api_server" in cmdline:
                 try:
                     os.killpg(os.getsid(p.pid), signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
+
+
+def test_busy_loop_behind_an_api_key_is_caught_and_the_key_leaks_nowhere(workdir, results):
+    """vLLM started with --api-key answers 401 to an unauthenticated canary: without the key a hang
+    looked like a fast 'not a hang'. The guardian reads the key from the server's command line
+    (/proc) and still catches the busy loop; the key is in none of its outputs."""
+    from guardian.sim.control import free_port, http_request
+
+    key = "sk-e2e-91b7c4d2f0"
+    port = free_port("127.0.0.1")
+    faults = workdir / "faults-api-key"
+    server = VllmServer(ensure_model(), faults, workdir / "vllm-api-key.log", port=port, api_key=key).start()
+    switch = FaultSwitch(faults)
+    g = None
+    try:
+        server.wait_ready(SERVER_READY_TIMEOUT)
+        assert http_request(server.host, port, "GET", "/v1/models")[0] == 401  # the key is enforced
+        g = GuardianRun(workdir / "g-api-key", port).start()
+        assert g.wait_ready(GUARDIAN_READY_TIMEOUT), g.log_text()
+        onset = fire(server, switch, "busy_loop")
+        inc = g.wait_incident("busy_loop", DETECT_TIMEOUT)
+        assert inc is not None, g.log_text()
+        results["busy_loop_behind_api_key_onset_to_incident_s"] = inc["opened_at"] - onset
+        assert inc["signals"]["role"] == "engine_core"
+        status = str(g.status())
+    finally:
+        switch.clear("busy_loop")
+        if g is not None:
+            assert g.stop() == 0, g.log_text()
+        server.stop()
+    assert key not in g.log_text() and key not in status
+    assert all(key.encode() not in p.read_bytes() for p in g.state_dir.rglob("*") if p.is_file())

@@ -47,12 +47,12 @@ class GuardianProcess:
         self.config_path.write_text(yaml.safe_dump(cfg))
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "GuardianProcess":
-        self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "guardian.cli", "run", "-c", str(self.config_path)],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+    def start(self) -> GuardianProcess:
+        with open(self.log_path, "wb") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "guardian.cli", "run", "-c", str(self.config_path)],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
         return self
 
     def stop(self) -> int | None:
@@ -65,7 +65,6 @@ class GuardianProcess:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
-        self.log.close()
         return self.proc.returncode
 
     def incidents(self) -> list[dict]:
@@ -86,6 +85,12 @@ class GuardianProcess:
         if not st:
             return None
         return next((t for t in st["targets"] if t["name"] == name), None)
+
+    def require_target(self, name: str = "sim") -> dict:
+        """The target's entry in `guardian status --json`; the test fails when it is not listed."""
+        t = self.target(name)
+        assert t is not None, f"{name} is not in the status\n{self.log_text()}"
+        return t
 
     def wait_ready(self, timeout: float, name: str = "sim") -> dict | None:
         return poll(lambda: (t := self.target(name)) and t["ready"] and t, timeout, every=0.5)

@@ -45,7 +45,7 @@ def fire(sim: SimServer, fault: str) -> float:
     def request():
         try:
             sim.complete("trip the fault", max_tokens=4, timeout=60)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a hung or dead engine fails the request
             pass  # a hung or dead engine: the request fails, which is the point
 
     threading.Thread(target=request, daemon=True).start()
@@ -92,7 +92,8 @@ def test_status_shows_the_tree_with_roles_and_the_open_incident(sim, guardian):
     t = poll(lambda: (t := guardian.target()) and t["incidents"] and t, timeout=10)
     roles = {p["pid"]: p["role"] for p in t["processes"]}
     assert roles[sim.pid] == "api_server" and roles[sim.engine_pid()] == "engine_core"
-    assert t["phase"] == "incident" and t["incidents"] == ["busy_loop"]
+    # a configured target drains while the evidence is captured (nothing is stopped before the bundle)
+    assert t["phase"] in ("incident", "draining") and t["incidents"] == ["busy_loop"]
     engine = next(p for p in t["processes"] if p["role"] == "engine_core")
     assert engine["hottest_thread"]["syscall"] == "running"
 

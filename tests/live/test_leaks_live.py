@@ -98,7 +98,8 @@ def test_a_climbing_npu_smi_process_row_for_the_engine_opens_accel_memory_leak(t
         inc = g.wait_incident("accel_memory_leak", 90)
         assert inc is not None, g.log_text()
         assert 5_000_000 < inc["signals"]["slope_bytes_per_s"] < 11_000_000
-        print(f"\naccel_memory_leak at 8 MB/s via npu-smi: {inc['opened_at'] - (time.time() - (time.monotonic() - t0)) - 10:.1f}s "
+        climb_began = time.time() - (time.monotonic() - t0) + 10
+        print(f"\naccel_memory_leak at 8 MB/s via npu-smi: {inc['opened_at'] - climb_began:.1f}s "
               "after the climb began (window 30 s, npu-smi read every 5 s)")
         t = poll(lambda: (t := g.target()) and t["accelerators"] and t, 10)
         assert t and t["memory"]["accelerator"]["slope_bytes_per_s"] > 4_000_000

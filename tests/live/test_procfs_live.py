@@ -1,6 +1,6 @@
 """ProcFS and discovery against the real kernel and real child processes.
 
-Claims checked (reference/probes.md §1.1): a spinning thread's utime rises while
+Claims checked: a spinning thread's utime rises while
 the main thread's /proc/PID/status counters stay flat; the spinner's syscall
 reads ``running``; a thread blocked on a Lock sits in futex with a wchan; a
 real ``python -m …api_server`` child with a ``VLLM::EngineCore`` grandchild is
@@ -78,6 +78,7 @@ def poll(fn: Callable[[], T | None], deadline_s: float, what: str, interval: flo
 
 
 def read_line(proc: subprocess.Popen, deadline_s: float = 20.0) -> str:
+    assert proc.stdout is not None, "the child needs stdout=PIPE"
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
     try:

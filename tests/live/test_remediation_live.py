@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Any
 
 import psutil
 import pytest
@@ -49,7 +50,7 @@ def ready_code(http_port: int, name: str = "sim") -> int | None:
 def config(port: int, tmp_path, *, command=None, stop_timeout=5, ready_timeout=60, policy=None,
            http_port=None) -> dict:
     argv = command or [sys.executable, "-m", SIM, "--port", str(port), "--startup-delay", "1"]
-    extra = {"targets": [{"name": "sim", "match": {"port": port},
+    extra: dict[str, Any] = {"targets": [{"name": "sim", "match": {"port": port},
                           "restart": {"mode": "command", "command": argv, "stop_timeout": stop_timeout,
                                       "ready_timeout": ready_timeout, "log_file": str(tmp_path / "restarted.log")},
                           "drain": {"timeout": 10}}]}
@@ -69,7 +70,7 @@ def trip(port: int, fault: str) -> None:
 def _quiet(fn):
     try:
         fn()
-    except Exception:
+    except Exception:  # noqa: BLE001 - background traffic: its failure is not the test's
         pass
 
 
@@ -94,7 +95,7 @@ def test_busy_loop_is_restarted_with_a_new_identity_then_the_budget_stops_a_seco
     try:
         assert g.wait_ready(30), g.log_text()
         assert poll(lambda: ready_code(hp) == 200, 10)
-        old = (first.pid, g.target()["starttime"])
+        old = (first.pid, g.require_target()["starttime"])
         trip(port, "busy_loop")
         assert g.wait_incident("busy_loop", 40), g.log_text()
         # the readiness endpoint an LB or readinessProbe polls turns 503 during the sequence
@@ -111,9 +112,9 @@ def test_busy_loop_is_restarted_with_a_new_identity_then_the_budget_stops_a_seco
         trip(port, "busy_loop")
         assert g.wait_incident("restart_budget_exhausted", 40), g.log_text()
         time.sleep(3)
-        t = g.target()
+        t = g.require_target()
         assert t["pid"] not in (old[0],) and t["remediation"]["outcome"] == "done"
-        assert g.target()["budget_left"] == 0
+        assert g.require_target()["budget_left"] == 0
     finally:
         first.stop()
         assert g.stop() == 0
@@ -131,7 +132,10 @@ def test_a_server_ignoring_sigterm_is_killed_with_its_engine_after_stop_timeout(
         assert inc is not None, g.log_text()
         kill = next(a for a in inc["actions"] if a["name"] == "kill")
         assert str(first.pid) in kill["detail"] and str(engine) in kill["detail"]
-        gone = lambda pid: not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"  # noqa: E731
+
+        def gone(pid):
+            return not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+
         assert poll(lambda: gone(first.pid) and gone(engine), 10)
     finally:
         first.stop()
@@ -152,7 +156,7 @@ def test_a_replacement_that_never_becomes_ready_fails_verify_and_is_not_retried(
         inc = next(i for i in g.incidents() if i["kind"] == "busy_loop")
         assert inc["status"] == "firing"
         assert ("verifying", "failed") in [(a["name"], a["status"]) for a in inc["actions"]]
-        assert g.target()["serving"] is False
+        assert g.require_target()["serving"] is False
     finally:
         first.stop()
         assert g.stop() == 0
@@ -171,7 +175,7 @@ def test_dry_run_signals_nothing_and_says_what_it_would_have_done(tmp_path, port
                                   None), 10)
         assert acted and "would have" in acted["detail"]
         time.sleep(5)
-        assert first.poll() is None and g.target()["pid"] == first.pid  # untouched
+        assert first.poll() is None and g.require_target()["pid"] == first.pid  # untouched
     finally:
         first.stop()
         assert g.stop() == 0

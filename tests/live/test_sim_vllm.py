@@ -15,6 +15,7 @@ import pytest
 
 from guardian.sim.control import (
     LoadGenerator,
+    ProcRef,
     SimServer,
     is_running,
     metric_value,
@@ -72,12 +73,22 @@ def send_in_background(server: SimServer, **kw) -> threading.Thread:
     return thread
 
 
+def engine_ref(server: SimServer) -> ProcRef:
+    pid = server.engine_pid()
+    ref = None if pid is None else proc_ref(pid)
+    assert ref is not None, "no EngineCore child"
+    return ref
+
+
 def metrics(server: SimServer) -> dict[str, float]:
     text = server.metrics_text()
     names = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
              "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
              "vllm:num_preemptions_total", ITERATIONS)
-    return {name: metric_value(text, name) for name in names}
+    values = {name: metric_value(text, name) for name in names}
+    missing = [name for name, v in values.items() if v is None]
+    assert not missing, f"/metrics lacks {missing}"
+    return {name: v for name, v in values.items() if v is not None}
 
 
 @pytest.fixture
@@ -350,7 +361,7 @@ def test_ignore_sigterm_outlives_sigterm_and_stop_kills_it(make_server):
 
 def test_sigkilled_api_server_leaves_idle_engine_that_exits_on_pipe_eof(make_server):
     server = make_server()
-    engine = proc_ref(server.engine_pid())
+    engine = engine_ref(server)
     os.kill(server.pid, signal.SIGKILL)
     server.wait(timeout=5)
     poll_until(lambda: not is_running(engine), what="orphaned idle engine to exit")
@@ -358,7 +369,7 @@ def test_sigkilled_api_server_leaves_idle_engine_that_exits_on_pipe_eof(make_ser
 
 def test_sigkilled_api_server_leaves_hung_engine_orphaned_until_stop(make_server):
     server = make_server()
-    engine = proc_ref(server.engine_pid())
+    engine = engine_ref(server)
     server.set_fault("busy_loop")
     send_in_background(server)
     _, ticks = thread_stat(engine.pid)

@@ -2,7 +2,7 @@
 import threading
 import time
 
-from guardian.probes.async_runner import AsyncRunner
+from guardian.probes.async_runner import AsyncRunner, Done
 
 
 def wait_for(pred, timeout=5.0):
@@ -14,14 +14,20 @@ def wait_for(pred, timeout=5.0):
     return False
 
 
+def collected(r: AsyncRunner, done: list[Done]) -> list[Done]:
+    """What has finished so far, gathered across calls."""
+    done.extend(r.collect())
+    return done
+
+
 def test_a_second_job_for_a_busy_key_is_refused_until_the_first_is_collected():
     r = AsyncRunner(2)
     gate = threading.Event()
     assert r.submit("k", gate.wait, deadline=10)
     assert not r.submit("k", lambda: 1, deadline=10)
     gate.set()
-    done = []
-    assert wait_for(lambda: done.extend(r.collect()) or done)
+    done: list[Done] = []
+    assert wait_for(lambda: collected(r, done))
     assert done[0].key == "k" and done[0].result is True
     assert r.submit("k", lambda: 2, deadline=10)
     r.shutdown()
@@ -30,8 +36,8 @@ def test_a_second_job_for_a_busy_key_is_refused_until_the_first_is_collected():
 def test_a_job_that_raises_comes_back_as_an_error():
     r = AsyncRunner(1)
     r.submit("k", lambda: 1 / 0, deadline=10)
-    done = []
-    assert wait_for(lambda: done.extend(r.collect()) or done)
+    done: list[Done] = []
+    assert wait_for(lambda: collected(r, done))
     assert isinstance(done[0].error, ZeroDivisionError)
     r.shutdown()
 
@@ -50,9 +56,13 @@ def test_an_overrun_is_reported_once_and_keeps_the_key_busy():
 
 def test_a_finished_job_reports_how_long_it_ran():
     r = AsyncRunner(1)
-    r.submit("k", lambda: time.sleep(0.05) or "x", deadline=10)
-    done = []
-    assert wait_for(lambda: done.extend(r.collect()) or done)
+    def slow_x() -> str:
+        time.sleep(0.05)
+        return "x"
+
+    r.submit("k", slow_x, deadline=10)
+    done: list[Done] = []
+    assert wait_for(lambda: collected(r, done))
     assert done[0].result == "x" and done[0].duration >= 0.04
     r.shutdown()
 

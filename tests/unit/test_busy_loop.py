@@ -1,4 +1,4 @@
-"""busy_loop: a spinning thread with no engine progress fires; busy-but-healthy does not (SPEC §4)."""
+"""busy_loop: a spinning thread with no engine progress fires; busy-but-healthy does not."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -71,12 +71,14 @@ def test_confirmed(series, reason):
 
 def test_canary_timeout_summary_names_the_thread_and_the_canary():
     f = busy_loop.evaluate(view(thread(), counters(False), canary(NOW - 7, NOW - 2, answered=False)), CFG)
+    assert f is not None
     assert f.summary == "EngineCore thread 200 spins at 100% CPU with no engine progress (canary timed out after 5.0s)"
     assert f.signals["canary_latency_s"] == 5.0
 
 
 def test_signals_carry_the_numbers_and_thresholds_that_fired():
     f = busy_loop.evaluate(view(thread(vol=20.0), counters(False), gauges(running=2)), CFG)
+    assert f is not None
     s = f.signals
     assert (s["pid"], s["tid"], s["role"]) == (200, 200, "engine_core")
     assert s["cpu_ratio"] == 1.0
@@ -92,6 +94,7 @@ def test_the_hottest_thread_is_reported():
     f = busy_loop.evaluate(
         view(thread(tid=201, cpu=0.93), thread(tid=202, cpu=0.99), counters(False), gauges(running=1)), CFG
     )
+    assert f is not None
     assert f.subject == "p200/t202"
 
 
@@ -172,6 +175,7 @@ def test_a_canary_timed_out_before_the_thread_got_hot_does_not_confirm():
 def test_without_counters_a_timed_out_canary_alone_confirms():
     series = [thread(), gauges(running=0), canary(NOW - 6, NOW - 1, answered=False)]
     f = busy_loop.evaluate(view(*series), CFG)
+    assert f is not None
     assert f.confirmed and f.signals["reason"] == "canary_timeout" and f.signals["progress"] is None
 
 
@@ -188,6 +192,7 @@ def test_the_latest_canary_decides_when_several_ran():
 
 def test_in_flight_canary_is_reported_on_the_suspect():
     f = busy_loop.evaluate(view(thread(), counters(False), gauges(running=0), in_flight=NOW - 2), CFG)
+    assert f is not None
     assert f.confirmed is False and f.signals["canary_in_flight_s"] == 2.0
 
 

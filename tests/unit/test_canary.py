@@ -49,7 +49,7 @@ def test_a_timeout_is_the_hang_signal_with_its_latency():
 def test_a_500_is_a_fast_failure_not_a_hang():
     http = FakeHttp({("POST", "/v1/completions"): ok('{"error": "boom"}', status=500)})
     res = run_canary(http, "t", URL, "m", CFG, Ticker(1.0, 1.01))
-    assert not res.ok and not res.timed_out and "HTTP 500" in res.error
+    assert not res.ok and not res.timed_out and "HTTP 500" in str(res.error)
     assert m.CANARY_LATENCY not in {s.metric for s in res.samples()}
 
 
@@ -62,10 +62,10 @@ def test_refused_is_a_failure_not_a_hang():
 def test_a_body_without_choices_is_a_failure():
     http = FakeHttp({("POST", "/v1/completions"): ok('{"choices": []}')})
     res = run_canary(http, "t", URL, "m", CFG, Ticker(1.0, 1.0))
-    assert not res.ok and "bad completion body" in res.error
+    assert not res.ok and "bad completion body" in str(res.error)
 
 
 def test_models_endpoint_garbage_is_a_failure_naming_the_endpoint():
     http = FakeHttp({("GET", "/v1/models"): ok('{"data": []}')})
     res = run_canary(http, "t", URL, None, CFG, Ticker(1.0, 1.0))
-    assert not res.ok and "/v1/models" in res.error
+    assert not res.ok and "/v1/models" in str(res.error)

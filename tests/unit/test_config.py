@@ -50,7 +50,7 @@ def target(**overrides):
 
 
 KNOWN_TOP = ("node, state_dir, interval, autodiscover, targets, detectors, probes, discovery, "
-             "policy, alerts, evidence, accelerators, api")
+             "policy, alerts, evidence, accelerators, gates, api, diagnosis")
 MATCHERS = "one of port, pid_file, cmdline_regex, systemd_unit, kubernetes"
 
 # (data, one expected problem line, exactly)
@@ -68,7 +68,7 @@ ERROR_CASES = {
         "kv_cache_leak, accel_memory_leak, host_memory_leak, output_corruption, probe_failure)"),
     "unknown key inside a list item": (
         {"targets": [target(prot=1)]},
-        "targets[0].prot: unknown key (known: name, match, api_url, model, restart, drain)"),
+        "targets[0].prot: unknown key (known: name, match, api_url, model, api_key_env, api_key_file, restart, drain, log_path)"),  # noqa: E501
     "string for a number": (
         {"detectors": {"busy_loop": {"window": "ten"}}},
         'detectors.busy_loop.window: expected a number > 0, got "ten"'),
@@ -166,7 +166,10 @@ ERROR_CASES = {
         f"targets[0].match: exactly one matcher must be set ({MATCHERS}), got none"),
     "empty kubernetes matcher": (
         {"targets": [target(match={"kubernetes": {}})]},
-        "targets[0].match.kubernetes: set at least one of pod_uid, namespace, pod, container"),
+        "targets[0].match.kubernetes: set namespace (with pod or selector), or pod_uid"),
+    "kubernetes pod without its namespace": (
+        {"targets": [target(match={"kubernetes": {"selector": "app=vllm"}})]},
+        "targets[0].match.kubernetes.namespace: required with pod or selector (pods are listed per namespace)"),
     "duplicate target names": (
         {"targets": [target(), target(match={"port": 8001})]},
         'targets[1].name: duplicate target name "llama" (also targets[0])'),
@@ -398,7 +401,7 @@ def test_config_to_dict_is_plain_data():
     {},
     {"node": "n1", "targets": [target(restart={"mode": "command", "command": ["vllm"],
                                                "env": {"A": "b"}})]},
-    {"targets": [target(match={"kubernetes": {"pod": "p"}}, restart={"mode": "kubernetes"})],
+    {"targets": [target(match={"kubernetes": {"namespace": "llm", "pod": "p"}}, restart={"mode": "kubernetes"})],
      "api": {"http": None}, "accelerators": {"nvml": "off"}},
 ], ids=["defaults", "command target", "kubernetes target"])
 def test_config_to_dict_round_trips_through_parse_config(data):
@@ -423,4 +426,4 @@ def test_render_check_ends_with_the_inactive_features_as_comments():
 def test_inactive_sections_lists_one_line_per_feature_group():
     lines = inactive_sections(parse({}))
     assert len(lines) == len(INACTIVE_FEATURES)
-    assert all(line.startswith(key) for line, (key, _) in zip(lines, INACTIVE_FEATURES))
+    assert all(line.startswith(key) for line, (key, _) in zip(lines, INACTIVE_FEATURES, strict=True))

@@ -1,5 +1,5 @@
-"""The shipped deployment files (deploy/**, docs/operate.md) parse, hold the settings SPEC §9/§10
-ask for, and agree with each other and with the exporter's declared metrics."""
+"""The shipped deployment files (deploy/**, docs/operate.md) parse, hold the settings docs/operate.md
+promises, and agree with each other and with the exporter's declared metrics."""
 from __future__ import annotations
 
 import configparser
@@ -25,9 +25,13 @@ DECLARED_NAMES = {s.name for s in DECLARED}
 
 
 # ------------------------------------------------------------------ systemd
+class _UnitParser(configparser.ConfigParser):
+    def optionxform(self, optionstr: str) -> str:
+        return optionstr  # systemd keys are case-sensitive
+
+
 def unit() -> configparser.ConfigParser:
-    cp = configparser.ConfigParser(strict=False, interpolation=None)
-    cp.optionxform = str  # systemd keys are case-sensitive
+    cp = _UnitParser(strict=False, interpolation=None)
     cp.read(UNIT, encoding="utf-8")
     return cp
 
@@ -94,11 +98,13 @@ def test_unit_passes_systemd_analyze_verify(tmp_path):
 
 # ------------------------------------------------------------------ kubernetes
 def k8s_docs() -> list[tuple[str, dict]]:
-    out = []
-    for path in sorted(K8S.glob("*.yaml")):
+    """The base, the monitoring objects and the example vLLM (the overlays: test_manifests.py)."""
+    out: list[tuple[str, dict]] = []
+    for path in sorted([*K8S.glob("base/*.yaml"), *K8S.glob("monitoring/*.yaml"), K8S / "example-vllm.yaml"]):
         if path.name == "kustomization.yaml":
             continue
-        out.extend((path.name, d) for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d)
+        name = str(path.relative_to(K8S))
+        out.extend((name, d) for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d)
     return out
 
 
@@ -195,7 +201,7 @@ def test_k8s_daemonset_liveness_probe_is_the_guardians_healthz_on_the_metrics_po
     probe = c["livenessProbe"]["httpGet"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert (probe["path"], probe["port"]) == ("/healthz", "metrics")
-    assert ports["metrics"] == int(guarded_config().api.http.rpartition(":")[2])
+    assert ports["metrics"] == http_port(guarded_config())
 
 
 def test_k8s_daemonset_references_objects_that_are_shipped():
@@ -207,13 +213,11 @@ def test_k8s_daemonset_references_objects_that_are_shipped():
     assert guardian_container()["args"] == ["run", "-c", f"{mount['mountPath']}/guardian.yaml"]
 
 
-def test_k8s_rbac_allows_only_get_list_delete_on_pods():
+def test_k8s_base_rbac_reads_pods_and_their_logs_and_never_deletes():
+    """Deleting is the remediate overlay's (test_rbac_matches_client.py checks both overlays)."""
     rules = [r for _, d in DOCS if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]]
-    assert rules
-    for r in rules:
-        assert (r["apiGroups"], r["resources"]) == ([""], ["pods"])
-        assert set(r["verbs"]) <= {"get", "list", "delete"}
-    assert {v for r in rules for v in r["verbs"]} == {"get", "list", "delete"}
+    assert {(v, res) for r in rules for v in r["verbs"] for res in r["resources"]} == {
+        ("list", "pods"), ("get", "pods/log")}
 
 
 def test_k8s_rbac_binds_the_role_to_the_guardians_service_account_in_the_vllm_namespace():
@@ -231,6 +235,11 @@ def guarded_config() -> Config:
     return parse_config(yaml.safe_load(data))
 
 
+def http_port(cfg: Config) -> int:
+    assert cfg.api.http, "the shipped config serves /metrics"
+    return int(cfg.api.http.rpartition(":")[2])
+
+
 def test_k8s_configmap_is_the_kubernetes_example_config():
     data = yaml.safe_load(one("ConfigMap")["data"]["guardian.yaml"])
     example = yaml.safe_load((ROOT / "configs" / "examples" / "kubernetes.yaml").read_text(encoding="utf-8"))
@@ -240,7 +249,8 @@ def test_k8s_configmap_is_the_kubernetes_example_config():
 def test_k8s_podmonitor_scrapes_the_guardian_pods_metrics_port():
     pm = one("PodMonitor")
     assert pm["apiVersion"] == "monitoring.coreos.com/v1"
-    assert pm["spec"]["selector"]["matchLabels"].items() <= daemonset()["spec"]["template"]["metadata"]["labels"].items()
+    pod_labels = daemonset()["spec"]["template"]["metadata"]["labels"]
+    assert pm["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     ports = {p["name"] for p in guardian_container()["ports"]}
     assert [(e["port"], e["path"]) for e in pm["spec"]["podMetricsEndpoints"]] == [("metrics", "/metrics")]
     assert pm["spec"]["podMetricsEndpoints"][0]["port"] in ports
@@ -254,22 +264,24 @@ def test_k8s_example_vllm_readiness_asks_the_guardian_for_a_configured_target():
     m = re.fullmatch(r"http://\$\(NODE_IP\):(\d+)/targets/([^/]+)/ready", env["GUARDIAN_READY_URL"]["value"])
     assert m
     cfg = guarded_config()
-    assert int(m.group(1)) == int(cfg.api.http.rpartition(":")[2])
+    assert int(m.group(1)) == http_port(cfg)
     target = next(t for t in cfg.targets if t.name == m.group(2))
     script = c["readinessProbe"]["exec"]["command"]
     assert script[:2] == ["python3", "-c"] and "GUARDIAN_READY_URL" in script[2]
     compile(script[2], "readiness-probe", "exec")
-    # the config matches this container's command line and reaches pod 0 through the headless Service
-    assert re.search(target.match.cmdline_regex, " ".join(c["args"]))
-    pod_host = f"{sts['metadata']['name']}-0.{sts['spec']['serviceName']}.{sts['metadata']['namespace']}.svc"
-    assert pod_host in target.api_url
-    assert one("Service", sts["spec"]["serviceName"])["spec"]["clusterIP"] == "None"
+    # the config matches pod 0 of this StatefulSet, its vLLM container, reached on its "http" port
+    km = target.match.kubernetes
+    assert km is not None
+    assert (km.namespace, km.pod, km.container) == (sts["metadata"]["namespace"], f"{sts['metadata']['name']}-0",
+                                                    c["name"])
+    assert target.api_url is None and {p["name"]: p["containerPort"] for p in c["ports"]}["http"] == 8000
 
 
 def test_k8s_kustomization_lists_the_guardian_manifests_that_exist():
-    kust = yaml.safe_load((K8S / "kustomization.yaml").read_text(encoding="utf-8"))
-    assert all((K8S / r).is_file() for r in kust["resources"])
-    assert {"daemonset.yaml", "rbac.yaml", "configmap.yaml", "namespace.yaml", "priorityclass.yaml"} <= set(kust["resources"])
+    kust = yaml.safe_load((K8S / "base" / "kustomization.yaml").read_text(encoding="utf-8"))
+    assert all((K8S / "base" / r).is_file() for r in kust["resources"])
+    shipped = {"daemonset.yaml", "rbac.yaml", "configmap.yaml", "namespace.yaml", "priorityclass.yaml"}
+    assert shipped <= set(kust["resources"])
 
 
 # ------------------------------------------------------------------ Prometheus rules, Grafana
@@ -376,10 +388,23 @@ def dockerfile() -> list[tuple[str, str]]:
     return out
 
 
-def test_dockerfile_builds_from_python_slim_and_installs_the_project():
-    instrs = dockerfile()
-    assert instrs[0] == ("FROM", "python:3.11-slim")
-    assert any(i == "RUN" and re.search(r"\bpip install \.(\s|$)", r) for i, r in instrs)
+def stages() -> list[list[tuple[str, str]]]:
+    out: list[list[tuple[str, str]]] = []
+    for instr in dockerfile():
+        if instr[0] == "FROM":
+            out.append([])
+        out[-1].append(instr)
+    return out
+
+
+def test_dockerfile_builds_the_wheel_then_installs_only_that_wheel():
+    build, image = stages()
+    assert build[0] == ("FROM", "python:3.11-slim AS wheel")
+    assert any(i == "RUN" and "python -m build --wheel --outdir /dist ." in r for i, r in build)
+    assert image[0] == ("FROM", "python:3.11-slim")
+    assert ("COPY", "--from=wheel /dist/ /tmp/dist/") in image
+    assert any(i == "RUN" and re.search(r"\bpip install /tmp/dist/\*\.whl", r) for i, r in image)
+    assert not any(i == "COPY" and r.split()[0] == "guardian" for i, r in image)  # no source tree in the image
 
 
 def test_dockerfile_has_a_healthcheck_on_healthz_and_runs_the_guardian():
@@ -389,13 +414,15 @@ def test_dockerfile_has_a_healthcheck_on_healthz_and_runs_the_guardian():
     assert json.loads(instrs["CMD"]) == ["run", "-c", "/etc/guardian/guardian.yaml"]
 
 
-def test_dockerfile_copies_what_pip_install_needs():
-    sources = {s for i, r in dockerfile() if i == "COPY" for s in r.split()[:-1]}
+def test_dockerfile_copies_what_the_wheel_build_needs():
+    sources = {s for i, r in dockerfile() if i == "COPY" and not r.startswith("--from")
+               for s in r.split()[:-1]}
     readme = re.search(r'^readme\s*=\s*"([^"]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)
-    assert sources == {"pyproject.toml", readme.group(1), "guardian", "configs"}
+    assert readme
+    assert sources == {"pyproject.toml", readme.group(1), "guardian", "configs/guardian.yaml"}
     ignore = (DEPLOY / "docker" / "Dockerfile.dockerignore").read_text(encoding="utf-8").splitlines()
     for s in sources:  # the context the Dockerfile's own ignore file lets through
-        assert f"!{s}" in ignore or f"!{s}/**" in ignore
+        assert f"!{s}" in ignore or f"!{s}/**" in ignore or f"!{s.split('/')[0]}/**" in ignore
 
 
 # ------------------------------------------------------------------ docs

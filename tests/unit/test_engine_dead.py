@@ -51,6 +51,7 @@ def test_confirmed(kw, reason, role):
 
 def test_api_gone_reports_for_how_long():
     f = engine_dead.evaluate(view(api_alive=False), CFG)
+    assert f is not None
     assert f.signals["gone_for_s"] == 4.0
 
 

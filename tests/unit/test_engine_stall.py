@@ -1,4 +1,4 @@
-"""engine_stall: no progress with no hot thread fires; load, idle, grace and spins do not (SPEC §4)."""
+"""engine_stall: no progress with no hot thread fires; load, idle, grace and spins do not."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -65,6 +65,7 @@ def test_confirmed(series, reason):
 
 def test_canary_timeout_signals_its_latency():
     f = engine_stall.evaluate(view(counters(False), canary(NOW - 8, NOW - 3, answered=False)), CFG)
+    assert f is not None
     assert f.signals["canary_latency_s"] == 5.0
     assert "canary timed out after 5.0s" in f.summary
 

@@ -1,4 +1,4 @@
-"""Alert events, schema v1 (SPEC §6): fields, ids, fingerprints, and when events are due."""
+"""Alert events, schema v1 (docs/alerts.md): fields, ids, fingerprints, and when events are due."""
 from __future__ import annotations
 
 import math
@@ -198,8 +198,13 @@ def test_the_renotify_interval_must_be_positive(interval):
 
 
 def test_the_emitter_lists_the_evidence_files_through_its_seam():
-    seen = []
-    em = AlertEmitter("gpu-1", 60.0, list_files=lambda d: seen.append(d) or ["incident.json"])
+    seen: list[str | None] = []
+
+    def list_files(evidence_dir: str | None) -> list[str]:
+        seen.append(evidence_dir)
+        return ["incident.json"]
+
+    em = AlertEmitter("gpu-1", 60.0, list_files=list_files)
     ev = em.on_transition(Transition(incident(), None), OPENED, 100.0)
     assert seen == ["/var/lib/guardian/incidents/X"]
     assert ev["evidence"]["files"] == ["incident.json"]
@@ -207,7 +212,7 @@ def test_the_emitter_lists_the_evidence_files_through_its_seam():
 
 def test_incident_alerts_publishes_transitions_and_renotifications():
     clock = FakeClock()
-    published = []
+    published: list[dict] = []
     alerts = IncidentAlerts(emitter(60.0), published.append, clock)
     alerts(Transition(incident(), None))
     clock.advance(60)

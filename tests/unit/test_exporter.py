@@ -63,6 +63,7 @@ def status(**over) -> dict:
     doc = {
         "schema": 1, "node": "n1", "version": "0.1.0", "time": 1_700_000_000.0, "uptime_s": 60.0,
         "guardian": {"pid": 1, "ticks": 60, "last_tick_s": 0.002, "max_tick_s": 0.01,
+                     "tick_p50_s": 0.0015, "tick_p99_s": 0.009,
                      "cpu_seconds": 1.5, "max_rss_bytes": 40_000_000},
         "probes": {"procfs": {"runs": 60, "failures": 1, "overruns": 2, "last_duration_s": 0.001,
                               "mean_duration_s": 0.0012}},
@@ -96,10 +97,12 @@ def family_name(spec) -> str:
     return spec.name[:-len("_total")] if spec.type == "counter" else spec.name
 
 
-FULL = status(incidents=[incident("busy_loop", "llama")],
+FULL = status(targets=[target(gates={"health_score": 20, "baseline": "complete", "failures": [], "notes": []})],
+              incidents=[incident("busy_loop", "llama")],
               actions={"outcomes": {"ok": 4, "failed": 1}, "restarts": {"llama": {"ok": 1}}},
-              alerts={"spooled": 7, "dropped": 2})
-MINIMAL = {}  # before the first tick the daemon's status() is an empty dict
+              alerts={"spooled": 7, "dropped": 2},
+              gates={"reports": {"accepted": 3, "malformed": 1}})
+MINIMAL: dict = {}  # before the first tick the daemon's status() is an empty dict
 
 
 # ------------------------------------------------------------------ the declared list
@@ -156,6 +159,8 @@ def test_describe_names_every_declared_family_without_reading_status():
     ("guardian_ticks_total", {}, 60.0),
     ("guardian_tick_duration_seconds", {}, 0.002),
     ("guardian_tick_duration_max_seconds", {}, 0.01),
+    ("guardian_tick_duration_p50_seconds", {}, 0.0015),
+    ("guardian_tick_duration_p99_seconds", {}, 0.009),
     ("guardian_self_cpu_seconds_total", {}, 1.5),
     ("guardian_self_max_resident_memory_bytes", {}, 40_000_000.0),
     ("guardian_probe_runs_total", {"probe": "procfs"}, 60.0),
@@ -221,7 +226,8 @@ def test_incidents_open_lists_every_kind_at_zero_when_nothing_is_open():
 
 def test_an_incident_of_a_target_no_longer_listed_still_counts_for_that_target():
     fams = scrape(status(targets=[], incidents=[incident("engine_dead", "gone-one")]))
-    per_target = {(s.labels["target"], s.labels["kind"]): s.value for s in fams["guardian_target_incidents_open"].samples}
+    samples = fams["guardian_target_incidents_open"].samples
+    per_target = {(s.labels["target"], s.labels["kind"]): s.value for s in samples}
     assert per_target == {("gone-one", k): (1.0 if k == "engine_dead" else 0.0) for k in KINDS}
 
 
@@ -331,3 +337,13 @@ def test_a_scrape_reads_the_latest_status_each_time():
     second = {f.name: f for f in text_string_to_metric_families(generate_latest(reg).decode())}
     assert (value(first, "guardian_target_up", target="llama"),
             value(second, "guardian_target_up", target="llama")) == (1.0, 0.0)
+
+
+def test_the_gates_health_score_and_report_outcomes_are_exported():
+    fams = scrape(FULL)
+    assert value(fams, "guardian_target_health_score", target="llama") == 20
+    assert value(fams, "guardian_gate_reports_total", outcome="malformed") == 1
+
+
+def test_no_health_score_before_a_gate_round():
+    assert value(scrape(status()), "guardian_target_health_score", target="llama") is None

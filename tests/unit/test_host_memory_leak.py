@@ -9,7 +9,7 @@ import pytest
 from guardian.config_schema import DetectorsConfig
 from guardian.detectors import DETECTORS, host_memory_leak
 from guardian.detectors.view import TargetState, TargetView
-from guardian.model import Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target
+from guardian.model import Finding, Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target
 from guardian.series import metrics as m
 from guardian.series.store import SeriesStore
 from guardian.testing.curves import curve
@@ -29,13 +29,13 @@ LEAK_8 = {"curve": "linear", "start": 6e9, "rate": 8 * MB}
 
 def run(rss: Mapping[int, object], until: float, *, target: Target = TARGET, since: float = 1.0,
         running: Callable[[float], float] = lambda r: 2.0, starts: Mapping[int, float] | None = None,
-        **state_kw) -> list[tuple[float, object]]:
+        **state_kw) -> list[tuple[float, Finding]]:
     """Feed every pid's RSS (a curve spec or f(seconds)) each second from ``since`` and evaluate
     each tick; ``starts`` delays a pid's first sample. Returns (time, finding) of every firing."""
     fns = {pid: (v if callable(v) else curve(v).value) for pid, v in rss.items()}
     starts = starts or {}
-    store = SeriesStore(horizon=270.0)
-    out = []
+    store = SeriesStore(horizon=270.0, horizons=SeriesStore.memory_horizons(CFG))
+    out: list[tuple[float, Finding]] = []
     r = since
     while r <= until + 1e-9:
         t = READY + r
@@ -60,7 +60,7 @@ def test_registered_in_the_detector_table():
 def test_a_leaking_worker_fires_and_is_named():
     fired = run({**FLAT, 200: LEAK_8}, 500)
     first, f = fired[0]
-    assert 390 <= first <= 400
+    assert 365 <= first <= 375  # rising since ready: the longest warm-up, then 80 % of the window
     assert (f.kind, f.severity, f.subject) == (Kind.HOST_MEMORY_LEAK, Severity.WARNING, "p200")
     s = f.signals
     assert (s["pid"], s["role"]) == (200, "worker")
@@ -91,6 +91,9 @@ NEGATIVES = {
     "single allocation step": {200: {"curve": "step", "before": 6e9, "after": 8e9, "at": 700}},
     "noisy flat": {200: {"curve": "noisy", "value": 6e9, "noise": 150 * MB, "seed": 9}},
     "flat": {},
+    "warm-up that decelerates": {200: {"curve": "approach", "start": 1e9, "value": 9e9, "tau": 60}},
+    "noisy warm-up that decelerates": {200: {"curve": "approach", "start": 1e9, "value": 9e9, "tau": 40,
+                                             "noise": 100 * MB, "seed": 2}},
 }
 
 
@@ -99,8 +102,16 @@ def test_no_false_positive_on_any_tick(name):
     assert run({**FLAT, **NEGATIVES[name]}, 1200) == []
 
 
+@pytest.mark.parametrize("onset, within", [(20, 180), (1000, 90)], ids=["20 s after ready", "steady state"])
+def test_a_leak_after_the_curve_levelled_off_is_reported_within(onset, within):
+    fired = run({**FLAT, 200: dict(LEAK_8, after=onset)}, onset + within)
+    assert fired and 30 <= fired[0][0] - onset <= within
+
+
 def test_growth_that_tracks_load_is_not_a_leak():
-    running = lambda r: 2 + max(0.0, r - 500) / 10  # noqa: E731
+    def running(r):
+        return 2 + max(0.0, r - 500) / 10
+
     rss = {**FLAT, 200: lambda r: 6e9 + 80 * MB * (running(r) - 2)}
     assert run(rss, 1000, running=running) == []
 

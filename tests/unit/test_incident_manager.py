@@ -9,7 +9,7 @@ from guardian.config_schema import BusyLoopConfig, DetectorsConfig, EngineDeadCo
 from guardian.incidents.ids import IdGenerator, LENGTH, decode_ms, new_incident_id
 from guardian.incidents.manager import IncidentManager
 from guardian.incidents.store import IncidentStore
-from guardian.model import Action, Finding, Kind, Severity, Status, TargetRef
+from guardian.model import Action, Finding, Incident, Kind, Severity, Status, TargetRef
 from guardian.testing.clock import FakeClock
 
 BL = Kind.BUSY_LOOP
@@ -37,6 +37,12 @@ SUSPECT = hit(confirmed=False)
 
 def manager(store=None, clock=None, cfg=CFG) -> IncidentManager:
     return IncidentManager("node-a", clock or FakeClock(), store, cfg)
+
+
+def stored(store: IncidentStore, incident_id: str) -> Incident:
+    inc = store.load(incident_id)
+    assert inc is not None, f"incident {incident_id} is not in the store"
+    return inc
 
 
 def feed(mgr: IncidentManager, *findings, kind: Kind = BL, clock: FakeClock | None = None):
@@ -116,7 +122,8 @@ def test_dedupe_keeps_one_incident_and_the_latest_signals():
     assert later == [[], []]
     (inc,) = mgr.open_incidents()
     assert inc.signals["cpu_ratio"] == 0.95  # the opening finding's
-    assert mgr.latest_signals(inc.id)["cpu_ratio"] == 1.0
+    latest = mgr.latest_signals(inc.id)
+    assert latest is not None and latest["cpu_ratio"] == 1.0
 
 
 def test_reopen_after_resolve_gives_a_new_id():
@@ -170,7 +177,7 @@ def test_restart_with_the_same_store_keeps_the_open_incident_and_does_not_reopen
     assert feed(again, hit(), hit(), hit()) == [[], [], []]
     resolved = feed(again, None, None, None)[2][0].incident
     assert resolved.id == tr.incident.id
-    assert store.load(tr.incident.id).status is Status.RESOLVED
+    assert stored(store, tr.incident.id).status is Status.RESOLVED
 
 
 def test_every_transition_is_persisted(tmp_path):
@@ -179,7 +186,7 @@ def test_every_transition_is_persisted(tmp_path):
     inc = feed(mgr, hit(), hit())[1][0].incident
     assert store.load(inc.id) == inc
     feed(mgr, None, None, None)
-    assert store.load(inc.id).status is Status.RESOLVED
+    assert stored(store, inc.id).status is Status.RESOLVED
 
 
 def test_evidence_and_actions_are_recorded_and_persisted(tmp_path):
@@ -193,13 +200,26 @@ def test_evidence_and_actions_are_recorded_and_persisted(tmp_path):
     assert store.load(inc.id) == got == mgr.get(inc.id)
 
 
+def test_the_diagnosis_and_its_notes_are_recorded_and_persisted(tmp_path):
+    store = IncidentStore(tmp_path)
+    mgr = manager(store)
+    inc = feed(mgr, hit(), hit())[1][0].incident
+    diag = [{"id": "vllm-mm-cache-lru-busy-loop", "confidence": 0.95}]
+    note = "device idle while the engine spins (accelerator 0 %)"
+    got = mgr.set_diagnosis(inc.id, diag, None, [note])
+    assert got.diagnosis == tuple(diag) and got.crash is None
+    assert got.summary == f"busy_loop seen; {note}"
+    assert mgr.set_diagnosis(inc.id, diag, None, [note]).summary == got.summary  # said once
+    assert store.load(inc.id) == mgr.get(inc.id)
+
+
 def test_actions_can_be_added_after_resolution(tmp_path):
     store = IncidentStore(tmp_path)
     mgr = manager(store)
     inc = feed(mgr, hit(), hit())[1][0].incident
     feed(mgr, None, None, None)
     got = mgr.add_action(inc.id, Action("restart", "ok", 9.0))
-    assert got.status is Status.RESOLVED and store.load(inc.id).actions[-1].name == "restart"
+    assert got.status is Status.RESOLVED and stored(store, inc.id).actions[-1].name == "restart"
 
 
 def test_unknown_incident_changes_raise_keyerror():
@@ -244,7 +264,9 @@ def test_generator_stays_monotonic_within_a_millisecond_and_when_the_clock_steps
 
 
 def test_id_layout_is_ulid():
-    zero = lambda n: b"\0" * n  # noqa: E731
+    def zero(n):
+        return b"\0" * n
+
     assert new_incident_id(1469918176.385, rand=zero) == "01ARYZ6S41" + "0" * 16  # the ULID spec's example time
     assert decode_ms(new_incident_id(1469918176.385)) == 1469918176385
     assert new_incident_id(0.0, rand=lambda n: b"\xff" * n) == "0" * 10 + "Z" * 16

@@ -1,5 +1,5 @@
 """kv_cache_leak: KV-cache usage stays above the idle baseline while nothing runs or waits,
-or the idle floor climbs across idle periods (SPEC §4)."""
+or the idle floor climbs across idle periods."""
 from __future__ import annotations
 
 import pytest

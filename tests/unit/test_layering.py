@@ -1,4 +1,4 @@
-"""Layering (DESIGN.md): who may import whom inside the guardian package, checked with ast.
+"""Layering (docs/design.md, Layering): who may import whom inside the guardian package, checked with ast.
 
 - model / errors / clock import nothing of guardian;
 - series / detectors / incidents never import host, probes, daemon or cli (pure, fast to test);

@@ -1,5 +1,5 @@
 """npu-smi parsers: every known layout of ``npu-smi info`` parses to the same shape;
-anything else is "unrecognised npu-smi output" (reference/probes.md §4)."""
+anything else is "unrecognised npu-smi output" (layouts: tests/fixtures/npu_smi/README.md)."""
 from __future__ import annotations
 
 from pathlib import Path

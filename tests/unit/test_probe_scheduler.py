@@ -49,7 +49,7 @@ class World:
 
 
 def test_the_table_names_every_probe_once_and_the_counters_start_with_discovery():
-    assert probe_names() == ("procfs", "vllm_http", "canary", "accel")
+    assert probe_names() == ("procfs", "vllm_http", "canary", "accel", "gates")
     assert len(set(probe_names())) == len(PROBE_TABLE)
     assert list(SelfStats.for_probes(probe_names()).probes) == ["discovery", *probe_names()]
 
@@ -101,9 +101,13 @@ def test_a_job_that_raises_is_counted_as_a_crash_of_its_probe_on_its_target():
 
 
 def test_an_inline_probe_runs_on_the_loop_thread_and_a_slow_run_counts_an_overrun():
-    ran_on = []
-    p = Scripted(name="fast", inline=True, run=lambda: ran_on.append(threading.current_thread()) or 1.0,
-                 timeout=0.0)
+    ran_on: list[threading.Thread] = []
+
+    def run() -> float:
+        ran_on.append(threading.current_thread())
+        return 1.0
+
+    p = Scripted(name="fast", inline=True, run=run, timeout=0.0)
     w = World(p)
     w.s.run_inline(1.0, Seen())
     assert ran_on == [threading.current_thread()]

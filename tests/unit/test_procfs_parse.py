@@ -15,7 +15,7 @@ from guardian.host.procfs_parse import (
     parse_wchan,
 )
 
-# A real line (reference/probes.md §1.1), 52 fields.
+# A real line read from a kernel, 52 fields.
 CAT_STAT = (
     "5034 (cat) R 5029 5029 2734 0 -1 4194304 99 0 0 0 7 3 0 0 20 0 1 0 16354 3133440 393 "
     "18446744073709551615 94665932169216 94665932189097 140727217426352 0 0 0 0 0 0 0 0 0 17 0 "
@@ -41,7 +41,7 @@ def test_stat_reads_the_documented_fields_of_a_real_line():
 @pytest.mark.parametrize(
     "comm",
     [
-        "evil) R 1 2 (x",  # the probes.md prctl test: a naive split reads utime wrong
+        "evil) R 1 2 (x",  # a name set with prctl: a naive split reads utime wrong
         "Thre.(<lambda>)",  # the py-spy/remoteprocess bug
         "VLLM::EngineCor",
         "a b c",

@@ -1,4 +1,4 @@
-"""py-spy without running it: argv, dump parsing (JSON and text), error meaning (probes.md §5)."""
+"""py-spy without running it: argv, dump parsing (JSON and text), error meaning."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import pytest
 from guardian.actions import pyspy
 from guardian.actions.pyspy import Frame, Local, ThreadStack
 
-# dump --json of the probes.md §5.6 target (py-spy 0.4.3): a C spin, a thread blocked on a
+# dump --json of a three-thread target (py-spy 0.4.3): a C spin, a thread blocked on a
 # Lock, a pure-Python spin in the main thread. Innermost frame first.
 DUMP_JSON = """[
   {"pid": 8512, "thread_id": 140569233213120, "thread_name": "native-spin", "os_thread_id": 8516,
@@ -245,7 +245,8 @@ def _t(tid: int, active: bool = False, gil: bool = False, name: str | None = Non
     ([_t(1), _t(2)], None, 1),  # else the first
 ])
 def test_pick_thread(threads, tid, chosen):
-    assert pyspy.pick_thread(threads, tid).os_thread_id == chosen
+    picked = pyspy.pick_thread(threads, tid)
+    assert picked is not None and picked.os_thread_id == chosen
 
 
 def test_pick_thread_of_nothing_is_none():
@@ -253,6 +254,11 @@ def test_pick_thread_of_nothing_is_none():
 
 
 # ---------------------------------------------------------------- errors
+def reason_of(failure: pyspy.Failure | None) -> str:
+    assert failure is not None, "a failure was expected"
+    return failure.reason
+
+
 @pytest.mark.parametrize("rc, stderr, timed_out, kind, retry", [
     (1, NO_SUCH_PID, False, "gone", False),
     (1, ROOT_WITHOUT_PTRACE, False, "permission", False),
@@ -268,6 +274,7 @@ def test_pick_thread_of_nothing_is_none():
 ])
 def test_classify_says_what_failed_and_whether_nonblocking_may_help(rc, stderr, timed_out, kind, retry):
     failure = pyspy.classify(rc, stderr, timed_out, timeout=10)
+    assert failure is not None
     assert (failure.kind, failure.retry_nonblocking) == (kind, retry)
 
 
@@ -277,11 +284,11 @@ def test_success_is_no_failure_whatever_stderr_says():
 
 @pytest.mark.parametrize("stderr", [ROOT_WITHOUT_PTRACE, NON_ROOT])
 def test_a_permission_failure_names_the_capability(stderr):
-    assert "CAP_SYS_PTRACE" in pyspy.classify(1, stderr).reason
+    assert "CAP_SYS_PTRACE" in reason_of(pyspy.classify(1, stderr))
 
 
 def test_a_timeout_names_its_limit():
-    assert pyspy.classify(None, "", True, timeout=2.5).reason == "py-spy did not answer after 2.5 s (killed)"
+    assert reason_of(pyspy.classify(None, "", True, timeout=2.5)) == "py-spy did not answer after 2.5 s (killed)"
 
 
 @pytest.mark.parametrize("stderr, message", [
@@ -298,7 +305,7 @@ def test_error_message_is_the_line_a_person_needs(stderr, message):
 
 
 def test_the_reason_never_carries_the_backtrace():
-    assert "anyhow" not in pyspy.classify(1, NO_SUCH_PID).reason
+    assert "anyhow" not in reason_of(pyspy.classify(1, NO_SUCH_PID))
 
 
 # ---------------------------------------------------------------- what may be written

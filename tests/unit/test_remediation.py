@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 
+from guardian.actions.launch import MINIMAL_PATH
 from guardian.actions.remediation import Phase, PhaseProgress, RemediationSettings, Remediator
 from guardian.config import parse_config
 from guardian.config_schema import Mode
@@ -77,7 +78,8 @@ class World:
         self.rem = self.new_remediator()
 
     def new_remediator(self, **settings):
-        return Remediator(replace(RemediationSettings.from_config(self.cfg), **settings), self.clock, self.control, self.runner, self.cmd, self.incidents, self.ledger,
+        return Remediator(replace(RemediationSettings.from_config(self.cfg), **settings), self.clock, self.control,
+                          self.runner, self.cmd, self.incidents, self.ledger,
                           procfs=None, publish_control=self.published.append)
 
     def open(self, kind=Kind.BUSY_LOOP):
@@ -100,7 +102,12 @@ class World:
         self.tracker.canary_finished("llm", NEW_API, True, "m", self.clock.monotonic())
 
     def actions(self, inc):
-        return [(a.name, a.status) for a in self.incidents.get(inc.id).actions]
+        return [(a.name, a.status) for a in self.incident(inc.id).actions]
+
+    def incident(self, incident_id):
+        inc = self.incidents.get(incident_id)
+        assert inc is not None, f"incident {incident_id} is not known"
+        return inc
 
 
 def test_a_busy_loop_is_drained_stopped_restarted_and_verified(tmp_path):
@@ -112,7 +119,8 @@ def test_a_busy_loop_is_drained_stopped_restarted_and_verified(tmp_path):
     assert w.published[0]["action"] == "drain"
     w.step(1, n=6)  # a hung engine has nothing to drain: the short drain timeout passes
     assert (API, 15) in w.control.signals  # SIGTERM to the API server first
-    assert w.control.started == [(tuple(ARGV), {}, None, None)]
+    assert [s.argv for s in w.control.specs] == [tuple(ARGV)]  # a clean launch (test_launch.py)
+    assert w.control.specs[0].env == {"PATH": MINIMAL_PATH, "LANG": "C.UTF-8", "HOME": "/"}
     assert w.rem.phase("llm") == "verifying" and not w.rem.serving("llm")
     w.new_server_comes_up()
     w.step()
@@ -138,18 +146,62 @@ def test_a_leak_drains_until_requests_finish_before_stopping(tmp_path):
     assert (API, 15) in w.control.signals
 
 
-def test_an_api_server_ignoring_sigterm_is_killed_with_its_whole_tree_after_stop_timeout(tmp_path):
+@pytest.mark.parametrize("kind, grace", [(Kind.BUSY_LOOP, 3), (Kind.HOST_MEMORY_LEAK, 10)],
+                         ids=["hung tree: hang_stop_grace", "leak: stop_timeout"])
+def test_an_api_server_ignoring_sigterm_is_killed_with_its_whole_tree_after_its_grace(tmp_path, kind, grace):
     reused = ProcKey(WORKER.pid, 999)  # a stranger now holds an old pid? never signalled
     control = FakeControl({API, ENGINE, WORKER}, ignores_term={API})
     w = World(tmp_path, control=control)
-    inc = w.open()
-    w.consider(inc)
-    w.step(1, n=6)
+    w.consider(w.open(kind))
+    now = w.clock.monotonic()
+    for t in range(1, 4):  # idle: nothing to drain
+        for metric in (m.REQ_RUNNING, m.REQ_WAITING):
+            w.series.add(Sample("llm", "", metric, 0.0, now + t))
+        w.step()
     assert control.signals == [(API, 15)]
-    w.step(1, n=10)  # stop_timeout 10 s
+    term_at = w.rem.sequences["llm"].phase_since
+    while not any(s == 9 for _, s in control.signals):
+        w.step()
+    assert w.clock.monotonic() - term_at == grace
     assert {k for k, s in control.signals if s == 9} == {API, ENGINE, WORKER}
     assert all(k != reused for k, _ in control.signals)
     assert w.rem.phase("llm") in ("starting", "verifying")
+
+
+def test_a_hung_engine_is_not_drained_it_makes_no_progress(tmp_path):
+    w = World(tmp_path)
+    w.consider(w.open(Kind.ENGINE_STALL))
+    w.step()  # drain published; counters flat (none at all): stop at once
+    w.step()
+    assert (API, 15) in w.control.signals
+
+
+def test_a_hang_whose_engine_still_steps_gets_the_short_drain(tmp_path):
+    w = World(tmp_path)
+    now = w.clock.monotonic()
+    for t in range(-5, 1):  # steps before the incident
+        w.series.add(Sample("llm", "", m.ITERATIONS, 100.0 * t, now + t))
+    w.consider(w.open())
+    for t in range(1, 10):
+        w.series.add(Sample("llm", "", m.ITERATIONS, 100.0 * t, now + t))
+        w.series.add(Sample("llm", "", m.REQ_RUNNING, 1.0, now + t))
+        w.series.add(Sample("llm", "", m.REQ_WAITING, 0.0, now + t))
+        w.step()
+        if t <= 5:
+            assert w.control.signals == []
+    assert (API, 15) in w.control.signals
+
+
+def test_stopping_waits_for_the_evidence_while_draining_goes_on(tmp_path):
+    w = World(tmp_path)
+    capturing = {"llm"}
+    w.rem.hold_stop = lambda target: target in capturing
+    w.consider(w.open())
+    w.step(1, n=5)
+    assert w.rem.phase("llm") == "draining" and w.control.signals == [] and not w.rem.serving("llm")
+    capturing.clear()
+    w.step()
+    assert (API, 15) in w.control.signals
 
 
 def test_a_pid_reused_by_another_process_is_never_signalled(tmp_path):
@@ -239,7 +291,7 @@ def test_dry_run_is_recorded_on_the_incident_as_would_have(tmp_path):
     inc = w.open()
     w.consider(inc)
     w.consider(inc)
-    acts = w.incidents.get(inc.id).actions
+    acts = w.incident(inc.id).actions
     assert [(a.name, a.status) for a in acts] == [("restart", "dry_run")]  # recorded once
     assert "would have" in acts[0].detail
 
@@ -364,7 +416,8 @@ def test_kubernetes_mode_deletes_the_pod_and_lets_its_controller_recreate_it(tmp
     w.step(1, n=7)
     method, url, body = api.requests[-1]
     assert (method, url) == ("DELETE", "https://k8s/api/v1/namespaces/llm/pods/vllm-llama-0")
-    assert body["gracePeriodSeconds"] == 10 and body["preconditions"] == {"uid": RecordingApi.UID}
+    # a busy loop: the hung tree's short grace, not stop_timeout
+    assert body["gracePeriodSeconds"] == 3 and body["preconditions"] == {"uid": RecordingApi.UID}
     assert all(sig != 15 for _, sig in w.control.signals)  # the kubelet stops the pod, not the guardian
 
 

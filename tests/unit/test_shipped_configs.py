@@ -35,9 +35,11 @@ def test_the_commented_default_config_is_exactly_the_defaults():
      and c.accelerators.npu_smi_path.endswith("npu-smi") and c.accelerators.nvml == "off"),
     ("systemd.yaml", lambda c: c.targets[0].match.systemd_unit is not None
      and c.targets[0].restart.mode == "systemd"),
-    ("kubernetes.yaml", lambda c: c.autodiscover and c.targets[0].match.cmdline_regex is not None
-     and not c.targets[0].api_url.startswith("http://127.0.0.1")
+    ("kubernetes.yaml", lambda c: c.autodiscover and c.targets[0].match.kubernetes.pod is not None
+     and c.targets[0].api_url is None  # the pod IP and its container port
      and c.targets[0].restart.mode == "kubernetes"),
+    ("kubernetes-observe-only.yaml", lambda c: c.policy.dry_run and c.targets[0].match.kubernetes is not None
+     and c.targets[0].restart.mode == "signal"),
     ("dry-run.yaml", lambda c: c.policy.dry_run and all(
         getattr(c.detectors, f.name).mode in ("observe", "alert")
         for f in dataclasses.fields(c.detectors))),

@@ -81,7 +81,7 @@ def test_a_health_timeout_is_no_sample_not_a_dead_verdict():
                      ("GET", "/metrics"): ok((FIX / "vllm-0.32.txt").read_text())})
     res = scrape(http, "t", URL, 2.0, clock)
     assert m.HEALTH_OK not in by_metric(res)
-    assert res.health_error.startswith("timeout")
+    assert str(res.health_error).startswith("timeout")
 
 
 def test_refused_health_skips_the_metrics_request():
@@ -97,13 +97,13 @@ def test_html_metrics_page_is_a_failed_scrape_with_no_zeros():
     got = by_metric(res)
     assert got[m.METRICS_OK] == 0.0
     assert m.REQ_RUNNING not in got and m.ITERATIONS not in got
-    assert "HTML" in res.metrics_error
+    assert "HTML" in str(res.metrics_error)
 
 
 def test_non_200_metrics_is_a_failed_scrape():
     http = FakeHttp({("GET", "/health"): ok(), ("GET", "/metrics"): ok("oops", status=500)})
     res = scrape(http, "t", URL, 2.0, clock)
-    assert "HTTP 500" in res.metrics_error
+    assert "HTTP 500" in str(res.metrics_error)
 
 
 def test_families_we_do_not_watch_are_skipped_without_changing_any_number():
@@ -117,3 +117,18 @@ def test_a_garbage_line_is_refused_with_its_line_number():
     page = (FIX / "vllm-0.32.txt").read_text()
     with pytest.raises(ProbeFailed, match=r"line 3 is not a sample"):
         parse_vllm_metrics("# HELP x y\nx 1\nthis is not prometheus\n" + page)
+
+
+def test_a_longer_name_sharing_a_watched_prefix_is_not_the_watched_metric():
+    page = (FIX / "vllm-0.32.txt").read_text()
+    extra = 'vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="capacity"} 40.0\n'
+    assert parse_vllm_metrics(page + extra) == parse_vllm_metrics(page)
+
+
+def test_a_malformed_watched_line_deep_in_the_page_is_refused():
+    page = (FIX / "vllm-0.32.txt").read_text()
+    filler = "".join(f'http_requests_total{{handler="/v{b}"}} 3.0\n' for b in range(100))
+    with pytest.raises(ProbeFailed, match="unparsable"):
+        parse_vllm_metrics(page + filler + 'vllm:num_requests_running{engine="1" 3\n')
+    with pytest.raises(ProbeFailed, match="has value"):
+        parse_vllm_metrics(page + filler + 'vllm:num_requests_running{engine="1"} three\n')

@@ -34,8 +34,8 @@ def _mib(v: float | None) -> int | None:
 def chip_reading(c: NpuChip, usage: NpuUsage | None = None) -> DeviceReading:
     """One chip as a device: HBM when the layout has it, else the DDR memory column."""
     has_hbm = c.hbm_total_mb is not None and c.hbm_total_mb > 0
-    used = c.hbm_used_mb if has_hbm else c.memory_used_mb
-    total = c.hbm_total_mb if has_hbm else c.memory_total_mb
+    used: float | None = c.hbm_used_mb if has_hbm else c.memory_used_mb
+    total: float | None = c.hbm_total_mb if has_hbm else c.memory_total_mb
     extra: dict[str, object] = {"npu": c.npu, "chip": c.chip, "memory_kind": "hbm" if has_hbm else "ddr"}
     for key in ("bus_id", "phy_id", "memory_used_mb", "memory_total_mb", "hbm_used_mb", "hbm_total_mb",
                 "hugepages_used", "hugepages_total"):

@@ -1,4 +1,4 @@
-"""Pure parsers for Huawei Ascend ``npu-smi`` output (reference/probes.md §4).
+"""Pure parsers for Huawei Ascend ``npu-smi`` output (the layouts: ``tests/fixtures/npu_smi/README.md``).
 
 ``parse_info(text)`` reads the ``npu-smi info`` table: a two-row block per chip
 (``NPU Name | Health | Power Temp Hugepages`` over ``Chip | Bus-Id | AICore Memory HBM``)
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 from ...errors import ProbeFailed
 
@@ -152,7 +152,7 @@ def _metrics(names: list[str], cell: str, where: str) -> dict[str, str]:
     toks = _tokens(cell)
     if len(toks) != len(names):
         raise unrecognised(f"{where}: {len(toks)} values for columns {names}")
-    return dict(zip(names, toks))
+    return dict(zip(names, toks, strict=True))
 
 
 def _chip(layout: _Layout, r1: list[str], r2: list[str]) -> NpuChip:
@@ -175,7 +175,7 @@ def _chip(layout: _Layout, r1: list[str], r2: list[str]) -> NpuChip:
     if npu is None or chip is None or not health:
         raise unrecognised(f"device row {r1!r} / {r2!r}")
     values = {**_metrics(layout.row1, m1, f"NPU {npu}"), **_metrics(layout.row2, m2, f"NPU {npu} chip {chip}")}
-    known: dict[str, object] = {}
+    known: dict[str, Any] = {}  # NpuChip's numeric fields by name
     extra: dict[str, str] = {}
     for col, tok in values.items():
         key = _COLUMNS.get(col)
@@ -190,7 +190,7 @@ def _chip(layout: _Layout, r1: list[str], r2: list[str]) -> NpuChip:
         else:
             known[key] = _num(tok)
     return NpuChip(npu=npu, chip=chip, name=name, health=health,
-                   bus_id=None if bus in _MISSING else bus, phy_id=phy, extra=extra, **known)  # type: ignore[arg-type]
+                   bus_id=None if bus in _MISSING else bus, phy_id=phy, extra=extra, **known)
 
 
 @dataclass
@@ -319,8 +319,8 @@ def parse_usages(text: str) -> tuple[NpuUsage, ...]:
     dropped. Raises ``ProbeFailed`` when there is no ``NPU ID``.
     """
     npu: int | None = None
-    sections: list[dict] = []
-    cur: dict = {"chip": None, "values": {}, "mcu": False}
+    sections: list[dict[str, Any]] = []
+    cur: dict[str, Any] = {"chip": None, "values": {}, "mcu": False}
     for line in text.splitlines():
         key, sep, val = line.partition(":")
         key, val = key.strip(), val.strip()

@@ -13,6 +13,17 @@ serves, on stdlib ``http.server``:
 - ``POST /v1/completions``: handed to the engine; no timeout of its own;
 - ``POST /sim/fault``, ``GET /sim/state``: simulator control, not part of vLLM.
 
+Completions speak vLLM's ``logprobs`` (``top_logprobs``), ``prompt_logprobs``, ``echo``
+and ``seed`` shapes; greedy answers are deterministic per prompt (``sim_vllm.lm``).
+Output faults (``lm.OUTPUT_FAULTS``: garbage answers, flat or NaN logprobs, a high
+reference perplexity, no logprobs support) and ``swap_model`` (another model under the
+same server) change the answers only; ``none`` ends them.
+
+With ``--api-key K [K2 …]`` (or ``VLLM_API_KEY=K`` in its environment; the option wins, as in
+vLLM), every ``/v1/*`` request needs ``Authorization: Bearer <one of the keys>`` and gets 401
+``{"error": "Unauthorized"}`` otherwise; ``/health``, ``/metrics``, ``/version`` and ``/sim/*``
+stay open, like vLLM's ``AuthenticationMiddleware``.
+
 Engine death: ``/health`` turns 503 at once and, with ``--exit-on-engine-death``
 (default), the server exits with status 0 after ``--death-exit-delay`` seconds,
 like vLLM's 5 s ``terminate_if_errored`` watchdog. SIGTERM/SIGINT: stop listening,
@@ -21,6 +32,8 @@ terminate the engine (SIGKILL after a 1 s grace) and its worker, exit 0.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import hmac
 import itertools
 import json
 import logging
@@ -36,6 +49,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
+from guardian.sim.vllm.full_page import full_page_tail
+from guardian.sim.vllm import lm
 from guardian.sim.vllm.engine import (
     FAULTS,
     HANG_FAULTS,
@@ -50,6 +65,7 @@ from guardian.sim.vllm.engine import (
     SetFault,
     count_tokens,
     engine_main,
+    start_idle_threads,
 )
 
 LOG = logging.getLogger("guardian.sim_vllm")
@@ -68,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exit-on-engine-death", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--death-exit-delay", type=float, default=5.0)
     p.add_argument("--ignore-sigterm", action="store_true")
+    p.add_argument("--full-metrics", action="store_true",
+                   help="append the unwatched families of a real vLLM page (~50 KB in all)")
+    p.add_argument("--idle-threads", type=int, default=0,
+                   help="extra idle threads over the tree (1/3 in the API server, 2/3 in the engine), "
+                        "like vLLM's thread pools")
+    p.add_argument("--api-key", nargs="+", default=None,
+                   help="require 'Authorization: Bearer <key>' on /v1/* (default: $VLLM_API_KEY)")
     return p
 
 
@@ -93,7 +116,7 @@ def metric_families(stats: EngineStats, model: str) -> list:
     bounds = [floatToGoString(b) for b in ITERATION_TOKEN_BUCKETS] + ["+Inf"]
     hist = HistogramMetricFamily("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
                                  labels=labels)
-    hist.add_metric(values, buckets=list(zip(bounds, cumulative)), sum_value=stats.iteration_tokens_sum)
+    hist.add_metric(values, buckets=list(zip(bounds, cumulative, strict=True)), sum_value=stats.iteration_tokens_sum)
     return [
         one(GaugeMetricFamily, "vllm:num_requests_running", "Number of requests in model execution batches.",
             stats.running),
@@ -255,16 +278,19 @@ def _error(status: int, kind: str, message: str, param: str | None = None) -> tu
 class SimApp:
     """Request → (status, body) decisions; the handler only moves bytes."""
 
-    def __init__(self, model: str, engine: EngineClient, config: EngineConfig) -> None:
+    def __init__(self, model: str, engine: EngineClient, config: EngineConfig, full_metrics: bool = False) -> None:
         from prometheus_client import CollectorRegistry
 
         self.model = model
+        self.full_metrics = full_metrics
         self.engine = engine
         self._config = config
         self._created = int(time.time())
         self._lock = threading.Lock()
         self._fault = "none"
         self._faults: set[str] = set()
+        self._output_faults: frozenset[str] = frozenset()  # lm.OUTPUT_FAULTS in force
+        self._salt = ""  # the "weights": changed by swap_model
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_StatsCollector(self))
 
@@ -280,7 +306,11 @@ class SimApp:
     def metrics(self) -> bytes:
         from prometheus_client import generate_latest
 
-        return generate_latest(self.registry)
+        page = generate_latest(self.registry)
+        if self.full_metrics:
+            stats = self.engine.stats
+            page += full_page_tail(self.model, stats.success_stop + stats.success_length).encode()
+        return page
 
     def complete(self, body) -> tuple[int, dict]:
         if not isinstance(body, dict):
@@ -298,24 +328,63 @@ class SimApp:
             return _error(400, "BadRequestError", "max_tokens must be a positive integer.", "max_tokens")
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
             return _error(400, "BadRequestError", "temperature must be >= 0.", "temperature")
+        with self._lock:
+            faults, salt, model = self._output_faults, self._salt, self.model
+        ignore = "no_logprobs" in faults  # an older vLLM or a proxy: the extensions are dropped
+        logprobs = None if ignore else body.get("logprobs")
+        plp = None if ignore else body.get("prompt_logprobs")
+        echo = False if ignore else bool(body.get("echo", False))
+        for name, v in (("logprobs", logprobs), ("prompt_logprobs", plp)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 20):
+                return _error(400, "BadRequestError", f"{name} must be an integer between 0 and 20.", name)
         if count_tokens(prompt) + max_tokens > self._config.max_model_len:
             return _error(400, "BadRequestError",
-                          f"This model's maximum context length is {self._config.max_model_len} tokens.")
+                          f"This model's maximum context length is {self._config.max_model_len} tokens. "
+                          f"However, you requested {count_tokens(prompt) + max_tokens} tokens.")
         done = self.engine.submit(prompt, max_tokens, float(temperature))
         if done is None:
-            return _error(500, "EngineDeadError", "EngineCore encountered an issue. See stack trace for the root cause.")
+            return _error(500, "EngineDeadError",
+                          "EngineCore encountered an issue. See stack trace for the root cause.")
+        text, finish, completion_tokens = done.text, done.finish_reason, done.completion_tokens
+        choice_lp: dict | None = None
+        choice_plp: list | None = None
+        if faults or salt or logprobs is not None or plp is not None or echo or prompt in lm.KNOWN:
+            greedy = temperature == 0
+            n = max_tokens if greedy else max(1, done.completion_tokens)
+            tokens = lm.greedy_tokens(prompt, n, salt if greedy else salt + done.request_id, faults)
+            text, finish, completion_tokens = "".join(tokens), "length", n
+            echo_tokens = lm.prompt_tokens(prompt) if echo else None
+            if echo:
+                text = prompt + text
+            if logprobs is not None:
+                choice_lp = lm.completion_logprobs(prompt, tokens, logprobs, faults, echo_tokens)
+            if plp is not None:
+                choice_plp = lm.prompt_logprobs(prompt, faults)
+        choice = {"index": 0, "text": text, "logprobs": choice_lp, "finish_reason": finish, "stop_reason": None}
+        if choice_plp is not None:
+            choice["prompt_logprobs"] = choice_plp
         return 200, {
-            "id": done.request_id, "object": "text_completion", "created": int(time.time()), "model": self.model,
-            "choices": [{"index": 0, "text": done.text, "logprobs": None,
-                         "finish_reason": done.finish_reason, "stop_reason": None}],
-            "usage": {"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens,
-                      "total_tokens": done.prompt_tokens + done.completion_tokens},
+            "id": done.request_id, "object": "text_completion", "created": int(time.time()), "model": model,
+            "choices": [choice],
+            "usage": {"prompt_tokens": done.prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": done.prompt_tokens + completion_tokens},
         }
 
     def set_fault(self, body) -> tuple[int, dict]:
         name = body.get("fault") if isinstance(body, dict) else None
+        if name in lm.OUTPUT_FAULTS or name == "swap_model":  # the answers, not the engine
+            with self._lock:
+                if name == "swap_model":
+                    self._salt += "/swapped"
+                    self.model = self.model + "-swapped"
+                else:
+                    self._output_faults = self._output_faults | {name}
+                faults = sorted(self._faults | self._output_faults)
+            LOG.warning("sim output fault ordered: %s", name)
+            return 200, {"fault": name, "faults": faults}
         if name not in FAULTS:
-            return _error(400, "BadRequestError", f"fault must be one of {', '.join(FAULTS)}.", "fault")
+            return _error(400, "BadRequestError",
+                          f"fault must be one of {', '.join(FAULTS + lm.OUTPUT_FAULTS + ('swap_model',))}.", "fault")
         rate = body.get("rate_mb_s", 8.0)
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0:
             return _error(400, "BadRequestError", "rate_mb_s must be a positive number.", "rate_mb_s")
@@ -325,14 +394,15 @@ class SimApp:
                 self._faults.add(name)
             else:
                 self._faults -= set(LEAK_FAULTS)
-            faults = sorted(self._faults)
+                self._output_faults = frozenset()  # "none" also ends the garbage
+            faults = sorted(self._faults | self._output_faults)
         LOG.warning("sim fault ordered: %s", name)
         self.engine.set_fault(name, float(rate))
         return 200, {"fault": name, "faults": faults}
 
     def state(self) -> dict:
         with self._lock:
-            fault, faults = self._fault, sorted(self._faults)
+            fault, faults = self._fault, sorted(self._faults | self._output_faults)
         return {"api_pid": os.getpid(), "engine_pid": self.engine.pid, "worker_pid": self.engine.worker_pid,
                 "engine_alive": self.engine.alive, "model": self.model, "fault": fault, "faults": faults,
                 "stats": self.engine.stats.to_dict()}
@@ -341,16 +411,32 @@ class SimApp:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "sim-vllm"
+    server: _Server  # the server that made this handler: it carries the app
 
-    def log_message(self, format, *args) -> None:  # noqa: A002 - signature of the base class
+    def log_message(self, format, *args) -> None:
         LOG.debug("%s %s", self.address_string(), format % args)
 
     @property
     def app(self) -> SimApp:
-        return self.server.app  # type: ignore[attr-defined]
+        return self.server.app
+
+    def _authorized(self, path: str) -> bool:
+        """vLLM's rule: only paths under /v1 are guarded; a missing or wrong bearer token is 401."""
+        tokens = self.server.api_keys
+        if not tokens or not (path == "/v1" or path.startswith("/v1/")):
+            return True
+        scheme, _, param = (self.headers.get("Authorization") or "").partition(" ")
+        given = hashlib.sha256(param.encode()).digest()
+        ok = scheme.lower() == "bearer" and any(
+            hmac.compare_digest(given, hashlib.sha256(t.encode()).digest()) for t in tokens)
+        if not ok:
+            self._json(401, {"error": "Unauthorized"})
+        return ok
 
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
+        if not self._authorized(path):
+            return
         if path == "/health":
             self._send(self.app.health(), b"", "application/json")
         elif path == "/v1/models":
@@ -369,6 +455,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         path = urlsplit(self.path).path
         routes = {"/v1/completions": self.app.complete, "/sim/fault": self.app.set_fault}
+        if not self._authorized(path):
+            return
         if path not in routes:
             self._json(404, {"detail": "Not Found"})
             return
@@ -397,10 +485,11 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], app: SimApp) -> None:
+    def __init__(self, address: tuple[str, int], app: SimApp, api_keys: tuple[str, ...] = ()) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self.app = app
+        self.api_keys = tuple(k for k in api_keys if k)
         super().__init__(address, _Handler)
 
 
@@ -425,7 +514,10 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, signal.SIG_IGN if args.ignore_sigterm else on_signal)
-    config = EngineConfig(startup_delay=args.startup_delay, step_ms=args.step_ms, with_worker=args.with_worker)
+    api_threads = args.idle_threads // 3
+    config = EngineConfig(startup_delay=args.startup_delay, step_ms=args.step_ms, with_worker=args.with_worker,
+                          idle_threads=args.idle_threads - api_threads)
+    start_idle_threads(api_threads, stop)
     engine = EngineClient(config, on_engine_dead)
     engine.start()
     LOG.info("started EngineCore pid=%s; loading model %s", engine.pid, args.model)
@@ -437,7 +529,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     engine.start_output_thread()
     try:
-        httpd = _Server((args.host, args.port), SimApp(args.model, engine, config))
+        api_keys = tuple(args.api_key or [os.environ.get("VLLM_API_KEY", "")])
+        httpd = _Server((args.host, args.port), SimApp(args.model, engine, config, args.full_metrics), api_keys)
     except OSError as exc:
         LOG.error("cannot listen on %s:%d: %s", args.host, args.port, exc)
         engine.shutdown()

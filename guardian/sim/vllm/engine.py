@@ -58,6 +58,7 @@ class EngineConfig:
     startup_delay: float = 2.0   # seconds of hot "model loading" before ready
     step_ms: float = 5.0         # CPU burnt per engine step
     with_worker: bool = False    # spawn an idle VLLM::Worker grandchild
+    idle_threads: int = 0        # idle threads, like the thread pools of torch, ZMQ and tokenizers
     kv_blocks: int = 64
     block_tokens: int = 16
     max_num_seqs: int = 16
@@ -179,6 +180,14 @@ def _forward(seconds: float, block: bytes = b"\x17" * 4096) -> None:
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         digest.update(block)
+
+
+def start_idle_threads(count: int, stop: threading.Event | None = None) -> threading.Event:
+    """``count`` daemon threads blocked on one event (a futex wait), as a pool's idle workers are."""
+    stop = stop or threading.Event()
+    for i in range(count):
+        threading.Thread(target=stop.wait, name=f"pool-{i}", daemon=True).start()
+    return stop
 
 
 # ---- the engine -------------------------------------------------------------
@@ -451,6 +460,7 @@ def engine_main(conn, config: EngineConfig) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API server handles Ctrl-C for the tree
     worker, death_pipe = _start_worker() if config.with_worker else (None, None)
+    start_idle_threads(config.idle_threads)
     core = EngineCore(conn, config)
     core.load_model()
     try:

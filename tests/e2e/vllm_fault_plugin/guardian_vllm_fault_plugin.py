@@ -16,7 +16,20 @@ vLLM calls ``register()`` in each of its processes (entry point group
                  the trigger is removed;
 
 - ``vllm.v1.core.kv_cache_manager.KVCacheManager.free``: ``kv_leak`` present →
-  a finished request's KV blocks are never returned to the pool.
+  a finished request's KV blocks are never returned to the pool;
+
+- ``vllm.v1.core.sched.scheduler.Scheduler._update_after_schedule`` (called from
+  ``Scheduler.schedule``): ``sched_assert`` present → an ``assert`` fails there,
+  so an ``AssertionError`` rises through the real scheduler's ``schedule`` and
+  EngineCore dies with vLLM's own "EngineCore encountered a fatal error" path.
+
+- ``vllm.model_executor.layers.logits_processor.LogitsProcessor.forward`` (the logits
+  of every sampled token and of ``prompt_logprobs``, in the worker): the model answers
+  garbage with HTTP 200 while its trigger is present —
+
+  ``logits_noise``  Gaussian noise added to the logits (std: the file's content, default
+                    10): fluent-looking random tokens, a much higher perplexity;
+  ``logits_nan``    every logit NaN: NaN logprobs (vLLM then cannot encode them).
 
 When a fault starts, ``<dir>/<fault>.onset`` gets ``{"t": wall time, "pid": ...}``
 (written once per trigger: remove it with the trigger to re-arm). Without the env
@@ -39,13 +52,20 @@ STALL = "stall"
 DIE = "die"
 RSS_LEAK = "rss_leak"
 KV_LEAK = "kv_leak"
-FAULTS = (DIE, BUSY_LOOP, STALL, RSS_LEAK, KV_LEAK)
+SCHED_ASSERT = "sched_assert"
+FAULTS = (DIE, BUSY_LOOP, STALL, RSS_LEAK, KV_LEAK, SCHED_ASSERT)
+SCHED_ASSERT_MESSAGE = "scheduler invariant broken: preempted request rescheduled (injected by the guardian fault plugin)"  # noqa: E501
+SCHEDULER_HOOK = "_update_after_schedule"
 BLOCKING = (DIE, BUSY_LOOP, STALL)  # at most one runs; this is the priority order
 DIE_EXIT_CODE = 17
 DEFAULT_RSS_MB_PER_STEP = 4
 ONSET_SUFFIX = ".onset"
 WRAPPED_MARK = "_guardian_fault_wrapped"
 STEP_METHODS = ("step", "step_with_batch_queue")
+LOGITS_NOISE = "logits_noise"
+LOGITS_NAN = "logits_nan"
+OUTPUT_FAULTS = (LOGITS_NAN, LOGITS_NOISE)  # NaN wins when both are present
+DEFAULT_NOISE_STD = 10.0
 
 log = logging.getLogger("vllm.guardian_fault_plugin")
 
@@ -69,6 +89,15 @@ def parse_rss_mb(text: str) -> int:
     except ValueError:
         return DEFAULT_RSS_MB_PER_STEP
     return mb if mb > 0 else DEFAULT_RSS_MB_PER_STEP
+
+
+def parse_noise_std(text: str) -> float:
+    """The noise std from a trigger file's content; the default when empty or not a positive number."""
+    try:
+        std = float(text.strip())
+    except ValueError:
+        return DEFAULT_NOISE_STD
+    return std if std > 0 and std == std and std != float("inf") else DEFAULT_NOISE_STD
 
 
 def onset_name(fault: str) -> str:
@@ -182,6 +211,12 @@ class FaultInjector:
         log.warning("guardian fault plugin: %s cleared in pid %d", fault, self._pid())
         return fault
 
+    def check_scheduler(self) -> None:
+        """Inside the scheduler's path: ``sched_assert`` on → an AssertionError (an ``assert`` that fails)."""
+        if self.dir.is_on(SCHED_ASSERT):
+            self._onset(SCHED_ASSERT)
+        assert not self.dir.is_on(SCHED_ASSERT), SCHED_ASSERT_MESSAGE
+
     def should_free(self) -> bool:
         """False while ``kv_leak`` is on: the request's KV blocks stay allocated."""
         if not self.dir.is_on(KV_LEAK):
@@ -191,7 +226,52 @@ class FaultInjector:
         return False
 
 
+class LogitsCorrupter:
+    """Decides for each logits tensor whether (and how) to corrupt it."""
+
+    def __init__(self, fault_dir: FaultDir, wall: Callable[[], float] = time.time,
+                 pid: Callable[[], int] = os.getpid) -> None:
+        self.dir, self._wall, self._pid = fault_dir, wall, pid
+        self.corrupted = 0
+
+    def fault(self) -> str | None:
+        return next((f for f in OUTPUT_FAULTS if self.dir.is_on(f)), None)
+
+    def __call__(self, logits: Any) -> Any:
+        if logits is None:
+            return logits
+        fault = self.fault()
+        if fault is None:
+            return logits
+        if self.dir.mark_onset(fault, self._wall(), self._pid()):
+            log.warning("guardian fault plugin: %s starts in pid %d", fault, self._pid())
+        self.corrupted += 1
+        import torch  # only in a vLLM process, where torch is there
+
+        if fault == LOGITS_NAN:
+            return torch.full_like(logits, float("nan"))
+        return logits + torch.randn_like(logits) * parse_noise_std(self.dir.read(LOGITS_NOISE))
+
+
 # ---------------------------------------------------------------- patching
+def wrap_logits(original: Callable, corrupter: LogitsCorrupter) -> Callable:
+    @functools.wraps(original)
+    def forward(self, *args, **kwargs):
+        return corrupter(original(self, *args, **kwargs))
+
+    setattr(forward, WRAPPED_MARK, True)
+    return forward
+
+
+def install_logits(logits_processor_cls: type, corrupter: LogitsCorrupter) -> list[str]:
+    """Wrap ``forward`` of the logits processor once; the names wrapped now."""
+    original = getattr(logits_processor_cls, "forward", None)
+    if original is None or getattr(original, WRAPPED_MARK, False):
+        return []
+    setattr(logits_processor_cls, "forward", wrap_logits(original, corrupter))
+    return [f"{logits_processor_cls.__name__}.forward"]
+
+
 def wrap_step(original: Callable, injector: FaultInjector) -> Callable:
     @functools.wraps(original)
     def step(self, *args, **kwargs):
@@ -213,8 +293,20 @@ def wrap_free(original: Callable, injector: FaultInjector) -> Callable:
     return free
 
 
-def install(engine_core_cls: type, kv_manager_cls: type, injector: FaultInjector) -> list[str]:
-    """Wrap the step methods and ``free`` once (vLLM may register a plugin twice); the names wrapped now."""
+def wrap_scheduler_hook(original: Callable, injector: FaultInjector) -> Callable:
+    @functools.wraps(original)
+    def hook(self, *args, **kwargs):
+        injector.check_scheduler()
+        return original(self, *args, **kwargs)
+
+    setattr(hook, WRAPPED_MARK, True)
+    return hook
+
+
+def install(engine_core_cls: type, kv_manager_cls: type, injector: FaultInjector,
+            scheduler_cls: type | None = None) -> list[str]:
+    """Wrap the step methods, ``free`` and (given a scheduler class) its post-schedule hook once
+    (vLLM may register a plugin twice); the names wrapped now."""
     done = []
     for name in STEP_METHODS:
         original = getattr(engine_core_cls, name, None)
@@ -225,6 +317,10 @@ def install(engine_core_cls: type, kv_manager_cls: type, injector: FaultInjector
     if free is not None and not getattr(free, WRAPPED_MARK, False):
         setattr(kv_manager_cls, "free", wrap_free(free, injector))
         done.append(f"{kv_manager_cls.__name__}.free")
+    hook = getattr(scheduler_cls, SCHEDULER_HOOK, None) if scheduler_cls is not None else None
+    if scheduler_cls is not None and hook is not None and not getattr(hook, WRAPPED_MARK, False):
+        setattr(scheduler_cls, SCHEDULER_HOOK, wrap_scheduler_hook(hook, injector))
+        done.append(f"{scheduler_cls.__name__}.{SCHEDULER_HOOK}")
     return done
 
 
@@ -236,7 +332,17 @@ def register() -> None:
     from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.engine.core import EngineCore
 
-    wrapped = install(EngineCore, KVCacheManager, FaultInjector(FaultDir(path)))
+    try:
+        from vllm.v1.core.sched.scheduler import Scheduler
+    except ImportError:  # a vLLM without the V1 scheduler: the other faults still work
+        Scheduler = None
+    wrapped = install(EngineCore, KVCacheManager, FaultInjector(FaultDir(path)), Scheduler)
+    try:
+        from vllm.model_executor.layers.logits_processor import LogitsProcessor
+    except ImportError:  # another vLLM layout: the engine faults still work
+        LogitsProcessor = None
+    if LogitsProcessor is not None:
+        wrapped += install_logits(LogitsProcessor, LogitsCorrupter(FaultDir(path)))
     if wrapped:
         log.warning("guardian fault plugin: watching %s for %s; wrapped %s in pid %d",
-                    path, ", ".join(FAULTS), ", ".join(wrapped), os.getpid())
+                    path, ", ".join(FAULTS + OUTPUT_FAULTS), ", ".join(wrapped), os.getpid())

@@ -1,0 +1,78 @@
+"""Listens on the reports channel (Redis pub/sub) and hands each message to ``GatesShared``.
+
+One daemon thread; every message goes to ``GatesShared.accept_report`` (parse, count,
+ledger). A Redis error is logged once per outage and retried with a capped backoff;
+the thread never dies of a bad message or a lost connection. ``stop()`` ends it
+within about a second.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable
+
+POLL_S = 1.0
+BACKOFF_MAX_S = 30.0
+
+
+def _raw(client: Any) -> Any:
+    """The same server without response decoding: a message that is not UTF-8 must reach the
+    parser (and be counted as malformed), not break the subscription inside redis-py."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if pool is None or not isinstance(kwargs, dict) or not kwargs.get("decode_responses"):
+        return client
+    import redis
+
+    raw = dict(kwargs, decode_responses=False)
+    return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **raw))
+
+
+class ReportsListener:
+    def __init__(self, client: Any, channel: str, accept: Callable[[bytes | str, float, float], str],
+                 mono: Callable[[], float], wall: Callable[[], float], log: logging.Logger) -> None:
+        self.client, self.channel, self.accept = _raw(client), channel, accept
+        self.mono, self.wall, self.log = mono, wall, log
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.subscribed = threading.Event()
+
+    def start(self) -> ReportsListener:
+        self._thread = threading.Thread(target=self._run, name="gate-reports", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        backoff, down = 1.0, False
+        while not self._stop.is_set():
+            pubsub = None
+            try:
+                pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+                pubsub.subscribe(self.channel)
+                self.subscribed.set()
+                if down:
+                    self.log.info("gate reports: listening on %s again", self.channel)
+                down, backoff = False, 1.0
+                while not self._stop.is_set():
+                    msg = pubsub.get_message(timeout=POLL_S)
+                    if msg and msg.get("type") == "message":
+                        self.accept(msg["data"], self.mono(), self.wall())
+            except Exception as e:  # noqa: BLE001 - Redis gone or a client bug: retry, never die
+                self.subscribed.clear()
+                if not down:
+                    self.log.warning("gate reports: %s unavailable (%s: %s); retrying", self.channel,
+                                     type(e).__name__, e)
+                down = True
+                self._stop.wait(backoff)
+                backoff = min(BACKOFF_MAX_S, backoff * 2)
+            finally:
+                if pubsub is not None:
+                    try:
+                        pubsub.close()
+                    except Exception:  # noqa: BLE001 - closing a broken connection may fail too; nothing to do
+                        pass

@@ -1,0 +1,267 @@
+"""The gates probe against a real simulated vLLM server (real process, real HTTP).
+
+Healthy: rounds pass and build the baseline. Each garbage mode ends in the right
+output_corruption level and condition. A server without logprobs, gate requests
+that fail, a swapped model and a reference text longer than the context give
+status lines, never an incident.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from guardian.clock import SystemClock
+from guardian.config_schema import Config, DetectorsConfig, DiagnosticPromptConfig, GatesConfig
+from guardian.detectors import output_corruption
+from guardian.detectors.view import TargetView
+from guardian.host.http import HttpClient, HttpError, HttpResponse, StdlibHttpClient
+from guardian.gates.shared import GatesShared
+from guardian.host.process_control import OsProcessControl
+from guardian.host.procfs import ProcFS
+from guardian.host.runner import SubprocessRunner
+from guardian.model import ProcessInfo, ProcKey, Role, Target
+from guardian.probes.base import ProbeParts, Readings, Seen
+from guardian.probes.gates import GatesProbe
+from guardian.seams import Seams
+from guardian.series import SeriesStore
+from guardian.sim.control import SimServer
+from guardian.tracker import Tracker
+
+NAME = "sim"
+KEY = ProcKey(4242, 1)
+DIAG = (DiagnosticPromptConfig("1+1=", r"^\s*2", 4), DiagnosticPromptConfig("2+2=", "baseline", 4))
+
+
+@pytest.fixture(scope="module")
+def server():
+    with SimServer(startup_delay=0.2).start() as s:
+        s.wait_ready(30)
+        yield s
+
+
+@pytest.fixture(autouse=True)
+def healthy(server):
+    server.set_fault("none")
+    yield
+
+
+class World:
+    """One gates probe over one tracked target: rounds run synchronously, as the pool would."""
+
+    def __init__(self, url: str, tmp_path, http: HttpClient | None = None, **gates) -> None:
+        g: dict[str, Any] = dict(enabled=True, interval=1.0, diagnostics=DIAG)
+        g.update(gates)
+        self.cfg = Config(node="n1", state_dir=str(tmp_path), gates=GatesConfig(**g),
+                          detectors=DetectorsConfig())
+        self.tracker = Tracker(600.0)
+        api = ProcessInfo(KEY, 1, Role.API_SERVER, ("python", "-m", "sim"))
+        self.tracker.apply_discovery((Target(NAME, KEY, (api,), port=0, api_url=url),), (), 0.0)
+        self.tracker.canary_finished(NAME, KEY, True, None, 0.0)
+        self.readings = Readings()
+        proc = ProcFS("/proc")  # real seams; the gates probe only uses the clock and HTTP
+        seams = Seams(SystemClock(), proc, http or StdlibHttpClient(), SubprocessRunner(), OsProcessControl(proc))
+        self.probe = GatesProbe(ProbeParts(self.cfg, seams, self.tracker, SeriesStore(), self.readings,
+                                           logging.getLogger("t")))
+        self.now = 0.0
+
+    def round(self):
+        self.now += self.cfg.gates.interval
+        (job,) = self.probe.jobs(self.now, Seen())
+        assert job.on_start is not None
+        job.on_start(self.now)
+        self.probe.fold(job.run(), self.now)
+        return self.shared.targets[NAME]
+
+    @property
+    def shared(self) -> GatesShared:
+        assert self.readings.gates is not None
+        return self.readings.gates
+
+    def finding(self):
+        view = TargetView(self.tracker.state(NAME, self.now), SeriesStore(), self.shared.view(NAME))
+        return output_corruption.evaluate(view, self.cfg.detectors)
+
+    def status(self):
+        return self.shared.status_of(NAME, self.now, self.cfg.detectors.output_corruption)
+
+
+def test_a_healthy_server_passes_every_round_and_gets_a_complete_baseline(server, tmp_path):
+    w = World(server.url, tmp_path)
+    for _ in range(5):
+        tg = w.round()
+        assert tg.failures == ()
+    assert w.finding() is None
+    st = w.status()
+    assert st["health_score"] == 100 and st["baseline"] == "complete" and st["notes"] == []
+    assert st["requests"] == 5 * (2 + 3 + 1)
+
+
+@pytest.mark.parametrize("fault, levels, condition", [
+    ("repeat_chars", {"L1", "L5"}, "A"),  # 5 gate completions of "!!!!": A in one round
+    ("control_chars", {"L1", "L5"}, "A"),
+    ("nan_logprobs", {"L3"}, "B"),
+    ("flat_logprobs", {"L3", "L5"}, "B"),  # flat over 50k tokens: entropy
+    ("high_perplexity", {"L2"}, None),  # one L2 failure per round: A after 5 rounds
+    ("wrong_answers", {"L4", "L5"}, "D"),  # fluent but wrong: only known answers and agreement see it
+])
+def test_each_garbage_mode_ends_in_output_corruption(server, tmp_path, fault, levels, condition):
+    w = World(server.url, tmp_path)
+    for _ in range(3):
+        w.round()  # the baseline: 3 reference perplexities
+    server.set_fault(fault)
+    finding = None
+    for _ in range(6):
+        tg = w.round()
+        finding = w.finding()
+        if finding is not None:
+            break
+    assert finding is not None, tg.failures
+    assert levels <= set(finding.signals["levels"]) | {f.level for f in tg.failures}
+    assert finding.signals["condition"] == (condition or "A")
+    sample = finding.signals["sample"]
+    assert sample["level"] == finding.signals["level"] and sample["expected"]
+    assert w.status()["health_score"] <= 20
+
+
+def test_wrong_answers_fail_l5_with_the_expected_regex_in_the_sample(server, tmp_path):
+    w = World(server.url, tmp_path, diagnostics=(DiagnosticPromptConfig("1+1=", r"^\s*2", 4),))
+    w.round()
+    server.set_fault("wrong_answers")
+    for _ in range(3):
+        w.round()
+    f = w.finding()
+    assert f.signals["condition"] == "D" and f.signals["level"] == "L5"
+    assert f.signals["sample"]["prompt"] == "1+1=" and f.signals["sample"]["output"].startswith(" 3")
+    assert f.signals["sample"]["expected"] == r"/^\s*2/"
+
+
+def test_a_server_without_logprobs_is_a_status_line_not_an_incident(server, tmp_path):
+    server.set_fault("no_logprobs")
+    w = World(server.url, tmp_path)
+    for _ in range(6):
+        assert w.round().failures == ()
+    assert w.finding() is None
+    notes = " | ".join(w.status()["notes"])
+    assert "no logprobs" in notes and "no prompt logprobs" in notes
+
+
+def test_a_reference_text_longer_than_the_context_is_a_status_line(server, tmp_path):
+    w = World(server.url, tmp_path, reference_text="word " * 2000)
+    for _ in range(6):
+        assert w.round().failures == ()
+    assert w.finding() is None
+    assert any("longer than the model's context" in n for n in w.status()["notes"])
+
+
+def test_a_model_swapped_under_the_same_target_gets_its_own_baseline(tmp_path):
+    with SimServer(startup_delay=0.2).start() as own:  # the swap cannot be undone: a server of its own
+        own.wait_ready(30)
+        w = World(own.url, tmp_path)
+        for _ in range(3):
+            w.round()
+        own.set_fault("swap_model")
+        for _ in range(4):
+            assert w.round().failures == ()
+        assert w.finding() is None
+        st = w.status()
+        assert st["model"].endswith("-swapped") and st["baseline"] == "complete"
+
+
+class Broken:
+    """The seam answering like a gateway in trouble: an HTTP status, or a timeout."""
+
+    def __init__(self, status: int | None) -> None:
+        self.status = status
+
+    def request(self, method, url, timeout, body=None, headers=None):
+        if url.endswith("/v1/models"):  # the API server answers; completions are in trouble
+            return HttpResponse(200, b'{"data": [{"id": "m"}]}', 0.01)
+        if self.status is None:
+            raise HttpError("timeout", "timed out after 30s", 30.0)
+        return HttpResponse(self.status, b'{"error": {"message": "nope"}}', 0.01)
+
+
+@pytest.mark.parametrize("status", [None, 400, 404, 429, 503])
+def test_failing_gate_requests_are_status_lines_never_an_incident(tmp_path, status):
+    w = World("http://127.0.0.1:9", tmp_path, http=Broken(status))
+    for _ in range(8):
+        assert w.round().failures == ()
+    assert w.finding() is None
+    (note,) = w.status()["notes"]
+    assert note.startswith("gate request")
+
+
+def test_a_corrupted_baseline_file_is_a_status_line_then_a_new_baseline(server, tmp_path):
+    w = World(server.url, tmp_path)
+    for _ in range(3):
+        w.round()
+    for p in (tmp_path / "gates").glob("baseline-*.json"):
+        p.write_text("{garbage")
+    w2 = World(server.url, tmp_path)  # a guardian restarted on the same state dir
+    w2.round()
+    assert any("corrupted" in n for n in w2.status()["notes"])
+    for _ in range(3):
+        assert w2.round().failures == ()
+    assert w2.status()["baseline"] == "complete" and w2.finding() is None
+
+
+def test_l4_the_instance_disagreeing_with_agreeing_peers_is_the_suspect(server, tmp_path):
+    w = World(server.url, tmp_path, diagnostics=())
+    w.round()  # baseline for the local answers
+    peers = [dict(fps) for _, _, fps, _ in w.probe._local.values()]
+    # two remote peers agree with a different answer to every shadow prompt
+    other = {p: "0" * 16 for p in peers[0]}
+
+    class Exchange:
+        def share(self, *a, **k):
+            return [other, other], None
+
+    w.shared.exchange = Exchange()
+    for _ in range(3):
+        w.round()
+    f = w.finding()
+    assert f.signals["condition"] == "C" and f.signals["level"] == "L4" and not f.signals["alert_only"]
+
+
+def test_l4_two_instances_split_without_baseline_is_alert_only(server, tmp_path, monkeypatch):
+    w = World(server.url, tmp_path, diagnostics=())
+
+    class Exchange:  # one remote peer, answering differently
+        def share(self, model, version, target, fps, ttl, max_age):
+            return [{p: "0" * 16 for p in fps}], None
+
+    w.shared.exchange = Exchange()
+    # neither instance ever had a healthy reference: no baseline is taken
+    monkeypatch.setattr("guardian.probes.gates.next_baseline", lambda *a: None)
+    for _ in range(3):
+        w.round()
+    f = w.finding()
+    assert f.signals["condition"] == "C" and f.signals["alert_only"]
+
+
+# what vLLM 0.32 answers to a logprobs request when the logits are NaN (measured)
+VLLM_NAN_400 = (b'{"error":{"message":"Out of range float values are not JSON compliant",'
+                b'"type":"BadRequestError","param":null,"code":400}}')
+
+
+class FailsWithLogprobs:
+    """vLLM with NaN logits: asked for logprobs it cannot encode them; without, it answers."""
+
+    def __init__(self, real: HttpClient, status: int, body: bytes) -> None:
+        self.real, self.status, self.body = real, status, body
+
+    def request(self, method, url, timeout, body=None, headers=None):
+        if isinstance(body, dict) and (body.get("logprobs") is not None or body.get("prompt_logprobs") is not None):
+            return HttpResponse(self.status, self.body, 0.01)
+        return self.real.request(method, url, timeout, body)
+
+
+@pytest.mark.parametrize("status, body", [(400, VLLM_NAN_400), (500, b"Internal Server Error")])
+def test_logprobs_that_fail_only_when_asked_for_are_condition_b(server, tmp_path, status, body):
+    w = World(server.url, tmp_path, http=FailsWithLogprobs(StdlibHttpClient(), status, body))
+    w.round()
+    f = w.finding()
+    assert f is not None and f.signals["condition"] == "B" and f.signals["sample"]["check"] == "non_finite"
+    assert f"HTTP {status}" in f.signals["sample"]["figures"]["detail"]

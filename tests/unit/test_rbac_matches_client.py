@@ -1,0 +1,183 @@
+"""The RBAC the overlays grant is exactly what the Kubernetes client calls: every client call is
+replayed against a recording API server, each request mapped to the (verb, resource, namespace)
+the API server authorizes it as, and compared with the rendered Roles and bindings."""
+
+from __future__ import annotations
+
+import ast
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+import guardian.host.kube as kube
+from guardian.host.kube import KubeClient, PodRef, list_node_pods, read_pod_log
+from tools.kustomize_subset import render
+
+ROOT = Path(__file__).resolve().parents[2]
+OVERLAYS = ROOT / "deploy" / "k8s" / "overlays"
+NS = "llm"  # the namespace the shipped RoleBindings grant (the example vLLM's)
+UID = "3f8e2a1c-7b4d-4e9a-9c1f-2d6b8e0a5f71"
+POD = PodRef(NS, "vllm-llama-0", UID)
+
+# Every function of guardian/host/kube.py that talks to the API server, driven once.
+DRIVERS = {
+    "list_node_pods": lambda c: list_node_pods(c, NS, "vllm-llama-0", "app=vllm"),
+    "find_pod": lambda c: c.find_pod(UID),
+    "delete_pod": lambda c: c.delete_pod(POD, 30),
+    "read_pod_log": lambda c: read_pod_log(c, POD, "vllm"),
+    "read_log": lambda c: c.read_log(NS, "vllm-llama-0", "vllm"),
+}
+# Calls the shipped RBAC deliberately does not grant, and why. An entry whose call no longer
+# needs it fails the test: remove it then.
+KNOWN_GAPS = {
+    "find_pod": {("list", "pods", "*")},  # lists pods cluster-wide until it lists per namespace
+}
+# Which calls only the remediate overlay may make.
+REMEDIATE_ONLY = {("delete", "pods")}
+
+
+def authorization(method: str, path: str) -> tuple[str, str, str]:
+    """(verb, resource[/subresource], namespace or '*') as the API server's authorizer sees a request."""
+    parts = [p for p in urlsplit(path).path.split("/") if p]
+    assert parts[:2] == ["api", "v1"], path
+    rest = parts[2:]
+    namespace = "*"
+    if rest[:1] == ["namespaces"]:
+        namespace, rest = rest[1], rest[2:]
+    resource = rest[0]
+    named = len(rest) >= 2
+    if len(rest) == 3:
+        resource = f"{rest[0]}/{rest[2]}"
+    verb = {"GET": "get" if named else "list", "DELETE": "delete", "POST": "create", "PATCH": "patch", "PUT": "update"}[
+        method
+    ]
+    return verb, resource, namespace
+
+
+class Recorder(BaseHTTPRequestHandler):
+    seen: list = []
+
+    def log_message(self, *a):
+        pass
+
+    def _answer(self):
+        self.seen.append((self.command, self.path))
+        if self.path.split("?")[0].endswith("/log"):
+            data, ctype = b"engine crashed\n", "text/plain"
+        else:
+            data, ctype = (
+                json.dumps({"items": [{"metadata": {"namespace": NS, "name": "vllm-llama-0", "uid": UID}}]}).encode(),
+                "application/json",
+            )
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = _answer
+
+    def do_DELETE(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._answer()
+
+
+@pytest.fixture(scope="module")
+def needs() -> dict[str, set[tuple[str, str, str]]]:
+    """driver name -> the authorizations its requests need."""
+    Recorder.seen = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    client = KubeClient(f"http://127.0.0.1:{server.server_address[1]}", "t", None, "node-a")
+    out = {}
+    try:
+        for name, drive in DRIVERS.items():
+            Recorder.seen = []
+            drive(client)
+            out[name] = {authorization(m, p) for m, p in Recorder.seen}
+    finally:
+        server.shutdown()
+        server.server_close()
+    return out
+
+
+def api_calling_functions() -> set[str]:
+    """Functions and methods of kube.py that send a request (``_call``, ``client_text`` or ``_open``)."""
+    tree = ast.parse(Path(kube.__file__).read_text(encoding="utf-8"))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_") and node.name != "client_text":
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Call):
+                    fn = sub.func
+                    name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+                    if name in ("_call", "client_text", "_open"):
+                        found.add(node.name)
+    return found
+
+
+def granted(overlay: str) -> set[tuple[str, str, str]]:
+    docs = render(OVERLAYS / overlay)
+    roles = {
+        (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
+        for d in docs
+        if d["kind"] in ("Role", "ClusterRole")
+    }
+    sa = next(d for d in docs if d["kind"] == "ServiceAccount")
+    subject = {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}
+    out = set()
+    for b in (d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        if subject not in b["subjects"]:
+            continue
+        ref = b["roleRef"]
+        ns = b["metadata"].get("namespace", "") if b["kind"] == "RoleBinding" else "*"
+        role = roles[(ref["kind"], b["metadata"].get("namespace", "") if ref["kind"] == "Role" else "", ref["name"])]
+        for rule in role["rules"]:
+            assert rule["apiGroups"] == [""], rule
+            out |= {(v, r, ns) for v in rule["verbs"] for r in rule["resources"]}
+    return out
+
+
+def test_every_api_calling_function_is_driven_here():
+    assert api_calling_functions() == set(DRIVERS)
+
+
+def test_the_known_gaps_are_still_real(needs):
+    for name, gap in KNOWN_GAPS.items():
+        assert gap <= needs[name], f"{name} no longer needs {gap - needs[name]}: remove it from KNOWN_GAPS"
+
+
+def _required(needs) -> set[tuple[str, str, str]]:
+    return {n for name, got in needs.items() for n in got - KNOWN_GAPS.get(name, set())}
+
+
+def test_the_remediate_overlay_grants_exactly_what_the_client_calls(needs):
+    assert granted("remediate") == _required(needs)
+
+
+def test_the_observe_only_overlay_grants_the_same_minus_deleting(needs):
+    required = {n for n in _required(needs) if n[:2] not in REMEDIATE_ONLY}
+    assert granted("observe-only") == required
+
+
+def test_nothing_is_granted_cluster_wide():
+    for overlay in ("observe-only", "remediate"):
+        assert all(ns == NS for _, _, ns in granted(overlay)), overlay
+
+
+@pytest.mark.parametrize(
+    "method, path, expected",
+    [
+        ("GET", "/api/v1/namespaces/llm/pods?fieldSelector=x", ("list", "pods", "llm")),
+        ("GET", "/api/v1/pods?fieldSelector=x", ("list", "pods", "*")),
+        ("GET", "/api/v1/namespaces/llm/pods/p", ("get", "pods", "llm")),
+        ("DELETE", "/api/v1/namespaces/llm/pods/p", ("delete", "pods", "llm")),
+        ("GET", "/api/v1/namespaces/llm/pods/p/log?previous=true", ("get", "pods/log", "llm")),
+    ],
+)
+def test_requests_map_to_the_authorization_the_api_server_checks(method, path, expected):
+    assert authorization(method, path) == expected

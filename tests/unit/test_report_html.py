@@ -1,0 +1,143 @@
+"""The incident page: self-contained HTML with the plots of the windows that fired and the verdict."""
+
+from __future__ import annotations
+
+import re
+from xml.etree import ElementTree
+
+import pytest
+
+from guardian.diagnosis.report_html import ReportInput, render_report, select_charts
+from guardian.series import metrics as m
+
+HOT = "p200/t212"
+
+
+def busy_series(n: int = 30) -> dict:
+    ts = [100.0 + i for i in range(n)]
+    return {
+        m.THREAD_DEMAND: {HOT: [[t, 1.0] for t in ts]},
+        m.THREAD_CPU: {HOT: [[t, 0.98] for t in ts], "p200/t200": [[t, 0.0] for t in ts]},
+        m.THREAD_VOL_RATE: {HOT: [[t, 0.0] for t in ts]},
+        m.ITERATIONS: {"": [[t, 500.0] for t in ts]},
+        m.GEN_TOKENS: {"": [[t, 9000.0] for t in ts]},
+        m.REQ_RUNNING: {"": [[t, 0.0] for t in ts]},
+        m.REQ_WAITING: {"": [[t, float(i)] for i, t in enumerate(ts)]},
+        m.ACCEL_UTIL: {"": [[t, 0.0] for t in ts]},
+        m.PROC_RSS: {"p200": [[t, 2e9 + 1e6 * i] for i, t in enumerate(ts)]},
+        m.ACCEL_MEM: {"": [[t, 3e10] for t in ts]},
+        m.KV_USAGE: {"": [[t, 0.1] for t in ts]},
+    }
+
+
+INCIDENT = {
+    "id": "01JABCDEF",
+    "kind": "busy_loop",
+    "severity": "critical",
+    "node": "n1",
+    "status": "firing",
+    "summary": "EngineCore thread 212 at 100 % CPU with no progress",
+    "opened_at": 1764565000.0,
+    "target": {"name": "vllm-8000", "pid": 100, "starttime": 5, "port": 8000},
+    "signals": {"pid": 200, "tid": 212, "threshold_cpu_ratio": 0.9},
+    "actions": [
+        {"name": "evidence", "status": "ok", "at": 1764565001.0, "detail": ""},
+        {"name": "restart", "status": "ok", "at": 1764565031.5, "detail": "SIGTERM tree"},
+    ],
+}
+DIAG = [
+    {
+        "id": "vllm-mm-cache-lru-busy-loop",
+        "title": "MM cache <LRU> spin",
+        "confidence": 0.95,
+        "matched": ['hot thread "process_input_sockets" in LRUCache.popitem (vllm/utils/cache.py)'],
+        "references": ["https://github.com/vllm-project/vllm/issues/43941"],
+        "workaround": "--mm-processor-cache-gb 0",
+        "fixed_in": "0.26.0",
+        "source": "vLLM #43941",
+        "confirmed": ["x"],
+        "inferred": ["y"],
+        "catalog": "c 1",
+    }
+]
+FLAME = b'<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><script>alert(1)</script></svg>'
+
+
+def page(**kw) -> str:
+    base = dict(
+        incident=INCIDENT,
+        bundle_id="01JABCDEF",
+        series=busy_series(),
+        diagnosis=DIAG,
+        notes=("device idle while the engine spins (accelerator 0 %)",),
+        flame_svg=FLAME,
+        flame_name="flame-200.svg",
+        capture={
+            "started_at": 1764565001.0,
+            "duration_s": 4.2,
+            "complete": True,
+            "files": [{"name": "series.json", "bytes": 10}],
+            "steps": [{"what": "dump", "pid": 200, "mode": "blocking", "rc": 0, "duration_s": 0.03}],
+        },
+    )
+    base.update(kw)
+    return render_report(ReportInput(**base))  # type: ignore[arg-type]
+
+
+def test_a_busy_loop_page_plots_the_hot_thread_progress_and_device_first():
+    html = page()
+    fired = html.split("The windows that fired")[1].split("<h2>")[0]
+    assert re.findall(r'id="chart-(\w+)"', fired) == ["thread_cpu", "thread_vol", "progress", "accel_util"]
+    assert "hot thread p200/t212" in fired and "busy threshold" in fired
+
+
+def test_the_verdict_comes_first_with_the_workaround_and_the_idle_device():
+    html = page()
+    assert html.index('id="diagnosis"') < html.index("The windows that fired")
+    assert "MM cache &lt;LRU&gt; spin" in html and "--mm-processor-cache-gb 0" in html
+    assert "device idle while the engine spins" in html and "Fixed in:</b> vLLM 0.26.0" in html
+
+
+def test_the_page_is_self_contained_and_runs_no_script():
+    html = page()
+    assert "<script" not in html.replace("data:image/svg+xml;base64,", "")
+    assert not re.search(r'\bsrc=["\'](?!data:)', html)  # nothing is loaded from anywhere
+    assert "<link" not in html
+
+
+def test_every_chart_is_well_formed_svg():
+    for svg in re.findall(r"<svg .*?</svg>", page(), flags=re.S):
+        ElementTree.fromstring(svg)
+
+
+def test_actions_have_durations_and_the_capture_its_steps():
+    html = page()
+    assert "30.5 s" in html and "evidence capture" in html and "4.2 s" in html and "py-spy dump pid 200" in html
+
+
+def test_memory_charts_carry_the_fitted_slope():
+    fired, rest = select_charts(busy_series(), "host_memory_leak", {})
+    assert fired[0].key == "rss" and fired[0].lines[0].fit is not None
+    assert abs(fired[0].lines[0].fit.slope - 1e6) < 1
+    assert "fit 3.4 GiB/h" in render_report(ReportInput(dict(INCIDENT, kind="host_memory_leak"), "x", busy_series()))
+
+
+def test_a_crash_is_shown_with_its_traceback():
+    crash = {
+        "exception": "AssertionError",
+        "message": "boom",
+        "process": "EngineCore_DP0",
+        "pid": 7,
+        "frames": [{"file": "/v/vllm/v1/core/sched/scheduler.py", "line": 5, "function": "schedule", "code": ""}],
+        "chain": [],
+        "text": "Traceback ...\nAssertionError: boom",
+        "source": "file /x.log",
+    }
+    html = page(incident=dict(INCIDENT, kind="engine_dead"), crash=crash, diagnosis=[])
+    assert 'id="crash"' in html and "scheduler.py:5 in schedule" in html and "No known signature matched" in html
+
+
+@pytest.mark.parametrize("series", [{}, {m.THREAD_CPU: {}}], ids=["none", "empty-metric"])
+def test_no_series_still_renders(series):
+    html = page(series=series, flame_svg=None, flame_name=None)
+    assert "The windows that fired" not in html and html.endswith("</html>")

@@ -1,0 +1,115 @@
+"""``make wheel-check``: the built wheel, installed alone in a clean virtualenv, works.
+
+``python -m tools.wheel_check <wheel> <venv>`` (the venv has the wheel installed, nothing else
+of this checkout). Checks, each printed as it passes, exit 1 at the first failure:
+
+- every file of the ``guardian`` package in the source tree (modules and data: catalogs,
+  schemas, ...) is in the wheel, and the wheel holds no tests;
+- run from an empty directory (so nothing is imported from the checkout): ``guardian --version``
+  says the version of pyproject.toml; ``guardian check-config`` passes on the built-in defaults
+  and on every shipped example config; ``guardian <command> --help`` answers for every command;
+- ``guardian demo`` (a simulated vLLM server, a busy loop, detection to recovery) exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import tomllib
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO_TIMEOUT_S = 240
+
+
+def fail(msg: str) -> None:
+    print(f"wheel-check: FAIL: {msg}", flush=True)
+    sys.exit(1)
+
+
+def ok(msg: str) -> None:
+    print(f"wheel-check: ok   {msg}", flush=True)
+
+
+def source_files() -> set[str]:
+    out = set()
+    for path in (ROOT / "guardian").rglob("*"):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            out.add(path.relative_to(ROOT).as_posix())
+    return out
+
+
+def run(venv: Path, args: list[str], cwd: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env["PATH"] = f"{venv / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"
+    return subprocess.run(
+        [str(venv / "bin" / "guardian"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def main(wheel: str, venv_dir: str) -> int:
+    venv = Path(venv_dir).resolve()
+    names = set(zipfile.ZipFile(wheel).namelist())
+    missing = source_files() - names
+    if missing:
+        fail(f"not in the wheel: {sorted(missing)} (add them to [tool.setuptools.package-data])")
+    if any(n.startswith(("tests/", "tools/", "benchmarks/")) for n in names):
+        fail("the wheel carries tests, tools or benchmarks")
+    ok(f"{Path(wheel).name}: all {len(source_files())} package files, no tests")
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    with tempfile.TemporaryDirectory(prefix="wheel-check-") as empty:
+        res = run(venv, ["--version"], empty)
+        if res.returncode != 0 or res.stdout.strip() != f"guardian {version}":
+            fail(f"guardian --version: rc {res.returncode}, {res.stdout.strip()!r} {res.stderr.strip()[-300:]}")
+        ok(f"guardian --version: {res.stdout.strip()}")
+        where = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import guardian; print(guardian.__file__)"],
+            cwd=empty,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.strip()
+        if not where.startswith(str(venv)):
+            fail(f"guardian is imported from {where}, not from the virtualenv")
+        ok(f"imported from the virtualenv ({where})")
+
+        res = run(venv, ["check-config", "-c", os.devnull], empty)
+        if res.returncode != 0 or "detectors:" not in res.stdout:
+            fail(f"guardian check-config (defaults): rc {res.returncode} {res.stderr.strip()[-300:]}")
+        examples = sorted((ROOT / "configs").rglob("*.yaml"))
+        for path in examples:
+            res = run(venv, ["check-config", "-c", str(path)], empty)
+            if res.returncode != 0:
+                fail(f"guardian check-config -c {path.relative_to(ROOT)}: rc {res.returncode} {res.stderr.strip()}")
+        ok(f"guardian check-config: the defaults and {len(examples)} shipped configs")
+
+        help_top = run(venv, ["--help"], empty).stdout
+        commands = sorted(help_top.split("{", 1)[1].split("}", 1)[0].split(","))
+        for name in commands:
+            res = run(venv, [name, "--help"], empty)
+            if res.returncode != 0 or "examples:" not in res.stdout:
+                fail(f"guardian {name} --help: rc {res.returncode}, no examples")
+        ok(f"guardian <command> --help for {len(commands)} commands: {', '.join(commands)}")
+
+        res = run(venv, ["demo", "--timeout", "150"], empty, timeout=DEMO_TIMEOUT_S)
+        if res.returncode != 0:
+            fail(f"guardian demo: rc {res.returncode}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+        last = [line for line in res.stdout.splitlines() if line.strip()][-1:]
+        ok(f"guardian demo: exit 0 ({last[0].strip() if last else ''})")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit("usage: python -m tools.wheel_check <wheel> <venv>")
+    sys.exit(main(sys.argv[1], sys.argv[2]))
