@@ -52,7 +52,7 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         self.read_timeout = read_timeout
         self._slots = threading.BoundedSemaphore(max_clients)
 
-    def process_request(self, request, client_address) -> None:  # noqa: ANN001
+    def process_request(self, request, client_address) -> None:
         if not self._slots.acquire(blocking=False):
             self.shutdown_request(request)  # too many at once: this one is closed, not queued
             return
@@ -62,7 +62,7 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             self._slots.release()
             raise
 
-    def process_request_thread(self, request, client_address) -> None:  # noqa: ANN001
+    def process_request_thread(self, request, client_address) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:

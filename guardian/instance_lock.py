@@ -20,7 +20,7 @@ class InstanceLock:
         self.path = os.path.join(state_dir, LOCK_NAME)
         self._fd: int | None = None
 
-    def acquire(self) -> "InstanceLock":
+    def acquire(self) -> InstanceLock:
         """Take the lock or raise ``GuardianError`` naming the guardian that holds it."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o640)
         try:
@@ -40,7 +40,7 @@ class InstanceLock:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self) -> "InstanceLock":
+    def __enter__(self) -> InstanceLock:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:

@@ -10,7 +10,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .actions.redact import redact_text
 from .actions.policy import Maintenance, budget_left
 from .actions.redact import redact_argv
 from .model import Incident, ProcessInfo, Subject

@@ -519,7 +519,8 @@ class Remediator:
                 self.async_runner.submit(("remediation", f"{seq.target}:kube"),
                                          lambda: self._kube_delete(api, int(stop_grace(rc, seq.reason)), uid, ns),
                                          deadline=now + 30, on_done=self._job_done)
-                self._record(seq, "stop", "ok", f"pod delete requested (grace {stop_grace(rc, seq.reason):g}s) {uid or ''}")
+                self._record(seq, "stop", "ok",
+                             f"pod delete requested (grace {stop_grace(rc, seq.reason):g}s) {uid or ''}")
             else:
                 sent = self.control.signal(api, signal.SIGTERM)
                 seq.found_gone = not sent

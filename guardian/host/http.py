@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import io
 import json
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
@@ -64,7 +65,7 @@ class _DeadlineReader(io.RawIOBase):
     def readinto(self, b) -> int:  # type: ignore[override]
         left = self._deadline - time.monotonic()
         if left <= 0:
-            raise socket.timeout("deadline passed")
+            raise TimeoutError("deadline passed")
         self._sock.settimeout(left)
         return self._sock.recv_into(b)
 

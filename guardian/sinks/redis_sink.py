@@ -367,7 +367,7 @@ class AlertSink:
                 new = self._delivery.deliver(event)
             except _redis_errors() as e:
                 return e
-            except Exception as e:  # noqa: BLE001 - a bug must not wedge delivery; retried with backoff
+            except Exception as e:
                 log.exception("alerts: unexpected delivery error")
                 return e
             delivered.append(event["id"])
@@ -446,7 +446,7 @@ class AlertSink:
                 if self._on_down is not None:
                     try:
                         self._on_down()
-                    except Exception:  # noqa: BLE001 - a failed revive is retried at the next backoff
+                    except Exception:
                         log.exception("alerts: reviving Redis failed")
                 self._stop.wait(backoff)  # publishes do not cut a backoff short
                 backoff = min(self.backoff_max, backoff * 2)

@@ -67,7 +67,8 @@ class RedisServer:
         if self.dir is None:
             self.dir = tempfile.mkdtemp(prefix="guardian-redis-")
         argv = [self.executable, "--port", str(self.port), "--bind", self.host, "--save", "",
-                "--appendonly", "yes" if self.durable else "no", "--appendfsync", "always", "--dir", self.dir, "--daemonize", "no", "--protected-mode", "no",
+                "--appendonly", "yes" if self.durable else "no", "--appendfsync", "always", "--dir", self.dir,
+                "--daemonize", "no", "--protected-mode", "no",
                 "--logfile", str(Path(self.dir) / "redis.log")]
         self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL, start_new_session=True)

@@ -1,7 +1,7 @@
 """Every state file damaged before the guardian starts: incidents (garbage, binary, a JSON nest
 100 000 deep), the alert spool (torn and garbage lines between good ones), remediation state,
-maintenance, the restart ledger (which then refuses restarts, and says so). The guardian starts, watches its target, delivers the good spooled alerts and
-names what it skipped; nothing is lost that was readable."""
+maintenance, the restart ledger (which then refuses restarts, and says so). The guardian starts,
+watches its target, delivers the good spooled alerts and names what it skipped; nothing is lost that was readable."""
 from __future__ import annotations
 
 import json

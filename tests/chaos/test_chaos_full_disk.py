@@ -78,7 +78,8 @@ def test_a_full_state_disk_kills_nothing_and_loses_no_alert(tmp_path, small_tmpf
         opened = poll(lambda: [e for _, e in events() if e.get("kind") == "busy_loop"
                                and e.get("reason") == "opened"], 60)
         assert opened, g.log_text()
-        assert poll(lambda: [e for _, e in events() if e.get("reason") == "renotify"], 20), [(e["reason"], e["kind"]) for _, e in events()]
+        assert poll(lambda: [e for _, e in events() if e.get("reason") == "renotify"], 20), \
+            [(e["reason"], e["kind"]) for _, e in events()]
         sim.stop()  # a spinning engine cannot be cleared: the target goes, its incident resolves
         resolved = poll(lambda: [e for _, e in events() if e.get("kind") == "busy_loop"
                                  and e.get("reason") == "resolved"], 60)

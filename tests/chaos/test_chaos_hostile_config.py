@@ -19,7 +19,8 @@ HOSTILE = {
     "deep_block": ("".join("  " * i + f"k{i}:\n" for i in range(300)) + "  " * 300 + "v: 1\n", "nested deeper"),
     "alias_bomb": ("\n".join(['a: &a ["x","x","x","x","x","x","x","x","x","x"]']
                              + [f"{n}: &{n} [" + ",".join([f"*{p}"] * 10) + "]"
-                                for p, n in zip("abcdefgh", "bcdefghi")]) + "\ntargets: *i\n", "aliases expand"),
+                                for p, n in zip("abcdefgh", "bcdefghi", strict=True)])
+                   + "\ntargets: *i\n", "aliases expand"),
     "binary": ("\x00\x01\x02interval: 1\n", "g.yaml"),
     "not_utf8": (b"interval: \xff\xfe\n", "not UTF-8"),
 }

@@ -3,7 +3,6 @@ the kernel is made to hand the dead process's pid to a fresh one (``ns_last_pid`
 the guardian's process control and pod lookup must leave the newcomer alone."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys

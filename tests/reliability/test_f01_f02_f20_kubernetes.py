@@ -8,7 +8,6 @@ import io
 import json
 
 from guardian.host.kube import KubeClient
-from guardian.model import ProcKey
 from guardian.testing.fake_control import FakeControl
 from guardian.testing.fake_proc import FakeProcTree
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import resource
 import signal
 from contextlib import contextmanager
@@ -39,9 +38,8 @@ def test_a_write_cut_short_raises_and_leaves_only_whole_lines(tmp_path):
     s = Spool(tmp_path / "spool", max_events=100, max_bytes=1 << 20)
     s.append(ev(1))
     size = (tmp_path / "spool" / FILE_NAME).stat().st_size
-    with file_size_limit(size + 10):
-        with pytest.raises(OSError) as info:
-            s.append(ev(2, pad="x" * 200))
+    with file_size_limit(size + 10), pytest.raises(OSError) as info:
+        s.append(ev(2, pad="x" * 200))
     assert info.value.errno in (errno.EFBIG, errno.ENOSPC)
     raw = (tmp_path / "spool" / FILE_NAME).read_bytes()
     assert raw.endswith(b"\n")
@@ -53,9 +51,8 @@ def test_the_next_event_after_a_short_write_is_not_glued_to_a_torn_one(tmp_path)
     s = Spool(tmp_path / "spool", max_events=100, max_bytes=1 << 20)
     s.append(ev(1))
     size = (tmp_path / "spool" / FILE_NAME).stat().st_size
-    with file_size_limit(size + 10):
-        with pytest.raises(OSError):
-            s.append(ev(2, pad="x" * 200))
+    with file_size_limit(size + 10), pytest.raises(OSError):
+        s.append(ev(2, pad="x" * 200))
     s.append(ev(3))
     assert [e["id"] for e in s.head(10)] == ["E0001", "E0003"]
     assert len(s) == 2

@@ -19,7 +19,7 @@ from guardian.model import Finding, Kind, Sample, Severity, TargetRef
 from guardian.series import metrics as m
 from guardian.testing.fake_control import FakeControl
 
-from test_remediation import API, ARGV, ENGINE, NEW_API, WORKER, World
+from test_remediation import API, ARGV, ENGINE, WORKER, World
 
 
 def restart(tmp_path, **kw):
@@ -92,8 +92,8 @@ def restarted(w, lease):
     """The guardian restarts: a new remediator on the same state dir, with the fleet lease."""
     from guardian.actions.remediation import RemediationSettings, Remediator
 
-    return Remediator(RemediationSettings.from_config(w.cfg), w.clock, w.control, w.runner, w.cmd, w.incidents, w.ledger, procfs=None,
-                      lease=lease, publish_control=w.published.append)
+    return Remediator(RemediationSettings.from_config(w.cfg), w.clock, w.control, w.runner, w.cmd, w.incidents,
+                      w.ledger, procfs=None, lease=lease, publish_control=w.published.append)
 
 
 def leak_world(tmp_path, lease):

@@ -2,7 +2,6 @@
 ``incidents show`` answers a bad id or a missing evidence folder with a message, not a traceback."""
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest

@@ -16,7 +16,7 @@ from guardian.host.procfs import ProcFS
 from guardian.host.process_control import OsProcessControl
 from guardian.model import Kind, ProcKey
 
-from test_evidence import World as EvidenceWorld  # the component tier's evidence world  # noqa: E402
+from test_evidence import World as EvidenceWorld  # the component tier's evidence world
 
 
 @pytest.mark.parametrize("kind", [Kind.HOST_MEMORY_LEAK, Kind.ACCEL_MEMORY_LEAK, Kind.KV_CACHE_LEAK,
