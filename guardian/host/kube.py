@@ -19,10 +19,14 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 from urllib.parse import quote
 
 from ..errors import BackendUnavailable, ProbeFailed
+
+if TYPE_CHECKING:
+    from ..model import ProcKey
+    from .procfs import ProcFS
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 # cgroup v1: .../kubepods/burstable/pod<uid>/<container>; v2 (systemd driver):
@@ -43,7 +47,7 @@ class PodRef:
     uid: str
 
 
-def pod_uid_of(procfs, key, alive: Callable[[object], bool]) -> str | None:
+def pod_uid_of(procfs: ProcFS, key: ProcKey, alive: Callable[[ProcKey], bool]) -> str | None:
     """The pod UID of the process ``key`` (pid + start time), or None outside a pod. The
     identity is checked before and after the cgroup read: if the pid was reused meanwhile,
     ``ProbeFailed`` says so instead of naming the new process's pod."""

@@ -6,12 +6,8 @@ from __future__ import annotations
 import os
 import sys
 
-import pytest
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 for folder in (os.path.join(HERE, "..", "live"), os.path.join(HERE, "..", "reliability")):
     folder = os.path.abspath(folder)
     if folder not in sys.path:
         sys.path.insert(0, folder)
-
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: mounts a tmpfs / writes ns_last_pid")

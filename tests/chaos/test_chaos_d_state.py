@@ -49,9 +49,12 @@ def test_a_d_state_process_in_the_tree_does_not_stall_the_guardian(tmp_path):
         assert t, g.log_text()
         states = {p["pid"]: p["state"] for p in t["processes"]}
         assert states.get(holder.pid) == "D", t["processes"]
-        first = g.status()["guardian"]["ticks"]
+        st = g.status()
+        assert st is not None
+        first = st["guardian"]["ticks"]
         time.sleep(4)
-        assert g.status()["guardian"]["ticks"] >= first + 2, "the loop stopped ticking"
+        st = g.status()
+        assert st is not None and st["guardian"]["ticks"] >= first + 2, "the loop stopped ticking"
         t0 = time.monotonic()
         out = subprocess.run([sys.executable, "-m", "guardian.cli", "snapshot", "dstate", "-c", str(g.config_path)],
                              capture_output=True, text=True, timeout=120)

@@ -11,7 +11,7 @@ import pytest
 
 from guardian.testing.redis_server import RedisServer
 
-from conftest import needs_root
+from chaos_util import needs_root
 from guardian_world import GuardianProcess, SimServer, free_port, poll, sweep
 
 
@@ -84,7 +84,7 @@ def test_a_full_state_disk_kills_nothing_and_loses_no_alert(tmp_path, small_tmpf
         resolved = poll(lambda: [e for _, e in events() if e.get("kind") == "busy_loop"
                                  and e.get("reason") == "resolved"], 60)
         assert resolved, g.log_text()
-        assert g.proc.poll() is None, g.log_text()
+        assert g.proc is not None and g.proc.poll() is None, g.log_text()
         assert "No space left on device" in g.log_text()
         os.unlink(small_tmpfs / "filler")
         ids = [i for i, _ in events()]

@@ -29,6 +29,7 @@ HOSTILE = {
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_a_hostile_value_is_a_clear_error(tmp_path, name):
     text, expected = HOSTILE[name]
+    assert isinstance(text, (str, bytes))
     path = tmp_path / "g.yaml"
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
     t0 = time.monotonic()

@@ -16,7 +16,7 @@ from guardian.host.procfs import ProcFS
 from guardian.host.process_control import OsProcessControl
 from guardian.model import ProcKey
 
-from conftest import needs_root
+from chaos_util import needs_root
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 

@@ -57,9 +57,9 @@ def test_a_guardian_killed_mid_restart_finishes_it_once_after_its_restart(tmp_pa
         assert g.wait_ready(60), g.log_text()
         trip(sim, fault)
         assert poll(lambda: phase_of(g) == phase, 90, every=0.1), g.log_text()
+        assert g.proc is not None
         os.kill(g.proc.pid, signal.SIGKILL)
         g.proc.wait()
-        g.log.close()
         g.start()
         done = poll(lambda: (t := g.target()) and (t.get("remediation") or {}).get("outcome") == "done"
                     and t["serving"] and t, 120)

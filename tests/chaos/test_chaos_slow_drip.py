@@ -25,7 +25,7 @@ def test_slow_drip_servers_cannot_starve_the_healthy_target_or_block_shutdown(tm
     here = os.path.join(os.path.dirname(__file__), "..", "reliability")
     drips = [subprocess.Popen([sys.executable, "-c", DRIP, here, "1"], stdout=subprocess.PIPE, text=True)
              for _ in range(DRIPPERS)]  # one process each: a target is a process tree
-    ports = [int(d.stdout.readline()) for d in drips]
+    ports = [int(d.stdout.readline()) for d in drips if d.stdout is not None]
     port = free_port()
     sim = SimServer(port=port, startup_delay=0.5).start()
     targets = [{"name": "sim", "match": {"port": port}}] + [
@@ -35,11 +35,11 @@ def test_slow_drip_servers_cannot_starve_the_healthy_target_or_block_shutdown(tm
         sim.wait_ready(60)
         g.start()
         assert g.wait_ready(60), g.log_text()
-        assert poll(lambda: len(g.status()["targets"]) == DRIPPERS + 1, 20), g.status()
+        assert poll(lambda: (st := g.status()) is not None and len(st["targets"]) == DRIPPERS + 1, 20), g.status()
         ages = []
         for _ in range(3):
             time.sleep(5)
-            t = g.target()
+            t = g.require_target()
             assert t["ready"] and t["canary"]["ok"], t
             ages.append(t["canary"]["age_s"])
         assert max(ages) < 30, ages  # canaries every 10 s keep coming

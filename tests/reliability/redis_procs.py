@@ -45,6 +45,7 @@ e = EmbeddedRedis(sys.argv[1]); e.start(); print(e.pid, flush=True); time.sleep(
 def start_holder(state_dir) -> tuple[subprocess.Popen, int]:
     """A process that starts the embedded Redis and then hangs: a guardian to SIGKILL."""
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(state_dir)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
     line = proc.stdout.readline()
     return proc, int(line)
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Hashable
 
 import pytest
 
@@ -46,7 +47,7 @@ def test_probes_holding_every_worker_do_not_starve_evidence_or_remediation():
         runner.submit(("http", f"slow{i}"), gate.wait, deadline=100)
     runner.submit(("evidence", "inc1"), lambda: "bundle", deadline=100)
     runner.submit(("remediation", "t1"), lambda: "stopped", deadline=100)
-    done = {}
+    done: dict[Hashable, object] = {}
     deadline = time.monotonic() + 10
     while len(done) < 2 and time.monotonic() < deadline:
         done.update({d.key: d.result for d in runner.collect()})
@@ -69,7 +70,7 @@ r.shutdown()
 def test_a_wedged_job_does_not_keep_the_process_from_exiting():
     proc = subprocess.Popen([sys.executable, "-c", WEDGED], stdout=subprocess.PIPE, text=True)
     try:
-        assert proc.stdout.readline().strip() == "submitted"
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "submitted"
         assert proc.wait(timeout=10) == 0
     finally:
         proc.kill()

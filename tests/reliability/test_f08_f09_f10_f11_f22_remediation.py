@@ -60,13 +60,14 @@ def test_a_failed_start_is_retried(tmp_path):
 
 
 def test_a_start_that_keeps_failing_is_escalated_to_a_human(tmp_path):
-    w = World(tmp_path, control=FlakyStart(100), restart=restart(tmp_path, owner_grace=0))
+    control = FlakyStart(100)
+    w = World(tmp_path, control=control, restart=restart(tmp_path, owner_grace=0))
     inc = w.open()
     w.consider(inc)
     w.step(1, n=60)
     seq = w.rem.sequences["llm"]
     assert seq.outcome == "failed" and "a human must start it" in seq.detail
-    assert w.control.failures == 100 - 3
+    assert control.failures == 100 - 3
 
 
 # ---------------------------------------------------------------- 9
@@ -231,8 +232,9 @@ def test_systemd_already_activating_the_unit_makes_the_guardian_stand_down(tmp_p
     w.step(1, n=12)
     assert ("systemctl", "restart", "vllm@llama.service") not in cmd.argvs()
     assert w.rem.phase("llm") == "verifying"
-    assert "stood down: systemd unit vllm@llama.service is activating" in " ".join(
-        a.detail for a in w.incidents.get(inc.id).actions)
+    stored = w.incidents.get(inc.id)
+    assert stored is not None
+    assert "stood down: systemd unit vllm@llama.service is activating" in " ".join(a.detail for a in stored.actions)
 
 
 def test_a_guardian_restarted_during_the_owner_grace_waits_again_and_starts_exactly_once(tmp_path):

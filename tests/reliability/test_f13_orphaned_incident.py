@@ -39,6 +39,7 @@ def test_a_reloaded_incident_of_a_target_that_is_gone_resolves(tmp_path):
             clock.advance(1.0)
             transitions += d.tick()
         assert d.incidents.open_incidents() == []
-        assert store.load(ID).status is Status.RESOLVED
+        loaded = store.load(ID)
+        assert loaded is not None and loaded.status is Status.RESOLVED
     finally:
         d.runner.shutdown()
