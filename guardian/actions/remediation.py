@@ -32,15 +32,18 @@ import signal
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..config_schema import Config, DrainConfig, Mode, PolicyConfig, RestartConfig, TargetConfig
 from ..fsutil import atomic_write
 from ..model import Action, Kind, ProcKey
 from ..series import metrics as m
-from .launch import build_launch_spec, preflight
+from .launch import build_launch_spec
 from .policy import Maintenance, may_restart, node_anomaly
 from .redact import redact_argv
+
+if TYPE_CHECKING:
+    from ..host.process_control import ProcessControl
 
 HANG_KINDS = {Kind.BUSY_LOOP.value, Kind.ENGINE_STALL.value, Kind.ENGINE_DEAD.value}
 HANG_DRAIN_TIMEOUT = 5.0  # a hung engine has nothing to drain: the most a hang waits, if it still steps
@@ -50,14 +53,14 @@ LEASE_RETRY = 5.0
 START_ATTEMPTS = 3  # a command-mode start is tried this many times (2 s, 4 s apart), then left to a human
 
 
-def start_problem(rc: RestartConfig) -> str | None:
+def start_problem(rc: RestartConfig, control: ProcessControl) -> str | None:
     """Why a command-mode start would fail, checked before anything is stopped: an unwritable
     ``log_file`` (a read-only /var/log under ProtectSystem=strict), a missing ``cwd``, a program
     that is not there, an unknown ``user``/``group`` (``guardian.actions.launch.preflight``)."""
     if rc.mode != "command":
         return None
     try:
-        problems = preflight(build_launch_spec(rc))
+        problems = control.preflight(build_launch_spec(rc))
     except (ValueError, KeyError, OSError) as e:  # an unknown user or group
         problems = [f"restart: cannot build the launch: {e}"]
     if not problems:
@@ -333,7 +336,7 @@ class Remediator:
                               "restart.mode kubernetes needs the in-cluster API (service account); alert only")
         if tc.restart.mode == "command" and not tc.restart.command:
             return self._once(incident, "no_command", "skipped", "restart.mode command without a command")
-        unstartable = start_problem(tc.restart)
+        unstartable = start_problem(tc.restart, self.control)
         if unstartable:
             return self._once(incident, "unstartable", "escalated", unstartable)
         wall = self.clock.wall()
@@ -374,7 +377,7 @@ class Remediator:
         if action == "restart":
             if tc is None:
                 return f"{name}: autodiscovered target has no restart config; refusing to restart it"
-            unstartable = start_problem(tc.restart)
+            unstartable = start_problem(tc.restart, self.control)
             if unstartable:
                 return f"{name}: refused: {unstartable}"
             verdict = may_restart(self.policy, self.ledger, name, self.clock.wall())

@@ -27,6 +27,7 @@ class ProcessControl(Protocol):
     def start(self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: str | None,
               log_file: str | None) -> int: ...
     def start_spec(self, spec: LaunchSpec) -> int: ...
+    def preflight(self, spec: LaunchSpec) -> list[str]: ...
 
 
 class OsProcessControl:
@@ -80,6 +81,12 @@ class OsProcessControl:
         self._children[proc.pid] = proc
         self._reap()
         return proc.pid
+
+    def preflight(self, spec: LaunchSpec) -> list[str]:
+        """Why ``start_spec(spec)`` would fail on this host (``guardian.actions.launch.preflight``)."""
+        from ..actions.launch import preflight
+
+        return preflight(spec)
 
     def start_spec(self, spec: LaunchSpec) -> int:
         """Launch exactly ``spec`` (``guardian.actions.launch``): its environment and nothing of the

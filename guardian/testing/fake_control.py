@@ -37,6 +37,13 @@ class FakeControl:
                 self.live.discard(child)
         return True
 
+    def preflight(self, spec) -> list[str]:
+        """The real preflight (log file, cwd, user/group on this host), except that every program
+        exists: this control starts none, so a made-up path such as /opt/vllm/bin/python is fine."""
+        from ..actions.launch import preflight
+
+        return preflight(spec, which=lambda program, path=None: program)
+
     def start_spec(self, spec) -> int:
         self.specs.append(spec)
         return self.start(spec.argv, dict(spec.env), spec.cwd, spec.log_file)

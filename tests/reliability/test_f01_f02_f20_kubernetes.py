@@ -85,7 +85,7 @@ def test_the_daemonset_passes_the_node_name_from_the_downward_api():
     import yaml
     from pathlib import Path
 
-    docs = list(yaml.safe_load_all((Path(__file__).parents[2] / "deploy/k8s/daemonset.yaml").read_text()))
+    docs = list(yaml.safe_load_all((Path(__file__).parents[2] / "deploy/k8s/base/daemonset.yaml").read_text()))
     ds = next(d for d in docs if d and d.get("kind") == "DaemonSet")
     env = ds["spec"]["template"]["spec"]["containers"][0]["env"]
     node = next(e for e in env if e["name"] == "NODE_NAME")
