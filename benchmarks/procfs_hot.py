@@ -6,6 +6,7 @@ process counts as hot on a loaded machine (so the per-thread stage runs every ti
 reader's own CPU per collect (``time.thread_time`` of the calling thread, so the spinner's CPU
 is not counted) and the samples it produced. Light: one process, a few seconds.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,8 +44,10 @@ def main(threads: int = 75, collects: int = 20) -> None:
         read += len(res.processes[key].threads) if key in res.processes else 0
         time.sleep(0.25)
     stop.set()
-    print(f"{threads} threads, 1 spinning: {1000 * cpu / collects:.2f} ms of CPU per collect, "
-          f"{samples / collects:.0f} samples, {read / collects:.1f} threads read in full")
+    print(
+        f"{threads} threads, 1 spinning: {1000 * cpu / collects:.2f} ms of CPU per collect, "
+        f"{samples / collects:.0f} samples, {read / collects:.1f} threads read in full"
+    )
 
 
 if __name__ == "__main__":

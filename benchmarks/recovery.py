@@ -11,6 +11,7 @@ time (spawn → first canary answered, measured on a fresh server).
 Writes ``benchmarks/recovery-latest.md``. Run under the shared lock:
 ``flock /tmp/guardian-heavy.lock make bench-recovery``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,13 @@ def phases(inc: dict, onset: float, evidence_s: float | None) -> dict[str, float
     """Phase durations (s) from an incident's actions: each phase's action is stamped when it ends."""
     at = {a["name"]: a["at"] for a in inc["actions"]}
     began = at.get("remediation")
-    order = [("drain", "draining"), ("stop", "stopping"), ("release", "releasing"), ("start", "starting"),
-             ("ready", "verifying")]
+    order = [
+        ("drain", "draining"),
+        ("stop", "stopping"),
+        ("release", "releasing"),
+        ("start", "starting"),
+        ("ready", "verifying"),
+    ]
     out: dict[str, float | None] = {"detection": inc["opened_at"] - onset, "evidence": evidence_s}
     prev = began
     for label, name in order:
@@ -62,11 +68,20 @@ def render(rows: dict[str, dict[str, float | None]], own_start: float, meta: str
         return "–" if x is None else f"{x:.1f}"
 
     head = "| fault | " + " | ".join(PHASES) + " | incident → replacement start | onset → serving again |"
-    out = ["# Recovery on the simulated server, phase by phase (seconds)", "", meta, "", head,
-           "|---|" + "---:|" * (len(PHASES) + 2)]
+    out = [
+        "# Recovery on the simulated server, phase by phase (seconds)",
+        "",
+        meta,
+        "",
+        head,
+        "|---|" + "---:|" * (len(PHASES) + 2),
+    ]
     for kind, r in rows.items():
-        out.append(f"| {kind} | " + " | ".join(f(r.get(p)) for p in PHASES)
-                   + f" | {f(r.get('open_to_start'))} | {f(r.get('onset_to_serving'))} |")
+        out.append(
+            f"| {kind} | "
+            + " | ".join(f(r.get(p)) for p in PHASES)
+            + f" | {f(r.get('open_to_start'))} | {f(r.get('onset_to_serving'))} |"
+        )
     out += ["", f"The server's own start (spawn → first canary answered): {own_start:.1f} s."]
     return "\n".join(out) + "\n"
 
@@ -83,9 +98,20 @@ def one(kind: str, fault: str, work: Path, h) -> dict[str, float | None]:
     port = free_port("127.0.0.1")
     server = SimServer(port=port, extra_args=SIM_ARGS, log_path=work / f"{fault}-server.log").start()
     argv = [sys.executable, "-m", SIM, "--port", str(port), *SIM_ARGS]
-    extra = {"targets": [{"name": "sim", "match": {"port": port},
-                          "restart": {"mode": "command", "command": argv, "ready_timeout": 60,
-                                      "log_file": str(work / f"{fault}-restarted.log")}}]}
+    extra = {
+        "targets": [
+            {
+                "name": "sim",
+                "match": {"port": port},
+                "restart": {
+                    "mode": "command",
+                    "command": argv,
+                    "ready_timeout": 60,
+                    "log_file": str(work / f"{fault}-restarted.log"),
+                },
+            }
+        ]
+    }
     (work / fault).mkdir(parents=True, exist_ok=True)
     g = h.GuardianProcess(work / fault, port, extra=extra).start()
     try:
@@ -94,10 +120,12 @@ def one(kind: str, fault: str, work: Path, h) -> dict[str, float | None]:
             raise RuntimeError(g.log_text())
         SimServer(port=port).set_fault(fault)
         onset = time.time()
-        threading.Thread(target=lambda: _quiet(lambda: SimServer(port=port).complete("x", max_tokens=4, timeout=60)),
-                         daemon=True).start()
-        inc = h.poll(lambda: next((i for i in g.incidents() if i["kind"] == kind and i["status"] == "resolved"),
-                                  None), 120)
+        threading.Thread(
+            target=lambda: _quiet(lambda: SimServer(port=port).complete("x", max_tokens=4, timeout=60)), daemon=True
+        ).start()
+        inc = h.poll(
+            lambda: next((i for i in g.incidents() if i["kind"] == kind and i["status"] == "resolved"), None), 120
+        )
         if inc is None:
             raise RuntimeError(f"{kind} not recovered:\n{g.log_text()[-3000:]}")
         return phases(inc, onset, evidence_seconds(inc))
@@ -157,8 +185,12 @@ def main(argv: list[str] | None = None) -> int:
         rows[kind] = one(kind, fault, work, h)
         print(f"[{time.time() - t0:4.0f}s] {kind}: {rows[kind]}", file=sys.stderr, flush=True)
     start = own_start(work, h)
-    text = render(rows, start, "Defaults (drain.timeout 120 s, restart.hang_stop_grace 3 s, "
-                               "evidence.record_seconds 3 s); `restart.mode: command`; a guardian per fault.")
+    text = render(
+        rows,
+        start,
+        "Defaults (drain.timeout 120 s, restart.hang_stop_grace 3 s, "
+        "evidence.record_seconds 3 s); `restart.mode: command`; a guardian per fault.",
+    )
     print(text)
     args.out.write_text(text)
     return 0

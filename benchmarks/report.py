@@ -2,6 +2,7 @@
 
 Pure: parsers of /proc text, summaries, and ``render_markdown(report)``; no I/O.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -17,7 +18,7 @@ FAULTS = (  # (plugin trigger, incident kind the guardian must open, label)
 # ---------------------------------------------------------------- /proc text
 def parse_stat_cpu_ticks(text: str) -> int:
     """utime + stime (clock ticks) from the text of /proc/<pid>/stat (comm may hold spaces and parens)."""
-    fields = text[text.rfind(")") + 2:].split()
+    fields = text[text.rfind(")") + 2 :].split()
     return int(fields[11]) + int(fields[12])  # fields 14 and 15 of the whole line
 
 
@@ -146,8 +147,10 @@ def _liveness(runs: list[FaultRun], period: float, threshold: int) -> str:
     if not fired:
         return f"never fired: {failures} failures in {probes} probes over {len(runs)} runs"
     s = summarize(fired)
-    return (f"fired in {len(fired)}/{len(runs)} runs, {_s(s.median)} median / {_s(s.max)} max after onset "
-            f"({failures} failures in {probes} probes)")
+    return (
+        f"fired in {len(fired)}/{len(runs)} runs, {_s(s.median)} median / {_s(s.max)} max after onset "
+        f"({failures} failures in {probes} probes)"
+    )
 
 
 def render_markdown(r: Report) -> str:
@@ -171,8 +174,10 @@ def render_markdown(r: Report) -> str:
         each = ", ".join("miss" if x.onset_to_incident_s is None else f"{x.onset_to_incident_s:.1f}" for x in runs)
         others = sorted({k for x in runs for k in (*x.incidents, *x.after_clear) if k != kind})
         other_txt = "none" if not others else ", ".join(_other_incident(k, runs) for k in others)
-        lines.append(f"| {label} | `{kind}` | {s.n}/{len(runs)} | {_s(s.median)} | {_s(s.max)} | {each} | "
-                     f"{other_txt} | {_liveness(runs, r.period_s, r.threshold)} |")
+        lines.append(
+            f"| {label} | `{kind}` | {s.n}/{len(runs)} | {_s(s.median)} | {_s(s.max)} | {each} | "
+            f"{other_txt} | {_liveness(runs, r.period_s, r.threshold)} |"
+        )
     lines += ["", "| negative scenario | observed | incidents (false positives) |", "|---|---|---|"]
     for scenario in dict.fromkeys(n.scenario for n in r.negatives):
         group = [n for n in r.negatives if n.scenario == scenario]
@@ -181,8 +186,10 @@ def render_markdown(r: Report) -> str:
         seen = "" if len(group) == 1 else f"{len(group)} runs, "
         span = f"{secs[0]:.0f} s" if len(group) == 1 else f"{min(secs):.0f}–{max(secs):.0f} s each"
         kinds = [k for n in group for k in n.incidents]
-        lines.append(f"| {scenario}{f' ({notes})' if notes else ''} | {seen}{span} | {len(kinds)}"
-                     f"{'' if not kinds else ': ' + ', '.join(kinds)} |")
+        lines.append(
+            f"| {scenario}{f' ({notes})' if notes else ''} | {seen}{span} | {len(kinds)}"
+            f"{'' if not kinds else ': ' + ', '.join(kinds)} |"
+        )
     if r.overhead is not None:
         o = r.overhead
         lines += [
@@ -201,8 +208,11 @@ def render_markdown(r: Report) -> str:
             lines.append(f"| {p.name} | {p.runs} | {_ms(p.mean_duration_s)} | {_ms(per_tick)} |")
     if r.server_starts_s:
         s = summarize(list(r.server_starts_s))
-        lines += ["", f"vLLM server start (spawn → /health 200): {_s(s.median)} median, {_s(s.max)} max "
-                      f"over {s.n} starts; whole benchmark {r.wall_s / 60:.1f} min."]
+        lines += [
+            "",
+            f"vLLM server start (spawn → /health 200): {_s(s.median)} median, {_s(s.max)} max "
+            f"over {s.n} starts; whole benchmark {r.wall_s / 60:.1f} min.",
+        ]
     if r.notes:
         lines += [""] + [f"- {note}" for note in r.notes]
     return "\n".join(lines).rstrip() + "\n"

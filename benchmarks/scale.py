@@ -20,6 +20,7 @@ the machine's noise is shared, so the ratio holds even when absolute numbers mov
 Writes ``benchmarks/scale-latest.md`` (and prints it). Run it under the shared
 lock: ``flock /tmp/guardian-heavy.lock make bench-scale``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,8 +65,15 @@ def _ms(x: float | None) -> str:
     return "–" if x is None else f"{1000 * x:.1f}"
 
 
-_IDLE_LEAVES = ("Condition.wait", "_PollLikeSelector.select", "EpollSelector.select", "_worker (concurrent",
-                "SimpleQueue.get", "Event.wait", "sleep (")
+_IDLE_LEAVES = (
+    "Condition.wait",
+    "_PollLikeSelector.select",
+    "EpollSelector.select",
+    "_worker (concurrent",
+    "SimpleQueue.get",
+    "Event.wait",
+    "sleep (",
+)
 
 
 def profile_summary(raw: str, top: int = 12) -> list[tuple[str, float]]:
@@ -85,26 +93,48 @@ def profile_summary(raw: str, top: int = 12) -> list[tuple[str, float]]:
         for name in {f.split(" (")[0] for f in frames[1:]}:
             inclusive[name] = inclusive.get(name, 0) + n
     ranked = sorted(inclusive.items(), key=lambda kv: -kv[1])
-    skip = ("Thread.run", "Thread._bootstrap", "Thread._bootstrap_inner", "_run_code", "_run_module_as_main",
-            "<module>", "main", "cmd_run", "_WorkItem.run", "_worker")
+    skip = (
+        "Thread.run",
+        "Thread._bootstrap",
+        "Thread._bootstrap_inner",
+        "_run_code",
+        "_run_module_as_main",
+        "<module>",
+        "main",
+        "cmd_run",
+        "_WorkItem.run",
+        "_worker",
+    )
     return [(k, v / busy) for k, v in ranked if k not in skip][:top] if busy else []
 
 
 def render(points: list[Point], detections: dict[str, dict[str, float | None]], meta: dict) -> str:
-    out = ["# Guardian cost at node scale (simulated vLLM servers)", "",
-           f"{meta['host']}; {meta['threads']} threads per server tree, /metrics page {meta['page_kb']:.0f} KB; "
-           f"CPU over {meta['window_s']:.0f} s per N after a {meta['settle_s']:.0f} s settle; "
-           f"defaults except dry-run. Wall {meta['wall_s']:.0f} s.", "",
-           "| guardian | N servers | CPU % of one core | per server | RSS MiB | tick p50 ms | tick p99 ms |",
-           "|---|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        "# Guardian cost at node scale (simulated vLLM servers)",
+        "",
+        f"{meta['host']}; {meta['threads']} threads per server tree, /metrics page {meta['page_kb']:.0f} KB; "
+        f"CPU over {meta['window_s']:.0f} s per N after a {meta['settle_s']:.0f} s settle; "
+        f"defaults except dry-run. Wall {meta['wall_s']:.0f} s.",
+        "",
+        "| guardian | N servers | CPU % of one core | per server | RSS MiB | tick p50 ms | tick p99 ms |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for p in points:
-        out.append(f"| {p.label} | {p.n} | {p.cpu_percent:.2f} | {p.cpu_percent / p.n:.2f} | "
-                   f"{p.rss_bytes / 2**20:.0f} | {_ms(p.tick_p50_s)} | {_ms(p.tick_p99_s)} |")
-    out += ["", "Detection latency at N = max, onset → incident opened (seconds):", "",
-            "| guardian | " + " | ".join(k for _, k in FAULTS) + " |", "|---|" + "---:|" * len(FAULTS)]
+        out.append(
+            f"| {p.label} | {p.n} | {p.cpu_percent:.2f} | {p.cpu_percent / p.n:.2f} | "
+            f"{p.rss_bytes / 2**20:.0f} | {_ms(p.tick_p50_s)} | {_ms(p.tick_p99_s)} |"
+        )
+    out += [
+        "",
+        "Detection latency at N = max, onset → incident opened (seconds):",
+        "",
+        "| guardian | " + " | ".join(k for _, k in FAULTS) + " |",
+        "|---|" + "---:|" * len(FAULTS),
+    ]
     for label, lat in detections.items():
-        out.append(f"| {label} | " + " | ".join("missed" if lat.get(k) is None else f"{lat[k]:.1f}"
-                                                for _, k in FAULTS) + " |")
+        out.append(
+            f"| {label} | " + " | ".join("missed" if lat.get(k) is None else f"{lat[k]:.1f}" for _, k in FAULTS) + " |"
+        )
     if any(p.probe_ms for p in points):
         out += ["", "Mean cost per probe run at N = max (ms, the probe's own timer):", ""]
         for p in points:
@@ -133,30 +163,50 @@ class Guardian:
         work.mkdir(parents=True, exist_ok=True)
         self.state_dir = work / "state"
         self.cfg = work / "guardian.yaml"
-        self.cfg.write_text(yaml.safe_dump({
-            "node": f"scale-{label}", "state_dir": str(self.state_dir), "autodiscover": False,
-            # matched like autodiscovery (stat + cmdline of every pid), not by port (an fd scan of every pid):
-            # the bench must not pick up other servers on a shared machine
-            "targets": [{"name": f"s{i}", "match": {"cmdline_regex": f"sim.vllm.api_server --port {p} "}}
-                        for i, p in enumerate(ports)],
-            "api": {"http": None}, "policy": {"dry_run": True},
-        }))
+        self.cfg.write_text(
+            yaml.safe_dump(
+                {
+                    "node": f"scale-{label}",
+                    "state_dir": str(self.state_dir),
+                    "autodiscover": False,
+                    # matched like autodiscovery (stat + cmdline of every pid), not by port (an fd scan of every pid):
+                    # the bench must not pick up other servers on a shared machine
+                    "targets": [
+                        {"name": f"s{i}", "match": {"cmdline_regex": f"sim.vllm.api_server --port {p} "}}
+                        for i, p in enumerate(ports)
+                    ],
+                    "api": {"http": None},
+                    "policy": {"dry_run": True},
+                }
+            )
+        )
         self.env = dict(os.environ)
         self.cwd = str(src or ROOT)  # `python -m` puts the working directory first on sys.path
         if src is not None:
             self.env["PYTHONPATH"] = str(src)
         self.log = open(work / "guardian.log", "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([sys.executable, "-m", "guardian.cli", "run", "-c", str(self.cfg)],
-                                     stdout=self.log, stderr=subprocess.STDOUT, env=self.env,
-                                     cwd=self.cwd, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "guardian.cli", "run", "-c", str(self.cfg)],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=self.cwd,
+            start_new_session=True,
+        )
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
     def status(self) -> dict | None:
-        out = subprocess.run([sys.executable, "-m", "guardian.cli", "status", "--json", "-c", str(self.cfg)],
-                             capture_output=True, text=True, timeout=30, env=self.env, cwd=self.cwd)
+        out = subprocess.run(
+            [sys.executable, "-m", "guardian.cli", "status", "--json", "-c", str(self.cfg)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=self.env,
+            cwd=self.cwd,
+        )
         return json.loads(out.stdout) if out.returncode == 0 else None
 
     def all_ready(self, n: int) -> bool:
@@ -193,8 +243,11 @@ class Guardian:
 
 
 def _probe_ms(st: dict | None) -> dict[str, float]:
-    return {k: 1000 * float(v.get("mean_duration_s") or 0.0) for k, v in (st or {}).get("probes", {}).items()
-            if v.get("runs")}
+    return {
+        k: 1000 * float(v.get("mean_duration_s") or 0.0)
+        for k, v in (st or {}).get("probes", {}).items()
+        if v.get("runs")
+    }
 
 
 # ---------------------------------------------------------------- the run
@@ -211,8 +264,11 @@ class Scale:
 
     def start_servers(self, count: int) -> None:
         for i in range(count):
-            s = SimServer(startup_delay=1.0, log_path=self.work / f"server{i}.log",
-                          extra_args=("--full-metrics", "--idle-threads", str(self.args.idle_threads)))
+            s = SimServer(
+                startup_delay=1.0,
+                log_path=self.work / f"server{i}.log",
+                extra_args=("--full-metrics", "--idle-threads", str(self.args.idle_threads)),
+            )
             self.servers.append(s.start())
         for s in self.servers:
             s.wait_ready(120)
@@ -232,8 +288,9 @@ class Scale:
         for g in gs:
             while not g.all_ready(n):
                 if time.time() > deadline or g.proc.poll() is not None:
-                    raise RuntimeError(f"{g.label}: not all {n} targets ready:\n"
-                                       f"{(g.dir / 'guardian.log').read_text()[-3000:]}")
+                    raise RuntimeError(
+                        f"{g.label}: not all {n} targets ready:\n{(g.dir / 'guardian.log').read_text()[-3000:]}"
+                    )
                 time.sleep(1.0)
         time.sleep(a.settle)
         t0 = time.time()
@@ -246,26 +303,60 @@ class Scale:
             rss = g.rss()
             st = g.status() or {}
             gst = st.get("guardian", {})
-            points.append(Point(g.label, n, t1 - t0, cpu_percent(b, e, t1 - t0, self.clk_tck), rss,
-                                gst.get("tick_p50_s"), gst.get("tick_p99_s"), int(gst.get("ticks", 0)),
-                                _probe_ms(st)))
-            self.say(f"N={n} {g.label}: CPU {points[-1].cpu_percent:.2f} %, RSS {rss / 2**20:.0f} MiB, "
-                     f"tick p50 {_ms(points[-1].tick_p50_s)} ms p99 {_ms(points[-1].tick_p99_s)} ms")
+            points.append(
+                Point(
+                    g.label,
+                    n,
+                    t1 - t0,
+                    cpu_percent(b, e, t1 - t0, self.clk_tck),
+                    rss,
+                    gst.get("tick_p50_s"),
+                    gst.get("tick_p99_s"),
+                    int(gst.get("ticks", 0)),
+                    _probe_ms(st),
+                )
+            )
+            self.say(
+                f"N={n} {g.label}: CPU {points[-1].cpu_percent:.2f} %, RSS {rss / 2**20:.0f} MiB, "
+                f"tick p50 {_ms(points[-1].tick_p50_s)} ms p99 {_ms(points[-1].tick_p99_s)} ms"
+            )
         return points, gs
 
     def profile(self, gs: list[Guardian]) -> dict[str, list[tuple[str, float]]]:
         """py-spy record of every guardian at once, after the CPU window (sampling costs them CPU)."""
         spy = Path(sys.executable).with_name("py-spy")
-        runs = {g.label: (g.dir / "pyspy.raw", subprocess.Popen(
-            [str(spy), "record", "--nonblocking", "-p", str(g.pid), "-d", str(int(self.args.pyspy)), "-r", "500",
-             "-f", "raw", "-o", str(g.dir / "pyspy.raw")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            for g in gs}
+        runs = {
+            g.label: (
+                g.dir / "pyspy.raw",
+                subprocess.Popen(
+                    [
+                        str(spy),
+                        "record",
+                        "--nonblocking",
+                        "-p",
+                        str(g.pid),
+                        "-d",
+                        str(int(self.args.pyspy)),
+                        "-r",
+                        "500",
+                        "-f",
+                        "raw",
+                        "-o",
+                        str(g.dir / "pyspy.raw"),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                ),
+            )
+            for g in gs
+        }
         out = {}
         for label, (path, proc) in runs.items():
             proc.wait(self.args.pyspy + 60)
             out[label] = profile_summary(path.read_text()) if path.exists() else []
-        self.say("py-spy: " + "; ".join(f"{k}: {', '.join(f'{n} {100 * v:.0f}%' for n, v in r[:5])}"
-                                        for k, r in out.items()))
+        self.say(
+            "py-spy: " + "; ".join(f"{k}: {', '.join(f'{n} {100 * v:.0f}%' for n, v in r[:5])}" for k, r in out.items())
+        )
         return out
 
     def fire(self, server: SimServer, fault: str) -> float:
@@ -327,9 +418,15 @@ class Scale:
         finally:
             for s in self.servers:
                 s.stop()
-        meta = {"host": f"{os.cpu_count()} CPUs, load average {load0:.1f} at the start", "threads": threads,
-                "page_kb": page / 1000, "window_s": a.window, "settle_s": a.settle, "wall_s": time.time() - self.t0,
-                "profiles": profiles}
+        meta = {
+            "host": f"{os.cpu_count()} CPUs, load average {load0:.1f} at the start",
+            "threads": threads,
+            "page_kb": page / 1000,
+            "window_s": a.window,
+            "settle_s": a.settle,
+            "wall_s": time.time() - self.t0,
+            "profiles": profiles,
+        }
         return render(points, detections, meta)
 
 
@@ -341,8 +438,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--idle-threads", type=int, default=70, help="extra idle threads per server tree")
     p.add_argument("--detect-timeout", type=float, default=90.0)
     p.add_argument("--no-faults", action="store_true", help="skip the detection runs")
-    p.add_argument("--pyspy", type=float, default=0.0,
-                   help="seconds of py-spy record on each guardian at N = max, after its CPU window")
+    p.add_argument(
+        "--pyspy",
+        type=float,
+        default=0.0,
+        help="seconds of py-spy record on each guardian at N = max, after its CPU window",
+    )
     p.add_argument("--compare", type=Path, help="source tree of a second guardian run beside this one")
     p.add_argument("--compare-label", default="compare")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)

@@ -3,6 +3,7 @@
 Exit codes: 0 ok, 1 runtime failure (daemon not reachable, nothing found),
 2 usage or configuration error.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -145,8 +146,10 @@ def cmd_incidents(args) -> int:
         try:
             inc = store.load(args.id)
         except ValueError as e:
-            print(f"guardian: {e} (an incident id is the name of a folder under {cfg.state_dir}/incidents)",
-                  file=sys.stderr)
+            print(
+                f"guardian: {e} (an incident id is the name of a folder under {cfg.state_dir}/incidents)",
+                file=sys.stderr,
+            )
             return 2
         if inc is None:
             print(f"no incident {args.id} in {cfg.state_dir}/incidents", file=sys.stderr)
@@ -261,8 +264,10 @@ def cmd_maintenance(args) -> int:
     m = Maintenance(cfg.state_dir)
     if args.state == "on":
         until = m.turn_on(time.time(), args.duration)
-        print(f"maintenance on until {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(until))}: "
-              "no automatic remediation (detection and alerts go on)")
+        print(
+            f"maintenance on until {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(until))}: "
+            "no automatic remediation (detection and alerts go on)"
+        )
     elif args.state == "off":
         print("maintenance off" if m.turn_off() else "maintenance was not on")
     else:
@@ -290,9 +295,19 @@ def cmd_alerts(args) -> int:
     block_ms = int(args.block * 1000) if args.follow or args.group else None
     client = _redis_client(cfg, args.redis, timeout=(block_ms or 0) / 1000 + cfg.alerts.timeout + 1)
     try:
-        return alerts_main(client, args.action, stream=cfg.alerts.stream, group=args.group,
-                           consumer=args.consumer, count=args.count, block_ms=block_ms, follow=args.follow,
-                           claim_idle_ms=args.claim_idle_ms, entry_ids=args.ids, as_json=args.json)
+        return alerts_main(
+            client,
+            args.action,
+            stream=cfg.alerts.stream,
+            group=args.group,
+            consumer=args.consumer,
+            count=args.count,
+            block_ms=block_ms,
+            follow=args.follow,
+            claim_idle_ms=args.claim_idle_ms,
+            entry_ids=args.ids,
+            as_json=args.json,
+        )
     except KeyboardInterrupt:
         return 0
 
@@ -318,8 +333,9 @@ def cmd_snapshot(args) -> int:
         target = found
     os.makedirs(cfg.state_dir, mode=0o750, exist_ok=True)
     details = PsutilDetails() if os.path.realpath(cfg.probes.procfs.proc_root) == "/proc" else None
-    collector = EvidenceCollector(cfg.evidence, IncidentStore(cfg.state_dir).dir_for, SubprocessRunner(),
-                                  procfs, SystemClock(), details=details)
+    collector = EvidenceCollector(
+        cfg.evidence, IncidentStore(cfg.state_dir).dir_for, SubprocessRunner(), procfs, SystemClock(), details=details
+    )
     res = collector.snapshot(target, record_seconds=args.record)
     print(f"bundle {res.dir} ({len(res.files)} files, {res.duration:.2f}s)")
     for what, why in res.failures.items():
@@ -340,8 +356,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     def with_config(sp):
-        sp.add_argument("-c", "--config", default=None,
-                        help=f"YAML config (default: {DEFAULT_CONFIG} when it exists, else built-in defaults)")
+        sp.add_argument(
+            "-c",
+            "--config",
+            default=None,
+            help=f"YAML config (default: {DEFAULT_CONFIG} when it exists, else built-in defaults)",
+        )
         return sp
 
     sp = with_config(sub.add_parser("run", help="run the daemon"))
@@ -373,9 +393,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--limit", type=int, default=50)
     sp.set_defaults(fn=cmd_incidents)
 
-    for name, what in (("drain", "take a target out of rotation and drain it"),
-                       ("restart", "drain, stop, restart and verify a target"),
-                       ("undrain", "put a drained target back in rotation")):
+    for name, what in (
+        ("drain", "take a target out of rotation and drain it"),
+        ("restart", "drain, stop, restart and verify a target"),
+        ("undrain", "put a drained target back in rotation"),
+    ):
         sp = with_config(sub.add_parser(name, help=what))
         sp.add_argument("target")
         sp.add_argument("--socket", default=None)
@@ -385,8 +407,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = with_config(sub.add_parser("maintenance", help="pause automatic remediation"))
     sp.add_argument("state", choices=("on", "off", "status"))
-    sp.add_argument("--for", dest="duration", type=parse_duration, default=3600.0,
-                    help="how long (e.g. 30m, 2h; default 1h): it always expires")
+    sp.add_argument(
+        "--for",
+        dest="duration",
+        type=parse_duration,
+        default=3600.0,
+        help="how long (e.g. 30m, 2h; default 1h): it always expires",
+    )
     sp.set_defaults(fn=cmd_maintenance)
 
     sp = with_config(sub.add_parser("alerts", help="follow or acknowledge the alert stream in Redis"))

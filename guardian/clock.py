@@ -1,4 +1,5 @@
 """Time, behind a seam: monotonic for windows/rates/timeouts, wall only to stamp events."""
+
 from __future__ import annotations
 
 import threading

@@ -13,6 +13,7 @@ YAML is read with YAML 1.2 booleans (only ``true``/``false``): ``off``, ``on``,
 yes`` is an error instead of a silent guess. Duplicate keys are errors. An empty
 section (``detectors:`` with everything below commented out) means its defaults.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -46,20 +47,24 @@ DEFAULT_PATH = "/etc/guardian/guardian.yaml"
 INACTIVE_FEATURES: tuple[tuple[str, str], ...] = ()
 
 # Rules for fields whose schema metadata carries no 'check' (kept out of the schema).
-_EXTRA_CHECKS: typing.Mapping[tuple[type, str], str] = types.MappingProxyType({
-    (TargetConfig, "name"): "target_name",
-    (FleetConfig, "when_redis_down"): "allow_deny",
-    (AlertsConfig, "redis_url"): "redis_url",
-})
+_EXTRA_CHECKS: typing.Mapping[tuple[type, str], str] = types.MappingProxyType(
+    {
+        (TargetConfig, "name"): "target_name",
+        (FleetConfig, "when_redis_down"): "allow_deny",
+        (AlertsConfig, "redis_url"): "redis_url",
+    }
+)
 
 # Keys refused with a message of their own (instead of "unknown key"): (class, key) -> why.
-_FORBIDDEN_KEYS: typing.Mapping[tuple[type, str], str] = types.MappingProxyType({
-    (TargetConfig, "api_key"): "an API key is never written in the config (it would leak through "
-                               "check-config, backups and version control); name where to read it: "
-                               "api_key_env (a variable of the guardian's environment) or api_key_file "
-                               "(a file readable by the guardian); when neither is set the key is read "
-                               "from the server's own --api-key / VLLM_API_KEY",
-})
+_FORBIDDEN_KEYS: typing.Mapping[tuple[type, str], str] = types.MappingProxyType(
+    {
+        (TargetConfig, "api_key"): "an API key is never written in the config (it would leak through "
+        "check-config, backups and version control); name where to read it: "
+        "api_key_env (a variable of the guardian's environment) or api_key_file "
+        "(a file readable by the guardian); when neither is set the key is read "
+        "from the server's own --api-key / VLLM_API_KEY",
+    }
+)
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
@@ -105,24 +110,29 @@ def _regex_problem(value: str) -> str:
 
 
 # check name -> (expectation, "{base}" = "a number" | "an integer"; predicate)
-_RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingProxyType({
-    "positive": ("{base} > 0", lambda v: v > 0),
-    "nonneg": ("{base} >= 0", lambda v: v >= 0),
-    "ratio": ("a number between 0 and 1", lambda v: 0 <= v <= 1),
-    "port": ("a port number (1..65535)", lambda v: 1 <= v <= 65535),
-    "mode": _choice("observe", "alert", "remediate"),
-    "onoff": _choice("auto", "off"),
-    "restart_mode": _choice("systemd", "command", "kubernetes", "signal"),
-    "allow_deny": _choice("allow", "deny"),
-    "regex": ("a valid regular expression", lambda v: not _regex_problem(v)),
-    "expect": ('the word "baseline" or a valid regular expression',
-               lambda v: v == "baseline" or not _regex_problem(v)),
-    "hostport": ('a "host:port" address', is_hostport),
-    "target_name": ("a name of letters, digits, '_', '.', '-'",
-                    lambda v: _NAME_RE.fullmatch(v) is not None),
-    "redis_url": ('"embedded" or a redis://, rediss:// or unix:// URL',
-                  lambda v: v == "embedded" or v.startswith(_REDIS_SCHEMES)),
-})
+_RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingProxyType(
+    {
+        "positive": ("{base} > 0", lambda v: v > 0),
+        "nonneg": ("{base} >= 0", lambda v: v >= 0),
+        "ratio": ("a number between 0 and 1", lambda v: 0 <= v <= 1),
+        "port": ("a port number (1..65535)", lambda v: 1 <= v <= 65535),
+        "mode": _choice("observe", "alert", "remediate"),
+        "onoff": _choice("auto", "off"),
+        "restart_mode": _choice("systemd", "command", "kubernetes", "signal"),
+        "allow_deny": _choice("allow", "deny"),
+        "regex": ("a valid regular expression", lambda v: not _regex_problem(v)),
+        "expect": (
+            'the word "baseline" or a valid regular expression',
+            lambda v: v == "baseline" or not _regex_problem(v),
+        ),
+        "hostport": ('a "host:port" address', is_hostport),
+        "target_name": ("a name of letters, digits, '_', '.', '-'", lambda v: _NAME_RE.fullmatch(v) is not None),
+        "redis_url": (
+            '"embedded" or a redis://, rediss:// or unix:// URL',
+            lambda v: v == "embedded" or v.startswith(_REDIS_SCHEMES),
+        ),
+    }
+)
 
 
 # ---------------------------------------------------------------- generic mapping
@@ -152,14 +162,15 @@ def _describe(tp: Any, check: str | None) -> str:
 
 
 # ---------------------------------------------------------------- upper bounds
-MAX_NUMBER = 10**12          # no count, size or rate of this product comes near it
-MAX_SECONDS = 30 * 86400.0   # no duration of this product is longer than a month
-MIN_INTERVAL = 0.05          # a shorter loop or probe interval only spins a core
+MAX_NUMBER = 10**12  # no count, size or rate of this product comes near it
+MAX_SECONDS = 30 * 86400.0  # no duration of this product is longer than a month
+MIN_INTERVAL = 0.05  # a shorter loop or probe interval only spins a core
 MAX_TICK = 3600.0
 MAX_YAML_DEPTH = 32
-MAX_YAML_NODES = 100_000     # nodes after expanding aliases (an anchor bomb expands to billions)
-_DURATION_NAMES = frozenset({"window", "period", "initial", "max", "warmup", "forget_after",
-                             "record_seconds", "deadline", "confirm_cooldown"})
+MAX_YAML_NODES = 100_000  # nodes after expanding aliases (an anchor bomb expands to billions)
+_DURATION_NAMES = frozenset(
+    {"window", "period", "initial", "max", "warmup", "forget_after", "record_seconds", "deadline", "confirm_cooldown"}
+)
 
 
 def _range_problem(cls: Any, name: str, value: Any) -> str:
@@ -174,8 +185,7 @@ def _range_problem(cls: Any, name: str, value: Any) -> str:
         return f"between {MIN_INTERVAL:g} and {MAX_TICK:g} seconds"
     if (name == "interval" or name.endswith("_interval")) and value < MIN_INTERVAL:
         return f"at least {MIN_INTERVAL:g} seconds"
-    is_duration = (name == "interval" or name.endswith(("_interval", "timeout", "_ttl"))
-                   or name in _DURATION_NAMES)
+    is_duration = name == "interval" or name.endswith(("_interval", "timeout", "_ttl")) or name in _DURATION_NAMES
     if is_duration and value > MAX_SECONDS:
         return f"at most {MAX_SECONDS:g} seconds (30 days)"
     return ""
@@ -187,8 +197,9 @@ class _Parser:
     def __init__(self) -> None:
         self.problems: list[str] = []
 
-    def wrong(self, path: str, tp: Any, check: str | None, value: Any,
-              nullable: bool = False, detail: str = "") -> _Invalid:
+    def wrong(
+        self, path: str, tp: Any, check: str | None, value: Any, nullable: bool = False, detail: str = ""
+    ) -> _Invalid:
         expected = _describe(tp, check) + (" or null" if nullable else "")
         self.problems.append(f"{path}: expected {expected}, got {_show(value)}{detail}")
         return _INVALID
@@ -214,8 +225,7 @@ class _Parser:
         elif tp is int:
             ok = isinstance(value, int) and not isinstance(value, bool)
         elif tp is float:
-            ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-                  and math.isfinite(value))
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         elif tp is str:
             ok = isinstance(value, str)
         elif isinstance(tp, type) and issubclass(tp, enum.Enum):
@@ -294,34 +304,38 @@ def _check_target(target: TargetConfig, where: str, problems: list[str]) -> None
         chosen = _matchers_set(match)
         if len(chosen) != 1:
             got = "none" if not chosen else f"{len(chosen)} ({', '.join(chosen)})"
-            problems.append(f"{where}.match: exactly one matcher must be set "
-                            f"(one of {', '.join(names)}), got {got}")
+            problems.append(f"{where}.match: exactly one matcher must be set (one of {', '.join(names)}), got {got}")
         kube = match.kubernetes
         if isinstance(kube, KubernetesMatch):
             if kube.namespace is None and (kube.pod is not None or kube.selector is not None):
-                problems.append(f"{where}.match.kubernetes.namespace: required with pod or selector "
-                                "(pods are listed per namespace)")
+                problems.append(
+                    f"{where}.match.kubernetes.namespace: required with pod or selector (pods are listed per namespace)"
+                )
             elif kube.namespace is None and kube.pod_uid is None:
-                problems.append(f"{where}.match.kubernetes: set namespace (with pod or selector), "
-                                "or pod_uid")
+                problems.append(f"{where}.match.kubernetes: set namespace (with pod or selector), or pod_uid")
     if isinstance(target.api_key_env, str) and isinstance(target.api_key_file, str):
         problems.append(f"{where}: set api_key_env or api_key_file, not both")
     restart = target.restart
     if isinstance(restart, _Invalid):
         return
     if restart.mode == "command" and restart.command == ():
-        problems.append(f"{where}.restart.command: required (a non-empty argv list) "
-                        "when restart.mode is command")
-    if restart.mode == "systemd" and restart.unit is None and not (
-            isinstance(match, MatchConfig) and match.systemd_unit is not None):
-        problems.append(f"{where}.restart.unit: required when restart.mode is systemd "
-                        "(or match the target by match.systemd_unit)")
+        problems.append(f"{where}.restart.command: required (a non-empty argv list) when restart.mode is command")
+    if (
+        restart.mode == "systemd"
+        and restart.unit is None
+        and not (isinstance(match, MatchConfig) and match.systemd_unit is not None)
+    ):
+        problems.append(
+            f"{where}.restart.unit: required when restart.mode is systemd (or match the target by match.systemd_unit)"
+        )
 
 
 def _cross_checks(cfg: Config, problems: list[str]) -> None:
     if isinstance(cfg.state_dir, str) and not cfg.state_dir.strip():
-        problems.append(f"state_dir: expected a directory path, got {_show(cfg.state_dir)} "
-                        "(the control socket and every state file live there)")
+        problems.append(
+            f"state_dir: expected a directory path, got {_show(cfg.state_dir)} "
+            "(the control socket and every state file live there)"
+        )
     if isinstance(cfg.targets, _Invalid):
         return
     first_seen: dict[str, int] = {}
@@ -332,8 +346,7 @@ def _cross_checks(cfg: Config, problems: list[str]) -> None:
         name = target.name
         if isinstance(name, str):
             if name in first_seen:
-                problems.append(f"{where}.name: duplicate target name {_show(name)} "
-                                f"(also targets[{first_seen[name]}])")
+                problems.append(f"{where}.name: duplicate target name {_show(name)} (also targets[{first_seen[name]}])")
             else:
                 first_seen[name] = i
         _check_target(target, where, problems)
@@ -347,8 +360,7 @@ def resolve_defaults(cfg: Config, hostname: Callable[[], str] = socket.gethostna
     return cfg
 
 
-def parse_config(data: Any, source: str = "<config>", *,
-                 hostname: Callable[[], str] = socket.gethostname) -> Config:
+def parse_config(data: Any, source: str = "<config>", *, hostname: Callable[[], str] = socket.gethostname) -> Config:
     """Maps loaded YAML data onto ``Config``; raises ``ConfigError`` with every problem.
 
     ``None`` (an empty document) gives the defaults. ``source`` names the data in a
@@ -367,8 +379,10 @@ def parse_config(data: Any, source: str = "<config>", *,
 
 
 def _yaml12_bool_resolvers() -> dict:
-    out = {ch: [r for r in resolvers if r[0] != _BOOL_TAG]
-           for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    out = {
+        ch: [r for r in resolvers if r[0] != _BOOL_TAG]
+        for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
     pattern = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
     for ch in "tTfF":
         out.setdefault(ch, []).append((_BOOL_TAG, pattern))
@@ -392,16 +406,19 @@ class _StrictLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=True)
             try:
                 if key in seen:
-                    self.duplicates.append(f"line {key_node.start_mark.line + 1}: "
-                                           f"duplicate key {_show(key)}")
+                    self.duplicates.append(f"line {key_node.start_mark.line + 1}: duplicate key {_show(key)}")
                 seen.add(key)
             except TypeError:  # unhashable key: PyYAML itself reports it
                 pass
         return super().construct_mapping(node, deep)
 
 
-_OPENERS = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken,
-            yaml.FlowMappingStartToken, yaml.FlowSequenceStartToken)
+_OPENERS = (
+    yaml.BlockMappingStartToken,
+    yaml.BlockSequenceStartToken,
+    yaml.FlowMappingStartToken,
+    yaml.FlowSequenceStartToken,
+)
 _CLOSERS = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
 
 
@@ -413,8 +430,9 @@ def _check_depth(text: str, source: str) -> None:
         if isinstance(token, _OPENERS):
             depth += 1
             if depth > MAX_YAML_DEPTH:
-                raise ConfigError([f"{source}: line {token.start_mark.line + 1}: YAML nested deeper "
-                                   f"than {MAX_YAML_DEPTH} levels"])
+                raise ConfigError(
+                    [f"{source}: line {token.start_mark.line + 1}: YAML nested deeper than {MAX_YAML_DEPTH} levels"]
+                )
         elif isinstance(token, _CLOSERS):
             depth -= 1
 
@@ -442,8 +460,7 @@ def _check_expansion(root: Any, source: str) -> None:
         sizes[key] = total
         if total > MAX_YAML_NODES:
             mark = node.start_mark
-            raise ConfigError([f"{source}: line {mark.line + 1}: aliases expand to more than "
-                               f"{MAX_YAML_NODES} values"])
+            raise ConfigError([f"{source}: line {mark.line + 1}: aliases expand to more than {MAX_YAML_NODES} values"])
         return total
 
     size(root)
@@ -475,8 +492,9 @@ def load_yaml(text: str, source: str = "<config>") -> Any:
     return data
 
 
-def load_config(path: str | None = None, *, default_path: str = DEFAULT_PATH,
-                hostname: Callable[[], str] = socket.gethostname) -> Config:
+def load_config(
+    path: str | None = None, *, default_path: str = DEFAULT_PATH, hostname: Callable[[], str] = socket.gethostname
+) -> Config:
     """Loads and validates a config file.
 
     ``path=None``: ``default_path`` when it exists, else the built-in defaults. An
@@ -525,8 +543,7 @@ def inactive_sections(cfg: Config) -> list[str]:
 def render_check(cfg: Config) -> str:
     """What ``guardian check-config`` prints: the effective config as YAML, then a
     ``# not active yet: ...`` comment line per inactive feature."""
-    text = yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=False,
-                          allow_unicode=True)
+    text = yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=False, allow_unicode=True)
     notes = inactive_sections(cfg)
     if notes:
         text += "\n" + "".join(f"# not active yet: {line}\n" for line in notes)

@@ -8,6 +8,7 @@ Field metadata ``check`` names a validation rule (see ``guardian.config``):
 ``hostport``.
 The top-level names are a contract: scripts and operators rely on them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -68,14 +69,23 @@ class RestartConfig:
     log_file: str | None = None
     user: str | None = _f(None, doc="mode=command: run the server as this user (name or uid)")
     group: str | None = _f(None, doc="mode=command: and this group (default: the user's)")
-    namespace: str | None = _f(None, doc="kubernetes: the pod's namespace; its pods are listed "
-                                        "only there (RBAC is granted per namespace)")
+    namespace: str | None = _f(
+        None, doc="kubernetes: the pod's namespace; its pods are listed only there (RBAC is granted per namespace)"
+    )
     stop_timeout: float = _f(30.0, "positive", "SIGTERM -> SIGKILL of the whole tree, seconds")
-    hang_stop_grace: float = _f(3.0, "nonneg", "SIGTERM -> SIGKILL for a hung tree (busy loop, stall, "
-                                               "engine death): a stuck engine does not shut down cleanly")
+    hang_stop_grace: float = _f(
+        3.0,
+        "nonneg",
+        "SIGTERM -> SIGKILL for a hung tree (busy loop, stall, "
+        "engine death): a stuck engine does not shut down cleanly",
+    )
     ready_timeout: float = _f(600.0, "positive", "start -> /health 200 and a canary answered")
-    owner_grace: float = _f(10.0, "nonneg", "before starting anything, seconds to let the owner (a deploy, "
-                                            "systemd, a controller) bring the target back first")
+    owner_grace: float = _f(
+        10.0,
+        "nonneg",
+        "before starting anything, seconds to let the owner (a deploy, "
+        "systemd, a controller) bring the target back first",
+    )
 
 
 @dataclass(frozen=True)
@@ -141,8 +151,11 @@ class MemoryLeakConfig:
     mode: Mode = _f(Mode.ALERT, "mode")
     window: float = _f(90.0, "positive", "seconds of samples the slope is fitted over")
     slope_bytes_per_s: float = _f(5_000_000.0, "positive", "robust slope that counts as a leak")
-    warmup: float = _f(300.0, "nonneg", "longest warm-up: growth that has not levelled off since ready is "
-                                        "judged only after this many seconds")
+    warmup: float = _f(
+        300.0,
+        "nonneg",
+        "longest warm-up: growth that has not levelled off since ready is judged only after this many seconds",
+    )
     open_after: int = _f(1, "positive")
     resolve_after: int = _f(3, "positive")
 
@@ -225,7 +238,8 @@ class GatesConfig:
     enabled: bool = _f(False, doc="opt-in")
     interval: float = _f(60.0, "positive", "seconds between gate rounds per target")
     diagnostics: tuple[DiagnosticPromptConfig, ...] = _f(
-        (DiagnosticPromptConfig("1+1=", r"^\s*2", 4),), doc="L5 prompts")
+        (DiagnosticPromptConfig("1+1=", r"^\s*2", 4),), doc="L5 prompts"
+    )
     reference_text: str | None = _f(None, doc="L2 text; null = a built-in passage")
     shadow: bool = _f(True, doc="L4 agreement across instances of one model")
     reports_channel: str = "vllm_health_alert"
@@ -241,8 +255,12 @@ class GatesConfig:
     min_top1: float = _f(0.05, "ratio", "L3: top-1 probability bound while entropy is low")
     low_entropy: float = _f(2.0, "positive", "L3: what counts as low entropy, nats")
     peer_max_age: float | None = _f(None, "positive", "L4: ignore peer fingerprints older; null = 3 x interval")
-    tie_margin: float = _f(0.05, "nonneg", "an answer leaving its baseline where the two tokens were within this "
-                           "many nats is a batching flip, not a failure")
+    tie_margin: float = _f(
+        0.05,
+        "nonneg",
+        "an answer leaving its baseline where the two tokens were within this "
+        "many nats is a batching flip, not a failure",
+    )
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ its request line, and at most ``max_clients`` connections are served at once; on
 more is closed at once (the client sees the connection end), so idle or hostile
 clients cannot pile up threads.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,6 +24,7 @@ MAX_CLIENTS = 16
 
 class _Handler(socketserver.StreamRequestHandler):
     server: _Server
+
     def setup(self) -> None:
         self.request.settimeout(self.server.read_timeout)
         super().setup()
@@ -70,8 +72,14 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 
 class ControlSocket:
-    def __init__(self, path: str, handlers: dict[str, Callable[[dict], Any]], *,
-                 read_timeout: float = READ_TIMEOUT, max_clients: int = MAX_CLIENTS) -> None:
+    def __init__(
+        self,
+        path: str,
+        handlers: dict[str, Callable[[dict], Any]],
+        *,
+        read_timeout: float = READ_TIMEOUT,
+        max_clients: int = MAX_CLIENTS,
+    ) -> None:
         self.path = path
         self.read_timeout = read_timeout
         self.max_clients = max_clients

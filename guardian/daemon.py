@@ -12,6 +12,7 @@ tick, under the same lock the control socket takes.
 The daemon is handed its seams built (``Seams``: clock, /proc, HTTP, commands, process
 control, device backends); ``runtime.py`` builds the real ones.
 """
+
 from __future__ import annotations
 
 import logging
@@ -55,13 +56,23 @@ Sink = Callable[[Transition], None]
 
 
 class Daemon:
-    def __init__(self, cfg: Config, seams: Seams, *, store: IncidentStore | None = None,
-                 evidence: EvidenceCollector | None = None, lease: FleetLease | None = None,
-                 kube: KubeClient | None = None, publish_control: Callable[[dict], object] | None = None,
-                 sinks: Iterable[Sink] = (), on_update: Iterable[Callable[[Incident], None]] = (),
-                 status_extras: dict[str, Callable[[], object]] | None = None,
-                 runner: AsyncRunner | None = None, log: logging.Logger | None = None,
-                 diagnoser: Diagnoser | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        seams: Seams,
+        *,
+        store: IncidentStore | None = None,
+        evidence: EvidenceCollector | None = None,
+        lease: FleetLease | None = None,
+        kube: KubeClient | None = None,
+        publish_control: Callable[[dict], object] | None = None,
+        sinks: Iterable[Sink] = (),
+        on_update: Iterable[Callable[[Incident], None]] = (),
+        status_extras: dict[str, Callable[[], object]] | None = None,
+        runner: AsyncRunner | None = None,
+        log: logging.Logger | None = None,
+        diagnoser: Diagnoser | None = None,
+    ) -> None:
         self.cfg = cfg
         self.clock = seams.clock
         self.log = log or logging.getLogger("guardian")
@@ -72,24 +83,57 @@ class Daemon:
         self.episodes = EpisodeLog(self.log)
         self.runner = runner or AsyncRunner(max_workers=8)
         self.readings = Readings()
-        self.targets = TargetsStage(cfg, seams.proc, self.tracker, self.series, self.log,
-                                    platform=platform_for(cfg, seams.proc, kube, seams.commands))
+        self.targets = TargetsStage(
+            cfg,
+            seams.proc,
+            self.tracker,
+            self.series,
+            self.log,
+            platform=platform_for(cfg, seams.proc, kube, seams.commands),
+        )
         self.stats = SelfStats.for_probes(probe_names())
         self.probes = ProbeScheduler(
             build_probes(ProbeParts(cfg, seams, self.tracker, self.series, self.readings, self.log)),
-            self.runner, self.stats, self.episodes, self.series,
-            record=lambda incident_id, action: self.responder.record_action(incident_id, action))
+            self.runner,
+            self.stats,
+            self.episodes,
+            self.series,
+            record=lambda incident_id, action: self.responder.record_action(incident_id, action),
+        )
         self.seen = Seen()
         self.incidents = IncidentManager(self.node, self.clock, store, cfg.detectors)
         self.ledger = RestartLedger(cfg.state_dir, keep=cfg.policy.budget.period)
         self.remediator = Remediator(
-            RemediationSettings.from_config(cfg), self.clock, seams.control, self.runner, seams.commands,
-            self.incidents, self.ledger, seams.proc, lease=lease, kube=kube, publish_control=publish_control,
-            release_check=self.readings.device_memory_held, log=self.log.getChild("remediation"))
-        self.responder = Responder(cfg.detectors, self.clock, self.runner, self.tracker, self.series,
-                                   self.readings, self.incidents, self.remediator, evidence, self.episodes,
-                                   self._emit, self.log, diagnoser=diagnoser,
-                                   target_configs={t.name: t for t in cfg.targets})
+            RemediationSettings.from_config(cfg),
+            self.clock,
+            seams.control,
+            self.runner,
+            seams.commands,
+            self.incidents,
+            self.ledger,
+            seams.proc,
+            lease=lease,
+            kube=kube,
+            publish_control=publish_control,
+            release_check=self.readings.device_memory_held,
+            log=self.log.getChild("remediation"),
+        )
+        self.responder = Responder(
+            cfg.detectors,
+            self.clock,
+            self.runner,
+            self.tracker,
+            self.series,
+            self.readings,
+            self.incidents,
+            self.remediator,
+            evidence,
+            self.episodes,
+            self._emit,
+            self.log,
+            diagnoser=diagnoser,
+            target_configs={t.name: t for t in cfg.targets},
+        )
         self.responder.on_update.extend(on_update)
         self.status_extras = dict(status_extras or {})
         self.findings: dict[str, dict[Kind, Finding | None]] = {}
@@ -157,7 +201,8 @@ class Daemon:
             gates = self.readings.gates.view(name) if self.readings.gates is not None else None
             findings = evaluate_all(TargetView(self.tracker.state(name, now), self.series, gates), self.cfg.detectors)
             findings[Kind.PROBE_FAILURE] = evaluate_episodes(
-                name, {k: v for k, v in open_episodes.items() if k.startswith(f"{name}:")}, self.cfg.detectors, now)
+                name, {k: v for k, v in open_episodes.items() if k.startswith(f"{name}:")}, self.cfg.detectors, now
+            )
             self.findings[name] = findings
             # Until the target was seen ready (warm-up, or a guardian that just restarted and
             # has not seen it healthy yet) a quiet detector proves nothing: it may not resolve.
@@ -179,8 +224,9 @@ class Daemon:
             try:
                 sink(tr)
             except Exception as e:  # noqa: BLE001 - a sink must never take the loop down: logged once
-                self.episodes.fail(f"sink:{getattr(sink, '__name__', type(sink).__name__)}", repr(e),
-                                   self.clock.monotonic())
+                self.episodes.fail(
+                    f"sink:{getattr(sink, '__name__', type(sink).__name__)}", repr(e), self.clock.monotonic()
+                )
 
     def _log_transition(self, tr: Transition) -> None:
         inc = tr.incident
@@ -210,8 +256,9 @@ class Daemon:
 
     def run(self, stop: threading.Event, on_tick: Callable[[], None] | None = None) -> None:
         interval = self.cfg.interval
-        self.log.info("guardian %s on %s: interval %.2fs, state in %s", __version__, self.node,
-                      interval, self.cfg.state_dir)
+        self.log.info(
+            "guardian %s on %s: interval %.2fs, state in %s", __version__, self.node, interval, self.cfg.state_dir
+        )
         try:
             while not stop.is_set():
                 t0 = self.clock.monotonic()
@@ -248,4 +295,3 @@ class Daemon:
             self.episodes.fail("after_tick", f"{type(e).__name__}: {e}", now)
             return
         self.episodes.ok("after_tick")
-

@@ -14,6 +14,7 @@ scan only when a ``port`` matcher is configured, once per pass) and decides:
   after its API server was SIGKILLed; the daemon attaches them by ProcKey).
 Processes that vanish or refuse reads mid-scan are skipped.
 """
+
 from __future__ import annotations
 
 import errno
@@ -130,8 +131,7 @@ def is_api_server(cmdline: tuple[str, ...]) -> bool:
 def classify(cmdline: tuple[str, ...], prefix: str) -> Role:
     """Role of a descendant from its title (cmdline[0]); vLLM sets it with setproctitle."""
     title = cmdline[0] if cmdline else ""
-    for name, role in (("EngineCore", Role.ENGINE_CORE), ("Worker", Role.WORKER),
-                       ("APIServer", Role.API_SERVER)):
+    for name, role in (("EngineCore", Role.ENGINE_CORE), ("Worker", Role.WORKER), ("APIServer", Role.API_SERVER)):
         if title.startswith(f"{prefix}::{name}"):
             return role
     return Role.OTHER
@@ -298,8 +298,9 @@ def _read_file(path: str) -> str:
 
 
 # ---------------------------------------------------------------- matching
-def _match(snap: _Snapshot, tc: TargetConfig, read_file: Callable[[str], str],
-           platform: PlatformMatcher | None = None) -> tuple[int | None, str]:
+def _match(
+    snap: _Snapshot, tc: TargetConfig, read_file: Callable[[str], str], platform: PlatformMatcher | None = None
+) -> tuple[int | None, str]:
     """(root pid, "") or (None, why); a platform match leaves its address in ``snap.addresses``."""
     m = tc.match
     if m.port is not None:
@@ -353,19 +354,25 @@ def _port_from_url(url: str | None) -> int | None:
         return None
 
 
-def _build(snap: _Snapshot, root: int, name: str, prefix: str, port: int, api_url: str,
-           source: str) -> Target:
+def _build(snap: _Snapshot, root: int, name: str, prefix: str, port: int, api_url: str, source: str) -> Target:
     procs = []
     for pid in snap.tree(root):
         p = snap.procs[pid]
         role = Role.API_SERVER if pid == root else classify(p.cmdline, prefix)
         procs.append(ProcessInfo(key=p.key, ppid=p.ppid, role=role, cmdline=p.cmdline))
-    return Target(name=name, key=snap.procs[root].key, processes=tuple(procs), port=port,
-                  api_url=api_url, source=source)
+    return Target(
+        name=name, key=snap.procs[root].key, processes=tuple(procs), port=port, api_url=api_url, source=source
+    )
 
 
-def discover(procfs: ProcFS, cfg: Config, *, read_file: Callable[[str], str] | None = None,
-             cache: DiscoveryCache | None = None, platform: PlatformMatcher | None = None) -> DiscoveryResult:
+def discover(
+    procfs: ProcFS,
+    cfg: Config,
+    *,
+    read_file: Callable[[str], str] | None = None,
+    cache: DiscoveryCache | None = None,
+    platform: PlatformMatcher | None = None,
+) -> DiscoveryResult:
     """One discovery pass. ``read_file`` is the seam for reading pid files (default: open);
     ``cache`` (kept by the caller between passes) spares the fd scan when port owners are unchanged;
     ``platform`` answers ``match.kubernetes`` / ``match.systemd_unit``."""
@@ -397,8 +404,7 @@ def discover(procfs: ProcFS, cfg: Config, *, read_file: Callable[[str], str] | N
     if cfg.autodiscover:
         candidates = {pid for pid, p in snap.procs.items() if is_api_server(p.cmdline)}
         blocked = candidates | set(claimed)
-        roots = [pid for pid in candidates
-                 if pid not in claimed and not blocked.intersection(snap.ancestors(pid))]
+        roots = [pid for pid in candidates if pid not in claimed and not blocked.intersection(snap.ancestors(pid))]
         names = {t.name for t in targets}
         for root in sorted(roots, key=lambda pid: (snap.procs[pid].key.starttime, pid)):
             cmdline = snap.procs[root].cmdline
@@ -407,8 +413,7 @@ def discover(procfs: ProcFS, cfg: Config, *, read_file: Callable[[str], str] | N
             if name in names:
                 name = f"{name}-{root}"
             names.add(name)
-            target = _build(snap, root, name, prefix, port, url_for(server_host(cmdline), port),
-                            "autodiscover")
+            target = _build(snap, root, name, prefix, port, url_for(server_host(cmdline), port), "autodiscover")
             targets.append(target)
             for p in target.processes:
                 claimed.setdefault(p.pid, name)
@@ -423,6 +428,13 @@ def discover(procfs: ProcFS, cfg: Config, *, read_file: Callable[[str], str] | N
 
 
 __all__ = [
-    "DiscoveryCache", "DiscoveryResult", "discover", "is_api_server", "classify", "server_port", "server_host",
-    "option_value", "url_for",
+    "DiscoveryCache",
+    "DiscoveryResult",
+    "discover",
+    "is_api_server",
+    "classify",
+    "server_port",
+    "server_host",
+    "option_value",
+    "url_for",
 ]

@@ -4,6 +4,7 @@ An *episode* is a run of consecutive failures of one thing (a probe on a
 target, a file that cannot be read). The first failure logs a warning, the
 rest only count; the first success after it logs the recovery.
 """
+
 from __future__ import annotations
 
 import logging

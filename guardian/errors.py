@@ -1,4 +1,5 @@
 """Domain errors. Constructors raise these; only the CLI turns them into exit codes."""
+
 from __future__ import annotations
 
 

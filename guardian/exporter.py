@@ -28,6 +28,7 @@ Status fields read (all optional; a missing section means no samples):
   ``actions.restarts.<target>.<outcome>``;
 - ``alerts.{spooled, dropped}``.
 """
+
 from __future__ import annotations
 
 import math
@@ -59,8 +60,12 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("guardian_self_max_resident_memory_bytes", "gauge", (), "Peak resident memory of the guardian process."),
     # probes
     ("guardian_probe_runs_total", "counter", ("probe",), "Runs of a probe (successful or not)."),
-    ("guardian_probe_failures_total", "counter", ("probe",),
-     "Failures a probe reported (a vllm_http run can count one for /health and one for /metrics)."),
+    (
+        "guardian_probe_failures_total",
+        "counter",
+        ("probe",),
+        "Failures a probe reported (a vllm_http run can count one for /health and one for /metrics).",
+    ),
     ("guardian_probe_overruns_total", "counter", ("probe",), "Runs of a probe that exceeded their deadline."),
     ("guardian_probe_duration_seconds", "gauge", ("probe",), "Duration of the last run of a probe."),
     ("guardian_probe_duration_mean_seconds", "gauge", ("probe",), "Mean duration of a probe's runs since start."),
@@ -69,19 +74,39 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("guardian_target_up", "gauge", ("target",), "1 when the target should take traffic (serving), else 0."),
     ("guardian_target_ready", "gauge", ("target",), "1 once the target answered a canary (warm-up over), else 0."),
     ("guardian_target_health_ok", "gauge", ("target",), "1 when the target's /health last answered 200, else 0."),
-    ("guardian_target_health_score", "gauge", ("target",),
-     "Output-correctness health 0..100 from the gates (100: nothing wrong seen); absent before a gate round."),
-    ("guardian_gate_reports_total", "counter", ("outcome",),
-     "External gate reports by outcome (accepted, malformed, unknown_target, other_node, stale)."),
+    (
+        "guardian_target_health_score",
+        "gauge",
+        ("target",),
+        "Output-correctness health 0..100 from the gates (100: nothing wrong seen); absent before a gate round.",
+    ),
+    (
+        "guardian_gate_reports_total",
+        "counter",
+        ("outcome",),
+        "External gate reports by outcome (accepted, malformed, unknown_target, other_node, stale).",
+    ),
     ("guardian_process_cpu_ratio", "gauge", ("target", "pid", "role"), "CPU use of a process (1.0 = one core)."),
     ("guardian_process_resident_memory_bytes", "gauge", ("target", "pid", "role"), "Resident memory of a process."),
     ("guardian_process_threads", "gauge", ("target", "pid", "role"), "Threads of a process."),
-    ("guardian_hottest_thread_cpu_ratio", "gauge", ("target", "pid", "role"),
-     "CPU use of the busiest thread of a process (1.0 = one core)."),
-    ("guardian_hottest_thread_voluntary_switches_per_second", "gauge", ("target", "pid", "role"),
-     "Voluntary context switches per second of the busiest thread of a process."),
-    ("guardian_hottest_thread_involuntary_switches_per_second", "gauge", ("target", "pid", "role"),
-     "Involuntary context switches per second of the busiest thread of a process."),
+    (
+        "guardian_hottest_thread_cpu_ratio",
+        "gauge",
+        ("target", "pid", "role"),
+        "CPU use of the busiest thread of a process (1.0 = one core).",
+    ),
+    (
+        "guardian_hottest_thread_voluntary_switches_per_second",
+        "gauge",
+        ("target", "pid", "role"),
+        "Voluntary context switches per second of the busiest thread of a process.",
+    ),
+    (
+        "guardian_hottest_thread_involuntary_switches_per_second",
+        "gauge",
+        ("target", "pid", "role"),
+        "Involuntary context switches per second of the busiest thread of a process.",
+    ),
     ("guardian_engine_steps_per_second", "gauge", ("target",), "Engine progress: vLLM engine steps per second."),
     ("guardian_engine_requests_running", "gauge", ("target",), "Requests the engine is running (vLLM gauge)."),
     ("guardian_engine_requests_waiting", "gauge", ("target",), "Requests waiting for the engine (vLLM gauge)."),
@@ -89,14 +114,30 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("guardian_canary_latency_seconds", "gauge", ("target",), "Latency of the last canary completion."),
     ("guardian_canary_ok", "gauge", ("target",), "1 when the last canary completion succeeded, else 0."),
     # accelerators
-    ("guardian_accelerator_memory_used_bytes", "gauge", ("target", "device", "backend"),
-     "Memory used on an accelerator device the target runs on (all processes)."),
-    ("guardian_accelerator_memory_total_bytes", "gauge", ("target", "device", "backend"),
-     "Memory of an accelerator device the target runs on."),
-    ("guardian_accelerator_utilization_ratio", "gauge", ("target", "device", "backend"),
-     "Utilisation of an accelerator device the target runs on, 0..1."),
-    ("guardian_target_accelerator_memory_bytes", "gauge", ("target", "device", "backend"),
-     "Accelerator memory held by the target's own processes on a device."),
+    (
+        "guardian_accelerator_memory_used_bytes",
+        "gauge",
+        ("target", "device", "backend"),
+        "Memory used on an accelerator device the target runs on (all processes).",
+    ),
+    (
+        "guardian_accelerator_memory_total_bytes",
+        "gauge",
+        ("target", "device", "backend"),
+        "Memory of an accelerator device the target runs on.",
+    ),
+    (
+        "guardian_accelerator_utilization_ratio",
+        "gauge",
+        ("target", "device", "backend"),
+        "Utilisation of an accelerator device the target runs on, 0..1.",
+    ),
+    (
+        "guardian_target_accelerator_memory_bytes",
+        "gauge",
+        ("target", "device", "backend"),
+        "Accelerator memory held by the target's own processes on a device.",
+    ),
     # incidents, actions, alerts
     ("guardian_incidents_open", "gauge", ("kind",), "Open incidents on this node, by kind."),
     ("guardian_target_incidents_open", "gauge", ("target", "kind"), "Open incidents of a target, by kind."),
@@ -163,8 +204,7 @@ class _Families:
 class GuardianCollector:
     """A ``prometheus_client`` collector over ``status()`` (and optionally ``stats()``)."""
 
-    def __init__(self, status: Callable[[], Mapping[str, Any] | None],
-                 stats: Callable[[], Any] | None = None) -> None:
+    def __init__(self, status: Callable[[], Mapping[str, Any] | None], stats: Callable[[], Any] | None = None) -> None:
         self._status = status
         self._stats = stats
 
@@ -270,8 +310,10 @@ class GuardianCollector:
             f.add("guardian_incidents_open", (kind,), n)
         for (target, kind), n in sorted(open_by_target.items()):
             f.add("guardian_target_incidents_open", (target, kind), n)
-        for attr, metric in (("incidents_opened", "guardian_incidents_opened_total"),
-                             ("incidents_resolved", "guardian_incidents_resolved_total")):
+        for attr, metric in (
+            ("incidents_opened", "guardian_incidents_opened_total"),
+            ("incidents_resolved", "guardian_incidents_resolved_total"),
+        ):
             counts = dict.fromkeys(kinds, 0)
             counts.update(dict(getattr(stats, attr, None) or {}))  # dict() copies atomically
             for kind, n in counts.items():
@@ -301,13 +343,22 @@ def _accelerators(value: Any) -> list[Mapping[str, Any]]:
     return [d for d in (_map(x) for x in _list(value)) if d.get("device") is not None]
 
 
-def build_registry(status: Callable[[], Mapping[str, Any] | None],
-                   stats: Callable[[], Any] | None = None) -> CollectorRegistry:
+def build_registry(
+    status: Callable[[], Mapping[str, Any] | None], stats: Callable[[], Any] | None = None
+) -> CollectorRegistry:
     """A fresh registry (never the global default) holding only the guardian's collector."""
     registry = CollectorRegistry(auto_describe=True)
     registry.register(GuardianCollector(status, stats))
     return registry
 
 
-__all__ = ["ACTION_OUTCOMES", "DECLARED", "LABELS", "RESTART_OUTCOMES", "GuardianCollector",
-           "MetricSpec", "build_registry", "serving"]
+__all__ = [
+    "ACTION_OUTCOMES",
+    "DECLARED",
+    "LABELS",
+    "RESTART_OUTCOMES",
+    "GuardianCollector",
+    "MetricSpec",
+    "build_registry",
+    "serving",
+]

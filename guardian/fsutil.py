@@ -5,6 +5,7 @@ the same folder, which is fsync'd, renamed over the target (``os.replace``), and
 fsync'd so the rename itself survives a crash. ``fsync=False`` skips both fsyncs (tests on slow
 disks); the rename stays atomic.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,9 @@ from pathlib import Path
 DEFAULT_MODE = 0o640
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes | str, *, mode: int = DEFAULT_MODE,
-                 fsync: bool = True) -> None:
+def atomic_write(
+    path: str | os.PathLike[str], data: bytes | str, *, mode: int = DEFAULT_MODE, fsync: bool = True
+) -> None:
     path = Path(path)
     raw = data.encode("utf-8", errors="replace") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

@@ -12,6 +12,7 @@ Routes (GET, and HEAD for load-balancer checks; any other method is 405, any oth
 It reads only what the loop published (the status dict, the heartbeat), on its own
 threads, so a slow client can never stall a tick. Every handler answers from memory.
 """
+
 from __future__ import annotations
 
 import json
@@ -74,8 +75,7 @@ class _Handler(BaseHTTPRequestHandler):
         raise AttributeError(name)
 
     def _not_allowed(self) -> None:
-        self._reply(405, {"error": f"method {self.command} not allowed: read-only"}, True,
-                    extra={"Allow": "GET, HEAD"})
+        self._reply(405, {"error": f"method {self.command} not allowed: read-only"}, True, extra={"Allow": "GET, HEAD"})
 
     # ---------------------------------------------------------------- routes
     def _route(self, send_body: bool) -> None:
@@ -93,23 +93,26 @@ class _Handler(BaseHTTPRequestHandler):
             code, doc = api.healthz()
             self._reply(code, doc, send_body)
         elif path.startswith("/targets/") and path.endswith("/ready") and len(path) > len("/targets//ready"):
-            name = unquote(path[len("/targets/"):-len("/ready")])
+            name = unquote(path[len("/targets/") : -len("/ready")])
             if "/" in name:
                 self._reply(404, {"error": "no such route"}, send_body)
                 return
             code, doc = api.target_ready(name)
             self._reply(code, doc, send_body)
         else:
-            self._reply(404, {"error": "no such route", "routes": ["/metrics", "/healthz",
-                                                                   "/targets/<name>/ready"]}, send_body)
+            self._reply(
+                404, {"error": "no such route", "routes": ["/metrics", "/healthz", "/targets/<name>/ready"]}, send_body
+            )
 
     # ---------------------------------------------------------------- replies
-    def _reply(self, code: int, doc: Mapping[str, Any], send_body: bool,
-               extra: Mapping[str, str] | None = None) -> None:
+    def _reply(
+        self, code: int, doc: Mapping[str, Any], send_body: bool, extra: Mapping[str, str] | None = None
+    ) -> None:
         self._send(code, JSON, json.dumps(doc).encode() + b"\n", send_body, extra)
 
-    def _send(self, code: int, ctype: str, body: bytes, send_body: bool,
-              extra: Mapping[str, str] | None = None) -> None:
+    def _send(
+        self, code: int, ctype: str, body: bytes, send_body: bool, extra: Mapping[str, str] | None = None
+    ) -> None:
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
@@ -136,10 +139,17 @@ class HttpListener:
     - ``poll_interval``: how often the serving thread checks for ``stop()`` (seconds).
     """
 
-    def __init__(self, address: tuple[str, int], *, registry: CollectorRegistry,
-                 status: Callable[[], Mapping[str, Any] | None],
-                 tick_age: Callable[[], float | None], max_tick_age: float,
-                 log: logging.Logger | None = None, poll_interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        *,
+        registry: CollectorRegistry,
+        status: Callable[[], Mapping[str, Any] | None],
+        tick_age: Callable[[], float | None],
+        max_tick_age: float,
+        log: logging.Logger | None = None,
+        poll_interval: float = 0.5,
+    ) -> None:
         self.host, self.port = address
         if max_tick_age <= 0:
             raise ConfigError([f"max_tick_age: expected > 0, got {max_tick_age}"])
@@ -156,8 +166,11 @@ class HttpListener:
     def healthz(self) -> tuple[int, dict[str, Any]]:
         age = self.tick_age()
         ok = age is not None and age < self.max_tick_age
-        doc: dict[str, Any] = {"ok": ok, "last_tick_age_s": None if age is None else round(age, 3),
-                               "max_age_s": self.max_tick_age}
+        doc: dict[str, Any] = {
+            "ok": ok,
+            "last_tick_age_s": None if age is None else round(age, 3),
+            "max_age_s": self.max_tick_age,
+        }
         if age is None:
             doc["reason"] = "no tick yet"
         elif not ok:
@@ -187,8 +200,9 @@ class HttpListener:
         server = server_cls((self.host, self.port), _Handler)
         server.api = self
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, args=(self.poll_interval,),
-                                        name="guardian-http", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, args=(self.poll_interval,), name="guardian-http", daemon=True
+        )
         self._thread.start()
         host, port = self.address
         self.log.info("http listener on %s:%d (/metrics, /healthz, /targets/<name>/ready)", host, port)

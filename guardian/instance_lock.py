@@ -5,6 +5,7 @@ Taken before anything else starts (the embedded Redis, the control socket), so a
 The lock is the kernel's: it goes with the process, even one killed with SIGKILL, so a
 crashed guardian never blocks its successor. The file holds the owner's pid, for the message.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -28,8 +29,10 @@ class InstanceLock:
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
             os.close(fd)
-            raise GuardianError(f"another guardian (pid {holder}) already runs on state_dir "
-                                f"{os.path.dirname(self.path)}; not starting anything") from None
+            raise GuardianError(
+                f"another guardian (pid {holder}) already runs on state_dir "
+                f"{os.path.dirname(self.path)}; not starting anything"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd

@@ -8,6 +8,7 @@ Stdlib only, frozen dataclasses. Nothing here touches the machine.
 - ``Finding``: what one detector concludes on one tick (stateless).
 - ``Incident``: the stateful, deduplicated condition built from findings.
 """
+
 from __future__ import annotations
 
 import re

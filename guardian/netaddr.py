@@ -1,4 +1,5 @@
 """Network addresses: the one ``host:port`` reader, and a free loopback port for tests and the sim."""
+
 from __future__ import annotations
 
 import socket

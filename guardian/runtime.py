@@ -11,6 +11,7 @@
   ``/healthz``, readiness) and sd_notify. ``run(stop)`` runs the loop until ``stop`` is set;
   ``close()`` stops everything.
 """
+
 from __future__ import annotations
 
 import logging
@@ -59,20 +60,37 @@ def real_seams(cfg: Config, clock: SystemClock | None = None) -> Seams:
     commands = SubprocessRunner()
     details = PsutilDetails() if os.path.realpath(cfg.probes.procfs.proc_root) == "/proc" else None
     http = BearerHttpClient(StdlibHttpClient(), ApiKeys(cfg, proc))  # servers started with --api-key
-    return Seams(clock or SystemClock(), proc, http, commands, OsProcessControl(proc),
-                 make_backends(cfg.accelerators, commands, log), details)
+    return Seams(
+        clock or SystemClock(),
+        proc,
+        http,
+        commands,
+        OsProcessControl(proc),
+        make_backends(cfg.accelerators, commands, log),
+        details,
+    )
 
 
-def build_daemon(cfg: Config, seams: Seams, *, sink: AlertSink | None = None, sinks: Iterable[Sink] = (),
-                 on_update: Iterable[Callable[[Incident], None]] = (),
-                 status_extras: dict[str, Callable[[], object]] | None = None,
-                 runner: AsyncRunner | None = None, log: logging.Logger | None = None) -> Daemon:
+def build_daemon(
+    cfg: Config,
+    seams: Seams,
+    *,
+    sink: AlertSink | None = None,
+    sinks: Iterable[Sink] = (),
+    on_update: Iterable[Callable[[Incident], None]] = (),
+    status_extras: dict[str, Callable[[], object]] | None = None,
+    runner: AsyncRunner | None = None,
+    log: logging.Logger | None = None,
+) -> Daemon:
     store = IncidentStore(cfg.state_dir)
-    evidence = EvidenceCollector(cfg.evidence, store.dir_for, seams.commands, seams.proc, seams.clock,
-                                 details=seams.process_details)
+    evidence = EvidenceCollector(
+        cfg.evidence, store.dir_for, seams.commands, seams.proc, seams.clock, details=seams.process_details
+    )
     kube = None
-    if any(t.restart.mode == "kubernetes" or (t.match.kubernetes is not None and t.match.kubernetes.namespace)
-           for t in cfg.targets):
+    if any(
+        t.restart.mode == "kubernetes" or (t.match.kubernetes is not None and t.match.kubernetes.namespace)
+        for t in cfg.targets
+    ):
         from .host.kube import KubeClient
 
         try:
@@ -85,9 +103,21 @@ def build_daemon(cfg: Config, seams: Seams, *, sink: AlertSink | None = None, si
         node = cfg.node or os.uname().nodename
         lease = FleetLease(sink.client, node, f.max_concurrent_restarts, f.lease_ttl, f.when_redis_down)
     diagnoser = Diagnoser.from_config(cfg, runner=seams.commands, http=seams.http, kube=_kube_factory(kube))
-    daemon = Daemon(cfg, seams, store=store, evidence=evidence, lease=lease, kube=kube,
-                    publish_control=sink.control if sink is not None else None, sinks=sinks,
-                    on_update=on_update, status_extras=status_extras, runner=runner, log=log, diagnoser=diagnoser)
+    daemon = Daemon(
+        cfg,
+        seams,
+        store=store,
+        evidence=evidence,
+        lease=lease,
+        kube=kube,
+        publish_control=sink.control if sink is not None else None,
+        sinks=sinks,
+        on_update=on_update,
+        status_extras=status_extras,
+        runner=runner,
+        log=log,
+        diagnoser=diagnoser,
+    )
     if isinstance(seams.http, BearerHttpClient):  # the keys follow each discovery pass
         daemon.targets.on_discovery.append(seams.http.keys.update)
         daemon.status_extras["api_keys"] = seams.http.keys.origins
@@ -130,26 +160,46 @@ class Runtime:
         def republish(inc: Incident) -> None:  # an incident changed without a transition
             sink.publish(emitter.on_transition(Transition(inc, Status.FIRING), clock.wall(), clock.monotonic()))
 
-        decisions = (GateDecisions(sink.client, cfg.gates.control_channel, cfg.node or "",
-                                   lambda: cfg.detectors.output_corruption.mode, clock.wall, log.getChild("gates"))
-                     if cfg.gates.enabled else None)
-        daemon = build_daemon(cfg, real_seams(cfg, clock), sink=sink,
-                              sinks=[alerts] + ([decisions] if decisions is not None else []),
-                              on_update=[republish], status_extras={"alerts": sink.stats})
-        control = ControlSocket(cfg.socket_path(), {
-            "status": lambda req: daemon.status().to_dict(),
-            "ping": lambda req: "pong",
-            "drain": daemon.control_request,
-            "restart": daemon.control_request,
-            "undrain": daemon.control_request,
-        })
+        decisions = (
+            GateDecisions(
+                sink.client,
+                cfg.gates.control_channel,
+                cfg.node or "",
+                lambda: cfg.detectors.output_corruption.mode,
+                clock.wall,
+                log.getChild("gates"),
+            )
+            if cfg.gates.enabled
+            else None
+        )
+        daemon = build_daemon(
+            cfg,
+            real_seams(cfg, clock),
+            sink=sink,
+            sinks=[alerts] + ([decisions] if decisions is not None else []),
+            on_update=[republish],
+            status_extras={"alerts": sink.stats},
+        )
+        control = ControlSocket(
+            cfg.socket_path(),
+            {
+                "status": lambda req: daemon.status().to_dict(),
+                "ping": lambda req: "pong",
+                "drain": daemon.control_request,
+                "restart": daemon.control_request,
+                "undrain": daemon.control_request,
+            },
+        )
         beat = LastTick(clock.monotonic)
         http = None
         if cfg.api.http:
-            http = HttpListener(parse_hostport(cfg.api.http),
-                                registry=build_registry(lambda: daemon.status().to_dict(), lambda: daemon.stats),
-                                status=lambda: daemon.status().to_dict(), tick_age=beat.age,
-                                max_tick_age=3 * cfg.interval)
+            http = HttpListener(
+                parse_hostport(cfg.api.http),
+                registry=build_registry(lambda: daemon.status().to_dict(), lambda: daemon.stats),
+                status=lambda: daemon.status().to_dict(),
+                tick_age=beat.age,
+                max_tick_age=3 * cfg.interval,
+            )
         rt = cls(daemon, clock, sink, alerts, emitter, control, http, beat, decisions=decisions)
         try:
             rt._wire_gates(cfg)
@@ -168,8 +218,14 @@ class Runtime:
         if gates is None:
             return
         gates.exchange = FingerprintExchange(self.sink.client, cfg.node or "", self.clock.wall)
-        self.listener = ReportsListener(self.sink.client, cfg.gates.reports_channel, gates.accept_report,
-                                        self.clock.monotonic, self.clock.wall, log.getChild("gates")).start()
+        self.listener = ReportsListener(
+            self.sink.client,
+            cfg.gates.reports_channel,
+            gates.accept_report,
+            self.clock.monotonic,
+            self.clock.wall,
+            log.getChild("gates"),
+        ).start()
 
     def run(self, stop: threading.Event) -> None:
         """The loop, until ``stop`` is set (then ``clock.wake()`` ends the current sleep)."""

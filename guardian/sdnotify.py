@@ -10,6 +10,7 @@ The daemon's part: ``ready()`` after its first tick, ``watchdog()`` after every 
 (``after_tick()`` does both), ``stopping()`` on shutdown, ``status(text)`` for a
 one-line summary shown by ``systemctl status``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -49,8 +50,9 @@ def parse_watchdog(environ: Mapping[str, str], pid: int) -> float | None:
 
 
 class SdNotify:
-    def __init__(self, environ: Mapping[str, str] | None = None, *, pid: int | None = None,
-                 log: logging.Logger | None = None) -> None:
+    def __init__(
+        self, environ: Mapping[str, str] | None = None, *, pid: int | None = None, log: logging.Logger | None = None
+    ) -> None:
         env = os.environ if environ is None else environ
         self._address = parse_address(env.get("NOTIFY_SOCKET"))
         self._watchdog = parse_watchdog(env, os.getpid() if pid is None else pid)

@@ -4,6 +4,7 @@
 ``StdlibHttpClient``, ``SubprocessRunner``, ``OsProcessControl``, the accelerator backends
 ``accelerators:`` asks for); tests build fakes. Nothing else in the loop builds a seam.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

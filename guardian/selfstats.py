@@ -2,6 +2,7 @@
 
 Read by the status document and the exporter; written only by the tick loop.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable

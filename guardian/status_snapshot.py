@@ -5,6 +5,7 @@ per tick, when first asked for); the control socket, ``guardian probe``, the nod
 HTTP listener and the exporter read ``to_dict()``, the JSON document other tools read
 (``guardian status --json``). Field names are the document's keys; ``None`` is ``null``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -155,12 +156,18 @@ class StatusSnapshot:
     def document(self) -> dict[str, Any]:
         """The JSON document (built once per snapshot; treat it as read-only)."""
         return {
-            "schema": self.schema, "node": self.node, "version": self.version, "time": self.time,
-            "uptime_s": self.uptime_s, "guardian": _plain(self.guardian), "probes": _plain(self.probes),
+            "schema": self.schema,
+            "node": self.node,
+            "version": self.version,
+            "time": self.time,
+            "uptime_s": self.uptime_s,
+            "guardian": _plain(self.guardian),
+            "probes": _plain(self.probes),
             "targets": _plain(self.targets),
             "unmatched": [{"target": n, "reason": r} for n, r in self.unmatched],
             "incidents": [incident_to_dict(i) for i in self.incidents],
-            "actions": _plain(self.actions), "maintenance_until": self.maintenance_until,
+            "actions": _plain(self.actions),
+            "maintenance_until": self.maintenance_until,
             "accelerators": _plain(self.accelerators),
             **{k: _plain(v) for k, v in self.extras.items()},
             "errors": dict(self.errors),

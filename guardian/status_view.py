@@ -2,6 +2,7 @@
 human rendering of its JSON document (``guardian status``) as a table. Reads memory only
 (and the maintenance file).
 """
+
 from __future__ import annotations
 
 import os
@@ -79,12 +80,27 @@ def _phase(tr: TrackedTarget, open_kinds: list[str], remediation: str) -> str:
 def _process(p: ProcessInfo, ps: ProcessState | None) -> ProcessStatus:
     hot = ps.hottest if ps is not None else None
     return ProcessStatus(
-        p.pid, p.key.starttime, p.role.value, " ".join(redact_argv(p.cmdline))[:200],  # never an --api-key
-        None if ps is None else ps.state, None if ps is None else _r(ps.cpu_ratio),
-        None if ps is None else ps.rss_bytes, None if ps is None else ps.num_threads,
-        None if hot is None else HottestThread(
-            hot.tid, hot.comm, _r(hot.cpu_ratio), _r(hot.voluntary_per_s, 1), _r(hot.involuntary_per_s, 1),
-            _r(hot.cpu_demand), hot.syscall, hot.wchan))
+        p.pid,
+        p.key.starttime,
+        p.role.value,
+        " ".join(redact_argv(p.cmdline))[:200],  # never an --api-key
+        None if ps is None else ps.state,
+        None if ps is None else _r(ps.cpu_ratio),
+        None if ps is None else ps.rss_bytes,
+        None if ps is None else ps.num_threads,
+        None
+        if hot is None
+        else HottestThread(
+            hot.tid,
+            hot.comm,
+            _r(hot.cpu_ratio),
+            _r(hot.voluntary_per_s, 1),
+            _r(hot.involuntary_per_s, 1),
+            _r(hot.cpu_demand),
+            hot.syscall,
+            hot.wchan,
+        ),
+    )
 
 
 def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incident], now: float) -> TargetStatus:
@@ -96,56 +112,97 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
 
     scrape, canary, accel = tr.last_scrape, tr.last_canary, d.readings.accel
     return TargetStatus(
-        name=name, source=tr.target.source, pid=tr.target.key.pid, starttime=tr.target.key.starttime,
-        port=tr.target.port, api_url=tr.target.api_url, model=tr.model,
+        name=name,
+        source=tr.target.source,
+        pid=tr.target.key.pid,
+        starttime=tr.target.key.starttime,
+        port=tr.target.port,
+        api_url=tr.target.api_url,
+        model=tr.model,
         phase=_phase(tr, kinds, d.remediator.phase(name)),
         serving=d.remediator.serving(name) and tr.api_alive and tr.ready,
         remediation=d.remediator.status().get(name),
         decision=d.responder.decisions.get(name),
         budget_left=budget_left(d.cfg.policy, d.ledger, name, d.clock.wall()),
         ready=tr.ready,
-        health=None if scrape is None else HealthStatus(
-            scrape.health_status, scrape.health_error, _r(latest(m.HEALTH_LATENCY), 4)),
-        engine=EngineStatus(latest(m.REQ_RUNNING), latest(m.REQ_WAITING), _r(latest(m.KV_USAGE)),
-                            _r(_progress_rate(d.series, name, now), 2)),
-        canary=None if canary is None else CanaryStatus(
-            canary.ok, canary.timed_out, _r(canary.latency, 4), canary.error, _r(now - canary.ended, 1)),
+        health=None
+        if scrape is None
+        else HealthStatus(scrape.health_status, scrape.health_error, _r(latest(m.HEALTH_LATENCY), 4)),
+        engine=EngineStatus(
+            latest(m.REQ_RUNNING),
+            latest(m.REQ_WAITING),
+            _r(latest(m.KV_USAGE)),
+            _r(_progress_rate(d.series, name, now), 2),
+        ),
+        canary=None
+        if canary is None
+        else CanaryStatus(canary.ok, canary.timed_out, _r(canary.latency, 4), canary.error, _r(now - canary.ended, 1)),
         processes=tuple(_process(p, d.readings.processes.get(p.key)) for p in tr.target.processes),
         accelerators=tuple(accel.per_target.get(name, []) if accel is not None else ()),
         memory=MemoryStatus(
             _trend(d.series, name, [""], m.ACCEL_MEM, now, d.cfg.detectors.accel_memory_leak.window),
-            _trend(d.series, name, [Subject(p.pid).key for p in tr.target.processes], m.PROC_RSS, now,
-                   d.cfg.detectors.host_memory_leak.window)),
-        suspects={k.value: f.summary for k, f in d.findings.get(name, {}).items()
-                  if f is not None and not f.confirmed},
+            _trend(
+                d.series,
+                name,
+                [Subject(p.pid).key for p in tr.target.processes],
+                m.PROC_RSS,
+                now,
+                d.cfg.detectors.host_memory_leak.window,
+            ),
+        ),
+        suspects={k.value: f.summary for k, f in d.findings.get(name, {}).items() if f is not None and not f.confirmed},
         incidents=tuple(kinds),
         errors=d.episodes.current(f"{name}:"),
-        gates=(d.readings.gates.status_of(name, now, d.cfg.detectors.output_corruption)
-               if d.readings.gates is not None else None),
+        gates=(
+            d.readings.gates.status_of(name, now, d.cfg.detectors.output_corruption)
+            if d.readings.gates is not None
+            else None
+        ),
     )
 
 
 def build_status(d: Daemon, now: float) -> StatusSnapshot:
     cpu_s, rss = self_usage()
     open_incidents = d.incidents.open_incidents()
-    probes = {name: ProbeCounters(s.runs, s.failures, s.overruns, _r(s.last_duration_s, 5),
-                                  _r(s.total_duration_s / s.runs if s.runs else 0.0, 5))
-              for name, s in d.stats.probes.items()}
+    probes = {
+        name: ProbeCounters(
+            s.runs,
+            s.failures,
+            s.overruns,
+            _r(s.last_duration_s, 5),
+            _r(s.total_duration_s / s.runs if s.runs else 0.0, 5),
+        )
+        for name, s in d.stats.probes.items()
+    }
     return StatusSnapshot(
-        node=d.node, version=__version__, time=d.clock.wall(), uptime_s=_r(now - d.started_mono, 1),
-        guardian=GuardianSelf(os.getpid(), d.stats.ticks, _r(d.stats.last_tick_s, 5), _r(d.stats.max_tick_s, 5),
-                              _r(cpu_s, 2), rss, d.stats.ticks_failed,
-                              _r(d.stats.tick_times.quantile(0.5), 5),
-                              _r(d.stats.tick_times.quantile(0.99), 5)),
+        node=d.node,
+        version=__version__,
+        time=d.clock.wall(),
+        uptime_s=_r(now - d.started_mono, 1),
+        guardian=GuardianSelf(
+            os.getpid(),
+            d.stats.ticks,
+            _r(d.stats.last_tick_s, 5),
+            _r(d.stats.max_tick_s, 5),
+            _r(cpu_s, 2),
+            rss,
+            d.stats.ticks_failed,
+            _r(d.stats.tick_times.quantile(0.5), 5),
+            _r(d.stats.tick_times.quantile(0.99), 5),
+        ),
         probes=probes,
         targets=tuple(_target(d, name, tr, open_incidents, now) for name, tr in sorted(d.tracker.targets.items())),
         unmatched=tuple(d.targets.unmatched),
         incidents=tuple(open_incidents),
-        actions={"outcomes": dict(d.remediator.action_counts),
-                 "restarts": {k: dict(v) for k, v in d.remediator.restart_counts.items()}},
+        actions={
+            "outcomes": dict(d.remediator.action_counts),
+            "restarts": {k: dict(v) for k, v in d.remediator.restart_counts.items()},
+        },
         maintenance_until=Maintenance(d.cfg.state_dir).until(),
-        extras={**{key: fn() for key, fn in d.status_extras.items()},
-                **({"gates": d.readings.gates.summary()} if d.readings.gates is not None else {})},
+        extras={
+            **{key: fn() for key, fn in d.status_extras.items()},
+            **({"gates": d.readings.gates.summary()} if d.readings.gates is not None else {}),
+        },
         errors=dict(d.episodes.current()),
         accelerators=tuple(d.readings.accel.node) if d.readings.accel is not None else (),
     )
@@ -171,10 +228,14 @@ def _gates_lines(g: dict[str, Any] | None) -> list[str]:
         return []
     score = "-" if g["health_score"] is None else str(g["health_score"])
     age = "never" if g["last_round_age_s"] is None else f"{g['last_round_age_s']:.0f}s ago"
-    out = [f"  gates: health {score}/100, last round {age}, baseline {g['baseline']}, "
-           f"L4 {g['agreement'] or '-'}, {g['reports']} report(s)"]
-    out += [f"  gate failure {f['level']} {f['check']}: {f['prompt'][:30]!r} -> {f['output'][:40]!r}"
-            for f in g["failures"][:3]]
+    out = [
+        f"  gates: health {score}/100, last round {age}, baseline {g['baseline']}, "
+        f"L4 {g['agreement'] or '-'}, {g['reports']} report(s)"
+    ]
+    out += [
+        f"  gate failure {f['level']} {f['check']}: {f['prompt'][:30]!r} -> {f['output'][:40]!r}"
+        for f in g["failures"][:3]
+    ]
     out += [f"  gate note: {n}" for n in g["notes"]]
     return out
 
@@ -182,9 +243,11 @@ def _gates_lines(g: dict[str, Any] | None) -> list[str]:
 def render_status(doc: dict[str, Any]) -> str:
     """The table a person reads at a glance."""
     g = doc["guardian"]
-    lines = [f"guardian {doc['version']} on {doc['node']} — up {doc['uptime_s']:.0f}s, "
-             f"{g['ticks']} ticks, last tick {1000 * (g['last_tick_s'] or 0):.1f} ms, "
-             f"guardian CPU {g['cpu_seconds']:.1f}s"]
+    lines = [
+        f"guardian {doc['version']} on {doc['node']} — up {doc['uptime_s']:.0f}s, "
+        f"{g['ticks']} ticks, last tick {1000 * (g['last_tick_s'] or 0):.1f} ms, "
+        f"guardian CPU {g['cpu_seconds']:.1f}s"
+    ]
     if not doc["targets"]:
         lines.append("no vLLM targets found")
     for u in doc.get("unmatched", []):
@@ -192,20 +255,39 @@ def render_status(doc: dict[str, Any]) -> str:
     for t in doc["targets"]:
         eng = t["engine"]
         canary = t["canary"]
-        c = "-" if canary is None else ("ok %.0fms" % (1000 * canary["latency_s"]) if canary["ok"]
-                                        else ("TIMEOUT" if canary["timed_out"] else "failed"))
+        c = (
+            "-"
+            if canary is None
+            else (
+                "ok %.0fms" % (1000 * canary["latency_s"])
+                if canary["ok"]
+                else ("TIMEOUT" if canary["timed_out"] else "failed")
+            )
+        )
         lines.append("")
-        lines.append(f"TARGET {t['name']}  [{t['phase'].upper()}]  pid {t['pid']}  {t['api_url'] or ''}"
-                     f"  model {t['model'] or '?'}")
-        lines.append(f"  engine: running {eng['requests_running']}, waiting {eng['requests_waiting']}, "
-                     f"kv {_fmt_pct(eng['kv_cache_usage'])}, steps/s {eng['steps_per_s']}, canary {c}")
+        lines.append(
+            f"TARGET {t['name']}  [{t['phase'].upper()}]  pid {t['pid']}  {t['api_url'] or ''}"
+            f"  model {t['model'] or '?'}"
+        )
+        lines.append(
+            f"  engine: running {eng['requests_running']}, waiting {eng['requests_waiting']}, "
+            f"kv {_fmt_pct(eng['kv_cache_usage'])}, steps/s {eng['steps_per_s']}, canary {c}"
+        )
         lines.append(f"  {'PID':>8} {'ROLE':<12} {'STATE':<5} {'CPU':>5} {'RSS':>9}  HOTTEST THREAD")
         for p in t["processes"]:
             h = p["hottest_thread"]
-            hot = "-" if h is None else (f"{h['tid']} {h['comm']} {_fmt_pct(h['cpu_ratio'])} "
-                                         f"vol/s {h['voluntary_per_s']} {h['syscall'] or ''}")
-            lines.append(f"  {p['pid']:>8} {p['role']:<12} {p['state'] or '?':<5} "
-                         f"{_fmt_pct(p['cpu_ratio']):>5} {_fmt_bytes(p['rss_bytes']):>9}  {hot}")
+            hot = (
+                "-"
+                if h is None
+                else (
+                    f"{h['tid']} {h['comm']} {_fmt_pct(h['cpu_ratio'])} "
+                    f"vol/s {h['voluntary_per_s']} {h['syscall'] or ''}"
+                )
+            )
+            lines.append(
+                f"  {p['pid']:>8} {p['role']:<12} {p['state'] or '?':<5} "
+                f"{_fmt_pct(p['cpu_ratio']):>5} {_fmt_bytes(p['rss_bytes']):>9}  {hot}"
+            )
         mem = t.get("memory") or {}
         for label, key in (("accelerator memory", "accelerator"), ("RSS (tree)", "rss")):
             tr_ = mem.get(key)
@@ -214,8 +296,10 @@ def render_status(doc: dict[str, Any]) -> str:
                 trend = "-" if slope is None else f"{slope / 1e6:+.2f} MB/s over {tr_['window_s']:.0f}s"
                 lines.append(f"  {label}: {_fmt_bytes(tr_['bytes'])}, trend {trend}")
         for dev in t.get("accelerators") or []:
-            lines.append(f"  device {dev.get('device')}: {_fmt_bytes(dev.get('memory_used_bytes'))} of "
-                         f"{_fmt_bytes(dev.get('memory_total_bytes'))}, util {_fmt_pct(dev.get('utilization_ratio'))}")
+            lines.append(
+                f"  device {dev.get('device')}: {_fmt_bytes(dev.get('memory_used_bytes'))} of "
+                f"{_fmt_bytes(dev.get('memory_total_bytes'))}, util {_fmt_pct(dev.get('utilization_ratio'))}"
+            )
         rem = t.get("remediation")
         if rem:
             lines.append(f"  remediation: {rem['phase']} ({rem['reason']}, mode {rem['mode']}): {rem['detail']}")
@@ -239,4 +323,3 @@ def render_status(doc: dict[str, Any]) -> str:
     for key, msg in node_errors.items():
         lines.append(f"error {key}: {msg}")
     return "\n".join(lines)
-

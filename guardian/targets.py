@@ -5,6 +5,7 @@ and port owners between passes). A restarted target's per-process series are dro
 pids are new); a target gone for ``forget_after`` is returned as forgotten, for the loop to
 drop everything it keeps about it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,8 +25,15 @@ NAME = "discovery"  # counted like a probe: runs, failures, duration
 
 
 class TargetsStage:
-    def __init__(self, cfg: Config, proc: ProcFS, tracker: Tracker, series: SeriesStore,
-                 log: logging.Logger, platform: PlatformMatcher | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        proc: ProcFS,
+        tracker: Tracker,
+        series: SeriesStore,
+        log: logging.Logger,
+        platform: PlatformMatcher | None = None,
+    ) -> None:
         self.cfg = cfg
         self.platform = platform  # match.kubernetes / match.systemd_unit
         self.on_discovery: list[Callable[[tuple[Target, ...]], None]] = []  # each pass's targets (API keys)

@@ -3,6 +3,7 @@
 A bounded ring (the last ``size`` ticks, 10 minutes at 1 Hz by default): the
 guardian's own cost is judged from the same document that shows everything else.
 """
+
 from __future__ import annotations
 
 import math

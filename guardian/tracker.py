@@ -8,6 +8,7 @@ re-parented (their API server SIGKILLed), so a later stop reaches them.
 It decides: a target is new, restarted (same name, new API-server identity),
 gone (API server vanished) or forgotten (gone longer than ``forget_after``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -42,8 +43,9 @@ class TrackedTarget:
 
     def ref(self, findings: dict[Kind, Finding | None]) -> TargetRef:
         """The target as an incident records it; ``role``: of the process a finding points at."""
-        role = next((str(f.signals["role"]) for f in findings.values() if f is not None and f.signals.get("role")),
-                    None)
+        role = next(
+            (str(f.signals["role"]) for f in findings.values() if f is not None and f.signals.get("role")), None
+        )
         key = self.target.key
         return TargetRef(self.name, key.pid, key.starttime, self.target.port, self.model, role)
 
@@ -63,8 +65,9 @@ class Changes:
 
 
 class Tracker:
-    def __init__(self, forget_after: float, configured_models: dict[str, str] | None = None,
-                 probe_interval: float = 1.0) -> None:
+    def __init__(
+        self, forget_after: float, configured_models: dict[str, str] | None = None, probe_interval: float = 1.0
+    ) -> None:
         self.forget_after = forget_after
         self.configured_models = configured_models or {}
         self.probe_interval = probe_interval  # how often the processes are read (detectors judge gaps by it)
@@ -72,12 +75,12 @@ class Tracker:
 
     @classmethod
     def from_config(cls, cfg: Config) -> Tracker:
-        return cls(cfg.discovery.forget_after, {t.name: t.model for t in cfg.targets if t.model},
-                   cfg.probes.procfs.interval)
+        return cls(
+            cfg.discovery.forget_after, {t.name: t.model for t in cfg.targets if t.model}, cfg.probes.procfs.interval
+        )
 
     # ------------------------------------------------------------------ discovery
-    def apply_discovery(self, targets: tuple[Target, ...], orphans: tuple[ProcessInfo, ...],
-                        now: float) -> Changes:
+    def apply_discovery(self, targets: tuple[Target, ...], orphans: tuple[ProcessInfo, ...], now: float) -> Changes:
         new, restarted, vanished, forgotten = [], [], [], []
         alive_orphans = {p.key: p for p in orphans}
         found = {t.name: t for t in targets}
@@ -106,10 +109,16 @@ class Tracker:
                 tr.api_alive, tr.gone_since = False, now
                 vanished.append(name)
             # what is left of a vanished target: its processes that still live, re-parented
-            tr.target = replace(tr.target, processes=tuple(
-                alive_orphans.get(p.key, p) for p in tr.target.processes if p.key in alive_orphans))
-            if (tr.target.source != "config" and tr.gone_since is not None
-                    and now - tr.gone_since >= self.forget_after and not tr.target.processes):
+            tr.target = replace(
+                tr.target,
+                processes=tuple(alive_orphans.get(p.key, p) for p in tr.target.processes if p.key in alive_orphans),
+            )
+            if (
+                tr.target.source != "config"
+                and tr.gone_since is not None
+                and now - tr.gone_since >= self.forget_after
+                and not tr.target.processes
+            ):
                 del self.targets[name]
                 forgotten.append(name)
         return Changes(tuple(new), tuple(restarted), tuple(vanished), tuple(forgotten))
@@ -117,8 +126,7 @@ class Tracker:
     @staticmethod
     def _keep_orphans(old: Target, new: Target, alive_orphans: dict[ProcKey, ProcessInfo]) -> Target:
         keys = {p.key for p in new.processes}
-        kept = tuple(alive_orphans[p.key] for p in old.processes
-                     if p.key not in keys and p.key in alive_orphans)
+        kept = tuple(alive_orphans[p.key] for p in old.processes if p.key not in keys and p.key in alive_orphans)
         return replace(new, processes=new.processes + kept) if kept else new
 
     # ------------------------------------------------------------------ per tick

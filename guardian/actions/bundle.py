@@ -2,6 +2,7 @@
 folders ``0750`` whatever the umask, and the manifest's bookkeeping (files and sizes, failures
 and their reasons, notes, py-spy calls). Safe to use from the capture's pool threads.
 """
+
 from __future__ import annotations
 
 import os

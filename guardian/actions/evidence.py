@@ -26,6 +26,7 @@ Files ``0640``, folders ``0750``; ``incident.json`` belongs to the IncidentStore
 and is never written here; command lines and text are redacted (``redact``);
 py-spy ``--locals`` only when configured.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,7 @@ from .summary import SummaryFacts, build_summary
 
 # Kinds whose server is still serving: its stacks are read with ``--nonblocking`` only, so a
 # capture never pauses healthy request handling (a hang or a spin is paused on purpose, once).
-NONBLOCKING_KINDS = frozenset({Kind.HOST_MEMORY_LEAK, Kind.ACCEL_MEMORY_LEAK, Kind.KV_CACHE_LEAK,
-                               Kind.PROBE_FAILURE})
+NONBLOCKING_KINDS = frozenset({Kind.HOST_MEMORY_LEAK, Kind.ACCEL_MEMORY_LEAK, Kind.KV_CACHE_LEAK, Kind.PROBE_FAILURE})
 log = logging.getLogger(__name__)
 
 MANIFEST = "capture.json"
@@ -148,8 +148,14 @@ def choose_hottest(ctx: EvidenceContext) -> int | None:
         if isinstance(cand, int) and cand in pids:
             return cand
     cpu = ctx.series.get(m.PROC_CPU, {}) if isinstance(ctx.series, Mapping) else {}
-    best = max(((pts[-1][1], int(s[1:])) for s, pts in cpu.items()
-                if pts and s.startswith("p") and s[1:].isdigit() and int(s[1:]) in pids), default=None)
+    best = max(
+        (
+            (pts[-1][1], int(s[1:]))
+            for s, pts in cpu.items()
+            if pts and s.startswith("p") and s[1:].isdigit() and int(s[1:]) in pids
+        ),
+        default=None,
+    )
     if best is not None:
         return best[1]
     engines = ctx.target.by_role(Role.ENGINE_CORE)
@@ -177,10 +183,19 @@ class _Dump:
 
 
 class EvidenceCollector:
-    def __init__(self, cfg: EvidenceConfig, store_dir_for: Callable[[str], Path], runner: CommandRunner,
-                 procfs: ProcFS, clock: Clock, *, locate: Callable[[str], str | None] = default_locate,
-                 max_workers: int = MAX_DUMP_WORKERS, slack: float = SLACK_S,
-                 details: ProcessDetails | None = None) -> None:
+    def __init__(
+        self,
+        cfg: EvidenceConfig,
+        store_dir_for: Callable[[str], Path],
+        runner: CommandRunner,
+        procfs: ProcFS,
+        clock: Clock,
+        *,
+        locate: Callable[[str], str | None] = default_locate,
+        max_workers: int = MAX_DUMP_WORKERS,
+        slack: float = SLACK_S,
+        details: ProcessDetails | None = None,
+    ) -> None:
         self.cfg = cfg
         self._dir_for = store_dir_for
         self._runner = runner
@@ -206,8 +221,9 @@ class EvidenceCollector:
         try:
             root = Path(self._dir_for(bundle_id))
         except (ValueError, OSError) as e:
-            return EvidenceResult(Path(), (), {"bundle": f"no folder for {bundle_id!r}: {e}"},
-                                  self._clock.monotonic() - start, False)
+            return EvidenceResult(
+                Path(), (), {"bundle": f"no folder for {bundle_id!r}: {e}"}, self._clock.monotonic() - start, False
+            )
         bundle = BundleWriter(root)
         removed: list[str] = []
         try:
@@ -216,16 +232,36 @@ class EvidenceCollector:
         except Exception as e:  # the daemon must continue whatever happens here
             log.exception("evidence capture %s failed", bundle_id)
             bundle.fail("capture", f"{type(e).__name__}: {e}")
-        return EvidenceResult(root, tuple(sorted(bundle.files)), dict(bundle.failures),
-                              self._clock.monotonic() - start, not bundle.failures, tuple(removed))
+        return EvidenceResult(
+            root,
+            tuple(sorted(bundle.files)),
+            dict(bundle.failures),
+            self._clock.monotonic() - start,
+            not bundle.failures,
+            tuple(removed),
+        )
 
-    def snapshot(self, target: Target, *, record_seconds: float | None = None, hottest_pid: int | None = None,
-                 series: Mapping[str, Any] | None = None, metrics_text: str | None = None,
-                 accelerators: Mapping[str, Any] | None = None) -> EvidenceResult:
+    def snapshot(
+        self,
+        target: Target,
+        *,
+        record_seconds: float | None = None,
+        hottest_pid: int | None = None,
+        series: Mapping[str, Any] | None = None,
+        metrics_text: str | None = None,
+        accelerators: Mapping[str, Any] | None = None,
+    ) -> EvidenceResult:
         """A manual bundle (``guardian snapshot``) under the id ``snapshot-<ULID>``; no incident."""
-        ctx = EvidenceContext(None, target, hottest_pid, series or {}, metrics_text, accelerators,
-                              bundle_id=f"snapshot-{new_incident_id(self._clock.wall())}",
-                              record_seconds=record_seconds)
+        ctx = EvidenceContext(
+            None,
+            target,
+            hottest_pid,
+            series or {},
+            metrics_text,
+            accelerators,
+            bundle_id=f"snapshot-{new_incident_id(self._clock.wall())}",
+            record_seconds=record_seconds,
+        )
         return self.capture(ctx)
 
     # ------------------------------------------------------------ the capture
@@ -254,8 +290,10 @@ class EvidenceCollector:
         deadline = self.deadline(len(alive), seconds)
         if exe:
             n_rec = len(RECORDS) if recorded is not None else 0
-            pool = ThreadPoolExecutor(max_workers=min(self._workers, max(1, len(alive))) + n_rec,
-                                      thread_name_prefix=f"evidence-{bundle_id[-6:]}")
+            pool = ThreadPoolExecutor(
+                max_workers=min(self._workers, max(1, len(alive))) + n_rec,
+                thread_name_prefix=f"evidence-{bundle_id[-6:]}",
+            )
             futures = {}
             if recorded is not None:
                 for fmt, suffix in RECORDS:
@@ -282,31 +320,57 @@ class EvidenceCollector:
         duration = self._clock.monotonic() - start
         dump = dumps.get(focus) if focus is not None else None
         facts = SummaryFacts(
-            bundle_id, ctx.incident, ctx.target, focus,
-            threads=dump.threads if dump else (), dump_mode=dump.mode if dump else "",
-            dump_error=(dump.error if dump else "") or bundle.failures.get("py-spy", "")
+            bundle_id,
+            ctx.incident,
+            ctx.target,
+            focus,
+            threads=dump.threads if dump else (),
+            dump_mode=dump.mode if dump else "",
+            dump_error=(dump.error if dump else "")
+            or bundle.failures.get("py-spy", "")
             or bundle.failures.get(f"proc/{focus}", ""),
             proc={(tid, name): text for (pid, tid, name), text in proc_texts.items() if pid == focus and tid},
             record_files=sorted(n for n in bundle.files if n.startswith("flame-")),
             record_seconds=pyspy.record_seconds_arg(seconds) if recorded is not None else 0,
-            file_count=len(bundle.files), failures=dict(bundle.failures), duration=duration)
+            file_count=len(bundle.files),
+            failures=dict(bundle.failures),
+            duration=duration,
+        )
         bundle.write(SUMMARY, redact_text(build_summary(facts)))
         removed = self._retention(bundle.root, bundle_id)
         manifest = {
             "schema": 1,
             "id": bundle_id,
-            "incident": None if ctx.incident is None else {
-                "id": ctx.incident.id, "kind": ctx.incident.kind.value, "status": ctx.incident.status.value,
-                "summary": ctx.incident.summary, "signals": jsonable(ctx.incident.signals)},
-            "target": {"name": ctx.target.name, "pid": ctx.target.key.pid,
-                       "starttime": ctx.target.key.starttime, "port": ctx.target.port},
-            "processes": [{"pid": p.pid, "starttime": p.key.starttime, "role": p.role.value,
-                           "cmdline": list(redact_argv(p.cmdline)), "captured": p in alive}
-                          for p in ctx.target.processes],
+            "incident": None
+            if ctx.incident is None
+            else {
+                "id": ctx.incident.id,
+                "kind": ctx.incident.kind.value,
+                "status": ctx.incident.status.value,
+                "summary": ctx.incident.summary,
+                "signals": jsonable(ctx.incident.signals),
+            },
+            "target": {
+                "name": ctx.target.name,
+                "pid": ctx.target.key.pid,
+                "starttime": ctx.target.key.starttime,
+                "port": ctx.target.port,
+            },
+            "processes": [
+                {
+                    "pid": p.pid,
+                    "starttime": p.key.starttime,
+                    "role": p.role.value,
+                    "cmdline": list(redact_argv(p.cmdline)),
+                    "captured": p in alive,
+                }
+                for p in ctx.target.processes
+            ],
             "pyspy": exe,
             "hottest_pid": hottest,
-            "record": None if recorded is None else {"pid": recorded, "seconds": pyspy.record_seconds_arg(seconds),
-                                                     "formats": [f for f, _ in RECORDS]},
+            "record": None
+            if recorded is None
+            else {"pid": recorded, "seconds": pyspy.record_seconds_arg(seconds), "formats": [f for f, _ in RECORDS]},
             "started_at": wall,
             "monotonic_at_start": start,
             "deadline_s": deadline,
@@ -341,8 +405,11 @@ class EvidenceCollector:
             bundle.fail(f"proc/{p.pid}/stat", f"identity not verifiable: {e}")
             return True
         if st.starttime != p.key.starttime:
-            bundle.fail(f"proc/{p.pid}", f"pid {p.pid} now belongs to another process "
-                                         f"(starttime {st.starttime} != {p.key.starttime}): not captured")
+            bundle.fail(
+                f"proc/{p.pid}",
+                f"pid {p.pid} now belongs to another process "
+                f"(starttime {st.starttime} != {p.key.starttime}): not captured",
+            )
             return False
         if st.state in ("Z", "X"):
             bundle.fail(f"proc/{p.pid}", "process exited (zombie): no stacks to take")
@@ -373,8 +440,9 @@ class EvidenceCollector:
         return True
 
     # ------------------------------------------------------------ py-spy
-    def _run(self, argv: list[str], timeout: float, what: str, pid: int, mode: str,
-             bundle: BundleWriter) -> tuple[CommandResult | None, pyspy.Failure | None]:
+    def _run(
+        self, argv: list[str], timeout: float, what: str, pid: int, mode: str, bundle: BundleWriter
+    ) -> tuple[CommandResult | None, pyspy.Failure | None]:
         try:
             res = self._runner.run(argv, timeout)
         except BackendUnavailable as e:
@@ -382,9 +450,18 @@ class EvidenceCollector:
             bundle.step({"what": what, "pid": pid, "mode": mode, "argv": argv, "error": missing.reason})
             return None, missing
         fail = pyspy.classify(res.returncode, res.error_text, res.timed_out, timeout)
-        bundle.step({"what": what, "pid": pid, "mode": mode, "argv": argv, "rc": res.returncode,
-                     "duration_s": round(res.duration, 3), "timed_out": res.timed_out,
-                     "error": fail.reason if fail else None})
+        bundle.step(
+            {
+                "what": what,
+                "pid": pid,
+                "mode": mode,
+                "argv": argv,
+                "rc": res.returncode,
+                "duration_s": round(res.duration, 3),
+                "timed_out": res.timed_out,
+                "error": fail.reason if fail else None,
+            }
+        )
         return res, fail
 
     def _dump(self, exe: str, p: ProcessInfo, bundle: BundleWriter, out: _Dump, gentle: bool = False) -> None:

@@ -6,6 +6,7 @@ guardian restarted mid-sequence keeps its lease); release deletes a slot only
 if it still holds our value (atomic, Lua). When Redis cannot be reached the
 configured fail-safe decides (``when_redis_down``: allow | deny).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -55,8 +56,9 @@ class FleetLease:
                 h = self.client.get(KEY.format(slot))
                 if h is not None:
                     holders.append(h.decode() if isinstance(h, bytes) else h)
-            return LeaseResult(False, f"fleet cap {self.max_concurrent} reached; restarting now: "
-                                      f"{', '.join(holders) or '?'}")
+            return LeaseResult(
+                False, f"fleet cap {self.max_concurrent} reached; restarting now: {', '.join(holders) or '?'}"
+            )
         except Exception as e:  # noqa: BLE001 - redis.ConnectionError, TimeoutError, ...: the fail-safe decides
             return self._down(f"{type(e).__name__}: {e}")
 

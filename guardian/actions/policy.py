@@ -4,6 +4,7 @@ Budgets (restarts per period, persisted so a guardian restart does not reset
 them), exponential backoff between restarts, maintenance mode, the node-wide
 anomaly check. The fleet lease lives in ``guardian.actions.lease`` (it needs Redis).
 """
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,10 @@ class RestartLedger:
         except (OSError, ValueError, AttributeError, TypeError, RecursionError) as e:
             self.restarts = {}
             self.unreadable = f"restart ledger {self.path} is unreadable ({type(e).__name__}: {e})"
-            logging.getLogger(__name__).error("%s: refusing every restart until it is repaired or removed "
-                                              "(the budget cannot be known)", self.unreadable)
+            logging.getLogger(__name__).error(
+                "%s: refusing every restart until it is repaired or removed (the budget cannot be known)",
+                self.unreadable,
+            )
 
     def record(self, target: str, at: float) -> None:
         if self.keep is not None:
@@ -77,8 +80,12 @@ def may_restart(cfg: PolicyConfig, ledger: RestartLedger, target: str, now_wall:
         return Verdict(False, f"{ledger.unreadable}; restarts refused until it is repaired or removed")
     recent = ledger.recent(target, now_wall, cfg.budget.period)
     if len(recent) >= cfg.budget.max_restarts:
-        return Verdict(False, f"restart budget exhausted: {len(recent)} restarts in the last "
-                              f"{cfg.budget.period:.0f}s (max {cfg.budget.max_restarts})", exhausted=True)
+        return Verdict(
+            False,
+            f"restart budget exhausted: {len(recent)} restarts in the last "
+            f"{cfg.budget.period:.0f}s (max {cfg.budget.max_restarts})",
+            exhausted=True,
+        )
     wait = backoff_seconds(cfg, len(recent))
     if recent and now_wall - max(recent) < wait:
         left = wait - (now_wall - max(recent))
@@ -92,10 +99,15 @@ def budget_left(cfg: PolicyConfig, ledger: RestartLedger, target: str, now_wall:
 
 def node_anomaly(cfg: PolicyConfig, tripped: int, total: int) -> str | None:
     """Most targets of the node tripping at once points at the node (driver, device, host)."""
-    if total >= cfg.node_anomaly.min_targets and tripped / max(total, 1) >= cfg.node_anomaly.fraction \
-            and tripped >= cfg.node_anomaly.min_targets:
-        return (f"node-wide anomaly: {tripped} of {total} targets tripped at once; suspect the node "
-                f"(driver, device, host), escalating instead of restarting")
+    if (
+        total >= cfg.node_anomaly.min_targets
+        and tripped / max(total, 1) >= cfg.node_anomaly.fraction
+        and tripped >= cfg.node_anomaly.min_targets
+    ):
+        return (
+            f"node-wide anomaly: {tripped} of {total} targets tripped at once; suspect the node "
+            f"(driver, device, host), escalating instead of restarting"
+        )
     return None
 
 

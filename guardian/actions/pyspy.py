@@ -11,6 +11,7 @@ Pure functions tested on literal output of py-spy 0.4.3:
   wrong in words a person can act on, and whether ``--nonblocking`` is worth a try;
 - ``pick_thread`` chooses the thread a summary should show.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,15 @@ PTRACE_REASON = "ptrace not permitted: py-spy needs root or the CAP_SYS_PTRACE c
 
 
 # ---------------------------------------------------------------- argv
-def dump_argv(pyspy: str, pid: int, *, as_json: bool = True, nonblocking: bool = False,
-              native: bool = False, with_locals: bool = False) -> list[str]:
+def dump_argv(
+    pyspy: str,
+    pid: int,
+    *,
+    as_json: bool = True,
+    nonblocking: bool = False,
+    native: bool = False,
+    with_locals: bool = False,
+) -> list[str]:
     """``py-spy dump`` of one process. ``--native`` needs blocking mode, so it is dropped with ``--nonblocking``."""
     argv = [pyspy, "dump", "--pid", str(pid)]
     if as_json:
@@ -50,8 +58,22 @@ def record_argv(pyspy: str, pid: int, seconds: float, fmt: str, output: str) -> 
     """``py-spy record --nonblocking`` of one process for ``seconds``, one line per thread (``--threads``)."""
     if fmt not in ("flamegraph", "speedscope", "raw", "chrometrace"):
         raise ValueError(f"unknown py-spy record format {fmt!r}")
-    return [pyspy, "record", "--pid", str(pid), "--duration", str(record_seconds_arg(seconds)),
-            "--rate", "100", "--nonblocking", "--threads", "--format", fmt, "--output", output]
+    return [
+        pyspy,
+        "record",
+        "--pid",
+        str(pid),
+        "--duration",
+        str(record_seconds_arg(seconds)),
+        "--rate",
+        "100",
+        "--nonblocking",
+        "--threads",
+        "--format",
+        fmt,
+        "--output",
+        output,
+    ]
 
 
 # ---------------------------------------------------------------- parsed dumps
@@ -116,10 +138,17 @@ def _frame_from(doc: Any) -> Frame:
         raise ValueError(f"frame without a name: {doc!r:.80}")
     locs = tuple(
         Local(str(v.get("name", "?")), _opt_str(v.get("repr")), bool(v.get("arg", False)))
-        for v in (doc.get("locals") or ()) if isinstance(v, dict)
+        for v in (doc.get("locals") or ())
+        if isinstance(v, dict)
     )
-    return Frame(doc["name"], str(doc.get("filename") or ""), _opt_int(doc.get("line")) or 0,
-                 _opt_str(doc.get("short_filename")), _opt_str(doc.get("module")), locs)
+    return Frame(
+        doc["name"],
+        str(doc.get("filename") or ""),
+        _opt_int(doc.get("line")) or 0,
+        _opt_str(doc.get("short_filename")),
+        _opt_str(doc.get("module")),
+        locs,
+    )
 
 
 def parse_dump_json(text: str) -> tuple[ThreadStack, ...]:
@@ -134,20 +163,24 @@ def parse_dump_json(text: str) -> tuple[ThreadStack, ...]:
     for t in doc:
         if not isinstance(t, dict) or not isinstance(t.get("frames"), list):
             raise ValueError(f"py-spy dump --json: thread without frames: {t!r:.80}")
-        threads.append(ThreadStack(
-            os_thread_id=_opt_int(t.get("os_thread_id")),
-            thread_id=_opt_int(t.get("thread_id")),
-            name=_opt_str(t.get("thread_name")),
-            active=bool(t.get("active", False)),
-            owns_gil=bool(t.get("owns_gil", False)),
-            frames=tuple(_frame_from(f) for f in t["frames"]),
-            pid=_opt_int(t.get("pid")),
-        ))
+        threads.append(
+            ThreadStack(
+                os_thread_id=_opt_int(t.get("os_thread_id")),
+                thread_id=_opt_int(t.get("thread_id")),
+                name=_opt_str(t.get("thread_name")),
+                active=bool(t.get("active", False)),
+                owns_gil=bool(t.get("owns_gil", False)),
+                frames=tuple(_frame_from(f) for f in t["frames"]),
+                pid=_opt_int(t.get("pid")),
+            )
+        )
     return tuple(threads)
 
 
-_THREAD_LINE = re.compile(r'^Thread (?P<id>0[xX][0-9a-fA-F]+|\d+) \((?P<status>active\+gil|active|idle)\)'
-                          r'(?:: "(?P<name>.*)")?\s*$')
+_THREAD_LINE = re.compile(
+    r"^Thread (?P<id>0[xX][0-9a-fA-F]+|\d+) \((?P<status>active\+gil|active|idle)\)"
+    r'(?:: "(?P<name>.*)")?\s*$'
+)
 _FRAME_LINE = re.compile(r"^ {4}(?P<name>\S.*) \((?P<where>[^()]*?)(?::(?P<line>\d+))?\)\s*$")
 _PROCESS_LINE = re.compile(r"^Process (?P<pid>\d+): ")
 
@@ -278,8 +311,8 @@ def error_message(stderr: str) -> str:
     lines = [ln for ln in lines if ln and not ln.startswith("py-spy>") and not ln.startswith("note:")]
     for i, ln in enumerate(lines):
         if ln.startswith("Error:"):
-            msg = ln[len("Error:"):].strip()
-            rest = lines[i + 1:]
+            msg = ln[len("Error:") :].strip()
+            rest = lines[i + 1 :]
             if rest and rest[0] == "Caused by:" and len(rest) > 1:
                 msg += f" ({_CAUSE_NUMBER.sub('', rest[1])})"
             return msg
@@ -291,12 +324,12 @@ def error_message(stderr: str) -> str:
 
 _CAUSE_NUMBER = re.compile(r"^[0-9]+:\s*")
 _PERMISSION = ("permission denied", "operation not permitted", "os error 13", "os error 1)")
-_GONE = ("failed to get process executable name", "no such process", "os error 3)",
-         "process exited")
+_GONE = ("failed to get process executable name", "no such process", "os error 3)", "process exited")
 
 
-def classify(returncode: int | None, stderr: str, timed_out: bool = False,
-             timeout: float | None = None) -> Failure | None:
+def classify(
+    returncode: int | None, stderr: str, timed_out: bool = False, timeout: float | None = None
+) -> Failure | None:
     """What a py-spy exit means; None for success. Blocking-mode failures that a
     ``--nonblocking`` retry can get past (a stopped or traced target, a timeout, an
     unknown error) say so; a permission problem, a gone process or a non-Python

@@ -18,6 +18,7 @@ next option is redacted (``--api-key`` may take several keys).
 
 The environment is never read by the guardian, so nothing here handles it.
 """
+
 from __future__ import annotations
 
 import re
@@ -33,8 +34,10 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 # redaction inside a JSON string or an SVG attribute keeps the document well formed.
 _VALUE = r"[^\s\"'\\<>&]+"
 _TEXT_OPT_EQ = re.compile(r"(?P<opt>(?<![\w-])--?(?P<name>[A-Za-z][\w.-]*))=(?P<val>" + _VALUE + ")")
-_TEXT_OPT_SP = re.compile(r"(?P<opt>(?<![\w-])--?(?P<name>[A-Za-z][\w.-]*))(?P<sp>[ \t]+)"
-                          r"(?P<val>(?!-)" + _VALUE + r"(?:[ \t]+(?!-)" + _VALUE + ")*)")
+_TEXT_OPT_SP = re.compile(
+    r"(?P<opt>(?<![\w-])--?(?P<name>[A-Za-z][\w.-]*))(?P<sp>[ \t]+)"
+    r"(?P<val>(?!-)" + _VALUE + r"(?:[ \t]+(?!-)" + _VALUE + ")*)"
+)
 # ``name: value`` lines of a py-spy text dump with --locals (Arguments:/Locals: sections)
 _TEXT_LOCAL = re.compile(r"(?m)^(?P<head>[ \t]+(?P<name>[A-Za-z_][\w]*): )(?P<val>.+)$")
 _TEXT_ENV = re.compile(r"(?<![\w.-])(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<val>" + _VALUE + ")")
@@ -86,6 +89,7 @@ def redact_text(text: str) -> str:
     k2``), and so is the value of a ``name: value`` line whose name says secret (a local
     in a py-spy text dump).
     """
+
     def opt(m: re.Match[str]) -> str:
         if not is_secret_name(m.group("name")):
             return m.group(0)

@@ -23,6 +23,7 @@ itself — always under systemd, in command mode when the server died or was fou
 already gone — and when it does, the guardian stands down. A failed start is
 retried (``START_ATTEMPTS``), then left to a human.
 """
+
 from __future__ import annotations
 
 import json
@@ -119,8 +120,14 @@ ACTIVE = frozenset({Phase.LEASE, Phase.DRAINING, Phase.STOPPING, Phase.RELEASING
 # the guardian takes the target down itself from here on: its death is not news
 TAKING_DOWN = frozenset({Phase.STOPPING, Phase.RELEASING, Phase.STARTING, Phase.VERIFYING})
 # what status shows as the target's phase while a sequence runs
-PHASE_NAMES = {Phase.LEASE: "draining", Phase.DRAINING: "draining", Phase.STOPPING: "stopping",
-               Phase.RELEASING: "stopping", Phase.STARTING: "starting", Phase.VERIFYING: "verifying"}
+PHASE_NAMES = {
+    Phase.LEASE: "draining",
+    Phase.DRAINING: "draining",
+    Phase.STOPPING: "stopping",
+    Phase.RELEASING: "stopping",
+    Phase.STARTING: "starting",
+    Phase.VERIFYING: "verifying",
+}
 
 
 @dataclass
@@ -142,9 +149,13 @@ class PhaseProgress:
     def load(cls, data: Mapping[str, Any]) -> PhaseProgress:
         """From the state file (monotonic times mean nothing to the next process: dropped)."""
         begun = bool(data.get("begun") or data.get("drain_started") or data.get("term_sent"))
-        return cls(Phase(data["phase"]), float(data["at"]), begun,
-                   start_issued=bool(data.get("start_issued")),
-                   start_failures=int(data.get("start_failures") or 0))
+        return cls(
+            Phase(data["phase"]),
+            float(data["at"]),
+            begun,
+            start_issued=bool(data.get("start_issued")),
+            start_failures=int(data.get("start_failures") or 0),
+        )
 
 
 @dataclass(frozen=True)
@@ -172,8 +183,9 @@ class RemediationSettings:
 
     @classmethod
     def from_config(cls, cfg: Config) -> RemediationSettings:
-        return cls(cfg.node or os.uname().nodename, cfg.state_dir, cfg.policy,
-                   {t.name: RestartSpec.of(t) for t in cfg.targets})
+        return cls(
+            cfg.node or os.uname().nodename, cfg.state_dir, cfg.policy, {t.name: RestartSpec.of(t) for t in cfg.targets}
+        )
 
 
 @dataclass
@@ -223,11 +235,23 @@ class RestartSequence:
 
 
 class Remediator:
-    def __init__(self, settings: RemediationSettings, clock, control, async_runner, cmd_runner, incidents, ledger,
-                 procfs, *,
-                 lease=None, kube=None, publish_control: Callable[[dict], object] | None = None,
-                 release_check: Callable[[set[int]], bool | None] | None = None,
-                 log: logging.Logger | None = None) -> None:
+    def __init__(
+        self,
+        settings: RemediationSettings,
+        clock,
+        control,
+        async_runner,
+        cmd_runner,
+        incidents,
+        ledger,
+        procfs,
+        *,
+        lease=None,
+        kube=None,
+        publish_control: Callable[[dict], object] | None = None,
+        release_check: Callable[[set[int]], bool | None] | None = None,
+        log: logging.Logger | None = None,
+    ) -> None:
         self.settings = settings
         self.policy = settings.policy
         self.node = settings.node
@@ -287,29 +311,58 @@ class Remediator:
         return s is not None and s.phase in TAKING_DOWN
 
     def status(self) -> dict:
-        return {name: {"phase": s.phase.value, "reason": s.reason, "incident": s.incident_id, "mode": s.mode,
-                       "since": s.phase_since_wall, "detail": s.detail,
-                       "outcome": None if s.outcome is None else s.outcome.value}
-                for name, s in self.sequences.items()}
+        return {
+            name: {
+                "phase": s.phase.value,
+                "reason": s.reason,
+                "incident": s.incident_id,
+                "mode": s.mode,
+                "since": s.phase_since_wall,
+                "detail": s.detail,
+                "outcome": None if s.outcome is None else s.outcome.value,
+            }
+            for name, s in self.sequences.items()
+        }
 
     # ------------------------------------------------------------------ start
-    def begin(self, name: str, reason: str, incident_id: str | None, api_key: ProcKey,
-              tree: list[ProcKey], now: float, *, drain_only: bool = False) -> RestartSequence | None:
+    def begin(
+        self,
+        name: str,
+        reason: str,
+        incident_id: str | None,
+        api_key: ProcKey,
+        tree: list[ProcKey],
+        now: float,
+        *,
+        drain_only: bool = False,
+    ) -> RestartSequence | None:
         """A new sequence, persisted first: one whose state cannot be written (a full disk) could
         not be resumed after a crash, so it is not begun (None)."""
         tc = self.target_config(name)
         mode = tc.restart.mode if tc else "signal"
-        seq = RestartSequence(name, reason, incident_id, mode, (api_key.pid, api_key.starttime),
-                       [(k.pid, k.starttime) for k in tree], drain_only=drain_only,
-                       started_wall=self.clock.wall())
+        seq = RestartSequence(
+            name,
+            reason,
+            incident_id,
+            mode,
+            (api_key.pid, api_key.starttime),
+            [(k.pid, k.starttime) for k in tree],
+            drain_only=drain_only,
+            started_wall=self.clock.wall(),
+        )
         self.sequences[name] = seq
         if not self._save(seq):
             del self.sequences[name]
             return None
         if mode == "kubernetes":
             seq.pod_uid = self._snapshot_pod_uid(api_key)
-        self._enter(seq, Phase.LEASE, now, f"{'drain' if drain_only else 'restart'} of {name} ({reason}), "
-                                      f"mode {mode}, tree {[p for p, _ in seq.tree]}")
+        self._enter(
+            seq,
+            Phase.LEASE,
+            now,
+            f"{'drain' if drain_only else 'restart'} of {name} ({reason}), "
+            f"mode {mode}, tree {[p for p, _ in seq.tree]}",
+        )
         return seq
 
     # ------------------------------------------------------------------ policy gates
@@ -329,11 +382,19 @@ class Remediator:
             return f"already {prev.phase.value} for this incident"
         tc = self.target_config(name)
         if tc is None:
-            return self._once(incident, "no_config", "skipped",
-                              "autodiscovered target: no restart configured (add it under targets: to remediate)")
+            return self._once(
+                incident,
+                "no_config",
+                "skipped",
+                "autodiscovered target: no restart configured (add it under targets: to remediate)",
+            )
         if tc.restart.mode == "kubernetes" and self.kube is None:
-            return self._once(incident, "no_kube", "skipped",
-                              "restart.mode kubernetes needs the in-cluster API (service account); alert only")
+            return self._once(
+                incident,
+                "no_kube",
+                "skipped",
+                "restart.mode kubernetes needs the in-cluster API (service account); alert only",
+            )
         if tc.restart.mode == "command" and not tc.restart.command:
             return self._once(incident, "no_command", "skipped", "restart.mode command without a command")
         unstartable = start_problem(tc.restart, self.control)
@@ -356,14 +417,31 @@ class Remediator:
             return self._once(incident, "backoff", "deferred", verdict.reason)
         if self.policy.dry_run:
             keys = [p.pid for p in tracked.target.processes]
-            return self._once(incident, "dry_run", "dry_run",
-                              f"would have drained, stopped {keys} (SIGTERM, then SIGKILL after "
-                              f"{tc.restart.stop_timeout:g}s) and restarted via {tc.restart.mode}")
-        if self.begin(name, incident.kind.value, incident.id, tracked.target.key,
-                      [p.key for p in tracked.target.processes], now) is None:
-            return self._once(incident, "unsaved", "escalated",
-                              f"remediation state could not be written under {self.dir} (full disk?); "
-                              "not starting a sequence that could not be resumed after a crash")
+            return self._once(
+                incident,
+                "dry_run",
+                "dry_run",
+                f"would have drained, stopped {keys} (SIGTERM, then SIGKILL after "
+                f"{tc.restart.stop_timeout:g}s) and restarted via {tc.restart.mode}",
+            )
+        if (
+            self.begin(
+                name,
+                incident.kind.value,
+                incident.id,
+                tracked.target.key,
+                [p.key for p in tracked.target.processes],
+                now,
+            )
+            is None
+        ):
+            return self._once(
+                incident,
+                "unsaved",
+                "escalated",
+                f"remediation state could not be written under {self.dir} (full disk?); "
+                "not starting a sequence that could not be resumed after a crash",
+            )
         return "started"
 
     def manual(self, name: str, tracked, now: float, action: str, dry_run: bool) -> str:
@@ -384,11 +462,23 @@ class Remediator:
             if not verdict.allowed:
                 return f"{name}: refused: {verdict.reason}"
         if dry_run or self.policy.dry_run:
-            return (f"{name}: dry run: would have {'drained' if action == 'drain' else 'drained, stopped'} "
-                    f"{[p.pid for p in tracked.target.processes]}"
-                    + ("" if action == "drain" or tc is None else f" and restarted via {tc.restart.mode}"))
-        if self.begin(name, "manual", None, tracked.target.key, [p.key for p in tracked.target.processes], now,
-                      drain_only=(action == "drain")) is None:
+            return (
+                f"{name}: dry run: would have {'drained' if action == 'drain' else 'drained, stopped'} "
+                f"{[p.pid for p in tracked.target.processes]}"
+                + ("" if action == "drain" or tc is None else f" and restarted via {tc.restart.mode}")
+            )
+        if (
+            self.begin(
+                name,
+                "manual",
+                None,
+                tracked.target.key,
+                [p.key for p in tracked.target.processes],
+                now,
+                drain_only=(action == "drain"),
+            )
+            is None
+        ):
             return f"{name}: refused: remediation state could not be written under {self.dir}"
         return f"{name}: {action} started"
 
@@ -425,9 +515,14 @@ class Remediator:
 
     # ------------------------------------------------------------------ the machine
     def tick(self, now: float, tracker, series) -> None:
-        steps = {Phase.LEASE: self._step_lease, Phase.DRAINING: self._step_draining,
-                 Phase.STOPPING: self._step_stopping, Phase.RELEASING: self._step_releasing,
-                 Phase.STARTING: self._step_starting, Phase.VERIFYING: self._step_verifying}
+        steps = {
+            Phase.LEASE: self._step_lease,
+            Phase.DRAINING: self._step_draining,
+            Phase.STOPPING: self._step_stopping,
+            Phase.RELEASING: self._step_releasing,
+            Phase.STARTING: self._step_starting,
+            Phase.VERIFYING: self._step_verifying,
+        }
         for seq in list(self.sequences.values()):
             if seq.phase is Phase.FAILED and not seq.drain_only:
                 self._recover_if_healthy(seq, tracker)
@@ -451,8 +546,9 @@ class Remediator:
         seq.phase = Phase.RECOVERED
         seq.history.append(PhaseProgress(Phase.RECOVERED, self.clock.wall()))
         self.publish_control({"action": "undrain", "target": seq.target, "node": self.node})
-        self.log.warning("remediation %s: healthy again after the failed sequence (pid %d): back in rotation",
-                         seq.target, key[0])
+        self.log.warning(
+            "remediation %s: healthy again after the failed sequence (pid %d): back in rotation", seq.target, key[0]
+        )
         self._save(seq)
 
     def _step_lease(self, seq: RestartSequence, now: float, tracker, series) -> None:
@@ -476,13 +572,14 @@ class Remediator:
         tc = self.target_config(seq.target)
         if not seq.progress.begun:
             seq.progress.begun = True
-            self.publish_control({"action": "drain", "target": seq.target, "node": self.node,
-                                  "reason": seq.reason})
+            self.publish_control({"action": "drain", "target": seq.target, "node": self.node, "reason": seq.reason})
             if tc and tc.drain.hook:
                 hook = tuple(tc.drain.hook)
-                self.async_runner.submit(("remediation", f"{seq.target}:hook"),
-                                         lambda: self.cmd_runner.run(hook, max(1.0, tc.drain.timeout)),
-                                         deadline=now + tc.drain.timeout + 5)
+                self.async_runner.submit(
+                    ("remediation", f"{seq.target}:hook"),
+                    lambda: self.cmd_runner.run(hook, max(1.0, tc.drain.timeout)),
+                    deadline=now + tc.drain.timeout + 5,
+                )
         timeout = tc.drain.timeout if tc else 0.0
         if seq.reason in HANG_KINDS:  # a hung engine makes no progress: nothing can drain
             timeout = min(timeout, HANG_DRAIN_TIMEOUT if _stepping(series, seq.target, now) else 0.0)
@@ -501,8 +598,12 @@ class Remediator:
         if empty:
             self._enter(seq, Phase.STOPPING, now, f"drained in {now - seq.phase_since:.1f}s")
         else:
-            self._enter(seq, Phase.STOPPING, now, f"drain timeout {timeout:g}s reached"
-                        + (" (no progress: nothing to drain)" if timeout == 0 else ""))
+            self._enter(
+                seq,
+                Phase.STOPPING,
+                now,
+                f"drain timeout {timeout:g}s reached" + (" (no progress: nothing to drain)" if timeout == 0 else ""),
+            )
 
     def _step_stopping(self, seq: RestartSequence, now: float, tracker, series) -> None:
         tc = self.target_config(seq.target)
@@ -512,23 +613,35 @@ class Remediator:
             try:
                 self._record_restart(seq)
             except OSError as e:  # fail closed: an uncounted restart could loop past the budget
-                self._finish(seq, now, Outcome.ABORTED, f"restart ledger could not be written ({e}); nothing "
-                                                        f"was stopped (fail closed)")
+                self._finish(
+                    seq,
+                    now,
+                    Outcome.ABORTED,
+                    f"restart ledger could not be written ({e}); nothing was stopped (fail closed)",
+                )
                 self.publish_control({"action": "undrain", "target": seq.target, "node": self.node})
                 return
             seq.progress.begun = True
             if seq.mode == "kubernetes" and self.kube is not None:
                 uid, ns = seq.pod_uid, rc.namespace
-                self.async_runner.submit(("remediation", f"{seq.target}:kube"),
-                                         lambda: self._kube_delete(api, int(stop_grace(rc, seq.reason)), uid, ns),
-                                         deadline=now + 30, on_done=self._job_done)
-                self._record(seq, "stop", "ok",
-                             f"pod delete requested (grace {stop_grace(rc, seq.reason):g}s) {uid or ''}")
+                self.async_runner.submit(
+                    ("remediation", f"{seq.target}:kube"),
+                    lambda: self._kube_delete(api, int(stop_grace(rc, seq.reason)), uid, ns),
+                    deadline=now + 30,
+                    on_done=self._job_done,
+                )
+                self._record(
+                    seq, "stop", "ok", f"pod delete requested (grace {stop_grace(rc, seq.reason):g}s) {uid or ''}"
+                )
             else:
                 sent = self.control.signal(api, signal.SIGTERM)
                 seq.found_gone = not sent
-                self._record(seq, "stop", "ok" if sent else "skipped",
-                             f"SIGTERM to API server {api}" if sent else f"API server {api} already gone")
+                self._record(
+                    seq,
+                    "stop",
+                    "ok" if sent else "skipped",
+                    f"SIGTERM to API server {api}" if sent else f"API server {api} already gone",
+                )
         kube_res = self._job_results.pop(f"{seq.target}:kube", None)
         if isinstance(kube_res, BaseException):
             self._record(seq, "stop", "failed", f"pod delete failed: {kube_res}; SIGKILL after stop_timeout")
@@ -545,17 +658,29 @@ class Remediator:
             return
         kill_at = seq.progress.kill_at
         if seq.sigkill_sent and now - (now if kill_at is None else kill_at) >= KILL_GRACE:
-            self._finish(seq, now, Outcome.FAILED, f"processes survived SIGKILL: {[k.pid for k in alive]} "
-                                             f"(uninterruptible in the kernel?); a human must look")
+            self._finish(
+                seq,
+                now,
+                Outcome.FAILED,
+                f"processes survived SIGKILL: {[k.pid for k in alive]} "
+                f"(uninterruptible in the kernel?); a human must look",
+            )
 
     def _step_releasing(self, seq: RestartSequence, now: float, tracker, series) -> None:
         held = self.release_check({p for p, _ in seq.tree})
         if held is None or held is False:
-            self._enter(seq, Phase.STARTING, now, "no accelerator backend" if held is None
-                        else f"accelerator memory released in {now - seq.phase_since:.1f}s")
+            self._enter(
+                seq,
+                Phase.STARTING,
+                now,
+                "no accelerator backend"
+                if held is None
+                else f"accelerator memory released in {now - seq.phase_since:.1f}s",
+            )
         elif now - seq.phase_since >= RELEASE_TIMEOUT:
-            self._enter(seq, Phase.STARTING, now, f"accelerator memory still held after {RELEASE_TIMEOUT:g}s; "
-                                              "starting anyway")
+            self._enter(
+                seq, Phase.STARTING, now, f"accelerator memory still held after {RELEASE_TIMEOUT:g}s; starting anyway"
+            )
 
     def _owner_is_back(self, seq: RestartSequence, tracker) -> str | None:
         """Is the target's owner already bringing it back? A new API server for the target (a
@@ -573,16 +698,22 @@ class Remediator:
         MainPID outside the stopped tree."""
         if not unit:
             return None
-        res = self._job(seq, "unit_state", lambda: self.cmd_runner.run(
-            ("systemctl", "show", "-p", "ActiveState", "-p", "MainPID", unit), 10), now, retry_every=2.0)
+        res = self._job(
+            seq,
+            "unit_state",
+            lambda: self.cmd_runner.run(("systemctl", "show", "-p", "ActiveState", "-p", "MainPID", unit), 10),
+            now,
+            retry_every=2.0,
+        )
         text = getattr(res, "text", None)
         if not isinstance(text, str) or not getattr(res, "ok", False):
             return None
         props = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
         state, main = props.get("ActiveState", ""), props.get("MainPID", "0")
         old = {p for p, _ in seq.tree}
-        if state in ("activating", "reloading") or (state == "active" and main.isdigit()
-                                                     and int(main) not in old and int(main) != 0):
+        if state in ("activating", "reloading") or (
+            state == "active" and main.isdigit() and int(main) not in old and int(main) != 0
+        ):
             return f"systemd unit {unit} is {state} (MainPID {main})"
         return None
 
@@ -608,8 +739,12 @@ class Remediator:
         if now - progress.owner_wait_since < rc.owner_grace:
             return True
         progress.owner_checked = True
-        self._record(seq, "owner_check", "ok", f"proceeding: nothing brought {seq.target} back within "
-                                               f"owner_grace {rc.owner_grace:g}s")
+        self._record(
+            seq,
+            "owner_check",
+            "ok",
+            f"proceeding: nothing brought {seq.target} back within owner_grace {rc.owner_grace:g}s",
+        )
         return False
 
     def _step_starting(self, seq: RestartSequence, now: float, tracker, series) -> None:
@@ -630,17 +765,20 @@ class Remediator:
                 progress.start_failures += 1
                 tries = progress.start_failures
                 if tries >= START_ATTEMPTS:
-                    self._finish(seq, now, Outcome.FAILED, f"start failed {tries} times, last: {e}; "
-                                                           f"a human must start it")
+                    self._finish(
+                        seq, now, Outcome.FAILED, f"start failed {tries} times, last: {e}; a human must start it"
+                    )
                     return
-                wait = 2.0 ** tries
+                wait = 2.0**tries
                 progress.start_retry_at = now + wait
-                self._record(seq, "start", "failed", f"start failed: {e}; retrying in {wait:g}s "
-                                                     f"({tries} of {START_ATTEMPTS})")
+                self._record(
+                    seq, "start", "failed", f"start failed: {e}; retrying in {wait:g}s ({tries} of {START_ATTEMPTS})"
+                )
                 self._save(seq)
                 return
-            self._enter(seq, Phase.VERIFYING, now, f"started pid {seq.started_pid}: "
-                                                   f"{' '.join(redact_argv(spec.argv))[:200]}")
+            self._enter(
+                seq, Phase.VERIFYING, now, f"started pid {seq.started_pid}: {' '.join(redact_argv(spec.argv))[:200]}"
+            )
         elif seq.mode == "systemd":
             unit = rc.unit or (tc.systemd_unit if tc else None)
             if not seq.progress.start_issued:
@@ -652,20 +790,38 @@ class Remediator:
             if getattr(res, "ok", False):
                 self._enter(seq, Phase.VERIFYING, now, f"systemctl restart {unit}")
             else:
-                self._finish(seq, now, Outcome.FAILED, f"systemctl restart {unit} failed: "
-                                                 f"{getattr(res, 'error_text', res)!s}"[:300])
+                self._finish(
+                    seq,
+                    now,
+                    Outcome.FAILED,
+                    f"systemctl restart {unit} failed: {getattr(res, 'error_text', res)!s}"[:300],
+                )
         else:  # kubernetes: its controller recreates the pod; signal: an external supervisor restarts
-            self._enter(seq, Phase.VERIFYING, now, "waiting for the " +
-                        ("controller to recreate the pod" if seq.mode == "kubernetes" else "external supervisor"))
+            self._enter(
+                seq,
+                Phase.VERIFYING,
+                now,
+                "waiting for the "
+                + ("controller to recreate the pod" if seq.mode == "kubernetes" else "external supervisor"),
+            )
 
     def _step_verifying(self, seq: RestartSequence, now: float, tracker, series) -> None:
         tc = self.target_config(seq.target)
         rc = tc.restart if tc else RestartConfig()
         tr = tracker.targets.get(seq.target)
-        if tr is not None and tuple((tr.target.key.pid, tr.target.key.starttime)) != tuple(seq.api_key) \
-                and tr.ready and tr.api_alive:
-            self._finish(seq, now, Outcome.DONE, f"healthy again: pid {tr.target.key.pid}, /health 200 and a canary "
-                                           f"answered {now - seq.phase_since:.1f}s after start")
+        if (
+            tr is not None
+            and tuple((tr.target.key.pid, tr.target.key.starttime)) != tuple(seq.api_key)
+            and tr.ready
+            and tr.api_alive
+        ):
+            self._finish(
+                seq,
+                now,
+                Outcome.DONE,
+                f"healthy again: pid {tr.target.key.pid}, /health 200 and a canary "
+                f"answered {now - seq.phase_since:.1f}s after start",
+            )
         elif now - seq.phase_since >= rc.ready_timeout:
             self._finish(seq, now, Outcome.FAILED, f"not ready within ready_timeout {rc.ready_timeout:g}s")
 
@@ -705,8 +861,11 @@ class Remediator:
             return res
         last = seq.progress.job_at
         due = last is None or (retry_every is not None and now - last >= retry_every)
-        if seq.pending_job != key and due and self.async_runner.submit(
-                ("remediation", key), fn, deadline=now + 90, on_done=self._job_done):
+        if (
+            seq.pending_job != key
+            and due
+            and self.async_runner.submit(("remediation", key), fn, deadline=now + 90, on_done=self._job_done)
+        ):
             seq.pending_job = key
         return None
 
@@ -727,8 +886,9 @@ class Remediator:
         seq.history.append(PhaseProgress(phase, seq.phase_since_wall))
         if self.lease is not None and seq.lease_slot is not None:  # a long sequence keeps its slot
             slot = seq.lease_slot
-            self.async_runner.submit(("remediation", f"{seq.target}:renew"),
-                                     lambda: self.lease.renew(seq.target, slot), deadline=now + 30)
+            self.async_runner.submit(
+                ("remediation", f"{seq.target}:renew"), lambda: self.lease.renew(seq.target, slot), deadline=now + 30
+            )
         self.log.info("remediation %s: %s (%s)", seq.target, phase, detail)
         self._save(seq)
 
@@ -739,14 +899,18 @@ class Remediator:
         seq.phase_since, seq.phase_since_wall = now, self.clock.wall()
         if self.lease is not None and seq.lease_slot is not None:
             slot = seq.lease_slot
-            self.async_runner.submit(("remediation", f"{seq.target}:release"),
-                                     lambda: self.lease.release(seq.target, slot), deadline=now + 30)
+            self.async_runner.submit(
+                ("remediation", f"{seq.target}:release"),
+                lambda: self.lease.release(seq.target, slot),
+                deadline=now + 30,
+            )
         if done and not seq.drain_only:
             self.publish_control({"action": "undrain", "target": seq.target, "node": self.node})
         if not seq.drain_only:
             self._count_restart(seq.target, "ok" if done else "failed")
-        self.log.log(logging.INFO if done else logging.ERROR,
-                     "remediation %s: %s (%s)", seq.target, outcome.value, detail)
+        self.log.log(
+            logging.INFO if done else logging.ERROR, "remediation %s: %s (%s)", seq.target, outcome.value, detail
+        )
         for hook in self.on_finish:
             hook(seq, outcome)
         self._save(seq)
@@ -801,8 +965,11 @@ class Remediator:
             seq.pending_job = None
             if seq.phase in (Phase.LEASE, Phase.DRAINING) and not self.control.alive(ProcKey(*seq.api_key)):
                 # the server changed while the guardian was down: nothing to resume
-                seq.end(Outcome.ABORTED, f"guardian restarted before the stop and API server {seq.api_key[0]} "
-                                         "is gone; aborted, lease released")
+                seq.end(
+                    Outcome.ABORTED,
+                    f"guardian restarted before the stop and API server {seq.api_key[0]} "
+                    "is gone; aborted, lease released",
+                )
                 self._release_lease(seq, now)
                 self.publish_control({"action": "undrain", "target": seq.target, "node": self.node})
             elif seq.phase in (Phase.LEASE, Phase.DRAINING):
@@ -832,5 +999,6 @@ class Remediator:
             return
         slot, lease, target = seq.lease_slot, self.lease, seq.target
         seq.lease_slot = None
-        self.async_runner.submit(("remediation", f"{target}:release"),
-                                 lambda: lease.release(target, slot), deadline=now + 30)
+        self.async_runner.submit(
+            ("remediation", f"{target}:release"), lambda: lease.release(target, slot), deadline=now + 30
+        )

@@ -17,6 +17,7 @@ runner jobs go to, and ``emit`` for the transitions it causes (a verified restar
 target's incidents). ``on_update`` hooks hear of an incident that changed without a transition
 (evidence attached, a failed restart recorded), so alerts can be re-sent with it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -39,11 +40,24 @@ from .remediation import Outcome, Remediator, RestartSequence
 
 
 class Responder:
-    def __init__(self, detectors: DetectorsConfig, clock: Clock, runner: AsyncRunner, tracker: Tracker,
-                 series: SeriesStore, readings: Readings, incidents: IncidentManager, remediator: Remediator,
-                 evidence: EvidenceCollector | None, episodes: EpisodeLog,
-                 emit: Callable[[Transition], None], log: logging.Logger, *,
-                 diagnoser: Diagnoser | None = None, target_configs: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        detectors: DetectorsConfig,
+        clock: Clock,
+        runner: AsyncRunner,
+        tracker: Tracker,
+        series: SeriesStore,
+        readings: Readings,
+        incidents: IncidentManager,
+        remediator: Remediator,
+        evidence: EvidenceCollector | None,
+        episodes: EpisodeLog,
+        emit: Callable[[Transition], None],
+        log: logging.Logger,
+        *,
+        diagnoser: Diagnoser | None = None,
+        target_configs: Mapping[str, Any] | None = None,
+    ) -> None:
         self.detectors = detectors
         self.clock = clock
         self.runner = runner
@@ -96,11 +110,14 @@ class Responder:
             finding = None
             if name in self.remediator.exhausted:
                 left = budget_left(policy, self.remediator.ledger, name, self.clock.wall())
-                finding = Finding(kind, name, Severity.CRITICAL,
-                                  f"restart budget exhausted ({policy.budget.max_restarts} per "
-                                  f"{policy.budget.period:.0f}s): observe-only until it frees up",
-                                  {"max_restarts": policy.budget.max_restarts,
-                                   "period": policy.budget.period, "budget_left": left})
+                finding = Finding(
+                    kind,
+                    name,
+                    Severity.CRITICAL,
+                    f"restart budget exhausted ({policy.budget.max_restarts} per "
+                    f"{policy.budget.period:.0f}s): observe-only until it frees up",
+                    {"max_restarts": policy.budget.max_restarts, "period": policy.budget.period, "budget_left": left},
+                )
             transitions += self.incidents.update(name, tr.ref({}), {kind: finding})
         return transitions
 
@@ -157,7 +174,8 @@ class Responder:
         accel = self.readings.accel
         pid = inc.signals.get("pid")
         ctx = EvidenceContext(
-            incident=inc, target=tr.target,
+            incident=inc,
+            target=tr.target,
             hottest_pid=pid if isinstance(pid, int) else None,
             series=series_windows(self.series, inc.target.name, now - self.series.horizon),
             metrics_text=tr.last_scrape.page if tr.last_scrape is not None else None,
@@ -167,11 +185,14 @@ class Responder:
         target_cfg = self.target_configs.get(inc.target.name)
         accel_rows = list(accel.node) if accel is not None else []
         api_url = tr.target.api_url
-        if self.runner.submit(("evidence", inc.id),
-                              lambda: capture_then_diagnose(collector, ctx, diagnoser, target_cfg=target_cfg,
-                                                            api_url=api_url, accelerators=accel_rows),
-                              deadline=now + collector.deadline(len(tr.target.processes)),
-                              on_done=lambda done, _now: self._evidence_done(inc.id, done)):
+        if self.runner.submit(
+            ("evidence", inc.id),
+            lambda: capture_then_diagnose(
+                collector, ctx, diagnoser, target_cfg=target_cfg, api_url=api_url, accelerators=accel_rows
+            ),
+            deadline=now + collector.deadline(len(tr.target.processes)),
+            on_done=lambda done, _now: self._evidence_done(inc.id, done),
+        ):
             self.evidence_pending.add(inc.id)
             self._evidence_of[inc.id] = inc.target.name
 
@@ -186,16 +207,21 @@ class Responder:
             return
         res: EvidenceResult
         res, diag = done.result
-        partial = "" if res.complete else ", partial: " + "; ".join(
-            f"{k}: {v}" for k, v in list(res.failures.items())[:3])
+        partial = (
+            "" if res.complete else ", partial: " + "; ".join(f"{k}: {v}" for k, v in list(res.failures.items())[:3])
+        )
         self.log.info("evidence for %s: %d files in %.2fs%s", incident_id, len(res.files), res.duration, partial)
         try:
             inc = self.incidents.set_evidence(incident_id, str(res.dir))
             if diag is not None:
                 inc = self.incidents.set_diagnosis(incident_id, diag.diagnosis, diag.crash, diag.notes)
                 if diag.diagnosis:
-                    self.log.info("diagnosis of %s: %s (confidence %.2f)", incident_id, diag.diagnosis[0]["id"],
-                                  diag.diagnosis[0]["confidence"])
+                    self.log.info(
+                        "diagnosis of %s: %s (confidence %.2f)",
+                        incident_id,
+                        diag.diagnosis[0]["id"],
+                        diag.diagnosis[0]["confidence"],
+                    )
         except KeyError:
             return
         self._updated(inc)

@@ -8,6 +8,7 @@ incident is still open (``status`` other than ``resolved``) and any id in
 ``protect``. A folder whose name carries no ULID is not ours: neither counted
 nor touched.
 """
+
 from __future__ import annotations
 
 import json
@@ -98,8 +99,7 @@ def plan(bundles: list[Bundle], max_bundles: int, max_bytes: int, protect: Itera
     return doomed
 
 
-def apply_retention(incidents_dir: Path, max_bundles: int, max_bytes: int,
-                    protect: Iterable[str] = ()) -> list[str]:
+def apply_retention(incidents_dir: Path, max_bundles: int, max_bytes: int, protect: Iterable[str] = ()) -> list[str]:
     """Delete the oldest closed bundles beyond the limits; the ids removed, oldest first.
     A bundle that cannot be deleted is logged and skipped (another pass may get it)."""
     removed = []

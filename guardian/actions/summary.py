@@ -7,6 +7,7 @@ thread's innermost Python frames from its py-spy JSON dump, and its /proc state
 (state, syscall, wchan, CPU ticks, context switches) parsed from the copies
 the bundle holds. Redaction is the caller's job (it redacts the finished text).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -53,16 +54,20 @@ def proc_line(tid: int, texts: Mapping[tuple[int, str], str]) -> str | None:
         pass
     try:
         sc = parse_syscall(texts[(tid, "syscall")])
-        parts.append("syscall running" if sc.running else
-                     "blocked outside a syscall" if sc.blocked_outside_syscall else f"syscall {sc.nr}")
+        parts.append(
+            "syscall running"
+            if sc.running
+            else "blocked outside a syscall"
+            if sc.blocked_outside_syscall
+            else f"syscall {sc.nr}"
+        )
     except (KeyError, ValueError):
         pass
     if (tid, "wchan") in texts:
         parts.append(f"wchan {parse_wchan(texts[(tid, 'wchan')]) or '-'}")
     try:
         ss = parse_status(texts[(tid, "status")])
-        parts.append(f"switches {ss.voluntary_ctxt_switches} voluntary / "
-                     f"{ss.nonvoluntary_ctxt_switches} involuntary")
+        parts.append(f"switches {ss.voluntary_ctxt_switches} voluntary / {ss.nonvoluntary_ctxt_switches} involuntary")
     except (KeyError, ValueError):
         pass
     return f"/proc thread {tid}: " + ", ".join(parts) if parts else None
@@ -73,8 +78,10 @@ def build_summary(f: SummaryFacts) -> str:
     inc, tgt = f.incident, f.target
     where = f"target {tgt.name} (api pid {tgt.key.pid}" + (f", port {tgt.port})" if tgt.port else ")")
     if inc is not None:
-        lines.append(f"Incident {inc.id}: {inc.kind.value} ({inc.severity.value}, {inc.status.value}) "
-                     f"on {where}, node {inc.node}")
+        lines.append(
+            f"Incident {inc.id}: {inc.kind.value} ({inc.severity.value}, {inc.status.value}) "
+            f"on {where}, node {inc.node}"
+        )
         lines.append(f"What fired: {inc.summary}")
         sig = [f"{k}={_value(v)}" for k, v in sorted(inc.signals.items()) if v is not None]
         if sig:
@@ -92,8 +99,7 @@ def build_summary(f: SummaryFacts) -> str:
         if thread is not None:
             name = f' "{thread.name}"' if thread.name else ""
             ident = thread.os_thread_id if thread.os_thread_id is not None else f"{thread.thread_id or 0:#x}"
-            lines.append(f"Thread {ident}{name} ({thread.status}), py-spy {f.dump_mode} dump, "
-                         f"innermost frame first:")
+            lines.append(f"Thread {ident}{name} ({thread.status}), py-spy {f.dump_mode} dump, innermost frame first:")
             lines += [f"    {fr.label}" for fr in thread.frames[:FRAMES]]
             if len(thread.frames) > FRAMES:
                 lines.append(f"    ... {len(thread.frames) - FRAMES} more frames")

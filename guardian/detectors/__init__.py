@@ -4,6 +4,7 @@
 ``evaluate_all`` runs every one of them (``mode: observe`` still evaluates: the
 mode only decides what the daemon does with an incident).
 """
+
 from __future__ import annotations
 
 from types import MappingProxyType
@@ -11,8 +12,15 @@ from typing import Callable, Mapping
 
 from ..config_schema import DetectorsConfig
 from ..model import Finding, Kind
-from . import (accel_memory_leak, busy_loop, engine_dead, engine_stall, host_memory_leak, kv_cache_leak,
-               output_corruption)
+from . import (
+    accel_memory_leak,
+    busy_loop,
+    engine_dead,
+    engine_stall,
+    host_memory_leak,
+    kv_cache_leak,
+    output_corruption,
+)
 from .view import TargetState, TargetView
 
 Detector = Callable[[TargetView, DetectorsConfig], "Finding | None"]

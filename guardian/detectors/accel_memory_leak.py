@@ -9,6 +9,7 @@ window (not one allocation step, not growth that levels off) and not explained
 by more running requests. The finding carries the slope, the fit quality and
 the projected time until the devices are full (null when the total is unknown).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -47,9 +48,17 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     projected = sig["projected_exhaustion_s"]
     severity = Severity.CRITICAL if projected is not None and projected < CRITICAL_WITHIN_S else Severity.WARNING
     when = f", full in ~{projected / 60:.0f} min" if projected is not None else ""
-    summary = (f"accelerator memory grows {tr.slope / 1e6:.1f} MB/s "
-               f"(threshold {c.slope_bytes_per_s / 1e6:.1f} MB/s) with no new load; "
-               f"now {mt.human_bytes(current)}{when}")
-    return Finding(kind=KIND, target=name, severity=severity, summary=summary, signals=sig,
-                   confirmed=True, subject=sig.get("subject") or "")
-
+    summary = (
+        f"accelerator memory grows {tr.slope / 1e6:.1f} MB/s "
+        f"(threshold {c.slope_bytes_per_s / 1e6:.1f} MB/s) with no new load; "
+        f"now {mt.human_bytes(current)}{when}"
+    )
+    return Finding(
+        kind=KIND,
+        target=name,
+        severity=severity,
+        summary=summary,
+        signals=sig,
+        confirmed=True,
+        subject=sig.get("subject") or "",
+    )

@@ -16,6 +16,7 @@ suspect: the confirming canary starts early, but no conclusion is drawn yet.
 
 Never during startup grace (model load, graph capture) nor once the API server is gone.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -49,8 +50,7 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
         return None
     if not covered:
         sig = _signals(h, bl, progress, False, None, now)
-        return _finding(view, h, sig, "suspect", f"hot for {now - h.first_t:.1f}s, confirming",
-                        confirmed=False)
+        return _finding(view, h, sig, "suspect", f"hot for {now - h.first_t:.1f}s, confirming", confirmed=False)
     pending = pending_throughout(view.series, name, h.first_t, now)
     pend_pts = pending_samples(view.series, name, h.first_t, now)
     pending_now = pend_pts[-1][1] if pend_pts else None

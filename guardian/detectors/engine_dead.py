@@ -11,6 +11,7 @@ sample. Confirmed when:
 
 Nothing during a first warm-up (never ready, engine alive or not yet seen).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -36,12 +37,14 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     if st.ever_ready and not st.api_alive:
         gone = {} if st.gone_since is None else {"gone_for_s": round(st.now - st.gone_since, 3)}
         return _finding(
-            view, dict(sig, reason="api_server_gone", pid=tgt.key.pid, role=Role.API_SERVER.value, **gone),
+            view,
+            dict(sig, reason="api_server_gone", pid=tgt.key.pid, role=Role.API_SERVER.value, **gone),
             f"API server {tgt.key.pid} is gone",
         )
     if st.api_alive and st.engine_alive is False:
         return _finding(
-            view, dict(sig, reason="engine_core_gone", role=Role.ENGINE_CORE.value),
+            view,
+            dict(sig, reason="engine_core_gone", role=Role.ENGINE_CORE.value),
             f"EngineCore is gone while API server {tgt.key.pid} lives",
         )
     if st.ever_ready:
@@ -49,8 +52,15 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
         fresh = latest is not None and st.now - latest[0] <= HEALTH_FRESH_INTERVALS * st.probe_interval + 1e-9
         if latest is not None and fresh and latest[1] == 0:
             return _finding(
-                view, dict(sig, reason="health_failed", pid=tgt.key.pid, role=Role.API_SERVER.value,
-                           health_ok=0, health_age_s=round(st.now - latest[0], 3)),
+                view,
+                dict(
+                    sig,
+                    reason="health_failed",
+                    pid=tgt.key.pid,
+                    role=Role.API_SERVER.value,
+                    health_ok=0,
+                    health_age_s=round(st.now - latest[0], 3),
+                ),
                 "/health fails (5xx or refused) after the server had been ready",
             )
     return None

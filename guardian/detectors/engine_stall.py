@@ -15,6 +15,7 @@ Never during startup grace nor once the API server is gone (engine_dead's case),
 nor while a process of the target is hot but its threads are not read yet (the
 first tick of a spin: whether it is busy_loop's case is not known).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -90,8 +91,10 @@ def _hot_process_unread(view: TargetView, cpu_ratio: float) -> bool:
         last = view.series.latest(name, Subject(p.pid).key, m.PROC_CPU)
         if last is None or last[0] < recent or last[1] < cpu_ratio:
             continue
-        threads = [view.series.latest(name, t, m.THREAD_CPU)
-                   for t in view.series.subjects(name, m.THREAD_CPU, Subject(p.pid).threads_prefix)]
+        threads = [
+            view.series.latest(name, t, m.THREAD_CPU)
+            for t in view.series.subjects(name, m.THREAD_CPU, Subject(p.pid).threads_prefix)
+        ]
         latest = [pt for pt in threads if pt is not None and pt[0] >= recent]
         if not latest or max(v for _, v in latest) >= cpu_ratio:
             return True

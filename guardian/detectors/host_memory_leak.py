@@ -6,6 +6,7 @@ the window has a value, so a process that appears mid-window does not read as
 a jump) and judges the sum with ``memory_trend`` (the same rules as
 accel_memory_leak). The finding names the process whose RSS grows fastest.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -63,9 +64,17 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     top = mt.fastest_process(view, metrics.PROC_RSS, win)
     sig.update(top)
     who = f"; {top['process']} pid {top['pid']} grows fastest" if top else ""
-    summary = (f"host memory (RSS) of the target grows {tr.slope / 1e6:.1f} MB/s "
-               f"(threshold {c.slope_bytes_per_s / 1e6:.1f} MB/s) with no new load; "
-               f"now {mt.human_bytes(current)}{who}")
-    return Finding(kind=KIND, target=st.target.name, severity=Severity.WARNING, summary=summary,
-                   signals=sig, confirmed=True, subject=top.get("subject", ""))
-
+    summary = (
+        f"host memory (RSS) of the target grows {tr.slope / 1e6:.1f} MB/s "
+        f"(threshold {c.slope_bytes_per_s / 1e6:.1f} MB/s) with no new load; "
+        f"now {mt.human_bytes(current)}{who}"
+    )
+    return Finding(
+        kind=KIND,
+        target=st.target.name,
+        severity=Severity.WARNING,
+        summary=summary,
+        signals=sig,
+        confirmed=True,
+        subject=top.get("subject", ""),
+    )

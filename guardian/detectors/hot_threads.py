@@ -8,6 +8,7 @@ and, when readable, its syscall file says ``running`` in most samples. Not
 "zero voluntary switches": a spinning Python thread hands the GIL to any waking
 sibling, and each hand-back is a voluntary switch (~40/s measured at 100% CPU).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,7 +18,6 @@ from ..model import Role, Subject
 from ..series import metrics
 from ..series.window import coverage, mean, median, points_between, values
 from .view import TargetView
-
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ every KV sample of the last ``window`` seconds >= baseline + ``margin``; or
 one before (by > ``CLIMB_STEP``), rising by at least ``margin / 2`` in total, once
 the current period is ``CLIMB_MIN_IDLE_S`` old.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -120,23 +121,31 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     }
 
     recent = clip(kv, now - c.window, now)
-    if (idle_for >= c.window and recent and coverage(recent, c.window, st.probe_interval) >= MIN_COVERAGE
-            and min(v for _, v in recent) >= baseline + c.margin):
+    if (
+        idle_for >= c.window
+        and recent
+        and coverage(recent, c.window, st.probe_interval) >= MIN_COVERAGE
+        and min(v for _, v in recent) >= baseline + c.margin
+    ):
         low = min(v for _, v in recent)
         sig = dict(base, reason="stuck_above_baseline", lowest_in_window=round(low, 4))
-        summary = (f"KV cache {usage:.0%} used with no request for {idle_for:.0f}s "
-                   f"(idle baseline {baseline:.0%}, margin {c.margin:.0%})")
+        summary = (
+            f"KV cache {usage:.0%} used with no request for {idle_for:.0f}s "
+            f"(idle baseline {baseline:.0%}, margin {c.margin:.0%})"
+        )
         return _finding(name, summary, sig)
 
     climb = climbing_floors(periods, c.margin) if idle_for >= CLIMB_MIN_IDLE_S else None
     if climb is not None:
         sig = dict(base, reason="idle_floor_climbing", idle_floors=[round(f, 4) for f in climb])
         summary = f"KV cache idle floor climbs across {len(climb)} idle periods: " + " -> ".join(
-            f"{f:.0%}" for f in climb)
+            f"{f:.0%}" for f in climb
+        )
         return _finding(name, summary, sig)
     return None
 
 
 def _finding(target: str, summary: str, signals: dict[str, Any]) -> Finding:
-    return Finding(kind=KIND, target=target, severity=Severity.WARNING, summary=summary,
-                   signals=signals, confirmed=True)
+    return Finding(
+        kind=KIND, target=target, severity=Severity.WARNING, summary=summary, signals=signals, confirmed=True
+    )

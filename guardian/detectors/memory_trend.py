@@ -20,6 +20,7 @@ there, so sustained growth after it is judged at once. A leak needs all of:
   (last-quarter median >= first-quarter median + max(1, 25%)), or its slope is
   > 0 and memory follows it (Spearman rho >= ``LOAD_RHO``).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -62,8 +63,11 @@ class Trend:
         return self.second_half < KEEPS_PACE * self.first_half
 
     def leaking(self, threshold: float) -> bool:
-        return (self.slope >= threshold and min(self.first_half, self.second_half) >= HALF_FRACTION * threshold
-                and not self.decelerating)
+        return (
+            self.slope >= threshold
+            and min(self.first_half, self.second_half) >= HALF_FRACTION * threshold
+            and not self.decelerating
+        )
 
 
 def trend(points: Sequence[Point]) -> Trend | None:
@@ -78,8 +82,9 @@ def trend(points: Sequence[Point]) -> Trend | None:
     if fit is None or fa is None or fb is None or len(older) < 3 or len(newer) < 3:
         return None
     rho = spearman([p[0] for p in points], values(points))
-    return Trend(fit.slope, fa.slope, fb.slope, fit.rising_share, rho, len(points),
-                 fit.at(points[0][0]), fit.at(points[-1][0]))
+    return Trend(
+        fit.slope, fa.slope, fb.slope, fit.rising_share, rho, len(points), fit.at(points[0][0]), fit.at(points[-1][0])
+    )
 
 
 def quarter_rise_rate(points: Sequence[Point]) -> float | None:
@@ -124,7 +129,7 @@ def settled_at(points: Sequence[Point], threshold: float, stretch: float = SETTL
             j += 1
         if j >= n and points[-1][0] < t_i + stretch - 1e-9:
             return None  # the rest is shorter than one stretch
-        chunk = points[i:j + 1] if j < n else points[i:]
+        chunk = points[i : j + 1] if j < n else points[i:]
         k = len(chunk) // 3
         if k < 2:
             continue
@@ -138,8 +143,9 @@ def settled_at(points: Sequence[Point], threshold: float, stretch: float = SETTL
     return None
 
 
-def judged_points(fetch: Callable[[float, float], list[Point]], state: TargetState,
-                  cfg: MemoryLeakConfig) -> tuple[tuple[float, float], list[Point]] | None:
+def judged_points(
+    fetch: Callable[[float, float], list[Point]], state: TargetState, cfg: MemoryLeakConfig
+) -> tuple[tuple[float, float], list[Point]] | None:
     """The window to judge and its points, the warm-up judged from the curve.
 
     Growth that has gone on since ready without levelling off is warm-up, for at most
@@ -222,8 +228,15 @@ def exhaustion_s(current: float, total: float | None, slope: float) -> float | N
     return max(0.0, (total - current) / slope)
 
 
-def signals(tr: Trend, load: Load, cfg: MemoryLeakConfig, state: TargetState, window: tuple[float, float],
-            current: float, total: float | None) -> dict[str, Any]:
+def signals(
+    tr: Trend,
+    load: Load,
+    cfg: MemoryLeakConfig,
+    state: TargetState,
+    window: tuple[float, float],
+    current: float,
+    total: float | None,
+) -> dict[str, Any]:
     """The numbers a memory-leak finding carries (bytes, seconds)."""
     ready_for = None if state.ready_since is None else round(state.now - state.ready_since, 3)
     projected = exhaustion_s(current, total, tr.slope)
@@ -261,8 +274,13 @@ def fastest_process(view: TargetView, metric: str, win: tuple[float, float]) -> 
     if best is None:
         return {}
     slope, p = best
-    return {"pid": p.pid, "role": p.role.value, "process": role_label(p.role),
-            "process_slope_bytes_per_s": round(slope, 1), "subject": Subject(p.pid).key}
+    return {
+        "pid": p.pid,
+        "role": p.role.value,
+        "process": role_label(p.role),
+        "process_slope_bytes_per_s": round(slope, 1),
+        "subject": Subject(p.pid).key,
+    }
 
 
 def human_bytes(n: float) -> str:

@@ -18,6 +18,7 @@ an incident does not flap between rounds; a clean round lets it resolve.
 
 ``health_score`` condenses the same records into 0..100 (100: nothing wrong seen).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -152,17 +153,27 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
         return None
     main = conds[0]
     alert_only = all(x.alert_only for x in conds)
-    what = {"A": f"{main.count} L1/L2 failures within {c.l1_l2_window:g}s",
-            "B": "L3 distribution failure",
-            "C": f"L4 disagreement {main.count} rounds in a row" + (" (two instances split, no baseline: alert only)"
-                                                                     if alert_only else ""),
-            "D": f"L5 known answer wrong {main.count} rounds in a row"}[main.name]
+    what = {
+        "A": f"{main.count} L1/L2 failures within {c.l1_l2_window:g}s",
+        "B": "L3 distribution failure",
+        "C": f"L4 disagreement {main.count} rounds in a row"
+        + (" (two instances split, no baseline: alert only)" if alert_only else ""),
+        "D": f"L5 known answer wrong {main.count} rounds in a row",
+    }[main.name]
     s = main.sample
     summary = f"output corruption, condition {main.name}: {what}: {s.check} on {s.prompt[:40]!r}"
     if s.output:
         summary += f" -> {s.output[:40]!r}"
-    signals = {"level": main.level, "condition": main.name, "conditions": [x.name for x in conds],
-               "levels": sorted({x.level for x in conds}), "sample": s.to_dict(), "count": main.count,
-               "alert_only": alert_only, "health_score": health_score(gates, now, c)}
-    return Finding(kind=KIND, target=view.name, severity=Severity.CRITICAL, summary=summary, signals=signals,
-                   confirmed=True)
+    signals = {
+        "level": main.level,
+        "condition": main.name,
+        "conditions": [x.name for x in conds],
+        "levels": sorted({x.level for x in conds}),
+        "sample": s.to_dict(),
+        "count": main.count,
+        "alert_only": alert_only,
+        "health_score": health_score(gates, now, c),
+    }
+    return Finding(
+        kind=KIND, target=view.name, severity=Severity.CRITICAL, summary=summary, signals=signals, confirmed=True
+    )

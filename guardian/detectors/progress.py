@@ -4,6 +4,7 @@ Reads the target-level series (subject ``""``): the progress counters
 (``metrics.PROGRESS_COUNTERS``), the request gauges and the canary results.
 Decides nothing by itself; busy_loop and engine_stall combine these answers.
 """
+
 from __future__ import annotations
 
 import itertools

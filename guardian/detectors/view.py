@@ -3,6 +3,7 @@
 Read only. The daemon builds one ``TargetView`` per target per tick; detectors
 are pure functions of it and of the detectors config.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

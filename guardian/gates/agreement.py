@@ -15,6 +15,7 @@ fingerprints, its peers' (same model and version, fresh) and its own baseline:
 
 The instance fails the round when any prompt disagrees.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,8 +40,9 @@ class AgreementVerdict:
         return self.status in (DISAGREE, AMBIGUOUS)
 
 
-def near_tie_flip(tokens: Sequence[str], top_tokens: Sequence[Mapping[str, float]], ref_tokens: Sequence[str],
-                  margin: float) -> tuple[int, float] | None:
+def near_tie_flip(
+    tokens: Sequence[str], top_tokens: Sequence[Mapping[str, float]], ref_tokens: Sequence[str], margin: float
+) -> tuple[int, float] | None:
     """Where a greedy answer leaves a reference answer at a near tie: ``(position, gap)`` when,
     at the first token that differs, the reference's token is in this answer's top-k within
     ``margin`` nats of the chosen one (batched numerics may pick either); None otherwise."""
@@ -78,8 +80,9 @@ def _judge_prompt(own: str, peer_fps: Sequence[str], baseline: str | None) -> st
     return AMBIGUOUS
 
 
-def judge(own: Mapping[str, str], peers: Sequence[Mapping[str, str]],
-          baseline: Mapping[str, str] | None) -> AgreementVerdict:
+def judge(
+    own: Mapping[str, str], peers: Sequence[Mapping[str, str]], baseline: Mapping[str, str] | None
+) -> AgreementVerdict:
     """``own``/``peers``/``baseline``: prompt -> fingerprint. Peers lacking a prompt do not vote on it."""
     results: dict[str, str] = {}
     for prompt, fp in own.items():
@@ -88,12 +91,20 @@ def judge(own: Mapping[str, str], peers: Sequence[Mapping[str, str]],
     odd = tuple(p for p, r in results.items() if r == DISAGREE)
     unsure = tuple(p for p, r in results.items() if r == AMBIGUOUS)
     if odd:
-        return AgreementVerdict(DISAGREE, odd, len(peers),
-                                f"{len(odd)} of {len(results)} answer(s) differ from "
-                                + ("the agreeing peers" if peers else "this instance's baseline"))
+        return AgreementVerdict(
+            DISAGREE,
+            odd,
+            len(peers),
+            f"{len(odd)} of {len(results)} answer(s) differ from "
+            + ("the agreeing peers" if peers else "this instance's baseline"),
+        )
     if unsure:
-        return AgreementVerdict(AMBIGUOUS, unsure, len(peers),
-                                f"{len(unsure)} answer(s) split evenly with {len(peers)} peer(s), no baseline")
+        return AgreementVerdict(
+            AMBIGUOUS,
+            unsure,
+            len(peers),
+            f"{len(unsure)} answer(s) split evenly with {len(peers)} peer(s), no baseline",
+        )
     if results and all(r == UNJUDGED for r in results.values()):
         return AgreementVerdict(UNJUDGED, (), 0, "no peer and no baseline yet")
     return AgreementVerdict(AGREE, (), len(peers))

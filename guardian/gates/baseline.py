@@ -9,6 +9,7 @@ baseline). One JSON file per key, written atomically (temp file, fsync, rename).
 A file that cannot be read or parsed is reported as a problem line and treated as
 absent: the target is re-baselined and the bad file overwritten; nothing raises.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,17 +40,33 @@ class Baseline:
         return replace(self, perplexities=self.perplexities + (value,))
 
     def to_dict(self) -> dict:
-        return {"format": FORMAT, "target": self.target, "model": self.model, "version": self.version,
-                "taken_at": self.taken_at, "answers": dict(self.answers), "fingerprints": dict(self.fingerprints),
-                "format_codes": {k: list(v) for k, v in self.format_codes.items()},
-                "perplexities": list(self.perplexities), "tokens": {k: list(v) for k, v in self.tokens.items()}}
+        return {
+            "format": FORMAT,
+            "target": self.target,
+            "model": self.model,
+            "version": self.version,
+            "taken_at": self.taken_at,
+            "answers": dict(self.answers),
+            "fingerprints": dict(self.fingerprints),
+            "format_codes": {k: list(v) for k, v in self.format_codes.items()},
+            "perplexities": list(self.perplexities),
+            "tokens": {k: list(v) for k, v in self.tokens.items()},
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> Baseline:
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ValueError("not a gates baseline (format %r)" % (d.get("format") if isinstance(d, dict) else d))
-        for key, tp in (("target", str), ("model", str), ("version", str), ("taken_at", (int, float)),
-                        ("answers", dict), ("fingerprints", dict), ("format_codes", dict), ("perplexities", list)):
+        for key, tp in (
+            ("target", str),
+            ("model", str),
+            ("version", str),
+            ("taken_at", (int, float)),
+            ("answers", dict),
+            ("fingerprints", dict),
+            ("format_codes", dict),
+            ("perplexities", list),
+        ):
             if not isinstance(d.get(key), tp):
                 raise ValueError(f"field {key!r} missing or of the wrong type")
         if not all(isinstance(v, (int, float)) for v in d["perplexities"]):
@@ -57,12 +74,17 @@ class Baseline:
         tokens = d.get("tokens") or {}
         if not isinstance(tokens, dict):
             raise ValueError("field 'tokens' must be a mapping")
-        return cls(d["target"], d["model"], d["version"], float(d["taken_at"]),
-                   {str(k): str(v) for k, v in d["answers"].items()},
-                   {str(k): str(v) for k, v in d["fingerprints"].items()},
-                   {str(k): tuple(str(c) for c in v) for k, v in d["format_codes"].items()},
-                   tuple(float(v) for v in d["perplexities"]),
-                   {str(k): tuple(str(t) for t in v) for k, v in tokens.items()})
+        return cls(
+            d["target"],
+            d["model"],
+            d["version"],
+            float(d["taken_at"]),
+            {str(k): str(v) for k, v in d["answers"].items()},
+            {str(k): str(v) for k, v in d["fingerprints"].items()},
+            {str(k): tuple(str(c) for c in v) for k, v in d["format_codes"].items()},
+            tuple(float(v) for v in d["perplexities"]),
+            {str(k): tuple(str(t) for t in v) for k, v in tokens.items()},
+        )
 
 
 class BaselineStore:

@@ -4,6 +4,7 @@ One round per target per ``interval``: one completion per diagnostic and per sha
 prompt, one for the reference text (two when the server needs the ``echo`` fallback),
 plus ``GET /version`` and ``GET /v1/models`` (not counted: they never reach the engine).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,7 +28,10 @@ def requests_per_round(cfg: GatesConfig) -> int:
 def cost(cfg: GatesConfig, round_server_seconds: float) -> GateCost:
     """``round_server_seconds``: the server time one round's completions take, measured."""
     rounds = 3600.0 / cfg.interval
-    tokens = sum(d.max_tokens for d in cfg.diagnostics) + (
-        cfg.shadow_max_tokens * len(cfg.shadow_prompts) if cfg.shadow else 0) + 1
+    tokens = (
+        sum(d.max_tokens for d in cfg.diagnostics)
+        + (cfg.shadow_max_tokens * len(cfg.shadow_prompts) if cfg.shadow else 0)
+        + 1
+    )
     busy = rounds * round_server_seconds
     return GateCost(rounds, rounds * requests_per_round(cfg), rounds * tokens, busy, busy / 3600.0)

@@ -17,6 +17,7 @@ mass ``r = 1 - sum(p_i)`` is ``-sum(p_i log p_i) - r log(p_min)``: the residual 
 taken as spread over tokens no more likely than the least likely one shown, which
 makes a flat distribution read as ``log(vocabulary)``, as it should.
 """
+
 from __future__ import annotations
 
 import math
@@ -55,8 +56,7 @@ def position_entropy(top: Sequence[float]) -> float:
     return h - residual * math.log(probs[-1])
 
 
-def figures(token_logprobs: Sequence[float | None],
-            top_logprobs: Sequence[Sequence[float]]) -> DistributionFigures:
+def figures(token_logprobs: Sequence[float | None], top_logprobs: Sequence[Sequence[float]]) -> DistributionFigures:
     bad = sum(1 for lp in token_logprobs if lp is not None and not _finite(lp))
     bad += sum(1 for top in top_logprobs for lp in top if not _finite(lp))
     usable = [list(top) for top in top_logprobs if top and all(_finite(lp) for lp in top)]
@@ -67,9 +67,14 @@ def figures(token_logprobs: Sequence[float | None],
     return DistributionFigures(len(top_logprobs), sum(ent) / len(ent), sum(top1) / len(top1), bad)
 
 
-def check_distribution(token_logprobs: Sequence[float | None], top_logprobs: Sequence[Sequence[float]], *,
-                       max_entropy: float = 8.0, min_top1: float = 0.05,
-                       low_entropy: float = 2.0) -> tuple[tuple[DistributionProblem, ...], DistributionFigures]:
+def check_distribution(
+    token_logprobs: Sequence[float | None],
+    top_logprobs: Sequence[Sequence[float]],
+    *,
+    max_entropy: float = 8.0,
+    min_top1: float = 0.05,
+    low_entropy: float = 2.0,
+) -> tuple[tuple[DistributionProblem, ...], DistributionFigures]:
     """The L3 problems of one completion and the figures they were judged on."""
     fig = figures(token_logprobs, top_logprobs)
     problems: list[DistributionProblem] = []
@@ -82,11 +87,21 @@ def check_distribution(token_logprobs: Sequence[float | None], top_logprobs: Seq
                 problems.append(DistributionProblem("mass", f"position {i}: top-k probabilities sum to {mass:.3f}"))
                 break
     if fig.mean_entropy is not None and fig.mean_entropy > max_entropy:
-        problems.append(DistributionProblem(
-            "entropy", f"mean entropy {fig.mean_entropy:.2f} nats > {max_entropy:g} (flat distribution)"))
-    if (fig.mean_top1 is not None and fig.mean_entropy is not None
-            and fig.mean_top1 < min_top1 and fig.mean_entropy < low_entropy):
-        problems.append(DistributionProblem(
-            "low_top1", f"mean top-1 probability {fig.mean_top1:.3f} < {min_top1:g} "
-                        f"with entropy {fig.mean_entropy:.2f} nats"))
+        problems.append(
+            DistributionProblem(
+                "entropy", f"mean entropy {fig.mean_entropy:.2f} nats > {max_entropy:g} (flat distribution)"
+            )
+        )
+    if (
+        fig.mean_top1 is not None
+        and fig.mean_entropy is not None
+        and fig.mean_top1 < min_top1
+        and fig.mean_entropy < low_entropy
+    ):
+        problems.append(
+            DistributionProblem(
+                "low_top1",
+                f"mean top-1 probability {fig.mean_top1:.3f} < {min_top1:g} with entropy {fig.mean_entropy:.2f} nats",
+            )
+        )
     return tuple(problems), fig

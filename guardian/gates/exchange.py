@@ -7,6 +7,7 @@ leaving out this node's own entries (local peers are compared directly) and
 entries older than ``max_age``. Called from the round job (off the loop thread);
 errors come back as a note, never raised.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,8 +25,9 @@ class FingerprintExchange:
     def __init__(self, client: Any, node: str, wall: Callable[[], float]) -> None:
         self.client, self.node, self.wall = client, node, wall
 
-    def share(self, model: str, version: str, target: str, fps: Mapping[str, str], ttl: float,
-              max_age: float) -> tuple[list[dict[str, str]], str | None]:
+    def share(
+        self, model: str, version: str, target: str, fps: Mapping[str, str], ttl: float, max_age: float
+    ) -> tuple[list[dict[str, str]], str | None]:
         """Publishes ``fps`` and returns (remote peers' fingerprints, a note on error)."""
         key = key_for(model, version)
         now = self.wall()

@@ -11,6 +11,7 @@ A problem is a ``FormatProblem(code, detail)``; the codes are a closed set:
   (each with at least two letters) in one short answer;
 - ``empty``: nothing printable although the server says it generated tokens.
 """
+
 from __future__ import annotations
 
 import re

@@ -15,6 +15,7 @@ return ``Problem(level, code, detail)`` tuples (empty when fine). The reporter
 publishes the guardian's report message on ``vllm_health_alert`` (one message per
 level found) and never raises: a Redis error is returned as text.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,9 @@ def check_text(text: str, finish_reason: str | None = None) -> tuple[Problem, ..
     return tuple(Problem("L1", p.code, p.detail) for p in check_format(text, finish_reason))
 
 
-def check_logprobs(token_logprobs: Sequence[float | None], top_logprobs: Sequence[Sequence[float]],
-                   **bounds: float) -> tuple[Problem, ...]:
+def check_logprobs(
+    token_logprobs: Sequence[float | None], top_logprobs: Sequence[Sequence[float]], **bounds: float
+) -> tuple[Problem, ...]:
     """L3: NaN/inf, flat distribution, inconsistent top-1 (bounds: max_entropy, min_top1, low_entropy)."""
     problems, _ = check_distribution(token_logprobs, top_logprobs, **bounds)
     return tuple(Problem("L3", p.code, p.detail) for p in problems)
@@ -57,36 +59,48 @@ def check_completion(choice: Mapping[str, Any], **bounds: float) -> tuple[Proble
     return out
 
 
-def report_message(instance_id: str, request_id: str, level: str, type_: str, details: Any,
-                   timestamp: float | None = None) -> dict:
+def report_message(
+    instance_id: str, request_id: str, level: str, type_: str, details: Any, timestamp: float | None = None
+) -> dict:
     """The report the guardian reads on its reports channel."""
-    return {"instance_id": instance_id, "request_id": request_id,
-            "timestamp": time.time() if timestamp is None else timestamp,
-            "check_level": level, "type": type_, "details": details}
+    return {
+        "instance_id": instance_id,
+        "request_id": request_id,
+        "timestamp": time.time() if timestamp is None else timestamp,
+        "check_level": level,
+        "type": type_,
+        "details": details,
+    }
 
 
 class Reporter:
     """Publishes reports; ``client`` is a ``redis.Redis`` (or anything with ``publish``)."""
 
-    def __init__(self, url: str | None = None, *, client: Any = None, channel: str = DEFAULT_CHANNEL,
-                 timeout: float = 2.0) -> None:
+    def __init__(
+        self, url: str | None = None, *, client: Any = None, channel: str = DEFAULT_CHANNEL, timeout: float = 2.0
+    ) -> None:
         if client is None:
             import redis  # only a gateway that reports needs it
 
-            client = redis.Redis.from_url(url or "redis://127.0.0.1:6379/0", socket_timeout=timeout,
-                                          socket_connect_timeout=timeout)
+            client = redis.Redis.from_url(
+                url or "redis://127.0.0.1:6379/0", socket_timeout=timeout, socket_connect_timeout=timeout
+            )
         self.client, self.channel = client, channel
 
-    def report(self, instance_id: str, request_id: str, problems: Sequence[Problem],
-               output: str = "", prompt: str = "") -> str | None:
+    def report(
+        self, instance_id: str, request_id: str, problems: Sequence[Problem], output: str = "", prompt: str = ""
+    ) -> str | None:
         """One message per level among ``problems``; None when sent, else the error text."""
         by_level: dict[str, list[Problem]] = {}
         for p in problems:
             by_level.setdefault(p.level, []).append(p)
         try:
             for level, ps in by_level.items():
-                details = {"prompt": prompt[:200], "output": output[:200],
-                           "problems": [f"{p.code}: {p.detail}" for p in ps]}
+                details = {
+                    "prompt": prompt[:200],
+                    "output": output[:200],
+                    "problems": [f"{p.code}: {p.detail}" for p in ps],
+                }
                 msg = report_message(instance_id, request_id, level, ps[0].code, details)
                 self.client.publish(self.channel, json.dumps(msg))
         except Exception as e:  # noqa: BLE001 - a gateway must not fail a user request over a report

@@ -11,6 +11,7 @@ median, once ``baseline_samples`` are in), L3 (every completion's logprobs) and 
 first round whose L3 passed, and takes reference perplexities until it has
 ``baseline_samples`` of them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -63,8 +64,14 @@ class GateFailure:
     figures: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {"level": self.level, "check": self.check, "prompt": self.prompt[:EXCERPT],
-                "output": self.output[:EXCERPT], "expected": self.expected, "figures": dict(self.figures)}
+        return {
+            "level": self.level,
+            "check": self.check,
+            "prompt": self.prompt[:EXCERPT],
+            "output": self.output[:EXCERPT],
+            "expected": self.expected,
+            "figures": dict(self.figures),
+        }
 
 
 @dataclass(frozen=True)
@@ -81,7 +88,7 @@ class RoundVerdict:
 
 
 def _excerpt(text: str) -> str:
-    return text if len(text) <= EXCERPT else text[:EXCERPT - 1] + "…"
+    return text if len(text) <= EXCERPT else text[: EXCERPT - 1] + "…"
 
 
 def judge_round(ra: RoundAnswers, baseline: Baseline | None, cfg: GatesConfig) -> RoundVerdict:
@@ -95,8 +102,10 @@ def judge_round(ra: RoundAnswers, baseline: Baseline | None, cfg: GatesConfig) -
         flip = _tie_flip(a, baseline, cfg.tie_margin)
         if flip is not None:  # greedy, but batched numerics picked the other of two near-equal tokens
             flips.add(a.prompt)
-            notes.append(f"near-tie flip on {a.prompt[:30]!r} at token {flip[0]} (gap {flip[1]:.3g} nats): "
-                         "L1/L4/L5 not judged on it this round")
+            notes.append(
+                f"near-tie flip on {a.prompt[:30]!r} at token {flip[0]} (gap {flip[1]:.3g} nats): "
+                "L1/L4/L5 not judged on it this round"
+            )
         # L1, against what this model's healthy answer to the same prompt already showed; the round
         # that takes the baseline defines it (the random test model answers control characters)
         known = baseline.format_codes.get(a.prompt) if baseline else None
@@ -104,23 +113,57 @@ def judge_round(ra: RoundAnswers, baseline: Baseline | None, cfg: GatesConfig) -
             judged.add("L1")
             for p in format_check.check_format(a.text, a.finish_reason):
                 if p.code not in known and flip is None:
-                    failures.append(GateFailure("L1", p.code, a.prompt, _excerpt(a.text),
-                                                "text without " + p.code.replace("_", " "), {"detail": p.detail}))
+                    failures.append(
+                        GateFailure(
+                            "L1",
+                            p.code,
+                            a.prompt,
+                            _excerpt(a.text),
+                            "text without " + p.code.replace("_", " "),
+                            {"detail": p.detail},
+                        )
+                    )
         # L3
         if a.logprobs_error:
             judged.add("L3")
-            failures.append(GateFailure("L3", "non_finite", a.prompt, _excerpt(a.text), "encodable logprobs",
-                                        {"detail": f"with logprobs the server fails ({a.logprobs_error}), "
-                                                   "without it answers: NaN/inf logits"}))
+            failures.append(
+                GateFailure(
+                    "L3",
+                    "non_finite",
+                    a.prompt,
+                    _excerpt(a.text),
+                    "encodable logprobs",
+                    {
+                        "detail": f"with logprobs the server fails ({a.logprobs_error}), "
+                        "without it answers: NaN/inf logits"
+                    },
+                )
+            )
         elif a.has_logprobs:
             judged.add("L3")
             problems, fig = distribution.check_distribution(
-                a.token_logprobs, a.top_logprobs, max_entropy=cfg.max_entropy, min_top1=cfg.min_top1,
-                low_entropy=cfg.low_entropy)
+                a.token_logprobs,
+                a.top_logprobs,
+                max_entropy=cfg.max_entropy,
+                min_top1=cfg.min_top1,
+                low_entropy=cfg.low_entropy,
+            )
             for dp in problems:
-                failures.append(GateFailure("L3", dp.code, a.prompt, _excerpt(a.text), "a peaked, finite distribution",
-                                            {"detail": dp.detail, "mean_entropy": _r(fig.mean_entropy),
-                                             "mean_top1": _r(fig.mean_top1), "non_finite": fig.non_finite}))
+                failures.append(
+                    GateFailure(
+                        "L3",
+                        dp.code,
+                        a.prompt,
+                        _excerpt(a.text),
+                        "a peaked, finite distribution",
+                        {
+                            "detail": dp.detail,
+                            "mean_entropy": _r(fig.mean_entropy),
+                            "mean_top1": _r(fig.mean_top1),
+                            "non_finite": fig.non_finite,
+                        },
+                    )
+                )
         # L5
         if a.role == "diagnostic" and a.expect is not None and flip is None:
             base_answer = baseline.answers.get(a.prompt) if baseline else None
@@ -144,9 +187,16 @@ def judge_round(ra: RoundAnswers, baseline: Baseline | None, cfg: GatesConfig) -
             judged.add("L2")
             v = perplexity.judge(ppl, base_ppl, cfg.perplexity_factor)
             if not v.ok:
-                failures.append(GateFailure(
-                    "L2", "perplexity", "<reference text>", "", f"<= {cfg.perplexity_factor:g} x {base_ppl:.4g}",
-                    {"perplexity": _r(ppl), "baseline": _r(base_ppl), "ratio": _r(v.ratio)}))
+                failures.append(
+                    GateFailure(
+                        "L2",
+                        "perplexity",
+                        "<reference text>",
+                        "",
+                        f"<= {cfg.perplexity_factor:g} x {base_ppl:.4g}",
+                        {"perplexity": _r(ppl), "baseline": _r(base_ppl), "ratio": _r(v.ratio)},
+                    )
+                )
     return RoundVerdict(tuple(failures), frozenset(judged), fps, ppl, tuple(notes), frozenset(flips))
 
 
@@ -158,8 +208,9 @@ def _tie_flip(a: GateAnswer, baseline: Baseline | None, margin: float) -> tuple[
     return agreement.near_tie_flip(a.tokens, a.top_tokens, baseline.tokens[a.prompt], margin)
 
 
-def next_baseline(ra: RoundAnswers, verdict: RoundVerdict, baseline: Baseline | None,
-                  cfg: GatesConfig) -> Baseline | None:
+def next_baseline(
+    ra: RoundAnswers, verdict: RoundVerdict, baseline: Baseline | None, cfg: GatesConfig
+) -> Baseline | None:
     """The baseline after this round, or None when it does not change."""
     if not ra.complete or verdict.failed("L3"):
         return None
@@ -167,21 +218,40 @@ def next_baseline(ra: RoundAnswers, verdict: RoundVerdict, baseline: Baseline | 
         if not ra.answers:
             return None
         b = Baseline(
-            ra.target, ra.model, ra.version, ra.wall,
+            ra.target,
+            ra.model,
+            ra.version,
+            ra.wall,
             answers={a.prompt: a.text for a in ra.answers},
             fingerprints=dict(verdict.fingerprints),
-            format_codes={a.prompt: tuple(sorted(format_check.problem_codes(
-                format_check.check_format(a.text, a.finish_reason)))) for a in ra.answers},
-            tokens={a.prompt: a.tokens for a in ra.answers if a.tokens})
-        return b.with_perplexity(verdict.perplexity) if verdict.perplexity is not None and _usable(
-            verdict.perplexity) else b
+            format_codes={
+                a.prompt: tuple(sorted(format_check.problem_codes(format_check.check_format(a.text, a.finish_reason))))
+                for a in ra.answers
+            },
+            tokens={a.prompt: a.tokens for a in ra.answers if a.tokens},
+        )
+        return (
+            b.with_perplexity(verdict.perplexity)
+            if verdict.perplexity is not None and _usable(verdict.perplexity)
+            else b
+        )
     new = [a for a in ra.answers if a.prompt not in baseline.answers]  # prompts configured since
     b = baseline
     if new:
-        b = replace(b, answers={**b.answers, **{a.prompt: a.text for a in new}},
-                    fingerprints={**b.fingerprints, **{a.prompt: verdict.fingerprints[a.prompt] for a in new}},
-                    format_codes={**b.format_codes, **{a.prompt: tuple(sorted(format_check.problem_codes(
-                        format_check.check_format(a.text, a.finish_reason)))) for a in new}})
+        b = replace(
+            b,
+            answers={**b.answers, **{a.prompt: a.text for a in new}},
+            fingerprints={**b.fingerprints, **{a.prompt: verdict.fingerprints[a.prompt] for a in new}},
+            format_codes={
+                **b.format_codes,
+                **{
+                    a.prompt: tuple(
+                        sorted(format_check.problem_codes(format_check.check_format(a.text, a.finish_reason)))
+                    )
+                    for a in new
+                },
+            },
+        )
     if len(b.perplexities) < cfg.baseline_samples and verdict.perplexity is not None and _usable(verdict.perplexity):
         b = b.with_perplexity(verdict.perplexity)
     return b if b is not baseline else None

@@ -4,6 +4,7 @@ Pure. ``expect`` is a regular expression searched in the answer, or the word
 ``baseline``: the answer must equal (after ``normalize``) the one the target gave
 when its baseline was taken. With ``baseline`` and no baseline yet, nothing is judged.
 """
+
 from __future__ import annotations
 
 import re

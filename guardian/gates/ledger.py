@@ -5,6 +5,7 @@ lock (reports arrive on the Redis listener thread, rounds are folded on the loop
 ``view(name)`` hands the detector an immutable snapshot. ``reset`` forgets a
 target's history (a new API server: its predecessor's failures are not its own).
 """
+
 from __future__ import annotations
 
 import threading

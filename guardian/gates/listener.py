@@ -5,6 +5,7 @@ ledger). A Redis error is logged once per outage and retried with a capped backo
 the thread never dies of a bad message or a lost connection. ``stop()`` ends it
 within about a second.
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,8 +30,15 @@ def _raw(client: Any) -> Any:
 
 
 class ReportsListener:
-    def __init__(self, client: Any, channel: str, accept: Callable[[bytes | str, float, float], str],
-                 mono: Callable[[], float], wall: Callable[[], float], log: logging.Logger) -> None:
+    def __init__(
+        self,
+        client: Any,
+        channel: str,
+        accept: Callable[[bytes | str, float, float], str],
+        mono: Callable[[], float],
+        wall: Callable[[], float],
+        log: logging.Logger,
+    ) -> None:
         self.client, self.channel, self.accept = _raw(client), channel, accept
         self.mono, self.wall, self.log = mono, wall, log
         self._stop = threading.Event()
@@ -65,8 +73,9 @@ class ReportsListener:
             except Exception as e:  # noqa: BLE001 - Redis gone or a client bug: retry, never die
                 self.subscribed.clear()
                 if not down:
-                    self.log.warning("gate reports: %s unavailable (%s: %s); retrying", self.channel,
-                                     type(e).__name__, e)
+                    self.log.warning(
+                        "gate reports: %s unavailable (%s: %s); retrying", self.channel, type(e).__name__, e
+                    )
                 down = True
                 self._stop.wait(backoff)
                 backoff = min(BACKOFF_MAX_S, backoff * 2)

@@ -5,6 +5,7 @@ gives none for the first prompt token); a non-finite logprob makes it ``inf``
 (a corrupted distribution cannot score a text). ``judge`` fails a measurement above
 ``factor`` x the baseline, which is the median of the first healthy measurements.
 """
+
 from __future__ import annotations
 
 import math

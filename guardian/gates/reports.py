@@ -14,6 +14,7 @@ raises ``ReportError`` naming the field; ``for_node`` tells whether an
 ``instance_id`` addresses this node (a bare target name does; ``node/target`` only
 when ``node`` is this one).
 """
+
 from __future__ import annotations
 
 import json
@@ -113,8 +114,15 @@ def parse_report(raw: bytes | str) -> Report:
     kind = msg["type"]
     if not isinstance(kind, str) or not kind.strip():
         raise ReportError("type: expected a non-empty string")
-    return Report(node or None, target, str(msg["request_id"]), _timestamp(msg["timestamp"]),
-                  _level(msg["check_level"]), kind.strip()[:80], msg["details"])
+    return Report(
+        node or None,
+        target,
+        str(msg["request_id"]),
+        _timestamp(msg["timestamp"]),
+        _level(msg["check_level"]),
+        kind.strip()[:80],
+        msg["details"],
+    )
 
 
 def for_node(report: Report, node: str) -> bool:

@@ -15,6 +15,7 @@ fails (5xx) only when asked for logprobs cannot encode them — vLLM answers 500
 NaN logprobs — which L3 judges. A reference text longer than the model's context
 is a note, not a failure.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -73,8 +74,7 @@ class RoundRunner:
             return None
 
     def complete(self, model: str, prompt: str, max_tokens: int, notes: list[str]) -> Completion:
-        base = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-                "seed": self.cfg.seed}
+        base = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "seed": self.cfg.seed}
         status, data, raw = self._post(dict(base, logprobs=self.cfg.top_logprobs))
         unencodable = None
         if status == 400 and b"logprobs" in raw:
@@ -124,8 +124,9 @@ class RoundRunner:
         return None
 
 
-def run_round(http: HttpClient, target: str, url: str, model: str | None, cfg: GatesConfig,
-              wall: Callable[[], float]) -> RoundAnswers:
+def run_round(
+    http: HttpClient, target: str, url: str, model: str | None, cfg: GatesConfig, wall: Callable[[], float]
+) -> RoundAnswers:
     """Asks one target every gate prompt; never raises for what the server does."""
     r = RoundRunner(http, url, cfg)
     notes: list[str] = []
@@ -139,18 +140,51 @@ def run_round(http: HttpClient, target: str, url: str, model: str | None, cfg: G
     try:
         for d in cfg.diagnostics:
             c = r.complete(model, d.prompt, d.max_tokens, notes)
-            answers.append(GateAnswer("diagnostic", d.prompt, c.text, c.finish_reason, c.has_logprobs,
-                                      c.token_logprobs, c.top_logprobs, d.expect, c.logprobs_error, c.tokens,
-                                      c.top_tokens))
+            answers.append(
+                GateAnswer(
+                    "diagnostic",
+                    d.prompt,
+                    c.text,
+                    c.finish_reason,
+                    c.has_logprobs,
+                    c.token_logprobs,
+                    c.top_logprobs,
+                    d.expect,
+                    c.logprobs_error,
+                    c.tokens,
+                    c.top_tokens,
+                )
+            )
         if cfg.shadow:
             for prompt in cfg.shadow_prompts:
                 c = r.complete(model, prompt, cfg.shadow_max_tokens, notes)
-                answers.append(GateAnswer("shadow", prompt, c.text, c.finish_reason, c.has_logprobs,
-                                          c.token_logprobs, c.top_logprobs, None, c.logprobs_error, c.tokens,
-                                          c.top_tokens))
+                answers.append(
+                    GateAnswer(
+                        "shadow",
+                        prompt,
+                        c.text,
+                        c.finish_reason,
+                        c.has_logprobs,
+                        c.token_logprobs,
+                        c.top_logprobs,
+                        None,
+                        c.logprobs_error,
+                        c.tokens,
+                        c.top_tokens,
+                    )
+                )
         ref = r.reference(model, cfg.reference_text or perplexity.BUILTIN_REFERENCE, notes)
     except _Stop as e:
         notes.append(str(e))
         complete = False
-    return RoundAnswers(target, model, version, wall(), tuple(answers) if complete else (),
-                        ref if complete else None, tuple(dict.fromkeys(notes)), complete, requests=r.requests)
+    return RoundAnswers(
+        target,
+        model,
+        version,
+        wall(),
+        tuple(answers) if complete else (),
+        ref if complete else None,
+        tuple(dict.fromkeys(notes)),
+        complete,
+        requests=r.requests,
+    )

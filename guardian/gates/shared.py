@@ -7,6 +7,7 @@ Built by the gates probe and published in the loop's ``Readings``; the detector 
 A bad report is counted by outcome and logged once per episode (the episode of
 malformed messages ends with the next good one; an unknown target's when it is known).
 """
+
 from __future__ import annotations
 
 import logging
@@ -69,9 +70,15 @@ class GatesShared:
         tg = tg or TargetGates()
         return {
             "health_score": health_score(view, now, cfg),
-            "model": tg.model, "version": tg.version, "baseline": tg.baseline, "agreement": tg.agreement,
-            "rounds": tg.rounds, "requests": tg.requests, "failed_rounds": tg.failed_rounds,
-            "incomplete_rounds": tg.incomplete_rounds, "tie_flips": tg.tie_flips,
+            "model": tg.model,
+            "version": tg.version,
+            "baseline": tg.baseline,
+            "agreement": tg.agreement,
+            "rounds": tg.rounds,
+            "requests": tg.requests,
+            "failed_rounds": tg.failed_rounds,
+            "incomplete_rounds": tg.incomplete_rounds,
+            "tie_flips": tg.tie_flips,
             "failures_by_level": dict(tg.failures_by_level),
             "last_round_age_s": None if tg.last_round_mono is None else round(now - tg.last_round_mono, 1),
             "failures": [f.to_dict() for f in tg.failures],

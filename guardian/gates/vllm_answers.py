@@ -10,6 +10,7 @@ lead ``token_logprobs`` (the first one ``null``). A server that does not support
 
 Every malformed shape raises ``AnswerError`` with what was wrong.
 """
+
 from __future__ import annotations
 
 import math
@@ -54,8 +55,9 @@ def _choice(body: Any) -> dict:
     return choices[0]
 
 
-def _logprobs(lp: Any) -> tuple[tuple[str, ...], tuple[float | None, ...], tuple[tuple[float, ...], ...],
-                               tuple[dict[str, float], ...]]:
+def _logprobs(
+    lp: Any,
+) -> tuple[tuple[str, ...], tuple[float | None, ...], tuple[tuple[float, ...], ...], tuple[dict[str, float], ...]]:
     if not isinstance(lp, dict):
         raise AnswerError("choices[0].logprobs: expected an object")
     tokens = lp.get("tokens") or []
@@ -109,9 +111,17 @@ def parse_completion(body: Any) -> Completion:
     plp = ch.get("prompt_logprobs")
     if plp is None:
         plp = body.get("prompt_logprobs")  # some versions put it beside choices
-    return Completion(text=text, finish_reason=ch.get("finish_reason"), model=model,
-                      has_logprobs=lp is not None, tokens=tokens, token_logprobs=tlp, top_logprobs=top, top_tokens=maps,
-                      prompt_logprobs=_prompt_logprobs(plp) if plp is not None else None)
+    return Completion(
+        text=text,
+        finish_reason=ch.get("finish_reason"),
+        model=model,
+        has_logprobs=lp is not None,
+        tokens=tokens,
+        token_logprobs=tlp,
+        top_logprobs=top,
+        top_tokens=maps,
+        prompt_logprobs=_prompt_logprobs(plp) if plp is not None else None,
+    )
 
 
 def echo_prompt_logprobs(c: Completion, generated: int) -> tuple[float | None, ...] | None:

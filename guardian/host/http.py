@@ -6,6 +6,7 @@ down or still loading), ``timeout`` (it accepted but did not answer in time: a
 hang) or ``error`` (anything else), so callers can tell a dead server from a
 hung one.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -46,8 +47,9 @@ class HttpResponse:
 
 
 class HttpClient(Protocol):
-    def request(self, method: str, url: str, timeout: float, body: Any = None,
-                headers: Mapping[str, str] | None = None) -> HttpResponse: ...
+    def request(
+        self, method: str, url: str, timeout: float, body: Any = None, headers: Mapping[str, str] | None = None
+    ) -> HttpResponse: ...
 
 
 class _DeadlineReader(io.RawIOBase):
@@ -85,8 +87,9 @@ class StdlibHttpClient:
     """http.client, one connection per call (probes are ~1 Hz; no pooling needed); ``timeout``
     bounds the whole call (connect, send, headers and body), not each read."""
 
-    def request(self, method: str, url: str, timeout: float, body: Any = None,
-                headers: Mapping[str, str] | None = None) -> HttpResponse:
+    def request(
+        self, method: str, url: str, timeout: float, body: Any = None, headers: Mapping[str, str] | None = None
+    ) -> HttpResponse:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https"):
             raise HttpError("error", f"unsupported URL scheme in {url!r}")
@@ -107,13 +110,13 @@ class StdlibHttpClient:
             conn.sock.settimeout(max(0.001, deadline - time.monotonic()))
             conn.request(method, path, body=payload, headers=headers)
             # HTTPResponse only calls makefile() on what it is given; the stubs ask for a real socket
-            resp = http.client.HTTPResponse(_DeadlineSocket(conn.sock, deadline),  # type: ignore[arg-type]
-                                            method=method)
+            resp = http.client.HTTPResponse(
+                _DeadlineSocket(conn.sock, deadline),  # type: ignore[arg-type]
+                method=method,
+            )
             resp.begin()
             data = resp.read(MAX_BODY)
-            return HttpResponse(
-                resp.status, data, time.monotonic() - start, resp.getheader("Content-Type", "") or ""
-            )
+            return HttpResponse(resp.status, data, time.monotonic() - start, resp.getheader("Content-Type", "") or "")
         except ConnectionRefusedError as e:
             raise HttpError("refused", str(e), time.monotonic() - start) from None
         except TimeoutError as e:

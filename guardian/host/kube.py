@@ -10,6 +10,7 @@ recreates it. The service account token is read again for every call
 (projected tokens rotate); the CA comes from the standard in-cluster path; the
 API base URL and the opener are seams so tests can point at a local fake API server.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,9 +61,16 @@ def pod_uid_of(procfs: ProcFS, key: ProcKey, alive: Callable[[ProcKey], bool]) -
 
 
 class KubeClient:
-    def __init__(self, base_url: str, token: str | None, ca_file: str | None, node_name: str | None,
-                 timeout: float = 10.0, opener: Callable[..., Any] | None = None,
-                 token_file: str | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None,
+        ca_file: str | None,
+        node_name: str | None,
+        timeout: float = 10.0,
+        opener: Callable[..., Any] | None = None,
+        token_file: str | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.token_file = token_file
@@ -75,10 +83,18 @@ class KubeClient:
     def in_cluster(cls, env: Mapping[str, str], timeout: float = 10.0) -> KubeClient:
         host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT", "443")
         if not host or not (SA_DIR / "token").exists():
-            raise BackendUnavailable("not running in a Kubernetes pod (no KUBERNETES_SERVICE_HOST or "
-                                     "service-account token): restart.mode kubernetes cannot act")
-        return cls(f"https://{host}:{port}", None, str(SA_DIR / "ca.crt"), env.get("NODE_NAME"), timeout,
-                   token_file=str(SA_DIR / "token"))
+            raise BackendUnavailable(
+                "not running in a Kubernetes pod (no KUBERNETES_SERVICE_HOST or "
+                "service-account token): restart.mode kubernetes cannot act"
+            )
+        return cls(
+            f"https://{host}:{port}",
+            None,
+            str(SA_DIR / "ca.crt"),
+            env.get("NODE_NAME"),
+            timeout,
+            token_file=str(SA_DIR / "token"),
+        )
 
     def _bearer(self) -> str | None:
         if self.token_file is None:
@@ -121,19 +137,32 @@ class KubeClient:
                 continue
             node = (item.get("spec") or {}).get("nodeName")
             if self.node_name and node and node != self.node_name:
-                raise ProbeFailed(f"pod {md.get('name')} with uid {uid} runs on node {node}, not on "
-                                  f"{self.node_name}; not touching it")
+                raise ProbeFailed(
+                    f"pod {md.get('name')} with uid {uid} runs on node {node}, not on {self.node_name}; not touching it"
+                )
             return PodRef(md["namespace"], md["name"], uid)
         where = f"namespace {namespace}" if namespace else "the cluster"
         raise ProbeFailed(f"no pod with uid {uid} on node {self.node_name or '?'} in {where}")
 
     def delete_pod(self, pod: PodRef, grace_seconds: int) -> None:
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": int(grace_seconds),
-                "preconditions": {"uid": pod.uid}}  # never delete a recreated pod of the same name
+        body = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "gracePeriodSeconds": int(grace_seconds),
+            "preconditions": {"uid": pod.uid},
+        }  # never delete a recreated pod of the same name
         self._call("DELETE", f"/api/v1/namespaces/{quote(pod.namespace)}/pods/{quote(pod.name)}", body)
 
-    def read_log(self, namespace: str, pod: str | None, container: str | None = None, *, previous: bool = True,
-                 limit_bytes: int = 256 * 1024, pod_uid: str | None = None) -> str:
+    def read_log(
+        self,
+        namespace: str,
+        pod: str | None,
+        container: str | None = None,
+        *,
+        previous: bool = True,
+        limit_bytes: int = 256 * 1024,
+        pod_uid: str | None = None,
+    ) -> str:
         """A pod's container log as text (``previous``: the container that ran before the current one),
         at most ``limit_bytes``. The pod is found by uid when no name is given."""
         if not pod:
@@ -144,8 +173,9 @@ class KubeClient:
         query = {"previous": "true" if previous else "false", "limitBytes": str(int(limit_bytes))}
         if container:
             query["container"] = container
-        path = (f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/log?"
-                + "&".join(f"{k}={quote(v)}" for k, v in query.items()))
+        path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/log?" + "&".join(
+            f"{k}={quote(v)}" for k, v in query.items()
+        )
         req = urllib.request.Request(self.base_url + path, method="GET")
         req.add_header("Accept", "text/plain")
         if self.token:
@@ -158,9 +188,9 @@ class KubeClient:
         except (urllib.error.URLError, OSError, ValueError) as e:
             raise ProbeFailed(f"kubernetes API GET {path}: {e}") from None
 
+
 # ---------------------------------------------------------------- match.kubernetes (additive)
-def node_pods_path(namespace: str, node_name: str, pod: str | None = None,
-                   label_selector: str | None = None) -> str:
+def node_pods_path(namespace: str, node_name: str, pod: str | None = None, label_selector: str | None = None) -> str:
     """The list call ``match.kubernetes`` makes: one namespace, this node only (field selector
     ``spec.nodeName``), optionally one pod by name and/or a label selector. Pure: also what the
     RBAC cross-check reads."""
@@ -171,22 +201,34 @@ def node_pods_path(namespace: str, node_name: str, pod: str | None = None,
     return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods?{query}"
 
 
-def list_node_pods(client: KubeClient, namespace: str, pod: str | None = None,
-                   label_selector: str | None = None) -> list[dict[str, Any]]:
+def list_node_pods(
+    client: KubeClient, namespace: str, pod: str | None = None, label_selector: str | None = None
+) -> list[dict[str, Any]]:
     """The pods of ``namespace`` scheduled on this node (``client.node_name``), as API objects.
     ``ProbeFailed`` when the node name is unknown: listing a namespace cluster-wide is never done."""
     if not client.node_name:
-        raise ProbeFailed("NODE_NAME is not set (the DaemonSet passes spec.nodeName through the "
-                          "downward API): cannot tell which pods run on this node")
+        raise ProbeFailed(
+            "NODE_NAME is not set (the DaemonSet passes spec.nodeName through the "
+            "downward API): cannot tell which pods run on this node"
+        )
     items = client._call("GET", node_pods_path(namespace, client.node_name, pod, label_selector)).get("items")
     return [i for i in items or [] if isinstance(i, dict)]
 
 
-def read_pod_log(client: KubeClient, pod: PodRef, container: str, *, previous: bool = True,
-                 tail_lines: int = 500, limit_bytes: int = 256 * 1024) -> str:
+def read_pod_log(
+    client: KubeClient,
+    pod: PodRef,
+    container: str,
+    *,
+    previous: bool = True,
+    tail_lines: int = 500,
+    limit_bytes: int = 256 * 1024,
+) -> str:
     """The (previous, i.e. crashed) container's log, for crash forensics: ``GET pods/log``."""
-    query = (f"container={quote(container, safe='')}&previous={'true' if previous else 'false'}"
-             f"&tailLines={int(tail_lines)}&limitBytes={int(limit_bytes)}")
+    query = (
+        f"container={quote(container, safe='')}&previous={'true' if previous else 'false'}"
+        f"&tailLines={int(tail_lines)}&limitBytes={int(limit_bytes)}"
+    )
     path = f"/api/v1/namespaces/{quote(pod.namespace, safe='')}/pods/{quote(pod.name, safe='')}/log?{query}"
     return client_text(client, path)
 

@@ -5,6 +5,7 @@ Safety rule (docs/design.md, Remediation): a signal is sent only to a process wh
 is never touched. ``start`` launches an argv (never a shell) in a new session
 (so the guardian owns the whole group), with env, cwd and an append-only log.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,8 +25,9 @@ if TYPE_CHECKING:
 class ProcessControl(Protocol):
     def alive(self, key: ProcKey) -> bool: ...
     def signal(self, key: ProcKey, sig: int) -> bool: ...
-    def start(self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: str | None,
-              log_file: str | None) -> int: ...
+    def start(
+        self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: str | None, log_file: str | None
+    ) -> int: ...
     def start_spec(self, spec: LaunchSpec) -> int: ...
     def preflight(self, spec: LaunchSpec) -> list[str]: ...
 
@@ -68,16 +70,22 @@ class OsProcessControl:
         self._reap()
         return True
 
-    def start(self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: str | None,
-              log_file: str | None) -> int:
+    def start(self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: str | None, log_file: str | None) -> int:
         if not argv:
             raise ValueError("restart.command is empty")
         full_env = dict(os.environ)
         full_env.update(env or {})
         with open(log_file, "ab") if log_file else contextlib.nullcontext(subprocess.DEVNULL) as out:
             # the child keeps its own descriptor; ours is closed once it has started
-            proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    env=full_env, cwd=cwd, start_new_session=True)
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=full_env,
+                cwd=cwd,
+                start_new_session=True,
+            )
         self._children[proc.pid] = proc
         self._reap()
         return proc.pid
@@ -95,9 +103,18 @@ class OsProcessControl:
             raise ValueError("restart.command is empty")
         with open(spec.log_file, "ab") if spec.log_file else contextlib.nullcontext(subprocess.DEVNULL) as out:
             # the child keeps its own descriptor; ours is closed once it has started
-            proc = subprocess.Popen(list(spec.argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    env=dict(spec.env), cwd=spec.cwd, start_new_session=True, user=spec.uid,
-                                    group=spec.gid, extra_groups=list(spec.groups) if spec.groups is not None else None)
+            proc = subprocess.Popen(
+                list(spec.argv),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=dict(spec.env),
+                cwd=spec.cwd,
+                start_new_session=True,
+                user=spec.uid,
+                group=spec.gid,
+                extra_groups=list(spec.groups) if spec.groups is not None else None,
+            )
         self._children[proc.pid] = proc
         self._reap()
         return proc.pid

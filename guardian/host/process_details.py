@@ -8,6 +8,7 @@ Dependencies). psutil reads the real ``/proc`` only: ``runtime.py`` wires ``Psut
 when ``probes.procfs.proc_root`` is ``/proc`` and nothing otherwise (fake /proc trees in tests).
 Identity-checked: a pid whose start time is not the snapshotted one is reported, not read.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,12 +43,21 @@ class PsutilDetails:
                 io = p.io_counters()
                 ctx = p.num_ctx_switches()
                 cpu = p.cpu_times()
-                listening = sorted({c.laddr.port for c in p.net_connections(kind="tcp")
-                                    if c.status == psutil.CONN_LISTEN})
+                listening = sorted(
+                    {c.laddr.port for c in p.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+                )
                 return {
-                    "status": p.status(), "threads": p.num_threads(), "fds": p.num_fds(),
-                    "memory": {"rss": mem.rss, "vms": mem.vms, "shared": mem.shared, "uss": mem.uss,
-                               "pss": mem.pss, "swap": mem.swap},
+                    "status": p.status(),
+                    "threads": p.num_threads(),
+                    "fds": p.num_fds(),
+                    "memory": {
+                        "rss": mem.rss,
+                        "vms": mem.vms,
+                        "shared": mem.shared,
+                        "uss": mem.uss,
+                        "pss": mem.pss,
+                        "swap": mem.swap,
+                    },
                     "io": {"read_bytes": io.read_bytes, "write_bytes": io.write_bytes},
                     "ctx_switches": {"voluntary": ctx.voluntary, "involuntary": ctx.involuntary},
                     "cpu_seconds": {"user": cpu.user, "system": cpu.system},

@@ -11,6 +11,7 @@ Seams (all optional, passed at construction): ``root`` (a fake tree in tests),
 ``readlink(path)`` for the directory walks (pids, tids, fds), ``clk_tck``.
 Tests use the seams to simulate EACCES, which chmod cannot do for root.
 """
+
 from __future__ import annotations
 
 import os

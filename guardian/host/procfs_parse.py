@@ -9,6 +9,7 @@ a real kernel are the literals in ``tests/unit/test_procfs_parse.py``.
 Every parser raises ``ValueError`` with a message naming the file kind when the
 text is malformed (empty, truncated, not numbers).
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -264,5 +265,5 @@ def environ_value(raw: bytes, name: str) -> str | None:
     found: str | None = None
     for entry in raw.split(b"\0"):
         if entry.startswith(prefix):
-            found = entry[len(prefix):].decode("utf-8", errors="replace")
+            found = entry[len(prefix) :].decode("utf-8", errors="replace")
     return found

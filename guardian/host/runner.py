@@ -5,6 +5,7 @@ caller needs to decide and to record: exit code, capped output, duration and
 whether it was killed for running past its timeout (then the whole process
 group is killed, so a wedged child cannot linger).
 """
+
 from __future__ import annotations
 
 import os
@@ -43,23 +44,43 @@ class CommandResult:
 
 
 class CommandRunner(Protocol):
-    def run(self, argv: Sequence[str], timeout: float, *, max_output: int = DEFAULT_MAX_OUTPUT,
-            env: Mapping[str, str] | None = None, cwd: str | None = None) -> CommandResult: ...
+    def run(
+        self,
+        argv: Sequence[str],
+        timeout: float,
+        *,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> CommandResult: ...
 
 
 class SubprocessRunner:
     """The real runner: a new session per command so a timeout kills its whole group."""
 
-    def run(self, argv: Sequence[str], timeout: float, *, max_output: int = DEFAULT_MAX_OUTPUT,
-            env: Mapping[str, str] | None = None, cwd: str | None = None) -> CommandResult:
+    def run(
+        self,
+        argv: Sequence[str],
+        timeout: float,
+        *,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> CommandResult:
         argv = tuple(str(a) for a in argv)
         if not argv:
             raise ValueError("empty argv")
         start = time.monotonic()
         try:
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    stdin=subprocess.DEVNULL, start_new_session=True,
-                                    env=dict(env) if env is not None else None, cwd=cwd)
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=dict(env) if env is not None else None,
+                cwd=cwd,
+            )
         except FileNotFoundError as e:
             raise BackendUnavailable(f"{argv[0]}: not found ({e.strerror})") from None
         except PermissionError as e:
@@ -75,5 +96,12 @@ class SubprocessRunner:
                 pass
             out, err = proc.communicate()
         truncated = len(out) > max_output or len(err) > max_output
-        return CommandResult(argv, None if timed_out else proc.returncode, out[:max_output], err[:max_output],
-                             time.monotonic() - start, timed_out, truncated)
+        return CommandResult(
+            argv,
+            None if timed_out else proc.returncode,
+            out[:max_output],
+            err[:max_output],
+            time.monotonic() - start,
+            timed_out,
+            truncated,
+        )

@@ -1,4 +1,5 @@
 """Incidents: ids, the on-disk store and the state machine (hysteresis, dedupe, lifecycle)."""
+
 from __future__ import annotations
 
 from .ids import IdGenerator, new_incident_id

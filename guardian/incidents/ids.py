@@ -4,6 +4,7 @@
 ``IdGenerator`` additionally keeps ids strictly increasing within one
 millisecond (and across a wall clock that steps back), per instance.
 """
+
 from __future__ import annotations
 
 import os

@@ -14,6 +14,7 @@ Every transition and every change (evidence, actions) is persisted through the
 store; open incidents are reloaded at construction, so a guardian restart does
 not duplicate them. A failed write is logged, never raised into the tick loop.
 """
+
 from __future__ import annotations
 
 import logging
@@ -72,9 +73,7 @@ class IncidentManager:
         return (max(1, int(getattr(block, "open_after", 1))), max(1, int(getattr(block, "resolve_after", 1))))
 
     # ------------------------------------------------------------ updates
-    def update(
-        self, target_name: str, ref: TargetRef, findings: Mapping[Kind, Finding | None]
-    ) -> list[Transition]:
+    def update(self, target_name: str, ref: TargetRef, findings: Mapping[Kind, Finding | None]) -> list[Transition]:
         """Feed one tick's findings for one target; kinds absent from ``findings`` are untouched."""
         out: list[Transition] = []
         with self._lock:
@@ -195,15 +194,25 @@ class IncidentManager:
         """Record the evidence bundle path; returns the updated incident (``KeyError`` if unknown)."""
         return self._change(incident_id, lambda inc: replace(inc, evidence_dir=str(path)))
 
-    def set_diagnosis(self, incident_id: str, diagnosis: Sequence[Mapping[str, Any]],
-                      crash: Mapping[str, Any] | None, notes: Sequence[str] = ()) -> Incident:
+    def set_diagnosis(
+        self,
+        incident_id: str,
+        diagnosis: Sequence[Mapping[str, Any]],
+        crash: Mapping[str, Any] | None,
+        notes: Sequence[str] = (),
+    ) -> Incident:
         """Record what the incident most likely is (and, engine_dead, the crash); ``notes`` (such as
         "device idle while the engine spins") join the summary. ``KeyError`` if unknown."""
+
         def change(inc: Incident) -> Incident:
             extra = [n for n in notes if n not in inc.summary]
-            return replace(inc, diagnosis=tuple(dict(d) for d in diagnosis),
-                           crash=dict(crash) if crash is not None else inc.crash,
-                           summary="; ".join([inc.summary, *extra]) if extra else inc.summary)
+            return replace(
+                inc,
+                diagnosis=tuple(dict(d) for d in diagnosis),
+                crash=dict(crash) if crash is not None else inc.crash,
+                summary="; ".join([inc.summary, *extra]) if extra else inc.summary,
+            )
+
         return self._change(incident_id, change)
 
     def add_action(self, incident_id: str, action: Action) -> Incident:

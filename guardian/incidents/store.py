@@ -5,6 +5,7 @@ files ``0640``, folders ``0750``. Field names are those `guardian incidents list
 unreadable file is skipped with a warning, never a crash. The evidence bundle of
 an incident lives in the same folder (``dir_for``).
 """
+
 from __future__ import annotations
 
 import builtins
@@ -106,6 +107,7 @@ def incident_from_dict(d: Mapping[str, Any]) -> Incident:
 
 MAX_FILE = 4 * 1024 * 1024  # an incident record is a few KiB; anything huge is damage
 
+
 # ---------------------------------------------------------------- store
 class IncidentStore:
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
@@ -164,4 +166,3 @@ def _mkdir(path: Path) -> None:
     if not path.is_dir():
         path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         os.chmod(path, DIR_MODE)
-

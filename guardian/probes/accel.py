@@ -22,6 +22,7 @@ timeout), one read at a time, and keeps the latest full reading in ``Readings.ac
 ``make_backends(cfg, runner, log)`` builds the backends ``accelerators:`` asks for:
 ``auto`` tries and, when absent, logs one line and skips; ``off`` skips.
 """
+
 from __future__ import annotations
 
 import logging
@@ -55,10 +56,18 @@ class AccelResult:
 
 def device_dict(d: DeviceReading, read_at: float, pids: Sequence[int]) -> dict[str, Any]:
     return {
-        "device": d.id, "backend": d.backend, "name": d.name, "health": d.health,
-        "memory_used_bytes": d.memory_used_bytes, "memory_total_bytes": d.memory_total_bytes,
-        "utilization_ratio": d.utilization, "power_w": d.power_w, "temperature_c": d.temperature_c,
-        "pids": list(pids), "read_at": read_at, **({"extra": dict(d.extra)} if d.extra else {}),
+        "device": d.id,
+        "backend": d.backend,
+        "name": d.name,
+        "health": d.health,
+        "memory_used_bytes": d.memory_used_bytes,
+        "memory_total_bytes": d.memory_total_bytes,
+        "utilization_ratio": d.utilization,
+        "power_w": d.power_w,
+        "temperature_c": d.temperature_c,
+        "pids": list(pids),
+        "read_at": read_at,
+        **({"extra": dict(d.extra)} if d.extra else {}),
     }
 
 
@@ -126,9 +135,17 @@ class AccelReader:
         rows = []
         for d in snap.devices:
             if d.id in mine:
-                rows.append({"device": d.id, "backend": d.backend, "memory_used_bytes": d.memory_used_bytes,
-                             "memory_total_bytes": d.memory_total_bytes, "utilization_ratio": d.utilization,
-                             "health": d.health, "target_memory_bytes": mine[d.id]})
+                rows.append(
+                    {
+                        "device": d.id,
+                        "backend": d.backend,
+                        "memory_used_bytes": d.memory_used_bytes,
+                        "memory_total_bytes": d.memory_total_bytes,
+                        "utilization_ratio": d.utilization,
+                        "health": d.health,
+                        "target_memory_bytes": mine[d.id],
+                    }
+                )
         return rows
 
     @staticmethod
@@ -184,23 +201,34 @@ class AccelProbe:
             self.log.warning("accelerator event: %s", ev)
         if self.readings.accel is None or res.read:  # no backend due: keep the latest full reading
             self.readings.accel = res
-        return Folded(res.samples, failed={f"accel:{name}": msg for name, msg in res.errors.items()},
-                      cleared=[f"accel:{name}" for name in res.read if name not in res.errors])
+        return Folded(
+            res.samples,
+            failed={f"accel:{name}": msg for name, msg in res.errors.items()},
+            cleared=[f"accel:{name}" for name in res.read if name not in res.errors],
+        )
 
     def close(self) -> None:
         self.reader.close()
 
 
-def make_backends(cfg: AcceleratorsConfig, runner: CommandRunner, log: logging.Logger, *,
-                  nvml_factory: Callable[[], AccelBackend] | None = None,
-                  npu_smi_factory: Callable[[], AccelBackend] | None = None) -> list[AccelBackend]:
+def make_backends(
+    cfg: AcceleratorsConfig,
+    runner: CommandRunner,
+    log: logging.Logger,
+    *,
+    nvml_factory: Callable[[], AccelBackend] | None = None,
+    npu_smi_factory: Callable[[], AccelBackend] | None = None,
+) -> list[AccelBackend]:
     """The backends ``accelerators:`` asks for. ``auto``: try, and when absent log one line
     and skip; ``off``: skip. The factories are seams for tests (default: the real backends)."""
     out: list[AccelBackend] = []
     wanted = (
         ("nvml", cfg.nvml, nvml_factory or (lambda: NvmlBackend())),
-        ("npu_smi", cfg.npu_smi, npu_smi_factory or (
-            lambda: NpuSmiBackend(runner, cfg.npu_smi_path, cfg.npu_smi_timeout))),
+        (
+            "npu_smi",
+            cfg.npu_smi,
+            npu_smi_factory or (lambda: NpuSmiBackend(runner, cfg.npu_smi_path, cfg.npu_smi_timeout)),
+        ),
     )
     for key, mode, factory in wanted:
         if mode == "off":

@@ -10,6 +10,7 @@ Each kind of job (the first item of a tuple key: ``http``, ``canary``, ``evidenc
 hostile or hung servers can never starve evidence capture or a remediation. Workers
 are daemon threads: a wedged job never keeps the guardian from exiting on SIGTERM.
 """
+
 from __future__ import annotations
 
 import queue
@@ -67,8 +68,7 @@ class _DaemonPool:
                 raise RuntimeError("pool is shut down")
             self._queue.put((future, fn, args))
             if self._idle == 0 and len(self._workers) < self._max:
-                t = threading.Thread(target=self._work, name=f"guardian-{self._name}-{len(self._workers)}",
-                                     daemon=True)
+                t = threading.Thread(target=self._work, name=f"guardian-{self._name}-{len(self._workers)}", daemon=True)
                 self._workers.append(t)
                 t.start()
             else:
@@ -117,8 +117,7 @@ class AsyncRunner:
     def busy(self, key: Hashable) -> bool:
         return key in self._jobs
 
-    def submit(self, key: Hashable, fn: Callable[[], Any], deadline: float,
-               on_done: OnDone | None = None) -> bool:
+    def submit(self, key: Hashable, fn: Callable[[], Any], deadline: float, on_done: OnDone | None = None) -> bool:
         """Start ``fn`` unless a job with ``key`` is still running. Returns True if started.
         ``on_done`` travels with the result: ``collect`` hands it back on the ``Done``."""
         if key in self._jobs:

@@ -18,6 +18,7 @@ targets are suspect, the findings, the open incidents). A probe that confirms a 
 ``Readings`` holds the latest readings that are not series (process table, accelerators),
 read by the status document, evidence and remediation.
 """
+
 from __future__ import annotations
 
 import logging

@@ -11,6 +11,7 @@ failure (HTTP 500, refused) is *not* a hang and is reported as such. A 401/403
 sent) sets ``auth_status`` and the episode ``<target>:auth``, whatever the
 readiness: until it is fixed no canary can ever confirm a hang.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -82,8 +83,9 @@ def served_model(http: HttpClient, api_url: str, timeout: float) -> str:
         raise HttpError("error", f"/v1/models: unexpected body ({type(e).__name__})") from None
 
 
-def run_canary(http: HttpClient, target: str, api_url: str, model: str | None,
-               cfg: CanaryProbeConfig, now: Callable[[], float]) -> CanaryResult:
+def run_canary(
+    http: HttpClient, target: str, api_url: str, model: str | None, cfg: CanaryProbeConfig, now: Callable[[], float]
+) -> CanaryResult:
     started = now()
     try:
         if model is None:
@@ -97,8 +99,9 @@ def run_canary(http: HttpClient, target: str, api_url: str, model: str | None,
         return CanaryResult(target, started, now(), False, e.reason == "timeout", model, str(e))
     ended = now()
     if r.status in AUTH_STATUSES:
-        return CanaryResult(target, started, ended, False, False, model,
-                            _auth_detail(http, url, r.status, "/v1/completions"), r.status)
+        return CanaryResult(
+            target, started, ended, False, False, model, _auth_detail(http, url, r.status, "/v1/completions"), r.status
+        )
     if r.status != 200:
         return CanaryResult(target, started, ended, False, False, model, f"HTTP {r.status}: {r.text[:200]}")
     try:
@@ -123,8 +126,11 @@ class CanaryProbe:
         self.log = parts.log
 
     def jobs(self, now: float, seen: Seen) -> list[Job]:
-        return [self._job(tr) for tr in self.tracker.targets.values()
-                if tr.target.api_url and tr.api_alive and self._due(tr, now, seen)]
+        return [
+            self._job(tr)
+            for tr in self.tracker.targets.values()
+            if tr.target.api_url and tr.api_alive and self._due(tr, now, seen)
+        ]
 
     def _due(self, tr: TrackedTarget, now: float, seen: Seen) -> bool:
         last = tr.last_canary_start
@@ -138,8 +144,7 @@ class CanaryProbe:
         if not unconfirmed:
             return False
         already_open = seen.open_kinds(tr.name)
-        pace = (self.cfg.interval if any(f.kind in already_open for f in unconfirmed)
-                else self.cfg.confirm_cooldown)
+        pace = self.cfg.interval if any(f.kind in already_open for f in unconfirmed) else self.cfg.confirm_cooldown
         return last is None or now - last >= pace
 
     def _job(self, tr: TrackedTarget) -> Job:
@@ -165,8 +170,9 @@ class CanaryProbe:
         if res.ok:
             return Folded(res.samples(), cleared=(f"{res.target}:canary", f"{res.target}:auth"))
         if tr.ready or tr.ever_ready:
-            return Folded(res.samples(), failed={f"{res.target}:canary": res.error or "failed"},
-                          cleared=(f"{res.target}:auth",))
+            return Folded(
+                res.samples(), failed={f"{res.target}:canary": res.error or "failed"}, cleared=(f"{res.target}:auth",)
+            )
         return Folded(res.samples(), cleared=(f"{res.target}:auth",))
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ detector reads and updates the status lines. A new API server for a target clear
 its history; a verified restart (``GatesShared.request_rebaseline``) drops its
 baseline so it is taken again.
 """
+
 from __future__ import annotations
 
 
@@ -70,8 +71,11 @@ class GatesProbe:
             remote: list[dict[str, str]] = []
             note = None
             if exchange is not None and cfg.shadow and ra.complete and ra.answers:
-                own = {a.prompt: agreement.fingerprint(ra.model, ra.version, a.prompt, a.text)
-                       for a in ra.answers if a.role == "shadow"}
+                own = {
+                    a.prompt: agreement.fingerprint(ra.model, ra.version, a.prompt, a.text)
+                    for a in ra.answers
+                    if a.role == "shadow"
+                }
                 remote, note = exchange.share(ra.model, ra.version, name, own, 2 * self.max_age, self.max_age)
             return key, ra, remote, note
 
@@ -103,8 +107,9 @@ class GatesProbe:
             self._show(ra.target, tg, notes, None, now)
             return Folded()
         if tg.model is not None and (tg.model, tg.version) != (ra.model, ra.version):
-            notes.append(f"model/version changed from {tg.model} {tg.version} to {ra.model} {ra.version}: "
-                         "its own baseline")
+            notes.append(
+                f"model/version changed from {tg.model} {tg.version} to {ra.model} {ra.version}: its own baseline"
+            )
             self.shared.ledger.reset(ra.target)
         tg.model, tg.version = ra.model, ra.version
         bkey = (ra.target, ra.model, ra.version)
@@ -113,10 +118,16 @@ class GatesProbe:
         failures, judged = list(verdict.failures), set(verdict.judged)
         ambiguous = False
         if self.cfg.shadow:
-            own = {a.prompt: verdict.fingerprints[a.prompt] for a in ra.answers
-                   if a.role == "shadow" and a.prompt not in verdict.tie_flips}  # a near-tie flip does not vote
-            local = [fps for name, (m, v, fps, t) in self._local.items()
-                     if name != ra.target and (m, v) == (ra.model, ra.version) and now - t <= self.max_age]
+            own = {
+                a.prompt: verdict.fingerprints[a.prompt]
+                for a in ra.answers
+                if a.role == "shadow" and a.prompt not in verdict.tie_flips
+            }  # a near-tie flip does not vote
+            local = [
+                fps
+                for name, (m, v, fps, t) in self._local.items()
+                if name != ra.target and (m, v) == (ra.model, ra.version) and now - t <= self.max_age
+            ]
             base_fps = {p: baseline.fingerprints[p] for p in own if baseline and p in baseline.fingerprints} or None
             v4 = agreement.judge(own, local + remote, base_fps)
             tg.agreement = f"{v4.status} ({v4.peers} peer(s))"
@@ -126,10 +137,21 @@ class GatesProbe:
                 ambiguous = v4.status == agreement.AMBIGUOUS
                 texts = {a.prompt: a.text for a in ra.answers}
                 for prompt in v4.disagreeing:
-                    expected = ("the answer of the agreeing peers" if v4.status == agreement.DISAGREE and v4.peers
-                                else (baseline.answers.get(prompt, "?") if baseline else "?"))
-                    failures.append(GateFailure("L4", v4.status, prompt, texts.get(prompt, "")[:120], expected,
-                                                {"peers": v4.peers, "detail": v4.detail}))
+                    expected = (
+                        "the answer of the agreeing peers"
+                        if v4.status == agreement.DISAGREE and v4.peers
+                        else (baseline.answers.get(prompt, "?") if baseline else "?")
+                    )
+                    failures.append(
+                        GateFailure(
+                            "L4",
+                            v4.status,
+                            prompt,
+                            texts.get(prompt, "")[:120],
+                            expected,
+                            {"peers": v4.peers, "detail": v4.detail},
+                        )
+                    )
             self._local[ra.target] = (ra.model, ra.version, own, now)
         nb = next_baseline(ra, verdict, baseline, self.cfg)
         if nb is not None:
@@ -145,8 +167,11 @@ class GatesProbe:
         for f in failures:
             tg.failures_by_level[f.level] = tg.failures_by_level.get(f.level, 0) + 1
         if failures:  # every failed round is in the log, whether or not it makes an incident
-            self.log.warning("gates %s: round failed: %s", ra.target, "; ".join(
-                f"{f.level} {f.check} on {f.prompt[:30]!r} -> {f.output[:40]!r}" for f in failures[:5]))
+            self.log.warning(
+                "gates %s: round failed: %s",
+                ra.target,
+                "; ".join(f"{f.level} {f.check} on {f.prompt[:30]!r} -> {f.output[:40]!r}" for f in failures[:5]),
+            )
         tg.last_round_mono = now
         tg.failures = tuple(failures)
         notes += [n for n in verdict.notes if n not in notes]

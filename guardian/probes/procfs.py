@@ -11,6 +11,7 @@ readings: the first reading of a process or thread yields no rate (absent,
 never 0). Context-switch counts come from each thread's own ``status``
 (``/proc/<pid>/status`` is the main thread only).
 """
+
 from __future__ import annotations
 
 import os

@@ -7,6 +7,7 @@ probe's fold, evidence, a remediation step) and counts overruns. Every run is ti
 counted under the probe's name; a probe that raises is counted and logged once per episode,
 never taken down with the loop.
 """
+
 from __future__ import annotations
 
 import time
@@ -27,8 +28,15 @@ def episode_key(probe: Probe, job: Job) -> str:
 
 
 class ProbeScheduler:
-    def __init__(self, probes: Sequence[Probe], runner: AsyncRunner, stats: SelfStats, episodes: EpisodeLog,
-                 series: SeriesStore, record: Callable[[str, Action], None] | None = None) -> None:
+    def __init__(
+        self,
+        probes: Sequence[Probe],
+        runner: AsyncRunner,
+        stats: SelfStats,
+        episodes: EpisodeLog,
+        series: SeriesStore,
+        record: Callable[[str, Action], None] | None = None,
+    ) -> None:
         self.probes = list(probes)
         self.runner = runner
         self.stats = stats
@@ -49,7 +57,8 @@ class ProbeScheduler:
             for job in probe.jobs(now, seen):
                 key = (probe.name, job.subject)
                 started = not self.runner.busy(key) and self.runner.submit(
-                    key, job.run, deadline=now + job.timeout, on_done=partial(self._done, probe, job))
+                    key, job.run, deadline=now + job.timeout, on_done=partial(self._done, probe, job)
+                )
                 if started and job.on_start is not None:
                     job.on_start(now)
 

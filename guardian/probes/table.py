@@ -7,6 +7,7 @@ own metrics and the key of its counters in ``guardian status``; it is listed eve
 probe is off, so the counters are always there. Discovery is not in the table: it is the
 loop's first stage, it decides what the probes look at.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -6,6 +6,7 @@ stamped with the injected clock when each answer arrived. ``HEALTH_OK`` is 1 for
 timeout (a hung HTTP server is not proof of a dead engine). A /metrics page that
 cannot be parsed gives ``METRICS_OK`` 0 and no vLLM samples, never zeros.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -31,8 +32,7 @@ class HttpScrape:
     page: str | None = None  # the last /metrics text, for evidence bundles
 
 
-def scrape(http: HttpClient, target: str, api_url: str, timeout: float,
-           now: Callable[[], float]) -> HttpScrape:
+def scrape(http: HttpClient, target: str, api_url: str, timeout: float, now: Callable[[], float]) -> HttpScrape:
     samples: list[Sample] = []
     base = api_url.rstrip("/")
     health_status = health_error = None
@@ -86,8 +86,14 @@ class VllmHttpProbe:
         for tr in self.tracker.targets.values():
             url = tr.target.api_url
             if url and tr.api_alive and self._schedule.due(tr.name, now):
-                out.append(Job(tr.name, self._job(tr.name, url), 2 * self.cfg.timeout + 1,
-                               on_start=partial(self._schedule.ran, tr.name)))
+                out.append(
+                    Job(
+                        tr.name,
+                        self._job(tr.name, url),
+                        2 * self.cfg.timeout + 1,
+                        on_start=partial(self._schedule.ran, tr.name),
+                    )
+                )
         return out
 
     def _job(self, name: str, url: str) -> Callable[[], HttpScrape]:

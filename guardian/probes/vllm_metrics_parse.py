@@ -7,6 +7,7 @@ the result (never 0); ``vllm:gpu_cache_usage_perc`` (≤ 0.11) stands in for
 ``vllm:kv_cache_usage_perc``. Values are summed over engines (data parallel),
 except the KV usage, which is the highest engine's.
 """
+
 from __future__ import annotations
 
 import re
@@ -38,8 +39,9 @@ _SAMPLE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?[ \t]+\S+([ \t]+-?\d+)?
 _REST = re.compile(r"(\{.*\})?[ \t]+(\S+)(?:[ \t]+-?\d+)?[ \t]*")
 _NAMES = (*WATCHED, *LEGACY)
 # a watched name at a line start, followed by its labels or the value (not a longer name)
-_WATCHED_LINE = re.compile(r"\n(" + "|".join(re.escape(n) for n in sorted(_NAMES, key=len, reverse=True))
-                           + r")(?=[{ \t])")
+_WATCHED_LINE = re.compile(
+    r"\n(" + "|".join(re.escape(n) for n in sorted(_NAMES, key=len, reverse=True)) + r")(?=[{ \t])"
+)
 
 
 def _check_head(text: str) -> None:
@@ -70,7 +72,7 @@ def _watched_samples(text: str) -> Iterator[tuple[str, str]]:
             end = len(padded)
         rest = _REST.fullmatch(padded, match.end(), end)
         if rest is None:
-            raise ProbeFailed(f"unparsable /metrics page: {padded[match.start() + 1:end][:80]!r}")
+            raise ProbeFailed(f"unparsable /metrics page: {padded[match.start() + 1 : end][:80]!r}")
         yield match.group(1), rest.group(2)
 
 

@@ -1,4 +1,5 @@
 """Sample storage and window math (pure)."""
+
 from .store import Point, SeriesKey, SeriesStore
 from . import metrics
 

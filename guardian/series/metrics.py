@@ -5,26 +5,26 @@ A value that could not be read is *absent* (no sample), never 0.
 """
 
 # procfs, per process (subject p<pid>)
-PROC_CPU = "proc.cpu_ratio"            # (utime+stime) delta / wall delta, 1.0 = one core
+PROC_CPU = "proc.cpu_ratio"  # (utime+stime) delta / wall delta, 1.0 = one core
 PROC_RSS = "proc.rss_bytes"
 PROC_THREADS = "proc.threads"
 
 # procfs, per thread (subject p<pid>/t<tid>); only for hot or suspected processes
 THREAD_CPU = "thread.cpu_ratio"
-THREAD_VOL_RATE = "thread.voluntary_per_s"       # voluntary context switches / s
+THREAD_VOL_RATE = "thread.voluntary_per_s"  # voluntary context switches / s
 THREAD_NONVOL_RATE = "thread.involuntary_per_s"  # involuntary context switches / s
-THREAD_RUNNING = "thread.syscall_running"        # 1 when /proc/.../syscall says "running", else 0
-THREAD_DEMAND = "thread.cpu_demand"              # (on-CPU + runqueue wait) / wall, from schedstat:
-                                                 # a spinner starved by a busy node still reads ~1
+THREAD_RUNNING = "thread.syscall_running"  # 1 when /proc/.../syscall says "running", else 0
+THREAD_DEMAND = "thread.cpu_demand"  # (on-CPU + runqueue wait) / wall, from schedstat:
+# a spinner starved by a busy node still reads ~1
 
 # vllm_http, per target (subject "")
-HEALTH_OK = "http.health_ok"            # 1 = 200, 0 = anything else / refused
+HEALTH_OK = "http.health_ok"  # 1 = 200, 0 = anything else / refused
 HEALTH_LATENCY = "http.health_latency_s"
-METRICS_OK = "http.metrics_ok"          # 1 = parsed, 0 = scrape failed or unparsable
+METRICS_OK = "http.metrics_ok"  # 1 = parsed, 0 = scrape failed or unparsable
 REQ_RUNNING = "vllm.num_requests_running"
 REQ_WAITING = "vllm.num_requests_waiting"
-KV_USAGE = "vllm.kv_cache_usage_perc"   # 0..1 (older vLLM: gpu_cache_usage_perc)
-ITERATIONS = "vllm.iterations_total"    # vllm:iteration_tokens_total_count: one per engine step
+KV_USAGE = "vllm.kv_cache_usage_perc"  # 0..1 (older vLLM: gpu_cache_usage_perc)
+ITERATIONS = "vllm.iterations_total"  # vllm:iteration_tokens_total_count: one per engine step
 GEN_TOKENS = "vllm.generation_tokens_total"
 PROMPT_TOKENS = "vllm.prompt_tokens_total"
 PREEMPTIONS = "vllm.num_preemptions_total"
@@ -34,13 +34,13 @@ SUCCESS = "vllm.request_success_total"  # summed over finished_reason
 PROGRESS_COUNTERS = (ITERATIONS, GEN_TOKENS, PROMPT_TOKENS, SUCCESS)
 
 # canary, per target (subject ""); one sample per finished canary, stamped at its end.
-CANARY_OK = "canary.ok"                 # 1 = answered, 0 = timed out or failed
-CANARY_TIMEOUT = "canary.timed_out"     # 1 = timed out (a hang), 0 = answered or failed fast
-CANARY_LATENCY = "canary.latency_s"     # end - start, for answered and timed-out canaries
-CANARY_STARTED = "canary.started_at"    # value = monotonic start time of the canary that just ended
+CANARY_OK = "canary.ok"  # 1 = answered, 0 = timed out or failed
+CANARY_TIMEOUT = "canary.timed_out"  # 1 = timed out (a hang), 0 = answered or failed fast
+CANARY_LATENCY = "canary.latency_s"  # end - start, for answered and timed-out canaries
+CANARY_STARTED = "canary.started_at"  # value = monotonic start time of the canary that just ended
 
 # accelerators (NVML / npu-smi), per target: subject "" = summed over the target's processes,
 # p<pid> = one process (memory only); written only when a backend was read (npu-smi: every ~5 s).
-ACCEL_MEM = "accel.memory_bytes"            # accelerator memory held by the process / target
-ACCEL_UTIL = "accel.utilization"            # 0..1, max over the devices the target uses ("" only)
-ACCEL_TOTAL = "accel.memory_total_bytes"    # total memory of the devices the target uses ("" only)
+ACCEL_MEM = "accel.memory_bytes"  # accelerator memory held by the process / target
+ACCEL_UTIL = "accel.utilization"  # 0..1, max over the devices the target uses ("" only)
+ACCEL_TOTAL = "accel.memory_total_bytes"  # total memory of the devices the target uses ("" only)

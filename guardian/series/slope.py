@@ -6,6 +6,7 @@ outliers without moving it, unlike a least-squares fit or a two-point
 difference. It costs O(n²) pairs, so long series are first reduced to at most
 ``max_points`` bucket medians (``downsample``), which keeps a trend intact.
 """
+
 from __future__ import annotations
 
 import math
@@ -51,7 +52,7 @@ def pairwise_slopes(points: Sequence[Point]) -> list[float]:
     """Slope of every pair of points with distinct times."""
     out = []
     for i, (t0, v0) in enumerate(points):
-        for t1, v1 in points[i + 1:]:
+        for t1, v1 in points[i + 1 :]:
             if t1 != t0:
                 out.append((v1 - v0) / (t1 - t0))
     return out

@@ -4,6 +4,7 @@ Pure data: no I/O, no clock of its own (callers pass monotonic times). Each key
 keeps points no older than ``horizon`` seconds (or its metric's own entry in
 ``horizons``, e.g. memory kept since ready) and at most ``max_points``.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -30,8 +31,14 @@ class SeriesStore:
         """Long enough for twice the longest detector window (and canary interval), plus 30 s;
         memory series since ready (``memory_horizons``)."""
         d = cfg.detectors
-        longest = max(d.busy_loop.window, d.engine_stall.window, d.kv_cache_leak.window,
-                      d.accel_memory_leak.window, d.host_memory_leak.window, cfg.probes.canary.interval)
+        longest = max(
+            d.busy_loop.window,
+            d.engine_stall.window,
+            d.kv_cache_leak.window,
+            d.accel_memory_leak.window,
+            d.host_memory_leak.window,
+            cfg.probes.canary.interval,
+        )
         return cls(horizon=2 * longest + 30, horizons=cls.memory_horizons(d))
 
     @staticmethod
@@ -40,8 +47,9 @@ class SeriesStore:
         keep = max(c.warmup + c.window for c in (d.host_memory_leak, d.accel_memory_leak)) + 30.0
         return {metrics.PROC_RSS: keep, metrics.ACCEL_MEM: keep}
 
-    def __init__(self, horizon: float = 600.0, max_points: int = 1200,
-                 horizons: dict[str, float] | None = None) -> None:
+    def __init__(
+        self, horizon: float = 600.0, max_points: int = 1200, horizons: dict[str, float] | None = None
+    ) -> None:
         if horizon <= 0 or max_points <= 0:
             raise ValueError("horizon and max_points must be > 0")
         self.horizon = horizon

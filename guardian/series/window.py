@@ -5,6 +5,7 @@ them) and answers small questions: which points fall in ``[t0, t1]``, the last
 value at or before a time, how much of a window the points cover, median/mean.
 No I/O, no clock: callers pass the times.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -25,9 +26,7 @@ def all_points(series: SeriesStore, target: str, subject: str, metric: str) -> l
     return series.window(target, subject, metric, _ALL)
 
 
-def points_between(
-    series: SeriesStore, target: str, subject: str, metric: str, t0: float, t1: float
-) -> list[Point]:
+def points_between(series: SeriesStore, target: str, subject: str, metric: str, t0: float, t1: float) -> list[Point]:
     """Points with ``t0 <= t <= t1``, oldest first."""
     return [p for p in series.window(target, subject, metric, t0) if p[0] <= t1]
 

@@ -7,6 +7,7 @@ session, talks to it over loopback HTTP (stdlib ``http.client`` only), and on
 ``LoadGenerator`` keeps a few clients sending completions of mixed lengths until it
 is stopped, or until its own duration/request bound runs out.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -40,13 +41,21 @@ class SimRequestError(RuntimeError):
 
 # ---- loopback HTTP ----------------------------------------------------------
 
+
 def _require_loopback(host: str) -> None:
     if host not in LOOPBACK_HOSTS:
         raise ValueError(f"only loopback hosts are allowed, got {host!r}")
 
 
-def http_request(host: str, port: int, method: str, path: str, body: dict | None = None,
-                 timeout: float = 5.0, api_key: str | None = None) -> tuple[int, bytes]:
+def http_request(
+    host: str,
+    port: int,
+    method: str,
+    path: str,
+    body: dict | None = None,
+    timeout: float = 5.0,
+    api_key: str | None = None,
+) -> tuple[int, bytes]:
     """One request on a fresh connection; (status, body). Raises OSError when refused or timed out.
     ``api_key``: sent as ``Authorization: Bearer`` (a server started with ``--api-key``)."""
     _require_loopback(host)
@@ -69,12 +78,17 @@ def metric_value(text: str, sample: str, **labels: str) -> float | None:
     """Sum of the samples named ``sample`` whose labels include ``labels``; None when absent."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    values = [s.value for fam in text_string_to_metric_families(text) for s in fam.samples
-              if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items())]
+    values = [
+        s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
     return sum(values) if values else None
 
 
 # ---- /proc, just enough to track our own tree -------------------------------
+
 
 @dataclass(frozen=True)
 class ProcRef:
@@ -89,7 +103,7 @@ def _stat_fields(pid: int) -> list[str] | None:
             raw = fh.read().decode("utf-8", "replace")
     except OSError:
         return None
-    return raw[raw.rfind(")") + 2:].split()
+    return raw[raw.rfind(")") + 2 :].split()
 
 
 def proc_ref(pid: int) -> ProcRef | None:
@@ -148,13 +162,22 @@ def _session_members(sid: int, not_before: int) -> list[ProcRef]:
 
 # ---- the server -------------------------------------------------------------
 
+
 class SimServer:
     """One simulated vLLM server process tree, owned by the caller."""
 
-    def __init__(self, port: int | None = None, model: str = "sim-model", startup_delay: float = 2.0,
-                 extra_args: tuple[str, ...] | list[str] = (), env: dict[str, str] | None = None,
-                 log_path: str | os.PathLike | None = None, host: str = "127.0.0.1",
-                 python: str | None = None, api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        model: str = "sim-model",
+        startup_delay: float = 2.0,
+        extra_args: tuple[str, ...] | list[str] = (),
+        env: dict[str, str] | None = None,
+        log_path: str | os.PathLike | None = None,
+        host: str = "127.0.0.1",
+        python: str | None = None,
+        api_key: str | None = None,
+    ) -> None:
         """``api_key``: start the server with ``--api-key`` and send it on this object's own requests."""
         _require_loopback(host)
         self.api_key = api_key
@@ -174,9 +197,21 @@ class SimServer:
 
     @property
     def argv(self) -> list[str]:
-        return [self.python, "-m", API_SERVER_MODULE, "--port", str(self.port), "--host", self.host,
-                "--model", self.model, "--startup-delay", str(self.startup_delay),
-                *(("--api-key", self.api_key) if self.api_key else ()), *self.extra_args]
+        return [
+            self.python,
+            "-m",
+            API_SERVER_MODULE,
+            "--port",
+            str(self.port),
+            "--host",
+            self.host,
+            "--model",
+            self.model,
+            "--startup-delay",
+            str(self.startup_delay),
+            *(("--api-key", self.api_key) if self.api_key else ()),
+            *self.extra_args,
+        ]
 
     @property
     def url(self) -> str:
@@ -195,12 +230,23 @@ class SimServer:
         env = dict(os.environ if self.env is None else self.env)
         if self.log_path is not None:
             with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
-                self.process = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                                stderr=subprocess.STDOUT, start_new_session=True)
+                self.process = subprocess.Popen(
+                    self.argv,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
         else:
-            self.process = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL,
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                            start_new_session=True)
+            self.process = subprocess.Popen(
+                self.argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self._root = proc_ref(self.process.pid)
         return self
 
@@ -331,8 +377,9 @@ class SimServer:
         """Order a fault (busy_loop, stall, die, rss_leak [rate_mb_s=], kv_leak, none)."""
         return self._json("POST", "/sim/fault", {"fault": name, **kw}, timeout)
 
-    def complete(self, prompt: str = "hi", max_tokens: int = 8, timeout: float = 30.0,
-                 temperature: float = 0.0) -> dict:
+    def complete(
+        self, prompt: str = "hi", max_tokens: int = 8, timeout: float = 30.0, temperature: float = 0.0
+    ) -> dict:
         body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": temperature}
         return self._json("POST", "/v1/completions", body, timeout)
 
@@ -348,6 +395,7 @@ class SimServer:
 
 # ---- load -------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class LoadStats:
     ok: int
@@ -361,10 +409,19 @@ class LoadGenerator:
 
     _WORDS = ("tell", "me", "a", "story", "about", "the", "node", "guardian", "and", "its", "engine")
 
-    def __init__(self, url: str, model: str, clients: int = 4, prompt_words: tuple[int, int] = (1, 40),
-                 max_tokens: tuple[int, int] = (1, 48), request_timeout: float = 30.0,
-                 max_duration: float = 300.0, max_requests: int = 100_000, seed: int = 0,
-                 api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        clients: int = 4,
+        prompt_words: tuple[int, int] = (1, 40),
+        max_tokens: tuple[int, int] = (1, 48),
+        request_timeout: float = 30.0,
+        max_duration: float = 300.0,
+        max_requests: int = 100_000,
+        seed: int = 0,
+        api_key: str | None = None,
+    ) -> None:
         parts = urlsplit(url)
         self.api_key = api_key
         _require_loopback(parts.hostname or "")
@@ -399,8 +456,9 @@ class LoadGenerator:
             raise RuntimeError("LoadGenerator already started")
         self._started = time.monotonic()
         for i in range(self.clients):
-            t = threading.Thread(target=self._client, args=(random.Random(self._seed + i),),
-                                 name=f"load-{i}", daemon=True)
+            t = threading.Thread(
+                target=self._client, args=(random.Random(self._seed + i),), name=f"load-{i}", daemon=True
+            )
             self._threads.append(t)
             t.start()
         return self
@@ -418,8 +476,7 @@ class LoadGenerator:
     def stats(self) -> LoadStats:
         with self._lock:
             end = self._stopped_at or time.monotonic()
-            return LoadStats(self._ok, self._errors, end - self._started if self._started else 0.0,
-                             self._last_error)
+            return LoadStats(self._ok, self._errors, end - self._started if self._started else 0.0, self._last_error)
 
     def __enter__(self) -> LoadGenerator:
         if not self._threads:
@@ -431,8 +488,11 @@ class LoadGenerator:
 
     def _take_ticket(self) -> bool:
         with self._lock:
-            if (self._stop.is_set() or self._issued >= self.max_requests
-                    or time.monotonic() - self._started >= self.max_duration):
+            if (
+                self._stop.is_set()
+                or self._issued >= self.max_requests
+                or time.monotonic() - self._started >= self.max_duration
+            ):
                 return False
             self._issued += 1
             return True
@@ -440,11 +500,16 @@ class LoadGenerator:
     def _client(self, rng: random.Random) -> None:
         while self._take_ticket():
             prompt = " ".join(rng.choice(self._WORDS) for _ in range(rng.randint(*self.prompt_words)))
-            body = {"model": self.model, "prompt": prompt, "max_tokens": rng.randint(*self.max_tokens),
-                    "temperature": rng.choice((0.0, 0.7))}
+            body = {
+                "model": self.model,
+                "prompt": prompt,
+                "max_tokens": rng.randint(*self.max_tokens),
+                "temperature": rng.choice((0.0, 0.7)),
+            }
             try:
-                status, data = http_request(self.host, self.port, "POST", "/v1/completions", body,
-                                            self.request_timeout, self.api_key)
+                status, data = http_request(
+                    self.host, self.port, "POST", "/v1/completions", body, self.request_timeout, self.api_key
+                )
                 error = "" if status == 200 else f"HTTP {status}: {data[:120]!r}"
             except OSError as exc:
                 error = f"{type(exc).__name__}: {exc}"

@@ -7,6 +7,7 @@ pure-Python busy loop in the engine — and shows detection → evidence → ale
 drain → restart → resolved, with vLLM's own ``/health`` (200 throughout the
 hang) beside it. Cleans up every process it started; exit 0 on success.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,24 +50,42 @@ def run_demo(keep: bool = False, timeout: float = 120.0) -> int:
         out("starting a simulated vLLM server: an API server + a VLLM::EngineCore child")
         server.start()
         out(f"  API server pid {server.pid}, {server.url} (it loads its 'model' for 3 s first)")
-        cfg = parse_config({
-            "node": "demo-node",
-            "state_dir": str(tmp / "state"),
-            "autodiscover": False,
-            "targets": [{
-                "name": "demo-llm", "match": {"port": server.port},
-                "restart": {"mode": "command", "stop_timeout": 5, "ready_timeout": 60,
+        cfg = parse_config(
+            {
+                "node": "demo-node",
+                "state_dir": str(tmp / "state"),
+                "autodiscover": False,
+                "targets": [
+                    {
+                        "name": "demo-llm",
+                        "match": {"port": server.port},
+                        "restart": {
+                            "mode": "command",
+                            "stop_timeout": 5,
+                            "ready_timeout": 60,
                             "log_file": str(tmp / "sim-vllm-restarted.log"),
-                            "command": [sys.executable, "-m", SIM_MODULE, "--port", str(server.port),
-                                        "--startup-delay", "2"]},
-                "drain": {"timeout": 10},
-            }],
-            "evidence": {"record_seconds": 2},
-            "api": {"http": None},
-        })
+                            "command": [
+                                sys.executable,
+                                "-m",
+                                SIM_MODULE,
+                                "--port",
+                                str(server.port),
+                                "--startup-delay",
+                                "2",
+                            ],
+                        },
+                        "drain": {"timeout": 10},
+                    }
+                ],
+                "evidence": {"record_seconds": 2},
+                "api": {"http": None},
+            }
+        )
         rt = Runtime.start(cfg)
-        out(f"guardian started: 1 tick/s, embedded Redis on {rt.sink.stats().get('url') or 'a unix socket'}, "
-            f"state in {cfg.state_dir}")
+        out(
+            f"guardian started: 1 tick/s, embedded Redis on {rt.sink.stats().get('url') or 'a unix socket'}, "
+            f"state in {cfg.state_dir}"
+        )
         listener = threading.Thread(target=_print_alerts, args=(rt, out, stop), daemon=True)
         listener.start()
         loop = threading.Thread(target=rt.run, args=(stop,), daemon=True)
@@ -78,11 +97,15 @@ def run_demo(keep: bool = False, timeout: float = 120.0) -> int:
             out("FAILED: the target never became ready")
             return 1
         old_pid = target["pid"]
-        out(f"target demo-llm ready: its first canary completion answered in "
-            f"{1000 * target['canary']['latency_s']:.0f} ms (startup grace over)")
+        out(
+            f"target demo-llm ready: its first canary completion answered in "
+            f"{1000 * target['canary']['latency_s']:.0f} ms (startup grace over)"
+        )
 
-        out("injecting a busy loop into the EngineCore (a pure-Python spin, like vLLM's ghost-key LRU bug) "
-            "and sending one request that trips it")
+        out(
+            "injecting a busy loop into the EngineCore (a pure-Python spin, like vLLM's ghost-key LRU bug) "
+            "and sending one request that trips it"
+        )
         server.set_fault("busy_loop")
         onset = time.monotonic()
         threading.Thread(target=_hang_one, args=(server,), daemon=True).start()
@@ -98,8 +121,11 @@ def run_demo(keep: bool = False, timeout: float = 120.0) -> int:
                 out(line)
             if "resolved" in shown:
                 break
-            if t["phase"] in ("warming", "serving", "incident") and time.monotonic() - last_print >= 2.0 \
-                    and "incident" not in shown:
+            if (
+                t["phase"] in ("warming", "serving", "incident")
+                and time.monotonic() - last_print >= 2.0
+                and "incident" not in shown
+            ):
                 last_print = time.monotonic()
                 out(_one_line(t, server))
         else:
@@ -111,11 +137,12 @@ def run_demo(keep: bool = False, timeout: float = 120.0) -> int:
         print(render_status(rt.daemon.status().to_dict()))
         print()
         inc = next(iter(rt.daemon.incidents.recent(1)), None)
-        out(f"the server now runs as pid {new['pid']} (was {old_pid}) and answers again: "
-            f"/health {server.health()}")
+        out(f"the server now runs as pid {new['pid']} (was {old_pid}) and answers again: /health {server.health()}")
         if inc is not None:
-            out(f"incident {inc.id}: {cfg.state_dir}/incidents/{inc.id}/ (incident.json, summary.txt, "
-                f"py-spy dumps, flame graph)" + ("" if keep else " — run with --keep to look at it"))
+            out(
+                f"incident {inc.id}: {cfg.state_dir}/incidents/{inc.id}/ (incident.json, summary.txt, "
+                f"py-spy dumps, flame graph)" + ("" if keep else " — run with --keep to look at it")
+            )
         out("alerts: the Redis stream guardian:alerts (durable, consumer groups) and channel guardian:alerts")
         return 0
     finally:
@@ -129,8 +156,11 @@ def run_demo(keep: bool = False, timeout: float = 120.0) -> int:
         server.stop()
         _sweep(server.port)
         left = server.leftovers()
-        out("cleaned up: every process the demo started is gone" if not left
-            else f"WARNING: processes left behind: {left}")
+        out(
+            "cleaned up: every process the demo started is gone"
+            if not left
+            else f"WARNING: processes left behind: {left}"
+        )
         if keep:
             out(f"kept {tmp}")
         else:
@@ -174,8 +204,10 @@ def _print_alerts(rt: Runtime, out: _Out, stop: threading.Event) -> None:
             msg = pubsub.get_message(timeout=0.5)
             if msg and msg.get("type") == "message":
                 ev = json.loads(msg["data"])
-                out(f"ALERT {ev['status']} {ev['kind']} ({ev['reason']}) on {ev['target']['name']}: "
-                    f"{ev['summary'][:90]}")
+                out(
+                    f"ALERT {ev['status']} {ev['kind']} ({ev['reason']}) on {ev['target']['name']}: "
+                    f"{ev['summary'][:90]}"
+                )
         pubsub.close()
     except Exception as e:  # noqa: BLE001 - the demo goes on without the live view
         if not stop.is_set():
@@ -208,12 +240,18 @@ def _hang_one(server: SimServer) -> None:
 def _one_line(t: dict, server: SimServer) -> str:
     engine = next((p for p in t["processes"] if p["role"] == "engine_core"), None)
     hot = engine and engine["hottest_thread"]
-    seen = "engine thread: no per-thread reading yet" if not hot else (
-        f"engine thread {hot['tid']}: CPU {100 * (hot['cpu_ratio'] or 0):.0f}%, "
-        f"voluntary switches/s {hot['voluntary_per_s']}, syscall {hot['syscall']}")
+    seen = (
+        "engine thread: no per-thread reading yet"
+        if not hot
+        else (
+            f"engine thread {hot['tid']}: CPU {100 * (hot['cpu_ratio'] or 0):.0f}%, "
+            f"voluntary switches/s {hot['voluntary_per_s']}, syscall {hot['syscall']}"
+        )
+    )
     suspect = next(iter(t["suspects"].values()), None)
     return f"vLLM /health={server.health()}  steps/s={t['engine']['steps_per_s']}  {seen}" + (
-        f"\n           suspect: {suspect}" if suspect else "")
+        f"\n           suspect: {suspect}" if suspect else ""
+    )
 
 
 def _sweep(port: int) -> None:

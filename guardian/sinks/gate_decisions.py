@@ -13,6 +13,7 @@ acts through its own state machine and safety gates), else ``alert_only``. Publi
 happens on a small background thread (best effort, bounded queue): the loop never
 waits on Redis.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,15 @@ QUEUE_MAX = 1000
 
 
 class GateDecisions:
-    def __init__(self, client: Any, channel: str, node: str, mode: Callable[[], str], wall: Callable[[], float],
-                 log: logging.Logger) -> None:
+    def __init__(
+        self,
+        client: Any,
+        channel: str,
+        node: str,
+        mode: Callable[[], str],
+        wall: Callable[[], float],
+        log: logging.Logger,
+    ) -> None:
         self.client, self.channel, self.node, self.mode, self.wall, self.log = client, channel, node, mode, wall, log
         self._q: queue.Queue[dict | None] = queue.Queue(QUEUE_MAX)
         self._thread = threading.Thread(target=self._run, name="gate-decisions", daemon=True)
@@ -47,9 +55,17 @@ class GateDecisions:
             decision = "drain_and_restart"
         else:
             decision = "alert_only"
-        msg = {"type": "decision", "node": self.node, "instance_id": f"{self.node}/{inc.target.name}",
-               "incident_id": inc.id, "decision": decision, "condition": sig.get("condition"),
-               "level": sig.get("level"), "summary": inc.summary, "timestamp": self.wall()}
+        msg = {
+            "type": "decision",
+            "node": self.node,
+            "instance_id": f"{self.node}/{inc.target.name}",
+            "incident_id": inc.id,
+            "decision": decision,
+            "condition": sig.get("condition"),
+            "level": sig.get("level"),
+            "summary": inc.summary,
+            "timestamp": self.wall(),
+        }
         try:
             self._q.put_nowait(msg)
         except queue.Full:

@@ -15,6 +15,7 @@ The node heartbeat (``heartbeat(summary)``) goes through the same thread (latest
 summary wins). Control messages (``control(payload)``) are live only: one
 best-effort ``PUBLISH`` with the timeout, never spooled.
 """
+
 from __future__ import annotations
 
 import json
@@ -73,8 +74,9 @@ def mask_url(url: str) -> str:
     return text + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
 
 
-def resolve_password(password_env: str | None, password_file: str | None, *,
-                     environ: Mapping[str, str] = os.environ) -> str | None:
+def resolve_password(
+    password_env: str | None, password_file: str | None, *, environ: Mapping[str, str] = os.environ
+) -> str | None:
     """The Redis password from ``alerts.password_env`` (a variable name) or ``alerts.password_file``."""
     if password_env:
         value = environ.get(password_env)
@@ -99,9 +101,13 @@ def make_client(url: str, *, password: str | None = None, timeout: float = 2.0):
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    kwargs: dict[str, Any] = dict(socket_timeout=timeout, socket_connect_timeout=timeout,
-                                  retry=Retry(NoBackoff(), 0), retry_on_timeout=False,
-                                  decode_responses=True)
+    kwargs: dict[str, Any] = dict(
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+        retry_on_timeout=False,
+        decode_responses=True,
+    )
     if password is not None:
         kwargs["password"] = password
     return redis.Redis.from_url(url, **kwargs)
@@ -127,8 +133,17 @@ def publish_control(client, channel: str, payload: Mapping[str, Any]) -> bool:
 class RedisDelivery:
     """One event into the stream and the channel, at most once per id (atomic, server side)."""
 
-    def __init__(self, client, *, node: str, stream: str, channel: str | None, maxlen: int,
-                 delivered_key: str | None = None, delivered_keep: int = DEFAULT_DELIVERED_KEEP) -> None:
+    def __init__(
+        self,
+        client,
+        *,
+        node: str,
+        stream: str,
+        channel: str | None,
+        maxlen: int,
+        delivered_key: str | None = None,
+        delivered_keep: int = DEFAULT_DELIVERED_KEEP,
+    ) -> None:
         self.client = client
         self.stream = stream
         self.channel = channel or ""
@@ -140,9 +155,10 @@ class RedisDelivery:
     def deliver(self, event: Mapping[str, Any]) -> bool:
         """True when delivered now, False when this id had already been delivered. Raises on Redis errors."""
         payload = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
-        done = self._script(keys=[self.delivered_key, self.stream],
-                            args=[event["id"], payload, self.maxlen, self.channel,
-                                  event_time_ms(event), self.delivered_keep])
+        done = self._script(
+            keys=[self.delivered_key, self.stream],
+            args=[event["id"], payload, self.maxlen, self.channel, event_time_ms(event), self.delivered_keep],
+        )
         return int(done) == 1
 
 
@@ -150,13 +166,27 @@ class RedisDelivery:
 class AlertSink:
     """Spool-first alert publisher with a background flusher thread (see module doc)."""
 
-    def __init__(self, client, spool: Spool, *, node: str, stream: str = "guardian:alerts",
-                 channel: str | None = "guardian:alerts", maxlen: int = 100_000,
-                 control_channel: str = "guardian:control", heartbeat_ttl: float = 30.0,
-                 delivered_keep: int | None = None, batch: int = 100,
-                 backoff_initial: float = 0.1, backoff_max: float = 5.0, idle_interval: float = 5.0,
-                 url_for_log: str = "", on_close: Callable[[], None] | None = None,
-                 on_down: Callable[[], Any] | None = None, start: bool = True) -> None:
+    def __init__(
+        self,
+        client,
+        spool: Spool,
+        *,
+        node: str,
+        stream: str = "guardian:alerts",
+        channel: str | None = "guardian:alerts",
+        maxlen: int = 100_000,
+        control_channel: str = "guardian:control",
+        heartbeat_ttl: float = 30.0,
+        delivered_keep: int | None = None,
+        batch: int = 100,
+        backoff_initial: float = 0.1,
+        backoff_max: float = 5.0,
+        idle_interval: float = 5.0,
+        url_for_log: str = "",
+        on_close: Callable[[], None] | None = None,
+        on_down: Callable[[], Any] | None = None,
+        start: bool = True,
+    ) -> None:
         self.node = node
         self.spool = spool
         self.client = client
@@ -167,9 +197,14 @@ class AlertSink:
         self.backoff_max = max(backoff_max, backoff_initial)
         self.idle_interval = idle_interval
         self.url_for_log = url_for_log
-        self._delivery = RedisDelivery(client, node=node, stream=stream, channel=channel, maxlen=maxlen,
-                                       delivered_keep=delivered_keep or max(DEFAULT_DELIVERED_KEEP,
-                                                                             2 * spool.max_events))
+        self._delivery = RedisDelivery(
+            client,
+            node=node,
+            stream=stream,
+            channel=channel,
+            maxlen=maxlen,
+            delivered_keep=delivered_keep or max(DEFAULT_DELIVERED_KEEP, 2 * spool.max_events),
+        )
         self._heartbeat = NodeHeartbeat(client)
         self._on_close = on_close
         self._on_down = on_down  # e.g. start the embedded Redis again when it died
@@ -193,9 +228,16 @@ class AlertSink:
             self.start()
 
     @classmethod
-    def from_config(cls, alerts, state_dir: str | os.PathLike[str], node: str, *,
-                    embedded_factory: Callable[[str], Any] | None = None,
-                    environ: Mapping[str, str] = os.environ, **kwargs: Any) -> AlertSink:
+    def from_config(
+        cls,
+        alerts,
+        state_dir: str | os.PathLike[str],
+        node: str,
+        *,
+        embedded_factory: Callable[[str], Any] | None = None,
+        environ: Mapping[str, str] = os.environ,
+        **kwargs: Any,
+    ) -> AlertSink:
         """Build from an ``AlertsConfig``: starts the embedded Redis when ``redis_url == "embedded"``
         (stopped again by ``close()``); spool under ``<state_dir>/spool``."""
         on_close = None
@@ -213,16 +255,27 @@ class AlertSink:
         try:
             password = resolve_password(alerts.password_env, alerts.password_file, environ=environ)
             client = make_client(url, password=password, timeout=alerts.timeout)
-            spool = Spool(Path(state_dir) / "spool", max_events=alerts.spool.max_events,
-                          max_bytes=alerts.spool.max_bytes)
+            spool = Spool(
+                Path(state_dir) / "spool", max_events=alerts.spool.max_events, max_bytes=alerts.spool.max_bytes
+            )
         except BaseException:
             if on_close is not None:
                 on_close()
             raise
         log.info("alerts: stream %s, channel %s on %s", alerts.stream, alerts.channel, mask_url(url))
-        return cls(client, spool, node=node, stream=alerts.stream, channel=alerts.channel,
-                   maxlen=alerts.stream_maxlen, control_channel=alerts.control_channel,
-                   heartbeat_ttl=alerts.heartbeat_ttl, url_for_log=mask_url(url), on_close=on_close, **kwargs)
+        return cls(
+            client,
+            spool,
+            node=node,
+            stream=alerts.stream,
+            channel=alerts.channel,
+            maxlen=alerts.stream_maxlen,
+            control_channel=alerts.control_channel,
+            heartbeat_ttl=alerts.heartbeat_ttl,
+            url_for_log=mask_url(url),
+            on_close=on_close,
+            **kwargs,
+        )
 
     # ------------------------------------------------------------ caller side (never blocks on Redis)
     def publish(self, event: Mapping[str, Any]) -> None:
@@ -253,8 +306,11 @@ class AlertSink:
             first = self._spool_error is None
             self._spool_error = f"{type(e).__name__}: {e}"
         if first:
-            log.error("alerts: the spool refuses writes (%s); holding alerts in memory and delivering "
-                      "them from there until it takes them again", e)
+            log.error(
+                "alerts: the spool refuses writes (%s); holding alerts in memory and delivering "
+                "them from there until it takes them again",
+                e,
+            )
 
     def _spool_ok(self) -> None:
         with self._lock:
@@ -426,8 +482,12 @@ class AlertSink:
         if error is None and was_up is False:
             log.warning("alerts: Redis %s reachable again; delivering the spool", self.url_for_log)
         elif error is not None and was_up is not False:
-            log.warning("alerts: Redis %s unreachable (%s: %s); spooling and retrying",
-                        self.url_for_log, type(error).__name__, error)
+            log.warning(
+                "alerts: Redis %s unreachable (%s: %s); spooling and retrying",
+                self.url_for_log,
+                type(error).__name__,
+                error,
+            )
 
     def _run(self) -> None:
         backoff = self.backoff_initial

@@ -10,6 +10,7 @@ episode. Every read and write holds an ``flock`` on ``<dir>/spool.lock``, so two
 spools on one folder (a restarted sink) never interleave. A line torn by a
 crash, or unreadable, is skipped with a warning.
 """
+
 from __future__ import annotations
 
 import errno
@@ -56,8 +57,9 @@ def _line_id(line: bytes) -> str | None:
 class Spool:
     """A bounded on-disk FIFO of events, keyed by their ``id``."""
 
-    def __init__(self, directory: str | os.PathLike[str], *, max_events: int, max_bytes: int,
-                 fsync: bool = True) -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str], *, max_events: int, max_bytes: int, fsync: bool = True
+    ) -> None:
         if max_events < 1 or max_bytes < 1:
             raise ValueError("spool bounds must be positive")
         self.dir = Path(directory)
@@ -126,8 +128,9 @@ class Spool:
             if removed or damaged:
                 self._rewrite(kept)
             if self._episode_drops and self._count < self.max_events and self._bytes < self.max_bytes:
-                log.warning("alert spool has room again; %d oldest event(s) were dropped while it was full",
-                            self._episode_drops)
+                log.warning(
+                    "alert spool has room again; %d oldest event(s) were dropped while it was full", self._episode_drops
+                )
                 self._episode_drops = 0
             return removed
 
@@ -189,8 +192,11 @@ class Spool:
         if not n:
             return
         if not self._episode_drops:
-            log.warning("alert spool full (max_events=%d, max_bytes=%d): dropping the oldest events",
-                        self.max_events, self.max_bytes)
+            log.warning(
+                "alert spool full (max_events=%d, max_bytes=%d): dropping the oldest events",
+                self.max_events,
+                self.max_bytes,
+            )
         self._episode_drops += n
         self.dropped_total += n
 

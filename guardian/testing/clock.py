@@ -1,4 +1,5 @@
 """A clock that only moves when a test says so."""
+
 from __future__ import annotations
 
 

@@ -16,6 +16,7 @@ A spec is a number (steady) or a mapping ``{"curve": kind, ...params, "noise": a
 depends only on ``seed`` and the time rounded to the millisecond, so the same
 scenario replays the same numbers in every process (fake executable included).
 """
+
 from __future__ import annotations
 
 import math

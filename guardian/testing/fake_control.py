@@ -2,6 +2,7 @@
 a signal reaches only a live process with the same identity; SIGKILL always ends it;
 SIGTERM ends it unless it ignores SIGTERM; ending the API server can take its tree along.
 """
+
 from __future__ import annotations
 
 from typing import Collection
@@ -10,9 +11,14 @@ from ..model import ProcKey
 
 
 class FakeControl:
-    def __init__(self, alive: Collection[ProcKey] = frozenset(), *, ignores_term: Collection[ProcKey] = frozenset(),
-                 term_takes_down: dict[ProcKey, set[ProcKey]] | None = None,
-                 unkillable: Collection[ProcKey] = frozenset()):
+    def __init__(
+        self,
+        alive: Collection[ProcKey] = frozenset(),
+        *,
+        ignores_term: Collection[ProcKey] = frozenset(),
+        term_takes_down: dict[ProcKey, set[ProcKey]] | None = None,
+        unkillable: Collection[ProcKey] = frozenset(),
+    ):
         self.live = set(alive)
         self.ignores_term = set(ignores_term)
         self.term_takes_down = term_takes_down or {}

@@ -3,6 +3,7 @@
 Behaves like ``guardian.host.http.StdlibHttpClient`` in what it claims: the same
 ``HttpResponse`` and the same ``HttpError`` reasons (refused / timeout / error).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -28,8 +29,9 @@ class FakeHttp:
     def route(self, method: str, path: str, answer: Answer) -> None:
         self.routes[(method, path)] = answer
 
-    def request(self, method: str, url: str, timeout: float, body: Any = None,
-                headers: Mapping[str, str] | None = None) -> HttpResponse:
+    def request(
+        self, method: str, url: str, timeout: float, body: Any = None, headers: Mapping[str, str] | None = None
+    ) -> HttpResponse:
         path = urlsplit(url).path
         self.requests.append((method, path, body, timeout))
         self.headers.append(dict(headers or {}))

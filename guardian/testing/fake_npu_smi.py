@@ -19,6 +19,7 @@ from the wall clock minus the scenario's ``epoch``. A scenario (JSON or YAML)::
 Device memory used defaults to ``base_mb`` plus its processes' memory; 310p
 layouts report it in the DDR column (``memory_total_mb``), others in HBM.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,8 +68,11 @@ def _fmt(v: float | None) -> str:
 def _device_numbers(sc: Mapping[str, Any], d: Mapping[str, Any], t: float) -> dict[str, Any]:
     procs = [p for p in sc.get("processes", []) if _chip_key(p) == _chip_key(d)]
     used = d.get("hbm_used_mb") if sc.get("layout", "a2") != "310p" else d.get("memory_used_mb")
-    mem = int(round(_val(used, t))) if used is not None else \
-        int(round(float(d.get("base_mb", 0)))) + sum(_proc_mb(p, t) for p in procs)
+    mem = (
+        int(round(_val(used, t)))
+        if used is not None
+        else int(round(float(d.get("base_mb", 0)))) + sum(_proc_mb(p, t) for p in procs)
+    )
     return {
         "power": None if d.get("power", 90.0) is None else _val(d.get("power", 90.0), t),
         "temp": int(round(_val(d.get("temp", 40), t))),
@@ -96,13 +100,17 @@ def render_info(sc: Mapping[str, Any], t: float) -> str:
     dbl = bar.replace("-", "=")
     out = [bar, "| " + "npu-smi 25.2.0                   Version: 25.2.0".ljust(len(bar) - 4) + " |", bar]
     if split:
-        out += [_row("NPU ID", "Name", "Health", "Power(W)    Temp(C)           Hugepages-Usage(page)", widths=w),
-                _row("", "", "Bus-Id", "NPU Util(%) Memory-Usage(MB)  HBM-Usage(MB)", widths=w)]
+        out += [
+            _row("NPU ID", "Name", "Health", "Power(W)    Temp(C)           Hugepages-Usage(page)", widths=w),
+            _row("", "", "Bus-Id", "NPU Util(%) Memory-Usage(MB)  HBM-Usage(MB)", widths=w),
+        ]
     else:
         chip_head = {"a2": "Chip", "a3": "Chip  Phy-ID", "310p": "Chip    Device"}[layout]
         metrics2 = "AICore(%)   Memory-Usage(MB)" + ("" if layout == "310p" else "  HBM-Usage(MB)")
-        out += [_row("NPU   Name", "Health", "Power(W)    Temp(C)           Hugepages-Usage(page)", widths=w),
-                _row(chip_head, "Bus-Id", metrics2, widths=w)]
+        out += [
+            _row("NPU   Name", "Health", "Power(W)    Temp(C)           Hugepages-Usage(page)", widths=w),
+            _row(chip_head, "Bus-Id", metrics2, widths=w),
+        ]
     out.append(dbl)
     for i, d in enumerate(devices):
         n = _device_numbers(sc, d, t)
@@ -114,20 +122,25 @@ def render_info(sc: Mapping[str, Any], t: float) -> str:
         else:
             m2 = f"{n['aicore']:<12}{'0':<5}/ {'0':<11}{n['mem']:<5}/ {n['hbm_total']:<13}"
         if split:
-            out += [_row(str(npu), d.get("name", "Ascend950PR"), d.get("health", "OK"), m1, widths=w),
-                    _row("", "", bus, m2, widths=w)]
+            out += [
+                _row(str(npu), d.get("name", "Ascend950PR"), d.get("health", "OK"), m1, widths=w),
+                _row("", "", bus, m2, widths=w),
+            ]
         else:
             ids = f"{chip}" if layout == "a2" else f"{chip:<6}{i}" if layout == "a3" else f"{chip:<8}{i}"
-            out += [_row(f"{npu:<6}{d.get('name', '910B3')}", d.get("health", "OK"), m1, widths=w),
-                    _row(ids, bus, m2, widths=w)]
+            out += [
+                _row(f"{npu:<6}{d.get('name', '910B3')}", d.get("health", "OK"), m1, widths=w),
+                _row(ids, bus, m2, widths=w),
+            ]
         out.append(dbl)
     first = w[0] + 3 + w[1] if split else w[0]
     out += _render_processes(sc, devices, bar, dbl, split, t, first)
     return "\n".join(out) + "\n"
 
 
-def _render_processes(sc: Mapping[str, Any], devices: list, bar: str, dbl: str, split: bool,
-                      t: float, first: int) -> list[str]:
+def _render_processes(
+    sc: Mapping[str, Any], devices: list, bar: str, dbl: str, split: bool, t: float, first: int
+) -> list[str]:
     inner = len(bar) - 4
     rest = inner - first - 3 - 13 - 3 - 24 - 3
     head = ("NPU ID" if split else "NPU     Chip").ljust(first)
@@ -155,8 +168,12 @@ def render_usages(sc: Mapping[str, Any], npu: int, t: float) -> str:
         n = _device_numbers(sc, d, t)
         cap = n["hbm_total"] if sc.get("layout", "a2") != "310p" else 0
         rate = int(round(100 * n["mem"] / cap)) if cap else 0
-        for key, v in (("HBM Capacity(MB)", cap), ("HBM Usage Rate(%)", rate), ("Aicore Usage Rate(%)", n["aicore"]),
-                       ("Chip ID", _chip_key(d)[1])):
+        for key, v in (
+            ("HBM Capacity(MB)", cap),
+            ("HBM Usage Rate(%)", rate),
+            ("Aicore Usage Rate(%)", n["aicore"]),
+            ("Chip ID", _chip_key(d)[1]),
+        ):
             lines.append(f"        {key:<31}: {v}")
     return "\n".join(lines) + "\n"
 
@@ -221,8 +238,9 @@ class FakeNpuSmi:
         os.replace(tmp, self.state)
 
 
-def write_fake_npu_smi(directory: str | Path, scenario: Mapping[str, Any] | str | Path,
-                       *, python: str = sys.executable, t: float = 0.0) -> FakeNpuSmi:
+def write_fake_npu_smi(
+    directory: str | Path, scenario: Mapping[str, Any] | str | Path, *, python: str = sys.executable, t: float = 0.0
+) -> FakeNpuSmi:
     """Write ``<directory>/npu-smi`` (an executable wrapper), the scenario and a state file at ``t``."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)

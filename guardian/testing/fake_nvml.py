@@ -25,6 +25,7 @@ or a JSON/YAML file holding one::
 
 ``<curve>`` is a number or a curve mapping (``guardian.testing.curves``).
 """
+
 from __future__ import annotations
 
 import json
@@ -84,8 +85,13 @@ class FakeNvml:
         self.xid_supported = bool(sc.get("xid_supported", True))
         self.xid_permission = bool(sc.get("xid_permission", True))
         self.devices = [self._device(d) for d in sc.get("devices", [])]
-        self.xids = sorted(({"at": float(x["at"]), "device": int(x.get("device", 0)), "code": int(x["code"])}
-                            for x in sc.get("xid", [])), key=lambda x: x["at"])
+        self.xids = sorted(
+            (
+                {"at": float(x["at"]), "device": int(x.get("device", 0)), "code": int(x["code"])}
+                for x in sc.get("xid", [])
+            ),
+            key=lambda x: x["at"],
+        )
         self.errors = {str(k): str(v) for k, v in (sc.get("errors") or {}).items()}
         self.initialised = 0
         self.calls: list[str] = []
@@ -101,9 +107,14 @@ class FakeNvml:
             "base": float(d.get("memory_base", 0.0)),
             "util": None if util is None else curve(util),
             "lost_at": None if d.get("lost_at") is None else float(d["lost_at"]),
-            "procs": [{"pid": int(p["pid"]), "type": p.get("type", "compute"),
-                       "memory": None if p.get("memory") is None else curve(p["memory"])}
-                      for p in d.get("processes", [])],
+            "procs": [
+                {
+                    "pid": int(p["pid"]),
+                    "type": p.get("type", "compute"),
+                    "memory": None if p.get("memory") is None else curve(p["memory"]),
+                }
+                for p in d.get("processes", [])
+            ],
         }
 
     # ------------------------------------------------------------------ helpers
@@ -184,9 +195,13 @@ class FakeNvml:
 
     def _processes(self, handle: _Handle, kind: str) -> list[SimpleNamespace]:
         d, t = self._dev(handle), self.t()
-        return [SimpleNamespace(pid=p["pid"], usedGpuMemory=self._proc_mem(p, t),
-                                gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
-                for p in d["procs"] if p["type"] == kind]
+        return [
+            SimpleNamespace(
+                pid=p["pid"], usedGpuMemory=self._proc_mem(p, t), gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF
+            )
+            for p in d["procs"]
+            if p["type"] == kind
+        ]
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: _Handle) -> list[SimpleNamespace]:
         self._fail("nvmlDeviceGetComputeRunningProcesses")
@@ -215,9 +230,13 @@ class FakeNvml:
             x = self.xids[es["next"]]
             es["next"] += 1
             if x["device"] in es["devices"]:
-                return SimpleNamespace(device=_Handle(x["device"]), eventType=self.nvmlEventTypeXidCriticalError,
-                                       eventData=x["code"], gpuInstanceId=0xFFFFFFFF,
-                                       computeInstanceId=0xFFFFFFFF)
+                return SimpleNamespace(
+                    device=_Handle(x["device"]),
+                    eventType=self.nvmlEventTypeXidCriticalError,
+                    eventData=x["code"],
+                    gpuInstanceId=0xFFFFFFFF,
+                    computeInstanceId=0xFFFFFFFF,
+                )
         raise pynvml.NVMLError_Timeout()
 
     def nvmlEventSetFree(self, event_set: int) -> None:
@@ -227,7 +246,13 @@ class FakeNvml:
 class FakeNvmlBackend(NvmlBackend):
     """``NvmlBackend`` over a ``FakeNvml``: the real backend code, scripted devices."""
 
-    def __init__(self, scenario: Mapping[str, Any] | str | Path | None = None, *, clock: Any,
-                 xid: bool = True, interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        scenario: Mapping[str, Any] | str | Path | None = None,
+        *,
+        clock: Any,
+        xid: bool = True,
+        interval: float = 1.0,
+    ) -> None:
         self.library = FakeNvml(scenario, clock=clock)
         super().__init__(library=self.library, xid=xid, interval=interval)

@@ -15,6 +15,7 @@ Permission problems cannot be made with chmod when the tests run as root, so
 ``deny(relpath)`` marks paths that the ``opener``/``listdir``/``readlink`` seams
 (hand them to ``ProcFS``, or call ``procfs()``) refuse with EACCES.
 """
+
 from __future__ import annotations
 
 import errno
@@ -31,13 +32,16 @@ from guardian.model import ProcKey
 PAGE_SIZE = 4096
 FUTEX_WAIT_SYSCALL = "202 0x563f5ea9b0f0 0x189 0x0 0x0 0x0 0xffffffff 0x7fff502e5540 0x7f70b20a3e96"
 _STATE_NAMES = {
-    "R": "running", "S": "sleeping", "D": "disk sleep", "T": "stopped",
-    "t": "tracing stop", "Z": "zombie", "X": "dead", "I": "idle",
+    "R": "running",
+    "S": "sleeping",
+    "D": "disk sleep",
+    "T": "stopped",
+    "t": "tracing stop",
+    "Z": "zombie",
+    "X": "dead",
+    "I": "idle",
 }
-_TCP_HEADER = (
-    "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt"
-    "   uid  timeout inode\n"
-)
+_TCP_HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
 _TCP6_HEADER = (
     "  sl  local_address                         remote_address                        st"
     " tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
@@ -180,8 +184,9 @@ class FakeProcTree:
         del self._procs[pid].threads[tid]
         self._render(pid)
 
-    def set_process(self, pid: int, *, ppid: int | None = None, cmdline: Iterable[str] | None = None,
-                    rss_pages: int | None = None) -> None:
+    def set_process(
+        self, pid: int, *, ppid: int | None = None, cmdline: Iterable[str] | None = None, rss_pages: int | None = None
+    ) -> None:
         proc = self._procs[pid]
         if ppid is not None:
             proc.ppid = ppid
@@ -215,8 +220,7 @@ class FakeProcTree:
         leader = proc.threads[pid]
         total_u = sum(t.utime for t in proc.threads.values())
         total_s = sum(t.stime for t in proc.threads.values())
-        proc.threads = {pid: replace(leader, state="Z", utime=total_u, stime=total_s,
-                                     syscall=None, wchan=None)}
+        proc.threads = {pid: replace(leader, state="Z", utime=total_u, stime=total_s, syscall=None, wchan=None)}
         proc.rss_pages = 0
         self._render(pid)
 
@@ -247,14 +251,25 @@ class FakeProcTree:
         path.write_bytes(data)
 
     # ------------------------------------------------------------ rendering
-    def _stat_line(self, proc: _Proc, tid: int, comm: str, state: str, utime: int, stime: int,
-                   starttime: int) -> str:
+    def _stat_line(self, proc: _Proc, tid: int, comm: str, state: str, utime: int, stime: int, starttime: int) -> str:
         fields = [0] * 50  # fields 3..52
         values = {
-            4: proc.ppid, 5: proc.pid, 6: proc.pid, 8: -1, 9: 4194304, 10: 1500,
-            14: utime, 15: stime, 18: 20, 19: 0, 20: len(proc.threads), 22: starttime,
+            4: proc.ppid,
+            5: proc.pid,
+            6: proc.pid,
+            8: -1,
+            9: 4194304,
+            10: 1500,
+            14: utime,
+            15: stime,
+            18: 20,
+            19: 0,
+            20: len(proc.threads),
+            22: starttime,
             23: 0 if proc.zombie else proc.rss_pages * PAGE_SIZE * 4,
-            24: proc.rss_pages, 25: 18446744073709551615, 38: 17,
+            24: proc.rss_pages,
+            25: 18446744073709551615,
+            38: 17,
         }
         for n, v in values.items():
             fields[n - 3] = v
@@ -263,19 +278,36 @@ class FakeProcTree:
 
     def _status_text(self, proc: _Proc, th: _Thread) -> str:
         lines = [
-            f"Name:\t{th.comm}", "Umask:\t0022",
+            f"Name:\t{th.comm}",
+            "Umask:\t0022",
             f"State:\t{th.state} ({_STATE_NAMES.get(th.state, 'unknown')})",
-            f"Tgid:\t{proc.pid}", "Ngid:\t0", f"Pid:\t{th.tid}", f"PPid:\t{proc.ppid}",
-            "TracerPid:\t0", "Uid:\t0\t0\t0\t0", "Gid:\t0\t0\t0\t0", "FDSize:\t64", "Groups:\t",
-            f"NStgid:\t{proc.pid}", f"NSpid:\t{th.tid}", f"NSpgid:\t{proc.pid}", f"NSsid:\t{proc.pid}",
+            f"Tgid:\t{proc.pid}",
+            "Ngid:\t0",
+            f"Pid:\t{th.tid}",
+            f"PPid:\t{proc.ppid}",
+            "TracerPid:\t0",
+            "Uid:\t0\t0\t0\t0",
+            "Gid:\t0\t0\t0\t0",
+            "FDSize:\t64",
+            "Groups:\t",
+            f"NStgid:\t{proc.pid}",
+            f"NSpid:\t{th.tid}",
+            f"NSpgid:\t{proc.pid}",
+            f"NSsid:\t{proc.pid}",
             "Kthread:\t0",
         ]
         if not proc.zombie:
             kib = proc.rss_pages * PAGE_SIZE // 1024
-            lines += [f"VmPeak:\t{kib * 4:8d} kB", f"VmSize:\t{kib * 4:8d} kB",
-                      f"VmHWM:\t{kib:8d} kB", f"VmRSS:\t{kib:8d} kB"]
+            lines += [
+                f"VmPeak:\t{kib * 4:8d} kB",
+                f"VmSize:\t{kib * 4:8d} kB",
+                f"VmHWM:\t{kib:8d} kB",
+                f"VmRSS:\t{kib:8d} kB",
+            ]
         lines += [
-            f"Threads:\t{len(proc.threads)}", "SigQ:\t0/96364", "Cpus_allowed_list:\t0-1",
+            f"Threads:\t{len(proc.threads)}",
+            "SigQ:\t0/96364",
+            "Cpus_allowed_list:\t0-1",
             f"voluntary_ctxt_switches:\t{th.voluntary}",
             f"nonvoluntary_ctxt_switches:\t{th.nonvoluntary}",
         ]
@@ -303,7 +335,8 @@ class FakeProcTree:
         total_u = sum(t.utime for t in proc.threads.values())
         total_s = sum(t.stime for t in proc.threads.values())
         (base / "stat").write_text(
-            self._stat_line(proc, pid, leader.comm, leader.state, total_u, total_s, proc.starttime))
+            self._stat_line(proc, pid, leader.comm, leader.state, total_u, total_s, proc.starttime)
+        )
         (base / "status").write_text(self._status_text(proc, leader))
         argv = b"" if proc.zombie else b"".join(a.encode() + b"\x00" for a in proc.cmdline)
         (base / "cmdline").write_bytes(argv)
@@ -313,7 +346,8 @@ class FakeProcTree:
             tdir = base / "task" / str(th.tid)
             tdir.mkdir()
             (tdir / "stat").write_text(
-                self._stat_line(proc, th.tid, th.comm, th.state, th.utime, th.stime, th.starttime))
+                self._stat_line(proc, th.tid, th.comm, th.state, th.utime, th.stime, th.starttime)
+            )
             (tdir / "status").write_text(self._status_text(proc, th))
             (tdir / "syscall").write_text(self._syscall_text(th) + "\n")
             (tdir / "wchan").write_text(self._wchan_text(th))
@@ -341,6 +375,7 @@ class FakeProcTree:
                 rows.append(
                     f"{len(rows):4d}: {_hex_ip(sock.ip)}:{sock.port:04X} {remote} {sock.state:02X} "
                     f"00000000:00000000 00:00000000 00000000     0        0 {sock.inode} 1 "
-                    f"0000000000000000 100 0 0 10 0\n")
+                    f"0000000000000000 100 0 0 10 0\n"
+                )
         (self.root / "net" / "tcp").write_text(_TCP_HEADER + "".join(rows4))
         (self.root / "net" / "tcp6").write_text(_TCP6_HEADER + "".join(rows6))

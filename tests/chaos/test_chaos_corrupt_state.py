@@ -2,6 +2,7 @@
 100 000 deep), the alert spool (torn and garbage lines between good ones), remediation state,
 maintenance, the restart ledger (which then refuses restarts, and says so). The guardian starts,
 watches its target, delivers the good spooled alerts and names what it skipped; nothing is lost that was readable."""
+
 from __future__ import annotations
 
 import json
@@ -15,16 +16,18 @@ from redis_procs import kill_all, servers_for
 
 def seed(state):
     inc = state / "incidents"
-    for name, body in {"01HF7Z9GDG0TRA5GW6MSKGM001": b"{not json",
-                       "01HF7Z9GDG0TRA5GW6MSKGM002": b"\x00\xff\xfe" * 100,
-                       "01HF7Z9GDG0TRA5GW6MSKGM003": b"[" * 100_000 + b"]" * 100_000,
-                       "01HF7Z9GDG0TRA5GW6MSKGM004": json.dumps({"id": 4, "kind": []}).encode()}.items():
+    for name, body in {
+        "01HF7Z9GDG0TRA5GW6MSKGM001": b"{not json",
+        "01HF7Z9GDG0TRA5GW6MSKGM002": b"\x00\xff\xfe" * 100,
+        "01HF7Z9GDG0TRA5GW6MSKGM003": b"[" * 100_000 + b"]" * 100_000,
+        "01HF7Z9GDG0TRA5GW6MSKGM004": json.dumps({"id": 4, "kind": []}).encode(),
+    }.items():
         (inc / name).mkdir(parents=True)
         (inc / name / "incident.json").write_bytes(body)
     spool = state / "spool"
     spool.mkdir(parents=True)
     good = [json.dumps({"id": f"OLD{i}", "kind": "chaos"}) for i in range(3)]
-    (spool / "events.jsonl").write_text(f"{good[0]}\n{{torn\n\x00garbage\n{good[1]}\n{good[2]}\n{{\"id\":\"cut")
+    (spool / "events.jsonl").write_text(f'{good[0]}\n{{torn\n\x00garbage\n{good[1]}\n{good[2]}\n{{"id":"cut')
     (state / "remediation").mkdir()
     (state / "remediation" / "sim.json").write_text('{"target": "sim", "phase": ')
     (state / "maintenance.json").write_text("[[[")
@@ -41,8 +44,13 @@ def test_a_guardian_on_damaged_state_starts_watches_and_delivers_what_was_readab
         g.start()
         assert g.wait_ready(60), g.log_text()
         client = make_client(EmbeddedRedis(str(g.state_dir)).url)
-        got = poll(lambda: [f["id"] for _, f in client.xrange("guardian:alerts") if f["id"].startswith("OLD")]
-                   == ["OLD0", "OLD1", "OLD2"], 20)
+        got = poll(
+            lambda: (
+                [f["id"] for _, f in client.xrange("guardian:alerts") if f["id"].startswith("OLD")]
+                == ["OLD0", "OLD1", "OLD2"]
+            ),
+            20,
+        )
         assert got, g.log_text()
         log = g.log_text()
         assert "Traceback" not in log, log

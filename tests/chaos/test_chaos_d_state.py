@@ -3,6 +3,7 @@ whose child is created with vfork() and sleeps; until the child exits the parent
 kernel in D state (TASK_KILLABLE: it still dies on SIGKILL, so cleanup is certain). The guardian
 keeps ticking, keeps answering, shows the D state, and a snapshot of the tree ends in bounded
 time."""
+
 from __future__ import annotations
 
 import os
@@ -40,8 +41,12 @@ def test_a_d_state_process_in_the_tree_does_not_stall_the_guardian(tmp_path):
     src.write_text(VFORK_C)
     subprocess.run(["cc", "-O0", "-o", str(exe), str(src)], check=True)
     holder = subprocess.Popen([str(exe), "60"])
-    g = GuardianProcess(tmp_path, 0, name="dstate",
-                        extra={"targets": [{"name": "dstate", "match": {"cmdline_regex": re.escape(str(exe))}}]})
+    g = GuardianProcess(
+        tmp_path,
+        0,
+        name="dstate",
+        extra={"targets": [{"name": "dstate", "match": {"cmdline_regex": re.escape(str(exe))}}]},
+    )
     try:
         assert poll(lambda: proc_state(holder.pid) == "D", 5), proc_state(holder.pid)
         g.start()
@@ -56,8 +61,12 @@ def test_a_d_state_process_in_the_tree_does_not_stall_the_guardian(tmp_path):
         st = g.status()
         assert st is not None and st["guardian"]["ticks"] >= first + 2, "the loop stopped ticking"
         t0 = time.monotonic()
-        out = subprocess.run([sys.executable, "-m", "guardian.cli", "snapshot", "dstate", "-c", str(g.config_path)],
-                             capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-m", "guardian.cli", "snapshot", "dstate", "-c", str(g.config_path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert time.monotonic() - t0 < 60, "a snapshot of a D-state tree did not end in bounded time"
         assert "Traceback" not in out.stderr, out.stderr
         assert g.status() is not None

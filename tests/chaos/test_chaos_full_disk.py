@@ -1,6 +1,7 @@
 """The state dir on a small tmpfs that fills up while an incident opens, re-notifies and resolves: the
 guardian keeps running (a full disk never kills it), every alert still reaches Redis in order
 and exactly once, and once the disk has room the spool takes writes again."""
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,7 @@ def fill(path) -> None:
 
 def trip(sim: SimServer, fault: str) -> None:
     sim.set_fault(fault)
-    threading.Thread(target=lambda: _quiet(lambda: sim.complete("x", max_tokens=4, timeout=60)),
-                     daemon=True).start()
+    threading.Thread(target=lambda: _quiet(lambda: sim.complete("x", max_tokens=4, timeout=60)), daemon=True).start()
 
 
 def _quiet(fn):
@@ -56,13 +56,17 @@ def test_a_full_state_disk_kills_nothing_and_loses_no_alert(tmp_path, small_tmpf
     port = free_port()
     redis = RedisServer(durable=True).start()
     sim = SimServer(port=port, startup_delay=0.5).start()
-    g = GuardianProcess(tmp_path, port, extra={
-        "state_dir": str(small_tmpfs / "state"),
-        "alerts": {"redis_url": redis.url, "renotify_interval": 2},
-        "detectors": {"busy_loop": {"mode": "alert", "resolve_after": 1}},
-        "evidence": {"record_seconds": 0},
-        "discovery": {"forget_after": 3},
-    })
+    g = GuardianProcess(
+        tmp_path,
+        port,
+        extra={
+            "state_dir": str(small_tmpfs / "state"),
+            "alerts": {"redis_url": redis.url, "renotify_interval": 2},
+            "detectors": {"busy_loop": {"mode": "alert", "resolve_after": 1}},
+            "evidence": {"record_seconds": 0},
+            "discovery": {"forget_after": 3},
+        },
+    )
     g.state_dir = small_tmpfs / "state"
     try:
         sim.wait_ready(60)
@@ -75,14 +79,17 @@ def test_a_full_state_disk_kills_nothing_and_loses_no_alert(tmp_path, small_tmpf
         def events():
             return [(f["id"], __import__("json").loads(f["event"])) for _, f in client.xrange("guardian:alerts")]
 
-        opened = poll(lambda: [e for _, e in events() if e.get("kind") == "busy_loop"
-                               and e.get("reason") == "opened"], 60)
+        opened = poll(
+            lambda: [e for _, e in events() if e.get("kind") == "busy_loop" and e.get("reason") == "opened"], 60
+        )
         assert opened, g.log_text()
-        assert poll(lambda: [e for _, e in events() if e.get("reason") == "renotify"], 20), \
-            [(e["reason"], e["kind"]) for _, e in events()]
+        assert poll(lambda: [e for _, e in events() if e.get("reason") == "renotify"], 20), [
+            (e["reason"], e["kind"]) for _, e in events()
+        ]
         sim.stop()  # a spinning engine cannot be cleared: the target goes, its incident resolves
-        resolved = poll(lambda: [e for _, e in events() if e.get("kind") == "busy_loop"
-                                 and e.get("reason") == "resolved"], 60)
+        resolved = poll(
+            lambda: [e for _, e in events() if e.get("kind") == "busy_loop" and e.get("reason") == "resolved"], 60
+        )
         assert resolved, g.log_text()
         assert g.proc is not None and g.proc.poll() is None, g.log_text()
         assert "No space left on device" in g.log_text()

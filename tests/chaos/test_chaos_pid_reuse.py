@@ -1,6 +1,7 @@
 """A pid reused by another process between the snapshot and the signal (or the pod lookup):
 the kernel is made to hand the dead process's pid to a fresh one (``ns_last_pid``, root), and
 the guardian's process control and pod lookup must leave the newcomer alone."""
+
 from __future__ import annotations
 
 import signal

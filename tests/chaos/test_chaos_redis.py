@@ -4,6 +4,7 @@ The sink is the guardian's own (``AlertSink.from_config``), fed by a thread publ
 steady rate, while Redis is killed with SIGKILL and started again several times: an external
 Redis (append-only, fsync always, so what it acknowledged survives its own crash) and the
 embedded one (which the guardian must start again itself)."""
+
 from __future__ import annotations
 
 import threading
@@ -25,6 +26,7 @@ def publish_steadily(sink: AlertSink, n: int, every: float) -> threading.Thread:
         for i in range(n):
             sink.publish({"id": f"A{i:05d}", "kind": "chaos", "n": i})
             time.sleep(every)
+
     t = threading.Thread(target=run, daemon=True)
     t.start()
     return t
@@ -36,8 +38,7 @@ def delivered_ids(client) -> list[str]:
 
 def test_an_external_redis_killed_four_times_loses_no_alert(tmp_path):
     redis = RedisServer(durable=True).start()
-    sink = AlertSink.from_config(AlertsConfig(redis_url=redis.url, timeout=1.0), str(tmp_path), "n1",
-                                 backoff_max=0.5)
+    sink = AlertSink.from_config(AlertsConfig(redis_url=redis.url, timeout=1.0), str(tmp_path), "n1", backoff_max=0.5)
     try:
         writer = publish_steadily(sink, N, 0.02)
         for _ in range(KILLS):

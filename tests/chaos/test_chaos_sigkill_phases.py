@@ -1,6 +1,7 @@
 """The guardian SIGKILLed in a phase of a restart (command mode, a real simulated vLLM, a real
 Redis for alerts and the fleet lease) and started again: the sequence goes on from where it
 was, the server is never started twice, the fleet lease is released, the incident ends."""
+
 from __future__ import annotations
 
 import os
@@ -23,6 +24,7 @@ def trip(sim: SimServer, fault: str) -> None:
             sim.complete("x", max_tokens=4, timeout=60)
         except Exception:  # noqa: BLE001 - the engine spins: the request never ends well
             pass
+
     threading.Thread(target=request, daemon=True).start()
 
 
@@ -31,11 +33,14 @@ def phase_of(g: GuardianProcess) -> str | None:
     return (t.get("remediation") or {}).get("phase") if t else None
 
 
-@pytest.mark.parametrize("phase, fault", [
-    ("draining", "busy_loop"),
-    ("starting", "die"),  # an engine death: the owner gets a grace before the guardian starts a copy
-    ("verifying", "busy_loop"),
-])
+@pytest.mark.parametrize(
+    "phase, fault",
+    [
+        ("draining", "busy_loop"),
+        ("starting", "die"),  # an engine death: the owner gets a grace before the guardian starts a copy
+        ("verifying", "busy_loop"),
+    ],
+)
 def test_a_guardian_killed_mid_restart_finishes_it_once_after_its_restart(tmp_path, phase, fault):
     port = free_port()
     redis = RedisServer(durable=True).start()
@@ -50,6 +55,7 @@ def test_a_guardian_killed_mid_restart_finishes_it_once_after_its_restart(tmp_pa
         while not watching.is_set():
             starts_seen.update(sims_on(port))
             time.sleep(0.05)
+
     threading.Thread(target=watch, daemon=True).start()
     try:
         sim.wait_ready(60)
@@ -61,12 +67,15 @@ def test_a_guardian_killed_mid_restart_finishes_it_once_after_its_restart(tmp_pa
         os.kill(g.proc.pid, signal.SIGKILL)
         g.proc.wait()
         g.start()
-        done = poll(lambda: (t := g.target()) and (t.get("remediation") or {}).get("outcome") == "done"
-                    and t["serving"] and t, 120)
+        done = poll(
+            lambda: (t := g.target()) and (t.get("remediation") or {}).get("outcome") == "done" and t["serving"] and t,
+            120,
+        )
         assert done, g.log_text()
         kind = "busy_loop" if fault == "busy_loop" else "engine_dead"
-        inc = poll(lambda: next((i for i in g.incidents() if i["kind"] == kind
-                                 and i["status"] == "resolved"), None), 60)
+        inc = poll(
+            lambda: next((i for i in g.incidents() if i["kind"] == kind and i["status"] == "resolved"), None), 60
+        )
         assert inc is not None, g.log_text()
         assert len(sims_on(port)) == 1  # exactly one server serves the port
         assert len(starts_seen - {sim.pid}) == 1, starts_seen  # the guardian started one copy, once

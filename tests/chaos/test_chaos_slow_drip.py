@@ -1,5 +1,6 @@
 """Eight "vLLM" servers that answer one byte at a time, beside a healthy one: the healthy one
 becomes ready and keeps being probed, and the guardian still exits promptly on SIGTERM."""
+
 from __future__ import annotations
 
 import subprocess
@@ -23,13 +24,16 @@ def test_slow_drip_servers_cannot_starve_the_healthy_target_or_block_shutdown(tm
     import os
 
     here = os.path.join(os.path.dirname(__file__), "..", "reliability")
-    drips = [subprocess.Popen([sys.executable, "-c", DRIP, here, "1"], stdout=subprocess.PIPE, text=True)
-             for _ in range(DRIPPERS)]  # one process each: a target is a process tree
+    drips = [
+        subprocess.Popen([sys.executable, "-c", DRIP, here, "1"], stdout=subprocess.PIPE, text=True)
+        for _ in range(DRIPPERS)
+    ]  # one process each: a target is a process tree
     ports = [int(d.stdout.readline()) for d in drips if d.stdout is not None]
     port = free_port()
     sim = SimServer(port=port, startup_delay=0.5).start()
     targets = [{"name": "sim", "match": {"port": port}}] + [
-        {"name": f"drip{i}", "match": {"port": p}} for i, p in enumerate(ports)]
+        {"name": f"drip{i}", "match": {"port": p}} for i, p in enumerate(ports)
+    ]
     g = GuardianProcess(tmp_path, port, extra={"targets": targets})
     try:
         sim.wait_ready(60)

@@ -1,5 +1,6 @@
 """The accelerator probe: backends read at their own interval, host PIDs mapped onto the
 targets' processes, samples only for what was read; make_backends honours auto|off."""
+
 from __future__ import annotations
 
 import logging
@@ -23,20 +24,29 @@ MB = 1e6
 
 
 def target(name: str, *pids: int) -> Target:
-    procs = tuple(ProcessInfo(ProcKey(pid, pid * 10), pids[0] if i else 1,
-                              Role.API_SERVER if i == 0 else Role.WORKER, ("x",)) for i, pid in enumerate(pids))
+    procs = tuple(
+        ProcessInfo(ProcKey(pid, pid * 10), pids[0] if i else 1, Role.API_SERVER if i == 0 else Role.WORKER, ("x",))
+        for i, pid in enumerate(pids)
+    )
     return Target(name, procs[0].key, procs)
 
 
 LLM = target("llm", 100, 4242, 4243)
 OTHER = target("other", 300, 301)
-NVML = {"devices": [
-    {"memory_total": 80e9, "utilization": 60,
-     "processes": [{"pid": 4242, "memory": {"curve": "linear", "start": 30e9, "rate": 8 * MB}},
-                   {"pid": 9999, "memory": 1e9}]},
-    {"memory_total": 80e9, "utilization": 20, "processes": [{"pid": 4243, "memory": 30e9}]},
-    {"memory_total": 80e9, "utilization": 90, "processes": [{"pid": 301, "memory": None}]},
-]}
+NVML = {
+    "devices": [
+        {
+            "memory_total": 80e9,
+            "utilization": 60,
+            "processes": [
+                {"pid": 4242, "memory": {"curve": "linear", "start": 30e9, "rate": 8 * MB}},
+                {"pid": 9999, "memory": 1e9},
+            ],
+        },
+        {"memory_total": 80e9, "utilization": 20, "processes": [{"pid": 4243, "memory": 30e9}]},
+        {"memory_total": 80e9, "utilization": 90, "processes": [{"pid": 301, "memory": None}]},
+    ]
+}
 
 
 def by_key(samples) -> dict[tuple[str, str, str], float]:
@@ -45,9 +55,11 @@ def by_key(samples) -> dict[tuple[str, str, str], float]:
 
 # ------------------------------------------------------------------ the fake npu-smi executable, end to end
 def test_a_leaking_process_row_gives_rising_samples_through_the_real_runner(tmp_path):
-    scenario = {"layout": "a3", "devices": [{"npu": 0, "chip": 0, "base_mb": 2000}, {"npu": 0, "chip": 1}],
-                "processes": [{"npu": 0, "chip": 0, "pid": 4242,
-                               "memory_mb": {"curve": "linear", "start": 30000, "rate": 8}}]}
+    scenario = {
+        "layout": "a3",
+        "devices": [{"npu": 0, "chip": 0, "base_mb": 2000}, {"npu": 0, "chip": 1}],
+        "processes": [{"npu": 0, "chip": 0, "pid": 4242, "memory_mb": {"curve": "linear", "start": 30000, "rate": 8}}],
+    }
     fake = write_fake_npu_smi(tmp_path, scenario)
     probe = AccelReader([NpuSmiBackend(SubprocessRunner(), str(fake.path), timeout=30.0, usages_interval=None)])
     series = []
@@ -78,7 +90,9 @@ def test_memory_per_process_and_summed_per_target_util_and_total_over_its_device
     }
     # memory unknown for its only process: no memory sample, but util and total of its device
     assert {k: v for k, v in got.items() if k[0] == "other"} == {
-        ("other", "", m.ACCEL_UTIL): 0.9, ("other", "", m.ACCEL_TOTAL): 80e9}
+        ("other", "", m.ACCEL_UTIL): 0.9,
+        ("other", "", m.ACCEL_TOTAL): 80e9,
+    }
     assert all(s.t == clock.monotonic() for s in res.samples)
 
 
@@ -94,14 +108,31 @@ def test_devices_snapshot_and_status_rows():
     assert sorted(res.devices) == ["nvml:0", "nvml:1", "nvml:2"]
     d0 = res.devices["nvml:0"]
     assert (d0["backend"], d0["memory_total_bytes"], d0["utilization_ratio"], d0["pids"], d0["read_at"]) == (
-        "nvml", 80_000_000_000, 0.6, [4242, 9999], clock.monotonic())
+        "nvml",
+        80_000_000_000,
+        0.6,
+        [4242, 9999],
+        clock.monotonic(),
+    )
     assert res.per_target["llm"] == [
-        {"device": "nvml:0", "backend": "nvml", "memory_used_bytes": 31_000_000_000,
-         "memory_total_bytes": 80_000_000_000, "utilization_ratio": 0.6, "health": "OK",
-         "target_memory_bytes": 30_000_000_000},
-        {"device": "nvml:1", "backend": "nvml", "memory_used_bytes": 30_000_000_000,
-         "memory_total_bytes": 80_000_000_000, "utilization_ratio": 0.2, "health": "OK",
-         "target_memory_bytes": 30_000_000_000},
+        {
+            "device": "nvml:0",
+            "backend": "nvml",
+            "memory_used_bytes": 31_000_000_000,
+            "memory_total_bytes": 80_000_000_000,
+            "utilization_ratio": 0.6,
+            "health": "OK",
+            "target_memory_bytes": 30_000_000_000,
+        },
+        {
+            "device": "nvml:1",
+            "backend": "nvml",
+            "memory_used_bytes": 30_000_000_000,
+            "memory_total_bytes": 80_000_000_000,
+            "utilization_ratio": 0.2,
+            "health": "OK",
+            "target_memory_bytes": 30_000_000_000,
+        },
     ]
     assert res.process_memory == {4242: 30_000_000_000, 9999: 1_000_000_000, 4243: 30_000_000_000}
 
@@ -160,8 +191,11 @@ def test_after_a_failure_the_last_snapshot_is_not_reported_as_current():
     probe = AccelReader([b])
     probe.collect([LLM], 0.0)
     res = probe.collect([LLM], 1.0)
-    assert (res.errors, res.devices, res.samples) == ({"npu_smi": "ProbeFailed: npu-smi info timed out after 5s"},
-                                                      {}, [])
+    assert (res.errors, res.devices, res.samples) == (
+        {"npu_smi": "ProbeFailed: npu-smi info timed out after 5s"},
+        {},
+        [],
+    )
     assert probe.collect([LLM], 2.0).errors == {}
 
 
@@ -175,6 +209,7 @@ def test_close_closes_every_backend():
 def unavailable(why: str):
     def factory():
         raise BackendUnavailable(why)
+
     return factory
 
 
@@ -185,19 +220,25 @@ def test_off_skips_without_trying(caplog):
         def build() -> AccelBackend:
             tried.append(name)
             raise BackendUnavailable(f"{name} must not be tried")
+
         return build
 
     cfg = AcceleratorsConfig(nvml="off", npu_smi="off")
-    got = make_backends(cfg, FakeRunner(), logging.getLogger("t"),
-                        nvml_factory=factory("nvml"), npu_smi_factory=factory("npu"))
+    got = make_backends(
+        cfg, FakeRunner(), logging.getLogger("t"), nvml_factory=factory("nvml"), npu_smi_factory=factory("npu")
+    )
     assert (got, tried, caplog.records) == ([], [], [])
 
 
 def test_auto_absent_logs_one_line_each_and_skips(caplog):
     caplog.set_level(logging.INFO)
-    got = make_backends(AcceleratorsConfig(), FakeRunner(), logging.getLogger("t"),
-                        nvml_factory=unavailable("NVML: no NVIDIA driver on this host (NVML Shared Library Not Found)"),
-                        npu_smi_factory=unavailable("npu-smi: 'npu-smi' not found (accelerators.npu_smi_path)"))
+    got = make_backends(
+        AcceleratorsConfig(),
+        FakeRunner(),
+        logging.getLogger("t"),
+        nvml_factory=unavailable("NVML: no NVIDIA driver on this host (NVML Shared Library Not Found)"),
+        npu_smi_factory=unavailable("npu-smi: 'npu-smi' not found (accelerators.npu_smi_path)"),
+    )
     assert got == []
     assert [r.getMessage() for r in caplog.records] == [
         "accelerators.nvml: NVML: no NVIDIA driver on this host (NVML Shared Library Not Found); probe disabled",
@@ -209,8 +250,9 @@ def test_auto_present_builds_the_backend(tmp_path):
     clock = FakeClock()
     fake = write_fake_npu_smi(tmp_path, {"devices": [{"npu": 0}]})
     cfg = AcceleratorsConfig(npu_smi_path=str(fake.path), npu_smi_timeout=7.0)
-    got = make_backends(cfg, SubprocessRunner(), logging.getLogger("t"),
-                        nvml_factory=lambda: FakeNvmlBackend(NVML, clock=clock))
+    got = make_backends(
+        cfg, SubprocessRunner(), logging.getLogger("t"), nvml_factory=lambda: FakeNvmlBackend(NVML, clock=clock)
+    )
     assert [b.name for b in got] == ["nvml", "npu_smi"]
     npu = got[1]
     assert isinstance(npu, NpuSmiBackend) and (npu.path, npu.timeout) == (str(fake.path), 7.0)

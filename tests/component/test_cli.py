@@ -1,4 +1,5 @@
 """The CLI as an operator uses it: exit codes, JSON shapes, errors that name the problem."""
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,18 @@ def test_status_without_a_running_guardian_says_so_and_exits_1(tmp_path, capsys)
 def test_incidents_list_json_has_the_contract_fields(tmp_path, capsys):
     cfg = write_config(tmp_path)
     store = IncidentStore(str(tmp_path / "state"))
-    store.save(Incident("01HF7Z9GDG0TRA5GW6MSKGM012", Kind.BUSY_LOOP, Severity.CRITICAL, "n1",
-                        TargetRef("llm", 10, 20, 8000, "m", "engine_core"), Status.FIRING, "spins", 1.7e9))
+    store.save(
+        Incident(
+            "01HF7Z9GDG0TRA5GW6MSKGM012",
+            Kind.BUSY_LOOP,
+            Severity.CRITICAL,
+            "n1",
+            TargetRef("llm", 10, 20, 8000, "m", "engine_core"),
+            Status.FIRING,
+            "spins",
+            1.7e9,
+        )
+    )
     assert main(["incidents", "list", "--json", "-c", cfg]) == 0
     items = json.loads(capsys.readouterr().out)
     assert {"id", "kind", "status", "target", "opened_at", "resolved_at", "evidence_dir", "actions"} <= set(items[0])

@@ -4,6 +4,7 @@ Discovery → procfs → vllm_http/canary → detectors → incidents, with ever
 faked in a way that behaves like the real thing: counters in clock ticks, the
 canary's timeout surfacing as an HttpError("timeout"), a dead engine's /health 503.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,20 +56,24 @@ class World:
         self.proc.add_process(TRACKER, API, ("python3", "-c", "from multiprocessing.resource_tracker import main"))
         self.proc.add_process(ENGINE, API, ("VLLM::EngineCore",), threads=[(111, "ZMQbg/IO/0")])
         self.page = VllmPage()
-        self.http = FakeHttp({
-            ("GET", "/health"): ok(),
-            ("GET", "/metrics"): self.page,
-            ("GET", "/v1/models"): ok(json.dumps({"data": [{"id": "m"}]})),
-            ("POST", "/v1/completions"): ok(json.dumps({"choices": [{"text": "x"}]})),
-        })
+        self.http = FakeHttp(
+            {
+                ("GET", "/health"): ok(),
+                ("GET", "/metrics"): self.page,
+                ("GET", "/v1/models"): ok(json.dumps({"data": [{"id": "m"}]})),
+                ("POST", "/v1/completions"): ok(json.dumps({"choices": [{"text": "x"}]})),
+            }
+        )
         self.clock = clock or FakeClock()
-        self.cfg = parse_config({"node": "n1", "state_dir": str(tmp_path / "state"), "api": {"http": None},
-                                 **(config or {})})
+        self.cfg = parse_config(
+            {"node": "n1", "state_dir": str(tmp_path / "state"), "api": {"http": None}, **(config or {})}
+        )
         self.log = logging.getLogger("test-daemon")
         self.cmd = FakeRunner()  # py-spy and friends never run against the real machine's pids here
         # nothing is ever restarted here (autodiscovered targets): no process is alive to the control
-        self.seams = Seams(self.clock, self.proc.procfs(), self.http, self.cmd, FakeControl(set()),
-                           list(accel_backends))
+        self.seams = Seams(
+            self.clock, self.proc.procfs(), self.http, self.cmd, FakeControl(set()), list(accel_backends)
+        )
         self.d = self.new_daemon()
         self.engine_ticks = 0
 
@@ -203,19 +208,22 @@ def test_an_open_incident_survives_a_guardian_restart_without_a_duplicate(world,
         again.runner.shutdown()
 
 
-
-@pytest.mark.parametrize("engine_memory, expect", [
-    ({"curve": "linear", "start": 2e10, "rate": 8e6, "after": 150}, [Kind.ACCEL_MEMORY_LEAK]),  # 8 MB/s
-    ({"curve": "warmup", "start": 1e9, "value": 2e10, "duration": 120}, []),  # grows, then levels off
-    ({"curve": "step", "before": 2e10, "after": 2.2e10, "at": 400}, []),  # one allocation
-    ({"curve": "noisy", "value": 2e10, "noise": 2e8, "seed": 3}, []),  # flat with noise
-])
+@pytest.mark.parametrize(
+    "engine_memory, expect",
+    [
+        ({"curve": "linear", "start": 2e10, "rate": 8e6, "after": 150}, [Kind.ACCEL_MEMORY_LEAK]),  # 8 MB/s
+        ({"curve": "warmup", "start": 1e9, "value": 2e10, "duration": 120}, []),  # grows, then levels off
+        ({"curve": "step", "before": 2e10, "after": 2.2e10, "at": 400}, []),  # one allocation
+        ({"curve": "noisy", "value": 2e10, "noise": 2e8, "seed": 3}, []),  # flat with noise
+    ],
+)
 def test_a_fake_gpu_curve_through_the_whole_daemon(tmp_path, engine_memory, expect):
     """The real NVML backend over a scripted NVML: per-process GPU memory of the engine pid."""
     from guardian.testing.fake_nvml import FakeNvmlBackend
 
-    scenario = {"devices": [{"memory_total": 8e10, "utilization": 0,
-                             "processes": [{"pid": ENGINE, "memory": engine_memory}]}]}
+    scenario = {
+        "devices": [{"memory_total": 8e10, "utilization": 0, "processes": [{"pid": ENGINE, "memory": engine_memory}]}]
+    }
     clock = FakeClock()
     w = World(tmp_path, accel_backends=[FakeNvmlBackend(scenario, clock=clock)], clock=clock)
     opened = []
@@ -259,8 +267,7 @@ def test_a_configured_target_that_is_not_found_is_shown_with_the_reason(tmp_path
     w.d.runner.shutdown()
 
 
-def test_a_probe_added_to_the_table_runs_and_annotates_an_incident_without_touching_the_daemon(tmp_path,
-                                                                                            monkeypatch):
+def test_a_probe_added_to_the_table_runs_and_annotates_an_incident_without_touching_the_daemon(tmp_path, monkeypatch):
     """A diagnosis step as the next capabilities will add it: one class, one table line."""
     from guardian.model import Action
     from guardian.probes import table
@@ -297,7 +304,8 @@ def test_a_probe_added_to_the_table_runs_and_annotates_an_incident_without_touch
     w.step(5)
     inc = w.d.incidents.open_incidents()[0]
     assert [(a.name, a.detail) for a in inc.actions if a.name == "diagnosis"] == [
-        ("diagnosis", "engine_dead: looked at it")]
+        ("diagnosis", "engine_dead: looked at it")
+    ]
     assert any(any(a.name == "diagnosis" for a in u.actions) for u in updated)
     assert w.d.status().probes["diagnosis"].runs == 1
     w.d.runner.shutdown()

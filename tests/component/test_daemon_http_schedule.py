@@ -1,5 +1,6 @@
 """Each target's /health and /metrics job scrapes that target, even when several are due on the
 same tick and the jobs run after the loop has moved on (as a thread pool runs them)."""
+
 from __future__ import annotations
 
 import logging
@@ -55,8 +56,9 @@ class RecordingHttp(FakeHttp):
         super().__init__({("GET", "/health"): ok(), ("GET", "/metrics"): ok("# nothing\n")})
         self.ports: list[tuple[int | None, str]] = []
 
-    def request(self, method: str, url: str, timeout: float, body: Any = None,
-                headers: Mapping[str, str] | None = None) -> HttpResponse:
+    def request(
+        self, method: str, url: str, timeout: float, body: Any = None, headers: Mapping[str, str] | None = None
+    ) -> HttpResponse:
         self.ports.append((urlsplit(url).port, urlsplit(url).path))
         return super().request(method, url, timeout, body, headers)
 

@@ -1,4 +1,5 @@
 """Discovery against fake /proc trees: autodiscovery, explicit matchers, roles, orphans."""
+
 from __future__ import annotations
 
 import pytest
@@ -28,8 +29,7 @@ def vllm_tree(tree: FakeProcTree, root: int = 100, cmdline=API, prefix: str = "V
 
 
 def cfg(*targets: TargetConfig, autodiscover: bool = True, prefix: str = "VLLM") -> Config:
-    return Config(autodiscover=autodiscover, targets=targets,
-                  discovery=DiscoveryConfig(process_name_prefix=prefix))
+    return Config(autodiscover=autodiscover, targets=targets, discovery=DiscoveryConfig(process_name_prefix=prefix))
 
 
 def found(result: DiscoveryResult, name: str) -> Target:
@@ -67,14 +67,22 @@ def test_the_tree_records_ppid_starttime_and_cmdline(tree):
 @pytest.mark.parametrize(
     "cmdline, name, url",
     [
-        (("/usr/bin/python3", "/usr/local/bin/vllm", "serve", "Qwen/Qwen3-0.6B", "--port", "8001"),
-         "vllm-8001", "http://127.0.0.1:8001"),
-        (("/usr/local/bin/vllm", "serve", "m", "--port=8002", "--host", "10.0.0.5"),
-         "vllm-8002", "http://10.0.0.5:8002"),
-        (("python", "-m", "guardian.sim.vllm.api_server", "--host", "0.0.0.0"),
-         "vllm-8000", "http://127.0.0.1:8000"),
-        (("python3.11", "-u", "-X", "dev", "/srv/api_server.py", "--host=::", "--port", "9000"),
-         "vllm-9000", "http://127.0.0.1:9000"),
+        (
+            ("/usr/bin/python3", "/usr/local/bin/vllm", "serve", "Qwen/Qwen3-0.6B", "--port", "8001"),
+            "vllm-8001",
+            "http://127.0.0.1:8001",
+        ),
+        (
+            ("/usr/local/bin/vllm", "serve", "m", "--port=8002", "--host", "10.0.0.5"),
+            "vllm-8002",
+            "http://10.0.0.5:8002",
+        ),
+        (("python", "-m", "guardian.sim.vllm.api_server", "--host", "0.0.0.0"), "vllm-8000", "http://127.0.0.1:8000"),
+        (
+            ("python3.11", "-u", "-X", "dev", "/srv/api_server.py", "--host=::", "--port", "9000"),
+            "vllm-9000",
+            "http://127.0.0.1:9000",
+        ),
         (("vllm", "serve", "m", "--host", "::1", "--port", "8003"), "vllm-8003", "http://[::1]:8003"),
     ],
 )
@@ -213,8 +221,7 @@ def test_port_matcher_takes_the_topmost_owner_of_the_listen_socket(tree):
     tc = TargetConfig(name="llama", match=MatchConfig(port=8000))
     result = discover(tree.procfs(), cfg(tc))
     (t,) = result.targets
-    assert (t.name, t.key.pid, t.port, t.api_url, t.source) == (
-        "llama", 100, 8000, "http://127.0.0.1:8000", "config")
+    assert (t.name, t.key.pid, t.port, t.api_url, t.source) == ("llama", 100, 8000, "http://127.0.0.1:8000", "config")
     assert roles(t)[101] is Role.ENGINE_CORE
 
 
@@ -307,8 +314,9 @@ def test_pid_file_matcher_failures_are_unmatched(tree, tmp_path, content, why):
     pid_file = tmp_path / "vllm.pid"
     if content is not None:
         pid_file.write_text(content)
-    result = discover(tree.procfs(), cfg(TargetConfig("llama", MatchConfig(pid_file=str(pid_file))),
-                                         autodiscover=False))
+    result = discover(
+        tree.procfs(), cfg(TargetConfig("llama", MatchConfig(pid_file=str(pid_file))), autodiscover=False)
+    )
     assert result.unmatched == (("llama", why.format(f=pid_file)),)
 
 
@@ -373,8 +381,15 @@ def test_platform_matchers_without_a_platform_seam_are_reported_unmatched(tree, 
 # ---------------------------------------------------------------- pure helpers
 @pytest.mark.parametrize(
     "argv, port",
-    [(("--port", "8001"), 8001), (("--port=8002",), 8002), ((), 8000), (("--port", "x"), 8000),
-     (("--port", "99999"), 8000), (("--port", "1", "--port", "2"), 2), (("--port",), 8000)],
+    [
+        (("--port", "8001"), 8001),
+        (("--port=8002",), 8002),
+        ((), 8000),
+        (("--port", "x"), 8000),
+        (("--port", "99999"), 8000),
+        (("--port", "1", "--port", "2"), 2),
+        (("--port",), 8000),
+    ],
 )
 def test_server_port(argv, port):
     assert server_port(("vllm", "serve") + argv) == port
@@ -382,8 +397,12 @@ def test_server_port(argv, port):
 
 @pytest.mark.parametrize(
     "argv, host",
-    [((), "127.0.0.1"), (("--host", "0.0.0.0"), "127.0.0.1"), (("--host=::",), "127.0.0.1"),
-     (("--host", "10.0.0.5"), "10.0.0.5")],
+    [
+        ((), "127.0.0.1"),
+        (("--host", "0.0.0.0"), "127.0.0.1"),
+        (("--host=::",), "127.0.0.1"),
+        (("--host", "10.0.0.5"), "10.0.0.5"),
+    ],
 )
 def test_server_host(argv, host):
     assert server_host(("vllm", "serve") + argv) == host

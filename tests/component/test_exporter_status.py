@@ -1,5 +1,6 @@
 """The exporter over the status the real builder makes, from a daemon ticking on fakes: every
 field the exporter reads is there, with the value the daemon saw."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,11 @@ from guardian.probes.table import probe_names
 def metrics(world: World) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     d = world.d
     text = generate_latest(build_registry(lambda: d.status().to_dict(), lambda: d.stats)).decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
 
 
 @pytest.fixture
@@ -36,8 +40,10 @@ def test_a_serving_target_is_up_ready_and_its_processes_and_engine_are_exported(
     assert got[("guardian_engine_steps_per_second", t)] > 0
     engine = (("pid", str(ENGINE)), ("role", "engine_core"), ("target", "vllm-8000"))
     assert ("guardian_process_cpu_ratio", engine) in got and ("guardian_process_threads", engine) in got
-    assert ("guardian_process_resident_memory_bytes", (("pid", str(API)), ("role", "api_server"),
-                                                       ("target", "vllm-8000"))) in got
+    assert (
+        "guardian_process_resident_memory_bytes",
+        (("pid", str(API)), ("role", "api_server"), ("target", "vllm-8000")),
+    ) in got
 
 
 def test_every_probe_of_the_table_and_discovery_is_counted(world):

@@ -1,5 +1,6 @@
 """The fleet through a real Redis: node heartbeats with a TTL, the fleet listing, and the
 alert stream read back (tail, consumer groups, the `guardian alerts` command)."""
+
 from __future__ import annotations
 
 import io
@@ -54,8 +55,9 @@ def nodes(client) -> list[str]:
 
 
 def add_events(client, n: int) -> list[str]:
-    return [client.xadd(STREAM, {"id": f"E{i}", "event": json.dumps({"id": f"E{i}", "summary": f"s{i}"})})
-            for i in range(n)]
+    return [
+        client.xadd(STREAM, {"id": f"E{i}", "event": json.dumps({"id": f"E{i}", "summary": f"s{i}"})}) for i in range(n)
+    ]
 
 
 # ---------------------------------------------------------------- heartbeats and the fleet
@@ -109,9 +111,13 @@ def test_no_heartbeats_means_an_empty_fleet(client):
 
 
 def test_the_sink_writes_the_heartbeat_in_the_background(server, tmp_path):
-    sink = AlertSink(make_client(server.url, timeout=0.5),
-                     Spool(tmp_path / "spool", max_events=10, max_bytes=1 << 20),
-                     node="gpu-9", heartbeat_ttl=30, idle_interval=0.2)
+    sink = AlertSink(
+        make_client(server.url, timeout=0.5),
+        Spool(tmp_path / "spool", max_events=10, max_bytes=1 << 20),
+        node="gpu-9",
+        heartbeat_ttl=30,
+        idle_interval=0.2,
+    )
     try:
         sink.heartbeat({"version": "0.1.0"})
         wait_for(lambda: nodes(server.client()) == ["gpu-9"], what="the heartbeat")
@@ -121,22 +127,57 @@ def test_the_sink_writes_the_heartbeat_in_the_background(server, tmp_path):
 
 
 STATUS = {
-    "schema": 1, "node": "gpu-1", "version": "0.1.0", "time": 1_700_000_000.0, "uptime_s": 12.0,
-    "targets": [{"name": "llama", "phase": "incident", "pid": 42, "port": 8000, "model": "m",
-                 "incidents": ["busy_loop"], "processes": [{"pid": 42}]},
-                {"name": "mistral", "phase": "serving", "pid": 43, "port": 8001, "model": "m2",
-                 "incidents": [], "processes": []}],
-    "incidents": [{"id": "I1", "kind": "busy_loop", "severity": "critical", "target": {"name": "llama"},
-                   "opened_at": 1_699_999_990.0, "signals": {"big": "x" * 1000}}],
+    "schema": 1,
+    "node": "gpu-1",
+    "version": "0.1.0",
+    "time": 1_700_000_000.0,
+    "uptime_s": 12.0,
+    "targets": [
+        {
+            "name": "llama",
+            "phase": "incident",
+            "pid": 42,
+            "port": 8000,
+            "model": "m",
+            "incidents": ["busy_loop"],
+            "processes": [{"pid": 42}],
+        },
+        {
+            "name": "mistral",
+            "phase": "serving",
+            "pid": 43,
+            "port": 8001,
+            "model": "m2",
+            "incidents": [],
+            "processes": [],
+        },
+    ],
+    "incidents": [
+        {
+            "id": "I1",
+            "kind": "busy_loop",
+            "severity": "critical",
+            "target": {"name": "llama"},
+            "opened_at": 1_699_999_990.0,
+            "signals": {"big": "x" * 1000},
+        }
+    ],
 }
 
 
 def test_the_node_summary_is_a_compact_status():
     s = node_summary(STATUS, {"spooled": 2, "dropped_total": 0, "redis_up": True, "last_error": None})
-    assert s["targets"][0] == {"name": "llama", "phase": "incident", "pid": 42, "port": 8000, "model": "m",
-                               "incidents": ["busy_loop"]}
-    assert s["incidents"] == [{"id": "I1", "kind": "busy_loop", "severity": "critical", "target": "llama",
-                               "opened_at": 1_699_999_990.0}]
+    assert s["targets"][0] == {
+        "name": "llama",
+        "phase": "incident",
+        "pid": 42,
+        "port": 8000,
+        "model": "m",
+        "incidents": ["busy_loop"],
+    }
+    assert s["incidents"] == [
+        {"id": "I1", "kind": "busy_loop", "severity": "critical", "target": "llama", "opened_at": 1_699_999_990.0}
+    ]
     assert s["alerts"] == {"spooled": 2, "dropped_total": 0, "redis_up": True}
     assert "processes" not in json.dumps(s)
 
@@ -253,12 +294,15 @@ def test_alerts_tail_with_a_group_then_ack(client):
     assert read_group(client, STREAM, "ops", "me", pending=True) == []
 
 
-@pytest.mark.parametrize("args, kw", [
-    (("ack",), {"group": "ops"}),
-    (("ack",), {"entry_ids": ["1-0"]}),
-    (("tail",), {"group": "ops"}),
-    (("purge",), {}),
-])
+@pytest.mark.parametrize(
+    "args, kw",
+    [
+        (("ack",), {"group": "ops"}),
+        (("ack",), {"entry_ids": ["1-0"]}),
+        (("tail",), {"group": "ops"}),
+        (("purge",), {}),
+    ],
+)
 def test_alerts_usage_errors_exit_2(client, args, kw):
     assert run(client, *args, **kw)[0] == 2
 

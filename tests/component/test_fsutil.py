@@ -1,4 +1,5 @@
 """atomic_write: a reader sees the old content or the new one, and no temporary file is left."""
+
 import os
 import stat
 

@@ -5,6 +5,7 @@ output_corruption level and condition. A server without logprobs, gate requests
 that fail, a swapped model and a reference text longer than the context give
 status lines, never an incident.
 """
+
 from __future__ import annotations
 
 import logging
@@ -53,8 +54,7 @@ class World:
     def __init__(self, url: str, tmp_path, http: HttpClient | None = None, **gates) -> None:
         g: dict[str, Any] = dict(enabled=True, interval=1.0, diagnostics=DIAG)
         g.update(gates)
-        self.cfg = Config(node="n1", state_dir=str(tmp_path), gates=GatesConfig(**g),
-                          detectors=DetectorsConfig())
+        self.cfg = Config(node="n1", state_dir=str(tmp_path), gates=GatesConfig(**g), detectors=DetectorsConfig())
         self.tracker = Tracker(600.0)
         api = ProcessInfo(KEY, 1, Role.API_SERVER, ("python", "-m", "sim"))
         self.tracker.apply_discovery((Target(NAME, KEY, (api,), port=0, api_url=url),), (), 0.0)
@@ -62,8 +62,9 @@ class World:
         self.readings = Readings()
         proc = ProcFS("/proc")  # real seams; the gates probe only uses the clock and HTTP
         seams = Seams(SystemClock(), proc, http or StdlibHttpClient(), SubprocessRunner(), OsProcessControl(proc))
-        self.probe = GatesProbe(ProbeParts(self.cfg, seams, self.tracker, SeriesStore(), self.readings,
-                                           logging.getLogger("t")))
+        self.probe = GatesProbe(
+            ProbeParts(self.cfg, seams, self.tracker, SeriesStore(), self.readings, logging.getLogger("t"))
+        )
         self.now = 0.0
 
     def round(self):
@@ -98,14 +99,17 @@ def test_a_healthy_server_passes_every_round_and_gets_a_complete_baseline(server
     assert st["requests"] == 5 * (2 + 3 + 1)
 
 
-@pytest.mark.parametrize("fault, levels, condition", [
-    ("repeat_chars", {"L1", "L5"}, "A"),  # 5 gate completions of "!!!!": A in one round
-    ("control_chars", {"L1", "L5"}, "A"),
-    ("nan_logprobs", {"L3"}, "B"),
-    ("flat_logprobs", {"L3", "L5"}, "B"),  # flat over 50k tokens: entropy
-    ("high_perplexity", {"L2"}, None),  # one L2 failure per round: A after 5 rounds
-    ("wrong_answers", {"L4", "L5"}, "D"),  # fluent but wrong: only known answers and agreement see it
-])
+@pytest.mark.parametrize(
+    "fault, levels, condition",
+    [
+        ("repeat_chars", {"L1", "L5"}, "A"),  # 5 gate completions of "!!!!": A in one round
+        ("control_chars", {"L1", "L5"}, "A"),
+        ("nan_logprobs", {"L3"}, "B"),
+        ("flat_logprobs", {"L3", "L5"}, "B"),  # flat over 50k tokens: entropy
+        ("high_perplexity", {"L2"}, None),  # one L2 failure per round: A after 5 rounds
+        ("wrong_answers", {"L4", "L5"}, "D"),  # fluent but wrong: only known answers and agreement see it
+    ],
+)
 def test_each_garbage_mode_ends_in_output_corruption(server, tmp_path, fault, levels, condition):
     w = World(server.url, tmp_path)
     for _ in range(3):
@@ -242,8 +246,10 @@ def test_l4_two_instances_split_without_baseline_is_alert_only(server, tmp_path,
 
 
 # what vLLM 0.32 answers to a logprobs request when the logits are NaN (measured)
-VLLM_NAN_400 = (b'{"error":{"message":"Out of range float values are not JSON compliant",'
-                b'"type":"BadRequestError","param":null,"code":400}}')
+VLLM_NAN_400 = (
+    b'{"error":{"message":"Out of range float values are not JSON compliant",'
+    b'"type":"BadRequestError","param":null,"code":400}}'
+)
 
 
 class FailsWithLogprobs:

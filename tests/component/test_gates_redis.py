@@ -1,5 +1,6 @@
 """The gates' Redis side on a real Redis: fingerprints across nodes, the reports listener,
 decisions on the control channel."""
+
 from __future__ import annotations
 
 import json
@@ -75,13 +76,24 @@ def test_redis_down_is_a_note_not_an_exception():
 def test_the_listener_feeds_reports_into_the_ledger(client):
     shared = GatesShared("node-a", 60.0, LOG)
     shared.known_targets = frozenset({"t"})
-    listener = ReportsListener(client, "vllm_health_alert", shared.accept_report, time.monotonic, time.time,
-                               LOG).start()
+    listener = ReportsListener(
+        client, "vllm_health_alert", shared.accept_report, time.monotonic, time.time, LOG
+    ).start()
     try:
         assert listener.subscribed.wait(10)
-        client.publish("vllm_health_alert", json.dumps({
-            "instance_id": "node-a/t", "request_id": "r1", "timestamp": time.time(), "check_level": 3,
-            "type": "nan_logprobs", "details": {"output": "?"}}))
+        client.publish(
+            "vllm_health_alert",
+            json.dumps(
+                {
+                    "instance_id": "node-a/t",
+                    "request_id": "r1",
+                    "timestamp": time.time(),
+                    "check_level": 3,
+                    "type": "nan_logprobs",
+                    "details": {"output": "?"},
+                }
+            ),
+        )
         client.publish("vllm_health_alert", b"\xff garbage")
         assert wait(lambda: shared.report_counts["accepted"] == 1 and shared.report_counts["malformed"] == 1)
         (rep,) = shared.view("t").reports
@@ -96,8 +108,17 @@ def test_decisions_are_published_for_output_corruption_only(client):
     pubsub.get_message(timeout=1)
     d = GateDecisions(client, "vllm_control", "node-a", lambda: "remediate", lambda: 5.0, LOG)
     ref = TargetRef("t", 1, 1)
-    oc = Incident("01", Kind.OUTPUT_CORRUPTION, Severity.CRITICAL, "node-a", ref, Status.FIRING, "garbage", 1.0,
-                  {"condition": "B", "level": "L3"})
+    oc = Incident(
+        "01",
+        Kind.OUTPUT_CORRUPTION,
+        Severity.CRITICAL,
+        "node-a",
+        ref,
+        Status.FIRING,
+        "garbage",
+        1.0,
+        {"condition": "B", "level": "L3"},
+    )
     d(Transition(Incident("00", Kind.BUSY_LOOP, Severity.CRITICAL, "node-a", ref, Status.FIRING, "x", 1.0), None))
     d(Transition(oc, None))
     d(Transition(oc.resolve(2.0, "ok"), Status.FIRING))
@@ -109,4 +130,6 @@ def test_decisions_are_published_for_output_corruption_only(client):
             got.append(json.loads(m["data"]))
     d.close()
     assert [(m["decision"], m["condition"], m["instance_id"]) for m in got] == [
-        ("drain_and_restart", "B", "node-a/t"), ("resolved", "B", "node-a/t")]
+        ("drain_and_restart", "B", "node-a/t"),
+        ("resolved", "B", "node-a/t"),
+    ]

@@ -1,5 +1,6 @@
 """The read-only HTTP listener on a real socket (127.0.0.1:0): /metrics, /healthz, per-target
 readiness, and nothing else (unknown paths 404, writes 405)."""
+
 from __future__ import annotations
 
 import http.client
@@ -21,10 +22,19 @@ def status_doc() -> dict:
     def t(name, phase, **extra):
         return {"name": name, "phase": phase, "ready": phase == "serving", "processes": [], **extra}
 
-    return {"node": "n1", "version": "0.1.0", "guardian": {"ticks": 5},
-            "targets": [t("llama", "serving"), t("warm", "warming"), t("sick", "incident"),
-                        t("drained", "serving", serving=False), t("needs space", "serving")],
-            "incidents": []}
+    return {
+        "node": "n1",
+        "version": "0.1.0",
+        "guardian": {"ticks": 5},
+        "targets": [
+            t("llama", "serving"),
+            t("warm", "warming"),
+            t("sick", "incident"),
+            t("drained", "serving", serving=False),
+            t("needs space", "serving"),
+        ],
+        "incidents": [],
+    }
 
 
 class Harness:
@@ -32,9 +42,14 @@ class Harness:
         self.clock = FakeClock()
         self.heartbeat = LastTick(self.clock.monotonic)
         self.doc = status_doc()
-        self.api = HttpListener(("127.0.0.1", 0), registry=build_registry(lambda: self.doc),
-                           status=lambda: self.doc, tick_age=self.heartbeat.age,
-                           max_tick_age=3 * INTERVAL, poll_interval=0.02)
+        self.api = HttpListener(
+            ("127.0.0.1", 0),
+            registry=build_registry(lambda: self.doc),
+            status=lambda: self.doc,
+            tick_age=self.heartbeat.age,
+            max_tick_age=3 * INTERVAL,
+            poll_interval=0.02,
+        )
 
     def request(self, method: str, path: str) -> tuple[int, dict, bytes]:
         host, port = self.api.address
@@ -66,7 +81,7 @@ def test_metrics_serves_the_prometheus_text_format(h):
 def test_metrics_exposes_every_declared_family(h):
     _, _, body = h.request("GET", "/metrics")
     names = {f.name for f in text_string_to_metric_families(body.decode())}
-    assert names == {s.name[:-len("_total")] if s.type == "counter" else s.name for s in DECLARED}
+    assert names == {s.name[: -len("_total")] if s.type == "counter" else s.name for s in DECLARED}
 
 
 def test_metrics_reflect_the_status_at_scrape_time(h):
@@ -102,13 +117,16 @@ def test_healthz_recovers_when_the_loop_ticks_again(h):
 
 
 # ------------------------------------------------------------------ readiness
-@pytest.mark.parametrize("path, code, phase", [
-    ("/targets/llama/ready", 200, "serving"),
-    ("/targets/warm/ready", 503, "warming"),
-    ("/targets/sick/ready", 503, "incident"),
-    ("/targets/drained/ready", 503, "serving"),   # the explicit serving field wins
-    ("/targets/needs%20space/ready", 200, "serving"),
-])
+@pytest.mark.parametrize(
+    "path, code, phase",
+    [
+        ("/targets/llama/ready", 200, "serving"),
+        ("/targets/warm/ready", 503, "warming"),
+        ("/targets/sick/ready", 503, "incident"),
+        ("/targets/drained/ready", 503, "serving"),  # the explicit serving field wins
+        ("/targets/needs%20space/ready", 200, "serving"),
+    ],
+)
 def test_target_readiness(h, path, code, phase):
     status, headers, body = h.request("GET", path)
     assert (status, headers["content-type"], json.loads(body)["phase"]) == (code, "application/json", phase)
@@ -137,8 +155,19 @@ def test_head_answers_the_status_without_a_body(h):
 
 
 # ------------------------------------------------------------------ nothing else
-@pytest.mark.parametrize("path", ["/", "/metricsx", "/targets", "/targets//ready", "/targets/llama",
-                                  "/targets/a/b/ready", "/targets/llama/ready/x", "/status"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        "/metricsx",
+        "/targets",
+        "/targets//ready",
+        "/targets/llama",
+        "/targets/a/b/ready",
+        "/targets/llama/ready/x",
+        "/status",
+    ],
+)
 def test_other_paths_are_404(h, path):
     assert h.request("GET", path)[0] == 404
 

@@ -1,4 +1,5 @@
 """Incident store on a real temp dir: atomic JSON files, modes, listing, corrupt files skipped."""
+
 from __future__ import annotations
 
 import json
@@ -42,12 +43,31 @@ def test_file_uses_the_spec_field_names(tmp_path):
     path = store.save(incident())
     doc = json.loads(path.read_text())
     assert set(doc) == {
-        "id", "kind", "status", "severity", "node", "target", "summary", "signals",
-        "opened_at", "resolved_at", "evidence_dir", "actions", "fingerprint", "diagnosis", "crash",
+        "id",
+        "kind",
+        "status",
+        "severity",
+        "node",
+        "target",
+        "summary",
+        "signals",
+        "opened_at",
+        "resolved_at",
+        "evidence_dir",
+        "actions",
+        "fingerprint",
+        "diagnosis",
+        "crash",
     }
     assert doc["kind"] == "busy_loop" and doc["status"] == "firing" and doc["severity"] == "critical"
-    assert doc["target"] == {"name": "llm", "pid": 100, "starttime": 11, "port": 8000, "model": "tiny",
-                             "role": "engine_core"}
+    assert doc["target"] == {
+        "name": "llm",
+        "pid": 100,
+        "starttime": 11,
+        "port": 8000,
+        "model": "tiny",
+        "role": "engine_core",
+    }
     assert doc["actions"] == [{"name": "evidence", "status": "ok", "at": 1_700_000_001.0, "detail": "7 files"}]
     assert doc["fingerprint"] == "node-a/llm/busy_loop"
 

@@ -1,4 +1,5 @@
 """restart.mode kubernetes against a local fake API server that checks the exact requests."""
+
 from __future__ import annotations
 
 import json
@@ -11,10 +12,12 @@ from guardian.errors import ProbeFailed
 from guardian.host.kube import KubeClient, PodRef, pod_uid_from_cgroup
 
 UID = "3f8e2a1c-7b4d-4e9a-9c1f-2d6b8e0a5f71"
-PODS = {"items": [
-    {"metadata": {"namespace": "llm", "name": "vllm-llama-0", "uid": UID}},
-    {"metadata": {"namespace": "llm", "name": "other", "uid": "00000000-0000-0000-0000-000000000000"}},
-]}
+PODS = {
+    "items": [
+        {"metadata": {"namespace": "llm", "name": "vllm-llama-0", "uid": UID}},
+        {"metadata": {"namespace": "llm", "name": "other", "uid": "00000000-0000-0000-0000-000000000000"}},
+    ]
+}
 
 
 class FakeApi(BaseHTTPRequestHandler):
@@ -53,11 +56,14 @@ def api():
     server.shutdown()
 
 
-@pytest.mark.parametrize("cgroup", [
-    f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID.replace('-', '_')}.slice/"
-    "cri-containerd-4f1c.scope\n",
-    f"12:memory:/kubepods/burstable/pod{UID}/4f1c0e9a\n11:cpu:/kubepods/burstable/pod{UID}/4f1c0e9a\n",
-])
+@pytest.mark.parametrize(
+    "cgroup",
+    [
+        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID.replace('-', '_')}.slice/"
+        "cri-containerd-4f1c.scope\n",
+        f"12:memory:/kubepods/burstable/pod{UID}/4f1c0e9a\n11:cpu:/kubepods/burstable/pod{UID}/4f1c0e9a\n",
+    ],
+)
 def test_the_pod_uid_is_read_from_cgroup_v1_and_v2(cgroup):
     assert pod_uid_from_cgroup(cgroup) == UID
 
@@ -85,4 +91,3 @@ def test_an_unknown_uid_is_an_error_naming_it(api):
 def test_an_api_error_is_a_probe_failure_with_the_status(api):
     with pytest.raises(ProbeFailed, match="HTTP 404"):
         KubeClient(api, None, None, "n").delete_pod(PodRef("llm", "missing", UID), 5)
-

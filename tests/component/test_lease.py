@@ -1,4 +1,5 @@
 """The fleet-wide restart cap on a real Redis: N slots, re-entrant, released only by its holder."""
+
 import pytest
 
 from guardian.actions.lease import FleetLease

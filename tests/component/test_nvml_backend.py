@@ -1,5 +1,6 @@
 """NVML backend: against the fake NVML (scripted curves, pynvml's own error classes) and
 against the real pynvml on this machine, which has no NVIDIA driver."""
+
 from __future__ import annotations
 
 import ctypes
@@ -15,11 +16,23 @@ from guardian.testing.clock import FakeClock
 from guardian.testing.fake_nvml import FakeNvml, FakeNvmlBackend
 
 MB = 1e6
-GPU0 = {"name": "NVIDIA H200", "memory_total": 140e9, "memory_base": 1e9, "utilization": 35,
-        "processes": [{"pid": 4242, "memory": {"curve": "linear", "start": 60e9, "rate": 8 * MB}},
-                      {"pid": 4300, "memory": 2e9, "type": "graphics"}]}
-GPU1 = {"name": "NVIDIA H200", "memory_total": 140e9, "memory_used": 5e9, "utilization": None,
-        "processes": [{"pid": 4243, "memory": None}]}
+GPU0 = {
+    "name": "NVIDIA H200",
+    "memory_total": 140e9,
+    "memory_base": 1e9,
+    "utilization": 35,
+    "processes": [
+        {"pid": 4242, "memory": {"curve": "linear", "start": 60e9, "rate": 8 * MB}},
+        {"pid": 4300, "memory": 2e9, "type": "graphics"},
+    ],
+}
+GPU1 = {
+    "name": "NVIDIA H200",
+    "memory_total": 140e9,
+    "memory_used": 5e9,
+    "utilization": None,
+    "processes": [{"pid": 4243, "memory": None}],
+}
 
 
 def backend(clock: FakeClock, **scenario) -> FakeNvmlBackend:
@@ -55,8 +68,9 @@ def test_importing_the_backend_and_probe_does_not_import_pynvml():
     assert out.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("driver, why", [("absent", "NVML Shared Library Not Found"),
-                                         ("not_loaded", "Driver Not Loaded")])
+@pytest.mark.parametrize(
+    "driver, why", [("absent", "NVML Shared Library Not Found"), ("not_loaded", "Driver Not Loaded")]
+)
 def test_no_driver_is_backend_unavailable(driver, why):
     with pytest.raises(BackendUnavailable, match=f"^NVML: no NVIDIA driver on this host \\({why}\\)$"):
         FakeNvmlBackend({"driver": driver}, clock=FakeClock())
@@ -68,10 +82,19 @@ def test_reads_memory_utilisation_and_processes_per_device():
     snap = backend(clock).read(clock.monotonic())
     g0, g1 = snap.devices
     assert (g0.id, g0.name, g0.memory_total_bytes, g0.memory_used_bytes, g0.utilization, g0.health) == (
-        "nvml:0", "NVIDIA H200", 140_000_000_000, 63_000_000_000, 0.35, "OK")
+        "nvml:0",
+        "NVIDIA H200",
+        140_000_000_000,
+        63_000_000_000,
+        0.35,
+        "OK",
+    )
     assert (g1.id, g1.memory_used_bytes, g1.utilization) == ("nvml:1", 5_000_000_000, None)
-    assert snap.processes == (ProcessUsage(4242, "nvml:0", 60_000_000_000), ProcessUsage(4300, "nvml:0", 2_000_000_000),
-                              ProcessUsage(4243, "nvml:1", None))
+    assert snap.processes == (
+        ProcessUsage(4242, "nvml:0", 60_000_000_000),
+        ProcessUsage(4300, "nvml:0", 2_000_000_000),
+        ProcessUsage(4243, "nvml:1", None),
+    )
     assert g0.extra["memory_reserved_bytes"] == 0
 
 
@@ -123,13 +146,17 @@ def test_xid_events_are_polled_without_waiting_and_reported_once():
     b = backend(clock, xid=[{"at": 3, "device": 1, "code": 79}, {"at": 4, "device": 0, "code": 48}])
     assert b.read(clock.monotonic()).events == ()
     clock.advance(5)
-    assert b.read(clock.monotonic()).events == (AccelEvent("nvml:1", "xid", 79, "XID 79"),
-                                                AccelEvent("nvml:0", "xid", 48, "XID 48"))
+    assert b.read(clock.monotonic()).events == (
+        AccelEvent("nvml:1", "xid", 79, "XID 79"),
+        AccelEvent("nvml:0", "xid", 48, "XID 48"),
+    )
     assert b.read(clock.monotonic()).events == ()
 
 
-@pytest.mark.parametrize("scenario, why", [({"xid_supported": False}, "Not Supported"),
-                                           ({"xid_permission": False}, "Insufficient Permissions")])
+@pytest.mark.parametrize(
+    "scenario, why",
+    [({"xid_supported": False}, "Not Supported"), ({"xid_permission": False}, "Insufficient Permissions")],
+)
 def test_xid_refused_disables_events_with_a_note(scenario, why):
     clock = FakeClock()
     b = backend(clock, xid=[{"at": 0, "device": 0, "code": 79}], **scenario)
@@ -170,8 +197,10 @@ def test_an_nvml_error_in_the_process_list_marks_the_device_not_the_read():
     assert snap.devices[0].extra["error"] == "NVMLError_InvalidArgument: Invalid Argument"
 
 
-@pytest.mark.parametrize("call, pids", [("nvmlDeviceGetComputeRunningProcesses", [4300]),
-                                        ("nvmlDeviceGetGraphicsRunningProcesses", [4242, 4243])])
+@pytest.mark.parametrize(
+    "call, pids",
+    [("nvmlDeviceGetComputeRunningProcesses", [4300]), ("nvmlDeviceGetGraphicsRunningProcesses", [4242, 4243])],
+)
 def test_a_process_list_not_supported_is_skipped(call, pids):
     clock = FakeClock()
     snap = backend(clock, errors={call: "NotSupported"}).read(clock.monotonic())

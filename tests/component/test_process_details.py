@@ -1,4 +1,5 @@
 """psutil's per-process details, on the real /proc: this test process itself."""
+
 import os
 
 from guardian.host.process_details import PsutilDetails
@@ -22,4 +23,4 @@ def test_a_reused_pid_is_reported_not_read():
 
 
 def test_an_exited_process_is_reported():
-    assert PsutilDetails().read([ProcKey(2 ** 22 + 7, 1)]) == {str(2 ** 22 + 7): {"error": "exited"}}
+    assert PsutilDetails().read([ProcKey(2**22 + 7, 1)]) == {str(2**22 + 7): {"error": "exited"}}

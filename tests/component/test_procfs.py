@@ -1,4 +1,5 @@
 """ProcFS against fake /proc trees written into a temp dir (FakeProcTree)."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,7 +34,14 @@ def test_stat_status_cmdline_round_trip(tree, procfs):
     tree.add_process(100, ppid=1, cmdline=SERVER, starttime=5000, utime=40, stime=2, rss_pages=3000)
     st = procfs.stat(100)
     assert (st.pid, st.comm, st.ppid, st.utime, st.stime, st.starttime, st.rss_pages) == (
-        100, "python3", 1, 40, 2, 5000, 3000)
+        100,
+        "python3",
+        1,
+        40,
+        2,
+        5000,
+        3000,
+    )
     assert procfs.status(100).vm_rss_bytes == 3000 * 4096
     assert procfs.cmdline(100) == SERVER
 
@@ -62,8 +70,7 @@ def test_process_stat_sums_threads_while_status_counters_are_the_leaders(tree, p
     status = procfs.status(100)
     assert (status.voluntary_ctxt_switches, status.nonvoluntary_ctxt_switches) == (40, 3)
     worker = procfs.thread_status(100, 101)
-    assert (worker.name, worker.tgid, worker.pid, worker.nonvoluntary_ctxt_switches) == (
-        "input_thread", 100, 101, 230)
+    assert (worker.name, worker.tgid, worker.pid, worker.nonvoluntary_ctxt_switches) == ("input_thread", 100, 101, 230)
 
 
 def test_threads_and_their_files(tree, procfs):
@@ -164,11 +171,14 @@ def test_a_thread_that_exited_is_target_gone(tree, procfs):
         procfs.thread_stat(100, 101)
 
 
-@pytest.mark.parametrize("relpath, call", [
-    ("100/stat", lambda p: p.stat(100)),
-    ("100/status", lambda p: p.status(100)),
-    ("100/task/100/syscall", lambda p: p.thread_syscall(100, 100)),
-])
+@pytest.mark.parametrize(
+    "relpath, call",
+    [
+        ("100/stat", lambda p: p.stat(100)),
+        ("100/status", lambda p: p.status(100)),
+        ("100/task/100/syscall", lambda p: p.thread_syscall(100, 100)),
+    ],
+)
 def test_a_file_emptied_by_an_exit_mid_read_is_target_gone(tree, procfs, relpath, call):
     tree.add_process(100)
     tree.write(relpath, b"")

@@ -1,4 +1,5 @@
 """The procfs probe on a fake /proc tree: rates from two readings, two stages, identities."""
+
 from __future__ import annotations
 
 import pytest
@@ -21,8 +22,10 @@ def tree(tmp_path):
 
 
 def target(tree) -> Target:
-    procs = (ProcessInfo(tree.procfs().identity(API), 1, Role.API_SERVER, ("x",)),
-             ProcessInfo(tree.procfs().identity(ENGINE), API, Role.ENGINE_CORE, ("VLLM::EngineCore",)))
+    procs = (
+        ProcessInfo(tree.procfs().identity(API), 1, Role.API_SERVER, ("x",)),
+        ProcessInfo(tree.procfs().identity(ENGINE), API, Role.ENGINE_CORE, ("VLLM::EngineCore",)),
+    )
     return Target("llm", procs[0].key, procs, 8000, "http://127.0.0.1:8000")
 
 

@@ -1,6 +1,7 @@
 """The Redis alert sink against a real redis-server (one per test, on a free port):
 delivery to stream and channel, nothing lost across Redis or guardian restarts,
 exactly once per event id, a hung Redis never blocks the caller, a bounded spool."""
+
 from __future__ import annotations
 
 import json
@@ -62,9 +63,20 @@ def events(n: int, start: float = 1_700_000_000.0) -> list[dict]:
 
 def make_sink(sinks, server, state_dir, *, max_events: int = 1000, start: bool = True, **kw) -> AlertSink:
     spool = Spool(state_dir / "spool", max_events=max_events, max_bytes=1 << 20)
-    sink = AlertSink(make_client(server.url, timeout=TIMEOUT), spool, node=NODE, stream=STREAM,
-                     channel=CHANNEL, control_channel=CONTROL, backoff_initial=0.02, backoff_max=0.2,
-                     idle_interval=0.2, url_for_log=server.url, start=start, **kw)
+    sink = AlertSink(
+        make_client(server.url, timeout=TIMEOUT),
+        spool,
+        node=NODE,
+        stream=STREAM,
+        channel=CHANNEL,
+        control_channel=CONTROL,
+        backoff_initial=0.02,
+        backoff_max=0.2,
+        idle_interval=0.2,
+        url_for_log=server.url,
+        start=start,
+        **kw,
+    )
     sinks.append(sink)
     return sink
 
@@ -148,8 +160,11 @@ def test_the_delivery_script_refuses_a_second_copy_of_an_id(server):
     client = make_client(server.url, timeout=TIMEOUT)
     delivery = RedisDelivery(client, node=NODE, stream=STREAM, channel=CHANNEL, maxlen=100)
     (ev,) = events(1)
-    assert [delivery.deliver(ev), delivery.deliver(ev), delivery.deliver(dict(ev, summary="changed"))] \
-        == [True, False, False]
+    assert [delivery.deliver(ev), delivery.deliver(ev), delivery.deliver(dict(ev, summary="changed"))] == [
+        True,
+        False,
+        False,
+    ]
     assert stream_ids(client) == [ev["id"]]
 
 
@@ -262,14 +277,25 @@ def test_a_control_message_to_a_hung_redis_gives_up_after_the_timeout(server):
 
 # ---------------------------------------------------------------- configuration, secrets
 def alerts_cfg(url: str, **kw) -> AlertsConfig:
-    return AlertsConfig(redis_url=url, stream=STREAM, channel=CHANNEL, timeout=TIMEOUT,
-                        spool=SpoolConfig(max_events=100, max_bytes=1 << 20), **kw)
+    return AlertsConfig(
+        redis_url=url,
+        stream=STREAM,
+        channel=CHANNEL,
+        timeout=TIMEOUT,
+        spool=SpoolConfig(max_events=100, max_bytes=1 << 20),
+        **kw,
+    )
 
 
 def test_a_sink_from_config_delivers_with_a_password_from_the_environment(server, sinks, tmp_path):
     server.client().config_set("requirepass", "s3cret")
-    sink = AlertSink.from_config(alerts_cfg(server.url, password_env="GUARDIAN_TEST_PW"), tmp_path, NODE,
-                                 environ={"GUARDIAN_TEST_PW": "s3cret"}, backoff_max=0.2)
+    sink = AlertSink.from_config(
+        alerts_cfg(server.url, password_env="GUARDIAN_TEST_PW"),
+        tmp_path,
+        NODE,
+        environ={"GUARDIAN_TEST_PW": "s3cret"},
+        backoff_max=0.2,
+    )
     sinks.append(sink)
     sink.publish(events(1)[0])
     reader = server.client(password="s3cret")
@@ -302,14 +328,17 @@ def test_the_password_never_reaches_the_log(server, sinks, tmp_path, caplog):
     assert f"redis://:***@127.0.0.1:{server.port}/0" in caplog.text
 
 
-@pytest.mark.parametrize("url, masked", [
-    ("redis://:pw@host:6379/0", "redis://:***@host:6379/0"),
-    ("rediss://user:pw@host:6380", "rediss://user:***@host:6380"),
-    ("redis://user@host", "redis://user@host"),
-    ("redis://host:6379/0", "redis://host:6379/0"),
-    ("unix:///run/redis.sock?db=0&password=pw", "unix:///run/redis.sock?db=0&password=***"),
-    ("unix:///var/lib/guardian/redis/redis.sock", "unix:///var/lib/guardian/redis/redis.sock"),
-])
+@pytest.mark.parametrize(
+    "url, masked",
+    [
+        ("redis://:pw@host:6379/0", "redis://:***@host:6379/0"),
+        ("rediss://user:pw@host:6380", "rediss://user:***@host:6380"),
+        ("redis://user@host", "redis://user@host"),
+        ("redis://host:6379/0", "redis://host:6379/0"),
+        ("unix:///run/redis.sock?db=0&password=pw", "unix:///run/redis.sock?db=0&password=***"),
+        ("unix:///var/lib/guardian/redis/redis.sock", "unix:///var/lib/guardian/redis/redis.sock"),
+    ],
+)
 def test_urls_are_logged_with_the_password_masked(url, masked):
     assert mask_url(url) == masked
 
@@ -347,8 +376,7 @@ def test_the_embedded_redis_is_started_by_from_config_and_stopped_by_close(sinks
         def stop(self):
             calls.append("stop")
 
-    sink = AlertSink.from_config(alerts_cfg("embedded"), tmp_path, NODE, embedded_factory=FakeEmbedded,
-                                 start=False)
+    sink = AlertSink.from_config(alerts_cfg("embedded"), tmp_path, NODE, embedded_factory=FakeEmbedded, start=False)
     sink.close()
     assert calls == [("init", str(tmp_path)), "start", "stop"]
 

@@ -1,4 +1,5 @@
 """Evidence retention: oldest closed bundles go first, by count and by bytes; open incidents stay."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -89,12 +90,15 @@ def test_a_missing_incidents_folder_is_nothing_to_do(tmp_path):
     assert apply_retention(tmp_path / "absent", max_bundles=1, max_bytes=1) == []
 
 
-@pytest.mark.parametrize("content, expected", [
-    ('{"status": "firing"}', True),
-    ('{"status": "resolved"}', False),
-    ("{not json", False),  # corrupt: not kept forever
-    (None, False),  # a snapshot: no incident.json
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ('{"status": "firing"}', True),
+        ('{"status": "resolved"}', False),
+        ("{not json", False),  # corrupt: not kept forever
+        (None, False),  # a snapshot: no incident.json
+    ],
+)
 def test_is_open(tmp_path, content, expected):
     if content is not None:
         (tmp_path / "incident.json").write_text(content)
@@ -107,12 +111,15 @@ def test_scan_measures_every_file_of_a_bundle(tmp_path):
     assert b.size == 300 + len((tmp_path / ulid(0) / "incident.json").read_bytes())
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("01HZX3Q0N7V4Y8K2M6P9R5T1W3", "01HZX3Q0N7V4Y8K2M6P9R5T1W3"),
-    ("snapshot-01HZX3Q0N7V4Y8K2M6P9R5T1W3", "01HZX3Q0N7V4Y8K2M6P9R5T1W3"),
-    ("01HZX3Q0N7V4Y8K2M6P9R5T1W", None),  # too short
-    ("01HZX3Q0N7V4Y8K2M6P9R5T1WU", None),  # U is not Crockford base32
-    ("spool", None),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("01HZX3Q0N7V4Y8K2M6P9R5T1W3", "01HZX3Q0N7V4Y8K2M6P9R5T1W3"),
+        ("snapshot-01HZX3Q0N7V4Y8K2M6P9R5T1W3", "01HZX3Q0N7V4Y8K2M6P9R5T1W3"),
+        ("01HZX3Q0N7V4Y8K2M6P9R5T1W", None),  # too short
+        ("01HZX3Q0N7V4Y8K2M6P9R5T1WU", None),  # U is not Crockford base32
+        ("spool", None),
+    ],
+)
 def test_ulid_of(name, expected):
     assert ulid_of(name) == expected

@@ -1,4 +1,5 @@
 """The command runner: argv only, timeouts kill the whole group, output is capped."""
+
 import sys
 import time
 
@@ -16,8 +17,10 @@ def test_exit_code_and_output_come_back():
 
 
 def test_a_command_past_its_timeout_is_killed_with_its_children():
-    code = ("import subprocess,sys,time; "
-            "subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)']); time.sleep(60)")
+    code = (
+        "import subprocess,sys,time; "
+        "subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)']); time.sleep(60)"
+    )
     t0 = time.monotonic()
     r = SubprocessRunner().run([PY, "-c", code], 1.0)
     assert r.timed_out and r.returncode is None and not r.ok

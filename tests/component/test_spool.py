@@ -1,4 +1,5 @@
 """The alert spool on a real filesystem: durable, ordered, bounded, crash-tolerant."""
+
 from __future__ import annotations
 
 import json

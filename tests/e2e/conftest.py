@@ -4,6 +4,7 @@ Registers the ``e2e`` marker (every test here carries it), puts the fault plugin
 module on ``sys.path`` for its own unit tests, and collects the measured numbers
 (``results`` fixture) into the terminal summary and ``.e2e/results/e2e-latest.json``.
 """
+
 from __future__ import annotations
 
 import json

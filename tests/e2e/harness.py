@@ -13,6 +13,7 @@ Shared by the e2e suite (``tests/e2e``) and the detection benchmark (``benchmark
 
 Everything is loopback; nothing is downloaded.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,8 +59,13 @@ def ensure_model(out: Path = MODEL_DIR, python: Path = E2E_PYTHON, timeout: floa
     """The tiny model directory, generated with the e2e venv's transformers when missing."""
     if (out / "config.json").is_file() and (out / "tokenizer.json").is_file():
         return out
-    subprocess.run([str(python), str(MAKE_MODEL), str(out)], check=True, timeout=timeout,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    subprocess.run(
+        [str(python), str(MAKE_MODEL), str(out)],
+        check=True,
+        timeout=timeout,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     return out
 
 
@@ -68,25 +74,42 @@ def e2e_env(fault_dir: Path, base: dict[str, str] | None = None) -> dict[str, st
     env = dict(os.environ if base is None else base)
     for key in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
         env.pop(key, None)  # the server runs from .e2e/venv, not from the guardian's venv
-    env.update({
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "DO_NOT_TRACK": "1",
-        FAULT_ENV: str(fault_dir),
-    })
+    env.update(
+        {
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            FAULT_ENV: str(fault_dir),
+        }
+    )
     return env
 
 
 class VllmServer(SimServer):
     """A real vLLM OpenAI server on loopback (the tree tracking and teardown of ``SimServer``)."""
 
-    def __init__(self, model_dir: Path, fault_dir: Path, log_path: Path, port: int | None = None,
-                 python: Path = E2E_PYTHON, extra_args: tuple[str, ...] = (), api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        fault_dir: Path,
+        log_path: Path,
+        port: int | None = None,
+        python: Path = E2E_PYTHON,
+        extra_args: tuple[str, ...] = (),
+        api_key: str | None = None,
+    ) -> None:
         fault_dir.mkdir(parents=True, exist_ok=True)
-        super().__init__(port=port, model=SERVED_MODEL, env=e2e_env(fault_dir), log_path=log_path,
-                         python=str(python), extra_args=extra_args, api_key=api_key)
+        super().__init__(
+            port=port,
+            model=SERVED_MODEL,
+            env=e2e_env(fault_dir),
+            log_path=log_path,
+            python=str(python),
+            extra_args=extra_args,
+            api_key=api_key,
+        )
         self.model_dir = model_dir
         self.fault_dir = fault_dir
         self.started_at: float | None = None
@@ -94,10 +117,25 @@ class VllmServer(SimServer):
 
     @property
     def argv(self) -> list[str]:
-        return [self.python, "-m", API_SERVER_MODULE, "--model", str(self.model_dir),
-                "--served-model-name", self.model, "--host", self.host, "--port", str(self.port),
-                "--max-model-len", "512", "--dtype", "float32",
-                *(("--api-key", self.api_key) if self.api_key else ()), *self.extra_args]
+        return [
+            self.python,
+            "-m",
+            API_SERVER_MODULE,
+            "--model",
+            str(self.model_dir),
+            "--served-model-name",
+            self.model,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--max-model-len",
+            "512",
+            "--dtype",
+            "float32",
+            *(("--api-key", self.api_key) if self.api_key else ()),
+            *self.extra_args,
+        ]
 
     def start(self) -> VllmServer:
         super().start()
@@ -201,8 +239,16 @@ class GuardianRun:
     """``guardian run`` (``--dry-run`` unless told otherwise) watching one target (by port unless
     ``match`` says otherwise); state and socket under ``base``."""
 
-    def __init__(self, base: Path, port: int, name: str = "vllm", python: str = sys.executable,
-                 extra: dict | None = None, match: dict | None = None, dry_run: bool = True) -> None:
+    def __init__(
+        self,
+        base: Path,
+        port: int,
+        name: str = "vllm",
+        python: str = sys.executable,
+        extra: dict | None = None,
+        match: dict | None = None,
+        dry_run: bool = True,
+    ) -> None:
         base.mkdir(parents=True, exist_ok=True)
         self.name = name
         self.state_dir = base / "state"
@@ -231,9 +277,19 @@ class GuardianRun:
     def start(self) -> GuardianRun:
         with open(self.log_path, "wb") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
-                [self.python, "-m", "guardian.cli", "run", *(["--dry-run"] if self.dry_run else []),
-                 "-c", str(self.config_path)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                [
+                    self.python,
+                    "-m",
+                    "guardian.cli",
+                    "run",
+                    *(["--dry-run"] if self.dry_run else []),
+                    "-c",
+                    str(self.config_path),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
         self.started_at = time.time()
         return self
@@ -251,8 +307,7 @@ class GuardianRun:
         return self.proc.returncode
 
     def incidents(self) -> list[dict]:
-        return sorted((incident_to_dict(i) for i in IncidentStore(self.state_dir).list()),
-                      key=lambda i: i["opened_at"])
+        return sorted((incident_to_dict(i) for i in IncidentStore(self.state_dir).list()), key=lambda i: i["opened_at"])
 
     def wait_incident(self, kind: str, timeout: float) -> dict | None:
         return poll(lambda: next((i for i in self.incidents() if i["kind"] == kind), None), timeout)
@@ -260,6 +315,7 @@ class GuardianRun:
     def evidence_mentioning(self, incident_id: str, needle: str, timeout: float) -> Path | None:
         """The first text file of the incident's evidence bundle that contains ``needle`` (polled:
         the capture runs after the incident opens), else None."""
+
         def look() -> Path | None:
             inc = next((i for i in self.incidents() if i["id"] == incident_id), None)
             if inc is None or not inc["evidence_dir"]:
@@ -271,13 +327,16 @@ class GuardianRun:
                 except OSError:
                     continue
             return None
+
         return poll(look, timeout, every=1.0)
 
     def status(self) -> dict | None:
         try:
             out = subprocess.run(
                 [self.python, "-m", "guardian.cli", "status", "--json", "-c", str(self.config_path)],
-                capture_output=True, text=True, timeout=30,
+                capture_output=True,
+                text=True,
+                timeout=30,
             )
         except subprocess.TimeoutExpired:
             return None
@@ -357,8 +416,7 @@ def py_spy_dump(pid: int, timeout: float = 30.0) -> str:
     """``py-spy dump`` of a process (py-spy from this venv), its text; empty when it fails."""
     exe = Path(sys.executable).with_name("py-spy")
     try:
-        out = subprocess.run([str(exe), "dump", "--pid", str(pid)], capture_output=True, text=True,
-                             timeout=timeout)
+        out = subprocess.run([str(exe), "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return out.stdout + out.stderr

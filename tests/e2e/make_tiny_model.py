@@ -8,6 +8,7 @@ generates is gibberish; the engine around it (scheduler, KV cache, metrics) is r
 Usage: ``python make_tiny_model.py OUT_DIR``. Writes into ``OUT_DIR.tmp`` and
 renames, so a half-written model is never mistaken for a cached one.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -33,11 +34,13 @@ def build_tokenizer():
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=list(SPECIAL),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE, special_tokens=list(SPECIAL), initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator(SENTENCES * 4, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
-                                   eos_token="</s>", model_max_length=512)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>", model_max_length=512
+    )
 
 
 def build_model(vocab_size: int, bos_id: int, eos_id: int):
@@ -46,9 +49,18 @@ def build_model(vocab_size: int, bos_id: int, eos_id: int):
 
     torch.manual_seed(0)
     cfg = LlamaConfig(
-        vocab_size=vocab_size, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=64, max_position_embeddings=512,
-        bos_token_id=bos_id, eos_token_id=eos_id, tie_word_embeddings=False, torch_dtype="float32",
+        vocab_size=vocab_size,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,
+        max_position_embeddings=512,
+        bos_token_id=bos_id,
+        eos_token_id=eos_id,
+        tie_word_embeddings=False,
+        torch_dtype="float32",
     )
     return LlamaForCausalLM(cfg)
 

@@ -1,4 +1,5 @@
 """The fault plugin's decisions and patching, without vLLM (stand-in classes, a temp trigger dir)."""
+
 from __future__ import annotations
 
 import json
@@ -11,31 +12,43 @@ import guardian_vllm_fault_plugin as fp
 from harness import poll
 
 
-@pytest.mark.parametrize("names, expected", [
-    ([], frozenset()),
-    (["busy_loop"], frozenset({"busy_loop"})),
-    (["busy_loop.onset", ".busy_loop.tmp", "notes.txt"], frozenset()),
-    (["die", "kv_leak", "rss_leak", "stall"], frozenset({"die", "kv_leak", "rss_leak", "stall"})),
-])
+@pytest.mark.parametrize(
+    "names, expected",
+    [
+        ([], frozenset()),
+        (["busy_loop"], frozenset({"busy_loop"})),
+        (["busy_loop.onset", ".busy_loop.tmp", "notes.txt"], frozenset()),
+        (["die", "kv_leak", "rss_leak", "stall"], frozenset({"die", "kv_leak", "rss_leak", "stall"})),
+    ],
+)
 def test_read_triggers_keeps_only_known_fault_names(names, expected):
     assert fp.read_triggers(names) == expected
 
 
-@pytest.mark.parametrize("triggers, expected", [
-    (set(), None),
-    ({"kv_leak", "rss_leak"}, None),
-    ({"stall"}, "stall"),
-    ({"stall", "busy_loop"}, "busy_loop"),
-    ({"stall", "busy_loop", "die"}, "die"),
-])
+@pytest.mark.parametrize(
+    "triggers, expected",
+    [
+        (set(), None),
+        ({"kv_leak", "rss_leak"}, None),
+        ({"stall"}, "stall"),
+        ({"stall", "busy_loop"}, "busy_loop"),
+        ({"stall", "busy_loop", "die"}, "die"),
+    ],
+)
 def test_blocking_fault_priority_is_death_then_busy_loop_then_stall(triggers, expected):
     assert fp.blocking_fault(triggers) == expected
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("", fp.DEFAULT_RSS_MB_PER_STEP), ("16\n", 16), ("0", fp.DEFAULT_RSS_MB_PER_STEP),
-    ("-3", fp.DEFAULT_RSS_MB_PER_STEP), ("lots", fp.DEFAULT_RSS_MB_PER_STEP),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("", fp.DEFAULT_RSS_MB_PER_STEP),
+        ("16\n", 16),
+        ("0", fp.DEFAULT_RSS_MB_PER_STEP),
+        ("-3", fp.DEFAULT_RSS_MB_PER_STEP),
+        ("lots", fp.DEFAULT_RSS_MB_PER_STEP),
+    ],
+)
 def test_parse_rss_mb(text, expected):
     assert fp.parse_rss_mb(text) == expected
 

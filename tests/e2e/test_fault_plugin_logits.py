@@ -2,6 +2,7 @@
 
 The tensor arithmetic itself runs inside vLLM (test_real_vllm_gates.py shows its effect).
 """
+
 from __future__ import annotations
 
 import json
@@ -35,10 +36,15 @@ def test_install_wraps_forward_once_and_passes_logits_through_without_a_trigger(
     assert c.corrupted == 0 and list(fdir.path.iterdir()) == []
 
 
-@pytest.mark.parametrize("present, chosen", [
-    ((), None), (("logits_noise",), "logits_noise"), (("logits_nan",), "logits_nan"),
-    (("logits_noise", "logits_nan"), "logits_nan"),
-])
+@pytest.mark.parametrize(
+    "present, chosen",
+    [
+        ((), None),
+        (("logits_noise",), "logits_noise"),
+        (("logits_nan",), "logits_nan"),
+        (("logits_noise", "logits_nan"), "logits_nan"),
+    ],
+)
 def test_which_output_fault_is_on(fdir, present, chosen):
     for name in present:
         (fdir.path / name).write_text("")

@@ -11,6 +11,7 @@ the fault on the first engine step after it). Deadlines are generous failure
 bounds for a shared 2-core machine, not performance claims; the measured numbers
 go to the terminal summary (``results``).
 """
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,19 @@ import pytest
 
 from benchmarks.report import parse_vmrss
 from guardian.sim.control import LoadGenerator
-from harness import (E2E_PYTHON, FaultSwitch, GuardianRun, HealthPoller, VllmServer, cmdline_match, e2e_env,
-                     ensure_model, fire, poll, py_spy_dump)
+from harness import (
+    E2E_PYTHON,
+    FaultSwitch,
+    GuardianRun,
+    HealthPoller,
+    VllmServer,
+    cmdline_match,
+    e2e_env,
+    ensure_model,
+    fire,
+    poll,
+    py_spy_dump,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
@@ -97,8 +109,9 @@ def test_no_incident_during_warm_up_sustained_load_or_idle(server, workdir, resu
         results["warm_up_start_to_first_healthy_canary_s"] = time.time() - server.started_at
         assert g.incidents() == [], g.log_text()
 
-        with LoadGenerator(server.url, server.model, clients=4, max_tokens=(1, 256),
-                           request_timeout=60.0, max_duration=60.0) as load:
+        with LoadGenerator(
+            server.url, server.model, clients=4, max_tokens=(1, 256), request_timeout=60.0, max_duration=60.0
+        ) as load:
             time.sleep(60)  # the scenario *is* a duration: 60 s of concurrent long and short completions
         stats = load.stats()
         results["load_60s_completions_ok"] = stats.ok
@@ -114,8 +127,7 @@ def test_no_incident_during_warm_up_sustained_load_or_idle(server, workdir, resu
         assert g.stop() == 0, g.log_text()
 
 
-def test_busy_loop_in_the_engine_opens_busy_loop_on_the_engine_main_thread(ready_server, guardian, switch,
-                                                                           results):
+def test_busy_loop_in_the_engine_opens_busy_loop_on_the_engine_main_thread(ready_server, guardian, switch, results):
     server = ready_server
     engine = server.engine_pid()
     health = HealthPoller(server.host, server.port, period=2.0).start()  # /health all along
@@ -182,8 +194,12 @@ def test_fault_plugin_leaks_kv_blocks_and_engine_memory(ready_server, switch):
     switch.on("kv_leak")
     for i in range(4):
         server.complete(f"leak {i} " * 40, max_tokens=32, timeout=60)
-    idle_with_blocks = poll(lambda: server.metric("vllm:num_requests_running") == 0
-                            and (server.metric("vllm:kv_cache_usage_perc") or 0) > 0, 30)
+    idle_with_blocks = poll(
+        lambda: (
+            server.metric("vllm:num_requests_running") == 0 and (server.metric("vllm:kv_cache_usage_perc") or 0) > 0
+        ),
+        30,
+    )
     assert idle_with_blocks, server.metrics_text()
     assert switch.onset("kv_leak")["pid"] == engine
 
@@ -193,8 +209,9 @@ def test_kv_blocks_never_freed_open_kv_cache_leak(ready_server, switch, workdir,
     The tiny model's 1 GiB KV cache holds ~65k blocks, so a few leaked requests are a small share:
     the margin is set to match (production default: 0.1 of the cache)."""
     server = ready_server
-    g = GuardianRun(workdir / "g-kv-leak", server.port,
-                    extra={"detectors": {"kv_cache_leak": {"window": 10, "margin": 0.0001}}}).start()
+    g = GuardianRun(
+        workdir / "g-kv-leak", server.port, extra={"detectors": {"kv_cache_leak": {"window": 10, "margin": 0.0001}}}
+    ).start()
     try:
         assert g.wait_ready(GUARDIAN_READY_TIMEOUT), g.log_text()
         switch.on("kv_leak")
@@ -239,11 +256,22 @@ def test_busy_loop_is_remediated_in_command_mode_and_the_new_server_answers(work
     g = None
     try:
         started = old.wait_ready(SERVER_READY_TIMEOUT)
-        restart = {"mode": "command", "command": list(old.argv), "env": e2e_env(faults, base={}),
-                   "stop_timeout": 20, "ready_timeout": 600, "log_file": str(workdir / "vllm-restarted.log")}
-        g = GuardianRun(workdir / "g-restart", port, dry_run=False,
-                        extra={"targets": [{"name": "vllm", "match": {"port": port}, "restart": restart,
-                                            "drain": {"timeout": 30}}]}).start()
+        restart = {
+            "mode": "command",
+            "command": list(old.argv),
+            "env": e2e_env(faults, base={}),
+            "stop_timeout": 20,
+            "ready_timeout": 600,
+            "log_file": str(workdir / "vllm-restarted.log"),
+        }
+        g = GuardianRun(
+            workdir / "g-restart",
+            port,
+            dry_run=False,
+            extra={
+                "targets": [{"name": "vllm", "match": {"port": port}, "restart": restart, "drain": {"timeout": 30}}]
+            },
+        ).start()
         assert g.wait_ready(GUARDIAN_READY_TIMEOUT), g.log_text()
         onset = fire(old, switch, "busy_loop")
         inc = g.wait_incident("busy_loop", DETECT_TIMEOUT)
@@ -251,12 +279,21 @@ def test_busy_loop_is_remediated_in_command_mode_and_the_new_server_answers(work
         # The trigger must be gone before the replacement's first request (its verify canary),
         # but not before the stop: removing it ends the spin, and a recovered engine resolves the
         # incident before any restart.
-        stopping = poll(lambda: (t := g.target()) and (t.get("remediation") or {}).get("phase")
-                        in ("stopping", "releasing", "starting", "verifying"), DETECT_TIMEOUT, every=0.5)
+        stopping = poll(
+            lambda: (
+                (t := g.target())
+                and (t.get("remediation") or {}).get("phase") in ("stopping", "releasing", "starting", "verifying")
+            ),
+            DETECT_TIMEOUT,
+            every=0.5,
+        )
         switch.clear("busy_loop")
         assert stopping, g.log_text()
-        done = poll(lambda: next((i for i in g.incidents() if i["id"] == inc["id"] and i["status"] == "resolved"),
-                                 None), 900, every=2.0)
+        done = poll(
+            lambda: next((i for i in g.incidents() if i["id"] == inc["id"] and i["status"] == "resolved"), None),
+            900,
+            every=2.0,
+        )
         assert done is not None, g.log_text()
         acts = {a["name"]: a for a in done["actions"]}
         assert {"stopping", "starting", "verifying"} <= set(acts), done["actions"]

@@ -12,6 +12,7 @@ One server for the module, in this order:
 The tiny random model cannot answer "1+1=": its diagnostic expects ``baseline``.
 Measured numbers go to the terminal summary (``results``).
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 SERVER_READY_TIMEOUT = 900.0
 GUARDIAN_READY_TIMEOUT = 180.0
 INTERVAL = 2.0
-GATES = {"enabled": True, "interval": INTERVAL,
-         "diagnostics": [{"prompt": "1+1=", "expect": "baseline", "max_tokens": 4}]}
+GATES = {
+    "enabled": True,
+    "interval": INTERVAL,
+    "diagnostics": [{"prompt": "1+1=", "expect": "baseline", "max_tokens": 4}],
+}
 SHADOW = GatesConfig().shadow_prompts
 PROMPTS = (("1+1=", 4),) + tuple((p, GatesConfig().shadow_max_tokens) for p in SHADOW)
 
@@ -69,9 +73,14 @@ def gates(g: GuardianRun) -> dict:
 
 def greedy(server, prompt: str, max_tokens: int, timeout: float = 60.0) -> tuple[str, list[float], float]:
     t0 = time.monotonic()
-    status, body = http_request(server.host, server.port, "POST", "/v1/completions", {
-        "model": server.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "seed": 0,
-        "logprobs": 5}, timeout=timeout)
+    status, body = http_request(
+        server.host,
+        server.port,
+        "POST",
+        "/v1/completions",
+        {"model": server.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "seed": 0, "logprobs": 5},
+        timeout=timeout,
+    )
     assert status == 200, body[:300]
     choice = json.loads(body)["choices"][0]
     return choice["text"], choice["logprobs"]["token_logprobs"], time.monotonic() - t0
@@ -79,9 +88,21 @@ def greedy(server, prompt: str, max_tokens: int, timeout: float = 60.0) -> tuple
 
 def reference_seconds(server) -> float:
     t0 = time.monotonic()
-    status, body = http_request(server.host, server.port, "POST", "/v1/completions", {
-        "model": server.model, "prompt": BUILTIN_REFERENCE, "max_tokens": 1, "temperature": 0, "seed": 0,
-        "prompt_logprobs": 0}, timeout=60.0)
+    status, body = http_request(
+        server.host,
+        server.port,
+        "POST",
+        "/v1/completions",
+        {
+            "model": server.model,
+            "prompt": BUILTIN_REFERENCE,
+            "max_tokens": 1,
+            "temperature": 0,
+            "seed": 0,
+            "prompt_logprobs": 0,
+        },
+        timeout=60.0,
+    )
     assert status == 200, body[:300]
     assert json.loads(body)["choices"][0].get("prompt_logprobs"), "vLLM gave no prompt_logprobs"
     return time.monotonic() - t0

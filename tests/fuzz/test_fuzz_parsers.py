@@ -6,6 +6,7 @@ npu-smi parsers ``ProbeFailed``; the py-spy output parsers ``ValueError`` (and w
 return renders and scrubs without raising); the config loader ``ConfigError``; the control
 socket answers every byte string with one JSON line and keeps serving.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,28 +29,56 @@ from guardian.host.accel.npu_smi_parse import parse_info, parse_usages
 from guardian.probes.vllm_metrics_parse import parse_vllm_metrics
 
 FIX = Path(__file__).parent.parent / "fixtures"
-FUZZ = settings(max_examples=int(os.environ.get("GUARDIAN_FUZZ_EXAMPLES", "200")), deadline=timedelta(seconds=2),
-                database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=int(os.environ.get("GUARDIAN_FUZZ_EXAMPLES", "200")),
+    deadline=timedelta(seconds=2),
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
-STAT = ("5034 (cat) R 5029 5029 2734 0 -1 4194304 99 0 0 0 7 3 0 0 20 0 1 0 16354 3133440 393 "
-        "18446744073709551615 94665932169216 94665932189097 140727217426352 0 0 0 0 0 0 0 0 0 17 0 "
-        "0 0 0 0 0 94665932205104 94665932206720 94666834976768 140727217433304 140727217433324 "
-        "140727217433324 140727217434603 0\n")
-STATUS = ("Name:\tpython3\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t100\nNgid:\t0\nPid:\t100\nPPid:\t1\n"
-          "Threads:\t4\nVmRSS:\t  102400 kB\nvoluntary_ctxt_switches:\t150\nnonvoluntary_ctxt_switches:\t545\n")
+STAT = (
+    "5034 (cat) R 5029 5029 2734 0 -1 4194304 99 0 0 0 7 3 0 0 20 0 1 0 16354 3133440 393 "
+    "18446744073709551615 94665932169216 94665932189097 140727217426352 0 0 0 0 0 0 0 0 0 17 0 "
+    "0 0 0 0 0 94665932205104 94665932206720 94666834976768 140727217433304 140727217433324 "
+    "140727217433324 140727217434603 0\n"
+)
+STATUS = (
+    "Name:\tpython3\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t100\nNgid:\t0\nPid:\t100\nPPid:\t1\n"
+    "Threads:\t4\nVmRSS:\t  102400 kB\nvoluntary_ctxt_switches:\t150\nnonvoluntary_ctxt_switches:\t545\n"
+)
 SYSCALL = "7 0x7ffd 0x1 0x0 0x0 0x0 0x0 0x7ffd0 0x7f00\n"
-NET_TCP = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
-           "   0: 0100007F:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 12345 1 "
-           "0000000000000000 100 0 0 10 0\n")
-PYSPY_TEXT = ('Process 200: VLLM::EngineCore\nPython v3.12.3 (/usr/bin/python3)\n\n'
-              'Thread 200 (active+gil): "MainThread"\n    _spin (engine.py:10)\n        Arguments:\n'
-              '            n: 3\n    step (core.py:22)\nThread 201 (idle): "ZMQbg/IO/0"\n')
-PYSPY_JSON = json.dumps([{"pid": 200, "thread_id": 1, "thread_name": "MainThread", "os_thread_id": 200,
-                          "active": True, "owns_gil": True, "frames": [
-                              {"name": "_spin", "filename": "/e.py", "module": None, "short_filename": "e.py",
-                               "line": 10, "locals": [{"name": "api_key", "addr": 1, "arg": True,
-                                                       "repr": "'sk-1'"}]}]}])
+NET_TCP = (
+    "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+    "   0: 0100007F:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 12345 1 "
+    "0000000000000000 100 0 0 10 0\n"
+)
+PYSPY_TEXT = (
+    "Process 200: VLLM::EngineCore\nPython v3.12.3 (/usr/bin/python3)\n\n"
+    'Thread 200 (active+gil): "MainThread"\n    _spin (engine.py:10)\n        Arguments:\n'
+    '            n: 3\n    step (core.py:22)\nThread 201 (idle): "ZMQbg/IO/0"\n'
+)
+PYSPY_JSON = json.dumps(
+    [
+        {
+            "pid": 200,
+            "thread_id": 1,
+            "thread_name": "MainThread",
+            "os_thread_id": 200,
+            "active": True,
+            "owns_gil": True,
+            "frames": [
+                {
+                    "name": "_spin",
+                    "filename": "/e.py",
+                    "module": None,
+                    "short_filename": "e.py",
+                    "line": 10,
+                    "locals": [{"name": "api_key", "addr": 1, "arg": True, "repr": "'sk-1'"}],
+                }
+            ],
+        }
+    ]
+)
 CONFIG = (Path(__file__).parents[2] / "configs" / "examples" / "kubernetes.yaml").read_text()
 
 
@@ -68,17 +97,17 @@ def mutated(draw, samples: list[str]) -> str:
         if op == "insert":
             text = text[:at] + draw(st.text(max_size=8)) + text[at:]
         elif op == "delete":
-            text = text[:at] + text[at + draw(st.integers(1, 16)):]
+            text = text[:at] + text[at + draw(st.integers(1, 16)) :]
         elif op == "replace" and text:
             at = min(at, len(text) - 1)
-            text = text[:at] + draw(st.characters()) + text[at + 1:]
+            text = text[:at] + draw(st.characters()) + text[at + 1 :]
         elif op == "cut":
             text = text[:at]
         else:
             lines = text.splitlines(keepends=True)
             if lines:
                 i = draw(st.integers(0, len(lines) - 1))
-                lines[i:i + 1] = [lines[i]] * (2 if op == "dup_line" else 0)
+                lines[i : i + 1] = [lines[i]] * (2 if op == "dup_line" else 0)
                 text = "".join(lines)
     return text
 
@@ -223,10 +252,31 @@ def test_config_text(text):
 
 
 _SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12))
-_KEYS = st.sampled_from(["interval", "state_dir", "targets", "alerts", "policy", "probes", "detectors",
-                         "name", "match", "port", "restart", "mode", "timeout", "spool", "max_events", "x"])
-_DATA = st.recursive(_SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                       st.dictionaries(_KEYS, inner, max_size=5)), max_leaves=25)
+_KEYS = st.sampled_from(
+    [
+        "interval",
+        "state_dir",
+        "targets",
+        "alerts",
+        "policy",
+        "probes",
+        "detectors",
+        "name",
+        "match",
+        "port",
+        "restart",
+        "mode",
+        "timeout",
+        "spool",
+        "max_events",
+        "x",
+    ]
+)
+_DATA = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_KEYS, inner, max_size=5)),
+    max_leaves=25,
+)
 
 
 @FUZZ
@@ -242,8 +292,7 @@ def test_config_data(data):
 @pytest.fixture(scope="module")
 def control(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("sock") / "g.sock")
-    api = ControlSocket(path, {"ping": lambda req: "pong", "status": lambda req: {"targets": []}},
-                       read_timeout=1.0)
+    api = ControlSocket(path, {"ping": lambda req: "pong", "status": lambda req: {"targets": []}}, read_timeout=1.0)
     api.start()
     yield path
     api.stop()
@@ -266,8 +315,10 @@ def _exchange(path: str, payload: bytes) -> bytes:
 
 _MESSAGES = st.one_of(
     st.binary(max_size=300),
-    st.builds(lambda d: json.dumps(d).encode() + b"\n", st.dictionaries(st.sampled_from(["cmd", "target", "x"]),
-                                                                        _SCALARS, max_size=3)),
+    st.builds(
+        lambda d: json.dumps(d).encode() + b"\n",
+        st.dictionaries(st.sampled_from(["cmd", "target", "x"]), _SCALARS, max_size=3),
+    ),
     st.builds(lambda c: json.dumps({"cmd": c}).encode() + b"\n", st.text(max_size=10)),
 )
 

@@ -4,6 +4,7 @@ Real parts only: a real kernel, real child processes, real /proc, real HTTP.
 Observation is through the guardian's own outputs: the incident files under its
 state dir and ``guardian status --json`` over its control socket.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,7 +52,9 @@ class GuardianProcess:
         with open(self.log_path, "wb") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "guardian.cli", "run", "-c", str(self.config_path)],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         return self
 
@@ -76,7 +79,9 @@ class GuardianProcess:
     def status(self) -> dict | None:
         out = subprocess.run(
             [sys.executable, "-m", "guardian.cli", "status", "--json", "-c", str(self.config_path)],
-            capture_output=True, text=True, timeout=20,
+            capture_output=True,
+            text=True,
+            timeout=20,
         )
         return json.loads(out.stdout) if out.returncode == 0 else None
 

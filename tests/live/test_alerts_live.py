@@ -1,4 +1,5 @@
 """Live: alerts and the fleet through a real Redis shared by real ``guardian run`` processes."""
+
 from __future__ import annotations
 
 import json
@@ -51,14 +52,33 @@ def test_a_restarted_busy_loop_alerts_firing_then_resolved_on_stream_and_channel
     try:
         assert g.wait_ready(30), g.log_text()
         trip(port, "busy_loop")
-        resolved = poll(lambda: next((e for e in stream_events(client)
-                                      if e["kind"] == "busy_loop" and e["status"] == "resolved"), None), 120)
+        resolved = poll(
+            lambda: next(
+                (e for e in stream_events(client) if e["kind"] == "busy_loop" and e["status"] == "resolved"), None
+            ),
+            120,
+        )
         assert resolved is not None, g.log_text()
         events = [e for e in stream_events(client) if e["kind"] == "busy_loop"]
         firing = events[0]
         assert firing["status"] == "firing" and firing["reason"] == "opened"
-        for field in ("schema", "id", "fingerprint", "status", "kind", "severity", "node", "target", "summary",
-                      "signals", "evidence", "actions", "starts_at", "ends_at", "generator"):
+        for field in (
+            "schema",
+            "id",
+            "fingerprint",
+            "status",
+            "kind",
+            "severity",
+            "node",
+            "target",
+            "summary",
+            "signals",
+            "evidence",
+            "actions",
+            "starts_at",
+            "ends_at",
+            "generator",
+        ):
             assert field in firing, field
         assert firing["target"]["pid"] == first.pid and firing["node"] == "node-a"
         assert resolved["fingerprint"] == firing["fingerprint"] and resolved["ends_at"]
@@ -86,8 +106,18 @@ def test_the_fleet_view_shows_two_guardians_sharing_one_redis(tmp_path, redis_se
             guards.append(g.start())
         for g in guards:
             assert g.wait_ready(30), g.log_text()
-        cli = [sys.executable, "-m", "guardian.cli", "status", "--fleet", "--json", "--redis", redis_server.url,
-               "-c", str(guards[0].config_path)]
+        cli = [
+            sys.executable,
+            "-m",
+            "guardian.cli",
+            "status",
+            "--fleet",
+            "--json",
+            "--redis",
+            redis_server.url,
+            "-c",
+            str(guards[0].config_path),
+        ]
 
         def nodes():
             out = subprocess.run(cli, capture_output=True, text=True, timeout=20)

@@ -1,5 +1,6 @@
 """Evidence against real processes with the real py-spy (we run as root, so ptrace works):
 the simulated vLLM server spinning or stalled, and a plain child that exits mid-capture."""
+
 from __future__ import annotations
 
 import json
@@ -59,14 +60,23 @@ def send_in_background(server: SimServer) -> None:
             server.complete(timeout=60)
         except Exception:  # noqa: BLE001 - the server is torn down under it
             pass
+
     threading.Thread(target=call, daemon=True).start()
 
 
 def incident(kind: Kind, target: Target, pid: int) -> Incident:
     now = time.time()
-    return Incident(new_incident_id(now), kind, Severity.CRITICAL, "live", TargetRef(
-        target.name, target.key.pid, target.key.starttime, None, None, "engine_core"), Status.FIRING,
-        f"{kind.value} in {pid}", now, {"pid": pid, "tid": pid})
+    return Incident(
+        new_incident_id(now),
+        kind,
+        Severity.CRITICAL,
+        "live",
+        TargetRef(target.name, target.key.pid, target.key.starttime, None, None, "engine_core"),
+        Status.FIRING,
+        f"{kind.value} in {pid}",
+        now,
+        {"pid": pid, "tid": pid},
+    )
 
 
 def collector(tmp_path, runner=None, **cfg) -> tuple[EvidenceCollector, IncidentStore]:
@@ -104,8 +114,10 @@ def test_busy_loop_bundle_names_the_spinning_frame_and_has_a_flame_graph(server,
     t0 = time.monotonic()
     res = c.capture(EvidenceContext(incident(Kind.BUSY_LOOP, target, engine), target))
     took = time.monotonic() - t0
-    print(f"\nbusy_loop bundle: {len(res.files)} files, {len(target.processes)} processes, "
-          f"record 2 s, capture {took:.2f} s (result.duration {res.duration:.2f} s)")
+    print(
+        f"\nbusy_loop bundle: {len(res.files)} files, {len(target.processes)} processes, "
+        f"record 2 s, capture {took:.2f} s (result.duration {res.duration:.2f} s)"
+    )
 
     threads = pyspy.parse_dump_json((res.dir / f"pyspy-{engine}-engine_core.json").read_text())
     main = next(t for t in threads if t.os_thread_id == engine)
@@ -126,15 +138,19 @@ def test_stall_bundle_shows_the_lock_wait_and_the_futex_in_proc(server, tmp_path
     sim.set_fault("stall")
     send_in_background(sim)
     futex = FUTEX[platform.machine()]
-    poll_until(lambda: thread_fields(engine)[0] == "S" and syscall_nr(engine) == futex,
-               what="the engine main thread in a futex wait")
+    poll_until(
+        lambda: thread_fields(engine)[0] == "S" and syscall_nr(engine) == futex,
+        what="the engine main thread in a futex wait",
+    )
     target = target_for_pid(ProcFS(), sim.pid)
     c, _ = collector(tmp_path, record_seconds=0)
 
     t0 = time.monotonic()
     res = c.capture(EvidenceContext(incident(Kind.ENGINE_STALL, target, engine), target))
-    print(f"\nstall bundle: {len(res.files)} files, {len(target.processes)} processes, no record, "
-          f"capture {time.monotonic() - t0:.2f} s")
+    print(
+        f"\nstall bundle: {len(res.files)} files, {len(target.processes)} processes, no record, "
+        f"capture {time.monotonic() - t0:.2f} s"
+    )
 
     threads = pyspy.parse_dump_json((res.dir / f"pyspy-{engine}-engine_core.json").read_text())
     main = next(t for t in threads if t.os_thread_id == engine)
@@ -164,10 +180,13 @@ def test_a_child_that_exits_during_capture_leaves_a_partial_bundle_with_the_reas
     leaver = subprocess.Popen([sys.executable, "-c", code])
     try:
         procfs = ProcFS()
-        poll_until(lambda: all(procfs.cmdline(p.pid)[:1] == (sys.executable,) for p in (keeper, leaver)),
-                   what="both children exec'd")
-        procs = tuple(ProcessInfo(procfs.identity(p.pid), 1, Role.OTHER, (sys.executable, "-c", "…"))
-                      for p in (keeper, leaver))
+        poll_until(
+            lambda: all(procfs.cmdline(p.pid)[:1] == (sys.executable,) for p in (keeper, leaver)),
+            what="both children exec'd",
+        )
+        procs = tuple(
+            ProcessInfo(procfs.identity(p.pid), 1, Role.OTHER, (sys.executable, "-c", "…")) for p in (keeper, leaver)
+        )
         target = Target("plain", procs[0].key, procs)
         c, _ = collector(tmp_path, runner=KillBeforeDump(leaver), record_seconds=0)
         t0 = time.monotonic()

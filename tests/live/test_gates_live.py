@@ -4,6 +4,7 @@ Garbage answers open an ``output_corruption`` incident carrying level, condition
 failing sample, and its decision is published on the control channel; a gateway's
 report on the reports channel opens one too; a malformed report is only counted.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,12 +27,20 @@ def redis_server():
 
 
 def gates_config(port: int, redis_url: str, **gates) -> dict:
-    g = {"enabled": True, "interval": 1.0, "diagnostics": [{"prompt": "1+1=", "expect": "^\\s*2", "max_tokens": 4}],
-         "baseline_samples": 1}
+    g = {
+        "enabled": True,
+        "interval": 1.0,
+        "diagnostics": [{"prompt": "1+1=", "expect": "^\\s*2", "max_tokens": 4}],
+        "baseline_samples": 1,
+    }
     g.update(gates)
-    return {"node": "node-a", "alerts": {"redis_url": redis_url}, "gates": g,
-            "probes": {"canary": {"interval": 2.0}},
-            "detectors": {"output_corruption": {"mode": "alert"}}}
+    return {
+        "node": "node-a",
+        "alerts": {"redis_url": redis_url},
+        "gates": g,
+        "probes": {"canary": {"interval": 2.0}},
+        "detectors": {"output_corruption": {"mode": "alert"}},
+    }
 
 
 def listen(client, channel: str) -> list[dict]:
@@ -69,7 +78,9 @@ def test_garbage_answers_open_output_corruption_and_publish_the_decision(tmp_pat
             assert inc["signals"]["condition"] == "A" and inc["signals"]["level"] == "L1"
             assert inc["signals"]["sample"]["output"].startswith("!!!!")
             assert poll(lambda: any(d["decision"] == "alert_only" and d["condition"] == "A" for d in decisions), 20), (
-                decisions, g.log_text())
+                decisions,
+                g.log_text(),
+            )
             t = g.target()
             assert t is not None and t["gates"]["health_score"] <= 20
         finally:
@@ -86,16 +97,32 @@ def test_a_gateway_report_opens_output_corruption_and_bad_reports_are_only_count
             client = redis_server.client()
             assert poll(lambda: client.pubsub_numsub("vllm_health_alert")[0][1] >= 1, 20), g.log_text()
             client.publish("vllm_health_alert", "not json")
-            client.publish("vllm_health_alert", json.dumps({"instance_id": "nobody", "request_id": "r",
-                                                              "timestamp": 1e9 * 1.7, "check_level": "L1",
-                                                              "type": "x", "details": {}}))
-            counted = poll(lambda: (st := g.status()) and (st.get("gates") or {}).get("reports", {}).get(
-                "unknown_target") == 1 and st, 20)
+            client.publish(
+                "vllm_health_alert",
+                json.dumps(
+                    {
+                        "instance_id": "nobody",
+                        "request_id": "r",
+                        "timestamp": 1e9 * 1.7,
+                        "check_level": "L1",
+                        "type": "x",
+                        "details": {},
+                    }
+                ),
+            )
+            counted = poll(
+                lambda: (
+                    (st := g.status()) and (st.get("gates") or {}).get("reports", {}).get("unknown_target") == 1 and st
+                ),
+                20,
+            )
             assert counted and counted["gates"]["reports"]["malformed"] == 1
             assert not [i for i in g.incidents() if i["kind"] == "output_corruption"]
-            Reporter(client=client).report("node-a/sim", "req-77", check_text("\x00\x00 nan \ufffd"),
-                                           output="\x00\x00", prompt="hi")
+            Reporter(client=client).report(
+                "node-a/sim", "req-77", check_text("\x00\x00 nan \ufffd"), output="\x00\x00", prompt="hi"
+            )
             from guardian.gates.gateway import check_logprobs
+
             Reporter(client=client).report("sim", "req-78", check_logprobs([float("nan")], [[float("nan")]]))
             inc = g.wait_incident("output_corruption", 20)
             assert inc is not None, g.log_text()

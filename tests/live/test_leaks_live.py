@@ -4,6 +4,7 @@ the real engine pid climbs, each open the right incident under ``guardian run``;
 Windows and warm-up are shortened in config (production defaults: 120 s windows after 300 s of
 warm-up) so the live tier stays short; the detectors' defaults are covered in the unit tables.
 """
+
 from __future__ import annotations
 
 import threading
@@ -39,8 +40,9 @@ def kinds(g):
 
 
 def test_steady_load_then_an_rss_leak_then_a_kv_leak(tmp_path, sim):
-    g = GuardianProcess(tmp_path, sim.port, extra={"detectors": FAST_LEAKS,
-                                                   "accelerators": {"nvml": "off", "npu_smi": "off"}}).start()
+    g = GuardianProcess(
+        tmp_path, sim.port, extra={"detectors": FAST_LEAKS, "accelerators": {"nvml": "off", "npu_smi": "off"}}
+    ).start()
     try:
         assert g.wait_ready(30), g.log_text()
         with LoadGenerator(sim.url, sim.model, clients=3, max_duration=30) as load:
@@ -53,8 +55,9 @@ def test_steady_load_then_an_rss_leak_then_a_kv_leak(tmp_path, sim):
         inc = g.wait_incident("host_memory_leak", 60)
         assert inc is not None, g.log_text()
         assert inc["signals"]["slope_bytes_per_s"] > 4_000_000
-        print(f"\nhost_memory_leak at 8 MiB/s: onset->incident {inc['opened_at'] - onset:.1f}s "
-              f"(window 20 s, warm-up 0)")
+        print(
+            f"\nhost_memory_leak at 8 MiB/s: onset->incident {inc['opened_at'] - onset:.1f}s (window 20 s, warm-up 0)"
+        )
         sim.set_fault("none")
 
         sim.set_fault("kv_leak")
@@ -73,11 +76,29 @@ def test_a_climbing_npu_smi_process_row_for_the_engine_opens_accel_memory_leak(t
     engine = sim.engine_pid()
     scenario = {
         "layout": "a2",
-        "devices": [{"npu": 0, "chip": 0, "name": "910B3", "health": "OK", "power": 90.0, "temp": 40,
-                     "aicore": 0, "hbm_total_mb": 65536, "base_mb": 3000}],
+        "devices": [
+            {
+                "npu": 0,
+                "chip": 0,
+                "name": "910B3",
+                "health": "OK",
+                "power": 90.0,
+                "temp": 40,
+                "aicore": 0,
+                "hbm_total_mb": 65536,
+                "base_mb": 3000,
+            }
+        ],
         # 8 MB/s = 7.63 MiB/s, starting once the guardian has had time to see the flat part
-        "processes": [{"npu": 0, "chip": 0, "pid": engine, "name": "VLLM::EngineCor",
-                       "memory_mb": {"curve": "linear", "start": 20000, "rate": 7.63, "after": 10}}],
+        "processes": [
+            {
+                "npu": 0,
+                "chip": 0,
+                "pid": engine,
+                "name": "VLLM::EngineCor",
+                "memory_mb": {"curve": "linear", "start": 20000, "rate": 7.63, "after": 10},
+            }
+        ],
     }
     fake = write_fake_npu_smi(tmp_path / "npu", scenario)
     t0 = time.monotonic()
@@ -89,18 +110,24 @@ def test_a_climbing_npu_smi_process_row_for_the_engine_opens_accel_memory_leak(t
             stop.wait(0.5)
 
     threading.Thread(target=clock, daemon=True).start()
-    g = GuardianProcess(tmp_path, sim.port, extra={
-        "detectors": FAST_LEAKS,
-        "accelerators": {"nvml": "off", "npu_smi": "auto", "npu_smi_path": str(fake.path)},
-    }).start()
+    g = GuardianProcess(
+        tmp_path,
+        sim.port,
+        extra={
+            "detectors": FAST_LEAKS,
+            "accelerators": {"nvml": "off", "npu_smi": "auto", "npu_smi_path": str(fake.path)},
+        },
+    ).start()
     try:
         assert g.wait_ready(30), g.log_text()
         inc = g.wait_incident("accel_memory_leak", 90)
         assert inc is not None, g.log_text()
         assert 5_000_000 < inc["signals"]["slope_bytes_per_s"] < 11_000_000
         climb_began = time.time() - (time.monotonic() - t0) + 10
-        print(f"\naccel_memory_leak at 8 MB/s via npu-smi: {inc['opened_at'] - climb_began:.1f}s "
-              "after the climb began (window 30 s, npu-smi read every 5 s)")
+        print(
+            f"\naccel_memory_leak at 8 MB/s via npu-smi: {inc['opened_at'] - climb_began:.1f}s "
+            "after the climb began (window 30 s, npu-smi read every 5 s)"
+        )
         t = poll(lambda: (t := g.target()) and t["accelerators"] and t, 10)
         assert t and t["memory"]["accelerator"]["slope_bytes_per_s"] > 4_000_000
     finally:

@@ -6,6 +6,7 @@ reads ``running``; a thread blocked on a Lock sits in futex with a wchan; a
 real ``python -m …api_server`` child with a ``VLLM::EngineCore`` grandchild is
 autodiscovered with the right roles.
 """
+
 from __future__ import annotations
 
 import os

@@ -3,6 +3,7 @@
 The guardian itself launches the replacement server (it then owns it), so
 cleanup sweeps every session whose leader serves our port.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,13 +48,24 @@ def ready_code(http_port: int, name: str = "sim") -> int | None:
         return None
 
 
-def config(port: int, tmp_path, *, command=None, stop_timeout=5, ready_timeout=60, policy=None,
-           http_port=None) -> dict:
+def config(port: int, tmp_path, *, command=None, stop_timeout=5, ready_timeout=60, policy=None, http_port=None) -> dict:
     argv = command or [sys.executable, "-m", SIM, "--port", str(port), "--startup-delay", "1"]
-    extra: dict[str, Any] = {"targets": [{"name": "sim", "match": {"port": port},
-                          "restart": {"mode": "command", "command": argv, "stop_timeout": stop_timeout,
-                                      "ready_timeout": ready_timeout, "log_file": str(tmp_path / "restarted.log")},
-                          "drain": {"timeout": 10}}]}
+    extra: dict[str, Any] = {
+        "targets": [
+            {
+                "name": "sim",
+                "match": {"port": port},
+                "restart": {
+                    "mode": "command",
+                    "command": argv,
+                    "stop_timeout": stop_timeout,
+                    "ready_timeout": ready_timeout,
+                    "log_file": str(tmp_path / "restarted.log"),
+                },
+                "drain": {"timeout": 10},
+            }
+        ]
+    }
     if policy:
         extra["policy"] = policy
     if http_port:
@@ -89,8 +101,11 @@ def test_busy_loop_is_restarted_with_a_new_identity_then_the_budget_stops_a_seco
     first = SimServer(port=port, startup_delay=1.0).start()
     first.wait_ready(60)
     hp = free_port("127.0.0.1")
-    g = GuardianProcess(tmp_path, port, extra=config(port, tmp_path, http_port=hp,
-                                                     policy={"budget": {"max_restarts": 1, "period": 3600}}))
+    g = GuardianProcess(
+        tmp_path,
+        port,
+        extra=config(port, tmp_path, http_port=hp, policy={"budget": {"max_restarts": 1, "period": 3600}}),
+    )
     g.start()
     try:
         assert g.wait_ready(30), g.log_text()
@@ -150,8 +165,7 @@ def test_a_replacement_that_never_becomes_ready_fails_verify_and_is_not_retried(
     try:
         assert g.wait_ready(30), g.log_text()
         trip(port, "busy_loop")
-        failed = poll(lambda: (t := g.target()) and (r := t.get("remediation")) and r["outcome"] == "failed" and r,
-                      90)
+        failed = poll(lambda: (t := g.target()) and (r := t.get("remediation")) and r["outcome"] == "failed" and r, 90)
         assert failed and "ready_timeout" in failed["detail"], g.log_text()
         inc = next(i for i in g.incidents() if i["kind"] == "busy_loop")
         assert inc["status"] == "firing"
@@ -171,8 +185,9 @@ def test_dry_run_signals_nothing_and_says_what_it_would_have_done(tmp_path, port
         trip(port, "busy_loop")
         inc = g.wait_incident("busy_loop", 40)
         assert inc is not None
-        acted = poll(lambda: next((a for i in g.incidents() for a in i["actions"] if a["status"] == "dry_run"),
-                                  None), 10)
+        acted = poll(
+            lambda: next((a for i in g.incidents() for a in i["actions"] if a["status"] == "dry_run"), None), 10
+        )
         assert acted and "would have" in acted["detail"]
         time.sleep(5)
         assert first.poll() is None and g.require_target()["pid"] == first.pid  # untouched

@@ -1,4 +1,5 @@
 """The simulated vLLM server looks like vLLM from outside, and its faults look like the real ones."""
+
 from __future__ import annotations
 
 import json
@@ -32,6 +33,7 @@ ITERATIONS = "vllm:iteration_tokens_total_count"
 
 # ---- helpers ----------------------------------------------------------------
 
+
 def poll_until(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while True:
@@ -63,11 +65,13 @@ def rss_bytes(pid: int) -> int:
 
 def send_in_background(server: SimServer, **kw) -> threading.Thread:
     """A completion that is expected to hang: fire it and forget it."""
+
     def call():
         try:
             server.complete(timeout=60, **kw)
         except Exception:  # noqa: BLE001 - the server is torn down under it
             pass
+
     thread = threading.Thread(target=call, daemon=True)
     thread.start()
     return thread
@@ -82,9 +86,16 @@ def engine_ref(server: SimServer) -> ProcRef:
 
 def metrics(server: SimServer) -> dict[str, float]:
     text = server.metrics_text()
-    names = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-             "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
-             "vllm:num_preemptions_total", ITERATIONS)
+    names = (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:request_success_total",
+        "vllm:num_preemptions_total",
+        ITERATIONS,
+    )
     values = {name: metric_value(text, name) for name in names}
     missing = [name for name, v in values.items() if v is None]
     assert not missing, f"/metrics lacks {missing}"
@@ -117,6 +128,7 @@ def sim():
 
 
 # ---- what it looks like -----------------------------------------------------
+
 
 def test_api_server_keeps_its_command_line(sim):
     assert "-m guardian.sim.vllm.api_server --port" in read_cmdline(sim.pid)
@@ -184,10 +196,18 @@ def test_metrics_carry_vllm_labels(sim):
 
     samples = [s for fam in text_string_to_metric_families(sim.metrics_text()) for s in fam.samples]
     names = {s.name for s in samples}
-    assert {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-            "vllm:num_preemptions_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
-            "vllm:request_success_total", "vllm:iteration_tokens_total_bucket", ITERATIONS,
-            "vllm:iteration_tokens_total_sum"} <= names
+    assert {
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:num_preemptions_total",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:request_success_total",
+        "vllm:iteration_tokens_total_bucket",
+        ITERATIONS,
+        "vllm:iteration_tokens_total_sum",
+    } <= names
     assert all(s.labels["model_name"] == "sim-model" and s.labels["engine"] == "0" for s in samples)
     reasons = {s.labels["finished_reason"] for s in samples if s.name == "vllm:request_success_total"}
     assert reasons == {"stop", "length"}
@@ -195,18 +215,23 @@ def test_metrics_carry_vllm_labels(sim):
 
 def test_kv_usage_returns_to_zero_when_idle_without_leak(sim):
     sim.complete("free my blocks", max_tokens=8)
-    idle = poll_until(lambda: (m := metrics(sim))["vllm:num_requests_running"] == 0
-                      and m["vllm:num_requests_waiting"] == 0 and m, what="idle engine")
+    idle = poll_until(
+        lambda: (m := metrics(sim))["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0 and m,
+        what="idle engine",
+    )
     assert idle["vllm:kv_cache_usage_perc"] == 0
 
 
-@pytest.mark.parametrize("body, status", [
-    ({"model": "other-model", "prompt": "hi"}, 404),
-    ({"model": "sim-model", "prompt": "hi", "max_tokens": 0}, 400),
-    ({"model": "sim-model", "prompt": 7}, 400),
-    ({"model": "sim-model", "prompt": "hi", "temperature": -1}, 400),
-    ({"model": "sim-model", "prompt": "hi", "max_tokens": 5000}, 400),
-])
+@pytest.mark.parametrize(
+    "body, status",
+    [
+        ({"model": "other-model", "prompt": "hi"}, 404),
+        ({"model": "sim-model", "prompt": "hi", "max_tokens": 0}, 400),
+        ({"model": "sim-model", "prompt": 7}, 400),
+        ({"model": "sim-model", "prompt": "hi", "temperature": -1}, 400),
+        ({"model": "sim-model", "prompt": "hi", "max_tokens": 5000}, 400),
+    ],
+)
 def test_bad_completion_requests_are_refused_with_json_errors(sim, body, status):
     got, data = sim.request("POST", "/v1/completions", body)
     assert got == status
@@ -223,6 +248,7 @@ def test_unknown_path_is_404(sim):
 
 
 # ---- load -------------------------------------------------------------------
+
 
 def test_load_generator_drives_healthy_progress(sim):
     iterations = metrics(sim)[ITERATIONS]
@@ -245,17 +271,21 @@ def test_load_generator_counts_refused_requests_as_errors():
     assert (load.ok, load.errors) == (0, 2)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: LoadGenerator("http://10.1.2.3:8000", "m"),
-    lambda: LoadGenerator("http://example.com:8000", "m"),
-    lambda: SimServer(host="0.0.0.0"),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: LoadGenerator("http://10.1.2.3:8000", "m"),
+        lambda: LoadGenerator("http://example.com:8000", "m"),
+        lambda: SimServer(host="0.0.0.0"),
+    ],
+)
 def test_only_loopback_addresses_are_accepted(make):
     with pytest.raises(ValueError):
         make()
 
 
 # ---- faults -----------------------------------------------------------------
+
 
 def test_busy_loop_spins_the_engine_main_thread_while_health_says_200(make_server):
     server = make_server()
@@ -290,8 +320,10 @@ def test_stall_blocks_the_engine_main_thread_in_a_futex_without_cpu(make_server)
     engine = server.engine_pid()
     server.set_fault("stall")
     send_in_background(server)
-    poll_until(lambda: thread_stat(engine)[0] == "S" and thread_syscall(engine) == FUTEX_X86_64,
-               what="engine main thread in futex wait")
+    poll_until(
+        lambda: thread_stat(engine)[0] == "S" and thread_syscall(engine) == FUTEX_X86_64,
+        what="engine main thread in futex wait",
+    )
     _, ticks = thread_stat(engine)
     window_end = time.monotonic() + 0.5
     while time.monotonic() < window_end:  # a measuring window, not a wait for behaviour
@@ -321,8 +353,10 @@ def test_kv_leak_keeps_usage_up_while_nothing_runs(make_server):
     server.set_fault("kv_leak")
     for _ in range(3):
         server.complete("hi", max_tokens=8)
-    idle = poll_until(lambda: (m := metrics(server))["vllm:num_requests_running"] == 0
-                      and m["vllm:num_requests_waiting"] == 0 and m, what="idle engine")
+    idle = poll_until(
+        lambda: (m := metrics(server))["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0 and m,
+        what="idle engine",
+    )
     assert idle["vllm:kv_cache_usage_perc"] == pytest.approx(3 / 64)
 
 
@@ -338,6 +372,7 @@ def test_rss_leak_grows_engine_rss_at_about_the_rate(make_server):
 
 
 # ---- stopping ---------------------------------------------------------------
+
 
 def test_stop_takes_the_whole_tree_down_gracefully(make_server):
     server = make_server("--with-worker")

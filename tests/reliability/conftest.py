@@ -1,4 +1,5 @@
 """Fault tests reuse the unit tier's worlds and this folder's helpers (slow_drip, redis_procs)."""
+
 import os
 import sys
 

@@ -1,4 +1,5 @@
 """Helpers for the embedded-Redis fault tests: which redis-servers serve a state dir."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """A "vLLM" that accepts, answers a status line and then sends one byte at a time, slowly:
 the server that per-read socket timeouts never end."""
+
 from __future__ import annotations
 
 import socket
@@ -36,7 +37,7 @@ class SlowDripServer:
             conn.recv(65536)
             i = 0
             while i < len(data) and time.monotonic() < end and not self._stop.is_set():
-                conn.sendall(data[i:i + 1])
+                conn.sendall(data[i : i + 1])
                 i += 1
                 time.sleep(self.interval)
         except OSError:

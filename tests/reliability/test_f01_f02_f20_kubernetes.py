@@ -2,6 +2,7 @@
 ran in, recorded when the sequence began, never whatever pod a reused pid belongs to later; pods
 are listed per namespace with a node field selector (what per-namespace RBAC allows); the
 projected service-account token is read again for every call (it rotates)."""
+
 from __future__ import annotations
 
 import io
@@ -25,10 +26,18 @@ class Api:
         self.requests = []
 
     def __call__(self, req, timeout):
-        self.requests.append((req.get_method(), req.full_url, req.get_header("Authorization"),
-                              json.loads(req.data) if req.data else None))
-        items = [{"metadata": {"namespace": ns, "name": name, "uid": uid}, "spec": {"nodeName": "gpu-node-17"}}
-                 for ns, name, uid in self.pods]
+        self.requests.append(
+            (
+                req.get_method(),
+                req.full_url,
+                req.get_header("Authorization"),
+                json.loads(req.data) if req.data else None,
+            )
+        )
+        items = [
+            {"metadata": {"namespace": ns, "name": name, "uid": uid}, "spec": {"nodeName": "gpu-node-17"}}
+            for ns, name, uid in self.pods
+        ]
         return io.BytesIO(json.dumps({"items": items}).encode())
 
 
@@ -36,8 +45,11 @@ def world(tmp_path, api):
     proc = FakeProcTree(tmp_path / "proc")
     proc.add_process(API.pid, 1, ("python3", "-m", "vllm.entrypoints.openai.api_server"), starttime=API.starttime)
     proc.write(f"{API.pid}/cgroup", f"0::/kubepods/burstable/pod{UID_A}/abc\n".encode())
-    w = World(tmp_path / "state", restart={"mode": "kubernetes", "stop_timeout": 10, "namespace": "llm"},
-              control=FakeControl({API, ENGINE}))
+    w = World(
+        tmp_path / "state",
+        restart={"mode": "kubernetes", "stop_timeout": 10, "namespace": "llm"},
+        control=FakeControl({API, ENGINE}),
+    )
     w.rem.kube = KubeClient("https://k8s", "tok", None, "gpu-node-17", opener=api)
     w.rem.procfs = proc.procfs()
     return w, proc
@@ -66,8 +78,9 @@ def test_pods_are_listed_in_the_targets_namespace_on_this_node_only(tmp_path):
     w.consider(w.open())
     w.step(1, n=7)
     gets = [url for method, url, _, _ in api.requests if method == "GET"]
-    assert gets and all(u == "https://k8s/api/v1/namespaces/llm/pods?fieldSelector=spec.nodeName%3Dgpu-node-17"
-                        for u in gets)
+    assert gets and all(
+        u == "https://k8s/api/v1/namespaces/llm/pods?fieldSelector=spec.nodeName%3Dgpu-node-17" for u in gets
+    )
 
 
 def test_the_service_account_token_is_read_again_for_every_call(tmp_path):

@@ -7,6 +7,7 @@
 5  a tick that raises does not feed the heartbeat; failing ticks are counted in the status
    errors.
 """
+
 from __future__ import annotations
 
 import errno
@@ -32,8 +33,11 @@ from redis_procs import wait_for
 def daemon(tmp_path) -> tuple[Daemon, FakeClock]:
     cfg = parse_config({"node": "n1", "state_dir": str(tmp_path / "state"), "api": {"http": None}})
     clock = FakeClock()
-    d = build_daemon(cfg, Seams(clock, FakeProcTree(tmp_path / "proc").procfs(), FakeHttp({}), FakeRunner(),
-                                FakeControl(set())), log=logging.getLogger("t"))
+    d = build_daemon(
+        cfg,
+        Seams(clock, FakeProcTree(tmp_path / "proc").procfs(), FakeHttp({}), FakeRunner(), FakeControl(set())),
+        log=logging.getLogger("t"),
+    )
     return d, clock
 
 

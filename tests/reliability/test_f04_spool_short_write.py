@@ -5,6 +5,7 @@ chosen offset, exactly like a full filesystem does: the first ``write`` returns 
 than asked, the next fails. The spool must raise, keep its file made of whole lines, and
 keep counting only what is really on disk.
 """
+
 from __future__ import annotations
 
 import errno

@@ -1,4 +1,5 @@
 """Fault 6: the embedded redis-server is restarted when it dies; alerts keep flowing, in order."""
+
 from __future__ import annotations
 
 import os

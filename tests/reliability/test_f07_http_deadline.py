@@ -1,6 +1,7 @@
 """Fault 7: a server that drips a byte at a time holds an HTTP call only up to its timeout (a
 deadline for the whole exchange, not per read); slow probes cannot starve evidence or
 remediation; and a wedged job does not keep the process from exiting on SIGTERM."""
+
 from __future__ import annotations
 
 import subprocess
@@ -77,13 +78,16 @@ def test_a_wedged_job_does_not_keep_the_process_from_exiting():
         proc.wait()
 
 
-@pytest.mark.parametrize("argv, host", [
-    (["vllm", "serve", "--host", "collector.example.com"], "127.0.0.1"),  # a name is never followed
-    (["vllm", "serve", "--host", "10.1.2.3"], "10.1.2.3"),
-    (["vllm", "serve", "--host", "::1"], "::1"),
-    (["vllm", "serve", "--host", "0.0.0.0"], "127.0.0.1"),
-    (["vllm", "serve"], "127.0.0.1"),
-])
+@pytest.mark.parametrize(
+    "argv, host",
+    [
+        (["vllm", "serve", "--host", "collector.example.com"], "127.0.0.1"),  # a name is never followed
+        (["vllm", "serve", "--host", "10.1.2.3"], "10.1.2.3"),
+        (["vllm", "serve", "--host", "::1"], "::1"),
+        (["vllm", "serve", "--host", "0.0.0.0"], "127.0.0.1"),
+        (["vllm", "serve"], "127.0.0.1"),
+    ],
+)
 def test_an_autodiscovered_server_is_reached_only_at_an_address_not_a_name(argv, host):
     from guardian.discovery import server_host
 

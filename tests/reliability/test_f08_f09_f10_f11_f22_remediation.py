@@ -11,6 +11,7 @@
 22 before starting anything, the guardian waits a grace for the owner (an operator's deploy,
    systemd, a controller) to bring the target back, and stands down when it does.
 """
+
 from __future__ import annotations
 
 import logging
@@ -93,8 +94,18 @@ def restarted(w, lease):
     """The guardian restarts: a new remediator on the same state dir, with the fleet lease."""
     from guardian.actions.remediation import RemediationSettings, Remediator
 
-    return Remediator(RemediationSettings.from_config(w.cfg), w.clock, w.control, w.runner, w.cmd, w.incidents,
-                      w.ledger, procfs=None, lease=lease, publish_control=w.published.append)
+    return Remediator(
+        RemediationSettings.from_config(w.cfg),
+        w.clock,
+        w.control,
+        w.runner,
+        w.cmd,
+        w.incidents,
+        w.ledger,
+        procfs=None,
+        lease=lease,
+        publish_control=w.published.append,
+    )
 
 
 def leak_world(tmp_path, lease):
@@ -223,10 +234,14 @@ def test_when_nobody_brings_it_back_within_the_grace_the_guardian_starts_it(tmp_
 def test_systemd_already_activating_the_unit_makes_the_guardian_stand_down(tmp_path):
     from guardian.testing.fake_runner import FakeRunner, result
 
-    cmd = FakeRunner({("systemctl", "show"): result("ActiveState=activating\nMainPID=4242\n"),
-                      ("systemctl", "restart"): result("")})
-    w = World(tmp_path, restart={"mode": "systemd", "unit": "vllm@llama.service", "stop_timeout": 10,
-                                 "owner_grace": 20}, runner=cmd)
+    cmd = FakeRunner(
+        {("systemctl", "show"): result("ActiveState=activating\nMainPID=4242\n"), ("systemctl", "restart"): result("")}
+    )
+    w = World(
+        tmp_path,
+        restart={"mode": "systemd", "unit": "vllm@llama.service", "stop_timeout": 10, "owner_grace": 20},
+        runner=cmd,
+    )
     inc = w.open()
     w.consider(inc)
     w.step(1, n=12)

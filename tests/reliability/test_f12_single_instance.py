@@ -1,5 +1,6 @@
 """Fault 12: a second ``guardian run`` on the same state dir stops before it starts anything:
 the first guardian's Redis keeps running, and no redis-server of the second one is left behind."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,12 @@ from redis_procs import kill_all, servers_for, wait_for
 
 
 def guardian(config: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "guardian.cli", "run", "-c", config],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "guardian.cli", "run", "-c", config],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_a_second_guardian_on_the_same_state_dir_touches_nothing_of_the_first(tmp_path):

@@ -1,6 +1,7 @@
 """Fault 13: a firing incident reloaded at start-up whose target no longer exists (neither
 configured nor discovered) resolves after ``discovery.forget_after``, like a target that
 vanished under a running guardian; it is not re-notified forever."""
+
 from __future__ import annotations
 
 import logging
@@ -20,14 +21,28 @@ ID = "01HF7Z9GDG0TRA5GW6MSKGM012"
 
 
 def test_a_reloaded_incident_of_a_target_that_is_gone_resolves(tmp_path):
-    cfg = parse_config({"node": "n1", "state_dir": str(tmp_path / "state"), "api": {"http": None},
-                        "discovery": {"forget_after": 30}})
+    cfg = parse_config(
+        {"node": "n1", "state_dir": str(tmp_path / "state"), "api": {"http": None}, "discovery": {"forget_after": 30}}
+    )
     store = IncidentStore(cfg.state_dir)
-    store.save(Incident(ID, Kind.BUSY_LOOP, Severity.CRITICAL, "n1",
-                        TargetRef("ghost", 10, 20, 8000, "m", "engine_core"), Status.FIRING, "spins", 1.7e9))
+    store.save(
+        Incident(
+            ID,
+            Kind.BUSY_LOOP,
+            Severity.CRITICAL,
+            "n1",
+            TargetRef("ghost", 10, 20, 8000, "m", "engine_core"),
+            Status.FIRING,
+            "spins",
+            1.7e9,
+        )
+    )
     clock = FakeClock()
-    d = build_daemon(cfg, Seams(clock, FakeProcTree(tmp_path / "proc").procfs(), FakeHttp({}), FakeRunner(),
-                                FakeControl(set())), log=logging.getLogger("t"))
+    d = build_daemon(
+        cfg,
+        Seams(clock, FakeProcTree(tmp_path / "proc").procfs(), FakeHttp({}), FakeRunner(), FakeControl(set())),
+        log=logging.getLogger("t"),
+    )
     transitions = []
     try:
         assert [i.id for i in d.incidents.open_incidents()] == [ID]

@@ -1,6 +1,7 @@
 """Fault 14: the pid file is read safely: regular files only, without blocking, a few bytes,
 and only from a file that no one but its owner (root, the guardian's user, or the owner of the
 process it names) could have written."""
+
 from __future__ import annotations
 
 import os

@@ -1,6 +1,7 @@
 """Fault 15: every value of ``--api-key k1 k2`` is redacted in free text, a local named like a
 secret is redacted in the text dump as in the JSON one, and the status document's cmdline
 is redacted too."""
+
 from __future__ import annotations
 
 import json
@@ -25,29 +26,48 @@ def test_every_value_after_a_secret_option_is_redacted_in_text():
 
 
 def test_a_secret_local_is_redacted_in_the_rendered_text_dump():
-    frame = Frame("serve", "server.py", 10, locals=(Local("api_key", "'sk-live-123'", arg=True),
-                                                    Local("port", "8000")))
+    frame = Frame("serve", "server.py", 10, locals=(Local("api_key", "'sk-live-123'", arg=True), Local("port", "8000")))
     text = render_text([ThreadStack(1, 1, "MainThread", True, True, (frame,))], pid=9)
     assert "sk-live-123" not in text
     assert f"api_key: {R}" in text and "port: 8000" in text
 
 
 def test_a_secret_local_in_py_spys_own_text_output_is_redacted():
-    raw = ("Thread 9 (active): \"MainThread\"\n    serve (server.py:10)\n        Arguments:\n"
-           "            api_key: 'sk-live-123'\n            port: 8000\n")
+    raw = (
+        'Thread 9 (active): "MainThread"\n    serve (server.py:10)\n        Arguments:\n'
+        "            api_key: 'sk-live-123'\n            port: 8000\n"
+    )
     out = redact_text(raw)
     assert "sk-live-123" not in out and "port: 8000" in out
 
 
 def test_the_status_cmdline_is_redacted(tmp_path):
     proc = FakeProcTree(tmp_path / "proc")
-    proc.add_process(100, 1, ("python3", "-m", "vllm.entrypoints.openai.api_server", "--port", "8000",
-                              "--api-key", "sk-live-1", "sk-live-2"))
-    http = FakeHttp({("GET", "/health"): ok(), ("GET", "/metrics"): ok(""),
-                     ("GET", "/v1/models"): ok(json.dumps({"data": [{"id": "m"}]}))})
+    proc.add_process(
+        100,
+        1,
+        (
+            "python3",
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--port",
+            "8000",
+            "--api-key",
+            "sk-live-1",
+            "sk-live-2",
+        ),
+    )
+    http = FakeHttp(
+        {
+            ("GET", "/health"): ok(),
+            ("GET", "/metrics"): ok(""),
+            ("GET", "/v1/models"): ok(json.dumps({"data": [{"id": "m"}]})),
+        }
+    )
     cfg = parse_config({"node": "n1", "state_dir": str(tmp_path / "state"), "api": {"http": None}})
-    d = build_daemon(cfg, Seams(FakeClock(), proc.procfs(), http, FakeRunner(), FakeControl(set())),
-                     log=logging.getLogger("t"))
+    d = build_daemon(
+        cfg, Seams(FakeClock(), proc.procfs(), http, FakeRunner(), FakeControl(set())), log=logging.getLogger("t")
+    )
     d.tick()
     doc = json.dumps(d.status().to_dict())
     assert "sk-live" not in doc

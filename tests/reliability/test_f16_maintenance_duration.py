@@ -1,5 +1,6 @@
 """Fault 16: ``maintenance on --for`` refuses a duration that is not a finite, bounded number
 with a clear usage error (exit 2), never a traceback or a maintenance that never ends."""
+
 from __future__ import annotations
 
 import pytest

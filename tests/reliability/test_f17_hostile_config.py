@@ -1,6 +1,7 @@
 """Fault 17: hostile numbers, an empty state_dir, deep nesting and alias bombs in the config are
 clear errors naming the key path (or the line), never an overflow, a spin, a RecursionError or
 a minute of CPU."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,17 +16,20 @@ def problems(data) -> str:
     return str(info.value)
 
 
-@pytest.mark.parametrize("data, expected", [
-    ({"interval": 1e300}, "interval: "),
-    ({"interval": 1e-9}, "interval: "),
-    ({"alerts": {"stream_maxlen": 10**30}}, "alerts.stream_maxlen: "),
-    ({"policy": {"fleet": {"lease_ttl": 1e30}}}, "policy.fleet.lease_ttl: "),
-    ({"alerts": {"renotify_interval": 1e200}}, "alerts.renotify_interval: "),
-    ({"probes": {"vllm_http": {"timeout": 1e20}}}, "probes.vllm_http.timeout: "),
-    ({"alerts": {"spool": {"max_bytes": 10**40}}}, "alerts.spool.max_bytes: "),
-    ({"state_dir": ""}, "state_dir: "),
-    ({"state_dir": "   "}, "state_dir: "),
-])
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        ({"interval": 1e300}, "interval: "),
+        ({"interval": 1e-9}, "interval: "),
+        ({"alerts": {"stream_maxlen": 10**30}}, "alerts.stream_maxlen: "),
+        ({"policy": {"fleet": {"lease_ttl": 1e30}}}, "policy.fleet.lease_ttl: "),
+        ({"alerts": {"renotify_interval": 1e200}}, "alerts.renotify_interval: "),
+        ({"probes": {"vllm_http": {"timeout": 1e20}}}, "probes.vllm_http.timeout: "),
+        ({"alerts": {"spool": {"max_bytes": 10**40}}}, "alerts.spool.max_bytes: "),
+        ({"state_dir": ""}, "state_dir: "),
+        ({"state_dir": "   "}, "state_dir: "),
+    ],
+)
 def test_out_of_range_values_name_their_key(data, expected):
     assert expected in problems(data)
 

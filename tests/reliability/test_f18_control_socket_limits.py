@@ -1,6 +1,7 @@
 """Fault 18: idle clients of the control socket are cut off after a read timeout and only a
 bounded number are served at once, so 500 idle connections cannot pile up 500 threads or
 keep the operator out for long."""
+
 from __future__ import annotations
 
 import socket

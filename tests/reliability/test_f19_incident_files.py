@@ -1,5 +1,6 @@
 """Fault 19: a hostile or damaged incident.json never stops the guardian from starting, and
 ``incidents show`` answers a bad id or a missing evidence folder with a message, not a traceback."""
+
 from __future__ import annotations
 
 import shutil
@@ -21,8 +22,17 @@ def config(tmp_path) -> str:
 
 
 def incident(evidence_dir=None) -> Incident:
-    return Incident(ID, Kind.BUSY_LOOP, Severity.CRITICAL, "n1", TargetRef("llm", 10, 20, 8000, "m", "engine_core"),
-                    Status.FIRING, "spins", 1.7e9, evidence_dir=evidence_dir)
+    return Incident(
+        ID,
+        Kind.BUSY_LOOP,
+        Severity.CRITICAL,
+        "n1",
+        TargetRef("llm", 10, 20, 8000, "m", "engine_core"),
+        Status.FIRING,
+        "spins",
+        1.7e9,
+        evidence_dir=evidence_dir,
+    )
 
 
 def test_a_deeply_nested_incident_file_is_skipped_at_start_up(tmp_path):

@@ -2,6 +2,7 @@
 ``py-spy dump --nonblocking`` only (a blocking dump pauses every thread); and a signal goes to
 the snapshotted process through a pidfd, so a pid reused between the identity check and the
 kill is never signalled."""
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,9 @@ from guardian.model import Kind, ProcKey
 from test_evidence import World as EvidenceWorld  # the component tier's evidence world
 
 
-@pytest.mark.parametrize("kind", [Kind.HOST_MEMORY_LEAK, Kind.ACCEL_MEMORY_LEAK, Kind.KV_CACHE_LEAK,
-                                  Kind.PROBE_FAILURE])
+@pytest.mark.parametrize(
+    "kind", [Kind.HOST_MEMORY_LEAK, Kind.ACCEL_MEMORY_LEAK, Kind.KV_CACHE_LEAK, Kind.PROBE_FAILURE]
+)
 def test_a_leak_or_a_blind_probe_never_pauses_the_server_for_a_dump(tmp_path, kind):
     w = EvidenceWorld(tmp_path)
     w.incident = replace(w.incident, kind=kind)

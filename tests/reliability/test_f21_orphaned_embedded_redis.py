@@ -1,5 +1,6 @@
 """Fault 21: a guardian killed with SIGKILL leaves its redis-server running in its own session.
 The next start stops whatever still serves this state dir: never one more server per crash."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """Shared builders for the detector tables: one target (API server + EngineCore) at NOW, and
 series of samples one second apart. Each test file keeps only what is particular to it."""
+
 from __future__ import annotations
 
 from guardian.detectors.view import TargetState, TargetView
@@ -19,8 +20,11 @@ def seconds(t0: float, t1: float) -> list[float]:
 
 
 def gauges(running: float, waiting: float = 0.0, since: float = NOW - 30, until: float = NOW) -> list[Sample]:
-    return [s for t in seconds(since, until)
-            for s in (Sample(T, "", m.REQ_RUNNING, running, t), Sample(T, "", m.REQ_WAITING, waiting, t))]
+    return [
+        s
+        for t in seconds(since, until)
+        for s in (Sample(T, "", m.REQ_RUNNING, running, t), Sample(T, "", m.REQ_WAITING, waiting, t))
+    ]
 
 
 def canary(start: float, end: float, answered: bool) -> list[Sample]:
@@ -32,15 +36,28 @@ def canary(start: float, end: float, answered: bool) -> list[Sample]:
     ]
 
 
-def make_view(*series, target: Target = TARGET, ready: bool = True, ever_ready: bool = True,
-              api_alive: bool = True, engine_alive: bool | None = True, in_flight: float | None = None,
-              gone_for: float = 1.0) -> TargetView:
+def make_view(
+    *series,
+    target: Target = TARGET,
+    ready: bool = True,
+    ever_ready: bool = True,
+    api_alive: bool = True,
+    engine_alive: bool | None = True,
+    in_flight: float | None = None,
+    gone_for: float = 1.0,
+) -> TargetView:
     store = SeriesStore()
     for samples in series:
         store.extend(samples)
     state = TargetState(
-        target=target, now=NOW, ready=ready, ever_ready=ever_ready, api_alive=api_alive,
-        gone_since=None if api_alive else NOW - gone_for, engine_alive=engine_alive,
-        canary_in_flight_since=in_flight, probe_interval=1.0,
+        target=target,
+        now=NOW,
+        ready=ready,
+        ever_ready=ever_ready,
+        api_alive=api_alive,
+        gone_since=None if api_alive else NOW - gone_for,
+        engine_alive=engine_alive,
+        canary_in_flight_since=in_flight,
+        probe_interval=1.0,
     )
     return TargetView(state, store)

@@ -1,5 +1,6 @@
 """accel_memory_leak: a steady rise in the target's accelerator memory after warm-up, with
 no new load, fires; warm-up growth, one allocation step, noise and load-driven growth do not."""
+
 from __future__ import annotations
 
 from typing import Callable
@@ -27,16 +28,31 @@ LEAK_8 = {"curve": "linear", "start": 20e9, "rate": 8 * MB}
 
 
 def state(now: float, ready: bool = True, ready_since: float | None = READY, api_alive: bool = True) -> TargetState:
-    return TargetState(target=TARGET, now=now, ready=ready, ever_ready=True, api_alive=api_alive,
-                       gone_since=None, engine_alive=True, canary_in_flight_since=None,
-                       probe_interval=1.0, ready_since=ready_since)
+    return TargetState(
+        target=TARGET,
+        now=now,
+        ready=ready,
+        ever_ready=True,
+        api_alive=api_alive,
+        gone_since=None,
+        engine_alive=True,
+        canary_in_flight_since=None,
+        probe_interval=1.0,
+        ready_since=ready_since,
+    )
 
 
 class Sim:
     """Feeds one sample per second (relative to READY) and evaluates the detector each tick."""
 
-    def __init__(self, memory, running: Callable[[float], float] = lambda r: 2.0, total: float | None = TOTAL,
-                 cfg: DetectorsConfig = CFG, **state_kw) -> None:
+    def __init__(
+        self,
+        memory,
+        running: Callable[[float], float] = lambda r: 2.0,
+        total: float | None = TOTAL,
+        cfg: DetectorsConfig = CFG,
+        **state_kw,
+    ) -> None:
         self.memory = memory if callable(memory) else curve(memory).value  # a curve spec or f(seconds)
         self.running, self.total, self.cfg, self.state_kw = running, total, cfg, state_kw
         self.store = SeriesStore(horizon=270.0, horizons=SeriesStore.memory_horizons(cfg))
@@ -125,8 +141,11 @@ def test_a_leak_after_the_curve_levelled_off_is_reported_within(name):
 
 def test_a_leak_starting_during_warmup_growth_is_reported_once_the_warmup_has_levelled_off():
     # warm-up rises 200 MB/s for 60 s and levels off; a leak starts 40 s later
-    memory = lambda r: curve({"curve": "warmup", "start": 2e9, "value": 14e9, "duration": 60}).value(r) \
-        + 8 * MB * max(0.0, r - 100)  # noqa: E731
+    warmup = curve({"curve": "warmup", "start": 2e9, "value": 14e9, "duration": 60})
+
+    def memory(r: float) -> float:
+        return warmup.value(r) + 8 * MB * max(0.0, r - 100)
+
     fired = Sim(memory).run(280)
     assert fired and fired[0][0] - 100 <= 180
 
@@ -165,8 +184,12 @@ def test_threshold_comes_from_config():
 # ------------------------------------------------------------------ required negatives
 NEGATIVES = {
     "warm-up growth that levels off": {"curve": "warmup", "start": 2e9, "value": 60e9, "duration": 290},
-    "warm-up growth levelling off just after warm-up": {"curve": "warmup", "start": 2e9, "value": 62e9,
-                                                        "duration": 330},
+    "warm-up growth levelling off just after warm-up": {
+        "curve": "warmup",
+        "start": 2e9,
+        "value": 62e9,
+        "duration": 330,
+    },
     "single 2 GB allocation step": {"curve": "step", "before": 20e9, "after": 22e9, "at": 700},
     "single 8 GB step with noise": {"curve": "step", "before": 20e9, "after": 28e9, "at": 900, "noise": 100 * MB},
     "noisy flat": {"curve": "noisy", "value": 20e9, "noise": 200 * MB, "seed": 3},
@@ -175,8 +198,14 @@ NEGATIVES = {
     "warm-up that decelerates (tau 30 s)": {"curve": "approach", "start": 2e9, "value": 60e9, "tau": 30},
     "warm-up that decelerates (tau 60 s)": {"curve": "approach", "start": 2e9, "value": 60e9, "tau": 60},
     "warm-up that decelerates (tau 120 s)": {"curve": "approach", "start": 2e9, "value": 30e9, "tau": 120},
-    "noisy warm-up that decelerates": {"curve": "approach", "start": 2e9, "value": 40e9, "tau": 45,
-                                       "noise": 200 * MB, "seed": 5},
+    "noisy warm-up that decelerates": {
+        "curve": "approach",
+        "start": 2e9,
+        "value": 40e9,
+        "tau": 45,
+        "noise": 200 * MB,
+        "seed": 5,
+    },
 }
 
 
@@ -206,8 +235,11 @@ def test_not_during_warmup_even_when_rising_fast():
     assert Sim({"curve": "linear", "start": 2e9, "rate": 100 * MB}).at(299) is None
 
 
-@pytest.mark.parametrize("kw", [{"ready": False}, {"ready_since": None}, {"api_alive": False}],
-                         ids=["not ready", "ready_since unknown", "api server gone"])
+@pytest.mark.parametrize(
+    "kw",
+    [{"ready": False}, {"ready_since": None}, {"api_alive": False}],
+    ids=["not ready", "ready_since unknown", "api server gone"],
+)
 def test_not_judged_without_a_ready_target(kw):
     assert Sim(LEAK_8, **kw).at(500) is None
 

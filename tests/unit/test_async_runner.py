@@ -1,4 +1,5 @@
 """Slow probe jobs run off the loop, one per key, and overruns are reported once."""
+
 import threading
 import time
 
@@ -56,6 +57,7 @@ def test_an_overrun_is_reported_once_and_keeps_the_key_busy():
 
 def test_a_finished_job_reports_how_long_it_ran():
     r = AsyncRunner(1)
+
     def slow_x() -> str:
         time.sleep(0.05)
         return "x"

@@ -1,4 +1,5 @@
 """busy_loop: a spinning thread with no engine progress fires; busy-but-healthy does not."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -17,8 +18,16 @@ CFG = DetectorsConfig()
 
 
 # ------------------------------------------------------------------ series builders
-def thread(pid=200, tid=200, cpu=1.0, vol=0.0, running: float | None = 1.0, since=NOW - 10, until=NOW,
-           demand: float | None = None):
+def thread(
+    pid=200,
+    tid=200,
+    cpu=1.0,
+    vol=0.0,
+    running: float | None = 1.0,
+    since=NOW - 10,
+    until=NOW,
+    demand: float | None = None,
+):
     subj = Subject(pid, tid).key
     out = []
     for t in seconds(since, until):
@@ -109,9 +118,7 @@ QUIET = {
     "benign busy-poll that answered the canary": dict(
         series=[thread(), counters(False), gauges(running=0), canary(NOW - 4, NOW - 3.9, answered=True)]
     ),
-    "sleep(0) loop: 2000 voluntary switches/s": dict(
-        series=[thread(vol=2000.0), counters(False), gauges(running=1)]
-    ),
+    "sleep(0) loop: 2000 voluntary switches/s": dict(series=[thread(vol=2000.0), counters(False), gauges(running=1)]),
     "API server gone (engine_dead's case)": dict(
         series=[thread(), counters(False), gauges(running=1)], api_alive=False
     ),
@@ -217,7 +224,6 @@ def test_thresholds_come_from_the_config():
     cfg = replace(CFG, busy_loop=BusyLoopConfig(cpu_ratio=0.5))
     f = busy_loop.evaluate(view(thread(cpu=0.6), counters(False), gauges(running=1)), cfg)
     assert f is not None and f.confirmed and f.signals["threshold_cpu_ratio"] == 0.5
-
 
 
 def test_a_spinner_starved_by_a_busy_node_is_still_hot_by_its_cpu_demand():

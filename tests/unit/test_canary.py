@@ -1,4 +1,5 @@
 """The canary: one token from the served model, or a verdict on why not."""
+
 import json
 
 from guardian.config_schema import CanaryProbeConfig
@@ -41,8 +42,7 @@ def test_a_timeout_is_the_hang_signal_with_its_latency():
     res = run_canary(http, "t", URL, "m", CFG, Ticker(100.0, 105.0))
     assert res.timed_out and not res.ok
     samples = {s.metric: s.value for s in res.samples()}
-    assert samples == {m.CANARY_OK: 0.0, m.CANARY_TIMEOUT: 1.0, m.CANARY_STARTED: 100.0,
-                       m.CANARY_LATENCY: 5.0}
+    assert samples == {m.CANARY_OK: 0.0, m.CANARY_TIMEOUT: 1.0, m.CANARY_STARTED: 100.0, m.CANARY_LATENCY: 5.0}
     assert all(s.t == 105.0 for s in res.samples())
 
 

@@ -3,6 +3,7 @@
 The design is written down in docs/design.md; a pointer goes there (by section name), never to a
 document outside the repository.
 """
+
 from __future__ import annotations
 
 import re
@@ -13,13 +14,17 @@ TREES = ("guardian", "tests", "benchmarks", "docs", "deploy", "configs")
 FILES = ("README.md", "Makefile", "pyproject.toml", ".ci/run")
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".json", ".toml", ".service", ".txt", ""}
 # Spelled in pieces so that this file does not match itself.
-OUTSIDE = re.compile("|".join([
-    r"\bSPEC" + r"(\.md|\s*§)",
-    r"\bDESIGN" + r"(\.md|\s+principle|\s+\")",
-    r"\.\./" + r"shared",
-    r"\breference/" + r"(probes|vllm|real-vllm)",
-    r"\bprobes" + r"\.md\b",
-]))
+OUTSIDE = re.compile(
+    "|".join(
+        [
+            r"\bSPEC" + r"(\.md|\s*§)",
+            r"\bDESIGN" + r"(\.md|\s+principle|\s+\")",
+            r"\.\./" + r"shared",
+            r"\breference/" + r"(probes|vllm|real-vllm)",
+            r"\bprobes" + r"\.md\b",
+        ]
+    )
+)
 
 
 def _texts():

@@ -1,4 +1,5 @@
 """Config loading and strict validation: every problem named by its key path."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,137 +50,142 @@ def target(**overrides):
     return t
 
 
-KNOWN_TOP = ("node, state_dir, interval, autodiscover, targets, detectors, probes, discovery, "
-             "policy, alerts, evidence, accelerators, gates, api, diagnosis")
+KNOWN_TOP = (
+    "node, state_dir, interval, autodiscover, targets, detectors, probes, discovery, "
+    "policy, alerts, evidence, accelerators, gates, api, diagnosis"
+)
 MATCHERS = "one of port, pid_file, cmdline_regex, systemd_unit, kubernetes"
 
 # (data, one expected problem line, exactly)
 ERROR_CASES = {
-    "unknown top-level key": (
-        {"intervall": 1},
-        f"intervall: unknown key (known: {KNOWN_TOP})"),
+    "unknown top-level key": ({"intervall": 1}, f"intervall: unknown key (known: {KNOWN_TOP})"),
     "unknown nested key": (
         {"detectors": {"busy_loop": {"windw": 10}}},
         "detectors.busy_loop.windw: unknown key (known: mode, window, cpu_ratio, "
-        "max_voluntary_per_cpu_second, running_fraction, min_coverage, open_after, resolve_after)"),
+        "max_voluntary_per_cpu_second, running_fraction, min_coverage, open_after, resolve_after)",
+    ),
     "unknown detector": (
         {"detectors": {"busyloop": {}}},
         "detectors.busyloop: unknown key (known: busy_loop, engine_stall, engine_dead, "
-        "kv_cache_leak, accel_memory_leak, host_memory_leak, output_corruption, probe_failure)"),
+        "kv_cache_leak, accel_memory_leak, host_memory_leak, output_corruption, probe_failure)",
+    ),
     "unknown key inside a list item": (
         {"targets": [target(prot=1)]},
-        "targets[0].prot: unknown key (known: name, match, api_url, model, api_key_env, api_key_file, restart, drain, log_path)"),  # noqa: E501
+        "targets[0].prot: unknown key (known: name, match, api_url, model, api_key_env, "
+        "api_key_file, restart, drain, log_path)",
+    ),
     "string for a number": (
         {"detectors": {"busy_loop": {"window": "ten"}}},
-        'detectors.busy_loop.window: expected a number > 0, got "ten"'),
-    "bool for a number": (
-        {"interval": True},
-        "interval: expected a number > 0, got true"),
-    "zero for positive": (
-        {"interval": 0},
-        "interval: expected a number > 0, got 0"),
+        'detectors.busy_loop.window: expected a number > 0, got "ten"',
+    ),
+    "bool for a number": ({"interval": True}, "interval: expected a number > 0, got true"),
+    "zero for positive": ({"interval": 0}, "interval: expected a number > 0, got 0"),
     "negative for nonneg": (
         {"evidence": {"record_seconds": -1}},
-        "evidence.record_seconds: expected a number >= 0, got -1"),
+        "evidence.record_seconds: expected a number >= 0, got -1",
+    ),
     "ratio above 1": (
         {"detectors": {"busy_loop": {"cpu_ratio": 1.5}}},
-        "detectors.busy_loop.cpu_ratio: expected a number between 0 and 1, got 1.5"),
+        "detectors.busy_loop.cpu_ratio: expected a number between 0 and 1, got 1.5",
+    ),
     "float for an integer": (
         {"detectors": {"busy_loop": {"open_after": 1.5}}},
-        "detectors.busy_loop.open_after: expected an integer > 0, got 1.5"),
-    "null for a non-optional scalar": (
-        {"autodiscover": None},
-        "autodiscover: expected true or false, got null"),
-    "yes-string for a bool": (
-        {"policy": {"dry_run": "yes"}},
-        'policy.dry_run: expected true or false, got "yes"'),
-    "number for a string": (
-        {"state_dir": 5},
-        "state_dir: expected a string, got 5"),
+        "detectors.busy_loop.open_after: expected an integer > 0, got 1.5",
+    ),
+    "null for a non-optional scalar": ({"autodiscover": None}, "autodiscover: expected true or false, got null"),
+    "yes-string for a bool": ({"policy": {"dry_run": "yes"}}, 'policy.dry_run: expected true or false, got "yes"'),
+    "number for a string": ({"state_dir": 5}, "state_dir: expected a string, got 5"),
     "bad detector mode": (
         {"detectors": {"engine_stall": {"mode": "fix"}}},
-        'detectors.engine_stall.mode: expected one of observe, alert, remediate, got "fix"'),
-    "bad onoff": (
-        {"accelerators": {"nvml": "on"}},
-        'accelerators.nvml: expected one of auto, off, got "on"'),
+        'detectors.engine_stall.mode: expected one of observe, alert, remediate, got "fix"',
+    ),
+    "bad onoff": ({"accelerators": {"nvml": "on"}}, 'accelerators.nvml: expected one of auto, off, got "on"'),
     "bool for onoff": (
         {"accelerators": {"npu_smi": False}},
-        "accelerators.npu_smi: expected one of auto, off, got false"),
+        "accelerators.npu_smi: expected one of auto, off, got false",
+    ),
     "bad restart mode": (
         {"targets": [target(restart={"mode": "reboot"})]},
-        'targets[0].restart.mode: expected one of systemd, command, kubernetes, signal, got "reboot"'),
+        'targets[0].restart.mode: expected one of systemd, command, kubernetes, signal, got "reboot"',
+    ),
     "bad when_redis_down": (
         {"policy": {"fleet": {"when_redis_down": "maybe"}}},
-        'policy.fleet.when_redis_down: expected one of allow, deny, got "maybe"'),
+        'policy.fleet.when_redis_down: expected one of allow, deny, got "maybe"',
+    ),
     "bad redis url": (
         {"alerts": {"redis_url": "http://redis:6379"}},
-        'alerts.redis_url: expected "embedded" or a redis://, rediss:// or unix:// URL, '
-        'got "http://redis:6379"'),
+        'alerts.redis_url: expected "embedded" or a redis://, rediss:// or unix:// URL, got "http://redis:6379"',
+    ),
     "bad regex": (
         {"targets": [target(match={"cmdline_regex": "(vllm"})]},
-        'targets[0].match.cmdline_regex: expected a valid regular expression or null, '
-        'got "(vllm" (missing ), unterminated subpattern at position 0)'),
+        "targets[0].match.cmdline_regex: expected a valid regular expression or null, "
+        'got "(vllm" (missing ), unterminated subpattern at position 0)',
+    ),
     "port out of range": (
         {"targets": [target(match={"port": 70000})]},
-        "targets[0].match.port: expected a port number (1..65535) or null, got 70000"),
+        "targets[0].match.port: expected a port number (1..65535) or null, got 70000",
+    ),
     "port as a string": (
         {"targets": [target(match={"port": "8000"})]},
-        'targets[0].match.port: expected a port number (1..65535) or null, got "8000"'),
-    "bad hostport": (
-        {"api": {"http": "9464"}},
-        'api.http: expected a "host:port" address or null, got "9464"'),
+        'targets[0].match.port: expected a port number (1..65535) or null, got "8000"',
+    ),
+    "bad hostport": ({"api": {"http": "9464"}}, 'api.http: expected a "host:port" address or null, got "9464"'),
     "hostport with a bad port": (
         {"api": {"http": "127.0.0.1:0"}},
-        'api.http: expected a "host:port" address or null, got "127.0.0.1:0"'),
-    "section that is not a mapping": (
-        {"probes": ["procfs"]},
-        'probes: expected a mapping, got ["procfs"]'),
+        'api.http: expected a "host:port" address or null, got "127.0.0.1:0"',
+    ),
+    "section that is not a mapping": ({"probes": ["procfs"]}, 'probes: expected a mapping, got ["procfs"]'),
     "targets not a list": (
         {"targets": {"name": "llama"}},
-        'targets: expected a list of mappings, got {"name": "llama"}'),
-    "list item not a mapping": (
-        {"targets": [target(), "llama"]},
-        'targets[1]: expected a mapping, got "llama"'),
+        'targets: expected a list of mappings, got {"name": "llama"}',
+    ),
+    "list item not a mapping": ({"targets": [target(), "llama"]}, 'targets[1]: expected a mapping, got "llama"'),
     "argv as a shell string": (
         {"targets": [target(restart={"mode": "command", "command": "vllm serve m"})]},
-        'targets[0].restart.command: expected a list of strings, got "vllm serve m"'),
+        'targets[0].restart.command: expected a list of strings, got "vllm serve m"',
+    ),
     "unquoted number in argv": (
         {"targets": [target(restart={"mode": "command", "command": ["vllm", "--port", 8000]})]},
-        "targets[0].restart.command[2]: expected a string, got 8000"),
+        "targets[0].restart.command[2]: expected a string, got 8000",
+    ),
     "non-string env value": (
         {"targets": [target(restart={"env": {"CUDA_VISIBLE_DEVICES": 0}})]},
-        "targets[0].restart.env.CUDA_VISIBLE_DEVICES: expected a string, got 0"),
-    "missing target name": (
-        {"targets": [{"match": {"port": 8000}}]},
-        "targets[0].name: required"),
-    "missing target match": (
-        {"targets": [{"name": "llama"}]},
-        "targets[0].match: required"),
+        "targets[0].restart.env.CUDA_VISIBLE_DEVICES: expected a string, got 0",
+    ),
+    "missing target name": ({"targets": [{"match": {"port": 8000}}]}, "targets[0].name: required"),
+    "missing target match": ({"targets": [{"name": "llama"}]}, "targets[0].match: required"),
     "bad target name": (
         {"targets": [target(name="my llama")]},
-        "targets[0].name: expected a name of letters, digits, '_', '.', '-', got \"my llama\""),
+        "targets[0].name: expected a name of letters, digits, '_', '.', '-', got \"my llama\"",
+    ),
     "two matchers": (
         {"targets": [target(match={"port": 8000, "pid_file": "/run/vllm.pid"})]},
-        f"targets[0].match: exactly one matcher must be set ({MATCHERS}), got 2 (port, pid_file)"),
+        f"targets[0].match: exactly one matcher must be set ({MATCHERS}), got 2 (port, pid_file)",
+    ),
     "no matcher": (
         {"targets": [target(match={})]},
-        f"targets[0].match: exactly one matcher must be set ({MATCHERS}), got none"),
+        f"targets[0].match: exactly one matcher must be set ({MATCHERS}), got none",
+    ),
     "empty kubernetes matcher": (
         {"targets": [target(match={"kubernetes": {}})]},
-        "targets[0].match.kubernetes: set namespace (with pod or selector), or pod_uid"),
+        "targets[0].match.kubernetes: set namespace (with pod or selector), or pod_uid",
+    ),
     "kubernetes pod without its namespace": (
         {"targets": [target(match={"kubernetes": {"selector": "app=vllm"}})]},
-        "targets[0].match.kubernetes.namespace: required with pod or selector (pods are listed per namespace)"),
+        "targets[0].match.kubernetes.namespace: required with pod or selector (pods are listed per namespace)",
+    ),
     "duplicate target names": (
         {"targets": [target(), target(match={"port": 8001})]},
-        'targets[1].name: duplicate target name "llama" (also targets[0])'),
+        'targets[1].name: duplicate target name "llama" (also targets[0])',
+    ),
     "command mode without argv": (
         {"targets": [target(restart={"mode": "command"})]},
-        "targets[0].restart.command: required (a non-empty argv list) when restart.mode is command"),
+        "targets[0].restart.command: required (a non-empty argv list) when restart.mode is command",
+    ),
     "systemd mode without a unit": (
         {"targets": [target(restart={"mode": "systemd"})]},
-        "targets[0].restart.unit: required when restart.mode is systemd "
-        "(or match the target by match.systemd_unit)"),
+        "targets[0].restart.unit: required when restart.mode is systemd (or match the target by match.systemd_unit)",
+    ),
 }
 
 
@@ -219,8 +225,7 @@ def test_config_error_message_joins_the_problems():
 def test_a_document_that_is_not_a_mapping_is_named_by_its_source(data):
     with pytest.raises(ConfigError) as info:
         parse_config(data, source="/etc/g.yaml", hostname=host)
-    assert info.value.problems == [
-        f"/etc/g.yaml: expected a mapping at the top level, got {json.dumps(data)}"]
+    assert info.value.problems == [f"/etc/g.yaml: expected a mapping at the top level, got {json.dumps(data)}"]
 
 
 # ---------------------------------------------------------------- valid configs
@@ -249,8 +254,9 @@ def test_ints_are_accepted_where_floats_are_expected_and_become_floats():
 
 def test_lists_become_tuples():
     argv = ["vllm", "serve", "m", "--port", "8000"]
-    cfg = parse({"targets": [target(restart={"mode": "command", "command": argv},
-                                    drain={"hook": ["/bin/lb-drain", "llama"]})]})
+    cfg = parse(
+        {"targets": [target(restart={"mode": "command", "command": argv}, drain={"hook": ["/bin/lb-drain", "llama"]})]}
+    )
     assert isinstance(cfg.targets, tuple)
     assert cfg.targets[0].restart.command == tuple(argv)
     assert cfg.targets[0].drain.hook == ("/bin/lb-drain", "llama")
@@ -263,23 +269,35 @@ def test_unset_keys_take_their_defaults():
 
 
 def test_a_full_target_maps_onto_the_dataclasses():
-    cfg = parse({"targets": [{
-        "name": "llama",
-        "match": {"kubernetes": {"namespace": "llm", "pod": "vllm-0"}},
-        "restart": {"mode": "kubernetes", "env": {"A": "1"}, "stop_timeout": 10},
-    }]})
-    assert cfg.targets == (TargetConfig(
-        name="llama",
-        match=MatchConfig(kubernetes=KubernetesMatch(namespace="llm", pod="vllm-0")),
-        restart=RestartConfig(mode="kubernetes", env={"A": "1"}, stop_timeout=10.0),
-    ),)
+    cfg = parse(
+        {
+            "targets": [
+                {
+                    "name": "llama",
+                    "match": {"kubernetes": {"namespace": "llm", "pod": "vllm-0"}},
+                    "restart": {"mode": "kubernetes", "env": {"A": "1"}, "stop_timeout": 10},
+                }
+            ]
+        }
+    )
+    assert cfg.targets == (
+        TargetConfig(
+            name="llama",
+            match=MatchConfig(kubernetes=KubernetesMatch(namespace="llm", pod="vllm-0")),
+            restart=RestartConfig(mode="kubernetes", env={"A": "1"}, stop_timeout=10.0),
+        ),
+    )
 
 
-@pytest.mark.parametrize("data", [
-    {"targets": None},
-    {"detectors": None},
-    {"detectors": {"busy_loop": None}},
-], ids=["targets", "section", "nested section"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"targets": None},
+        {"detectors": None},
+        {"detectors": {"busy_loop": None}},
+    ],
+    ids=["targets", "section", "nested section"],
+)
 def test_an_empty_section_means_its_defaults(data):
     assert parse(data) == parse({})
 
@@ -290,8 +308,7 @@ def test_optional_fields_accept_null():
 
 
 def test_systemd_mode_accepts_the_unit_from_the_matcher():
-    cfg = parse({"targets": [target(match={"systemd_unit": "vllm.service"},
-                                    restart={"mode": "systemd"})]})
+    cfg = parse({"targets": [target(match={"systemd_unit": "vllm.service"}, restart={"mode": "systemd"})]})
     assert cfg.targets[0].restart.mode == "systemd"
 
 
@@ -397,13 +414,19 @@ def test_config_to_dict_is_plain_data():
     assert json.loads(json.dumps(data)) == data
 
 
-@pytest.mark.parametrize("data", [
-    {},
-    {"node": "n1", "targets": [target(restart={"mode": "command", "command": ["vllm"],
-                                               "env": {"A": "b"}})]},
-    {"targets": [target(match={"kubernetes": {"namespace": "llm", "pod": "p"}}, restart={"mode": "kubernetes"})],
-     "api": {"http": None}, "accelerators": {"nvml": "off"}},
-], ids=["defaults", "command target", "kubernetes target"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {},
+        {"node": "n1", "targets": [target(restart={"mode": "command", "command": ["vllm"], "env": {"A": "b"}})]},
+        {
+            "targets": [target(match={"kubernetes": {"namespace": "llm", "pod": "p"}}, restart={"mode": "kubernetes"})],
+            "api": {"http": None},
+            "accelerators": {"nvml": "off"},
+        },
+    ],
+    ids=["defaults", "command target", "kubernetes target"],
+)
 def test_config_to_dict_round_trips_through_parse_config(data):
     cfg = parse(data)
     assert parse(config_to_dict(cfg)) == cfg

@@ -1,5 +1,6 @@
 """The shipped deployment files (deploy/**, docs/operate.md) parse, hold the settings docs/operate.md
 promises, and agree with each other and with the exporter's declared metrics."""
+
 from __future__ import annotations
 
 import configparser
@@ -42,18 +43,21 @@ def seconds(value: str) -> float:
     return float(m.group(1)) * {"ms": 0.001, "s": 1, "": 1, "min": 60}[m.group(2) or ""]
 
 
-@pytest.mark.parametrize("key, expected", [
-    ("Type", "notify"),
-    ("NotifyAccess", "main"),
-    ("Restart", "always"),
-    ("ExecStart", "/usr/local/bin/guardian run -c /etc/guardian/guardian.yaml"),
-    ("ProtectSystem", "strict"),
-    ("NoNewPrivileges", "yes"),
-    ("PrivateTmp", "yes"),
-    ("ProtectHome", "read-only"),
-    ("StateDirectory", "guardian"),
-    ("KillMode", "process"),
-])
+@pytest.mark.parametrize(
+    "key, expected",
+    [
+        ("Type", "notify"),
+        ("NotifyAccess", "main"),
+        ("Restart", "always"),
+        ("ExecStart", "/usr/local/bin/guardian run -c /etc/guardian/guardian.yaml"),
+        ("ProtectSystem", "strict"),
+        ("NoNewPrivileges", "yes"),
+        ("PrivateTmp", "yes"),
+        ("ProtectHome", "read-only"),
+        ("StateDirectory", "guardian"),
+        ("KillMode", "process"),
+    ],
+)
 def test_unit_service_settings(key, expected):
     assert unit()["Service"][key] == expected
 
@@ -72,12 +76,15 @@ def test_unit_capabilities_are_exactly_the_three_needed(key):
     assert set(unit()["Service"][key].split()) == {"CAP_SYS_PTRACE", "CAP_KILL", "CAP_DAC_READ_SEARCH"}
 
 
-@pytest.mark.parametrize("key, forbidden", [
-    ("ProtectProc", {"invisible", "noaccess", "ptraceable"}),  # other processes' /proc must stay visible
-    ("ProcSubset", {"pid"}),                                   # /proc/<pid>/task, net/tcp are needed
-    ("PrivateDevices", {"yes", "true"}),                       # NVML / npu-smi open device nodes
-    ("User", {"guardian", "nobody"}),                          # root with bounded capabilities
-])
+@pytest.mark.parametrize(
+    "key, forbidden",
+    [
+        ("ProtectProc", {"invisible", "noaccess", "ptraceable"}),  # other processes' /proc must stay visible
+        ("ProcSubset", {"pid"}),  # /proc/<pid>/task, net/tcp are needed
+        ("PrivateDevices", {"yes", "true"}),  # NVML / npu-smi open device nodes
+        ("User", {"guardian", "nobody"}),  # root with bounded capabilities
+    ],
+)
 def test_unit_does_not_hide_what_the_guardian_must_see(key, forbidden):
     assert unit()["Service"].get(key, "default") not in forbidden
 
@@ -129,12 +136,23 @@ def guardian_container() -> dict:
 
 def test_k8s_kinds_present():
     kinds = {d["kind"] for _, d in DOCS}
-    assert {"Namespace", "ServiceAccount", "ClusterRole", "RoleBinding", "ConfigMap", "DaemonSet",
-            "PriorityClass", "PodMonitor", "StatefulSet", "Service"} <= kinds
+    assert {
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "RoleBinding",
+        "ConfigMap",
+        "DaemonSet",
+        "PriorityClass",
+        "PodMonitor",
+        "StatefulSet",
+        "Service",
+    } <= kinds
 
 
-@pytest.mark.parametrize("file, doc", DOCS, ids=[f"{f}:{d.get('kind')}/{d.get('metadata', {}).get('name')}"
-                                                for f, d in DOCS])
+@pytest.mark.parametrize(
+    "file, doc", DOCS, ids=[f"{f}:{d.get('kind')}/{d.get('metadata', {}).get('name')}" for f, d in DOCS]
+)
 def test_k8s_objects_have_the_required_fields(file, doc):
     assert doc.get("apiVersion") and doc.get("kind") and doc.get("metadata", {}).get("name"), file
     if doc["kind"] in CLUSTER_SCOPED:
@@ -217,15 +235,18 @@ def test_k8s_base_rbac_reads_pods_and_their_logs_and_never_deletes():
     """Deleting is the remediate overlay's (test_rbac_matches_client.py checks both overlays)."""
     rules = [r for _, d in DOCS if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]]
     assert {(v, res) for r in rules for v in r["verbs"] for res in r["resources"]} == {
-        ("list", "pods"), ("get", "pods/log")}
+        ("list", "pods"),
+        ("get", "pods/log"),
+    }
 
 
 def test_k8s_rbac_binds_the_role_to_the_guardians_service_account_in_the_vllm_namespace():
     binding = one("RoleBinding")
     one(binding["roleRef"]["kind"], binding["roleRef"]["name"])
     sa = one("ServiceAccount")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
-                                    "namespace": sa["metadata"]["namespace"]}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}
+    ]
     assert binding["metadata"]["namespace"] == one("StatefulSet")["metadata"]["namespace"]
     assert not [d for _, d in DOCS if d["kind"] == "ClusterRoleBinding"]
 
@@ -272,8 +293,11 @@ def test_k8s_example_vllm_readiness_asks_the_guardian_for_a_configured_target():
     # the config matches pod 0 of this StatefulSet, its vLLM container, reached on its "http" port
     km = target.match.kubernetes
     assert km is not None
-    assert (km.namespace, km.pod, km.container) == (sts["metadata"]["namespace"], f"{sts['metadata']['name']}-0",
-                                                    c["name"])
+    assert (km.namespace, km.pod, km.container) == (
+        sts["metadata"]["namespace"],
+        f"{sts['metadata']['name']}-0",
+        c["name"],
+    )
     assert target.api_url is None and {p["name"]: p["containerPort"] for p in c["ports"]}["http"] == 8000
 
 
@@ -287,8 +311,25 @@ def test_k8s_kustomization_lists_the_guardian_manifests_that_exist():
 # ------------------------------------------------------------------ Prometheus rules, Grafana
 PROMQL_WORDS = {
     # aggregations, functions, operators, keywords used by the shipped rules and dashboard
-    "sum", "max", "min", "avg", "count", "rate", "irate", "increase", "deriv", "changes", "absent",
-    "clamp_min", "clamp_max", "and", "or", "unless", "bool", "offset", "label_values",
+    "sum",
+    "max",
+    "min",
+    "avg",
+    "count",
+    "rate",
+    "irate",
+    "increase",
+    "deriv",
+    "changes",
+    "absent",
+    "clamp_min",
+    "clamp_max",
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+    "label_values",
 }
 BUILTIN_SERIES = {"up"}  # Prometheus' own per-scrape series
 
@@ -302,13 +343,18 @@ def metric_names(expr: str) -> set[str]:
     return {w for w in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr) if w not in PROMQL_WORDS}
 
 
-@pytest.mark.parametrize("expr, expected", [
-    ('max by (target, kind) (guardian_target_incidents_open{kind!="x"}) > 0', {"guardian_target_incidents_open"}),
-    ("rate(guardian_probe_failures_total[5m]) / clamp_min(rate(guardian_probe_runs_total[5m]), 1e-9) > 0.5",
-     {"guardian_probe_failures_total", "guardian_probe_runs_total"}),
-    ('up{job=~".*guardian.*"} == 0', {"up"}),
-    ("foo_bar + sum(baz)", {"foo_bar", "baz"}),
-])
+@pytest.mark.parametrize(
+    "expr, expected",
+    [
+        ('max by (target, kind) (guardian_target_incidents_open{kind!="x"}) > 0', {"guardian_target_incidents_open"}),
+        (
+            "rate(guardian_probe_failures_total[5m]) / clamp_min(rate(guardian_probe_runs_total[5m]), 1e-9) > 0.5",
+            {"guardian_probe_failures_total", "guardian_probe_runs_total"},
+        ),
+        ('up{job=~".*guardian.*"} == 0', {"up"}),
+        ("foo_bar + sum(baz)", {"foo_bar", "baz"}),
+    ],
+)
 def test_metric_names_extraction(expr, expected):
     assert metric_names(expr) == expected
 
@@ -323,8 +369,14 @@ RULES = rules()
 
 def test_rules_cover_the_operational_alerts():
     exprs = " ".join(r["expr"] for r in RULES)
-    for needle in ("guardian_target_incidents_open", 'kind="restart_budget_exhausted"', "up{", "absent(",
-                   "guardian_probe_failures_total", "guardian_alerts_spooled"):
+    for needle in (
+        "guardian_target_incidents_open",
+        'kind="restart_budget_exhausted"',
+        "up{",
+        "absent(",
+        "guardian_probe_failures_total",
+        "guardian_alerts_spooled",
+    ):
         assert needle in exprs
 
 
@@ -364,10 +416,14 @@ def test_dashboard_has_a_repeated_per_target_row_with_the_spec_panels():
     panels = d["panels"]
     start = next(i for i, p in enumerate(panels) if p["type"] == "row" and p.get("repeat") == "target")
     end = next((i for i, p in enumerate(panels) if i > start and p["type"] == "row"), len(panels))
-    exprs = " ".join(t["expr"] for p in panels[start + 1:end] for t in p.get("targets", []))
-    for metric in ("guardian_hottest_thread_cpu_ratio", "guardian_engine_steps_per_second",
-                   "guardian_target_accelerator_memory_bytes", "guardian_target_incidents_open",
-                   "guardian_restarts_total"):
+    exprs = " ".join(t["expr"] for p in panels[start + 1 : end] for t in p.get("targets", []))
+    for metric in (
+        "guardian_hottest_thread_cpu_ratio",
+        "guardian_engine_steps_per_second",
+        "guardian_target_accelerator_memory_bytes",
+        "guardian_target_incidents_open",
+        "guardian_restarts_total",
+    ):
         assert metric in exprs
 
 
@@ -415,8 +471,7 @@ def test_dockerfile_has_a_healthcheck_on_healthz_and_runs_the_guardian():
 
 
 def test_dockerfile_copies_what_the_wheel_build_needs():
-    sources = {s for i, r in dockerfile() if i == "COPY" and not r.startswith("--from")
-               for s in r.split()[:-1]}
+    sources = {s for i, r in dockerfile() if i == "COPY" and not r.startswith("--from") for s in r.split()[:-1]}
     readme = re.search(r'^readme\s*=\s*"([^"]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)
     assert readme
     assert sources == {"pyproject.toml", readme.group(1), "guardian", "configs/guardian.yaml"}

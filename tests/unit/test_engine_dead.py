@@ -1,4 +1,5 @@
 """engine_dead: server gone, engine gone, /health failing after ready; never in a first warm-up."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,23 +19,37 @@ def health(*pairs: tuple[float, int]) -> list[Sample]:
 
 
 def view(health_samples=(), *, ready=True, ever_ready=True, api_alive=True, engine_alive=True) -> TargetView:
-    return make_view(list(health_samples), ready=ready, ever_ready=ever_ready, api_alive=api_alive,
-                     engine_alive=engine_alive, gone_for=4.0)
+    return make_view(
+        list(health_samples),
+        ready=ready,
+        ever_ready=ever_ready,
+        api_alive=api_alive,
+        engine_alive=engine_alive,
+        gone_for=4.0,
+    )
 
 
 CONFIRMED = {
     "API server gone after having been ready": (
-        dict(api_alive=False, ready=False, engine_alive=False), "api_server_gone", "api_server"
+        dict(api_alive=False, ready=False, engine_alive=False),
+        "api_server_gone",
+        "api_server",
     ),
     "EngineCore gone while the API server lives": (dict(engine_alive=False), "engine_core_gone", "engine_core"),
     "EngineCore gone during a first warm-up": (
-        dict(engine_alive=False, ready=False, ever_ready=False), "engine_core_gone", "engine_core"
+        dict(engine_alive=False, ready=False, ever_ready=False),
+        "engine_core_gone",
+        "engine_core",
     ),
     "/health 503 (or refused) after ready": (
-        dict(health_samples=health((NOW - 2, 1), (NOW - 1, 0))), "health_failed", "api_server"
+        dict(health_samples=health((NOW - 2, 1), (NOW - 1, 0))),
+        "health_failed",
+        "api_server",
     ),
     "/health refused while a restarted server warms up": (
-        dict(health_samples=health((NOW - 1, 0)), ready=False), "health_failed", "api_server"
+        dict(health_samples=health((NOW - 1, 0)), ready=False),
+        "health_failed",
+        "api_server",
     ),
 }
 

@@ -1,4 +1,5 @@
 """engine_stall: no progress with no hot thread fires; load, idle, grace and spins do not."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -72,9 +73,7 @@ def test_canary_timeout_signals_its_latency():
 
 # ------------------------------------------------------------------ must not fire
 QUIET = {
-    "a hot thread is present (busy_loop's case)": dict(
-        series=[counters(False), gauges(running=3), thread(cpu=1.0)]
-    ),
+    "a hot thread is present (busy_loop's case)": dict(series=[counters(False), gauges(running=3), thread(cpu=1.0)]),
     "canary timed out but counters advanced during its flight (heavy load)": dict(
         series=[counters(True), gauges(running=64, waiting=200), canary(NOW - 8, NOW - 3, answered=False)]
     ),
@@ -127,7 +126,6 @@ def test_window_comes_from_the_config():
     assert f is not None and f.confirmed and f.signals["window"] == 10.0
 
 
-
 def test_a_hot_process_whose_threads_are_not_read_yet_is_not_a_stall():
     """The first tick of a spin: process CPU is known, per-thread rates are not (they need two
     readings). A canary that times out then must not be blamed on a stall."""
@@ -144,11 +142,12 @@ def test_a_hot_process_whose_threads_are_read_and_cool_can_still_stall():
     assert f is not None and f.confirmed
 
 
-
 def test_an_old_timeout_does_not_outlive_a_recovery():
     """A canary timed out during a busy loop; the spin ended and the engine works through its
     backlog: the counters moving since the timeout clear it (no stall right after a recovery)."""
-    frozen_then_moving = [Sample(T, "", m.ITERATIONS, 100.0 if t < NOW - 3 else 100.0 + (t - NOW + 3) * 5, t)
-                          for t in seconds(NOW - 30, NOW)]
+    frozen_then_moving = [
+        Sample(T, "", m.ITERATIONS, 100.0 if t < NOW - 3 else 100.0 + (t - NOW + 3) * 5, t)
+        for t in seconds(NOW - 30, NOW)
+    ]
     v = view(frozen_then_moving, canary(NOW - 12, NOW - 7, answered=False), gauges(running=0))
     assert engine_stall.evaluate(v, CFG) is None

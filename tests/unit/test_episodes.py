@@ -1,4 +1,5 @@
 """Bad input is logged once per episode and counted every time."""
+
 import logging
 
 from guardian.episodes import EpisodeLog

@@ -1,4 +1,5 @@
 """Alert events, schema v1 (docs/alerts.md): fields, ids, fingerprints, and when events are due."""
+
 from __future__ import annotations
 
 import math
@@ -69,16 +70,26 @@ def test_a_resolved_event_ends_when_the_incident_resolved():
     ev = event_from_incident(resolved_incident(), "gpu-1", OPENED + 90, reason="resolved")
     assert ev["status"] == "resolved"
     assert ev["ends_at"] == "2023-11-14T22:14:20.000Z"
-    assert ev["actions"][-1] == {"name": "resolve", "status": "ok", "at": "2023-11-14T22:14:20.000Z",
-                                 "detail": "progress resumed"}
+    assert ev["actions"][-1] == {
+        "name": "resolve",
+        "status": "ok",
+        "at": "2023-11-14T22:14:20.000Z",
+        "detail": "progress resumed",
+    }
 
 
 def test_the_event_carries_the_incident_its_target_and_its_generator():
     ev = event_from_incident(incident(), "gpu-1", OPENED, reason="opened", evidence_files=["a.txt"])
     assert ev["incident_id"] == "01HZZZZZZZZZZZZZZZZZZZZZZZ"
     assert ev["kind"] == "busy_loop" and ev["severity"] == "critical" and ev["node"] == "gpu-1"
-    assert ev["target"] == {"name": "llama", "pid": 4242, "starttime": 98765, "port": 8000,
-                            "model": "tiny-llama", "role": "engine_core"}
+    assert ev["target"] == {
+        "name": "llama",
+        "pid": 4242,
+        "starttime": 98765,
+        "port": 8000,
+        "model": "tiny-llama",
+        "role": "engine_core",
+    }
     assert ev["evidence"] == {"dir": "/var/lib/guardian/incidents/X", "files": ["a.txt"]}
     assert ev["generator"] == f"vllm-guardian/{__version__}@gpu-1"
 
@@ -94,11 +105,14 @@ def test_an_unknown_reason_is_refused(reason):
         event_from_incident(incident(), "gpu-1", OPENED, reason=reason)
 
 
-@pytest.mark.parametrize("wall, text", [
-    (0.0, "1970-01-01T00:00:00.000Z"),
-    (1_700_000_000.25, "2023-11-14T22:13:20.250Z"),
-    (None, None),
-])
+@pytest.mark.parametrize(
+    "wall, text",
+    [
+        (0.0, "1970-01-01T00:00:00.000Z"),
+        (1_700_000_000.25, "2023-11-14T22:13:20.250Z"),
+        (None, None),
+    ],
+)
 def test_times_are_rfc3339_utc_with_milliseconds(wall, text):
     assert rfc3339(wall) == text
 
@@ -124,18 +138,22 @@ def test_an_id_that_is_not_a_ulid_has_time_zero(ev):
 
 def test_the_fingerprint_is_stable_across_the_incidents_life():
     a = event_from_incident(incident(), "gpu-1", OPENED, reason="opened")
-    b = event_from_incident(replace(incident(), id="01J00000000000000000000000"), "gpu-1", OPENED + 7200,
-                            reason="renotify")
+    b = event_from_incident(
+        replace(incident(), id="01J00000000000000000000000"), "gpu-1", OPENED + 7200, reason="renotify"
+    )
     c = event_from_incident(resolved_incident(), "gpu-1", OPENED + 90, reason="resolved")
     assert a["fingerprint"] == b["fingerprint"] == c["fingerprint"] == "gpu-1/llama/busy_loop"
     assert len({a["id"], b["id"], c["id"]}) == 3
 
 
-@pytest.mark.parametrize("other", [
-    {"node": "gpu-2"},
-    {"kind": Kind.ENGINE_STALL},
-    {"target": TargetRef("mistral", 4242, 98765, 8000)},
-])
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"node": "gpu-2"},
+        {"kind": Kind.ENGINE_STALL},
+        {"target": TargetRef("mistral", 4242, 98765, 8000)},
+    ],
+)
 def test_a_different_node_target_or_kind_has_a_different_fingerprint(other):
     base = event_from_incident(incident(), "gpu-1", OPENED, reason="opened")["fingerprint"]
     assert event_from_incident(incident(**other), "gpu-1", OPENED, reason="opened")["fingerprint"] != base
@@ -143,8 +161,10 @@ def test_a_different_node_target_or_kind_has_a_different_fingerprint(other):
 
 def test_a_target_pid_change_keeps_the_fingerprint():
     moved = incident(target=TargetRef("llama", 5555, 1, 8000, "tiny-llama", "engine_core"))
-    assert (event_from_incident(moved, "gpu-1", OPENED, reason="opened")["fingerprint"]
-            == event_from_incident(incident(), "gpu-1", OPENED, reason="opened")["fingerprint"])
+    assert (
+        event_from_incident(moved, "gpu-1", OPENED, reason="opened")["fingerprint"]
+        == event_from_incident(incident(), "gpu-1", OPENED, reason="opened")["fingerprint"]
+    )
 
 
 # ---------------------------------------------------------------- when events are due
@@ -152,11 +172,14 @@ def emitter(interval: float = 60.0) -> AlertEmitter:
     return AlertEmitter("gpu-1", interval, list_files=lambda d: [])
 
 
-@pytest.mark.parametrize("tr, reason, status", [
-    (Transition(incident(), None), "opened", "firing"),
-    (Transition(incident(), Status.FIRING), "updated", "firing"),
-    (Transition(resolved_incident(), Status.FIRING), "resolved", "resolved"),
-])
+@pytest.mark.parametrize(
+    "tr, reason, status",
+    [
+        (Transition(incident(), None), "opened", "firing"),
+        (Transition(incident(), Status.FIRING), "updated", "firing"),
+        (Transition(resolved_incident(), Status.FIRING), "resolved", "resolved"),
+    ],
+)
 def test_every_transition_makes_one_event(tr, reason, status):
     ev = emitter().on_transition(tr, OPENED, 100.0)
     assert (ev["reason"], ev["status"]) == (reason, status)

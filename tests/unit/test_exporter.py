@@ -3,6 +3,7 @@ guardian/status_view.py build_status): the exposition holds exactly the declared
 families, label sets are the declared ones, absent values give no sample (never 0),
 and the totals the spec wants from the start are present at 0.
 """
+
 from __future__ import annotations
 
 import re
@@ -29,46 +30,109 @@ KINDS = [k.value for k in Kind]
 
 def target(name: str = "llama", **over) -> dict:
     t = {
-        "name": name, "source": "config", "pid": 100, "starttime": 1000, "port": 8000,
-        "api_url": "http://127.0.0.1:8000", "model": "m", "phase": "serving", "ready": True,
+        "name": name,
+        "source": "config",
+        "pid": 100,
+        "starttime": 1000,
+        "port": 8000,
+        "api_url": "http://127.0.0.1:8000",
+        "model": "m",
+        "phase": "serving",
+        "ready": True,
         "health": {"status": 200, "error": None, "latency_s": 0.002},
-        "engine": {"requests_running": 3.0, "requests_waiting": 1.0, "kv_cache_usage": 0.25,
-                   "steps_per_s": 12.5},
+        "engine": {"requests_running": 3.0, "requests_waiting": 1.0, "kv_cache_usage": 0.25, "steps_per_s": 12.5},
         "canary": {"ok": True, "timed_out": False, "latency_s": 0.05, "error": None, "age_s": 2.0},
         "processes": [
-            {"pid": 100, "starttime": 1000, "role": "api_server", "cmdline": "vllm serve m", "state": "S",
-             "cpu_ratio": 0.1, "rss_bytes": 1_000_000, "threads": 4, "hottest_thread": None},
-            {"pid": 110, "starttime": 1020, "role": "engine_core", "cmdline": "VLLM::EngineCore", "state": "R",
-             "cpu_ratio": 0.99, "rss_bytes": 2_000_000, "threads": 9,
-             "hottest_thread": {"tid": 110, "comm": "VLLM::EngineCor", "cpu_ratio": 0.98,
-                                "voluntary_per_s": 0.0, "involuntary_per_s": 25.0, "syscall": "running"}},
+            {
+                "pid": 100,
+                "starttime": 1000,
+                "role": "api_server",
+                "cmdline": "vllm serve m",
+                "state": "S",
+                "cpu_ratio": 0.1,
+                "rss_bytes": 1_000_000,
+                "threads": 4,
+                "hottest_thread": None,
+            },
+            {
+                "pid": 110,
+                "starttime": 1020,
+                "role": "engine_core",
+                "cmdline": "VLLM::EngineCore",
+                "state": "R",
+                "cpu_ratio": 0.99,
+                "rss_bytes": 2_000_000,
+                "threads": 9,
+                "hottest_thread": {
+                    "tid": 110,
+                    "comm": "VLLM::EngineCor",
+                    "cpu_ratio": 0.98,
+                    "voluntary_per_s": 0.0,
+                    "involuntary_per_s": 25.0,
+                    "syscall": "running",
+                },
+            },
         ],
-        "accelerators": [{"device": "0", "backend": "nvml", "memory_used_bytes": 70e9,
-                          "memory_total_bytes": 80e9, "utilization_ratio": 0.0, "target_memory_bytes": 69e9}],
-        "suspects": {}, "incidents": [], "errors": {},
+        "accelerators": [
+            {
+                "device": "0",
+                "backend": "nvml",
+                "memory_used_bytes": 70e9,
+                "memory_total_bytes": 80e9,
+                "utilization_ratio": 0.0,
+                "target_memory_bytes": 69e9,
+            }
+        ],
+        "suspects": {},
+        "incidents": [],
+        "errors": {},
     }
     t.update(over)
     return t
 
 
 def incident(kind: str, target_name: str) -> dict:
-    return {"id": "01J", "kind": kind, "status": "firing", "severity": "critical", "node": "n1",
-            "target": {"name": target_name, "pid": 100, "starttime": 1000, "port": 8000, "model": "m",
-                       "role": None},
-            "summary": "x", "signals": {}, "opened_at": 1.0, "resolved_at": None, "evidence_dir": None,
-            "actions": [], "fingerprint": f"n1/{target_name}/{kind}"}
+    return {
+        "id": "01J",
+        "kind": kind,
+        "status": "firing",
+        "severity": "critical",
+        "node": "n1",
+        "target": {"name": target_name, "pid": 100, "starttime": 1000, "port": 8000, "model": "m", "role": None},
+        "summary": "x",
+        "signals": {},
+        "opened_at": 1.0,
+        "resolved_at": None,
+        "evidence_dir": None,
+        "actions": [],
+        "fingerprint": f"n1/{target_name}/{kind}",
+    }
 
 
 def status(**over) -> dict:
     doc = {
-        "schema": 1, "node": "n1", "version": "0.1.0", "time": 1_700_000_000.0, "uptime_s": 60.0,
-        "guardian": {"pid": 1, "ticks": 60, "last_tick_s": 0.002, "max_tick_s": 0.01,
-                     "tick_p50_s": 0.0015, "tick_p99_s": 0.009,
-                     "cpu_seconds": 1.5, "max_rss_bytes": 40_000_000},
-        "probes": {"procfs": {"runs": 60, "failures": 1, "overruns": 2, "last_duration_s": 0.001,
-                              "mean_duration_s": 0.0012}},
+        "schema": 1,
+        "node": "n1",
+        "version": "0.1.0",
+        "time": 1_700_000_000.0,
+        "uptime_s": 60.0,
+        "guardian": {
+            "pid": 1,
+            "ticks": 60,
+            "last_tick_s": 0.002,
+            "max_tick_s": 0.01,
+            "tick_p50_s": 0.0015,
+            "tick_p99_s": 0.009,
+            "cpu_seconds": 1.5,
+            "max_rss_bytes": 40_000_000,
+        },
+        "probes": {
+            "procfs": {"runs": 60, "failures": 1, "overruns": 2, "last_duration_s": 0.001, "mean_duration_s": 0.0012}
+        },
         "targets": [target()],
-        "unmatched": [], "incidents": [], "errors": {},
+        "unmatched": [],
+        "incidents": [],
+        "errors": {},
     }
     doc.update(over)
     return doc
@@ -87,21 +151,23 @@ def scrape(doc, stats=None) -> dict:
 
 
 def value(fams: dict, name: str, **labels) -> float | None:
-    fam = fams[name[:-len("_total")] if name.endswith("_total") else name]
+    fam = fams[name[: -len("_total")] if name.endswith("_total") else name]
     hits = [s.value for s in fam.samples if s.name == name and s.labels == {k: str(v) for k, v in labels.items()}]
     assert len(hits) <= 1
     return hits[0] if hits else None
 
 
 def family_name(spec) -> str:
-    return spec.name[:-len("_total")] if spec.type == "counter" else spec.name
+    return spec.name[: -len("_total")] if spec.type == "counter" else spec.name
 
 
-FULL = status(targets=[target(gates={"health_score": 20, "baseline": "complete", "failures": [], "notes": []})],
-              incidents=[incident("busy_loop", "llama")],
-              actions={"outcomes": {"ok": 4, "failed": 1}, "restarts": {"llama": {"ok": 1}}},
-              alerts={"spooled": 7, "dropped": 2},
-              gates={"reports": {"accepted": 3, "malformed": 1}})
+FULL = status(
+    targets=[target(gates={"health_score": 20, "baseline": "complete", "failures": [], "notes": []})],
+    incidents=[incident("busy_loop", "llama")],
+    actions={"outcomes": {"ok": 4, "failed": 1}, "restarts": {"llama": {"ok": 1}}},
+    alerts={"spooled": 7, "dropped": 2},
+    gates={"reports": {"accepted": 3, "malformed": 1}},
+)
 MINIMAL: dict = {}  # before the first tick the daemon's status() is an empty dict
 
 
@@ -154,54 +220,63 @@ def test_describe_names_every_declared_family_without_reading_status():
 
 
 # ------------------------------------------------------------------ values
-@pytest.mark.parametrize("name, labels, expected", [
-    ("guardian_build_info", {"version": "0.1.0", "node": "n1"}, 1.0),
-    ("guardian_ticks_total", {}, 60.0),
-    ("guardian_tick_duration_seconds", {}, 0.002),
-    ("guardian_tick_duration_max_seconds", {}, 0.01),
-    ("guardian_tick_duration_p50_seconds", {}, 0.0015),
-    ("guardian_tick_duration_p99_seconds", {}, 0.009),
-    ("guardian_self_cpu_seconds_total", {}, 1.5),
-    ("guardian_self_max_resident_memory_bytes", {}, 40_000_000.0),
-    ("guardian_probe_runs_total", {"probe": "procfs"}, 60.0),
-    ("guardian_probe_failures_total", {"probe": "procfs"}, 1.0),
-    ("guardian_probe_overruns_total", {"probe": "procfs"}, 2.0),
-    ("guardian_probe_duration_seconds", {"probe": "procfs"}, 0.001),
-    ("guardian_probe_duration_mean_seconds", {"probe": "procfs"}, 0.0012),
-    ("guardian_target_info", {"target": "llama", "model": "m", "source": "config"}, 1.0),
-    ("guardian_target_up", {"target": "llama"}, 1.0),
-    ("guardian_target_ready", {"target": "llama"}, 1.0),
-    ("guardian_target_health_ok", {"target": "llama"}, 1.0),
-    ("guardian_process_cpu_ratio", {"target": "llama", "pid": 110, "role": "engine_core"}, 0.99),
-    ("guardian_process_resident_memory_bytes", {"target": "llama", "pid": 100, "role": "api_server"}, 1e6),
-    ("guardian_process_threads", {"target": "llama", "pid": 110, "role": "engine_core"}, 9.0),
-    ("guardian_hottest_thread_cpu_ratio", {"target": "llama", "pid": 110, "role": "engine_core"}, 0.98),
-    ("guardian_hottest_thread_voluntary_switches_per_second",
-     {"target": "llama", "pid": 110, "role": "engine_core"}, 0.0),
-    ("guardian_hottest_thread_involuntary_switches_per_second",
-     {"target": "llama", "pid": 110, "role": "engine_core"}, 25.0),
-    ("guardian_engine_steps_per_second", {"target": "llama"}, 12.5),
-    ("guardian_engine_requests_running", {"target": "llama"}, 3.0),
-    ("guardian_engine_requests_waiting", {"target": "llama"}, 1.0),
-    ("guardian_engine_kv_cache_usage_ratio", {"target": "llama"}, 0.25),
-    ("guardian_canary_latency_seconds", {"target": "llama"}, 0.05),
-    ("guardian_canary_ok", {"target": "llama"}, 1.0),
-    ("guardian_accelerator_memory_used_bytes", {"target": "llama", "device": "0", "backend": "nvml"}, 70e9),
-    ("guardian_accelerator_memory_total_bytes", {"target": "llama", "device": "0", "backend": "nvml"}, 80e9),
-    ("guardian_accelerator_utilization_ratio", {"target": "llama", "device": "0", "backend": "nvml"}, 0.0),
-    ("guardian_target_accelerator_memory_bytes", {"target": "llama", "device": "0", "backend": "nvml"}, 69e9),
-    ("guardian_incidents_open", {"kind": "busy_loop"}, 1.0),
-    ("guardian_incidents_open", {"kind": "engine_stall"}, 0.0),
-    ("guardian_target_incidents_open", {"target": "llama", "kind": "busy_loop"}, 1.0),
-    ("guardian_target_incidents_open", {"target": "llama", "kind": "engine_dead"}, 0.0),
-    ("guardian_actions_total", {"outcome": "ok"}, 4.0),
-    ("guardian_actions_total", {"outcome": "failed"}, 1.0),
-    ("guardian_actions_total", {"outcome": "dry_run"}, 0.0),
-    ("guardian_restarts_total", {"target": "llama", "outcome": "ok"}, 1.0),
-    ("guardian_restarts_total", {"target": "llama", "outcome": "failed"}, 0.0),
-    ("guardian_alerts_spooled", {}, 7.0),
-    ("guardian_alerts_dropped_total", {}, 2.0),
-])
+@pytest.mark.parametrize(
+    "name, labels, expected",
+    [
+        ("guardian_build_info", {"version": "0.1.0", "node": "n1"}, 1.0),
+        ("guardian_ticks_total", {}, 60.0),
+        ("guardian_tick_duration_seconds", {}, 0.002),
+        ("guardian_tick_duration_max_seconds", {}, 0.01),
+        ("guardian_tick_duration_p50_seconds", {}, 0.0015),
+        ("guardian_tick_duration_p99_seconds", {}, 0.009),
+        ("guardian_self_cpu_seconds_total", {}, 1.5),
+        ("guardian_self_max_resident_memory_bytes", {}, 40_000_000.0),
+        ("guardian_probe_runs_total", {"probe": "procfs"}, 60.0),
+        ("guardian_probe_failures_total", {"probe": "procfs"}, 1.0),
+        ("guardian_probe_overruns_total", {"probe": "procfs"}, 2.0),
+        ("guardian_probe_duration_seconds", {"probe": "procfs"}, 0.001),
+        ("guardian_probe_duration_mean_seconds", {"probe": "procfs"}, 0.0012),
+        ("guardian_target_info", {"target": "llama", "model": "m", "source": "config"}, 1.0),
+        ("guardian_target_up", {"target": "llama"}, 1.0),
+        ("guardian_target_ready", {"target": "llama"}, 1.0),
+        ("guardian_target_health_ok", {"target": "llama"}, 1.0),
+        ("guardian_process_cpu_ratio", {"target": "llama", "pid": 110, "role": "engine_core"}, 0.99),
+        ("guardian_process_resident_memory_bytes", {"target": "llama", "pid": 100, "role": "api_server"}, 1e6),
+        ("guardian_process_threads", {"target": "llama", "pid": 110, "role": "engine_core"}, 9.0),
+        ("guardian_hottest_thread_cpu_ratio", {"target": "llama", "pid": 110, "role": "engine_core"}, 0.98),
+        (
+            "guardian_hottest_thread_voluntary_switches_per_second",
+            {"target": "llama", "pid": 110, "role": "engine_core"},
+            0.0,
+        ),
+        (
+            "guardian_hottest_thread_involuntary_switches_per_second",
+            {"target": "llama", "pid": 110, "role": "engine_core"},
+            25.0,
+        ),
+        ("guardian_engine_steps_per_second", {"target": "llama"}, 12.5),
+        ("guardian_engine_requests_running", {"target": "llama"}, 3.0),
+        ("guardian_engine_requests_waiting", {"target": "llama"}, 1.0),
+        ("guardian_engine_kv_cache_usage_ratio", {"target": "llama"}, 0.25),
+        ("guardian_canary_latency_seconds", {"target": "llama"}, 0.05),
+        ("guardian_canary_ok", {"target": "llama"}, 1.0),
+        ("guardian_accelerator_memory_used_bytes", {"target": "llama", "device": "0", "backend": "nvml"}, 70e9),
+        ("guardian_accelerator_memory_total_bytes", {"target": "llama", "device": "0", "backend": "nvml"}, 80e9),
+        ("guardian_accelerator_utilization_ratio", {"target": "llama", "device": "0", "backend": "nvml"}, 0.0),
+        ("guardian_target_accelerator_memory_bytes", {"target": "llama", "device": "0", "backend": "nvml"}, 69e9),
+        ("guardian_incidents_open", {"kind": "busy_loop"}, 1.0),
+        ("guardian_incidents_open", {"kind": "engine_stall"}, 0.0),
+        ("guardian_target_incidents_open", {"target": "llama", "kind": "busy_loop"}, 1.0),
+        ("guardian_target_incidents_open", {"target": "llama", "kind": "engine_dead"}, 0.0),
+        ("guardian_actions_total", {"outcome": "ok"}, 4.0),
+        ("guardian_actions_total", {"outcome": "failed"}, 1.0),
+        ("guardian_actions_total", {"outcome": "dry_run"}, 0.0),
+        ("guardian_restarts_total", {"target": "llama", "outcome": "ok"}, 1.0),
+        ("guardian_restarts_total", {"target": "llama", "outcome": "failed"}, 0.0),
+        ("guardian_alerts_spooled", {}, 7.0),
+        ("guardian_alerts_dropped_total", {}, 2.0),
+    ],
+)
 def test_status_fields_map_to_metric_values(name, labels, expected):
     assert value(scrape(FULL, Stats()), name, **labels) == pytest.approx(expected)
 
@@ -233,20 +308,25 @@ def test_an_incident_of_a_target_no_longer_listed_still_counts_for_that_target()
 
 def test_action_and_restart_totals_are_declared_at_zero_before_remediation_reports_any():
     fams = scrape(status())  # no "actions" section yet
-    assert {s.labels["outcome"]: s.value for s in fams["guardian_actions"].samples} == \
-        dict.fromkeys(ACTION_OUTCOMES, 0.0)
-    assert {(s.labels["target"], s.labels["outcome"]): s.value for s in fams["guardian_restarts"].samples} == \
-        {("llama", o): 0.0 for o in RESTART_OUTCOMES}
+    assert {s.labels["outcome"]: s.value for s in fams["guardian_actions"].samples} == dict.fromkeys(
+        ACTION_OUTCOMES, 0.0
+    )
+    assert {(s.labels["target"], s.labels["outcome"]): s.value for s in fams["guardian_restarts"].samples} == {
+        ("llama", o): 0.0 for o in RESTART_OUTCOMES
+    }
 
 
-@pytest.mark.parametrize("phase, serving_field, expected", [
-    ("serving", None, 1.0),
-    ("warming", None, 0.0),
-    ("incident", None, 0.0),
-    ("gone", None, 0.0),
-    ("incident", True, 1.0),   # the integrator's explicit field wins over the phase
-    ("serving", False, 0.0),   # e.g. drained for a restart
-])
+@pytest.mark.parametrize(
+    "phase, serving_field, expected",
+    [
+        ("serving", None, 1.0),
+        ("warming", None, 0.0),
+        ("incident", None, 0.0),
+        ("gone", None, 0.0),
+        ("incident", True, 1.0),  # the integrator's explicit field wins over the phase
+        ("serving", False, 0.0),  # e.g. drained for a restart
+    ],
+)
 def test_target_up_follows_the_serving_field_else_the_phase(phase, serving_field, expected):
     t = target(phase=phase)
     if serving_field is not None:
@@ -254,33 +334,67 @@ def test_target_up_follows_the_serving_field_else_the_phase(phase, serving_field
     assert value(scrape(status(targets=[t])), "guardian_target_up", target="llama") == expected
 
 
-@pytest.mark.parametrize("t, expected", [
-    ({"phase": "serving"}, True),
-    ({"phase": "warming"}, False),
-    ({"phase": "serving", "serving": False}, False),
-    ({"phase": "incident", "serving": True}, True),
-    ({}, False),
-])
+@pytest.mark.parametrize(
+    "t, expected",
+    [
+        ({"phase": "serving"}, True),
+        ({"phase": "warming"}, False),
+        ({"phase": "serving", "serving": False}, False),
+        ({"phase": "incident", "serving": True}, True),
+        ({}, False),
+    ],
+)
 def test_serving_rule(t, expected):
     assert serving(t) is expected
 
 
 # ------------------------------------------------------------------ absence is not zero
 ABSENT_CASES = [
-    ("no accelerators section", {"accelerators": None},
-     ["guardian_accelerator_memory_used_bytes", "guardian_accelerator_memory_total_bytes",
-      "guardian_accelerator_utilization_ratio", "guardian_target_accelerator_memory_bytes"]),
+    (
+        "no accelerators section",
+        {"accelerators": None},
+        [
+            "guardian_accelerator_memory_used_bytes",
+            "guardian_accelerator_memory_total_bytes",
+            "guardian_accelerator_utilization_ratio",
+            "guardian_target_accelerator_memory_bytes",
+        ],
+    ),
     ("no canary yet", {"canary": None}, ["guardian_canary_latency_seconds", "guardian_canary_ok"]),
     ("no scrape yet", {"health": None}, ["guardian_target_health_ok"]),
-    ("engine gauges unknown", {"engine": {"requests_running": None, "requests_waiting": None,
-                                          "kv_cache_usage": None, "steps_per_s": None}},
-     ["guardian_engine_requests_running", "guardian_engine_requests_waiting",
-      "guardian_engine_kv_cache_usage_ratio", "guardian_engine_steps_per_second"]),
-    ("no per-thread reads", {"processes": [{"pid": 100, "role": "api_server", "cpu_ratio": None,
-                                            "rss_bytes": None, "threads": None, "hottest_thread": None}]},
-     ["guardian_process_cpu_ratio", "guardian_process_resident_memory_bytes", "guardian_process_threads",
-      "guardian_hottest_thread_cpu_ratio", "guardian_hottest_thread_voluntary_switches_per_second",
-      "guardian_hottest_thread_involuntary_switches_per_second"]),
+    (
+        "engine gauges unknown",
+        {"engine": {"requests_running": None, "requests_waiting": None, "kv_cache_usage": None, "steps_per_s": None}},
+        [
+            "guardian_engine_requests_running",
+            "guardian_engine_requests_waiting",
+            "guardian_engine_kv_cache_usage_ratio",
+            "guardian_engine_steps_per_second",
+        ],
+    ),
+    (
+        "no per-thread reads",
+        {
+            "processes": [
+                {
+                    "pid": 100,
+                    "role": "api_server",
+                    "cpu_ratio": None,
+                    "rss_bytes": None,
+                    "threads": None,
+                    "hottest_thread": None,
+                }
+            ]
+        },
+        [
+            "guardian_process_cpu_ratio",
+            "guardian_process_resident_memory_bytes",
+            "guardian_process_threads",
+            "guardian_hottest_thread_cpu_ratio",
+            "guardian_hottest_thread_voluntary_switches_per_second",
+            "guardian_hottest_thread_involuntary_switches_per_second",
+        ],
+    ),
 ]
 
 
@@ -291,8 +405,14 @@ def test_absent_values_give_no_sample_never_zero(what, over, families):
 
 
 def test_a_hottest_thread_without_an_involuntary_rate_exports_only_what_it_has():
-    proc = {"pid": 110, "role": "engine_core", "cpu_ratio": 1.0, "rss_bytes": 1, "threads": 2,
-            "hottest_thread": {"tid": 110, "cpu_ratio": 0.97, "voluntary_per_s": 3.0}}
+    proc = {
+        "pid": 110,
+        "role": "engine_core",
+        "cpu_ratio": 1.0,
+        "rss_bytes": 1,
+        "threads": 2,
+        "hottest_thread": {"tid": 110, "cpu_ratio": 0.97, "voluntary_per_s": 3.0},
+    }
     fams = scrape(status(targets=[target(processes=[proc])]))
     labels = {"target": "llama", "pid": 110, "role": "engine_core"}
     assert value(fams, "guardian_hottest_thread_voluntary_switches_per_second", **labels) == 3.0
@@ -311,12 +431,15 @@ def test_accelerators_keyed_by_device_are_accepted():
     assert value(fams, "guardian_accelerator_memory_used_bytes", target="llama", device="1", backend="npu_smi") == 5.0
 
 
-@pytest.mark.parametrize("bad", [
-    {"targets": None, "probes": None, "guardian": None, "incidents": None},
-    {"targets": [{"no": "name"}, "junk", 3]},
-    {"targets": [target(engine="junk", processes="junk", accelerators=[{"no": "device"}])]},
-    {"guardian": {"ticks": "sixty", "last_tick_s": float("nan")}},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"targets": None, "probes": None, "guardian": None, "incidents": None},
+        {"targets": [{"no": "name"}, "junk", 3]},
+        {"targets": [target(engine="junk", processes="junk", accelerators=[{"no": "device"}])]},
+        {"guardian": {"ticks": "sixty", "last_tick_s": float("nan")}},
+    ],
+)
 def test_malformed_sections_are_skipped_not_fatal(bad):
     fams = scrape(status(**bad))
     assert {n for n in fams} == {family_name(s) for s in DECLARED}
@@ -335,8 +458,10 @@ def test_a_scrape_reads_the_latest_status_each_time():
     reg = build_registry(lambda: next(docs))  # registration describes; it does not consume a status
     first = {f.name: f for f in text_string_to_metric_families(generate_latest(reg).decode())}
     second = {f.name: f for f in text_string_to_metric_families(generate_latest(reg).decode())}
-    assert (value(first, "guardian_target_up", target="llama"),
-            value(second, "guardian_target_up", target="llama")) == (1.0, 0.0)
+    assert (
+        value(first, "guardian_target_up", target="llama"),
+        value(second, "guardian_target_up", target="llama"),
+    ) == (1.0, 0.0)
 
 
 def test_the_gates_health_score_and_report_outcomes_are_exported():

@@ -1,4 +1,5 @@
 """The baseline store: per (target, model, version), atomic, a bad file means re-baselining."""
+
 from __future__ import annotations
 
 import json

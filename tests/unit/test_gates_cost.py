@@ -1,4 +1,5 @@
 """The gates' cost at a config, from a measured round time."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,11 +15,14 @@ def test_the_defaults_cost_300_requests_an_hour():
     assert c.server_seconds_per_hour == pytest.approx(30.0) and c.share_of_capacity == pytest.approx(30 / 3600)
 
 
-@pytest.mark.parametrize("gates, per_round", [
-    (GatesConfig(shadow=False), 2),
-    (GatesConfig(diagnostics=()), 4),
-    (GatesConfig(diagnostics=(DiagnosticPromptConfig("a"), DiagnosticPromptConfig("b"))), 6),
-])
+@pytest.mark.parametrize(
+    "gates, per_round",
+    [
+        (GatesConfig(shadow=False), 2),
+        (GatesConfig(diagnostics=()), 4),
+        (GatesConfig(diagnostics=(DiagnosticPromptConfig("a"), DiagnosticPromptConfig("b"))), 6),
+    ],
+)
 def test_requests_per_round_follow_the_config(gates, per_round):
     assert requests_per_round(gates) == per_round
 

@@ -1,4 +1,5 @@
 """A gate round judged against the target's baseline; how the baseline grows; vLLM answer shapes."""
+
 from __future__ import annotations
 
 import math
@@ -15,8 +16,15 @@ CFG = GatesConfig()
 PEAKED = (-0.05, -3.5, -4.0, -5.0, -6.0)
 
 
-def ans(text: str, prompt: str = "1+1=", role: str = "diagnostic", expect: str | None = r"^\s*2",
-        tops=(PEAKED, PEAKED), token_lps=(-0.05, -0.05), has_logprobs=True) -> GateAnswer:
+def ans(
+    text: str,
+    prompt: str = "1+1=",
+    role: str = "diagnostic",
+    expect: str | None = r"^\s*2",
+    tops=(PEAKED, PEAKED),
+    token_lps=(-0.05, -0.05),
+    has_logprobs=True,
+) -> GateAnswer:
     return GateAnswer(role, prompt, text, "length", has_logprobs, token_lps, tops, expect)
 
 
@@ -25,8 +33,9 @@ def answers(*a: GateAnswer, ref=(None, -2.0, -2.0)) -> RoundAnswers:
 
 
 def baseline(**kw: Any) -> Baseline:
-    d: dict[str, Any] = dict(answers={"1+1=": " 2"}, fingerprints={}, format_codes={"1+1=": ()},
-                             perplexities=(math.e**2,) * 3)
+    d: dict[str, Any] = dict(
+        answers={"1+1=": " 2"}, fingerprints={}, format_codes={"1+1=": ()}, perplexities=(math.e**2,) * 3
+    )
     d.update(kw)
     return Baseline("llm", "m", "0.32.0", 0.0, **d)
 
@@ -35,14 +44,17 @@ def levels(v) -> list[tuple[str, str]]:
     return sorted((f.level, f.check) for f in v.failures)
 
 
-@pytest.mark.parametrize("answer, ref, expected", [
-    (ans(" 2"), (None, -2.0, -2.0), []),
-    (ans("!!!!!!!!!!!!"), (None, -2.0, -2.0), [("L1", "run"), ("L5", "expect")]),
-    (ans(" 3"), (None, -2.0, -2.0), [("L5", "expect")]),
-    (ans(" 2", token_lps=(math.nan, -0.1)), (None, -2.0, -2.0), [("L3", "non_finite")]),
-    (ans(" 2"), (None, -6.0, -6.0), [("L2", "perplexity")]),  # e^6 > 3 x e^2
-    (ans(" 2"), (None, -3.0, -3.0), []),  # e^3 < 3 x e^2
-])
+@pytest.mark.parametrize(
+    "answer, ref, expected",
+    [
+        (ans(" 2"), (None, -2.0, -2.0), []),
+        (ans("!!!!!!!!!!!!"), (None, -2.0, -2.0), [("L1", "run"), ("L5", "expect")]),
+        (ans(" 3"), (None, -2.0, -2.0), [("L5", "expect")]),
+        (ans(" 2", token_lps=(math.nan, -0.1)), (None, -2.0, -2.0), [("L3", "non_finite")]),
+        (ans(" 2"), (None, -6.0, -6.0), [("L2", "perplexity")]),  # e^6 > 3 x e^2
+        (ans(" 2"), (None, -3.0, -3.0), []),  # e^3 < 3 x e^2
+    ],
+)
 def test_round_failures(answer, ref, expected):
     assert levels(judge_round(answers(answer, ref=ref), baseline(), CFG)) == expected
 
@@ -73,8 +85,8 @@ def test_a_server_without_logprobs_is_judged_on_l1_l5_only_and_says_so():
 
 def test_the_l2_failure_carries_its_figures():
     (f,) = judge_round(answers(ans(" 2"), ref=(None, -6.0)), baseline(), CFG).failures
-    assert f.figures["baseline"] == pytest.approx(math.e ** 2, rel=1e-3)
-    assert f.figures["ratio"] == pytest.approx(math.e ** 4, rel=1e-3)
+    assert f.figures["baseline"] == pytest.approx(math.e**2, rel=1e-3)
+    assert f.figures["ratio"] == pytest.approx(math.e**4, rel=1e-3)
 
 
 def test_the_baseline_is_created_from_the_first_round_without_l3_failure():
@@ -82,7 +94,7 @@ def test_the_baseline_is_created_from_the_first_round_without_l3_failure():
     b = next_baseline(ra, judge_round(ra, None, CFG), None, CFG)
     assert b is not None
     assert b.answers == {"1+1=": "\x0b8>"} and b.format_codes == {"1+1=": ("control",)}
-    assert b.perplexities == pytest.approx((math.e ** 2,))
+    assert b.perplexities == pytest.approx((math.e**2,))
 
 
 def test_no_baseline_from_a_round_with_an_l3_failure_or_an_incomplete_round():
@@ -107,17 +119,35 @@ def test_a_prompt_configured_later_joins_the_baseline():
     b2 = next_baseline(ra, judge_round(ra, b, CFG), b, CFG)
     assert b2 is not None and b2.answers["new"] == "x" and "new" in b2.fingerprints
 
+
 # ------------------------------------------------------------------ vLLM shapes (measured on 0.32)
 
 
 LOGPROBS_ANSWER = {
-    "id": "cmpl-1", "object": "text_completion", "model": "tiny",
-    "choices": [{"index": 0, "text": " 2", "finish_reason": "length",
-                 "logprobs": {"text_offset": [4], "token_logprobs": [-0.1], "tokens": [" 2"],
-                              "top_logprobs": [{" 2": -0.1, " 3": -2.5}]},
-                 "prompt_logprobs": [None, {"17": {"logprob": -5.9, "rank": 173, "decoded_token": "+"}},
-                                     {"9": {"logprob": -1.5, "rank": 1, "decoded_token": "1"},
-                                      "3": {"logprob": -0.5, "rank": 0, "decoded_token": "x"}}]}],
+    "id": "cmpl-1",
+    "object": "text_completion",
+    "model": "tiny",
+    "choices": [
+        {
+            "index": 0,
+            "text": " 2",
+            "finish_reason": "length",
+            "logprobs": {
+                "text_offset": [4],
+                "token_logprobs": [-0.1],
+                "tokens": [" 2"],
+                "top_logprobs": [{" 2": -0.1, " 3": -2.5}],
+            },
+            "prompt_logprobs": [
+                None,
+                {"17": {"logprob": -5.9, "rank": 173, "decoded_token": "+"}},
+                {
+                    "9": {"logprob": -1.5, "rank": 1, "decoded_token": "1"},
+                    "3": {"logprob": -0.5, "rank": 0, "decoded_token": "x"},
+                },
+            ],
+        }
+    ],
 }
 
 
@@ -134,27 +164,47 @@ def test_parse_an_answer_without_logprobs_support():
 
 
 def test_nan_in_logprobs_is_kept_as_nan():
-    body = {"choices": [{"text": "x", "logprobs": {"tokens": ["x"], "token_logprobs": [float("nan")],
-                                                   "top_logprobs": [{"x": float("nan")}]}}]}
+    body = {
+        "choices": [
+            {
+                "text": "x",
+                "logprobs": {"tokens": ["x"], "token_logprobs": [float("nan")], "top_logprobs": [{"x": float("nan")}]},
+            }
+        ]
+    }
     c = parse_completion(body)
     first = c.token_logprobs[0]
     assert first is not None and math.isnan(first) and math.isnan(c.top_logprobs[0][0])
 
 
 def test_echo_gives_the_prompt_logprobs_before_the_generated_ones():
-    c = parse_completion({"choices": [{"text": "ab", "logprobs": {"tokens": ["a", "b", "c"],
-                                                                  "token_logprobs": [None, -1.0, -2.0],
-                                                                  "top_logprobs": [None, {}, {}]}}]})
+    c = parse_completion(
+        {
+            "choices": [
+                {
+                    "text": "ab",
+                    "logprobs": {
+                        "tokens": ["a", "b", "c"],
+                        "token_logprobs": [None, -1.0, -2.0],
+                        "top_logprobs": [None, {}, {}],
+                    },
+                }
+            ]
+        }
+    )
     assert echo_prompt_logprobs(c, 1) == (None, -1.0)
 
 
-@pytest.mark.parametrize("body, what", [
-    ([], "JSON object"),
-    ({"choices": []}, "choices[0]"),
-    ({"choices": [{"text": 3}]}, "text"),
-    ({"choices": [{"text": "x", "logprobs": {"token_logprobs": ["a"]}}]}, "token_logprobs[0]"),
-    ({"choices": [{"text": "x", "prompt_logprobs": [None, 5]}]}, "prompt_logprobs[1]"),
-])
+@pytest.mark.parametrize(
+    "body, what",
+    [
+        ([], "JSON object"),
+        ({"choices": []}, "choices[0]"),
+        ({"choices": [{"text": 3}]}, "text"),
+        ({"choices": [{"text": "x", "logprobs": {"token_logprobs": ["a"]}}]}, "token_logprobs[0]"),
+        ({"choices": [{"text": "x", "prompt_logprobs": [None, 5]}]}, "prompt_logprobs[1]"),
+    ],
+)
 def test_malformed_answers_say_what_is_wrong(body, what):
     with pytest.raises(AnswerError, match=what.replace("[", r"\[").replace("]", r"\]")):
         parse_completion(body)
@@ -168,8 +218,19 @@ def test_logprobs_the_server_cannot_encode_are_an_l3_failure():
 
 def test_an_answer_that_leaves_its_baseline_at_a_near_tie_is_not_a_failure():
     b = baseline(answers={"1+1=": " 2 x"}, tokens={"1+1=": (" 2", " x")}, format_codes={"1+1=": ()})
-    flipped = GateAnswer("diagnostic", "1+1=", " 2 \x07", "length", True, (-0.1, -2.0), (PEAKED, PEAKED),
-                         "baseline", None, (" 2", " \x07"), ({" 2": -0.1}, {" \x07": -2.0, " x": -2.02}))
+    flipped = GateAnswer(
+        "diagnostic",
+        "1+1=",
+        " 2 \x07",
+        "length",
+        True,
+        (-0.1, -2.0),
+        (PEAKED, PEAKED),
+        "baseline",
+        None,
+        (" 2", " \x07"),
+        ({" 2": -0.1}, {" \x07": -2.0, " x": -2.02}),
+    )
     v = judge_round(answers(flipped), b, CFG)
     assert v.failures == () and v.tie_flips == frozenset({"1+1="})
     assert any("near-tie flip" in n for n in v.notes)
@@ -177,8 +238,19 @@ def test_an_answer_that_leaves_its_baseline_at_a_near_tie_is_not_a_failure():
 
 def test_an_answer_that_leaves_its_baseline_clearly_still_fails():
     b = baseline(answers={"1+1=": " 2 x"}, tokens={"1+1=": (" 2", " x")}, format_codes={"1+1=": ()})
-    wrong = GateAnswer("diagnostic", "1+1=", " 2 y", "length", True, (-0.1, -0.2), (PEAKED, PEAKED),
-                       "baseline", None, (" 2", " y"), ({" 2": -0.1}, {" y": -0.2, " x": -6.0}))
+    wrong = GateAnswer(
+        "diagnostic",
+        "1+1=",
+        " 2 y",
+        "length",
+        True,
+        (-0.1, -0.2),
+        (PEAKED, PEAKED),
+        "baseline",
+        None,
+        (" 2", " y"),
+        ({" 2": -0.1}, {" y": -0.2, " x": -6.0}),
+    )
     assert levels(judge_round(answers(wrong), b, CFG)) == [("L5", "expect")]
 
 

@@ -1,4 +1,5 @@
 """The gateway module: L1/L3 on a live completion, and the report it publishes."""
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,11 @@ def test_check_text_and_logprobs():
 
 
 def test_check_completion_reads_a_vllm_choice():
-    choice = {"text": "\x00\x00", "finish_reason": "length",
-              "logprobs": {"token_logprobs": [float("nan")], "top_logprobs": [{"a": float("nan")}]}}
+    choice = {
+        "text": "\x00\x00",
+        "finish_reason": "length",
+        "logprobs": {"token_logprobs": [float("nan")], "top_logprobs": [{"a": float("nan")}]},
+    }
     assert sorted((p.level, p.code) for p in check_completion(choice)) == [("L1", "control"), ("L3", "non_finite")]
 
 

@@ -1,5 +1,6 @@
 """host_memory_leak: the summed RSS of the target's current processes rises steadily after
 warm-up with no new load; the finding names the process growing fastest."""
+
 from __future__ import annotations
 
 from typing import Callable, Mapping
@@ -27,9 +28,16 @@ FLAT = {100: 1e9, 150: 3e9, 200: 6e9}
 LEAK_8 = {"curve": "linear", "start": 6e9, "rate": 8 * MB}
 
 
-def run(rss: Mapping[int, object], until: float, *, target: Target = TARGET, since: float = 1.0,
-        running: Callable[[float], float] = lambda r: 2.0, starts: Mapping[int, float] | None = None,
-        **state_kw) -> list[tuple[float, Finding]]:
+def run(
+    rss: Mapping[int, object],
+    until: float,
+    *,
+    target: Target = TARGET,
+    since: float = 1.0,
+    running: Callable[[float], float] = lambda r: 2.0,
+    starts: Mapping[int, float] | None = None,
+    **state_kw,
+) -> list[tuple[float, Finding]]:
     """Feed every pid's RSS (a curve spec or f(seconds)) each second from ``since`` and evaluate
     each tick; ``starts`` delays a pid's first sample. Returns (time, finding) of every firing."""
     fns = {pid: (v if callable(v) else curve(v).value) for pid, v in rss.items()}
@@ -44,8 +52,16 @@ def run(rss: Mapping[int, object], until: float, *, target: Target = TARGET, sin
                 store.add(Sample(T, f"p{pid}", m.PROC_RSS, fn(r), t))
         store.add(Sample(T, "", m.REQ_RUNNING, running(r), t))
         kw = {"ready": True, "ready_since": READY, "api_alive": True, **state_kw}
-        st = TargetState(target=target, now=t, ever_ready=True, gone_since=None, engine_alive=True,
-                         canary_in_flight_since=None, probe_interval=1.0, **kw)
+        st = TargetState(
+            target=target,
+            now=t,
+            ever_ready=True,
+            gone_since=None,
+            engine_alive=True,
+            canary_in_flight_since=None,
+            probe_interval=1.0,
+            **kw,
+        )
         f = host_memory_leak.evaluate(TargetView(st, store), CFG)
         if f is not None:
             out.append((r, f))
@@ -92,8 +108,9 @@ NEGATIVES = {
     "noisy flat": {200: {"curve": "noisy", "value": 6e9, "noise": 150 * MB, "seed": 9}},
     "flat": {},
     "warm-up that decelerates": {200: {"curve": "approach", "start": 1e9, "value": 9e9, "tau": 60}},
-    "noisy warm-up that decelerates": {200: {"curve": "approach", "start": 1e9, "value": 9e9, "tau": 40,
-                                             "noise": 100 * MB, "seed": 2}},
+    "noisy warm-up that decelerates": {
+        200: {"curve": "approach", "start": 1e9, "value": 9e9, "tau": 40, "noise": 100 * MB, "seed": 2}
+    },
 }
 
 
@@ -116,7 +133,10 @@ def test_growth_that_tracks_load_is_not_a_leak():
     assert run(rss, 1000, running=running) == []
 
 
-@pytest.mark.parametrize("kw", [{"ready": False}, {"ready_since": None}, {"api_alive": False}],
-                         ids=["not ready", "ready_since unknown", "api server gone"])
+@pytest.mark.parametrize(
+    "kw",
+    [{"ready": False}, {"ready_since": None}, {"api_alive": False}],
+    ids=["not ready", "ready_since unknown", "api server gone"],
+)
 def test_not_judged_without_a_ready_target(kw):
     assert run({**FLAT, 200: LEAK_8}, 500, since=300, **kw) == []

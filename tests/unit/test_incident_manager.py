@@ -1,4 +1,5 @@
 """Incident manager: hysteresis, dedupe, lifecycle, restart safety; incident ids."""
+
 from __future__ import annotations
 
 from dataclasses import replace

@@ -1,5 +1,6 @@
 """kv_cache_leak: KV-cache usage stays above the idle baseline while nothing runs or waits,
 or the idle floor climbs across idle periods."""
+
 from __future__ import annotations
 
 import pytest
@@ -38,8 +39,16 @@ def timeline(*segments, kv_every: int = 1) -> tuple[SeriesStore, float]:
 
 def evaluate(store: SeriesStore, now: float, cfg: DetectorsConfig = CFG, **kw):
     args = {"ready": True, "api_alive": True, "ready_since": START, **kw}
-    st = TargetState(target=TARGET, now=now, ever_ready=True, gone_since=None, engine_alive=True,
-                     canary_in_flight_since=None, probe_interval=1.0, **args)
+    st = TargetState(
+        target=TARGET,
+        now=now,
+        ever_ready=True,
+        gone_since=None,
+        engine_alive=True,
+        canary_in_flight_since=None,
+        probe_interval=1.0,
+        **args,
+    )
     return kv_cache_leak.evaluate(TargetView(st, store), cfg)
 
 
@@ -51,7 +60,11 @@ def test_registered_in_the_detector_table():
 def test_usage_held_while_idle_for_a_window_fires_against_a_clean_earlier_idle():
     f = evaluate(*timeline(IDLE_CLEAN, BUSY, (61, 0, 0, 0.3)))
     assert (f.kind, f.severity, f.confirmed, f.signals["reason"]) == (
-        Kind.KV_CACHE_LEAK, Severity.WARNING, True, "stuck_above_baseline")
+        Kind.KV_CACHE_LEAK,
+        Severity.WARNING,
+        True,
+        "stuck_above_baseline",
+    )
     assert (f.signals["usage"], f.signals["baseline"], f.signals["idle_for_s"]) == (0.3, 0.0, 60.0)
     assert "30%" in f.summary
 
@@ -64,22 +77,31 @@ def test_first_idle_period_is_judged_against_zero():
 def test_fires_once_the_window_of_idleness_is_complete():
     store, now = timeline(BUSY, (90, 0, 0, 0.3))
     first_idle = START + 30
-    fired = [t for t in range(int(first_idle), int(now) + 1)
-             if evaluate(store, float(t)) is not None]
+    fired = [t for t in range(int(first_idle), int(now) + 1) if evaluate(store, float(t)) is not None]
     assert fired[0] == first_idle + CFG.kv_cache_leak.window
 
 
-@pytest.mark.parametrize("segments", [
-    (BUSY, (61, 0, 0, 0.05)),
-    (BUSY, (30, 0, 0, 0.3)),
-    (IDLE_CLEAN, BUSY, (61, 4, 0, 0.9)),
-    (IDLE_CLEAN, BUSY, (61, 0, 3, 0.9)),
-    (IDLE_CLEAN, BUSY, (30, 0, 0, 0.3), (1, 0, 0, 0.0), (30, 0, 0, 0.3)),
-    ((40, 0, 0, 0.3), BUSY, (61, 0, 0, 0.3)),
-    (IDLE_CLEAN, BUSY, (61, 0, 0, 0.0)),
-], ids=["below the margin", "idle less than a window", "requests running", "requests waiting",
-        "dipped to the baseline within the window", "same level as an earlier idle period",
-        "back to the baseline"])
+@pytest.mark.parametrize(
+    "segments",
+    [
+        (BUSY, (61, 0, 0, 0.05)),
+        (BUSY, (30, 0, 0, 0.3)),
+        (IDLE_CLEAN, BUSY, (61, 4, 0, 0.9)),
+        (IDLE_CLEAN, BUSY, (61, 0, 3, 0.9)),
+        (IDLE_CLEAN, BUSY, (30, 0, 0, 0.3), (1, 0, 0, 0.0), (30, 0, 0, 0.3)),
+        ((40, 0, 0, 0.3), BUSY, (61, 0, 0, 0.3)),
+        (IDLE_CLEAN, BUSY, (61, 0, 0, 0.0)),
+    ],
+    ids=[
+        "below the margin",
+        "idle less than a window",
+        "requests running",
+        "requests waiting",
+        "dipped to the baseline within the window",
+        "same level as an earlier idle period",
+        "back to the baseline",
+    ],
+)
 def test_no_finding(segments):
     assert evaluate(*timeline(*segments)) is None
 
@@ -108,8 +130,11 @@ def test_idle_floor_climbing_across_three_idle_periods_fires():
     assert "2% -> 5% -> 8%" in f.summary
 
 
-@pytest.mark.parametrize("floors", [(0.02, 0.05, 0.05), (0.05, 0.02, 0.08), (0.0, 0.0, 0.0), (0.02, 0.03, 0.04)],
-                         ids=["flat step", "not monotonic", "clean", "rise below half the margin"])
+@pytest.mark.parametrize(
+    "floors",
+    [(0.02, 0.05, 0.05), (0.05, 0.02, 0.08), (0.0, 0.0, 0.0), (0.02, 0.03, 0.04)],
+    ids=["flat step", "not monotonic", "clean", "rise below half the margin"],
+)
 def test_idle_floor_that_does_not_climb_enough(floors):
     segments = []
     for fl in floors:

@@ -5,6 +5,7 @@
 - production code (all but guardian/testing/, the CLI and the simulator included) never imports
   guardian.testing.
 """
+
 from __future__ import annotations
 
 import ast
@@ -70,8 +71,12 @@ MODULES = all_modules()
         ("from .store import X", "guardian.series", True, {"guardian.series.store", "guardian.series.store.X"}),
         ("import guardian.host.procfs as p", "guardian.cli", False, {"guardian.host.procfs"}),
         ("from guardian import testing", "guardian.daemon", False, {"guardian", "guardian.testing"}),
-        ("def f():\n    from ..testing import clock", "guardian.incidents.manager", False,
-         {"guardian.testing", "guardian.testing.clock"}),
+        (
+            "def f():\n    from ..testing import clock",
+            "guardian.incidents.manager",
+            False,
+            {"guardian.testing", "guardian.testing.clock"},
+        ),
     ],
 )
 def test_imports_are_resolved_to_absolute_names(source, module, is_package, expected):

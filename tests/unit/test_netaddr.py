@@ -1,4 +1,5 @@
 """One reader of "host:port" addresses (config and the HTTP listener), ports 1..65535."""
+
 import socket
 
 import pytest
@@ -6,12 +7,15 @@ import pytest
 from guardian.netaddr import free_port, is_hostport, parse_hostport
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("127.0.0.1:9464", ("127.0.0.1", 9464)),
-    ("0.0.0.0:1", ("0.0.0.0", 1)),
-    ("[::1]:9464", ("::1", 9464)),
-    ("localhost:65535", ("localhost", 65535)),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("127.0.0.1:9464", ("127.0.0.1", 9464)),
+        ("0.0.0.0:1", ("0.0.0.0", 1)),
+        ("[::1]:9464", ("::1", 9464)),
+        ("localhost:65535", ("localhost", 65535)),
+    ],
+)
 def test_an_address_reads_as_host_and_port(text, expected):
     assert parse_hostport(text) == expected and is_hostport(text)
 

@@ -1,5 +1,6 @@
 """npu-smi parsers: every known layout of ``npu-smi info`` parses to the same shape;
 anything else is "unrecognised npu-smi output" (layouts: tests/fixtures/npu_smi/README.md)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -47,7 +48,11 @@ def test_each_layout_parses_to_the_same_structured_shape(name):
     assert isinstance(r, NpuSmiInfo)
     assert all(isinstance(c, NpuChip) for c in r.chips) and all(isinstance(p, NpuProcess) for p in r.processes)
     assert (r.version, [(c.npu, c.chip) for c in r.chips], len(r.processes), r.idle_npus) == (
-        version, keys, nprocs, idle)
+        version,
+        keys,
+        nprocs,
+        idle,
+    )
     for c in r.chips:  # the numbers every consumer relies on are there in every layout
         assert c.health and c.name and c.temp_c is not None and c.aicore_pct is not None
         assert c.memory_total_mb is not None or c.hbm_total_mb is not None
@@ -59,10 +64,13 @@ def test_a3_second_chip_has_phy_id_and_no_power():
     assert (c.npu, c.chip, c.phy_id, c.power_w, c.temp_c, c.bus_id) == (0, 1, 1, None, 37.0, "0000:9E:00.0")
 
 
-@pytest.mark.parametrize("name, index, used, total", [
-    ("a3-ascend910-two-chips.txt", 3, 10568, 65536),
-    ("a2-910b2c-trailing-spaces.txt", 0, 20701, 65536),
-])
+@pytest.mark.parametrize(
+    "name, index, used, total",
+    [
+        ("a3-ascend910-two-chips.txt", 3, 10568, 65536),
+        ("a2-910b2c-trailing-spaces.txt", 0, 20701, 65536),
+    ],
+)
 def test_used_slash_total_without_the_space_still_parses(name, index, used, total):
     c = info(name).chips[index]
     assert (c.hbm_used_mb, c.hbm_total_mb) == (used, total)
@@ -73,11 +81,14 @@ def test_310p_lost_space_in_the_ddr_column():
     assert (c.memory_used_mb, c.memory_total_mb, c.power_w, c.hbm_used_mb) == (16302, 44280, None, None)
 
 
-@pytest.mark.parametrize("name, npu, health", [
-    ("training-910a-24.1rc2-warning.txt", 3, "Warning"),
-    ("training-910a-24.1rc2-warning.txt", 0, "OK"),
-    ("310b4-no-hbm-alarm.txt", 0, "Alarm"),
-])
+@pytest.mark.parametrize(
+    "name, npu, health",
+    [
+        ("training-910a-24.1rc2-warning.txt", 3, "Warning"),
+        ("training-910a-24.1rc2-warning.txt", 0, "OK"),
+        ("310b4-no-hbm-alarm.txt", 0, "Alarm"),
+    ],
+)
 def test_health_is_kept_as_printed(name, npu, health):
     assert next(c for c in info(name).chips if c.npu == npu).health == health
 
@@ -109,7 +120,9 @@ def test_310_device_column_is_the_phy_id():
 def test_ascend950_reads_npu_util_and_the_npu_id_process_table():
     r = info("ascend950-npu-id.txt")
     assert [(c.name, c.aicore_pct, c.hbm_used_mb, c.hbm_total_mb) for c in r.chips] == [
-        ("Ascend950PR", 0.0, 5239, 131072), ("Ascend950PR", 37.0, 98304, 131072)]
+        ("Ascend950PR", 0.0, 5239, 131072),
+        ("Ascend950PR", 37.0, 98304, 131072),
+    ]
     assert r.processes == (NpuProcess(1, None, 2018733, "VLLMWorker_TP", 30212), NpuProcess(1, None, 2018801, "", 512))
 
 
@@ -135,9 +148,11 @@ def test_text_after_the_table_is_ignored():
 
 
 def test_a_column_of_unknown_meaning_is_kept_in_extra():
-    text = fixture("910a-driver-21.0.3.2-no-hugepages.txt").replace(
-        "AICore(%)  Memory-Usage(MB)  HBM-Usage(MB)  |", "AICore(%)  Memory-Usage(MB)  HBM-Usage(MB)  Foo(x)|"
-    ).replace("0    / 32768   |", "0    / 32768  7|")
+    text = (
+        fixture("910a-driver-21.0.3.2-no-hugepages.txt")
+        .replace("AICore(%)  Memory-Usage(MB)  HBM-Usage(MB)  |", "AICore(%)  Memory-Usage(MB)  HBM-Usage(MB)  Foo(x)|")
+        .replace("0    / 32768   |", "0    / 32768  7|")
+    )
     c = parse_info(text).chips[0]
     assert (c.extra, c.hbm_total_mb) == ({"Foo(x)": "7"}, 32768)
 
@@ -146,19 +161,35 @@ def test_a_column_of_unknown_meaning_is_kept_in_extra():
 A2 = fixture("a2-910b2c-trailing-spaces.txt")
 
 
-@pytest.mark.parametrize("text", [
-    "",
-    "dcmi module initialize failed. ret is -8005\n",
-    "<html><body>502 Bad Gateway</body></html>\n",
-    "| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|\n",
-    A2.replace("| 0                         | 0000:5A:00.0  |", "| x                         | 0000:5A:00.0  |"),
-    A2.replace("88.6        51", "88.6        51    12"),
-    A2.replace("| 124528        |", "| pid?          |"),
-    A2.replace("| 0     910B2C              | OK            | 88.6", "| 0     910B2C              | OK | 88.6 | extra"),
-    "\n".join(A2.splitlines()[:7]) + "\n",
-    "| some other table | with | pipes |\n",
-], ids=["empty", "dcmi error", "html", "header only", "chip not a number", "extra value", "pid not a number",
-        "extra cell", "half a device block", "unknown table"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "dcmi module initialize failed. ret is -8005\n",
+        "<html><body>502 Bad Gateway</body></html>\n",
+        "| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|\n",
+        A2.replace("| 0                         | 0000:5A:00.0  |", "| x                         | 0000:5A:00.0  |"),
+        A2.replace("88.6        51", "88.6        51    12"),
+        A2.replace("| 124528        |", "| pid?          |"),
+        A2.replace(
+            "| 0     910B2C              | OK            | 88.6", "| 0     910B2C              | OK | 88.6 | extra"
+        ),
+        "\n".join(A2.splitlines()[:7]) + "\n",
+        "| some other table | with | pipes |\n",
+    ],
+    ids=[
+        "empty",
+        "dcmi error",
+        "html",
+        "header only",
+        "chip not a number",
+        "extra value",
+        "pid not a number",
+        "extra cell",
+        "half a device block",
+        "unknown table",
+    ],
+)
 def test_anything_else_is_unrecognised(text):
     with pytest.raises(ProbeFailed, match="^unrecognised npu-smi output: "):
         parse_info(text)
@@ -201,9 +232,11 @@ def test_npu_utilization_stands_in_for_aicore_on_ascend950():
     assert u.aicore_pct == 55.0
 
 
-@pytest.mark.parametrize("text", ["", "Error parameter of -t\n", "Chip ID : 0\nHBM Usage Rate(%) : 3\n",
-                                  "NPU ID : 0\nChip Count : 1\n"],
-                         ids=["empty", "error", "no npu id", "no values"])
+@pytest.mark.parametrize(
+    "text",
+    ["", "Error parameter of -t\n", "Chip ID : 0\nHBM Usage Rate(%) : 3\n", "NPU ID : 0\nChip Count : 1\n"],
+    ids=["empty", "error", "no npu id", "no values"],
+)
 def test_usages_without_an_npu_id_or_values_are_unrecognised(text):
     with pytest.raises(ProbeFailed, match="^unrecognised npu-smi output: "):
         parse_usages(text)

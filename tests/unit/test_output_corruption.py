@@ -1,4 +1,5 @@
 """output_corruption: conditions A-D over a target's gate rounds and reports; the health score."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,26 +34,29 @@ def conds(view: LedgerView, now: float) -> list[str]:
     return [c.name for c in output_corruption.active_conditions(view, now, CFG)]
 
 
-@pytest.mark.parametrize("rounds, reports, now, expected", [
-    # A: five L1/L2 failures within 60 s
-    ([rnd(0, "L1", "L1", "L2"), rnd(10, "L1", "L1")], [], 10, ["A"]),
-    ([rnd(0, "L1", "L1", "L2"), rnd(10, "L1")], [], 10, []),
-    ([rnd(0, "L1", "L1", "L2")], [rep(5, "L1"), rep(6, "L2")], 6, ["A"]),  # reports count
-    ([rnd(0, "L1", "L1", "L2"), rnd(61, "L1", "L1")], [], 61, []),  # the first ones aged out
-    # B: any L3 failure, at once
-    ([rnd(0, "L3")], [], 0, ["B"]),
-    ([rnd(0)], [rep(1, "L3")], 1, ["B"]),
-    ([rnd(0, "L3"), rnd(60)], [], 60, []),  # a clean round after it
-    # C: L4 three judged rounds in a row
-    ([rnd(0, "L4"), rnd(60, "L4"), rnd(120, "L4")], [], 120, ["C"]),
-    ([rnd(0, "L4"), rnd(60), rnd(120, "L4")], [], 120, []),
-    ([rnd(0, "L4"), rnd(60, judged=frozenset({"L1"})), rnd(120, "L4"), rnd(180, "L4")], [], 180, ["C"]),
-    # D: L5 three rounds in a row
-    ([rnd(0, "L5"), rnd(60, "L5"), rnd(120, "L5")], [], 120, ["D"]),
-    ([rnd(0, "L5"), rnd(60, "L5")], [], 60, []),
-    # several at once: B names the incident first
-    ([rnd(0, "L5", "L3"), rnd(60, "L5"), rnd(120, "L5", "L3")], [], 120, ["B", "D"]),
-])
+@pytest.mark.parametrize(
+    "rounds, reports, now, expected",
+    [
+        # A: five L1/L2 failures within 60 s
+        ([rnd(0, "L1", "L1", "L2"), rnd(10, "L1", "L1")], [], 10, ["A"]),
+        ([rnd(0, "L1", "L1", "L2"), rnd(10, "L1")], [], 10, []),
+        ([rnd(0, "L1", "L1", "L2")], [rep(5, "L1"), rep(6, "L2")], 6, ["A"]),  # reports count
+        ([rnd(0, "L1", "L1", "L2"), rnd(61, "L1", "L1")], [], 61, []),  # the first ones aged out
+        # B: any L3 failure, at once
+        ([rnd(0, "L3")], [], 0, ["B"]),
+        ([rnd(0)], [rep(1, "L3")], 1, ["B"]),
+        ([rnd(0, "L3"), rnd(60)], [], 60, []),  # a clean round after it
+        # C: L4 three judged rounds in a row
+        ([rnd(0, "L4"), rnd(60, "L4"), rnd(120, "L4")], [], 120, ["C"]),
+        ([rnd(0, "L4"), rnd(60), rnd(120, "L4")], [], 120, []),
+        ([rnd(0, "L4"), rnd(60, judged=frozenset({"L1"})), rnd(120, "L4"), rnd(180, "L4")], [], 180, ["C"]),
+        # D: L5 three rounds in a row
+        ([rnd(0, "L5"), rnd(60, "L5"), rnd(120, "L5")], [], 120, ["D"]),
+        ([rnd(0, "L5"), rnd(60, "L5")], [], 60, []),
+        # several at once: B names the incident first
+        ([rnd(0, "L5", "L3"), rnd(60, "L5"), rnd(120, "L5", "L3")], [], 120, ["B", "D"]),
+    ],
+)
 def test_conditions(rounds, reports, now, expected):
     assert conds(LedgerView(tuple(rounds), tuple(reports), 60.0), now) == expected
 
@@ -75,14 +79,17 @@ def test_l4_rounds_that_were_only_ambiguous_are_alert_only():
     assert c.name == "C" and c.alert_only
 
 
-@pytest.mark.parametrize("rounds, reports, score", [
-    ([rnd(0)], [], 100),
-    ([rnd(0, "L1")], [], 92),
-    ([rnd(0, "L3")], [], 20),  # a condition holds: at most 20
-    ([rnd(0, "L5")], [], 85),
-    ([rnd(0, "L5"), rnd(60, "L5"), rnd(120, "L5")], [], 20),
-    ([], [rep(0, "L1")], 92),
-])
+@pytest.mark.parametrize(
+    "rounds, reports, score",
+    [
+        ([rnd(0)], [], 100),
+        ([rnd(0, "L1")], [], 92),
+        ([rnd(0, "L3")], [], 20),  # a condition holds: at most 20
+        ([rnd(0, "L5")], [], 85),
+        ([rnd(0, "L5"), rnd(60, "L5"), rnd(120, "L5")], [], 20),
+        ([], [rep(0, "L1")], 92),
+    ],
+)
 def test_health_score(rounds, reports, score):
     now = max([r.t for r in rounds] + [r.t for r in reports])
     assert output_corruption.health_score(LedgerView(tuple(rounds), tuple(reports), 60.0), now, CFG) == score
@@ -104,8 +111,14 @@ def test_the_finding_carries_level_condition_and_the_failing_sample():
     assert f is not None
     assert f.kind is Kind.OUTPUT_CORRUPTION and f.confirmed
     assert f.signals["level"] == "L3" and f.signals["condition"] == "B"
-    assert f.signals["sample"] == {"level": "L3", "check": "x", "prompt": "1+1=", "output": "garbage",
-                                   "expected": "2", "figures": {}}
+    assert f.signals["sample"] == {
+        "level": "L3",
+        "check": "x",
+        "prompt": "1+1=",
+        "output": "garbage",
+        "expected": "2",
+        "figures": {},
+    }
     assert f.signals["health_score"] == 20 and not f.signals["alert_only"]
 
 

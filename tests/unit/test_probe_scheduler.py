@@ -1,4 +1,5 @@
 """Any probe that follows the protocol is run, folded, timed and counted the same way."""
+
 from __future__ import annotations
 
 import logging

@@ -1,4 +1,5 @@
 """The /proc parsers, on literal text copied from (or shaped like) a real kernel."""
+
 from __future__ import annotations
 
 import pytest
@@ -54,7 +55,14 @@ def test_stat_comm_with_spaces_and_parentheses_does_not_shift_fields(comm):
     st = parse_stat(_stat_with_comm(comm))
     assert st.comm == comm
     assert (st.state, st.ppid, st.utime, st.stime, st.num_threads, st.starttime, st.rss_pages) == (
-        "R", 4200, 151, 2, 3, 98765, 2048)
+        "R",
+        4200,
+        151,
+        2,
+        3,
+        98765,
+        2048,
+    )
 
 
 @pytest.mark.parametrize(
@@ -109,8 +117,16 @@ nonvoluntary_ctxt_switches:\t1
 
 def test_status_reads_every_key_the_probes_need():
     assert parse_status(PROCESS_STATUS) == StatusInfo(
-        name="python3", state="S", tgid=5852, pid=5852, ppid=5846, tracer_pid=0, threads=4,
-        vm_rss_bytes=1612 * 1024, voluntary_ctxt_switches=43, nonvoluntary_ctxt_switches=7,
+        name="python3",
+        state="S",
+        tgid=5852,
+        pid=5852,
+        ppid=5846,
+        tracer_pid=0,
+        threads=4,
+        vm_rss_bytes=1612 * 1024,
+        voluntary_ctxt_switches=43,
+        nonvoluntary_ctxt_switches=7,
         nspid=(5852, 12),
     )
 
@@ -140,8 +156,10 @@ def test_status_missing_optional_keys_are_none():
         ("Name:\tx\nState:\tS (sleeping)\n", "missing Pid"),
         ("Name:\tx\nState:\tS (sleeping)\nPid:\tabc\n", "Pid"),
         (PROCESS_STATUS.replace("1612 kB", "1612 MB"), "unit"),
-        (PROCESS_STATUS.replace("voluntary_ctxt_switches:\t43", "voluntary_ctxt_switches:\tmany"),
-         "voluntary_ctxt_switches"),
+        (
+            PROCESS_STATUS.replace("voluntary_ctxt_switches:\t43", "voluntary_ctxt_switches:\tmany"),
+            "voluntary_ctxt_switches",
+        ),
     ],
 )
 def test_malformed_status_raises_value_error(text, message):
@@ -155,12 +173,15 @@ def test_malformed_status_raises_value_error(text, message):
     [
         ("running\n", SyscallInfo(running=True, nr=None, blocked_outside_syscall=False)),
         ("-1 0x7ffdddaf5f20 0x7f57df2fcc77\n", SyscallInfo(False, None, True)),
-        ("202 0x563f5ea9b0f0 0x189 0x0 0x0 0x0 0xffffffff 0x7fff502e5540 0x7f70b20a3e96\n",
-         SyscallInfo(False, 202, False)),
-        ("232 0x3 0x557d268bee20 0x3ff 0xffffffff 0x0 0x0 0x7fffb0b3b068 0x7f40c0f26ef3",
-         SyscallInfo(False, 232, False)),
-        ("0 0x3 0x7f2acf561d60 0x1 0x55f3d9635290 0x0 0x0 0x7ffc7f5e2d68 0x7f2acfb162ad",
-         SyscallInfo(False, 0, False)),
+        (
+            "202 0x563f5ea9b0f0 0x189 0x0 0x0 0x0 0xffffffff 0x7fff502e5540 0x7f70b20a3e96\n",
+            SyscallInfo(False, 202, False),
+        ),
+        (
+            "232 0x3 0x557d268bee20 0x3ff 0xffffffff 0x0 0x0 0x7fffb0b3b068 0x7f40c0f26ef3",
+            SyscallInfo(False, 232, False),
+        ),
+        ("0 0x3 0x7f2acf561d60 0x1 0x55f3d9635290 0x0 0x0 0x7ffc7f5e2d68 0x7f2acfb162ad", SyscallInfo(False, 0, False)),
     ],
 )
 def test_syscall_literals(text, expected):
@@ -191,8 +212,10 @@ def test_wchan(text, expected):
 @pytest.mark.parametrize(
     "raw, expected",
     [
-        (b"python3\x00-m\x00vllm.entrypoints.openai.api_server\x00--port\x008000\x00",
-         ("python3", "-m", "vllm.entrypoints.openai.api_server", "--port", "8000")),
+        (
+            b"python3\x00-m\x00vllm.entrypoints.openai.api_server\x00--port\x008000\x00",
+            ("python3", "-m", "vllm.entrypoints.openai.api_server", "--port", "8000"),
+        ),
         (b"VLLM::EngineCore\x00\x00\x00", ("VLLM::EngineCore",)),  # setproctitle padding
         (b"VLLM::Worker_TP0 some words\x00", ("VLLM::Worker_TP0 some words",)),
         (b"python3\x00\x00--flag\x00", ("python3", "", "--flag")),  # an empty arg in the middle
@@ -258,10 +281,13 @@ def test_net_tcp_without_valid_rows_is_empty(text):
     assert parse_net_tcp(text) == []
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("2868000000 139000000 312\n", (2868000000, 139000000, 312)),
-    ("0 0 0", (0, 0, 0)),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("2868000000 139000000 312\n", (2868000000, 139000000, 312)),
+        ("0 0 0", (0, 0, 0)),
+    ],
+)
 def test_schedstat_is_run_ns_wait_ns_timeslices(text, expected):
     from guardian.host.procfs_parse import parse_schedstat
 

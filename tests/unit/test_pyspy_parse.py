@@ -1,4 +1,5 @@
 """py-spy without running it: argv, dump parsing (JSON and text), error meaning."""
+
 from __future__ import annotations
 
 import json
@@ -40,7 +41,7 @@ DUMP_JSON = """[
 ]"""
 
 # The same target in text mode (py-spy 0.4.3 ``dump``), with --locals on the main thread.
-DUMP_TEXT = '''Process 8512: /usr/bin/python3 target.py
+DUMP_TEXT = """Process 8512: /usr/bin/python3 target.py
 Python v3.11.7 (/usr/bin/python3.11)
 
 Thread 8512 (active+gil): "MainThread"
@@ -57,7 +58,7 @@ Thread 8515 (idle): "blocked-on-lock"
 Thread 8516 (active): "native-spin"
     spin_forever (libspin.so)
     cuda_like_sync (target.py:13)
-'''
+"""
 
 # stderr of real failures (py-spy 0.4.3, RUST_BACKTRACE set), verbatim up to the backtrace.
 NO_SUCH_PID = """Error: Failed to get process executable name. Check that the process is running.
@@ -115,14 +116,17 @@ stack backtrace:
 
 
 # ---------------------------------------------------------------- argv
-@pytest.mark.parametrize("kw, tail", [
-    ({}, ["--json"]),
-    ({"native": True}, ["--json", "--native"]),
-    ({"nonblocking": True}, ["--json", "--nonblocking"]),
-    ({"nonblocking": True, "native": True}, ["--json", "--nonblocking"]),  # native needs blocking mode
-    ({"with_locals": True}, ["--json", "--locals"]),
-    ({"as_json": False}, []),
-])
+@pytest.mark.parametrize(
+    "kw, tail",
+    [
+        ({}, ["--json"]),
+        ({"native": True}, ["--json", "--native"]),
+        ({"nonblocking": True}, ["--json", "--nonblocking"]),
+        ({"nonblocking": True, "native": True}, ["--json", "--nonblocking"]),  # native needs blocking mode
+        ({"with_locals": True}, ["--json", "--locals"]),
+        ({"as_json": False}, []),
+    ],
+)
 def test_dump_argv_is_one_process_never_subprocesses(kw, tail):
     assert pyspy.dump_argv("py-spy", 42, **kw) == ["py-spy", "dump", "--pid", "42", *tail]
 
@@ -134,8 +138,21 @@ def test_record_takes_whole_seconds_rounded_up(seconds, arg):
 
 def test_record_argv_is_nonblocking_per_thread_into_the_given_file():
     assert pyspy.record_argv("/opt/py-spy", 7, 2.5, "speedscope", "/b/flame-7.speedscope.json") == [
-        "/opt/py-spy", "record", "--pid", "7", "--duration", "3", "--rate", "100", "--nonblocking",
-        "--threads", "--format", "speedscope", "--output", "/b/flame-7.speedscope.json"]
+        "/opt/py-spy",
+        "record",
+        "--pid",
+        "7",
+        "--duration",
+        "3",
+        "--rate",
+        "100",
+        "--nonblocking",
+        "--threads",
+        "--format",
+        "speedscope",
+        "--output",
+        "/b/flame-7.speedscope.json",
+    ]
 
 
 def test_record_argv_refuses_an_unknown_format():
@@ -147,40 +164,71 @@ def test_record_argv_refuses_an_unknown_format():
 def test_json_dump_gives_every_thread_with_its_state():
     threads = pyspy.parse_dump_json(DUMP_JSON)
     assert [(t.os_thread_id, t.name, t.status) for t in threads] == [
-        (8516, "native-spin", "active"), (8515, "blocked-on-lock", "idle"), (8512, "MainThread", "active+gil")]
+        (8516, "native-spin", "active"),
+        (8515, "blocked-on-lock", "idle"),
+        (8512, "MainThread", "active+gil"),
+    ]
     assert {t.pid for t in threads} == {8512}
 
 
 def test_json_dump_frames_are_innermost_first_with_their_labels():
     main = pyspy.parse_dump_json(DUMP_JSON)[2]
     assert [f.label for f in main.frames] == [
-        "busy_step (target.py:6)", "engine_loop (target.py:8)", "<module> (target.py:20)"]
+        "busy_step (target.py:6)",
+        "engine_loop (target.py:8)",
+        "<module> (target.py:20)",
+    ]
     assert main.frames[0].filename == "/srv/target.py"
 
 
 def test_json_dump_keeps_locals_and_arguments_apart():
     assert pyspy.parse_dump_json(DUMP_JSON)[2].frames[0].locals == (
-        Local("n", "7", arg=True), Local("x", "2710500842", arg=False))
+        Local("n", "7", arg=True),
+        Local("x", "2710500842", arg=False),
+    )
 
 
 def test_a_native_frame_has_no_line_number():
-    doc = [{"pid": 1, "thread_id": 5, "thread_name": None, "os_thread_id": None, "active": True,
-            "owns_gil": False, "frames": [{"name": "spin_forever", "filename": "/srv/libspin.so",
-                                           "module": "/srv/libspin.so", "short_filename": "libspin.so",
-                                           "line": 0, "locals": None}]}]
+    doc = [
+        {
+            "pid": 1,
+            "thread_id": 5,
+            "thread_name": None,
+            "os_thread_id": None,
+            "active": True,
+            "owns_gil": False,
+            "frames": [
+                {
+                    "name": "spin_forever",
+                    "filename": "/srv/libspin.so",
+                    "module": "/srv/libspin.so",
+                    "short_filename": "libspin.so",
+                    "line": 0,
+                    "locals": None,
+                }
+            ],
+        }
+    ]
     (t,) = pyspy.parse_dump_json(json.dumps(doc))
     assert (t.frames[0].label, t.frames[0].module, t.name, t.os_thread_id) == (
-        "spin_forever (libspin.so)", "/srv/libspin.so", None, None)
+        "spin_forever (libspin.so)",
+        "/srv/libspin.so",
+        None,
+        None,
+    )
 
 
-@pytest.mark.parametrize("text, why", [
-    ("Error: Failed to get stack traces", "not JSON"),
-    ('{"pid": 1}', "expected a list"),
-    ('[{"pid": 1, "thread_id": 2}]', "without frames"),
-    ('[{"frames": [{"filename": "x.py"}]}]', "frame without a name"),
-    ('[{"os_thread_id": "12", "frames": []}]', "expected an integer"),
-    ('[{"thread_name": 3, "frames": []}]', "expected a string"),
-])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("Error: Failed to get stack traces", "not JSON"),
+        ('{"pid": 1}', "expected a list"),
+        ('[{"pid": 1, "thread_id": 2}]', "without frames"),
+        ('[{"frames": [{"filename": "x.py"}]}]', "frame without a name"),
+        ('[{"os_thread_id": "12", "frames": []}]', "expected an integer"),
+        ('[{"thread_name": 3, "frames": []}]', "expected a string"),
+    ],
+)
 def test_anything_but_a_dump_is_a_value_error(text, why):
     with pytest.raises(ValueError, match=why):
         pyspy.parse_dump_json(text)
@@ -194,14 +242,19 @@ def test_an_empty_thread_list_is_a_valid_dump():
 def test_text_dump_gives_threads_states_and_frames():
     threads = pyspy.parse_dump_text(DUMP_TEXT)
     assert [(t.os_thread_id, t.name, t.status, t.pid) for t in threads] == [
-        (8512, "MainThread", "active+gil", 8512), (8515, "blocked-on-lock", "idle", 8512),
-        (8516, "native-spin", "active", 8512)]
+        (8512, "MainThread", "active+gil", 8512),
+        (8515, "blocked-on-lock", "idle", 8512),
+        (8516, "native-spin", "active", 8512),
+    ]
 
 
 def test_text_dump_skips_locals_and_reads_native_frames():
     threads = pyspy.parse_dump_text(DUMP_TEXT)
     assert [f.label for f in threads[0].frames] == [
-        "busy_step (target.py:6)", "engine_loop (target.py:8)", "<module> (target.py:20)"]
+        "busy_step (target.py:6)",
+        "engine_loop (target.py:8)",
+        "<module> (target.py:20)",
+    ]
     assert threads[2].frames[0] == Frame("spin_forever", "libspin.so", 0, "libspin.so")
 
 
@@ -220,15 +273,18 @@ def test_rendered_text_reads_back_as_the_same_stacks():
     threads = pyspy.parse_dump_json(DUMP_JSON)
     text = pyspy.render_text(threads, pid=8512, title="python target.py")
     back = pyspy.parse_dump_text(text)
-    assert text.startswith("Process 8512: python target.py\n\nThread 8516 (active): \"native-spin\"\n")
+    assert text.startswith('Process 8512: python target.py\n\nThread 8516 (active): "native-spin"\n')
     assert [(t.os_thread_id, t.status, [f.label for f in t.frames]) for t in back] == [
-        (t.os_thread_id, t.status, [f.label for f in t.frames]) for t in threads]
+        (t.os_thread_id, t.status, [f.label for f in t.frames]) for t in threads
+    ]
 
 
 def test_rendered_text_shows_arguments_then_locals_like_py_spy():
     text = pyspy.render_text(pyspy.parse_dump_json(DUMP_JSON)[2:])
-    assert "    busy_step (target.py:6)\n        Arguments:\n            n: 7\n" \
-           "        Locals:\n            x: 2710500842\n    engine_loop" in text
+    assert (
+        "    busy_step (target.py:6)\n        Arguments:\n            n: 7\n"
+        "        Locals:\n            x: 2710500842\n    engine_loop" in text
+    )
 
 
 # ---------------------------------------------------------------- which thread to show
@@ -236,14 +292,17 @@ def _t(tid: int, active: bool = False, gil: bool = False, name: str | None = Non
     return ThreadStack(tid, None, name, active, gil, ())
 
 
-@pytest.mark.parametrize("threads, tid, chosen", [
-    ([_t(1, True, True), _t(2, True)], 2, 2),  # the thread the incident names wins
-    ([_t(1, True), _t(2, True, True)], None, 2),  # else the one holding the GIL
-    ([_t(1, True, True), _t(2)], 99, 1),  # a tid that is not in the dump: fall back to the GIL
-    ([_t(1), _t(2, True)], None, 2),  # else an active one
-    ([_t(1, name="worker"), _t(2, name="MainThread")], None, 2),  # else MainThread
-    ([_t(1), _t(2)], None, 1),  # else the first
-])
+@pytest.mark.parametrize(
+    "threads, tid, chosen",
+    [
+        ([_t(1, True, True), _t(2, True)], 2, 2),  # the thread the incident names wins
+        ([_t(1, True), _t(2, True, True)], None, 2),  # else the one holding the GIL
+        ([_t(1, True, True), _t(2)], 99, 1),  # a tid that is not in the dump: fall back to the GIL
+        ([_t(1), _t(2, True)], None, 2),  # else an active one
+        ([_t(1, name="worker"), _t(2, name="MainThread")], None, 2),  # else MainThread
+        ([_t(1), _t(2)], None, 1),  # else the first
+    ],
+)
 def test_pick_thread(threads, tid, chosen):
     picked = pyspy.pick_thread(threads, tid)
     assert picked is not None and picked.os_thread_id == chosen
@@ -259,19 +318,22 @@ def reason_of(failure: pyspy.Failure | None) -> str:
     return failure.reason
 
 
-@pytest.mark.parametrize("rc, stderr, timed_out, kind, retry", [
-    (1, NO_SUCH_PID, False, "gone", False),
-    (1, ROOT_WITHOUT_PTRACE, False, "permission", False),
-    (1, NON_ROOT, False, "permission", False),
-    (1, "Error: Operation not permitted (os error 1)\n", False, "permission", False),
-    (1, NOT_PYTHON, False, "not_python", False),
-    (1, STOPPED, False, "blocked", True),
-    (1, NATIVE_NONBLOCKING, False, "usage", False),
-    (1, NO_SAMPLES, False, "no_samples", False),
-    (2, UNKNOWN_FLAG, False, "usage", False),
-    (101, PANIC, False, "error", True),
-    (None, "", True, "timeout", True),
-])
+@pytest.mark.parametrize(
+    "rc, stderr, timed_out, kind, retry",
+    [
+        (1, NO_SUCH_PID, False, "gone", False),
+        (1, ROOT_WITHOUT_PTRACE, False, "permission", False),
+        (1, NON_ROOT, False, "permission", False),
+        (1, "Error: Operation not permitted (os error 1)\n", False, "permission", False),
+        (1, NOT_PYTHON, False, "not_python", False),
+        (1, STOPPED, False, "blocked", True),
+        (1, NATIVE_NONBLOCKING, False, "usage", False),
+        (1, NO_SAMPLES, False, "no_samples", False),
+        (2, UNKNOWN_FLAG, False, "usage", False),
+        (101, PANIC, False, "error", True),
+        (None, "", True, "timeout", True),
+    ],
+)
 def test_classify_says_what_failed_and_whether_nonblocking_may_help(rc, stderr, timed_out, kind, retry):
     failure = pyspy.classify(rc, stderr, timed_out, timeout=10)
     assert failure is not None
@@ -291,15 +353,21 @@ def test_a_timeout_names_its_limit():
     assert reason_of(pyspy.classify(None, "", True, timeout=2.5)) == "py-spy did not answer after 2.5 s (killed)"
 
 
-@pytest.mark.parametrize("stderr, message", [
-    (NO_SUCH_PID, "Failed to get process executable name. Check that the process is running. "
-                  "(No such file or directory (os error 2))"),
-    (STOPPED, "Failed to get stack traces"),
-    (NO_SAMPLES, "Failed to write flamegraph: No stack counts found"),
-    (PANIC, "invalid duration: ParseIntError { kind: InvalidDigit }"),
-    (NATIVE_NONBLOCKING, "Can't get native stack traces with the --nonblocking option."),
-    ("", ""),
-])
+@pytest.mark.parametrize(
+    "stderr, message",
+    [
+        (
+            NO_SUCH_PID,
+            "Failed to get process executable name. Check that the process is running. "
+            "(No such file or directory (os error 2))",
+        ),
+        (STOPPED, "Failed to get stack traces"),
+        (NO_SAMPLES, "Failed to write flamegraph: No stack counts found"),
+        (PANIC, "invalid duration: ParseIntError { kind: InvalidDigit }"),
+        (NATIVE_NONBLOCKING, "Can't get native stack traces with the --nonblocking option."),
+        ("", ""),
+    ],
+)
 def test_error_message_is_the_line_a_person_needs(stderr, message):
     assert pyspy.error_message(stderr) == message
 

@@ -1,4 +1,5 @@
 """Secrets never reach a bundle: what counts as a secret, and what is kept for the reader."""
+
 from __future__ import annotations
 
 import json
@@ -10,53 +11,94 @@ from guardian.actions.redact import REDACTED, is_secret_name, redact_argv, redac
 R = REDACTED
 
 
-@pytest.mark.parametrize("name", [
-    "--api-key", "--hf-token", "--password", "--db-secret", "--auth-token", "--ssl-key", "--private_key",
-    "HF_TOKEN", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "--passwd", "--pwd", "--client-secret",
-    "--hftoken", "--api-keys", "--credentials", "--secretkey", "--passphrase",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "--api-key",
+        "--hf-token",
+        "--password",
+        "--db-secret",
+        "--auth-token",
+        "--ssl-key",
+        "--private_key",
+        "HF_TOKEN",
+        "OPENAI_API_KEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "--passwd",
+        "--pwd",
+        "--client-secret",
+        "--hftoken",
+        "--api-keys",
+        "--credentials",
+        "--secretkey",
+        "--passphrase",
+    ],
+)
 def test_secret_names(name):
     assert is_secret_name(name)
 
 
-@pytest.mark.parametrize("name", [
-    "--tokenizer", "--tokenizer-mode", "--max-num-batched-tokens", "--port", "--model",
-    "--ssl-keyfile", "--keyboard", "--served-model-name", "PATH", "--kv-cache-dtype", "",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "--tokenizer",
+        "--tokenizer-mode",
+        "--max-num-batched-tokens",
+        "--port",
+        "--model",
+        "--ssl-keyfile",
+        "--keyboard",
+        "--served-model-name",
+        "PATH",
+        "--kv-cache-dtype",
+        "",
+    ],
+)
 def test_names_that_are_not_secrets(name):
     assert not is_secret_name(name)
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["vllm", "serve", "m", "--api-key", "sk-1"], ["vllm", "serve", "m", "--api-key", R]),
-    (["vllm", "serve", "--api-key=sk-1", "--port", "8000"], ["vllm", "serve", f"--api-key={R}", "--port", "8000"]),
-    (["x", "--hf-token", "hf_1", "--tokenizer", "t"], ["x", "--hf-token", R, "--tokenizer", "t"]),
-    (["x", "--password", "p"], ["x", "--password", R]),
-    (["x", "--my-secret=s", "--db-token", "t"], ["x", f"--my-secret={R}", "--db-token", R]),
-    (["x", "--api-key", "k1", "k2", "--port", "1"], ["x", "--api-key", R, R, "--port", "1"]),
-    (["env", "HF_TOKEN=hf_1", "PORT=8000", "python"], ["env", f"HF_TOKEN={R}", "PORT=8000", "python"]),
-    (["x", "--redis", "redis://u:pw@h:6379/0"], ["x", "--redis", f"redis://u:{R}@h:6379/0"]),
-    (["x", "--url=https://:pw@h"], ["x", f"--url=https://:{R}@h"]),
-    (["x", "--api-key"], ["x", "--api-key"]),  # no value: nothing to hide
-    (["x", "--max-num-batched-tokens", "8192", "--tokenizer", "tok"],
-     ["x", "--max-num-batched-tokens", "8192", "--tokenizer", "tok"]),
-    (["VLLM::EngineCore"], ["VLLM::EngineCore"]),
-    ([], []),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["vllm", "serve", "m", "--api-key", "sk-1"], ["vllm", "serve", "m", "--api-key", R]),
+        (["vllm", "serve", "--api-key=sk-1", "--port", "8000"], ["vllm", "serve", f"--api-key={R}", "--port", "8000"]),
+        (["x", "--hf-token", "hf_1", "--tokenizer", "t"], ["x", "--hf-token", R, "--tokenizer", "t"]),
+        (["x", "--password", "p"], ["x", "--password", R]),
+        (["x", "--my-secret=s", "--db-token", "t"], ["x", f"--my-secret={R}", "--db-token", R]),
+        (["x", "--api-key", "k1", "k2", "--port", "1"], ["x", "--api-key", R, R, "--port", "1"]),
+        (["env", "HF_TOKEN=hf_1", "PORT=8000", "python"], ["env", f"HF_TOKEN={R}", "PORT=8000", "python"]),
+        (["x", "--redis", "redis://u:pw@h:6379/0"], ["x", "--redis", f"redis://u:{R}@h:6379/0"]),
+        (["x", "--url=https://:pw@h"], ["x", f"--url=https://:{R}@h"]),
+        (["x", "--api-key"], ["x", "--api-key"]),  # no value: nothing to hide
+        (
+            ["x", "--max-num-batched-tokens", "8192", "--tokenizer", "tok"],
+            ["x", "--max-num-batched-tokens", "8192", "--tokenizer", "tok"],
+        ),
+        (["VLLM::EngineCore"], ["VLLM::EngineCore"]),
+        ([], []),
+    ],
+)
 def test_redact_argv(argv, expected):
     assert redact_argv(argv) == tuple(expected)
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("Process 9: python -m vllm --api-key sk-1 --port 8000", f"Process 9: python -m vllm --api-key {R} --port 8000"),
-    ("cmd --hf-token=hf_1", f"cmd --hf-token={R}"),
-    ("HF_TOKEN=hf_1 vllm serve", f"HF_TOKEN={R} vllm serve"),
-    ("redis://:pw@10.0.0.1:6379", f"redis://:{R}@10.0.0.1:6379"),
-    ("--tokenizer gpt2 --max-num-batched-tokens 8192", "--tokenizer gpt2 --max-num-batched-tokens 8192"),
-    ("--api-key --port 1", "--api-key --port 1"),  # the next word is an option, not a value
-    ("cpu_ratio=0.99 tid=42", "cpu_ratio=0.99 tid=42"),
-    ("", ""),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "Process 9: python -m vllm --api-key sk-1 --port 8000",
+            f"Process 9: python -m vllm --api-key {R} --port 8000",
+        ),
+        ("cmd --hf-token=hf_1", f"cmd --hf-token={R}"),
+        ("HF_TOKEN=hf_1 vllm serve", f"HF_TOKEN={R} vllm serve"),
+        ("redis://:pw@10.0.0.1:6379", f"redis://:{R}@10.0.0.1:6379"),
+        ("--tokenizer gpt2 --max-num-batched-tokens 8192", "--tokenizer gpt2 --max-num-batched-tokens 8192"),
+        ("--api-key --port 1", "--api-key --port 1"),  # the next word is an option, not a value
+        ("cpu_ratio=0.99 tid=42", "cpu_ratio=0.99 tid=42"),
+        ("", ""),
+    ],
+)
 def test_redact_text(text, expected):
     assert redact_text(text) == expected
 

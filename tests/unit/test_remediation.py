@@ -1,4 +1,5 @@
 """The remediation state machine and its safety gates, on a fake clock and a fake kernel."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -48,17 +49,32 @@ class SyncRunner:
 
 def target(key=API, procs=(API, ENGINE, WORKER)):
     roles = {API: Role.API_SERVER, ENGINE: Role.ENGINE_CORE, WORKER: Role.WORKER}
-    return Target("llm", key, tuple(ProcessInfo(k, 1, roles.get(k, Role.API_SERVER), ("x",)) for k in procs),
-                  8000, "http://127.0.0.1:8000", "config")
+    return Target(
+        "llm",
+        key,
+        tuple(ProcessInfo(k, 1, roles.get(k, Role.API_SERVER), ("x",)) for k in procs),
+        8000,
+        "http://127.0.0.1:8000",
+        "config",
+    )
 
 
 class World:
     def __init__(self, tmp_path, restart=None, policy=None, detectors=None, control=None, runner=None):
-        raw = {"node": "n1", "state_dir": str(tmp_path), "api": {"http": None},
-               "targets": [{"name": "llm", "match": {"port": 8000},
-                            "restart": restart or {"mode": "command", "command": ARGV, "stop_timeout": 10,
-                                                   "ready_timeout": 60, "owner_grace": 0},
-                            "drain": {"timeout": 30}}]}
+        raw = {
+            "node": "n1",
+            "state_dir": str(tmp_path),
+            "api": {"http": None},
+            "targets": [
+                {
+                    "name": "llm",
+                    "match": {"port": 8000},
+                    "restart": restart
+                    or {"mode": "command", "command": ARGV, "stop_timeout": 10, "ready_timeout": 60, "owner_grace": 0},
+                    "drain": {"timeout": 30},
+                }
+            ],
+        }
         if policy:
             raw["policy"] = policy
         if detectors:
@@ -78,9 +94,17 @@ class World:
         self.rem = self.new_remediator()
 
     def new_remediator(self, **settings):
-        return Remediator(replace(RemediationSettings.from_config(self.cfg), **settings), self.clock, self.control,
-                          self.runner, self.cmd, self.incidents, self.ledger,
-                          procfs=None, publish_control=self.published.append)
+        return Remediator(
+            replace(RemediationSettings.from_config(self.cfg), **settings),
+            self.clock,
+            self.control,
+            self.runner,
+            self.cmd,
+            self.incidents,
+            self.ledger,
+            procfs=None,
+            publish_control=self.published.append,
+        )
 
     def open(self, kind=Kind.BUSY_LOOP):
         ref = TargetRef("llm", API.pid, API.starttime, 8000, "m", "engine_core")
@@ -88,8 +112,9 @@ class World:
         return self.incidents.update("llm", ref, {kind: f})[0].incident
 
     def consider(self, inc, kind_mode="remediate", tripped=1, total=1):
-        return self.rem.consider(inc, self.tracker.targets["llm"], self.clock.monotonic(),
-                                 mode=Mode(kind_mode), tripped=tripped, total=total)
+        return self.rem.consider(
+            inc, self.tracker.targets["llm"], self.clock.monotonic(), mode=Mode(kind_mode), tripped=tripped, total=total
+        )
 
     def step(self, seconds=1.0, n=1):
         for _ in range(n):
@@ -146,8 +171,11 @@ def test_a_leak_drains_until_requests_finish_before_stopping(tmp_path):
     assert (API, 15) in w.control.signals
 
 
-@pytest.mark.parametrize("kind, grace", [(Kind.BUSY_LOOP, 3), (Kind.HOST_MEMORY_LEAK, 10)],
-                         ids=["hung tree: hang_stop_grace", "leak: stop_timeout"])
+@pytest.mark.parametrize(
+    "kind, grace",
+    [(Kind.BUSY_LOOP, 3), (Kind.HOST_MEMORY_LEAK, 10)],
+    ids=["hung tree: hang_stop_grace", "leak: stop_timeout"],
+)
 def test_an_api_server_ignoring_sigterm_is_killed_with_its_whole_tree_after_its_grace(tmp_path, kind, grace):
     reused = ProcKey(WORKER.pid, 999)  # a stranger now holds an old pid? never signalled
     control = FakeControl({API, ENGINE, WORKER}, ignores_term={API})
@@ -270,17 +298,25 @@ def test_backoff_defers_a_restart_soon_after_the_previous_one(tmp_path):
     assert w.consider(w.incidents.open_incidents()[0]) == "started"
 
 
-@pytest.mark.parametrize("setup, expected", [
-    ({"policy": {"dry_run": True}}, "dry_run: would have drained"),
-    ({"mode": "alert"}, "mode alert: alert only"),
-    ({"mode": "observe"}, "mode observe: alert only"),
-    ({"tripped": 3, "total": 4}, "escalated: node-wide anomaly"),
-])
+@pytest.mark.parametrize(
+    "setup, expected",
+    [
+        ({"policy": {"dry_run": True}}, "dry_run: would have drained"),
+        ({"mode": "alert"}, "mode alert: alert only"),
+        ({"mode": "observe"}, "mode observe: alert only"),
+        ({"tripped": 3, "total": 4}, "escalated: node-wide anomaly"),
+    ],
+)
 def test_gates_that_never_signal_anything(tmp_path, setup, expected):
     w = World(tmp_path, policy=setup.get("policy"))
-    decision = w.rem.consider(w.open(), w.tracker.targets["llm"], w.clock.monotonic(),
-                              mode=Mode(setup.get("mode", "remediate")), tripped=setup.get("tripped", 1),
-                              total=setup.get("total", 1))
+    decision = w.rem.consider(
+        w.open(),
+        w.tracker.targets["llm"],
+        w.clock.monotonic(),
+        mode=Mode(setup.get("mode", "remediate")),
+        tripped=setup.get("tripped", 1),
+        total=setup.get("total", 1),
+    )
     w.step(1, n=20)
     assert decision.startswith(expected)
     assert w.control.signals == [] and w.control.started == []
@@ -311,8 +347,11 @@ def test_an_autodiscovered_target_is_alert_only(tmp_path):
 
 def test_systemd_mode_restarts_the_unit_with_exactly_systemctl_restart(tmp_path):
     cmd = FakeRunner({("systemctl", "restart"): result("")})
-    w = World(tmp_path, restart={"mode": "systemd", "unit": "vllm@llama.service", "stop_timeout": 10,
-                             "owner_grace": 0}, runner=cmd)
+    w = World(
+        tmp_path,
+        restart={"mode": "systemd", "unit": "vllm@llama.service", "stop_timeout": 10, "owner_grace": 0},
+        runner=cmd,
+    )
     w.consider(w.open())
     w.step(1, n=8)
     assert cmd.argvs() == [("systemctl", "restart", "vllm@llama.service")]
@@ -338,11 +377,14 @@ def test_signal_mode_stops_and_waits_for_an_external_supervisor(tmp_path):
     assert w.rem.sequences["llm"].outcome == "done"
 
 
-@pytest.mark.parametrize("phase, expect_phase, expect_started", [
-    ("draining", "lease", None),    # nothing disruptive yet: resumed from the fleet lease
-    ("starting", "verifying", 0),   # the start may have been issued: never issue it twice
-    ("stopping", "stopping", None),  # resume the stop (identity-checked signals)
-])
+@pytest.mark.parametrize(
+    "phase, expect_phase, expect_started",
+    [
+        ("draining", "lease", None),  # nothing disruptive yet: resumed from the fleet lease
+        ("starting", "verifying", 0),  # the start may have been issued: never issue it twice
+        ("stopping", "stopping", None),  # resume the stop (identity-checked signals)
+    ],
+)
 def test_a_guardian_restart_mid_sequence_resumes_safely(tmp_path, phase, expect_phase, expect_started):
     w = World(tmp_path)
     w.consider(w.open())
@@ -408,8 +450,9 @@ def test_kubernetes_mode_deletes_the_pod_and_lets_its_controller_recreate_it(tmp
     proc.add_process(API.pid, 1, ("python3", "-m", "vllm.entrypoints.openai.api_server"), starttime=API.starttime)
     proc.write(f"{API.pid}/cgroup", f"0::/kubepods/burstable/pod{RecordingApi.UID}/abc\n".encode())
     api = RecordingApi()
-    w = World(tmp_path / "state", restart={"mode": "kubernetes", "stop_timeout": 10},
-              control=FakeControl({API, ENGINE}))
+    w = World(
+        tmp_path / "state", restart={"mode": "kubernetes", "stop_timeout": 10}, control=FakeControl({API, ENGINE})
+    )
     w.rem.kube = KubeClient("https://k8s", "tok", None, "gpu-node-17", opener=api)
     w.rem.procfs = proc.procfs()
     assert w.consider(w.open()) == "started"
@@ -426,10 +469,21 @@ def test_a_state_file_of_the_previous_format_resumes_a_stop_without_a_second_sig
 
     w = World(tmp_path)
     (tmp_path / "remediation").mkdir()
-    (tmp_path / "remediation" / "llm.json").write_text(json.dumps({
-        "target": "llm", "reason": "busy_loop", "incident_id": None, "mode": "command",
-        "api_key": [API.pid, API.starttime], "tree": [[k.pid, k.starttime] for k in (API, ENGINE, WORKER)],
-        "phase": "stopping", "phase_since": None, "history": [{"phase": "stopping", "at": 1.0, "term_sent": True}]}))
+    (tmp_path / "remediation" / "llm.json").write_text(
+        json.dumps(
+            {
+                "target": "llm",
+                "reason": "busy_loop",
+                "incident_id": None,
+                "mode": "command",
+                "api_key": [API.pid, API.starttime],
+                "tree": [[k.pid, k.starttime] for k in (API, ENGINE, WORKER)],
+                "phase": "stopping",
+                "phase_since": None,
+                "history": [{"phase": "stopping", "at": 1.0, "term_sent": True}],
+            }
+        )
+    )
     again = w.new_remediator()
     seq = again.sequences["llm"]
     assert seq.phase is Phase.STOPPING and seq.progress.begun

@@ -1,4 +1,5 @@
 """sd_notify client against a real unix datagram socket standing in for systemd."""
+
 from __future__ import annotations
 
 import os
@@ -44,14 +45,17 @@ def systemd(tmp_path):
 
 
 # ------------------------------------------------------------------ messages
-@pytest.mark.parametrize("call, expected", [
-    (lambda n: n.ready(), ["READY=1"]),
-    (lambda n: n.ready("watching 2 targets"), ["READY=1", "STATUS=watching 2 targets"]),
-    (lambda n: n.watchdog(), ["WATCHDOG=1"]),
-    (lambda n: n.stopping(), ["STOPPING=1"]),
-    (lambda n: n.status("2 targets,\n1 incident"), ["STATUS=2 targets, 1 incident"]),
-    (lambda n: n.notify("EXTEND_TIMEOUT_USEC=5000000"), ["EXTEND_TIMEOUT_USEC=5000000"]),
-])
+@pytest.mark.parametrize(
+    "call, expected",
+    [
+        (lambda n: n.ready(), ["READY=1"]),
+        (lambda n: n.ready("watching 2 targets"), ["READY=1", "STATUS=watching 2 targets"]),
+        (lambda n: n.watchdog(), ["WATCHDOG=1"]),
+        (lambda n: n.stopping(), ["STOPPING=1"]),
+        (lambda n: n.status("2 targets,\n1 incident"), ["STATUS=2 targets, 1 incident"]),
+        (lambda n: n.notify("EXTEND_TIMEOUT_USEC=5000000"), ["EXTEND_TIMEOUT_USEC=5000000"]),
+    ],
+)
 def test_each_call_sends_one_datagram(systemd, call, expected):
     fake, path = systemd
     assert call(SdNotify({"NOTIFY_SOCKET": path})) is True
@@ -73,14 +77,19 @@ def test_after_tick_sends_ready_once_then_only_watchdog(systemd):
     n = SdNotify({"NOTIFY_SOCKET": path})
     for _ in range(3):
         n.after_tick("ok")
-    assert [fake.receive() for _ in range(4)] == [["READY=1", "STATUS=ok"], ["WATCHDOG=1"], ["WATCHDOG=1"],
-                                                   ["WATCHDOG=1"]]
+    assert [fake.receive() for _ in range(4)] == [
+        ["READY=1", "STATUS=ok"],
+        ["WATCHDOG=1"],
+        ["WATCHDOG=1"],
+        ["WATCHDOG=1"],
+    ]
     assert not fake.pending()
 
 
 # ------------------------------------------------------------------ no systemd
-@pytest.mark.parametrize("env", [{}, {"NOTIFY_SOCKET": ""}, {"NOTIFY_SOCKET": "vsock:2:1234"},
-                                 {"NOTIFY_SOCKET": "relative/path"}])
+@pytest.mark.parametrize(
+    "env", [{}, {"NOTIFY_SOCKET": ""}, {"NOTIFY_SOCKET": "vsock:2:1234"}, {"NOTIFY_SOCKET": "relative/path"}]
+)
 def test_without_a_usable_notify_socket_every_call_is_a_no_op(env):
     n = SdNotify(env)
     assert (n.enabled, n.ready(), n.watchdog(), n.stopping(), n.status("x")) == (False, False, False, False, False)
@@ -96,28 +105,34 @@ def test_a_socket_that_went_away_is_reported_not_raised(tmp_path):
 
 
 # ------------------------------------------------------------------ parsing
-@pytest.mark.parametrize("value, expected", [
-    ("/run/systemd/notify", "/run/systemd/notify"),
-    ("@guardian", "\0guardian"),
-    ("@", None),
-    ("", None),
-    (None, None),
-    ("vsock:2:1234", None),
-    ("run/notify", None),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("/run/systemd/notify", "/run/systemd/notify"),
+        ("@guardian", "\0guardian"),
+        ("@", None),
+        ("", None),
+        (None, None),
+        ("vsock:2:1234", None),
+        ("run/notify", None),
+    ],
+)
 def test_parse_address(value, expected):
     assert parse_address(value) == expected
 
 
-@pytest.mark.parametrize("env, expected", [
-    ({"WATCHDOG_USEC": "30000000"}, 30.0),
-    ({"WATCHDOG_USEC": "500000", "WATCHDOG_PID": "42"}, 0.5),
-    ({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "43"}, None),   # another process's watchdog
-    ({"WATCHDOG_USEC": "0"}, None),
-    ({"WATCHDOG_USEC": "-5"}, None),
-    ({"WATCHDOG_USEC": "soon"}, None),
-    ({}, None),
-])
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({"WATCHDOG_USEC": "30000000"}, 30.0),
+        ({"WATCHDOG_USEC": "500000", "WATCHDOG_PID": "42"}, 0.5),
+        ({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "43"}, None),  # another process's watchdog
+        ({"WATCHDOG_USEC": "0"}, None),
+        ({"WATCHDOG_USEC": "-5"}, None),
+        ({"WATCHDOG_USEC": "soon"}, None),
+        ({}, None),
+    ],
+)
 def test_parse_watchdog(env, expected):
     assert parse_watchdog(env, pid=42) == expected
 

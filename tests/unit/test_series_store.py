@@ -1,4 +1,5 @@
 """SeriesStore keeps each metric for its horizon: the default, or the metric's own (longer) one."""
+
 from guardian.model import Sample
 from guardian.series.store import SeriesStore
 

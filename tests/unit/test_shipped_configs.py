@@ -1,4 +1,5 @@
 """Every config shipped under configs/ loads; the commented default is the defaults."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,23 +29,62 @@ def test_the_commented_default_config_is_exactly_the_defaults():
     assert dataclasses.replace(cfg, node=None) == Config()
 
 
-@pytest.mark.parametrize("name, expect", [
-    ("nvidia.yaml", lambda c: c.targets[0].match.port == 8000
-     and c.targets[0].restart.mode == "command" and c.accelerators.nvml == "auto"),
-    ("ascend.yaml", lambda c: c.accelerators.npu_smi == "auto"
-     and c.accelerators.npu_smi_path.endswith("npu-smi") and c.accelerators.nvml == "off"),
-    ("systemd.yaml", lambda c: c.targets[0].match.systemd_unit is not None
-     and c.targets[0].restart.mode == "systemd"),
-    ("kubernetes.yaml", lambda c: c.autodiscover and c.targets[0].match.kubernetes.pod is not None
-     and c.targets[0].api_url is None  # the pod IP and its container port
-     and c.targets[0].restart.mode == "kubernetes"),
-    ("kubernetes-observe-only.yaml", lambda c: c.policy.dry_run and c.targets[0].match.kubernetes is not None
-     and c.targets[0].restart.mode == "signal"),
-    ("dry-run.yaml", lambda c: c.policy.dry_run and all(
-        getattr(c.detectors, f.name).mode in ("observe", "alert")
-        for f in dataclasses.fields(c.detectors))),
-    ("command-restart.yaml", lambda c: c.targets[0].match.port is not None
-     and c.targets[0].restart.mode == "command" and len(c.targets[0].restart.command) > 0),
-])
+@pytest.mark.parametrize(
+    "name, expect",
+    [
+        (
+            "nvidia.yaml",
+            lambda c: (
+                c.targets[0].match.port == 8000
+                and c.targets[0].restart.mode == "command"
+                and c.accelerators.nvml == "auto"
+            ),
+        ),
+        (
+            "ascend.yaml",
+            lambda c: (
+                c.accelerators.npu_smi == "auto"
+                and c.accelerators.npu_smi_path.endswith("npu-smi")
+                and c.accelerators.nvml == "off"
+            ),
+        ),
+        (
+            "systemd.yaml",
+            lambda c: c.targets[0].match.systemd_unit is not None and c.targets[0].restart.mode == "systemd",
+        ),
+        (
+            "kubernetes.yaml",
+            lambda c: (
+                c.autodiscover
+                and c.targets[0].match.kubernetes.pod is not None
+                and c.targets[0].api_url is None  # the pod IP and its container port
+                and c.targets[0].restart.mode == "kubernetes"
+            ),
+        ),
+        (
+            "kubernetes-observe-only.yaml",
+            lambda c: (
+                c.policy.dry_run and c.targets[0].match.kubernetes is not None and c.targets[0].restart.mode == "signal"
+            ),
+        ),
+        (
+            "dry-run.yaml",
+            lambda c: (
+                c.policy.dry_run
+                and all(
+                    getattr(c.detectors, f.name).mode in ("observe", "alert") for f in dataclasses.fields(c.detectors)
+                )
+            ),
+        ),
+        (
+            "command-restart.yaml",
+            lambda c: (
+                c.targets[0].match.port is not None
+                and c.targets[0].restart.mode == "command"
+                and len(c.targets[0].restart.command) > 0
+            ),
+        ),
+    ],
+)
 def test_example_config_shows_what_its_name_says(name, expect):
     assert expect(load_config(str(CONFIGS / "examples" / name), hostname=lambda: "node-a"))

@@ -1,4 +1,5 @@
 """Robust trend math: Theil–Sen slope, bucket downsampling, Spearman rank correlation."""
+
 from __future__ import annotations
 
 import random
@@ -20,9 +21,17 @@ def line(slope: float, intercept: float = 0.0, n: int = 50, t0: float = 1000.0, 
 
 
 # ------------------------------------------------------------------ Theil–Sen
-@pytest.mark.parametrize("slope, intercept", [
-    (0.0, 5.0), (5.0, -3.0), (-3.0, 100.0), (8e6, 2e10), (0.001, 0.0),
-], ids=["flat", "rising", "falling", "8 MB/s", "tiny"])
+@pytest.mark.parametrize(
+    "slope, intercept",
+    [
+        (0.0, 5.0),
+        (5.0, -3.0),
+        (-3.0, 100.0),
+        (8e6, 2e10),
+        (0.001, 0.0),
+    ],
+    ids=["flat", "rising", "falling", "8 MB/s", "tiny"],
+)
 def test_theil_sen_recovers_an_exact_line(slope, intercept):
     fit = fit_of(line(slope, intercept))
     assert fit.slope == pytest.approx(slope, rel=1e-9, abs=1e-12)
@@ -49,8 +58,7 @@ def test_theil_sen_of_a_single_step_in_a_quarter_is_zero():
     assert fit_of(pts).slope == 0.0
 
 
-@pytest.mark.parametrize("pts", [[], [(1.0, 2.0)], [(1.0, 2.0), (1.0, 5.0)]],
-                         ids=["empty", "one point", "one time"])
+@pytest.mark.parametrize("pts", [[], [(1.0, 2.0)], [(1.0, 2.0), (1.0, 5.0)]], ids=["empty", "one point", "one time"])
 def test_theil_sen_needs_two_distinct_times(pts):
     assert theil_sen(pts) is None
 
@@ -59,11 +67,15 @@ def test_pairs_with_equal_times_are_skipped():
     assert pairwise_slopes([(0.0, 0.0), (0.0, 10.0), (2.0, 4.0)]) == [2.0, -3.0]
 
 
-@pytest.mark.parametrize("pts, share", [
-    (line(1.0, n=10), 1.0),
-    (line(-1.0, n=10), 0.0),
-    (line(0.0, n=10), 0.0),
-], ids=["rising", "falling", "flat"])
+@pytest.mark.parametrize(
+    "pts, share",
+    [
+        (line(1.0, n=10), 1.0),
+        (line(-1.0, n=10), 0.0),
+        (line(0.0, n=10), 0.0),
+    ],
+    ids=["rising", "falling", "flat"],
+)
 def test_rising_share_is_the_share_of_positive_pairwise_slopes(pts, share):
     assert fit_of(pts).rising_share == share
 
@@ -93,19 +105,26 @@ def test_downsample_refuses_fewer_than_two_points():
 
 
 # ------------------------------------------------------------------ Spearman
-@pytest.mark.parametrize("xs, ys, rho", [
-    ([1, 2, 3, 4], [10, 20, 30, 40], 1.0),
-    ([1, 2, 3, 4], [1, 4, 9, 16], 1.0),
-    ([1, 2, 3, 4], [4, 3, 2, 1], -1.0),
-    ([1, 2, 3, 4, 5], [2, 1, 4, 3, 5], 0.8),
-    ([1, 2, 2, 3], [1, 2, 3, 4], 0.9486832980505138),
-], ids=["linear", "monotonic", "reversed", "shuffled", "ties"])
+@pytest.mark.parametrize(
+    "xs, ys, rho",
+    [
+        ([1, 2, 3, 4], [10, 20, 30, 40], 1.0),
+        ([1, 2, 3, 4], [1, 4, 9, 16], 1.0),
+        ([1, 2, 3, 4], [4, 3, 2, 1], -1.0),
+        ([1, 2, 3, 4, 5], [2, 1, 4, 3, 5], 0.8),
+        ([1, 2, 2, 3], [1, 2, 3, 4], 0.9486832980505138),
+    ],
+    ids=["linear", "monotonic", "reversed", "shuffled", "ties"],
+)
 def test_spearman_rank_correlation(xs, ys, rho):
     assert spearman(xs, ys) == pytest.approx(rho)
 
 
-@pytest.mark.parametrize("xs, ys", [([1, 2], [1, 2]), ([1, 2, 3], [5, 5, 5]), ([7, 7, 7], [1, 2, 3])],
-                         ids=["too few", "constant y", "constant x"])
+@pytest.mark.parametrize(
+    "xs, ys",
+    [([1, 2], [1, 2]), ([1, 2, 3], [5, 5, 5]), ([7, 7, 7], [1, 2, 3])],
+    ids=["too few", "constant y", "constant x"],
+)
 def test_spearman_is_undefined_without_variation(xs, ys):
     assert spearman(xs, ys) is None
 

@@ -1,14 +1,18 @@
 """A subject names what a sample measures inside a target; its key is the form on the wire."""
+
 import pytest
 
 from guardian.model import Subject
 
 
-@pytest.mark.parametrize("subject, key", [
-    (Subject(), ""),
-    (Subject(4242), "p4242"),
-    (Subject(4242, 4250), "p4242/t4250"),
-])
+@pytest.mark.parametrize(
+    "subject, key",
+    [
+        (Subject(), ""),
+        (Subject(4242), "p4242"),
+        (Subject(4242, 4250), "p4242/t4250"),
+    ],
+)
 def test_a_subject_and_its_key_read_each_other_back(subject, key):
     assert subject.key == key == str(subject)
     assert Subject.parse(key) == subject

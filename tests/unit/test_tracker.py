@@ -1,4 +1,5 @@
 """What the guardian remembers per target: new, restarted, gone, forgotten; the snapshotted tree."""
+
 from guardian.model import ProcessInfo, ProcKey, Role, Target
 from guardian.tracker import Tracker
 
@@ -69,8 +70,15 @@ def test_the_api_server_vanishing_marks_the_target_gone():
 
 def test_reparented_children_stay_in_the_snapshotted_tree():
     tr = Tracker(60)
-    tr.apply_discovery((target(procs=(proc(API, Role.API_SERVER), proc(ENGINE, Role.ENGINE_CORE, 100),
-                                      proc(WORKER, Role.WORKER, 101))),), (), 0)
+    tr.apply_discovery(
+        (
+            target(
+                procs=(proc(API, Role.API_SERVER), proc(ENGINE, Role.ENGINE_CORE, 100), proc(WORKER, Role.WORKER, 101))
+            ),
+        ),
+        (),
+        0,
+    )
     # the API server was SIGKILLed: it is gone, the engine and worker live on under init
     orphans = (proc(ENGINE, Role.ENGINE_CORE, 1), proc(WORKER, Role.WORKER, 101))
     ch = tr.apply_discovery((), orphans, 3)
@@ -81,8 +89,15 @@ def test_reparented_children_stay_in_the_snapshotted_tree():
 
 def test_a_child_orphaned_under_a_living_api_server_stays_in_its_tree():
     tr = Tracker(60)
-    tr.apply_discovery((target(procs=(proc(API, Role.API_SERVER), proc(ENGINE, Role.ENGINE_CORE, 100),
-                                      proc(WORKER, Role.WORKER, 101))),), (), 0)
+    tr.apply_discovery(
+        (
+            target(
+                procs=(proc(API, Role.API_SERVER), proc(ENGINE, Role.ENGINE_CORE, 100), proc(WORKER, Role.WORKER, 101))
+            ),
+        ),
+        (),
+        0,
+    )
     # the engine died; its worker was re-parented to init, so discovery no longer sees it under the API server
     ch = tr.apply_discovery((target(procs=(proc(API, Role.API_SERVER),)),), (proc(WORKER, Role.WORKER, 1),), 3)
     assert ch == type(ch)()

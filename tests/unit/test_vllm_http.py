@@ -1,4 +1,5 @@
 """The vllm_http probe and its /metrics parser: what an SRE's vLLM actually serves."""
+
 from pathlib import Path
 
 import pytest
@@ -25,8 +26,14 @@ def by_metric(res):
 def test_vllm_032_page_gives_every_watched_number():
     values = parse_vllm_metrics((FIX / "vllm-0.32.txt").read_text())
     assert values == {
-        m.REQ_RUNNING: 3.0, m.REQ_WAITING: 1.0, m.KV_USAGE: 0.25, m.PREEMPTIONS: 0.0,
-        m.PROMPT_TOKENS: 410.0, m.GEN_TOKENS: 1024.0, m.SUCCESS: 32.0, m.ITERATIONS: 1050.0,
+        m.REQ_RUNNING: 3.0,
+        m.REQ_WAITING: 1.0,
+        m.KV_USAGE: 0.25,
+        m.PREEMPTIONS: 0.0,
+        m.PROMPT_TOKENS: 410.0,
+        m.GEN_TOKENS: 1024.0,
+        m.SUCCESS: 32.0,
+        m.ITERATIONS: 1050.0,
     }
 
 
@@ -44,21 +51,25 @@ def test_data_parallel_engines_sum_counts_and_take_the_fullest_kv_cache():
     assert values[m.KV_USAGE] == 0.7
 
 
-@pytest.mark.parametrize("page, why", [
-    ("", "empty"),
-    ("<!DOCTYPE html><html><body>502 Bad Gateway</body></html>\n", "HTML"),
-    ('vllm:num_requests_running{engine="0"} 3.0\nvllm:num_requests_wai', "truncated"),
-    ('vllm:num_requests_running{engine="0" 3\n', "unparsable"),
-    ("\x00\x01\x02\n", "unparsable"),
-])
+@pytest.mark.parametrize(
+    "page, why",
+    [
+        ("", "empty"),
+        ("<!DOCTYPE html><html><body>502 Bad Gateway</body></html>\n", "HTML"),
+        ('vllm:num_requests_running{engine="0"} 3.0\nvllm:num_requests_wai', "truncated"),
+        ('vllm:num_requests_running{engine="0" 3\n', "unparsable"),
+        ("\x00\x01\x02\n", "unparsable"),
+    ],
+)
 def test_pages_that_are_not_prometheus_text_are_refused_with_the_reason(page, why):
     with pytest.raises(ProbeFailed, match=why):
         parse_vllm_metrics(page)
 
 
 def test_a_healthy_server_yields_health_latency_and_metrics():
-    http = FakeHttp({("GET", "/health"): ok(elapsed=0.0016),
-                     ("GET", "/metrics"): ok((FIX / "vllm-0.32.txt").read_text())})
+    http = FakeHttp(
+        {("GET", "/health"): ok(elapsed=0.0016), ("GET", "/metrics"): ok((FIX / "vllm-0.32.txt").read_text())}
+    )
     res = scrape(http, "llama", URL, 2.0, clock)
     got = by_metric(res)
     assert got[m.HEALTH_OK] == 1.0 and got[m.HEALTH_LATENCY] == 0.0016
@@ -67,18 +78,25 @@ def test_a_healthy_server_yields_health_latency_and_metrics():
     assert all(s.t == 50.0 and s.target == "llama" and s.subject == "" for s in res.samples)
 
 
-@pytest.mark.parametrize("answer, health_ok", [
-    (ok(status=503), 0.0),
-    (HttpError("refused", "Connection refused"), 0.0),
-])
+@pytest.mark.parametrize(
+    "answer, health_ok",
+    [
+        (ok(status=503), 0.0),
+        (HttpError("refused", "Connection refused"), 0.0),
+    ],
+)
 def test_dead_engine_answers_are_health_zero(answer, health_ok):
     http = FakeHttp({("GET", "/health"): answer, ("GET", "/metrics"): ok("")})
     assert by_metric(scrape(http, "t", URL, 2.0, clock))[m.HEALTH_OK] == health_ok
 
 
 def test_a_health_timeout_is_no_sample_not_a_dead_verdict():
-    http = FakeHttp({("GET", "/health"): HttpError("timeout", "no answer within 2s"),
-                     ("GET", "/metrics"): ok((FIX / "vllm-0.32.txt").read_text())})
+    http = FakeHttp(
+        {
+            ("GET", "/health"): HttpError("timeout", "no answer within 2s"),
+            ("GET", "/metrics"): ok((FIX / "vllm-0.32.txt").read_text()),
+        }
+    )
     res = scrape(http, "t", URL, 2.0, clock)
     assert m.HEALTH_OK not in by_metric(res)
     assert str(res.health_error).startswith("timeout")
@@ -91,8 +109,7 @@ def test_refused_health_skips_the_metrics_request():
 
 
 def test_html_metrics_page_is_a_failed_scrape_with_no_zeros():
-    http = FakeHttp({("GET", "/health"): ok(),
-                     ("GET", "/metrics"): ok("<html>login</html>\n")})
+    http = FakeHttp({("GET", "/health"): ok(), ("GET", "/metrics"): ok("<html>login</html>\n")})
     res = scrape(http, "t", URL, 2.0, clock)
     got = by_metric(res)
     assert got[m.METRICS_OK] == 0.0
@@ -108,8 +125,11 @@ def test_non_200_metrics_is_a_failed_scrape():
 
 def test_families_we_do_not_watch_are_skipped_without_changing_any_number():
     page = (FIX / "vllm-0.32.txt").read_text()
-    noise = "".join(f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="{b}",model_name="m"}} 5.0\n'
-                    f'http_requests_total{{handler="/v{b}",method="POST",status="2xx"}} 3.0\n' for b in range(300))
+    noise = "".join(
+        f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="{b}",model_name="m"}} 5.0\n'
+        f'http_requests_total{{handler="/v{b}",method="POST",status="2xx"}} 3.0\n'
+        for b in range(300)
+    )
     assert parse_vllm_metrics(noise + page) == parse_vllm_metrics(page)
 
 

@@ -1,4 +1,5 @@
 """Window math and the progress helpers: counters moved / frozen / unknown, pending work."""
+
 from __future__ import annotations
 
 import pytest

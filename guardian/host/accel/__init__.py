@@ -7,6 +7,7 @@ devices with memory used/total and utilisation, processes (host PIDs) with the
 accelerator memory they hold, and device events (NVML XIDs). Nothing here
 touches the machine; ``nvml.py`` and ``npu_smi.py`` do.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -10,6 +10,7 @@ seconds) adds HBM capacity / usage rate and the DDR figures to the device's
 leaves a note. Device memory is the HBM column when the layout has one (A2, A3,
 950), else the DDR ``Memory-Usage`` column (310/310P); values are MiB.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -37,8 +38,16 @@ def chip_reading(c: NpuChip, usage: NpuUsage | None = None) -> DeviceReading:
     used: float | None = c.hbm_used_mb if has_hbm else c.memory_used_mb
     total: float | None = c.hbm_total_mb if has_hbm else c.memory_total_mb
     extra: dict[str, object] = {"npu": c.npu, "chip": c.chip, "memory_kind": "hbm" if has_hbm else "ddr"}
-    for key in ("bus_id", "phy_id", "memory_used_mb", "memory_total_mb", "hbm_used_mb", "hbm_total_mb",
-                "hugepages_used", "hugepages_total"):
+    for key in (
+        "bus_id",
+        "phy_id",
+        "memory_used_mb",
+        "memory_total_mb",
+        "hbm_used_mb",
+        "hbm_total_mb",
+        "hugepages_used",
+        "hugepages_total",
+    ):
         if getattr(c, key) is not None:
             extra[key] = getattr(c, key)
     extra.update(c.extra)
@@ -51,28 +60,41 @@ def chip_reading(c: NpuChip, usage: NpuUsage | None = None) -> DeviceReading:
             total = usage.hbm_capacity_mb
             used = usage.hbm_capacity_mb * usage.hbm_usage_pct / 100.0
     return DeviceReading(
-        id=device_id(c.npu, c.chip), backend="npu_smi", name=c.name,
-        memory_used_bytes=_mib(used), memory_total_bytes=_mib(total),
+        id=device_id(c.npu, c.chip),
+        backend="npu_smi",
+        name=c.name,
+        memory_used_bytes=_mib(used),
+        memory_total_bytes=_mib(total),
         utilization=None if util is None else util / 100.0,
-        health=c.health, power_w=c.power_w, temperature_c=c.temp_c, extra=extra,
+        health=c.health,
+        power_w=c.power_w,
+        temperature_c=c.temp_c,
+        extra=extra,
     )
 
 
-def snapshot_of(info: NpuSmiInfo, usages: dict[tuple[int, int], NpuUsage] | None = None,
-                notes: tuple[str, ...] = ()) -> AccelSnapshot:
+def snapshot_of(
+    info: NpuSmiInfo, usages: dict[tuple[int, int], NpuUsage] | None = None, notes: tuple[str, ...] = ()
+) -> AccelSnapshot:
     usages = usages or {}
     devices = tuple(chip_reading(c, usages.get((c.npu, c.chip))) for c in info.chips)
-    procs = tuple(ProcessUsage(p.pid, device_id(p.npu, p.chip), _mib(p.memory_mb), p.name)
-                  for p in info.processes)
+    procs = tuple(ProcessUsage(p.pid, device_id(p.npu, p.chip), _mib(p.memory_mb), p.name) for p in info.processes)
     return AccelSnapshot("npu_smi", devices, procs, (), notes)
 
 
 class NpuSmiBackend:
     name = "npu_smi"
 
-    def __init__(self, runner: CommandRunner, path: str = "npu-smi", timeout: float = 5.0, *,
-                 interval: float = 5.0, usages_interval: float | None = 60.0,
-                 which: Callable[[str], str | None] = shutil.which) -> None:
+    def __init__(
+        self,
+        runner: CommandRunner,
+        path: str = "npu-smi",
+        timeout: float = 5.0,
+        *,
+        interval: float = 5.0,
+        usages_interval: float | None = 60.0,
+        which: Callable[[str], str | None] = shutil.which,
+    ) -> None:
         found = which(path)
         if found is None:
             raise BackendUnavailable(f"npu-smi: {path!r} not found (accelerators.npu_smi_path)")

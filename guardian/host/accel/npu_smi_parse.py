@@ -14,6 +14,7 @@ trailing spaces, names cut to 15 characters or empty.
 
 Anything else raises ``ProbeFailed("unrecognised npu-smi output: ...")``.
 """
+
 from __future__ import annotations
 
 import re
@@ -189,8 +190,16 @@ def _chip(layout: _Layout, r1: list[str], r2: list[str]) -> NpuChip:
             extra[col] = tok  # both AICore and NPU Util: keep the first, record the other
         else:
             known[key] = _num(tok)
-    return NpuChip(npu=npu, chip=chip, name=name, health=health,
-                   bus_id=None if bus in _MISSING else bus, phy_id=phy, extra=extra, **known)
+    return NpuChip(
+        npu=npu,
+        chip=chip,
+        name=name,
+        health=health,
+        bus_id=None if bus in _MISSING else bus,
+        phy_id=phy,
+        extra=extra,
+        **known,
+    )
 
 
 @dataclass

@@ -11,6 +11,7 @@ registration refused (``NotSupported`` / ``NoPermission``) disables events with 
 note. A device that fell off the bus (``GpuIsLost``) is reported with health
 ``lost``, not as a failed read.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -111,14 +112,27 @@ class NvmlBackend:
                 dev = self._device(i, h)
                 dev_procs = self._processes(dev_id, h)
             except nv.NVMLError_GpuIsLost as e:
-                devices.append(DeviceReading(dev_id, self.name, self._names[i], None, None, None,
-                                             health="lost", extra={"error": str(e)}))
+                devices.append(
+                    DeviceReading(
+                        dev_id, self.name, self._names[i], None, None, None, health="lost", extra={"error": str(e)}
+                    )
+                )
                 continue
             except (nv.NVMLError_Uninitialized, nv.NVMLError_LibRmVersionMismatch) as e:
                 raise ProbeFailed(f"NVML: {type(e).__name__}: {e}") from None
             except nv.NVMLError as e:
-                devices.append(DeviceReading(dev_id, self.name, self._names[i], None, None, None,
-                                             health="error", extra={"error": f"{type(e).__name__}: {e}"}))
+                devices.append(
+                    DeviceReading(
+                        dev_id,
+                        self.name,
+                        self._names[i],
+                        None,
+                        None,
+                        None,
+                        health="error",
+                        extra={"error": f"{type(e).__name__}: {e}"},
+                    )
+                )
                 continue
             devices.append(dev)
             procs.extend(dev_procs)
@@ -142,8 +156,9 @@ class NvmlBackend:
             util = nv.nvmlDeviceGetUtilizationRates(h).gpu / 100.0
         except (nv.NVMLError_NotSupported, nv.NVMLError_NoPermission):
             pass
-        return DeviceReading(f"nvml:{i}", self.name, self._names[i], int(mem.used), int(mem.total), util,
-                             health="OK", extra=extra)
+        return DeviceReading(
+            f"nvml:{i}", self.name, self._names[i], int(mem.used), int(mem.total), util, health="OK", extra=extra
+        )
 
     def _processes(self, dev_id: str, h: Any) -> list[ProcessUsage]:
         """Compute and graphics processes; a pid in both lists counts once (its largest figure)."""
@@ -175,8 +190,9 @@ class NvmlBackend:
                 self._free(self._events)
                 self._events = None
                 break
-            out.append(AccelEvent(self._device_of(data.device), "xid", int(data.eventData),
-                                  f"XID {int(data.eventData)}"))
+            out.append(
+                AccelEvent(self._device_of(data.device), "xid", int(data.eventData), f"XID {int(data.eventData)}")
+            )
         return tuple(out)
 
     def _device_of(self, handle: Any) -> str:

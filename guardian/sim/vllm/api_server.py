@@ -29,6 +29,7 @@ Engine death: ``/health`` turns 503 at once and, with ``--exit-on-engine-death``
 like vLLM's 5 s ``terminate_if_errored`` watchdog. SIGTERM/SIGINT: stop listening,
 terminate the engine (SIGKILL after a 1 s grace) and its worker, exit 0.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,17 +85,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exit-on-engine-death", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--death-exit-delay", type=float, default=5.0)
     p.add_argument("--ignore-sigterm", action="store_true")
-    p.add_argument("--full-metrics", action="store_true",
-                   help="append the unwatched families of a real vLLM page (~50 KB in all)")
-    p.add_argument("--idle-threads", type=int, default=0,
-                   help="extra idle threads over the tree (1/3 in the API server, 2/3 in the engine), "
-                        "like vLLM's thread pools")
-    p.add_argument("--api-key", nargs="+", default=None,
-                   help="require 'Authorization: Bearer <key>' on /v1/* (default: $VLLM_API_KEY)")
+    p.add_argument(
+        "--full-metrics", action="store_true", help="append the unwatched families of a real vLLM page (~50 KB in all)"
+    )
+    p.add_argument(
+        "--idle-threads",
+        type=int,
+        default=0,
+        help="extra idle threads over the tree (1/3 in the API server, 2/3 in the engine), like vLLM's thread pools",
+    )
+    p.add_argument(
+        "--api-key",
+        nargs="+",
+        default=None,
+        help="require 'Authorization: Bearer <key>' on /v1/* (default: $VLLM_API_KEY)",
+    )
     return p
 
 
 # ---- metrics ----------------------------------------------------------------
+
 
 def metric_families(stats: EngineStats, model: str) -> list:
     """vLLM's scheduler metrics for one engine, as prometheus_client families."""
@@ -108,27 +118,43 @@ def metric_families(stats: EngineStats, model: str) -> list:
         fam.add_metric(values, value)
         return fam
 
-    success = CounterMetricFamily("vllm:request_success", "Count of successfully processed requests.",
-                                  labels=labels + ["finished_reason"])
+    success = CounterMetricFamily(
+        "vllm:request_success", "Count of successfully processed requests.", labels=labels + ["finished_reason"]
+    )
     success.add_metric(values + ["stop"], stats.success_stop)
     success.add_metric(values + ["length"], stats.success_length)
     cumulative = list(itertools.accumulate(stats.iteration_token_counts))
     bounds = [floatToGoString(b) for b in ITERATION_TOKEN_BUCKETS] + ["+Inf"]
-    hist = HistogramMetricFamily("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
-                                 labels=labels)
+    hist = HistogramMetricFamily(
+        "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", labels=labels
+    )
     hist.add_metric(values, buckets=list(zip(bounds, cumulative, strict=True)), sum_value=stats.iteration_tokens_sum)
     return [
-        one(GaugeMetricFamily, "vllm:num_requests_running", "Number of requests in model execution batches.",
-            stats.running),
-        one(GaugeMetricFamily, "vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-            stats.waiting),
-        one(GaugeMetricFamily, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-            stats.kv_usage),
-        one(CounterMetricFamily, "vllm:num_preemptions", "Cumulative number of preemption from the engine.",
-            stats.num_preemptions),
+        one(
+            GaugeMetricFamily,
+            "vllm:num_requests_running",
+            "Number of requests in model execution batches.",
+            stats.running,
+        ),
+        one(
+            GaugeMetricFamily, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", stats.waiting
+        ),
+        one(
+            GaugeMetricFamily, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", stats.kv_usage
+        ),
+        one(
+            CounterMetricFamily,
+            "vllm:num_preemptions",
+            "Cumulative number of preemption from the engine.",
+            stats.num_preemptions,
+        ),
         one(CounterMetricFamily, "vllm:prompt_tokens", "Number of prefill tokens processed.", stats.prompt_tokens),
-        one(CounterMetricFamily, "vllm:generation_tokens", "Number of generation tokens processed.",
-            stats.generation_tokens),
+        one(
+            CounterMetricFamily,
+            "vllm:generation_tokens",
+            "Number of generation tokens processed.",
+            stats.generation_tokens,
+        ),
         success,
         hist,
     ]
@@ -143,6 +169,7 @@ class _StatsCollector:
 
 
 # ---- the engine, seen from the API server -----------------------------------
+
 
 class _Pending:
     def __init__(self) -> None:
@@ -271,6 +298,7 @@ def _cmdline(pid: int) -> str:
 
 # ---- the HTTP application ---------------------------------------------------
 
+
 def _error(status: int, kind: str, message: str, param: str | None = None) -> tuple[int, dict]:
     return status, {"error": {"message": message, "type": kind, "param": param, "code": status}}
 
@@ -298,10 +326,20 @@ class SimApp:
         return 200 if self.engine.alive else 503
 
     def models(self) -> dict:
-        return {"object": "list", "data": [{
-            "id": self.model, "object": "model", "created": self._created, "owned_by": "vllm",
-            "root": self.model, "parent": None, "max_model_len": self._config.max_model_len,
-        }]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": self.model,
+                    "object": "model",
+                    "created": self._created,
+                    "owned_by": "vllm",
+                    "root": self.model,
+                    "parent": None,
+                    "max_model_len": self._config.max_model_len,
+                }
+            ],
+        }
 
     def metrics(self) -> bytes:
         from prometheus_client import generate_latest
@@ -338,13 +376,17 @@ class SimApp:
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 20):
                 return _error(400, "BadRequestError", f"{name} must be an integer between 0 and 20.", name)
         if count_tokens(prompt) + max_tokens > self._config.max_model_len:
-            return _error(400, "BadRequestError",
-                          f"This model's maximum context length is {self._config.max_model_len} tokens. "
-                          f"However, you requested {count_tokens(prompt) + max_tokens} tokens.")
+            return _error(
+                400,
+                "BadRequestError",
+                f"This model's maximum context length is {self._config.max_model_len} tokens. "
+                f"However, you requested {count_tokens(prompt) + max_tokens} tokens.",
+            )
         done = self.engine.submit(prompt, max_tokens, float(temperature))
         if done is None:
-            return _error(500, "EngineDeadError",
-                          "EngineCore encountered an issue. See stack trace for the root cause.")
+            return _error(
+                500, "EngineDeadError", "EngineCore encountered an issue. See stack trace for the root cause."
+            )
         text, finish, completion_tokens = done.text, done.finish_reason, done.completion_tokens
         choice_lp: dict | None = None
         choice_plp: list | None = None
@@ -364,10 +406,16 @@ class SimApp:
         if choice_plp is not None:
             choice["prompt_logprobs"] = choice_plp
         return 200, {
-            "id": done.request_id, "object": "text_completion", "created": int(time.time()), "model": model,
+            "id": done.request_id,
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": model,
             "choices": [choice],
-            "usage": {"prompt_tokens": done.prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": done.prompt_tokens + completion_tokens},
+            "usage": {
+                "prompt_tokens": done.prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": done.prompt_tokens + completion_tokens,
+            },
         }
 
     def set_fault(self, body) -> tuple[int, dict]:
@@ -383,8 +431,12 @@ class SimApp:
             LOG.warning("sim output fault ordered: %s", name)
             return 200, {"fault": name, "faults": faults}
         if name not in FAULTS:
-            return _error(400, "BadRequestError",
-                          f"fault must be one of {', '.join(FAULTS + lm.OUTPUT_FAULTS + ('swap_model',))}.", "fault")
+            return _error(
+                400,
+                "BadRequestError",
+                f"fault must be one of {', '.join(FAULTS + lm.OUTPUT_FAULTS + ('swap_model',))}.",
+                "fault",
+            )
         rate = body.get("rate_mb_s", 8.0)
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0:
             return _error(400, "BadRequestError", "rate_mb_s must be a positive number.", "rate_mb_s")
@@ -403,9 +455,16 @@ class SimApp:
     def state(self) -> dict:
         with self._lock:
             fault, faults = self._fault, sorted(self._faults | self._output_faults)
-        return {"api_pid": os.getpid(), "engine_pid": self.engine.pid, "worker_pid": self.engine.worker_pid,
-                "engine_alive": self.engine.alive, "model": self.model, "fault": fault, "faults": faults,
-                "stats": self.engine.stats.to_dict()}
+        return {
+            "api_pid": os.getpid(),
+            "engine_pid": self.engine.pid,
+            "worker_pid": self.engine.worker_pid,
+            "engine_alive": self.engine.alive,
+            "model": self.model,
+            "fault": fault,
+            "faults": faults,
+            "stats": self.engine.stats.to_dict(),
+        }
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -428,7 +487,8 @@ class _Handler(BaseHTTPRequestHandler):
         scheme, _, param = (self.headers.get("Authorization") or "").partition(" ")
         given = hashlib.sha256(param.encode()).digest()
         ok = scheme.lower() == "bearer" and any(
-            hmac.compare_digest(given, hashlib.sha256(t.encode()).digest()) for t in tokens)
+            hmac.compare_digest(given, hashlib.sha256(t.encode()).digest()) for t in tokens
+        )
         if not ok:
             self._json(401, {"error": "Unauthorized"})
         return ok
@@ -495,10 +555,14 @@ class _Server(ThreadingHTTPServer):
 
 # ---- main -------------------------------------------------------------------
 
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
-                        format="%(levelname)s %(asctime)s [sim_vllm] (APIServer pid=%(process)d) %(message)s")
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format="%(levelname)s %(asctime)s [sim_vllm] (APIServer pid=%(process)d) %(message)s",
+    )
     stop = threading.Event()
 
     def on_signal(signum, _frame) -> None:
@@ -515,8 +579,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, signal.SIG_IGN if args.ignore_sigterm else on_signal)
     api_threads = args.idle_threads // 3
-    config = EngineConfig(startup_delay=args.startup_delay, step_ms=args.step_ms, with_worker=args.with_worker,
-                          idle_threads=args.idle_threads - api_threads)
+    config = EngineConfig(
+        startup_delay=args.startup_delay,
+        step_ms=args.step_ms,
+        with_worker=args.with_worker,
+        idle_threads=args.idle_threads - api_threads,
+    )
     start_idle_threads(api_threads, stop)
     engine = EngineClient(config, on_engine_dead)
     engine.start()

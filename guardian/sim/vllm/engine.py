@@ -17,6 +17,7 @@ Faults (ordered through ``SetFault``):
 When the pipe from the API server reaches EOF the engine exits (its optional
 ``VLLM::Worker`` follows through its death pipe) — unless it is hung, as in reality.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -43,10 +44,38 @@ FAULTS = HANG_FAULTS + LEAK_FAULTS + ("none",)
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
 _VOCAB = (
-    "the", "engine", "steps", "once", "more", "and", "every", "token", "is", "a",
-    "small", "piece", "of", "work", "that", "flows", "through", "cache", "blocks",
-    "while", "guardian", "watches", "quietly", "from", "outside", "model", "says",
-    "hello", "world", "again", "today", "sim",
+    "the",
+    "engine",
+    "steps",
+    "once",
+    "more",
+    "and",
+    "every",
+    "token",
+    "is",
+    "a",
+    "small",
+    "piece",
+    "of",
+    "work",
+    "that",
+    "flows",
+    "through",
+    "cache",
+    "blocks",
+    "while",
+    "guardian",
+    "watches",
+    "quietly",
+    "from",
+    "outside",
+    "model",
+    "says",
+    "hello",
+    "world",
+    "again",
+    "today",
+    "sim",
 )
 _EOS_PROBABILITY = 1.0 / 40.0
 _MIB = 1 << 20
@@ -55,10 +84,10 @@ _IDLE_LEAK_TICK_S = 0.1
 
 @dataclass(frozen=True)
 class EngineConfig:
-    startup_delay: float = 2.0   # seconds of hot "model loading" before ready
-    step_ms: float = 5.0         # CPU burnt per engine step
-    with_worker: bool = False    # spawn an idle VLLM::Worker grandchild
-    idle_threads: int = 0        # idle threads, like the thread pools of torch, ZMQ and tokenizers
+    startup_delay: float = 2.0  # seconds of hot "model loading" before ready
+    step_ms: float = 5.0  # CPU burnt per engine step
+    with_worker: bool = False  # spawn an idle VLLM::Worker grandchild
+    idle_threads: int = 0  # idle threads, like the thread pools of torch, ZMQ and tokenizers
     kv_blocks: int = 64
     block_tokens: int = 16
     max_num_seqs: int = 16
@@ -69,6 +98,7 @@ class EngineConfig:
 
 
 # ---- messages over the pipe -------------------------------------------------
+
 
 @dataclass(frozen=True)
 class AddRequest:
@@ -159,6 +189,7 @@ def request_seed(prompt: str, temperature: float, fallback: int) -> int:
 
 # ---- the hang shapes (named so that py-spy shows them) ----------------------
 
+
 def _ghost_key_spin() -> None:
     """Evict from an LRU whose touch() re-inserts a missing key: never ends (vLLM #43941)."""
     order: dict[str, None] = {"ghost": None}
@@ -191,6 +222,7 @@ def start_idle_threads(count: int, stop: threading.Event | None = None) -> threa
 
 
 # ---- the engine -------------------------------------------------------------
+
 
 @dataclass
 class _Request:
@@ -228,9 +260,15 @@ class EngineCore:
         self._leaked_bytes = 0
         self._hang_lock = threading.Lock()
         self._seed_source = random.Random()
-        self._counters = dict(num_preemptions=0, prompt_tokens=0, generation_tokens=0,
-                              success_stop=0, success_length=0, iterations=0,
-                              iteration_tokens_sum=0)
+        self._counters = dict(
+            num_preemptions=0,
+            prompt_tokens=0,
+            generation_tokens=0,
+            success_stop=0,
+            success_length=0,
+            iterations=0,
+            iteration_tokens_sum=0,
+        )
         self._bucket_counts = [0] * (len(ITERATION_TOKEN_BUCKETS) + 1)
 
     # -- lifecycle
@@ -320,8 +358,9 @@ class EngineCore:
     def _handle(self, msg) -> None:
         if isinstance(msg, AddRequest):
             seed = request_seed(msg.prompt, msg.temperature, self._seed_source.getrandbits(32))
-            self._waiting.append(_Request(msg.request_id, count_tokens(msg.prompt),
-                                          max(1, msg.max_tokens), random.Random(seed)))
+            self._waiting.append(
+                _Request(msg.request_id, count_tokens(msg.prompt), max(1, msg.max_tokens), random.Random(seed))
+            )
         elif isinstance(msg, SetFault):
             self._set_fault(msg)
 
@@ -424,11 +463,19 @@ class EngineCore:
         req.blocks = 0
         self._counters["success_" + req.finish_reason] += 1
         completion = len(req.output) + (1 if req.finish_reason == "stop" else 0)
-        self._send(RequestDone(req.request_id, " " + " ".join(req.output) if req.output else "",
-                               req.prompt_tokens, completion, req.finish_reason))
+        self._send(
+            RequestDone(
+                req.request_id,
+                " " + " ".join(req.output) if req.output else "",
+                req.prompt_tokens,
+                completion,
+                req.finish_reason,
+            )
+        )
 
 
 # ---- process entry points ---------------------------------------------------
+
 
 def worker_main(death_conn) -> None:
     """An idle ``VLLM::Worker``: lives exactly as long as its engine's end of the pipe."""

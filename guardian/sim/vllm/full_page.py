@@ -7,10 +7,33 @@ simulator's own scheduler families are a few KB; ``--full-metrics`` appends this
 block so that benchmarks pay the real price of reading a page. Pure: text in, text
 out; counts move with the server's request count so the page is not constant.
 """
+
 from __future__ import annotations
 
-_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-                    7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+_LATENCY_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
 _SIZE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000)
 _LATENCY_HISTOGRAMS = (
     ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
@@ -39,8 +62,29 @@ _COUNTERS = (
     ("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local prefix cache hits)."),
 )
 _HANDLERS = ("/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/version")
-_HTTP_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0,
-                 7.5, 10.0, 30.0, 60.0)
+_HTTP_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    3.0,
+    3.5,
+    4.0,
+    4.5,
+    5.0,
+    7.5,
+    10.0,
+    30.0,
+    60.0,
+)
 
 
 def _g(x: float) -> str:
@@ -73,15 +117,19 @@ def full_page_tail(model: str, requests: int) -> str:
         out.append(f"{name}_created{{{labels}}} 1.7e+09")
     out.append("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig")
     out.append("# TYPE vllm:cache_config_info gauge")
-    out.append(f'vllm:cache_config_info{{block_size="16",cache_dtype="auto",{labels},enable_prefix_caching="True",'
-               'gpu_memory_utilization="0.9",num_cpu_blocks="None",num_gpu_blocks="4096",swap_space="4"} 1.0')
+    out.append(
+        f'vllm:cache_config_info{{block_size="16",cache_dtype="auto",{labels},enable_prefix_caching="True",'
+        'gpu_memory_utilization="0.9",num_cpu_blocks="None",num_gpu_blocks="4096",swap_space="4"} 1.0'
+    )
     out.append("# HELP http_requests_total Total number of requests by method, status and handler.")
     out.append("# TYPE http_requests_total counter")
     for h in _HANDLERS:
         for status in ("2xx", "4xx", "5xx"):
             out.append(f'http_requests_total{{handler="{h}",method="GET",status="{status}"}} {_g(requests)}')
-    for family, bounds in (("http_request_duration_highr_seconds", _HTTP_BUCKETS),
-                           ("http_request_duration_seconds", (0.1, 0.5, 1.0))):
+    for family, bounds in (
+        ("http_request_duration_highr_seconds", _HTTP_BUCKETS),
+        ("http_request_duration_seconds", (0.1, 0.5, 1.0)),
+    ):
         out.append(f"# HELP {family} Latency with many buckets but no API specific labels.")
         out.append(f"# TYPE {family} histogram")
         for h in _HANDLERS:
@@ -101,8 +149,13 @@ def full_page_tail(model: str, requests: int) -> str:
         for what in ("objects_collected", "objects_uncollectable", "collections"):
             out.append(f'python_gc_{what}_total{{generation="{gen}"}} {_g(requests * (3 - gen))}')
     out.append('python_info{implementation="CPython",major="3",minor="12",patchlevel="3",version="3.12.3"} 1.0')
-    for what, v in (("virtual_memory_bytes", 3.2e10), ("resident_memory_bytes", 2.1e9),
-                    ("start_time_seconds", 1.7e9), ("cpu_seconds_total", 812.5), ("open_fds", 211),
-                    ("max_fds", 1048576)):
+    for what, v in (
+        ("virtual_memory_bytes", 3.2e10),
+        ("resident_memory_bytes", 2.1e9),
+        ("start_time_seconds", 1.7e9),
+        ("cpu_seconds_total", 812.5),
+        ("open_fds", 211),
+        ("max_fds", 1048576),
+    ):
         out.append(f"process_{what} {_g(v)}")
     return "\n".join(out) + "\n"

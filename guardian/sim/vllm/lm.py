@@ -19,6 +19,7 @@ Output faults (``OUTPUT_FAULTS``), like the garbage real servers produced:
 - ``no_logprobs``: the server ignores ``logprobs``/``prompt_logprobs``/``echo``
   (an older vLLM or a proxy): not garbage, but nothing for L2/L3.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,12 +27,46 @@ import random
 import re
 import zlib
 
-OUTPUT_FAULTS = ("repeat_chars", "control_chars", "wrong_answers", "flat_logprobs", "nan_logprobs",
-                 "high_perplexity", "no_logprobs")
+OUTPUT_FAULTS = (
+    "repeat_chars",
+    "control_chars",
+    "wrong_answers",
+    "flat_logprobs",
+    "nan_logprobs",
+    "high_perplexity",
+    "no_logprobs",
+)
 VOCAB_SIZE = 50000
-WORDS = (" the", " engine", " steps", " once", " more", " and", " every", " token", " is", " a", " small",
-         " piece", " of", " work", " that", " flows", " through", " cache", " blocks", " while", " model",
-         " says", " hello", " world", " again", " today", ".", ",")
+WORDS = (
+    " the",
+    " engine",
+    " steps",
+    " once",
+    " more",
+    " and",
+    " every",
+    " token",
+    " is",
+    " a",
+    " small",
+    " piece",
+    " of",
+    " work",
+    " that",
+    " flows",
+    " through",
+    " cache",
+    " blocks",
+    " while",
+    " model",
+    " says",
+    " hello",
+    " world",
+    " again",
+    " today",
+    ".",
+    ",",
+)
 KNOWN = {"1+1=": [" 2"], "2+2=": [" 4"], "The capital of France is": [" Paris", "."]}
 WRONG = {"1+1=": [" 3"], "2+2=": [" 5"], "The capital of France is": [" Berlin", "."]}
 _PEAKED = (-0.15, -2.8, -3.5, -4.2, -5.0, -5.5, -6.0, -6.5, -7.0, -7.5)
@@ -71,8 +106,9 @@ def _position(token: str, k: int, faults: frozenset[str], i: int) -> tuple[float
     return _PEAKED[0], top
 
 
-def completion_logprobs(prompt: str, tokens: list[str], k: int, faults: frozenset[str],
-                        echo_tokens: list[str] | None = None) -> dict:
+def completion_logprobs(
+    prompt: str, tokens: list[str], k: int, faults: frozenset[str], echo_tokens: list[str] | None = None
+) -> dict:
     """vLLM's ``choices[0].logprobs`` object for ``tokens`` (``echo_tokens`` lead it when echoing)."""
     out_tokens, lps, tops, offsets = [], [], [], []
     offset = 0
@@ -109,6 +145,13 @@ def prompt_logprobs(prompt: str, faults: frozenset[str]) -> list:
     toks = prompt_tokens(prompt)
     out: list = [None]
     for i, tok in enumerate(toks[1:], start=1):
-        out.append({str(100 + zlib.crc32(tok.encode()) % 30000): {
-            "logprob": prompt_token_logprob(i, faults), "rank": 1, "decoded_token": tok}})
+        out.append(
+            {
+                str(100 + zlib.crc32(tok.encode()) % 30000): {
+                    "logprob": prompt_token_logprob(i, faults),
+                    "rank": 1,
+                    "decoded_token": tok,
+                }
+            }
+        )
     return out

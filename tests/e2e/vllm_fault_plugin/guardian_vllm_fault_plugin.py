@@ -35,6 +35,7 @@ When a fault starts, ``<dir>/<fault>.onset`` gets ``{"t": wall time, "pid": ...}
 (written once per trigger: remove it with the trigger to re-arm). Without the env
 variable the plugin patches nothing. Touches only its trigger directory.
 """
+
 from __future__ import annotations
 
 import functools
@@ -54,7 +55,9 @@ RSS_LEAK = "rss_leak"
 KV_LEAK = "kv_leak"
 SCHED_ASSERT = "sched_assert"
 FAULTS = (DIE, BUSY_LOOP, STALL, RSS_LEAK, KV_LEAK, SCHED_ASSERT)
-SCHED_ASSERT_MESSAGE = "scheduler invariant broken: preempted request rescheduled (injected by the guardian fault plugin)"  # noqa: E501
+SCHED_ASSERT_MESSAGE = (
+    "scheduler invariant broken: preempted request rescheduled (injected by the guardian fault plugin)"
+)
 SCHEDULER_HOOK = "_update_after_schedule"
 BLOCKING = (DIE, BUSY_LOOP, STALL)  # at most one runs; this is the priority order
 DIE_EXIT_CODE = 17
@@ -174,9 +177,15 @@ class FaultDir:
 class FaultInjector:
     """Decides at the start of each engine step (and on each KV free) what to inject."""
 
-    def __init__(self, fault_dir: FaultDir, exit: Callable[[int], Any] = os._exit,
-                 wall: Callable[[], float] = time.time, pid: Callable[[], int] = os.getpid,
-                 busy_check_every: float = 0.5, stall_check_every: float = 1.0) -> None:
+    def __init__(
+        self,
+        fault_dir: FaultDir,
+        exit: Callable[[int], Any] = os._exit,
+        wall: Callable[[], float] = time.time,
+        pid: Callable[[], int] = os.getpid,
+        busy_check_every: float = 0.5,
+        stall_check_every: float = 1.0,
+    ) -> None:
         self.dir = fault_dir
         self._exit = exit
         self._wall = wall
@@ -229,8 +238,9 @@ class FaultInjector:
 class LogitsCorrupter:
     """Decides for each logits tensor whether (and how) to corrupt it."""
 
-    def __init__(self, fault_dir: FaultDir, wall: Callable[[], float] = time.time,
-                 pid: Callable[[], int] = os.getpid) -> None:
+    def __init__(
+        self, fault_dir: FaultDir, wall: Callable[[], float] = time.time, pid: Callable[[], int] = os.getpid
+    ) -> None:
         self.dir, self._wall, self._pid = fault_dir, wall, pid
         self.corrupted = 0
 
@@ -303,8 +313,9 @@ def wrap_scheduler_hook(original: Callable, injector: FaultInjector) -> Callable
     return hook
 
 
-def install(engine_core_cls: type, kv_manager_cls: type, injector: FaultInjector,
-            scheduler_cls: type | None = None) -> list[str]:
+def install(
+    engine_core_cls: type, kv_manager_cls: type, injector: FaultInjector, scheduler_cls: type | None = None
+) -> list[str]:
     """Wrap the step methods, ``free`` and (given a scheduler class) its post-schedule hook once
     (vLLM may register a plugin twice); the names wrapped now."""
     done = []
@@ -344,5 +355,10 @@ def register() -> None:
     if LogitsProcessor is not None:
         wrapped += install_logits(LogitsProcessor, LogitsCorrupter(FaultDir(path)))
     if wrapped:
-        log.warning("guardian fault plugin: watching %s for %s; wrapped %s in pid %d",
-                    path, ", ".join(FAULTS + OUTPUT_FAULTS), ", ".join(wrapped), os.getpid())
+        log.warning(
+            "guardian fault plugin: watching %s for %s; wrapped %s in pid %d",
+            path,
+            ", ".join(FAULTS + OUTPUT_FAULTS),
+            ", ".join(wrapped),
+            os.getpid(),
+        )
