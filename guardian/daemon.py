@@ -1,16 +1,12 @@
 """The tick loop: targets → probes → series → detectors → incidents → actions + sinks.
 
 ``Daemon.tick()`` is the unit of work and never blocks on a supervised server. Discovery
-refreshes the targets every few seconds; then every probe of the table
-(``guardian.probes.table``) is run the same way: inline probes on the loop thread before
-detection, the others on a bounded pool (``AsyncRunner``) after it, their results folded in on a
-later tick by the fold they were submitted with. Detection is pure (``detectors/``); incidents
-open and resolve with hysteresis; the ``Responder`` acts (evidence, remediation). Only ``run()``
-sleeps, through the injected clock. The status document is built on demand, at most once per
-tick, under the same lock the control socket takes.
-
-The daemon is handed its seams built (``Seams``: clock, /proc, HTTP, commands, process
-control, device backends); ``runtime.py`` builds the real ones.
+refreshes the targets every few seconds; every probe of the table (``guardian.probes.table``)
+runs the same way: inline probes on the loop thread before detection, the others on a bounded
+pool after it, folded in on a later tick. Detection is pure (``detectors/``); incidents open and
+resolve with hysteresis; the ``Responder`` acts (evidence, remediation). ``run()`` sleeps through
+the injected clock (``guardian.loop``). The daemon is handed its seams built (``Seams``);
+``runtime.py`` builds the real ones. The status is built on demand, at most once per tick.
 """
 
 from __future__ import annotations
@@ -22,7 +18,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from . import __version__
 from .actions.evidence import EvidenceCollector
 from .actions.policy import RestartLedger
 from .actions.remediation import RemediationSettings, Remediator
@@ -33,6 +28,7 @@ from .detectors.probe_failure import evaluate_episodes
 from .detectors.view import TargetView
 from .episodes import EpisodeLog
 from .incidents import IncidentManager, IncidentStore
+from .loop import run_loop
 from .model import Finding, Incident, Kind, Transition
 from .platform_match import platform_for
 from .probes.async_runner import AsyncRunner
@@ -142,7 +138,6 @@ class Daemon:
         self.started_mono = self.clock.monotonic()
         self._lock = threading.RLock()  # the loop and control-socket requests take turns
 
-    # ------------------------------------------------------------------ the tick
     def tick(self) -> list[Transition]:
         with self._lock:
             return self._tick()
@@ -190,7 +185,6 @@ class Daemon:
         for t in self.incidents.resolve_missing(set(self.tracker.targets), now, self.cfg.discovery.forget_after):
             self._emit(t)  # e.g. reloaded at start-up for a target that no longer exists
 
-    # ------------------------------------------------------------------ detection
     def _detect(self, now: float) -> list[Transition]:
         transitions: list[Transition] = []
         suspected: set[str] = set()
@@ -204,8 +198,7 @@ class Daemon:
                 name, {k: v for k, v in open_episodes.items() if k.startswith(f"{name}:")}, self.cfg.detectors, now
             )
             self.findings[name] = findings
-            # Until the target was seen ready (warm-up, or a guardian that just restarted and
-            # has not seen it healthy yet) a quiet detector proves nothing: it may not resolve.
+            # not yet seen ready (warm-up, a guardian just restarted): a quiet detector may not resolve
             judged = findings if tr.ready else {k: f for k, f in findings.items() if f is not None}
             transitions.extend(self.incidents.update(name, tr.ref(findings), judged))
             if any(f is not None for f in findings.values()):
@@ -232,17 +225,14 @@ class Daemon:
         inc = tr.incident
         if tr.previous is None:
             self.log.warning("INCIDENT %s %s on %s: %s", inc.id, inc.kind.value, inc.target.name, inc.summary)
-        else:
-            self.log.warning("RESOLVED %s %s on %s", inc.id, inc.kind.value, inc.target.name)
+            return
+        self.log.warning("RESOLVED %s %s on %s", inc.id, inc.kind.value, inc.target.name)
 
-    # ------------------------------------------------------------------ edges
     def status(self) -> StatusSnapshot:
         """The status as of the last tick (built when first asked for after it)."""
         with self._lock:
             if self._status_tick != self.stats.ticks:
-                from .status_view import (
-                    build_status,  # keeps this module about the loop
-                )
+                from .status_view import build_status  # here: keeps this module about the loop
 
                 self._status = build_status(self, self.clock.monotonic())
                 self._status_tick = self.stats.ticks
@@ -255,43 +245,5 @@ class Daemon:
             return self.responder.control(req)
 
     def run(self, stop: threading.Event, on_tick: Callable[[], None] | None = None) -> None:
-        interval = self.cfg.interval
-        self.log.info(
-            "guardian %s on %s: interval %.2fs, state in %s", __version__, self.node, interval, self.cfg.state_dir
-        )
-        try:
-            while not stop.is_set():
-                t0 = self.clock.monotonic()
-                if self._guarded_tick(t0) and on_tick:
-                    self._guarded_after_tick(on_tick, t0)
-                self.clock.sleep(max(0.0, interval - (self.clock.monotonic() - t0)))
-        finally:
-            self.runner.shutdown()
-            self.probes.close()
-
-    def _guarded_tick(self, now: float) -> bool:
-        """One tick; False when it raised (logged once per episode, counted, shown in status
-        errors). Only a tick that worked feeds the heartbeat (/healthz, the systemd watchdog)."""
-        try:
-            self.tick()
-        except Exception as e:  # the loop survives its own bugs
-            self.stats.ticks_failed += 1
-            if "tick" not in self.episodes.current():
-                self.log.exception("tick failed")
-            self.episodes.fail("tick", f"{type(e).__name__}: {e}", now)
-            return False
-        self.episodes.ok("tick")
-        return True
-
-    def _guarded_after_tick(self, on_tick: Callable[[], None], now: float) -> None:
-        """What runs after a tick (re-notification, heartbeat) must never end the loop: a full
-        disk (ENOSPC) or a bug there is logged once per episode, counted, and the loop goes on."""
-        try:
-            on_tick()
-        except Exception as e:
-            self.stats.after_tick_failed += 1
-            if "after_tick" not in self.episodes.current():
-                self.log.exception("after-tick work failed")
-            self.episodes.fail("after_tick", f"{type(e).__name__}: {e}", now)
-            return
-        self.episodes.ok("after_tick")
+        """Tick every ``interval`` until ``stop`` is set (``guardian.loop``)."""
+        run_loop(self, stop, on_tick)
