@@ -213,36 +213,3 @@ def list_node_pods(
         )
     items = client._call("GET", node_pods_path(namespace, client.node_name, pod, label_selector)).get("items")
     return [i for i in items or [] if isinstance(i, dict)]
-
-
-def read_pod_log(
-    client: KubeClient,
-    pod: PodRef,
-    container: str,
-    *,
-    previous: bool = True,
-    tail_lines: int = 500,
-    limit_bytes: int = 256 * 1024,
-) -> str:
-    """The (previous, i.e. crashed) container's log, for crash forensics: ``GET pods/log``."""
-    query = (
-        f"container={quote(container, safe='')}&previous={'true' if previous else 'false'}"
-        f"&tailLines={int(tail_lines)}&limitBytes={int(limit_bytes)}"
-    )
-    path = f"/api/v1/namespaces/{quote(pod.namespace, safe='')}/pods/{quote(pod.name, safe='')}/log?{query}"
-    return client_text(client, path)
-
-
-def client_text(client: KubeClient, path: str) -> str:
-    """A GET whose answer is plain text (``pods/log``), with the client's auth and error mapping."""
-    req = urllib.request.Request(client.base_url + path, method="GET")
-    req.add_header("Accept", "text/plain")
-    if client.token:
-        req.add_header("Authorization", f"Bearer {client.token}")
-    try:
-        with client._open(req, client.timeout) as resp:
-            return str(resp.read(4 * 1024 * 1024).decode("utf-8", errors="replace"))
-    except urllib.error.HTTPError as e:
-        raise ProbeFailed(f"kubernetes API GET {path.split('?')[0]}: HTTP {e.code} {e.reason}") from None
-    except (urllib.error.URLError, OSError) as e:
-        raise ProbeFailed(f"kubernetes API GET {path.split('?')[0]}: {e}") from None

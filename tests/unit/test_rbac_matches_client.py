@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 
 import guardian.host.kube as kube
-from guardian.host.kube import KubeClient, PodRef, list_node_pods, read_pod_log
+from guardian.host.kube import KubeClient, PodRef, list_node_pods
 from tools.kustomize_subset import render
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +28,6 @@ DRIVERS = {
     "list_node_pods": lambda c: list_node_pods(c, NS, "vllm-llama-0", "app=vllm"),
     "find_pod": lambda c: c.find_pod(UID),
     "delete_pod": lambda c: c.delete_pod(POD, 30),
-    "read_pod_log": lambda c: read_pod_log(c, POD, "vllm"),
     "read_log": lambda c: c.read_log(NS, "vllm-llama-0", "vllm"),
 }
 # Calls the shipped RBAC deliberately does not grant, and why. An entry whose call no longer
@@ -106,16 +105,16 @@ def needs() -> dict[str, set[tuple[str, str, str]]]:
 
 
 def api_calling_functions() -> set[str]:
-    """Functions and methods of kube.py that send a request (``_call``, ``client_text`` or ``_open``)."""
+    """Functions and methods of kube.py that send a request (``_call`` or ``_open``)."""
     tree = ast.parse(Path(kube.__file__).read_text(encoding="utf-8"))
     found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_") and node.name != "client_text":
+        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
             for sub in ast.walk(node):
                 if isinstance(sub, ast.Call):
                     fn = sub.func
                     name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
-                    if name in ("_call", "client_text", "_open"):
+                    if name in ("_call", "_open"):
                         found.add(node.name)
     return found
 
