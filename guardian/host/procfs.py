@@ -170,10 +170,8 @@ class ProcFS:
                 raw = self._read(name)
             except TargetGone:
                 continue  # no IPv6 (or no IPv4) in this kernel/netns
-            text = raw.decode("ascii", errors="replace")
-            for entry in parse.parse_net_tcp(text, self._byteorder):
-                if entry.listening:
-                    ports.setdefault(entry.local_port, set()).add(entry.inode)
+            for port, inode in parse.parse_listening_sockets(raw.decode("ascii", errors="replace")):
+                ports.setdefault(port, set()).add(inode)
         return ports
 
     # ------------------------------------------------------------ evidence

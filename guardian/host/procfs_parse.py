@@ -258,6 +258,31 @@ def parse_net_tcp(text: str, byteorder: str = "little") -> list[SocketEntry]:
     return entries
 
 
+def parse_listening_sockets(text: str) -> list[tuple[int, int]]:
+    """``(local port, inode)`` of the LISTEN rows of /proc/net/tcp or tcp6, and nothing else.
+
+    What discovery needs to find a port's owner, read every pass: the state column is
+    checked before anything is converted, so the many established and TIME_WAIT rows of
+    a busy node cost a split each (no address parsing: the owner is found by inode). The
+    same rows, with the same validation of port and inode, as ``parse_net_tcp`` keeps
+    with ``listening``; a malformed row is skipped.
+    """
+    out: list[tuple[int, int]] = []
+    listen = f"{TCP_LISTEN:02X}"
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 10 or parts[3] != listen or not parts[0].endswith(":"):
+            continue
+        addr, sep, port = parts[1].rpartition(":")
+        if not sep or len(addr) not in (8, 32):
+            continue
+        try:
+            out.append((int(port, 16), _int(parts[9], "net/tcp inode")))
+        except ValueError:
+            continue
+    return out
+
+
 def environ_value(raw: bytes, name: str) -> str | None:
     """The value of ``name`` in a NUL-separated ``/proc/<pid>/environ``; None when absent.
     The last assignment wins, as Python's ``os.environ`` (and so vLLM) reads it."""

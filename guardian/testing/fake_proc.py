@@ -229,6 +229,12 @@ class FakeProcTree:
         self._procs[pid].sockets.append(_Socket(inode, ip, port, 0x0A))
         self._render(pid)
 
+    def close_listener(self, pid: int, port: int) -> None:
+        """The process closed its listening socket(s) on port: fd and net/tcp row go."""
+        proc = self._procs[pid]
+        proc.sockets = [s for s in proc.sockets if not (s.port == port and s.state == 0x0A)]
+        self._render(pid)
+
     def connect(self, pid: int, port: int, inode: int, ip: str = "127.0.0.1") -> None:
         """The process holds an ESTABLISHED socket with local ip:port (not a listener)."""
         self._procs[pid].sockets.append(_Socket(inode, ip, port, 0x01))

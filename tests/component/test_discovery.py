@@ -459,6 +459,45 @@ def test_a_cache_is_not_trusted_once_the_owner_changed(tmp_path):
     assert found(discover(tree.procfs(), cfg, cache=cache), "llm").key.pid == 200
 
 
+def test_a_cache_spares_the_connection_table_while_the_owner_holds_its_socket(tmp_path):
+    """/proc/net/tcp is read once: its read walks the kernel's whole connection table."""
+    from guardian.config import parse_config
+    from guardian.discovery import DiscoveryCache, discover
+    from guardian.testing.fake_proc import FakeProcTree
+
+    tree = FakeProcTree(tmp_path / "proc")
+    tree.add_process(100, 1, ("python3", "/opt/serve.py"))
+    tree.listen(100, 8000, inode=777)
+    reads: list[str] = []
+
+    def opener(path: str):
+        reads.append(path)
+        return tree.opener(path)
+
+    cfg = parse_config({"autodiscover": False, "targets": [{"name": "llm", "match": {"port": 8000}}]})
+    cache = DiscoveryCache()
+    for _ in range(3):
+        assert found(discover(tree.procfs(opener=opener), cfg, cache=cache), "llm").key.pid == 100
+    assert sum(1 for p in reads if p.endswith("/net/tcp")) == 1
+
+
+def test_a_new_listener_is_found_once_the_cached_owner_let_its_socket_go(tmp_path):
+    from guardian.config import parse_config
+    from guardian.discovery import DiscoveryCache, discover
+    from guardian.testing.fake_proc import FakeProcTree
+
+    tree = FakeProcTree(tmp_path / "proc")
+    tree.add_process(100, 1, ("python3", "/opt/serve.py"))
+    tree.listen(100, 8000, inode=777)
+    cfg = parse_config({"autodiscover": False, "targets": [{"name": "llm", "match": {"port": 8000}}]})
+    cache = DiscoveryCache()
+    discover(tree.procfs(), cfg, cache=cache)
+    tree.add_process(200, 1, ("python3", "/opt/serve.py"))  # 100 lives on, closed its socket
+    tree.close_listener(100, 8000)
+    tree.listen(200, 8000, inode=888)
+    assert found(discover(tree.procfs(), cfg, cache=cache), "llm").key.pid == 200
+
+
 def test_a_settled_title_is_not_read_again_but_a_young_one_is(tmp_path):
     from guardian.config import parse_config
     from guardian.discovery import CMDLINE_SETTLE_S, DiscoveryCache, discover

@@ -172,6 +172,8 @@ def test_proc_net_tcp(text, order):
         pp.parse_net_tcp(text, order)
     except ValueError:
         pass
+    for port, inode in pp.parse_listening_sockets(text):  # never raises: a bad row is skipped
+        assert isinstance(port, int) and isinstance(inode, int)
 
 
 # ---------------------------------------------------------------- /metrics

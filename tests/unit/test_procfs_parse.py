@@ -9,6 +9,7 @@ from guardian.host.procfs_parse import (
     StatusInfo,
     SyscallInfo,
     parse_cmdline,
+    parse_listening_sockets,
     parse_net_tcp,
     parse_stat,
     parse_status,
@@ -259,6 +260,17 @@ def test_net_tcp6_addresses_are_32_bit_words_in_host_order():
 
 def test_net_tcp_listening_flag():
     assert [e.listening for e in parse_net_tcp(NET_TCP)] == [True, True, False]
+
+
+@pytest.mark.parametrize("text", [NET_TCP, NET_TCP6, NET_TCP + "\n".join(NET_TCP6.splitlines()[1:])])
+def test_listening_sockets_are_the_listening_rows_of_the_full_parse(text):
+    full = [(e.local_port, e.inode) for e in parse_net_tcp(text) if e.listening]
+    assert parse_listening_sockets(text) == full
+
+
+def test_listening_sockets_skip_other_states_and_malformed_rows():
+    text = NET_TCP + "   4: 0100007F:1F40 0100007F:D2F0 06 0 0 0 0 0 77 1\n   5: 0100007F:1F40 0A\n"
+    assert parse_listening_sockets(text) == [(1883, 5474), (8000, 9001)]
 
 
 def test_net_tcp_big_endian_host():
