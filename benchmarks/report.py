@@ -7,6 +7,11 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .report_gates import GatesSection
+    from .report_restart import RestartRun
 
 FAULTS = (  # (plugin trigger, incident kind the guardian must open, label)
     ("busy_loop", "busy_loop", "busy loop in EngineCore.step"),
@@ -123,6 +128,8 @@ class Report:
     period_s: float = 10.0
     threshold: int = 3
     notes: tuple[str, ...] = field(default_factory=tuple)
+    gates: GatesSection | None = None
+    restarts: tuple[RestartRun, ...] = ()
 
 
 # ---------------------------------------------------------------- rendering
@@ -213,6 +220,14 @@ def render_markdown(r: Report) -> str:
             f"vLLM server start (spawn → /health 200): {_s(s.median)} median, {_s(s.max)} max "
             f"over {s.n} starts; whole benchmark {r.wall_s / 60:.1f} min.",
         ]
+    if r.gates is not None:
+        from .report_gates import render_gates  # here: that module builds on this one's summaries
+
+        lines += render_gates(r.gates)
+    if r.restarts:
+        from .report_restart import render_restarts
+
+        lines += render_restarts(r.restarts)
     if r.notes:
         lines += [""] + [f"- {note}" for note in r.notes]
     return "\n".join(lines).rstrip() + "\n"

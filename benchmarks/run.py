@@ -11,7 +11,11 @@ with the e2e harness (``tests/e2e/harness.py``):
    (their warm-ups count as negatives too);
 3. each fault run: a fresh guardian, a kubelet-style ``/health`` poller (period 10 s,
    threshold 3) for at least ``--observe-seconds``, the onset→incident time, the
-   incidents open, and those opened within ``--post-clear-seconds`` of the clear.
+   incidents open, and those opened within ``--post-clear-seconds`` of the clear;
+4. on server 1 after its busy loops and stalls, the correctness gates: what a round costs
+   at the defaults, and corruption inside vLLM → ``output_corruption`` (``gates_runs``);
+5. per hang kind, a fresh server the guardian restarts itself (command mode, not dry-run):
+   each phase from the incident's actions, beside vLLM's own start (``restart_runs``).
 
 Prints the Markdown table and writes it to ``benchmarks/latest.md`` (and the raw
 numbers to ``.e2e/results/bench-latest.json``).
@@ -30,6 +34,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from .gates_runs import gate_section
 from .report import (
     FAULTS,
     FaultRun,
@@ -43,6 +48,9 @@ from .report import (
     render_markdown,
     summarize,
 )
+from .report_gates import GatesSection
+from .report_restart import RestartRun
+from .restart_runs import restart_run
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "latest.md"
@@ -93,6 +101,8 @@ class Bench:
         self.negatives: list[Negative] = []
         self.starts: list[float] = []
         self.overhead: Overhead | None = None
+        self.gates: GatesSection | None = None
+        self.restart_runs: list[RestartRun] = []
         self.rng = random.Random(args.seed)
         self._n = 0
 
@@ -138,6 +148,10 @@ class Bench:
                     if fault != "die":
                         for i in range(self.args.runs):
                             self.fault_run(server, fault, kind, i)
+                if self.args.gate_runs:
+                    self.gates = gate_section(
+                        self.h, server, self._dir("gates"), self.args.gate_runs, self.args.gate_interval, self.say
+                    )
             self.fault_run(server, "die", "engine_dead", index)
         finally:
             server.stop()
@@ -199,6 +213,16 @@ class Bench:
             max_tick_s=gs.get("max_tick_s"),
             probes=probe_costs(before.get("probes", {}), after.get("probes", {})),
         )
+
+    def restarts(self, model: Path) -> None:
+        for fault, kind, _ in FAULTS:
+            if fault not in self.args.restart_faults:
+                continue
+            run = restart_run(self.h, model, self._dir(f"restart-{fault}"), fault, kind)
+            self.restart_runs.append(run)
+            self.starts.append(run.own_start_s)
+            total = run.phases.get("onset_to_serving")
+            self.say(f"restart after {fault}: onset → serving {total} s ({run.outcome}); {run.phases}")
 
     # ------------------------------------------------------------ one fault
     def fault_run(self, server, fault: str, kind: str, i: int) -> None:
@@ -282,6 +306,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seeds the liveness probe's phase against each fault")
     p.add_argument("--detect-timeout", type=float, default=180.0)
     p.add_argument("--server-timeout", type=float, default=900.0)
+    p.add_argument("--gate-runs", type=int, default=3, help="runs per gate fault (0: no gates section)")
+    p.add_argument("--gate-interval", type=float, default=10.0, help="gate round interval of the detection runs")
+    p.add_argument(
+        "--restart-faults",
+        nargs="*",
+        default=[f for f, _, _ in FAULTS],
+        help="faults whose restart is measured phase by phase (none: no restart section)",
+    )
     args = p.parse_args(argv)
     if args.runs < 1:
         p.error("--runs must be >= 1")
@@ -300,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.say(f"work dir {bench.work}")
     for index in range(args.runs):
         bench.serve(index, model)
+    bench.restarts(model)
     report = Report(
         runs=args.runs,
         vllm_version=vllm_version(h.E2E_PYTHON),
@@ -309,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
         fault_runs=tuple(bench.fault_runs),
         negatives=tuple(bench.negatives),
         overhead=bench.overhead,
+        gates=bench.gates,
+        restarts=tuple(bench.restart_runs),
         period_s=args.period,
         threshold=args.threshold,
         notes=(
@@ -325,8 +360,13 @@ def main(argv: list[str] | None = None) -> int:
     RAW_OUT.parent.mkdir(parents=True, exist_ok=True)
     RAW_OUT.write_text(json.dumps(asdict(report), indent=2))
     det = summarize([r.onset_to_incident_s for r in bench.fault_runs if r.onset_to_incident_s is not None])
-    bench.say(f"wrote {args.out} and {RAW_OUT}; {det.n}/{len(bench.fault_runs)} faults detected")
-    return 0 if det.n == len(bench.fault_runs) else 1
+    gate_misses = sum(r.onset_to_incident_s is None for r in (bench.gates.runs if bench.gates else ()))
+    failed_restarts = sum(r.phases.get("onset_to_serving") is None for r in bench.restart_runs)
+    bench.say(
+        f"wrote {args.out} and {RAW_OUT}; {det.n}/{len(bench.fault_runs)} faults detected, "
+        f"{gate_misses} corruptions missed, {failed_restarts} restarts that did not serve again"
+    )
+    return 0 if det.n == len(bench.fault_runs) and not gate_misses and not failed_restarts else 1
 
 
 if __name__ == "__main__":

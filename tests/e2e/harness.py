@@ -9,7 +9,9 @@ Shared by the e2e suite (``tests/e2e``) and the detection benchmark (``benchmark
 - ``FaultSwitch``: writes and removes the plugin's trigger files, reads its onset markers;
 - ``GuardianRun``: ``guardian run --dry-run`` on one target, observed through its
   incident files and ``guardian status --json``;
-- ``HealthPoller``: what a Kubernetes liveness probe on ``/health`` would have seen.
+- ``HealthPoller``: what a Kubernetes liveness probe on ``/health`` would have seen;
+- ``greedy``, ``reference_seconds``, ``gate_round_seconds``: the completions one gate round
+  sends, timed (what the gates cost a server rests on them).
 
 Everything is loopback; nothing is downloaded.
 """
@@ -420,3 +422,45 @@ def py_spy_dump(pid: int, timeout: float = 30.0) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return out.stdout + out.stderr
+
+
+# ---------------------------------------------------------------- the gates' requests, timed
+def greedy(server, prompt: str, max_tokens: int, timeout: float = 60.0) -> tuple[str, list[float], float]:
+    """One greedy completion with logprobs, as a gate sends it: (text, token logprobs, seconds)."""
+    t0 = time.monotonic()
+    status, body = http_request(
+        server.host,
+        server.port,
+        "POST",
+        "/v1/completions",
+        {"model": server.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "seed": 0, "logprobs": 5},
+        timeout=timeout,
+    )
+    if status != 200:
+        raise RuntimeError(f"greedy completion answered {status}: {body[:300]!r}")
+    choice = json.loads(body)["choices"][0]
+    return choice["text"], choice["logprobs"]["token_logprobs"], time.monotonic() - t0
+
+
+def reference_seconds(server, text: str, timeout: float = 60.0) -> float:
+    """The L2 request (``prompt_logprobs`` over ``text``, one token out), timed."""
+    t0 = time.monotonic()
+    status, body = http_request(
+        server.host,
+        server.port,
+        "POST",
+        "/v1/completions",
+        {"model": server.model, "prompt": text, "max_tokens": 1, "temperature": 0, "seed": 0, "prompt_logprobs": 0},
+        timeout=timeout,
+    )
+    if status != 200:
+        raise RuntimeError(f"reference completion answered {status}: {body[:300]!r}")
+    if not json.loads(body)["choices"][0].get("prompt_logprobs"):
+        raise RuntimeError("vLLM gave no prompt_logprobs")
+    return time.monotonic() - t0
+
+
+def gate_round_seconds(server, prompts: tuple[tuple[str, int], ...], reference: str) -> float:
+    """Server seconds of one gate round, its requests one after another: the reference text,
+    then each (prompt, max_tokens)."""
+    return reference_seconds(server, reference) + sum(greedy(server, p, n)[2] for p, n in prompts)

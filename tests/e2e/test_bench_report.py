@@ -146,3 +146,75 @@ def test_probe_costs_are_the_runs_between_two_status_snapshots():
     }
     costs = {c.name: (c.runs, round(c.mean_duration_s, 6)) for c in probe_costs(before, after)}
     assert costs == {"procfs": (20, 0.01), "canary": (2, 0.05), "accel": (0, 0.0)}
+
+
+# ---------------------------------------------------------------- gates and restarts sections
+def _gates_report(runs, cost=None):
+    from benchmarks.report_gates import GatesSection
+
+    return Report(
+        runs=1,
+        vllm_version="0.32.0",
+        host="2 CPUs",
+        wall_s=60.0,
+        server_starts_s=(),
+        fault_runs=(),
+        negatives=(),
+        overhead=None,
+        gates=GatesSection(interval_s=10.0, runs=tuple(runs), cost=cost, false_rounds=0, healthy_rounds=12),
+    )
+
+
+def test_the_gates_row_gives_median_max_each_run_and_the_conditions():
+    from benchmarks.report_gates import GateRun
+
+    runs = [
+        GateRun("logits_nan", 4.0, 1.0, "B", "L3", 12.0),
+        GateRun("logits_nan", 9.0, 2.0, "B", "L3", 15.0),
+        GateRun("logits_nan", None),
+    ]
+    text = render_markdown(_gates_report(runs))
+    row = next(line for line in text.splitlines() if "`logits_nan`" in line)
+    assert "| 2/3 | 6.5 s | 9.0 s | 4.0, 9.0, miss | 1.5 s | B/L3 | 2/3, 15.0 s max | none |" in row
+    assert "12 gate rounds, 0 failed" in text
+
+
+def test_the_gates_cost_line_says_requests_server_seconds_and_share_of_capacity():
+    from benchmarks.report_gates import GateCostRow
+
+    cost = GateCostRow(60.0, 5, (0.2, 0.3, 0.25), 300.0, 15.0, 15.0 / 3600)
+    text = render_markdown(_gates_report([], cost))
+    assert "300 requests and 15.0 server-seconds per hour, 0.417 % of one server's capacity" in text
+    assert "median 250 ms, max 300 ms" in text
+
+
+def test_the_restart_row_gives_each_phase_and_the_guardians_share():
+    from benchmarks.report_restart import RestartRun
+
+    phases: dict[str, float | None] = {
+        "detection": 9.0,
+        "evidence": 3.0,
+        "drain": 0.0,
+        "stop": 3.5,
+        "release": 0.1,
+        "start": 1.0,
+        "ready": 60.0,
+        "open_to_start": 4.6,
+        "onset_to_serving": 74.6,
+    }
+    r = Report(
+        1,
+        "0.32.0",
+        "2 CPUs",
+        60.0,
+        (),
+        (),
+        (),
+        None,
+        restarts=(RestartRun("busy_loop", "busy_loop", 70.0, phases, "verifying ok"),),
+    )
+    row = next(line for line in render_markdown(r).splitlines() if line.startswith("| busy_loop"))
+    assert row == (
+        "| busy_loop | `busy_loop` | 9.0 | 3.0 | 0.0 | 3.5 | 0.1 | 1.0 | 60.0 "
+        "| 4.6 | 74.6 | 70.0 | 13.6 | verifying ok |"
+    )

@@ -25,8 +25,8 @@ import pytest
 from guardian.config_schema import GatesConfig
 from guardian.gates.cost import cost
 from guardian.gates.perplexity import BUILTIN_REFERENCE
-from guardian.sim.control import LoadGenerator, http_request
-from harness import E2E_PYTHON, FaultSwitch, GuardianRun, VllmServer, ensure_model, poll
+from guardian.sim.control import LoadGenerator
+from harness import E2E_PYTHON, FaultSwitch, GuardianRun, VllmServer, ensure_model, greedy, poll, reference_seconds
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
@@ -71,43 +71,6 @@ def gates(g: GuardianRun) -> dict:
     return (g.target() or {}).get("gates") or {}
 
 
-def greedy(server, prompt: str, max_tokens: int, timeout: float = 60.0) -> tuple[str, list[float], float]:
-    t0 = time.monotonic()
-    status, body = http_request(
-        server.host,
-        server.port,
-        "POST",
-        "/v1/completions",
-        {"model": server.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "seed": 0, "logprobs": 5},
-        timeout=timeout,
-    )
-    assert status == 200, body[:300]
-    choice = json.loads(body)["choices"][0]
-    return choice["text"], choice["logprobs"]["token_logprobs"], time.monotonic() - t0
-
-
-def reference_seconds(server) -> float:
-    t0 = time.monotonic()
-    status, body = http_request(
-        server.host,
-        server.port,
-        "POST",
-        "/v1/completions",
-        {
-            "model": server.model,
-            "prompt": BUILTIN_REFERENCE,
-            "max_tokens": 1,
-            "temperature": 0,
-            "seed": 0,
-            "prompt_logprobs": 0,
-        },
-        timeout=60.0,
-    )
-    assert status == 200, body[:300]
-    assert json.loads(body)["choices"][0].get("prompt_logprobs"), "vLLM gave no prompt_logprobs"
-    return time.monotonic() - t0
-
-
 def test_1_a_healthy_server_through_warm_up_load_and_idle_has_no_gate_failure(server, workdir, results):
     g = gates_guardian(workdir, "g-healthy", server.port)  # before the server is up: it sees the warm-up
     try:
@@ -138,7 +101,7 @@ def test_2_greedy_answers_are_stable_sequentially_and_under_load(server, results
     seq: dict[str, set[str]] = {p: set() for p, _ in PROMPTS}
     round_s = []
     for _ in range(5):
-        spent = reference_seconds(server)
+        spent = reference_seconds(server, BUILTIN_REFERENCE)
         for prompt, n in PROMPTS:
             text, lps, dt = greedy(server, prompt, n)
             spent += dt
