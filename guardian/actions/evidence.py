@@ -1,20 +1,24 @@
 """Evidence before action: one bundle per incident under ``<state_dir>/incidents/<id>/`` (docs/design.md, Evidence).
 
 Reads, in this order, for every process of the target's snapshotted tree:
-1. ``/proc`` (through ``ProcFS.read_text``): the process's ``status``/``stat`` and,
-   per thread, ``stat``, ``status``, ``syscall``, ``wchan``, ``stack`` → ``proc/<pid>/…``.
-   First, because a blocking py-spy dump ptrace-stops the threads and would hide
-   the very syscall and wchan the incident is about.
-2. py-spy through the ``CommandRunner``, on a small pool (at most 4 dumps at
-   once): ONE ``dump --json`` per pid (blocking, with ``--native`` when
-   configured; on failure one ``--nonblocking`` retry) → ``pyspy-<pid>-<role>.json``
-   and a ``.txt`` rendered from that same JSON in py-spy's text layout (one pause,
-   and text and JSON show the same instant). A py-spy too old for ``--json`` is
-   dumped in text mode and parsed. Meanwhile, on the hottest process, TWO
-   ``record --nonblocking`` run concurrently for the same seconds,
-   ``--format flamegraph`` → ``flame-<pid>.svg`` and ``--format speedscope`` →
-   ``flame-<pid>.speedscope.json``: the wall time stays ≈ ``record_seconds`` and
-   neither format has to be rendered by us.
+1. On the hottest process, TWO ``record --nonblocking`` start (py-spy through the
+   ``CommandRunner``), concurrently for the same seconds, ``--format flamegraph`` →
+   ``flame-<pid>.svg`` and ``--format speedscope`` → ``flame-<pid>.speedscope.json``:
+   they never stop the process, so they sample while the rest is read, and neither
+   format has to be rendered by us.
+2. ``/proc`` (through ``ProcFS.read_text``): the process's ``status``/``stat`` and,
+   per thread, ``stat``, ``status``, ``syscall``, ``wchan``, ``stack`` → ``proc/<pid>/…``,
+   and ``processes.json`` (psutil details). Before any dump, because a blocking py-spy
+   dump ptrace-stops the threads and would hide the very syscall and wchan the
+   incident is about.
+3. ONE ``dump --json`` per pid on a small pool (at most 4 at once; blocking, with
+   ``--native`` when configured; on failure one ``--nonblocking`` retry) →
+   ``pyspy-<pid>-<role>.json`` and a ``.txt`` rendered from that same JSON in py-spy's
+   text layout (one pause, and text and JSON show the same instant). A py-spy too old
+   for ``--json`` is dumped in text mode and parsed.
+   Then ``EvidenceContext.on_live_done`` is called: nothing more needs the processes,
+   so a restart may stop them while the records finish (py-spy writes what it sampled
+   when the tree dies).
 3. ``series.json`` ({metric: {subject: [[t, v], …]}}, monotonic t),
    ``metrics.txt``, ``accelerators.json`` (when given), ``summary.txt`` (read it
    first) and ``capture.json`` (the manifest: files and sizes, failures and why,
@@ -35,6 +39,7 @@ import math
 import os
 import shutil
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +90,9 @@ class EvidenceContext:
     accelerators: Mapping[str, Any] | None = None
     bundle_id: str | None = None  # default: the incident's id
     record_seconds: float | None = None  # default: evidence.record_seconds
+    # called (from the capture's thread) once nothing more needs the processes alive: /proc
+    # read, stacks dumped; a flame record may still be sampling (it ends with the tree)
+    on_live_done: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -268,16 +276,6 @@ class EvidenceCollector:
     def _capture(self, ctx: EvidenceContext, bundle_id: str, bundle: BundleWriter, start: float) -> list[str]:
         wall = self._clock.wall()
         alive = [p for p in ctx.target.processes if self._check_identity(p, bundle)]
-        proc_texts: dict[tuple[int, int, str], str] = {}
-        for p in alive:
-            self._read_proc(p.pid, bundle, proc_texts)
-        if self._details is not None and alive:
-            try:
-                details = self._details.read([p.key for p in alive])
-                bundle.write("processes.json", json.dumps(jsonable(details), indent=2) + "\n")
-            except Exception as e:  # noqa: BLE001 - optional evidence: a failure is recorded, the bundle goes on
-                bundle.fail("processes.json", f"{type(e).__name__}: {e}")
-
         exe = self._locate(self.cfg.pyspy)
         if exe is None:
             bundle.fail("py-spy", pyspy.MISSING_REASON)
@@ -288,26 +286,42 @@ class EvidenceCollector:
         # a leak or a blind probe leaves the server serving: never pause it for a stack
         gentle = ctx.incident is not None and ctx.incident.kind in NONBLOCKING_KINDS
         deadline = self.deadline(len(alive), seconds)
-        if exe:
-            n_rec = len(RECORDS) if recorded is not None else 0
-            pool = ThreadPoolExecutor(
-                max_workers=min(self._workers, max(1, len(alive))) + n_rec,
-                thread_name_prefix=f"evidence-{bundle_id[-6:]}",
-            )
-            futures = {}
-            if recorded is not None:
-                for fmt, suffix in RECORDS:
-                    rel = f"flame-{recorded}.{suffix}"
-                    futures[pool.submit(self._record, exe, recorded, seconds, fmt, rel, bundle)] = rel
+        until = time.monotonic() + deadline  # a real wait on real threads, whatever the clock seam says
+        proc_texts: dict[tuple[int, int, str], str] = {}
+        pool = None
+        records: dict = {}
+        try:
+            if exe:
+                n_rec = len(RECORDS) if recorded is not None else 0
+                pool = ThreadPoolExecutor(
+                    max_workers=min(self._workers, max(1, len(alive))) + n_rec,
+                    thread_name_prefix=f"evidence-{bundle_id[-6:]}",
+                )
+                if recorded is not None:  # non-blocking samplers: they run while /proc is read
+                    for fmt, suffix in RECORDS:
+                        rel = f"flame-{recorded}.{suffix}"
+                        records[pool.submit(self._record, exe, recorded, seconds, fmt, rel, bundle)] = rel
             for p in alive:
-                futures[pool.submit(self._dump, exe, p, bundle, dumps[p.pid], gentle)] = _dump_name(p, "json")
-            done, pending = wait(futures, timeout=deadline)
+                self._read_proc(p.pid, bundle, proc_texts)
+            if self._details is not None and alive:
+                try:
+                    details = self._details.read([p.key for p in alive])
+                    bundle.write("processes.json", json.dumps(jsonable(details), indent=2) + "\n")
+                except Exception as e:  # noqa: BLE001 - optional evidence: a failure is recorded, the bundle goes on
+                    bundle.fail("processes.json", f"{type(e).__name__}: {e}")
+            if pool is not None and exe:
+                dumping = {
+                    pool.submit(self._dump, exe, p, bundle, dumps[p.pid], gentle): _dump_name(p, "json") for p in alive
+                }
+                self._settle(dumping, until, deadline, bundle)
+        finally:
+            # everything that needs the processes alive is in hand: the stop may go on; a record
+            # still sampling keeps what it saw until the tree dies (py-spy writes it then)
+            if ctx.on_live_done is not None:
+                ctx.on_live_done()
+        if pool is not None:
+            self._settle(records, until, deadline, bundle)
             pool.shutdown(wait=False, cancel_futures=True)
-            for f in pending:
-                bundle.fail(futures[f], f"overall capture deadline of {deadline:g} s passed")
-            for f in done:
-                if f.exception() is not None:
-                    bundle.fail(futures[f], f"{type(f.exception()).__name__}: {f.exception()}")
 
         if ctx.series:
             bundle.write("series.json", json.dumps(jsonable(ctx.series), separators=(",", ":")) + "\n")
@@ -506,6 +520,18 @@ class EvidenceCollector:
             header = f"Process {p.pid}: {' '.join(redact_argv(p.cmdline))}\n{mode_line}\n"
             bundle.write(_dump_name(p, "json"), pyspy.scrub_dump_json(res.text))
             bundle.write(_dump_name(p, "txt"), redact_text(header + pyspy.render_text(threads)))
+
+    @staticmethod
+    def _settle(futures: dict, until: float, deadline: float, bundle: BundleWriter) -> None:
+        """Wait for these py-spy calls until ``until`` (time.monotonic), the capture's overall
+        ``deadline`` seconds after it began; what is late or broke is a failure."""
+        done, pending = wait(futures, timeout=max(0.0, until - time.monotonic()))
+        for f in pending:
+            f.cancel()
+            bundle.fail(futures[f], f"overall capture deadline of {deadline:g} s passed")
+        for f in done:
+            if f.exception() is not None:
+                bundle.fail(futures[f], f"{type(f.exception()).__name__}: {f.exception()}")
 
     def _record(self, exe: str, pid: int, seconds: float, fmt: str, rel: str, bundle: BundleWriter) -> None:
         path = bundle.root / rel

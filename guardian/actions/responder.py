@@ -2,7 +2,8 @@
 
 - Evidence before action: when an incident opens, its bundle is captured off the loop
   (``incident_opened``); remediation may start draining meanwhile, but stops nothing until the
-  bundle is attached (``Remediator.hold_stop``).
+  capture no longer needs the processes: /proc read and stacks dumped (``Remediator.hold_stop``;
+  a flame record still sampling ends with the tree, the rest of the bundle is written after).
 - Each tick (``act``): for every open incident, a decision (the detector's ``mode``, the policy
   gates of ``Remediator.consider``), then the remediation state machine advances, and a target
   whose restart budget is spent gets a ``restart_budget_exhausted`` incident.
@@ -78,6 +79,7 @@ class Responder:
         remediator.on_finish.append(self._remediation_finished)
         remediator.hold_stop = self._capturing
         self._evidence_of: dict[str, str] = {}  # incident id → target, while its bundle is captured
+        self._live_done: set[str] = set()  # incident ids whose capture no longer needs the processes
 
     # ------------------------------------------------------------------ each tick
     def act(self, now: float) -> list[Transition]:
@@ -180,6 +182,7 @@ class Responder:
             series=series_windows(self.series, inc.target.name, now - self.series.horizon),
             metrics_text=tr.last_scrape.page if tr.last_scrape is not None else None,
             accelerators=dict(accel.devices) if accel is not None else None,
+            on_live_done=lambda: self._live_done.add(inc.id),  # set.add: atomic, from the capture's thread
         )
         collector, diagnoser = self.evidence, self.diagnoser
         target_cfg = self.target_configs.get(inc.target.name)
@@ -197,11 +200,13 @@ class Responder:
             self._evidence_of[inc.id] = inc.target.name
 
     def _capturing(self, target: str) -> bool:
-        return any(self._evidence_of.get(i) == target for i in self.evidence_pending)
+        """Does a capture still need this target's processes alive (the stop waits for it)?"""
+        return any(self._evidence_of.get(i) == target and i not in self._live_done for i in list(self.evidence_pending))
 
     def _evidence_done(self, incident_id: str, done: Done) -> None:
         self.evidence_pending.discard(incident_id)
         self._evidence_of.pop(incident_id, None)
+        self._live_done.discard(incident_id)
         if done.error is not None:
             self.episodes.fail("evidence", f"capture crashed: {done.error!r}", self.clock.monotonic())
             return

@@ -250,6 +250,64 @@ def test_the_record_runs_twice_concurrently_on_the_hottest_process_nonblocking(w
     assert (res.dir / "flame-200.svg").read_bytes() == b"<svg>flame</svg>"
 
 
+def test_the_processes_are_released_once_read_and_dumped_while_the_record_still_samples(world):
+    """The stop of a restart waits only for what needs the tree alive; py-spy's record, still
+    sampling, writes what it saw when the tree dies."""
+    order: list[str] = []
+    released = threading.Event()
+    sampling = threading.Event()
+
+    def record(argv):
+        sampling.set()
+        assert released.wait(5), "the capture waited for the record before releasing the processes"
+        order.append("record finished")
+        return records_write()(argv)
+
+    def live_done():
+        order.append("released")
+        released.set()
+
+    world.runner.answer(("py-spy", "record"), record)
+    res = world.capture(on_live_done=live_done)
+    assert sampling.is_set() and order == ["released", "record finished", "record finished"]
+    assert len(dumps(world.runner)) == 3 and "flame-200.svg" in res.files and res.complete
+
+
+def test_the_record_starts_before_the_proc_files_are_read(world):
+    """Non-blocking samplers run while /proc is read, so they cost the capture no extra time."""
+    started = threading.Event()
+    at_first_read: list[bool] = []
+    opener = world.tree.opener
+
+    def first_read_waits_for_the_record(path: str):
+        if "/task/" in path and not at_first_read:  # the first evidence read (identity checks come before)
+            at_first_read.append(started.wait(5))
+        return opener(path)
+
+    def record(argv):
+        started.set()
+        return records_write()(argv)
+
+    world.runner.answer(("py-spy", "record"), record)
+    collector = EvidenceCollector(
+        world.cfg,
+        world.store.dir_for,
+        world.runner,
+        world.tree.procfs(opener=first_read_waits_for_the_record),
+        world.clock,
+        locate=lambda name: name,
+    )
+    collector.capture(world.context())
+    assert at_first_read == [True]
+
+
+def test_the_release_is_signalled_even_without_py_spy(tmp_path):
+    w = World(tmp_path)
+    released: list[bool] = []
+    w.collector(locate=lambda name: None).capture(w.context(on_live_done=lambda: released.append(True)))
+    assert released == [True]
+
+
 def test_no_record_when_record_seconds_is_zero(tmp_path):
     w = World(tmp_path, record_seconds=0)
     res = w.capture()
