@@ -32,6 +32,7 @@ import yaml
 from guardian.config_schema import (
     AlertsConfig,
     Config,
+    DiscoveryConfig,
     FleetConfig,
     KubernetesMatch,
     MatchConfig,
@@ -166,10 +167,23 @@ MAX_NUMBER = 10**12  # no count, size or rate of this product comes near it
 MAX_SECONDS = 30 * 86400.0  # no duration of this product is longer than a month
 MIN_INTERVAL = 0.05  # a shorter loop or probe interval only spins a core
 MAX_TICK = 3600.0
+MAX_PASS_WAIT = 5.0  # the loop waits this long for a discovery pass: longer would stall the tick
 MAX_YAML_DEPTH = 32
 MAX_YAML_NODES = 100_000  # nodes after expanding aliases (an anchor bomb expands to billions)
 _DURATION_NAMES = frozenset(
-    {"window", "period", "initial", "max", "warmup", "forget_after", "record_seconds", "deadline", "confirm_cooldown"}
+    {
+        "window",
+        "period",
+        "initial",
+        "max",
+        "warmup",
+        "forget_after",
+        "record_seconds",
+        "deadline",
+        "confirm_cooldown",
+        "pass_wait",
+        "stuck_after",
+    }
 )
 
 
@@ -185,6 +199,10 @@ def _range_problem(cls: Any, name: str, value: Any) -> str:
         return f"between {MIN_INTERVAL:g} and {MAX_TICK:g} seconds"
     if (name == "interval" or name.endswith("_interval")) and value < MIN_INTERVAL:
         return f"at least {MIN_INTERVAL:g} seconds"
+    if cls is DiscoveryConfig and name == "pass_wait" and value > MAX_PASS_WAIT:
+        return f"at most {MAX_PASS_WAIT:g} seconds (the loop waits that long)"
+    if cls is DiscoveryConfig and name == "stuck_after" and value < 1.0:
+        return "at least 1 second (a pass of a busy node takes tens of milliseconds)"
     is_duration = name == "interval" or name.endswith(("_interval", "timeout", "_ttl")) or name in _DURATION_NAMES
     if is_duration and value > MAX_SECONDS:
         return f"at most {MAX_SECONDS:g} seconds (30 days)"

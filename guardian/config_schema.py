@@ -275,6 +275,10 @@ class DiscoveryConfig:
     interval: float = _f(5.0, "positive", "seconds between re-discoveries (a vanished process is seen every tick)")
     process_name_prefix: str = _f("VLLM", doc="vLLM's VLLM_PROCESS_NAME_PREFIX")
     forget_after: float = _f(600.0, "positive", "seconds a vanished autodiscovered target is remembered")
+    pass_wait: float = _f(
+        0.5, "nonneg", "seconds the loop waits for a pass it started; a slower one is applied on a later tick"
+    )
+    stuck_after: float = _f(30.0, "positive", "seconds after which a pass blocked in a read is abandoned")
 
 
 # ---------------------------------------------------------------- policy, alerts, evidence, ...

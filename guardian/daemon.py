@@ -40,7 +40,7 @@ from .selfstats import SelfStats
 from .series import SeriesStore
 from .targets import NAME as TARGETS
 from .targets import TargetsStage
-from .tracker import Tracker
+from .tracker import Changes, Tracker
 
 if TYPE_CHECKING:
     from .diagnosis.service import Diagnoser
@@ -145,8 +145,7 @@ class Daemon:
     def _tick(self) -> list[Transition]:
         start = time.perf_counter()
         now = self.clock.monotonic()
-        if self.targets.due(now):
-            self._refresh_targets(now)
+        self._refresh_targets(now)  # a discovery pass applied when one finished, started when due
         self.probes.collect(now)  # finished off-loop jobs: folds, evidence, remediation steps
         self.probes.run_inline(now, self.seen)
         transitions = self._detect(now)
@@ -167,16 +166,17 @@ class Daemon:
 
     def _refresh_targets(self, now: float) -> None:
         st = self.stats.probes[TARGETS]
-        t0 = time.perf_counter()
-        try:
-            changes = self.targets.refresh(now)
-        except Exception as e:  # noqa: BLE001 - a broken /proc must not kill the loop: counted, logged
-            st.failures += 1
-            self.episodes.fail(TARGETS, f"{type(e).__name__}: {e}", now)
-            return
-        finally:
-            st.record(time.perf_counter() - t0)
-        self.episodes.ok(TARGETS)
+        for out in self.targets.step(now):
+            if out.seconds is not None:
+                st.record(out.seconds)
+            if out.changes is None:  # a broken /proc, a stuck pass, discovery stopped: counted, logged once
+                st.failures += 1
+                self.episodes.fail(TARGETS, out.error, now)
+                continue
+            self.episodes.ok(TARGETS)
+            self._forget(out.changes, now)
+
+    def _forget(self, changes: Changes, now: float) -> None:
         for name in changes.forgotten:
             self.findings.pop(name, None)
             self.episodes.forget(f"{name}:")

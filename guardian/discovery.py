@@ -155,6 +155,15 @@ class DiscoveryCache:
     # CMDLINE_SETTLE_S is not read again (the full scan then costs one stat read per pid)
     cmdlines: dict[ProcKey, tuple[tuple[str, ...], float]] = field(default_factory=dict)
     now: float = 0.0  # monotonic time of the pass, set by the caller
+    # processes whose cmdline is never read again (a read of theirs blocked a pass): a title
+    # read before is still used, else they are skipped like a process whose cmdline is unreadable
+    skip: frozenset[ProcKey] = frozenset()
+    # this pass's identities by pid, filled as it reads (who a pass stuck in a read blocked on)
+    keys: dict[int, ProcKey] = field(default_factory=dict)
+
+    def for_pass(self, now: float, skip: frozenset[ProcKey]) -> DiscoveryCache:
+        """A copy for one pass: a pass abandoned mid-read never touches the cache of the next."""
+        return DiscoveryCache(dict(self.owners), dict(self.cmdlines), now, skip)
 
 
 class _Snapshot:
@@ -166,14 +175,19 @@ class _Snapshot:
         self.procs: dict[int, _Proc] = {}
         known = cache.cmdlines if cache is not None else {}
         now = cache.now if cache is not None else 0.0
+        skip = cache.skip if cache is not None else frozenset()
+        keys = cache.keys if cache is not None else {}
         seen: dict[ProcKey, tuple[tuple[str, ...], float]] = {}
         for pid in procfs.pids():
             try:
                 st = procfs.stat(pid)
                 key = ProcKey(pid, st.starttime)
+                keys[pid] = key
                 cached = known.get(key)
-                if cached is not None and now - cached[1] >= CMDLINE_SETTLE_S:
+                if cached is not None and (now - cached[1] >= CMDLINE_SETTLE_S or key in skip):
                     cmdline = cached[0]  # a process's title settles at start (setproctitle)
+                elif key in skip:
+                    continue  # its cmdline read blocked an earlier pass: unreadable
                 else:
                     cmdline = procfs.cmdline(pid)
                     cached = (cmdline, cached[1] if cached else now)

@@ -33,6 +33,7 @@ def run_loop(daemon: Daemon, stop: threading.Event, on_tick: Callable[[], None] 
     finally:
         daemon.runner.shutdown()
         daemon.probes.close()
+        daemon.targets.close()  # a discovery pass stuck in a read is not waited for
 
 
 def _guarded_tick(daemon: Daemon, now: float) -> bool:

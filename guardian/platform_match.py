@@ -94,7 +94,8 @@ class PlatformMatcher:
 
     def forget_except(self, keys: set) -> None:
         """Drop cached cgroups of processes that are gone (called once per pass)."""
-        self._places = {k: v for k, v in self._places.items() if k in keys}
+        # a copy first: an abandoned discovery pass's thread may still be adding to it
+        self._places = {k: v for k, v in list(self._places.items()) if k in keys}
 
     def _prefer_servers(self, pids: set[int], procs: Mapping[int, Any]) -> frozenset[int]:
         pids = {p for p in pids if p in procs and os.path.basename((procs[p].cmdline or ("",))[0]) != "pause"}

@@ -6,8 +6,9 @@ whose healthy answers contain control characters is judged against itself), and
 the first ``baseline_samples`` reference perplexities (their median is the L2
 baseline). One JSON file per key, written atomically (temp file, fsync, rename).
 
-A file that cannot be read or parsed is reported as a problem line and treated as
-absent: the target is re-baselined and the bad file overwritten; nothing raises.
+A file that cannot be read or parsed (garbage, binary, a JSON nest too deep for the parser, the
+wrong schema) is reported as a problem line and treated as absent: the target is re-baselined
+and the bad file overwritten; nothing raises.
 """
 
 from __future__ import annotations
@@ -106,6 +107,8 @@ class BaselineStore:
             return None, f"baseline {p} unreadable ({e}): re-baselining"
         try:
             b = Baseline.from_dict(json.loads(text))
+        except RecursionError:  # a JSON nest deeper than the parser's recursion limit
+            return None, f"baseline {p} corrupted (nested too deep to parse): re-baselining"
         except (ValueError, TypeError) as e:
             return None, f"baseline {p} corrupted ({e}): re-baselining"
         if (b.target, b.model, b.version) != (target, model, version):

@@ -10,6 +10,11 @@ Seams (all optional, passed at construction): ``root`` (a fake tree in tests),
 ``opener(path) -> bytes`` for every file read, ``listdir(path)`` and
 ``readlink(path)`` for the directory walks (pids, tids, fds), ``clk_tck``.
 Tests use the seams to simulate EACCES, which chmod cannot do for root.
+
+A thread that asks (``watched()``) has the file it is reading recorded while the read lasts
+(``reading(thread_id)``): a read of ``cmdline`` or ``environ`` of a process whose memory map
+is locked in the kernel does not return, and whoever waits on that thread can say which file
+of which process holds it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
+from contextlib import contextmanager
 from typing import Callable, Iterator, TypeVar
 
 from guardian.errors import AccessDenied, ProbeFailed, TargetGone
@@ -55,6 +62,7 @@ class ProcFS:
         self.clk_tck = int(clk_tck) if clk_tck is not None else int(os.sysconf("SC_CLK_TCK"))
         if self.clk_tck <= 0:
             raise ValueError(f"clk_tck must be positive, got {self.clk_tck}")
+        self._reading: dict[int, str] = {}  # watched thread id -> relpath being read ("" between reads)
 
     def __repr__(self) -> str:
         return f"ProcFS(root={self.root!r})"
@@ -63,8 +71,33 @@ class ProcFS:
     def _path(self, relpath: str) -> str:
         return os.path.join(self.root, relpath)
 
+    @contextmanager
+    def watched(self) -> Iterator[int]:
+        """Within: this thread's reads are recorded while they last; yields the thread id."""
+        tid = threading.get_ident()
+        self._reading[tid] = ""
+        try:
+            yield tid
+        finally:
+            self._reading.pop(tid, None)
+
+    def reading(self, thread_id: int) -> str:
+        """The file (relative to the root) a watched thread is reading now; "" when none."""
+        return self._reading.get(thread_id, "")
+
     def _os(self, what: str, fn: Callable[[str], T], relpath: str) -> T:
         path = self._path(relpath)
+        tid = threading.get_ident() if self._reading else 0
+        if tid in self._reading:
+            self._reading[tid] = relpath
+            try:
+                return self._os_call(what, fn, path)
+            finally:
+                self._reading[tid] = ""
+        return self._os_call(what, fn, path)
+
+    @staticmethod
+    def _os_call(what: str, fn: Callable[[str], T], path: str) -> T:
         try:
             return fn(path)
         except (FileNotFoundError, ProcessLookupError, NotADirectoryError) as e:

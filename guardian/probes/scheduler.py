@@ -88,7 +88,7 @@ class ProbeScheduler:
             st.record(time.perf_counter() - t0)
             if st.last_duration_s > job.timeout:
                 st.overruns += 1
-        self._apply(probe, probe.fold(result, now), now)
+        self._fold(probe, job, result, now)
 
     def _done(self, probe: Probe, job: Job, done: Done, now: float) -> None:
         st = self.stats.probes[probe.name]
@@ -97,7 +97,17 @@ class ProbeScheduler:
             st.failures += 1
             self.episodes.fail(episode_key(probe, job), f"probe crashed: {done.error!r}", now)
             return
-        self._apply(probe, probe.fold(done.result, now), now)
+        self._fold(probe, job, done.result, now)
+
+    def _fold(self, probe: Probe, job: Job, result: object, now: float) -> None:
+        """A fold that raises (a bug, or input it did not expect) fails its probe, not the tick."""
+        try:
+            folded = probe.fold(result, now)
+        except Exception as e:  # noqa: BLE001 - detection and actions still run this tick: counted, logged
+            self.stats.probes[probe.name].failures += 1
+            self.episodes.fail(episode_key(probe, job), f"fold crashed: {type(e).__name__}: {e}", now)
+            return
+        self._apply(probe, folded, now)
 
     def _apply(self, probe: Probe, folded: Folded, now: float) -> None:
         self.series.extend(folded.samples)

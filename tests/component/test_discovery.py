@@ -522,3 +522,56 @@ def test_a_settled_title_is_not_read_again_but_a_young_one_is(tmp_path):
     cache.now = 2.0 + CMDLINE_SETTLE_S
     discover(procfs, cfg, cache=cache)
     assert not [p for p in reads if p.endswith("/cmdline")]
+
+
+# ---------------------------------------------------------------- processes a pass blocked on
+def _counting(tree: FakeProcTree, reads: list[str]):
+    def opener(path: str):
+        reads.append(path)
+        return tree.opener(path)
+
+    return tree.procfs(opener=opener)
+
+
+def test_a_skipped_process_without_a_known_title_is_left_out_like_an_unreadable_one(tree):
+    vllm_tree(tree)
+    tree.add_process(200, 1, API[:-1] + ("8001",))
+    from guardian.discovery import DiscoveryCache
+
+    skip = frozenset({tree.procfs().identity(200)})
+    reads: list[str] = []
+    result = discover(_counting(tree, reads), cfg(), cache=DiscoveryCache().for_pass(0.0, skip))
+    assert [t.name for t in result.targets] == ["vllm-8000"]
+    assert not [p for p in reads if p.endswith("/200/cmdline")]
+
+
+def test_a_skipped_process_keeps_the_title_read_before(tree):
+    vllm_tree(tree)
+    from guardian.discovery import DiscoveryCache
+
+    cache = DiscoveryCache()
+    discover(tree.procfs(), cfg(), cache=cache)
+    reads: list[str] = []
+    skip = frozenset({tree.procfs().identity(100)})
+    result = discover(_counting(tree, reads), cfg(), cache=cache.for_pass(1.0, skip))
+    assert found(result, "vllm-8000").key == tree.procfs().identity(100)
+    assert not [p for p in reads if p.endswith("/100/cmdline")]
+
+
+def test_a_pass_records_each_identity_it_read_by_pid(tree):
+    vllm_tree(tree)
+    from guardian.discovery import DiscoveryCache
+
+    cache = DiscoveryCache()
+    discover(tree.procfs(), cfg(), cache=cache)
+    assert cache.keys[101] == tree.procfs().identity(101) and set(cache.keys) == {1, 100, 101, 102, 103}
+
+
+def test_a_pass_copy_of_the_cache_is_its_own(tree):
+    vllm_tree(tree)
+    from guardian.discovery import DiscoveryCache
+
+    cache = DiscoveryCache()
+    copy = cache.for_pass(5.0, frozenset())
+    discover(tree.procfs(), cfg(), cache=copy)
+    assert copy.cmdlines and not cache.cmdlines and not cache.keys

@@ -274,3 +274,40 @@ def test_fake_stat_lines_have_52_fields(tree):
     text = (tree.root / "100" / "stat").read_text()
     assert len(text[text.rindex(")") + 1 :].split()) == 50  # + pid + comm = 52
     assert (tree.root / "100" / "cmdline").read_bytes() == b"python3\x00"
+
+
+# ---------------------------------------------------------------- what a watched thread reads
+def test_a_watched_thread_shows_the_file_it_is_reading_while_the_read_lasts(tree):
+    import threading
+
+    tree.add_process(100, 1, ("python3",))
+    inside, release, seen = threading.Event(), threading.Event(), []
+
+    def opener(path: str) -> bytes:
+        if path.endswith("100/cmdline"):
+            inside.set()
+            release.wait(30)
+        return tree.opener(path)
+
+    procfs = tree.procfs(opener=opener)
+
+    def read() -> None:
+        with procfs.watched() as tid:
+            seen.append(tid)
+            procfs.cmdline(100)
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    assert inside.wait(30)
+    assert procfs.reading(seen[0]) == "100/cmdline"
+    release.set()
+    t.join(30)
+    assert procfs.reading(seen[0]) == ""
+
+
+def test_a_thread_that_did_not_ask_is_not_watched(tree, procfs):
+    import threading
+
+    tree.add_process(100, 1, ("python3",))
+    procfs.cmdline(100)
+    assert procfs.reading(threading.get_ident()) == ""

@@ -84,6 +84,19 @@ ERROR_CASES = {
         {"evidence": {"record_seconds": -1}},
         "evidence.record_seconds: expected a number >= 0, got -1",
     ),
+    "a discovery pass waited for longer than a tick can stall": (
+        {"discovery": {"pass_wait": 30}},
+        "discovery.pass_wait: expected at most 5 seconds (the loop waits that long), got 30",
+    ),
+    "a negative discovery pass wait": (
+        {"discovery": {"pass_wait": -0.5}},
+        "discovery.pass_wait: expected a number >= 0, got -0.5",
+    ),
+    "a discovery pass abandoned before it can finish": (
+        {"discovery": {"stuck_after": 0.01}},
+        "discovery.stuck_after: expected at least 1 second (a pass of a busy node takes tens of "
+        "milliseconds), got 0.01",
+    ),
     "ratio above 1": (
         {"detectors": {"busy_loop": {"cpu_ratio": 1.5}}},
         "detectors.busy_loop.cpu_ratio: expected a number between 0 and 1, got 1.5",

@@ -40,6 +40,22 @@ def test_a_file_of_the_wrong_shape_is_corrupted_too(tmp_path):
     assert b is None and problem is not None and "corrupted" in problem
 
 
+def test_a_json_nest_too_deep_to_parse_is_corrupted_not_raised(tmp_path):
+    store = BaselineStore(str(tmp_path))
+    store.path("llm", "tiny", "0.32.0").parent.mkdir(parents=True)
+    store.path("llm", "tiny", "0.32.0").write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    b, problem = store.load("llm", "tiny", "0.32.0")
+    assert b is None and problem is not None and "nested too deep" in problem and "re-baselining" in problem
+
+
+def test_a_binary_file_is_unreadable_not_raised(tmp_path):
+    store = BaselineStore(str(tmp_path))
+    store.path("llm", "tiny", "0.32.0").parent.mkdir(parents=True)
+    store.path("llm", "tiny", "0.32.0").write_bytes(b"\x00\xff\xfe" * 100)
+    b, problem = store.load("llm", "tiny", "0.32.0")
+    assert b is None and problem is not None and "unreadable" in problem
+
+
 def test_an_unwritable_state_dir_is_a_problem_line(tmp_path):
     (tmp_path / "gates").write_text("a file where the directory should be")
     problem = BaselineStore(str(tmp_path)).save(B)

@@ -101,6 +101,28 @@ def test_a_job_that_raises_is_counted_as_a_crash_of_its_probe_on_its_target():
     w.runner.shutdown()
 
 
+class FoldRaises(Scripted):
+    def fold(self, result, now):
+        raise RecursionError("maximum recursion depth exceeded while decoding a JSON array")
+
+
+def test_a_fold_that_raises_is_counted_as_a_failure_of_its_probe_and_the_tick_goes_on():
+    p = FoldRaises()
+    w = World(p)
+    w.s.schedule(1.0, Seen())
+    w.settle(2.0)  # does not raise into the loop
+    assert w.stats.probes["gates"].failures == 1
+    assert "fold crashed: RecursionError" in w.episodes.current()["llm:gates"]
+    w.runner.shutdown()
+
+
+def test_an_inline_probe_whose_fold_raises_does_not_raise_into_the_loop():
+    p = FoldRaises(name="procfs", inline=True)
+    w = World(p)
+    w.s.run_inline(1.0, Seen())
+    assert w.stats.probes["procfs"].failures == 1
+
+
 def test_an_inline_probe_runs_on_the_loop_thread_and_a_slow_run_counts_an_overrun():
     ran_on: list[threading.Thread] = []
 
