@@ -163,7 +163,9 @@ class DiscoveryCache:
 
     def for_pass(self, now: float, skip: frozenset[ProcKey]) -> DiscoveryCache:
         """A copy for one pass: a pass abandoned mid-read never touches the cache of the next."""
-        return DiscoveryCache(dict(self.owners), dict(self.cmdlines), now, skip)
+        return DiscoveryCache(
+            owners=dict(self.owners), ports=dict(self.ports), cmdlines=dict(self.cmdlines), now=now, skip=skip
+        )
 
 
 class _Snapshot:
