@@ -9,6 +9,7 @@ each fault is switched on, judged, cleared, and the incident must resolve before
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from pathlib import Path
@@ -45,7 +46,8 @@ def measure_cost(h, server, rounds: int = 5) -> GateCostRow:
     )
 
 
-def one_fault(h, g, switch, fault: str, timeout: float) -> GateRun:
+def one_fault(h, g, switch, fault: str, timeout: float, phase: float = 0.0) -> GateRun:
+    time.sleep(phase)  # the corruption's onset owes nothing to the gates' round schedule
     switched = time.time()
     switch.on(fault)
     inc = h.poll(
@@ -81,7 +83,14 @@ def one_fault(h, g, switch, fault: str, timeout: float) -> GateRun:
 
 
 def gate_section(
-    h, server, work: Path, runs: int, interval: float, say: Callable[[str], None], timeout: float = 240.0
+    h,
+    server,
+    work: Path,
+    runs: int,
+    interval: float,
+    say: Callable[[str], None],
+    timeout: float = 240.0,
+    seed: int = 0,
 ) -> GatesSection:
     row = measure_cost(h, server)
     say(f"gates cost: {100 * row.share_of_capacity:.3f} % of the server at the defaults")
@@ -97,9 +106,10 @@ def gate_section(
         healthy = _gates(g)
         switch = h.FaultSwitch(server.fault_dir)
         out: list[GateRun] = []
+        rng = random.Random(seed)
         for i in range(runs):
             for fault, _ in GATE_FAULTS:
-                run = one_fault(h, g, switch, fault, timeout)
+                run = one_fault(h, g, switch, fault, timeout, phase=rng.uniform(0.0, interval))
                 out.append(run)
                 shown = "MISSED" if run.onset_to_incident_s is None else f"{run.onset_to_incident_s:.1f} s"
                 say(f"{fault} #{i + 1}: output_corruption after {shown} ({run.condition}/{run.level})")

@@ -150,7 +150,13 @@ class Bench:
                             self.fault_run(server, fault, kind, i)
                 if self.args.gate_runs:
                     self.gates = gate_section(
-                        self.h, server, self._dir("gates"), self.args.gate_runs, self.args.gate_interval, self.say
+                        self.h,
+                        server,
+                        self._dir("gates"),
+                        self.args.gate_runs,
+                        self.args.gate_interval,
+                        self.say,
+                        seed=self.args.seed,
                     )
             self.fault_run(server, "die", "engine_dead", index)
         finally:
