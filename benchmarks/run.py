@@ -315,6 +315,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--gate-runs", type=int, default=3, help="runs per gate fault (0: no gates section)")
     p.add_argument("--gate-interval", type=float, default=10.0, help="gate round interval of the detection runs")
     p.add_argument(
+        "--only-restarts",
+        action="store_true",
+        help="measure only the restarts (no detection, negatives or gates); the report says so",
+    )
+    p.add_argument(
         "--restart-faults",
         nargs="*",
         default=[f for f, _, _ in FAULTS],
@@ -336,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()[0]
     model = h.ensure_model()
     bench.say(f"work dir {bench.work}")
-    for index in range(args.runs):
+    for index in range(0 if args.only_restarts else args.runs):
         bench.serve(index, model)
     bench.restarts(model)
     report = Report(
@@ -362,17 +367,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     text = render_markdown(report)
     print(text)
-    args.out.write_text(text)
+    out = restarts_out(args)
+    out.write_text(text)
     RAW_OUT.parent.mkdir(parents=True, exist_ok=True)
     RAW_OUT.write_text(json.dumps(asdict(report), indent=2))
     det = summarize([r.onset_to_incident_s for r in bench.fault_runs if r.onset_to_incident_s is not None])
     gate_misses = sum(r.onset_to_incident_s is None for r in (bench.gates.runs if bench.gates else ()))
     failed_restarts = sum(r.phases.get("onset_to_serving") is None for r in bench.restart_runs)
     bench.say(
-        f"wrote {args.out} and {RAW_OUT}; {det.n}/{len(bench.fault_runs)} faults detected, "
+        f"wrote {out} and {RAW_OUT}; {det.n}/{len(bench.fault_runs)} faults detected, "
         f"{gate_misses} corruptions missed, {failed_restarts} restarts that did not serve again"
     )
     return 0 if det.n == len(bench.fault_runs) and not gate_misses and not failed_restarts else 1
+
+
+def restarts_out(args: argparse.Namespace) -> Path:
+    """``--only-restarts`` writes beside the full report, never over it."""
+    return args.out.with_name("restarts-latest.md") if args.only_restarts and args.out == DEFAULT_OUT else args.out
 
 
 if __name__ == "__main__":

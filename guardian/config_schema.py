@@ -74,7 +74,7 @@ class RestartConfig:
     )
     stop_timeout: float = _f(30.0, "positive", "SIGTERM -> SIGKILL of the whole tree, seconds")
     hang_stop_grace: float = _f(
-        3.0,
+        1.0,
         "nonneg",
         "SIGTERM -> SIGKILL for a hung tree (busy loop, stall, "
         "engine death): a stuck engine does not shut down cleanly",

@@ -581,7 +581,9 @@ class Remediator:
                     deadline=now + tc.drain.timeout + 5,
                 )
         timeout = tc.drain.timeout if tc else 0.0
-        if seq.reason in HANG_KINDS:  # a hung engine makes no progress: nothing can drain
+        if seq.reason == Kind.ENGINE_DEAD.value:
+            timeout = 0.0  # a dead engine serves nothing: counters that moved before it died drain nothing
+        elif seq.reason in HANG_KINDS:  # a hung engine makes no progress: nothing can drain
             timeout = min(timeout, HANG_DRAIN_TIMEOUT if _stepping(series, seq.target, now) else 0.0)
         running = series.latest(seq.target, "", m.REQ_RUNNING)
         waiting = series.latest(seq.target, "", m.REQ_WAITING)

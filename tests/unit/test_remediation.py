@@ -9,6 +9,7 @@ import pytest
 from guardian.actions.launch import MINIMAL_PATH
 from guardian.actions.remediation import Phase, PhaseProgress, RemediationSettings, Remediator
 from guardian.config import parse_config
+from guardian.config_schema import RestartConfig
 from guardian.config_schema import Mode
 from guardian.incidents import IncidentManager, IncidentStore
 from guardian.model import Finding, Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target, TargetRef
@@ -70,7 +71,14 @@ class World:
                     "name": "llm",
                     "match": {"port": 8000},
                     "restart": restart
-                    or {"mode": "command", "command": ARGV, "stop_timeout": 10, "ready_timeout": 60, "owner_grace": 0},
+                    or {
+                        "mode": "command",
+                        "command": ARGV,
+                        "stop_timeout": 10,
+                        "hang_stop_grace": 3,  # the timelines below were written for a 3 s grace
+                        "ready_timeout": 60,
+                        "owner_grace": 0,
+                    },
                     "drain": {"timeout": 30},
                 }
             ],
@@ -109,7 +117,10 @@ class World:
     def open(self, kind=Kind.BUSY_LOOP):
         ref = TargetRef("llm", API.pid, API.starttime, 8000, "m", "engine_core")
         f = Finding(kind, "llm", Severity.CRITICAL, "spins", {"pid": ENGINE.pid})
-        return self.incidents.update("llm", ref, {kind: f})[0].incident
+        for _ in range(5):  # as many consecutive findings as the kind's open_after asks
+            if opened := self.incidents.update("llm", ref, {kind: f}):
+                return opened[0].incident
+        raise AssertionError(f"{kind} never opened")
 
     def consider(self, inc, kind_mode="remediate", tripped=1, total=1):
         return self.rem.consider(
@@ -218,6 +229,21 @@ def test_a_hang_whose_engine_still_steps_gets_the_short_drain(tmp_path):
         if t <= 5:
             assert w.control.signals == []
     assert (API, 15) in w.control.signals
+
+
+def test_a_dead_engine_is_not_drained_even_if_it_stepped_just_before_it_died(tmp_path):
+    w = World(tmp_path)
+    now = w.clock.monotonic()
+    for t in range(-4, 1):  # the request that killed it ran a few steps first
+        w.series.add(Sample("llm", "", m.ITERATIONS, 100.0 * t, now + t))
+        w.series.add(Sample("llm", "", m.REQ_RUNNING, 1.0, now + t))
+        w.series.add(Sample("llm", "", m.REQ_WAITING, 0.0, now + t))
+    inc = w.open(Kind.ENGINE_DEAD)
+    w.consider(inc)
+    w.step()
+    assert (API, 15) in w.control.signals  # stopped in the first tick: no drain wait
+    drained = next(a for a in w.incident(inc.id).actions if a.name == "draining")
+    assert "nothing to drain" in drained.detail
 
 
 def test_stopping_waits_for_the_evidence_while_draining_goes_on(tmp_path):
@@ -460,7 +486,8 @@ def test_kubernetes_mode_deletes_the_pod_and_lets_its_controller_recreate_it(tmp
     method, url, body = api.requests[-1]
     assert (method, url) == ("DELETE", "https://k8s/api/v1/namespaces/llm/pods/vllm-llama-0")
     # a busy loop: the hung tree's short grace, not stop_timeout
-    assert body["gracePeriodSeconds"] == 3 and body["preconditions"] == {"uid": RecordingApi.UID}
+    grace = int(RestartConfig().hang_stop_grace)
+    assert body["gracePeriodSeconds"] == grace and body["preconditions"] == {"uid": RecordingApi.UID}
     assert all(sig != 15 for _, sig in w.control.signals)  # the kubelet stops the pod, not the guardian
 
 
