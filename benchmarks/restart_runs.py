@@ -38,14 +38,11 @@ def restart_run(h, model: Path, work: Path, fault: str, kind: str, timeout: floa
     g = None
     try:
         own = old.wait_ready(timeout)
-        restart = {
-            "mode": "command",
-            "command": list(old.argv),
-            "env": h.e2e_env(faults, base={}),
-            "ready_timeout": 600,
-            "log_file": str(work / "vllm-restarted.log"),
+        target = {
+            "name": "vllm",
+            "match": {"port": port},
+            "restart": h.command_restart(old, work / "vllm-restarted.log"),
         }
-        target = {"name": "vllm", "match": {"port": port}, "restart": restart}
         g = h.GuardianRun(work / "guardian", port, dry_run=False, extra={"targets": [target]}).start()
         if not g.wait_ready(180):
             raise RuntimeError(f"guardian never saw the server ready:\n{g.log_text()}")

@@ -442,16 +442,23 @@ def test_a_cache_spares_the_fd_scan_while_the_port_owner_is_unchanged(tmp_path):
     assert full >= 41 and counter.fd_listings - full == 1  # one process's fds, not every process's
 
 
-def test_a_cache_is_not_trusted_once_the_owner_changed(tmp_path):
+def _port_owner_world(tmp_path):
+    """A server (pid 100) listening on 8000, a config matching that port, and an empty cache."""
     from guardian.config import parse_config
-    from guardian.discovery import DiscoveryCache, discover
+    from guardian.discovery import DiscoveryCache
     from guardian.testing.fake_proc import FakeProcTree
 
     tree = FakeProcTree(tmp_path / "proc")
     tree.add_process(100, 1, ("python3", "/opt/serve.py"))
     tree.listen(100, 8000, inode=777)
     cfg = parse_config({"autodiscover": False, "targets": [{"name": "llm", "match": {"port": 8000}}]})
-    cache = DiscoveryCache()
+    return tree, cfg, DiscoveryCache()
+
+
+def test_a_cache_is_not_trusted_once_the_owner_changed(tmp_path):
+    from guardian.discovery import discover
+
+    tree, cfg, cache = _port_owner_world(tmp_path)
     discover(tree.procfs(), cfg, cache=cache)
     tree.remove(100)
     tree.add_process(200, 1, ("python3", "/opt/serve.py"))  # restarted: a new owner, same port and inode
@@ -461,36 +468,24 @@ def test_a_cache_is_not_trusted_once_the_owner_changed(tmp_path):
 
 def test_a_cache_spares_the_connection_table_while_the_owner_holds_its_socket(tmp_path):
     """/proc/net/tcp is read once: its read walks the kernel's whole connection table."""
-    from guardian.config import parse_config
-    from guardian.discovery import DiscoveryCache, discover
-    from guardian.testing.fake_proc import FakeProcTree
+    from guardian.discovery import discover
 
-    tree = FakeProcTree(tmp_path / "proc")
-    tree.add_process(100, 1, ("python3", "/opt/serve.py"))
-    tree.listen(100, 8000, inode=777)
+    tree, cfg, cache = _port_owner_world(tmp_path)
     reads: list[str] = []
 
     def opener(path: str):
         reads.append(path)
         return tree.opener(path)
 
-    cfg = parse_config({"autodiscover": False, "targets": [{"name": "llm", "match": {"port": 8000}}]})
-    cache = DiscoveryCache()
     for _ in range(3):
         assert found(discover(tree.procfs(opener=opener), cfg, cache=cache), "llm").key.pid == 100
     assert sum(1 for p in reads if p.endswith("/net/tcp")) == 1
 
 
 def test_a_new_listener_is_found_once_the_cached_owner_let_its_socket_go(tmp_path):
-    from guardian.config import parse_config
-    from guardian.discovery import DiscoveryCache, discover
-    from guardian.testing.fake_proc import FakeProcTree
+    from guardian.discovery import discover
 
-    tree = FakeProcTree(tmp_path / "proc")
-    tree.add_process(100, 1, ("python3", "/opt/serve.py"))
-    tree.listen(100, 8000, inode=777)
-    cfg = parse_config({"autodiscover": False, "targets": [{"name": "llm", "match": {"port": 8000}}]})
-    cache = DiscoveryCache()
+    tree, cfg, cache = _port_owner_world(tmp_path)
     discover(tree.procfs(), cfg, cache=cache)
     tree.add_process(200, 1, ("python3", "/opt/serve.py"))  # 100 lives on, closed its socket
     tree.close_listener(100, 8000)

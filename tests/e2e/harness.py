@@ -425,39 +425,44 @@ def py_spy_dump(pid: int, timeout: float = 30.0) -> str:
 
 
 # ---------------------------------------------------------------- the gates' requests, timed
-def greedy(server, prompt: str, max_tokens: int, timeout: float = 60.0) -> tuple[str, list[float], float]:
-    """One greedy completion with logprobs, as a gate sends it: (text, token logprobs, seconds)."""
+def _completion(server, body: dict, timeout: float, what: str) -> tuple[dict, float]:
+    """POST /v1/completions on the served model: (its first choice, seconds); RuntimeError if not 200."""
     t0 = time.monotonic()
-    status, body = http_request(
-        server.host,
-        server.port,
-        "POST",
-        "/v1/completions",
-        {"model": server.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "seed": 0, "logprobs": 5},
-        timeout=timeout,
+    status, raw = http_request(
+        server.host, server.port, "POST", "/v1/completions", {"model": server.model, **body}, timeout=timeout
     )
     if status != 200:
-        raise RuntimeError(f"greedy completion answered {status}: {body[:300]!r}")
-    choice = json.loads(body)["choices"][0]
-    return choice["text"], choice["logprobs"]["token_logprobs"], time.monotonic() - t0
+        raise RuntimeError(f"{what} completion answered {status}: {raw[:300]!r}")
+    return json.loads(raw)["choices"][0], time.monotonic() - t0
+
+
+def greedy(server, prompt: str, max_tokens: int, timeout: float = 60.0) -> tuple[str, list[float], float]:
+    """One greedy completion with logprobs, as a gate sends it: (text, token logprobs, seconds)."""
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "seed": 0, "logprobs": 5}
+    choice, seconds = _completion(server, body, timeout, "greedy")
+    return choice["text"], choice["logprobs"]["token_logprobs"], seconds
 
 
 def reference_seconds(server, text: str, timeout: float = 60.0) -> float:
     """The L2 request (``prompt_logprobs`` over ``text``, one token out), timed."""
-    t0 = time.monotonic()
-    status, body = http_request(
-        server.host,
-        server.port,
-        "POST",
-        "/v1/completions",
-        {"model": server.model, "prompt": text, "max_tokens": 1, "temperature": 0, "seed": 0, "prompt_logprobs": 0},
-        timeout=timeout,
-    )
-    if status != 200:
-        raise RuntimeError(f"reference completion answered {status}: {body[:300]!r}")
-    if not json.loads(body)["choices"][0].get("prompt_logprobs"):
+    body = {"prompt": text, "max_tokens": 1, "temperature": 0, "seed": 0, "prompt_logprobs": 0}
+    choice, seconds = _completion(server, body, timeout, "reference")
+    if not choice.get("prompt_logprobs"):
         raise RuntimeError("vLLM gave no prompt_logprobs")
-    return time.monotonic() - t0
+    return seconds
+
+
+def command_restart(server: VllmServer, log_file: Path, **extra) -> dict:
+    """A target's ``restart`` block that launches this server's own argv again (``command`` mode),
+    with the fault plugin's environment, so the replacement answers to the same trigger files."""
+    return {
+        "mode": "command",
+        "command": list(server.argv),
+        "env": e2e_env(server.fault_dir, base={}),
+        "ready_timeout": 600,
+        "log_file": str(log_file),
+        **extra,
+    }
 
 
 def gate_round_seconds(server, prompts: tuple[tuple[str, int], ...], reference: str) -> float:

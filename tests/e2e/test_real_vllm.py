@@ -29,7 +29,7 @@ from harness import (
     HealthPoller,
     VllmServer,
     cmdline_match,
-    e2e_env,
+    command_restart,
     ensure_model,
     fire,
     poll,
@@ -256,14 +256,7 @@ def test_busy_loop_is_remediated_in_command_mode_and_the_new_server_answers(work
     g = None
     try:
         started = old.wait_ready(SERVER_READY_TIMEOUT)
-        restart = {
-            "mode": "command",
-            "command": list(old.argv),
-            "env": e2e_env(faults, base={}),
-            "stop_timeout": 20,
-            "ready_timeout": 600,
-            "log_file": str(workdir / "vllm-restarted.log"),
-        }
+        restart = command_restart(old, workdir / "vllm-restarted.log", stop_timeout=20)
         g = GuardianRun(
             workdir / "g-restart",
             port,
