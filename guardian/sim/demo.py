@@ -167,6 +167,9 @@ def run_demo(keep: bool = False, timeout: float = 120.0) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+REMEDIATION_PHASES = ("lease", "draining", "stopping", "releasing", "starting", "verifying")
+
+
 def _progress(rt: Runtime, t: dict, shown: set[str], onset: float):
     """Lines for each stage the first time it is seen."""
     now = time.monotonic()
@@ -185,11 +188,12 @@ def _progress(rt: Runtime, t: dict, shown: set[str], onset: float):
         if summary.exists():
             for line in summary.read_text().splitlines()[:12]:
                 yield f"    | {line}"
-    rem = t.get("remediation") or {}
-    phase = rem.get("phase")
-    if phase and phase not in shown and inc is not None:
-        shown.add(phase)
-        yield f"REMEDIATION {phase}: {rem.get('detail', '')}"
+    # each remediation phase as the incident records it when the phase ends: several may pass
+    # within one tick (nothing to drain in a hang), faster than a status poll would see them
+    for action in inc.actions if inc is not None else ():
+        if action.name in REMEDIATION_PHASES and action.name not in shown:
+            shown.add(action.name)
+            yield f"REMEDIATION {action.name}: {action.detail}"
     if inc is not None and inc.status.value == "resolved" and "resolved" not in shown:
         shown.add("resolved")
         yield f"RESOLVED {now - onset:.1f}s after the onset: {inc.actions[-1].detail}"
