@@ -55,13 +55,16 @@ class TargetsStage:
     ) -> None:
         self.cfg = cfg
         self.platform = platform  # match.kubernetes / match.systemd_unit
-        self.on_discovery: list[Callable[[tuple[Target, ...]], None]] = []  # each pass's targets (API keys)
+        # each pass's targets and the processes never to be read again (API keys)
+        self.on_discovery: list[Callable[[tuple[Target, ...], frozenset[ProcKey]], None]] = []
         self.proc = proc
         self.tracker = tracker
         self.series = series
         self.log = log
         self.cache = DiscoveryCache()
         self.skip: frozenset[ProcKey] = frozenset()  # processes a pass blocked on: never read again
+        # processes whose environ read (the API-key lookup) blocked a pass: their cmdline is still read
+        self.skip_environ: frozenset[ProcKey] = frozenset()
         self.unmatched: tuple[tuple[str, str], ...] = ()  # configured targets not found, and why
         self.worker: DiscoveryWorker[tuple[DiscoveryResult, DiscoveryCache]] = DiscoveryWorker(
             cfg.discovery.stuck_after, MAX_ABANDONED, NAME
@@ -82,7 +85,8 @@ class TargetsStage:
         if self.worker.in_flight or now < self._next:
             return outcomes
         cache = self.cache.for_pass(now, self.skip)
-        if not self.worker.start(lambda current: self._pass(cache, current), now):
+        no_environ = self.skip | self.skip_environ
+        if not self.worker.start(lambda current: self._pass(cache, current, no_environ), now):
             if self.worker.exhausted:
                 outcomes.append(self._stopped())
             self._next = now + self.cfg.discovery.interval
@@ -95,13 +99,15 @@ class TargetsStage:
                 outcomes.append(self._settle(done.result, done.error, done.seconds, now))
         return outcomes
 
-    def _pass(self, cache: DiscoveryCache, current: Callable[[], bool]) -> tuple[DiscoveryResult, DiscoveryCache]:
+    def _pass(
+        self, cache: DiscoveryCache, current: Callable[[], bool], no_environ: frozenset[ProcKey]
+    ) -> tuple[DiscoveryResult, DiscoveryCache]:
         """On the worker thread: one pass, its reads recorded; hooks skipped once abandoned."""
         with self.proc.watched():
             result = discover(self.proc, self.cfg, cache=cache, platform=self.platform)
             for hook in self.on_discovery:
                 if current():
-                    hook(result.targets)
+                    hook(result.targets, no_environ)
         return result, cache
 
     def _settle(
@@ -116,22 +122,30 @@ class TargetsStage:
         result, cache = done
         self.cache = cache
         self.skip = frozenset(k for k in self.skip if cache.keys.get(k.pid) == k)  # the gone are forgotten
+        self.skip_environ = frozenset(k for k in self.skip_environ if cache.keys.get(k.pid) == k)
         return PassOutcome(seconds, self._apply(result, now))
 
     def _abandon(self, stuck: Abandoned) -> PassOutcome:
         """The pass in flight is stuck: say on what, never read that process's cmdline again."""
         relpath = self.proc.reading(stuck.thread_id) if stuck.thread_id is not None else ""
         cache = self._pass_cache
-        first = relpath.split(os.sep, 1)[0]
+        first, _, name = relpath.partition(os.sep)
         key = cache.keys.get(int(first)) if cache is not None and first.isdigit() else None
-        if key is not None:
+        if key is not None and name == "environ":
+            self.skip_environ |= {key}  # only its key lookup is given up: its title reads fine
+        elif key is not None:
             self.skip |= {key}
         where = (
             f"blocked reading {os.path.join(self.proc.root, relpath)}"
             if relpath
             else "blocked outside /proc (the Kubernetes API, systemctl or a hook)"
         )
-        skipped = f"; process {key.pid} (start {key.starttime}) is skipped by later passes" if key else ""
+        skipped = (
+            ""
+            if key is None
+            else f"; process {key.pid} (start {key.starttime}): its {name or 'files'} "
+            f"{'are' if not name else 'is'} not read by later passes"
+        )
         return PassOutcome(
             stuck.running_s,
             error=f"pass {where} for {stuck.running_s:.0f}s: abandoned{skipped}; the last targets are kept",

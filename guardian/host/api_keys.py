@@ -106,9 +106,11 @@ def resolve_key(
     *,
     environ: Mapping[str, str] | None = None,
     read_file: Callable[[str], str] = _read_key_file,
+    read_environ: bool = True,
 ) -> KeySource:
     """Where this target's key comes from. ``target_cfg`` is a ``TargetConfig`` or None
-    (autodiscovered); ``procfs`` is the ``ProcFS`` seam for ``/proc/<pid>/environ``."""
+    (autodiscovered); ``procfs`` is the ``ProcFS`` seam for ``/proc/<pid>/environ``, not read
+    when ``read_environ`` is False (a read of it blocked a discovery pass before)."""
     environ = os.environ if environ is None else environ
     value: str | None
     env_name = getattr(target_cfg, "api_key_env", None)
@@ -135,6 +137,10 @@ def resolve_key(
     value = key_from_argv(cmdline)
     if value:
         return KeySource(value, f"--api-key of pid {pid}")
+    if not read_environ:
+        return KeySource(
+            None, "none", f"{ENV_NAME} of pid {pid} not read: a read of its environ blocked a discovery pass"
+        )
     try:
         value = procfs.environ_var(pid, ENV_NAME)
     except (TargetGone, AccessDenied, ProbeFailed) as e:
@@ -167,9 +173,10 @@ class ApiKeys:
         self._by_origin: dict[str, KeySource] = {}
         self._stale: set[str] = set()
 
-    def update(self, targets: Iterable[Any]) -> None:
+    def update(self, targets: Iterable[Any], skip: frozenset[Any] = frozenset()) -> None:
         """``targets``: the ``Target`` objects of a discovery pass (``name``, ``key``, ``api_url``,
-        ``api_server``)."""
+        ``api_server``); ``skip``: process identities whose /proc reads blocked a pass (their
+        environ is never read again)."""
         by_origin: dict[str, KeySource] = {}
         seen: dict[str, tuple[Any, KeySource]] = {}
         for t in targets:
@@ -187,6 +194,7 @@ class ApiKeys:
                     self._procfs,
                     environ=self._environ,
                     read_file=self._read_file,
+                    read_environ=t.key not in skip,
                 )
                 self._stale.discard(t.name)
             seen[t.name] = (t.key, source)

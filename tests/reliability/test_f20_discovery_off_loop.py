@@ -45,21 +45,29 @@ class WedgedCmdline:
     def __init__(self, tree: FakeProcTree) -> None:
         self.tree = tree
         self.wedged: dict[int, threading.Event] = {}
+        self.wedged_environ: dict[int, threading.Event] = {}
 
     def wedge(self, pid: int) -> threading.Event:
         self.wedged[pid] = threading.Event()
         self.tree.add_process(pid, 1, ("python3", "wedged-in-the-driver.py"))
         return self.wedged[pid]
 
+    def wedge_environ(self, pid: int) -> threading.Event:
+        """The same for ``<pid>/environ`` of a process already there (the API-key lookup)."""
+        self.wedged_environ[pid] = threading.Event()
+        return self.wedged_environ[pid]
+
     def opener(self, path: str) -> bytes:
         rel = os.path.relpath(path, self.tree.root)
         pid, _, name = rel.partition(os.sep)
         if name == "cmdline" and pid.isdigit() and int(pid) in self.wedged:
             self.wedged[int(pid)].wait()
+        if name == "environ" and pid.isdigit() and int(pid) in self.wedged_environ:
+            self.wedged_environ[int(pid)].wait()
         return self.tree.opener(path)
 
     def release_all(self) -> None:
-        for gate in self.wedged.values():
+        for gate in (*self.wedged.values(), *self.wedged_environ.values()):
             gate.set()
 
 
@@ -89,7 +97,7 @@ class World:
         seams = Seams(self.clock, self.tree.procfs(opener=self.proc.opener), http, FakeRunner(), FakeControl(set()), [])
         self.d = build_daemon(cfg, seams, log=logging.getLogger("test-f20-discovery"))
         self.passes: list[set[str]] = []  # the target names each pass handed its hooks
-        self.d.targets.on_discovery.append(lambda targets: self.passes.append({t.name for t in targets}))
+        self.d.targets.on_discovery.append(lambda targets, skip: self.passes.append({t.name for t in targets}))
 
     def tick(self) -> None:
         """One tick, which must return: a tick that blocks fails the test instead of hanging it."""
@@ -230,3 +238,21 @@ def _wait_until(cond) -> None:
             return
         pause.wait(0.01)
     pytest.fail("the released pass never returned")
+
+
+def test_a_server_whose_environ_read_blocked_a_pass_is_not_read_again_for_its_key(world):
+    """The API-key lookup reads ``/proc/<pid>/environ`` of a server without ``--api-key``: a read
+    that does not return gets that pass abandoned once; later passes skip it and complete."""
+    from guardian.host.api_keys import ApiKeys
+
+    keys = ApiKeys(world.d.cfg, world.d.targets.proc, environ={})  # the same ProcFS, as runtime.py wires it
+    world.d.targets.on_discovery.insert(0, keys.update)
+    world.proc.wedge_environ(API)
+    world.step()
+    world.step(31)  # the first pass blocks in the key lookup and is abandoned
+    done = len(world.passes)
+    world.step(30)
+    assert world.discovery_stats().failures == 1
+    assert world.passes[done:] and world.passes[-1] == {"vllm-8000"}  # later passes end, the server found
+    source = keys.source_for(world.d.tracker.targets["vllm-8000"].target.api_url or "")
+    assert source.key is None and "blocked a discovery pass" in source.problem

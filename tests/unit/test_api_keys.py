@@ -168,6 +168,25 @@ def test_a_restarted_server_has_its_key_read_again(proc):
     assert keys.source_for("http://127.0.0.1:8000/v1/models").key == "rotated"
 
 
+def test_the_environ_of_a_process_that_blocked_a_pass_is_never_read_again(proc):
+    """A read of /proc/<pid>/environ that did not return got its pass abandoned; the next pass
+    must not block on it again."""
+    proc.add_process(45, cmdline=("vllm", "serve"))
+    proc.set_environ(45, VLLM_API_KEY="from-environ")
+    target = _sim_target("a", 45, 8000, ("vllm", "serve"))
+    keys = ApiKeys(parse_config({"autodiscover": False}), proc.procfs(opener=_refuse_environ), environ={})
+    keys.update([target], skip=frozenset({target.key}))
+    source = keys.source_for("http://127.0.0.1:8000/v1/models")
+    assert source.key is None and "blocked a discovery pass" in (source.problem or "")
+
+
+def _refuse_environ(path: str) -> bytes:
+    if path.endswith("/environ"):
+        raise AssertionError(f"{path} was read")
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def test_a_refused_key_is_read_again_on_the_next_pass(proc, tmp_path):
     path = tmp_path / "key"
     path.write_text("old")
