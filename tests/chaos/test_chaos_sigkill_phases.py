@@ -1,6 +1,10 @@
 """The guardian SIGKILLed in a phase of a restart (command mode, a real simulated vLLM, a real
 Redis for alerts and the fleet lease) and started again: the sequence goes on from where it
-was, the server is never started twice, the fleet lease is released, the incident ends."""
+was, the server is never started twice, the fleet lease is released, the incident ends.
+
+A hung engine has nothing to drain (its restart passes through ``draining`` within a tick), so
+the draining phase is caught on a fault whose engine still serves: garbage answers under load
+(``output_corruption`` in remediate mode), where the drain waits for requests in flight."""
 
 from __future__ import annotations
 
@@ -11,13 +15,25 @@ import time
 
 import pytest
 
+from guardian.sim.control import LoadGenerator
 from guardian.testing.redis_server import RedisServer
 
 from guardian_world import GuardianProcess, SimServer, command_restart, free_port, poll, sims_on, sweep
 
 
+KIND = {"busy_loop": "busy_loop", "die": "engine_dead", "repeat_chars": "output_corruption"}
+
+# garbage answers caught by the gates: a round a second, one sample for the baseline, remediated
+GATES = {
+    "gates": {"enabled": True, "interval": 1.0, "baseline_samples": 1},
+    "detectors": {"output_corruption": {"mode": "remediate"}},
+}
+
+
 def trip(sim: SimServer, fault: str) -> None:
     sim.set_fault(fault)
+    if fault == "repeat_chars":
+        return  # the server goes on serving: the load keeps requests in flight
 
     def request():
         try:
@@ -36,7 +52,7 @@ def phase_of(g: GuardianProcess) -> str | None:
 @pytest.mark.parametrize(
     "phase, fault",
     [
-        ("draining", "busy_loop"),
+        ("draining", "repeat_chars"),  # requests in flight: the drain waits for them (drain timeout 30 s)
         ("starting", "die"),  # an engine death: the owner gets a grace before the guardian starts a copy
         ("verifying", "busy_loop"),
     ],
@@ -47,7 +63,12 @@ def test_a_guardian_killed_mid_restart_finishes_it_once_after_its_restart(tmp_pa
     sim = SimServer(port=port, startup_delay=0.5).start()
     target = command_restart(port, tmp_path, owner_grace=4)
     target["restart"]["command"] = target["restart"]["command"][:-1] + ["4"]  # the copy loads for 4 s
-    g = GuardianProcess(tmp_path, port, extra={"targets": [target], "alerts": {"redis_url": redis.url}})
+    extra: dict = {"targets": [target], "alerts": {"redis_url": redis.url}}
+    load: LoadGenerator | None = None
+    if fault == "repeat_chars":
+        target["drain"] = {"timeout": 30}
+        extra.update(GATES)
+    g = GuardianProcess(tmp_path, port, extra=extra)
     starts_seen: set[int] = set()
     watching = threading.Event()
 
@@ -61,18 +82,25 @@ def test_a_guardian_killed_mid_restart_finishes_it_once_after_its_restart(tmp_pa
         sim.wait_ready(60)
         g.start()
         assert g.wait_ready(60), g.log_text()
+        if fault == "repeat_chars":
+            baseline = poll(lambda: ((g.target() or {}).get("gates") or {}).get("baseline") == "complete", 60)
+            assert baseline, g.log_text()
+            # two clients, 200-400 tokens each (1-2 s at the server's 5 ms a step): never empty
+            load = LoadGenerator(sim.url, sim.model, clients=2, max_tokens=(200, 400)).start()
         trip(sim, fault)
         assert poll(lambda: phase_of(g) == phase, 90, every=0.1), g.log_text()
         assert g.proc is not None
         os.kill(g.proc.pid, signal.SIGKILL)
         g.proc.wait()
+        if load is not None:
+            load.stop(5)  # the restarted guardian finds the drain empty or waits out its timeout
         g.start()
         done = poll(
             lambda: (t := g.target()) and (t.get("remediation") or {}).get("outcome") == "done" and t["serving"] and t,
             120,
         )
         assert done, g.log_text()
-        kind = "busy_loop" if fault == "busy_loop" else "engine_dead"
+        kind = KIND[fault]
         inc = poll(
             lambda: next((i for i in g.incidents() if i["kind"] == kind and i["status"] == "resolved"), None), 60
         )
@@ -81,6 +109,8 @@ def test_a_guardian_killed_mid_restart_finishes_it_once_after_its_restart(tmp_pa
         assert len(starts_seen - {sim.pid}) == 1, starts_seen  # the guardian started one copy, once
         assert poll(lambda: not redis.client().keys("guardian:lease:*"), 10)  # the fleet lease is free
     finally:
+        if load is not None:
+            load.stop(5)
         watching.set()
         sim.stop()
         g.stop()
