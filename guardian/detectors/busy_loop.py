@@ -13,6 +13,9 @@ gauges and the canary results. Decides, for the hottest thread:
 
 A thread hot for less than ``min_coverage`` of the window is only ever a
 suspect: the confirming canary starts early, but no conclusion is drawn yet.
+"Early" is judged on the last ``SUSPECT_WINDOW`` seconds: over the whole window the
+cold samples from before the onset hold the median under the ratio for half of it,
+which delayed the canary (and so the incident) by ~5 s after a spin began.
 
 Never during startup grace (model load, graph capture) nor once the API server is gone.
 """
@@ -29,6 +32,7 @@ from .progress import Canary, canaries, pending_samples, pending_throughout, pro
 from .view import TargetView
 
 KIND = Kind.BUSY_LOOP
+SUSPECT_WINDOW = 3.0  # seconds: a thread hot over these is worth a confirming canary (no conclusion)
 
 
 def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
@@ -40,7 +44,7 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     if not covered:
         # Hot, but not yet for min_coverage of the window: not enough to conclude, enough to
         # start confirming, so the canary's timeout overlaps the wait for coverage.
-        hot = hot_threads_for(view, replace(bl, min_coverage=0.0))
+        hot = hot_threads_for(view, replace(bl, min_coverage=0.0, window=min(bl.window, SUSPECT_WINDOW)))
         if not hot:
             return None
     h = hot[0]

@@ -150,6 +150,25 @@ def test_hot_for_less_than_min_coverage_is_only_a_suspect_even_with_frozen_pendi
     assert f is not None and f.confirmed is False and f.signals["reason"] == "suspect"
 
 
+def test_a_thread_hot_for_its_last_3_s_after_7_s_idle_is_a_suspect_at_once():
+    # the cold samples from before the onset must not hold back the confirming canary
+    series = [thread(cpu=0.05, since=NOW - 10, until=NOW - 4), thread(since=NOW - 3), counters(False)]
+    f = busy_loop.evaluate(view(*series, gauges(running=0)), CFG)
+    assert f is not None and f.confirmed is False and f.signals["reason"] == "suspect"
+
+
+def test_a_thread_hot_for_one_sample_only_is_not_yet_a_suspect():
+    series = [thread(cpu=0.05, since=NOW - 10, until=NOW - 1), thread(since=NOW, until=NOW), counters(False)]
+    assert busy_loop.evaluate(view(*series, gauges(running=0)), CFG) is None
+
+
+def test_a_suspect_confirms_once_the_window_is_covered_and_its_canary_timed_out():
+    # onset at NOW-7: the canary sent at NOW-5 (suspect) timed out at NOW; 8 of 11 samples hot
+    series = [thread(cpu=0.05, since=NOW - 10, until=NOW - 8), thread(since=NOW - 7), counters(False)]
+    f = busy_loop.evaluate(view(*series, gauges(running=0), canary(NOW - 5, NOW, answered=False)), CFG)
+    assert f is not None and f.confirmed and f.signals["reason"] == "canary_timeout"
+
+
 def test_hot_for_less_than_min_coverage_with_progress_is_nothing():
     assert busy_loop.evaluate(view(thread(since=NOW - 3), counters(True), gauges(running=1)), CFG) is None
 
