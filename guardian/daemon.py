@@ -198,8 +198,9 @@ class Daemon:
                 name, {k: v for k, v in open_episodes.items() if k.startswith(f"{name}:")}, self.cfg.detectors, now
             )
             self.findings[name] = findings
-            # not yet seen ready (warm-up, a guardian just restarted): a quiet detector may not resolve
-            judged = findings if tr.ready else {k: f for k, f in findings.items() if f is not None}
+            # not yet seen ready (warm-up, a guardian just restarted): a quiet detector may not resolve;
+            # its API server gone (not ready either): whatever hung or leaked in it ended with it
+            judged = findings if tr.ready or not tr.api_alive else {k: f for k, f in findings.items() if f is not None}
             transitions.extend(self.incidents.update(name, tr.ref(findings), judged))
             if any(f is not None for f in findings.values()):
                 suspected.add(name)
