@@ -134,18 +134,20 @@ def test_a_busy_loop_ends_with_its_server_dying_and_engine_dead_opens(tmp_path):
     # the tick's /proc read sees the death before a discovery pass does (the server is then
     # marked not ready): the spin is over all the same, its incident must not stay open
     world = World(tmp_path, config={"discovery": {"interval": 60}})
-    world.step(4)
-    world.http.route("POST", "/v1/completions", HttpError("timeout", "no answer within 5s"))
-    for _ in range(20):
-        if any(t.previous is None for t in world.step(spin=True)):
-            break
-    assert [i.kind for i in world.d.incidents.open_incidents()] == [Kind.BUSY_LOOP]
-    for pid in (ENGINE, TRACKER, API):
-        world.proc.remove(pid)
-    world.http.route("GET", "/health", HttpError("refused", "Connection refused"))
-    world.step(6)
-    assert [i.kind for i in world.d.incidents.open_incidents()] == [Kind.ENGINE_DEAD]
-    world.d.runner.shutdown()
+    try:
+        world.step(4)
+        world.http.route("POST", "/v1/completions", HttpError("timeout", "no answer within 5s"))
+        for _ in range(20):
+            if any(t.previous is None for t in world.step(spin=True)):
+                break
+        assert [i.kind for i in world.d.incidents.open_incidents()] == [Kind.BUSY_LOOP]
+        for pid in (ENGINE, TRACKER, API):
+            world.proc.remove(pid)
+        world.http.route("GET", "/health", HttpError("refused", "Connection refused"))
+        world.step(6)
+        assert [i.kind for i in world.d.incidents.open_incidents()] == [Kind.ENGINE_DEAD]
+    finally:
+        world.d.runner.shutdown()
 
 
 def test_a_spinning_engine_that_still_steps_is_healthy_decode(world):
