@@ -1,6 +1,6 @@
 """The gates against a real vLLM, for the benchmark: corruption switched on inside vLLM (the fault
 plugin's ``logits_nan`` / ``logits_noise``), onset → ``output_corruption``, and what one gate
-round costs the server (``guardian.gates.cost`` at the defaults, from measured round times).
+round costs the server (``vllm_guardian.gates.cost`` at the defaults, from measured round times).
 
 One guardian with gates on (a round every ``interval`` s; the tiny random model cannot answer
 "1+1=", so its diagnostic expects the baseline) takes its baseline on the healthy server, then
@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from guardian.config_schema import GatesConfig
-from guardian.gates.cost import cost, requests_per_round
-from guardian.gates.perplexity import BUILTIN_REFERENCE
+from vllm_guardian.config.schema import GatesConfig
+from vllm_guardian.gates.cost import cost, requests_per_round
+from vllm_guardian.gates.perplexity import BUILTIN_REFERENCE
 
 from .report_gates import GATE_FAULTS, GateCostRow, GateRun, GatesSection
 

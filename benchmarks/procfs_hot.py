@@ -13,10 +13,10 @@ import os
 import threading
 import time
 
-from guardian.config_schema import ProcfsProbeConfig
-from guardian.host.procfs import ProcFS
-from guardian.model import ProcessInfo, Role, Target
-from guardian.probes.procfs import ProcfsReader
+from vllm_guardian.config.schema import ProcfsProbeConfig
+from vllm_guardian.host.procfs import ProcFS
+from vllm_guardian.model import ProcessInfo, Role, Target
+from vllm_guardian.probes.procfs import ProcfsReader
 
 
 def main(threads: int = 75, collects: int = 20) -> None:

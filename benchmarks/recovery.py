@@ -22,11 +22,11 @@ import threading
 import time
 from pathlib import Path
 
-from guardian.sim.control import SimServer, free_port
+from vllm_guardian.sim.control import SimServer, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "recovery-latest.md"
-SIM = "guardian.sim.vllm.api_server"
+SIM = "vllm_guardian.sim.vllm.api_server"
 SIM_ARGS = ("--startup-delay", "1", "--full-metrics", "--idle-threads", "70")
 FAULTS = (("busy_loop", "busy_loop"), ("stall", "engine_stall"), ("die", "engine_dead"))
 PHASES = ("detection", "evidence", "drain", "stop", "release", "start", "ready")

@@ -29,7 +29,7 @@ def _sweep(port: int, module: str) -> None:
 
 
 def restart_run(h, model: Path, work: Path, fault: str, kind: str, timeout: float = 900.0) -> RestartRun:
-    from guardian.netaddr import free_port
+    from vllm_guardian.netaddr import free_port
 
     port = free_port("127.0.0.1")
     faults = work / "faults"

@@ -163,7 +163,7 @@ class Bench:
             server.stop()
 
     def load_and_idle(self, server, g) -> None:
-        from guardian.sim.control import LoadGenerator
+        from vllm_guardian.sim.control import LoadGenerator
 
         a = self.args
         with LoadGenerator(
@@ -185,7 +185,7 @@ class Bench:
         self.say(f"idle: guardian CPU {self.overhead.cpu_percent:.2f} %")
 
     def idle_watch(self, g) -> Overhead:
-        from guardian.sim.control import descendant_pids
+        from vllm_guardian.sim.control import descendant_pids
 
         a, pr = self.args, self.proc
         kids = descendant_pids(g.pid)

@@ -37,8 +37,8 @@ from pathlib import Path
 
 import yaml
 
-from guardian.incidents import IncidentStore, incident_to_dict
-from guardian.sim.control import SimServer, descendant_pids
+from vllm_guardian.incidents import IncidentStore, incident_to_dict
+from vllm_guardian.sim.control import SimServer, descendant_pids
 
 from .report import cpu_percent, parse_stat_cpu_ticks, parse_vmrss
 
@@ -186,7 +186,7 @@ class Guardian:
             self.env["PYTHONPATH"] = str(src)
         self.log = open(work / "guardian.log", "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "guardian.cli", "run", "-c", str(self.cfg)],
+            [sys.executable, "-m", "vllm_guardian.surface.cli", "run", "-c", str(self.cfg)],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             env=self.env,
@@ -200,7 +200,7 @@ class Guardian:
 
     def status(self) -> dict | None:
         out = subprocess.run(
-            [sys.executable, "-m", "guardian.cli", "status", "--json", "-c", str(self.cfg)],
+            [sys.executable, "-m", "vllm_guardian.surface.cli", "status", "--json", "-c", str(self.cfg)],
             capture_output=True,
             text=True,
             timeout=30,

@@ -8,10 +8,10 @@ import sys
 
 import psutil
 
-from guardian.sim.control import SimServer, free_port
+from vllm_guardian.sim.control import SimServer, free_port
 from guardian_harness import GuardianProcess, poll
 
-SIM = "guardian.sim.vllm.api_server"
+SIM = "vllm_guardian.sim.vllm.api_server"
 
 
 def sweep(port: int) -> None:

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from guardian.gates.baseline import Baseline, BaselineStore
+from vllm_guardian.gates.baseline import Baseline, BaselineStore
 
 from guardian_world import GuardianProcess, SimServer, free_port, poll, sweep
 from redis_procs import kill_all, servers_for

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 
-from guardian.sinks.embedded_redis import EmbeddedRedis
-from guardian.sinks.redis_sink import make_client
+from vllm_guardian.sinks.embedded_redis import EmbeddedRedis
+from vllm_guardian.sinks.redis_sink import make_client
 
 from guardian_world import GuardianProcess, SimServer, free_port, poll, sweep
 from redis_procs import kill_all, servers_for

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from guardian.testing.redis_server import RedisServer
+from vllm_guardian.testing.redis_server import RedisServer
 
 from chaos_util import needs_root
 from guardian_world import GuardianProcess, SimServer, free_port, poll, sweep

@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from guardian.errors import ProbeFailed
-from guardian.host.kube import pod_uid_of
-from guardian.host.procfs import ProcFS
-from guardian.host.process_control import OsProcessControl
-from guardian.model import ProcKey
+from vllm_guardian.errors import ProbeFailed
+from vllm_guardian.host.kube import pod_uid_of
+from vllm_guardian.host.procfs import ProcFS
+from vllm_guardian.host.process_control import OsProcessControl
+from vllm_guardian.model import ProcKey
 
 from chaos_util import needs_root
 

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from guardian.sim.control import LoadGenerator
-from guardian.testing.redis_server import RedisServer
+from vllm_guardian.sim.control import LoadGenerator
+from vllm_guardian.testing.redis_server import RedisServer
 
 from guardian_world import GuardianProcess, SimServer, command_restart, free_port, poll, sims_on, sweep
 

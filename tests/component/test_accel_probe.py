@@ -7,18 +7,18 @@ import logging
 
 import pytest
 
-from guardian.config_schema import AcceleratorsConfig
-from guardian.errors import BackendUnavailable, ProbeFailed
-from guardian.host.accel import MIB, AccelBackend, AccelEvent, AccelSnapshot
-from guardian.host.accel.npu_smi import NpuSmiBackend
-from guardian.host.runner import SubprocessRunner
-from guardian.model import ProcessInfo, ProcKey, Role, Target
-from guardian.probes.accel import AccelReader, make_backends
-from guardian.series import metrics as m
-from guardian.testing.clock import FakeClock
-from guardian.testing.fake_npu_smi import write_fake_npu_smi
-from guardian.testing.fake_nvml import FakeNvmlBackend
-from guardian.testing.fake_runner import FakeRunner
+from vllm_guardian.config.schema import AcceleratorsConfig
+from vllm_guardian.errors import BackendUnavailable, ProbeFailed
+from vllm_guardian.host.accel import MIB, AccelBackend, AccelEvent, AccelSnapshot
+from vllm_guardian.host.accel.npu_smi import NpuSmiBackend
+from vllm_guardian.host.runner import SubprocessRunner
+from vllm_guardian.model import ProcessInfo, ProcKey, Role, Target
+from vllm_guardian.probes.accel import AccelReader, make_backends
+from vllm_guardian.series import metrics as m
+from vllm_guardian.testing.clock import FakeClock
+from vllm_guardian.testing.fake_npu_smi import write_fake_npu_smi
+from vllm_guardian.testing.fake_nvml import FakeNvmlBackend
+from vllm_guardian.testing.fake_runner import FakeRunner
 
 MB = 1e6
 

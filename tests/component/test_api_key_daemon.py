@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from guardian.config import parse_config
-from guardian.host.api_keys import ApiKeys, BearerHttpClient
-from guardian.host.http import HttpError
-from guardian.model import Kind
-from guardian.runtime import build_daemon
-from guardian.seams import Seams
-from guardian.testing.clock import FakeClock
-from guardian.testing.fake_control import FakeControl
-from guardian.testing.fake_http import FakeHttp, ok
-from guardian.testing.fake_proc import FakeProcTree
-from guardian.testing.fake_runner import FakeRunner
+from vllm_guardian.config.loader import parse_config
+from vllm_guardian.host.api_keys import ApiKeys, BearerHttpClient
+from vllm_guardian.host.http import HttpError
+from vllm_guardian.model import Kind
+from vllm_guardian.loop.runtime import build_daemon
+from vllm_guardian.seams import Seams
+from vllm_guardian.testing.clock import FakeClock
+from vllm_guardian.testing.fake_control import FakeControl
+from vllm_guardian.testing.fake_http import FakeHttp, ok
+from vllm_guardian.testing.fake_proc import FakeProcTree
+from vllm_guardian.testing.fake_runner import FakeRunner
 
 API, ENGINE = 100, 110
 SECRET = "sk-live-4f1d9a7c2b"

@@ -7,9 +7,9 @@ import json
 import pytest
 import yaml
 
-from guardian.cli import main, parse_duration
-from guardian.incidents import IncidentStore
-from guardian.model import Incident, Kind, Severity, Status, TargetRef
+from vllm_guardian.surface.cli import main, parse_duration
+from vllm_guardian.incidents import IncidentStore
+from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef
 
 
 def write_config(tmp_path, **extra):

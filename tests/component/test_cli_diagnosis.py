@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from guardian.cli import main
-from guardian.incidents import IncidentStore
-from guardian.model import Incident, Kind, Severity, Status, TargetRef
+from vllm_guardian.surface.cli import main
+from vllm_guardian.incidents import IncidentStore
+from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef
 
 DIAG = (
     {

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from guardian.config_schema import KubernetesMatch, MatchConfig, RestartConfig, TargetConfig
-from guardian.diagnosis.catalog_load import all_signatures, load_catalogs
-from guardian.diagnosis.forensics import crash_headline, crash_report
-from guardian.diagnosis.log_tail import LogSource, choose_source, read_tail, tail_file
-from guardian.diagnosis.matcher import Observation
-from guardian.host.kube import KubeClient
-from guardian.host.runner import SubprocessRunner
+from vllm_guardian.config.schema import KubernetesMatch, MatchConfig, RestartConfig, TargetConfig
+from vllm_guardian.diagnosis.catalog_load import all_signatures, load_catalogs
+from vllm_guardian.diagnosis.forensics import crash_headline, crash_report
+from vllm_guardian.diagnosis.log_tail import LogSource, choose_source, read_tail, tail_file
+from vllm_guardian.diagnosis.matcher import Observation
+from vllm_guardian.host.kube import KubeClient
+from vllm_guardian.host.runner import SubprocessRunner
 
 SIGS = all_signatures(load_catalogs())
 

@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from guardian.config import parse_config
-from guardian.host.http import HttpError, HttpResponse
-from guardian.incidents import IncidentStore
-from guardian.model import Incident, Kind
-from guardian.runtime import build_daemon
-from guardian.seams import Seams
-from guardian.testing.clock import FakeClock
-from guardian.testing.fake_control import FakeControl
-from guardian.testing.fake_http import FakeHttp, ok
-from guardian.testing.fake_proc import FakeProcTree
-from guardian.testing.fake_runner import FakeRunner
+from vllm_guardian.config.loader import parse_config
+from vllm_guardian.host.http import HttpError, HttpResponse
+from vllm_guardian.incidents import IncidentStore
+from vllm_guardian.model import Incident, Kind
+from vllm_guardian.loop.runtime import build_daemon
+from vllm_guardian.seams import Seams
+from vllm_guardian.testing.clock import FakeClock
+from vllm_guardian.testing.fake_control import FakeControl
+from vllm_guardian.testing.fake_http import FakeHttp, ok
+from vllm_guardian.testing.fake_proc import FakeProcTree
+from vllm_guardian.testing.fake_runner import FakeRunner
 
 API, ENGINE, TRACKER = 100, 110, 105
 FIX = Path(__file__).parent.parent / "fixtures" / "metrics"
@@ -239,7 +239,7 @@ def test_an_open_incident_survives_a_guardian_restart_without_a_duplicate(world,
 )
 def test_a_fake_gpu_curve_through_the_whole_daemon(tmp_path, engine_memory, expect):
     """The real NVML backend over a scripted NVML: per-process GPU memory of the engine pid."""
-    from guardian.testing.fake_nvml import FakeNvmlBackend
+    from vllm_guardian.testing.fake_nvml import FakeNvmlBackend
 
     scenario = {
         "devices": [{"memory_total": 8e10, "utilization": 0, "processes": [{"pid": ENGINE, "memory": engine_memory}]}]
@@ -269,7 +269,7 @@ def test_a_probe_failing_for_long_opens_probe_failure_and_never_a_restart(tmp_pa
 
 
 def test_the_status_table_reads_at_a_glance(world):
-    from guardian.status_view import render_status
+    from vllm_guardian.surface.status_view import render_status
 
     world.step(4)
     text = render_status(world.d.status().to_dict())
@@ -279,7 +279,7 @@ def test_the_status_table_reads_at_a_glance(world):
 
 
 def test_a_configured_target_that_is_not_found_is_shown_with_the_reason(tmp_path):
-    from guardian.status_view import render_status
+    from vllm_guardian.surface.status_view import render_status
 
     w = World(tmp_path, {"targets": [{"name": "llama", "match": {"pid_file": str(tmp_path / "none.pid")}}]})
     w.step(2)
@@ -289,9 +289,9 @@ def test_a_configured_target_that_is_not_found_is_shown_with_the_reason(tmp_path
 
 def test_a_probe_added_to_the_table_runs_and_annotates_an_incident_without_touching_the_daemon(tmp_path, monkeypatch):
     """A diagnosis step as the next capabilities will add it: one class, one table line."""
-    from guardian.model import Action
-    from guardian.probes import table
-    from guardian.probes.base import Folded, Job
+    from vllm_guardian.model import Action
+    from vllm_guardian.probes import table
+    from vllm_guardian.probes.base import Folded, Job
 
     class Diagnosis:
         name, inline = "diagnosis", False

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from guardian.host.http import HttpError
-from guardian.incidents import IncidentStore
-from guardian.model import Kind
+from vllm_guardian.host.http import HttpError
+from vllm_guardian.incidents import IncidentStore
+from vllm_guardian.model import Kind
 
 from test_daemon import API, ENGINE, TRACKER, World
 

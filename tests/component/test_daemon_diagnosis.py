@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from guardian.actions.evidence import default_locate
-from guardian.host.http import HttpError
-from guardian.incidents import IncidentStore
-from guardian.model import Kind
-from guardian.testing.fake_runner import result
+from vllm_guardian.bundle.evidence import default_locate
+from vllm_guardian.host.http import HttpError
+from vllm_guardian.incidents import IncidentStore
+from vllm_guardian.model import Kind
+from vllm_guardian.testing.fake_runner import result
 
 from test_daemon import ENGINE, World
 

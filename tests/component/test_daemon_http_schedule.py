@@ -7,16 +7,16 @@ import logging
 from typing import Any, Mapping, cast
 from urllib.parse import urlsplit
 
-from guardian.config import parse_config
-from guardian.host.http import HttpResponse
-from guardian.probes.async_runner import AsyncRunner, Done
-from guardian.runtime import build_daemon
-from guardian.seams import Seams
-from guardian.testing.clock import FakeClock
-from guardian.testing.fake_control import FakeControl
-from guardian.testing.fake_http import FakeHttp, ok
-from guardian.testing.fake_proc import FakeProcTree
-from guardian.testing.fake_runner import FakeRunner
+from vllm_guardian.config.loader import parse_config
+from vllm_guardian.host.http import HttpResponse
+from vllm_guardian.state.async_runner import AsyncRunner, Done
+from vllm_guardian.loop.runtime import build_daemon
+from vllm_guardian.seams import Seams
+from vllm_guardian.testing.clock import FakeClock
+from vllm_guardian.testing.fake_control import FakeControl
+from vllm_guardian.testing.fake_http import FakeHttp, ok
+from vllm_guardian.testing.fake_proc import FakeProcTree
+from vllm_guardian.testing.fake_runner import FakeRunner
 
 
 class DeferredRunner:

@@ -10,16 +10,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from guardian.actions.evidence import EvidenceCollector, EvidenceContext, default_locate, target_for_pid
-from guardian.clock import SystemClock
-from guardian.config_schema import EvidenceConfig
-from guardian.diagnosis.catalog_load import all_signatures, load_catalogs
-from guardian.diagnosis.service import Diagnoser
-from guardian.host.http import StdlibHttpClient
-from guardian.host.procfs import ProcFS
-from guardian.host.runner import SubprocessRunner
-from guardian.incidents.store import IncidentStore
-from guardian.model import Incident, Kind, Severity, Status, TargetRef
+from vllm_guardian.bundle.evidence import EvidenceCollector, EvidenceContext, default_locate, target_for_pid
+from vllm_guardian.clock import SystemClock
+from vllm_guardian.config.schema import EvidenceConfig
+from vllm_guardian.diagnosis.catalog_load import all_signatures, load_catalogs
+from vllm_guardian.diagnosis.service import Diagnoser
+from vllm_guardian.host.http import StdlibHttpClient
+from vllm_guardian.host.procfs import ProcFS
+from vllm_guardian.host.runner import SubprocessRunner
+from vllm_guardian.incidents.store import IncidentStore
+from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef
 
 from test_diagnosis_real_pyspy import lru_program  # noqa: F401  (the fixture: a real spinning LRU program)
 

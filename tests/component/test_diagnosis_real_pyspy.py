@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from guardian.actions import pyspy
-from guardian.actions.evidence import default_locate
-from guardian.diagnosis.catalog_load import all_signatures, load_catalogs
-from guardian.diagnosis.matcher import Observation, diagnose
-from guardian.host.runner import SubprocessRunner
+from vllm_guardian.bundle import pyspy
+from vllm_guardian.bundle.evidence import default_locate
+from vllm_guardian.diagnosis.catalog_load import all_signatures, load_catalogs
+from vllm_guardian.diagnosis.matcher import Observation, diagnose
+from vllm_guardian.host.runner import SubprocessRunner
 
 SIGS = all_signatures(load_catalogs())
 

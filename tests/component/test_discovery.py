@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from guardian.config_schema import Config, DiscoveryConfig, MatchConfig, TargetConfig, KubernetesMatch
-from guardian.discovery import DiscoveryResult, discover, is_api_server, server_host, server_port
-from guardian.model import ProcKey, Role, Target
-from guardian.testing.fake_proc import FakeProcTree
+from vllm_guardian.config.schema import Config, DiscoveryConfig, MatchConfig, TargetConfig, KubernetesMatch
+from vllm_guardian.discovery.scan import DiscoveryResult, discover, is_api_server, server_host, server_port
+from vllm_guardian.model import ProcKey, Role, Target
+from vllm_guardian.testing.fake_proc import FakeProcTree
 
 API = ("/opt/venv/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "m", "--port", "8000")
 TRACKER = ("/opt/venv/bin/python3", "-B", "-c", "from multiprocessing.resource_tracker import main;main(44)")
@@ -77,7 +77,11 @@ def test_the_tree_records_ppid_starttime_and_cmdline(tree):
             "vllm-8002",
             "http://10.0.0.5:8002",
         ),
-        (("python", "-m", "guardian.sim.vllm.api_server", "--host", "0.0.0.0"), "vllm-8000", "http://127.0.0.1:8000"),
+        (
+            ("python", "-m", "vllm_guardian.sim.vllm.api_server", "--host", "0.0.0.0"),
+            "vllm-8000",
+            "http://127.0.0.1:8000",
+        ),
         (
             ("python3.11", "-u", "-X", "dev", "/srv/api_server.py", "--host=::", "--port", "9000"),
             "vllm-9000",
@@ -422,9 +426,9 @@ class CountingOpener:
 
 
 def test_a_cache_spares_the_fd_scan_while_the_port_owner_is_unchanged(tmp_path):
-    from guardian.config import parse_config
-    from guardian.discovery import DiscoveryCache, discover
-    from guardian.testing.fake_proc import FakeProcTree
+    from vllm_guardian.config.loader import parse_config
+    from vllm_guardian.discovery.scan import DiscoveryCache, discover
+    from vllm_guardian.testing.fake_proc import FakeProcTree
 
     tree = FakeProcTree(tmp_path / "proc")
     for pid in range(300, 340):
@@ -444,9 +448,9 @@ def test_a_cache_spares_the_fd_scan_while_the_port_owner_is_unchanged(tmp_path):
 
 def _port_owner_world(tmp_path):
     """A server (pid 100) listening on 8000, a config matching that port, and an empty cache."""
-    from guardian.config import parse_config
-    from guardian.discovery import DiscoveryCache
-    from guardian.testing.fake_proc import FakeProcTree
+    from vllm_guardian.config.loader import parse_config
+    from vllm_guardian.discovery.scan import DiscoveryCache
+    from vllm_guardian.testing.fake_proc import FakeProcTree
 
     tree = FakeProcTree(tmp_path / "proc")
     tree.add_process(100, 1, ("python3", "/opt/serve.py"))
@@ -456,7 +460,7 @@ def _port_owner_world(tmp_path):
 
 
 def test_a_cache_is_not_trusted_once_the_owner_changed(tmp_path):
-    from guardian.discovery import discover
+    from vllm_guardian.discovery.scan import discover
 
     tree, cfg, cache = _port_owner_world(tmp_path)
     discover(tree.procfs(), cfg, cache=cache)
@@ -468,7 +472,7 @@ def test_a_cache_is_not_trusted_once_the_owner_changed(tmp_path):
 
 def test_a_cache_spares_the_connection_table_while_the_owner_holds_its_socket(tmp_path):
     """/proc/net/tcp is read once: its read walks the kernel's whole connection table."""
-    from guardian.discovery import discover
+    from vllm_guardian.discovery.scan import discover
 
     tree, cfg, cache = _port_owner_world(tmp_path)
     reads: list[str] = []
@@ -483,7 +487,7 @@ def test_a_cache_spares_the_connection_table_while_the_owner_holds_its_socket(tm
 
 
 def test_a_new_listener_is_found_once_the_cached_owner_let_its_socket_go(tmp_path):
-    from guardian.discovery import discover
+    from vllm_guardian.discovery.scan import discover
 
     tree, cfg, cache = _port_owner_world(tmp_path)
     discover(tree.procfs(), cfg, cache=cache)
@@ -494,9 +498,9 @@ def test_a_new_listener_is_found_once_the_cached_owner_let_its_socket_go(tmp_pat
 
 
 def test_a_settled_title_is_not_read_again_but_a_young_one_is(tmp_path):
-    from guardian.config import parse_config
-    from guardian.discovery import CMDLINE_SETTLE_S, DiscoveryCache, discover
-    from guardian.testing.fake_proc import FakeProcTree
+    from vllm_guardian.config.loader import parse_config
+    from vllm_guardian.discovery.scan import CMDLINE_SETTLE_S, DiscoveryCache, discover
+    from vllm_guardian.testing.fake_proc import FakeProcTree
 
     tree = FakeProcTree(tmp_path / "proc")
     tree.add_process(100, 1, ("python3", "-m", "vllm.entrypoints.openai.api_server", "--port", "8000"))
@@ -531,7 +535,7 @@ def _counting(tree: FakeProcTree, reads: list[str]):
 def test_a_skipped_process_without_a_known_title_is_left_out_like_an_unreadable_one(tree):
     vllm_tree(tree)
     tree.add_process(200, 1, API[:-1] + ("8001",))
-    from guardian.discovery import DiscoveryCache
+    from vllm_guardian.discovery.scan import DiscoveryCache
 
     skip = frozenset({tree.procfs().identity(200)})
     reads: list[str] = []
@@ -542,7 +546,7 @@ def test_a_skipped_process_without_a_known_title_is_left_out_like_an_unreadable_
 
 def test_a_skipped_process_keeps_the_title_read_before(tree):
     vllm_tree(tree)
-    from guardian.discovery import DiscoveryCache
+    from vllm_guardian.discovery.scan import DiscoveryCache
 
     cache = DiscoveryCache()
     discover(tree.procfs(), cfg(), cache=cache)
@@ -555,7 +559,7 @@ def test_a_skipped_process_keeps_the_title_read_before(tree):
 
 def test_a_pass_records_each_identity_it_read_by_pid(tree):
     vllm_tree(tree)
-    from guardian.discovery import DiscoveryCache
+    from vllm_guardian.discovery.scan import DiscoveryCache
 
     cache = DiscoveryCache()
     discover(tree.procfs(), cfg(), cache=cache)
@@ -564,7 +568,7 @@ def test_a_pass_records_each_identity_it_read_by_pid(tree):
 
 def test_a_pass_copy_of_the_cache_is_its_own(tree):
     vllm_tree(tree)
-    from guardian.discovery import DiscoveryCache
+    from vllm_guardian.discovery.scan import DiscoveryCache
 
     cache = DiscoveryCache()
     copy = cache.for_pass(5.0, frozenset())

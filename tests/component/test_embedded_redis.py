@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from guardian.config_schema import AlertsConfig
-from guardian.errors import BackendUnavailable
-from guardian.sinks.embedded_redis import EmbeddedRedis, find_redis_server, render_config, spawn_process
-from guardian.sinks.redis_sink import AlertSink, make_client
+from vllm_guardian.config.schema import AlertsConfig
+from vllm_guardian.errors import BackendUnavailable
+from vllm_guardian.sinks.embedded_redis import EmbeddedRedis, find_redis_server, render_config, spawn_process
+from vllm_guardian.sinks.redis_sink import AlertSink, make_client
 
 STREAM = "guardian:alerts"
 

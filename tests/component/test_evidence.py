@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from guardian.actions import pyspy
-from guardian.actions.evidence import (
+from vllm_guardian.bundle import pyspy
+from vllm_guardian.bundle.evidence import (
     EvidenceCollector,
     EvidenceContext,
     choose_hottest,
@@ -21,15 +21,15 @@ from guardian.actions.evidence import (
     series_windows,
     target_for_pid,
 )
-from guardian.config_schema import EvidenceConfig, RetentionConfig
-from guardian.incidents.ids import new_incident_id
-from guardian.incidents.store import IncidentStore
-from guardian.model import Incident, Kind, ProcessInfo, Role, Sample, Severity, Status, Target, TargetRef
-from guardian.series import metrics as m
-from guardian.series.store import SeriesStore
-from guardian.testing.clock import FakeClock
-from guardian.testing.fake_proc import FakeProcTree
-from guardian.testing.fake_runner import FakeRunner, result
+from vllm_guardian.config.schema import EvidenceConfig, RetentionConfig
+from vllm_guardian.incidents.ids import new_incident_id
+from vllm_guardian.incidents.store import IncidentStore
+from vllm_guardian.model import Incident, Kind, ProcessInfo, Role, Sample, Severity, Status, Target, TargetRef
+from vllm_guardian.series import metrics as m
+from vllm_guardian.series.store import SeriesStore
+from vllm_guardian.testing.clock import FakeClock
+from vllm_guardian.testing.fake_proc import FakeProcTree
+from vllm_guardian.testing.fake_runner import FakeRunner, result
 
 SECRET = "sk-live-0123456789"
 API_ARGV = ("python", "-m", "vllm.entrypoints.openai.api_server", "--port", "8000", "--api-key", SECRET)
@@ -658,7 +658,7 @@ def test_target_for_pid_is_the_process_and_all_its_descendants(world):
 
 
 def test_target_for_a_missing_pid_raises_target_gone(world):
-    from guardian.errors import TargetGone
+    from vllm_guardian.errors import TargetGone
 
     with pytest.raises(TargetGone):
         target_for_pid(world.tree.procfs(), 4242)

@@ -8,9 +8,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from test_daemon import API, ENGINE, World
 
-from guardian.exporter import build_registry
-from guardian.host.http import HttpError
-from guardian.probes.table import probe_names
+from vllm_guardian.surface.exporter import build_registry
+from vllm_guardian.host.http import HttpError
+from vllm_guardian.probes.table import probe_names
 
 
 def metrics(world: World) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from guardian.errors import BackendUnavailable
-from guardian.sinks.fleet import (
+from vllm_guardian.errors import BackendUnavailable
+from vllm_guardian.sinks.fleet import (
     NodeHeartbeat,
     ack,
     alerts_main,
@@ -22,9 +22,9 @@ from guardian.sinks.fleet import (
     render_fleet,
     tail,
 )
-from guardian.sinks.redis_sink import AlertSink, make_client
-from guardian.sinks.spool import Spool
-from guardian.testing.redis_server import RedisServer
+from vllm_guardian.sinks.redis_sink import AlertSink, make_client
+from vllm_guardian.sinks.spool import Spool
+from vllm_guardian.testing.redis_server import RedisServer
 
 STREAM = "test:alerts"
 

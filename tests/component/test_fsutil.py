@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from guardian.fsutil import atomic_write
+from vllm_guardian.fsutil import atomic_write
 
 
 def test_the_new_content_replaces_the_old_with_the_mode_asked_for(tmp_path):

@@ -13,22 +13,22 @@ from typing import Any
 
 import pytest
 
-from guardian.clock import SystemClock
-from guardian.config_schema import Config, DetectorsConfig, DiagnosticPromptConfig, GatesConfig
-from guardian.detectors import output_corruption
-from guardian.detectors.view import TargetView
-from guardian.host.http import HttpClient, HttpError, HttpResponse, StdlibHttpClient
-from guardian.gates.shared import GatesShared
-from guardian.host.process_control import OsProcessControl
-from guardian.host.procfs import ProcFS
-from guardian.host.runner import SubprocessRunner
-from guardian.model import ProcessInfo, ProcKey, Role, Target
-from guardian.probes.base import ProbeParts, Readings, Seen
-from guardian.probes.gates import GatesProbe
-from guardian.seams import Seams
-from guardian.series import SeriesStore
-from guardian.sim.control import SimServer
-from guardian.tracker import Tracker
+from vllm_guardian.clock import SystemClock
+from vllm_guardian.config.schema import Config, DetectorsConfig, DiagnosticPromptConfig, GatesConfig
+from vllm_guardian.detectors import output_corruption
+from vllm_guardian.detectors.view import TargetView
+from vllm_guardian.host.http import HttpClient, HttpError, HttpResponse, StdlibHttpClient
+from vllm_guardian.gates.shared import GatesShared
+from vllm_guardian.host.process_control import OsProcessControl
+from vllm_guardian.host.procfs import ProcFS
+from vllm_guardian.host.runner import SubprocessRunner
+from vllm_guardian.model import ProcessInfo, ProcKey, Role, Target
+from vllm_guardian.probes.base import ProbeParts, Readings, Seen
+from vllm_guardian.probes.gates import GatesProbe
+from vllm_guardian.seams import Seams
+from vllm_guardian.series import SeriesStore
+from vllm_guardian.sim.control import SimServer
+from vllm_guardian.state.tracker import Tracker
 
 NAME = "sim"
 KEY = ProcKey(4242, 1)
@@ -238,7 +238,7 @@ def test_l4_two_instances_split_without_baseline_is_alert_only(server, tmp_path,
 
     w.shared.exchange = Exchange()
     # neither instance ever had a healthy reference: no baseline is taken
-    monkeypatch.setattr("guardian.probes.gates.next_baseline", lambda *a: None)
+    monkeypatch.setattr("vllm_guardian.probes.gates.next_baseline", lambda *a: None)
     for _ in range(3):
         w.round()
     f = w.finding()

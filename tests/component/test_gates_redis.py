@@ -9,12 +9,12 @@ import time
 
 import pytest
 
-from guardian.gates.exchange import FingerprintExchange, key_for
-from guardian.gates.listener import ReportsListener
-from guardian.gates.shared import GatesShared
-from guardian.model import Incident, Kind, Severity, Status, TargetRef, Transition
-from guardian.sinks.gate_decisions import GateDecisions
-from guardian.testing.redis_server import RedisServer
+from vllm_guardian.gates.exchange import FingerprintExchange, key_for
+from vllm_guardian.gates.listener import ReportsListener
+from vllm_guardian.gates.shared import GatesShared
+from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef, Transition
+from vllm_guardian.sinks.gate_decisions import GateDecisions
+from vllm_guardian.testing.redis_server import RedisServer
 
 LOG = logging.getLogger("test")
 

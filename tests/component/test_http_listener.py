@@ -10,10 +10,10 @@ import pytest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
-from guardian.errors import ConfigError
-from guardian.exporter import DECLARED, build_registry
-from guardian.http_listener import HttpListener, LastTick
-from guardian.testing.clock import FakeClock
+from vllm_guardian.errors import ConfigError
+from vllm_guardian.surface.exporter import DECLARED, build_registry
+from vllm_guardian.surface.http_listener import HttpListener, LastTick
+from vllm_guardian.testing.clock import FakeClock
 
 INTERVAL = 1.0
 

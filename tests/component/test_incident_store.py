@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from guardian.incidents.store import IncidentStore, incident_from_dict, incident_to_dict
-from guardian.model import Action, Incident, Kind, Severity, Status, TargetRef
+from vllm_guardian.incidents.store import IncidentStore, incident_from_dict, incident_to_dict
+from vllm_guardian.model import Action, Incident, Kind, Severity, Status, TargetRef
 
 REF = TargetRef(name="llm", pid=100, starttime=11, port=8000, model="tiny", role="engine_core")
 
@@ -115,7 +115,7 @@ def test_corrupt_files_are_skipped_and_reported(tmp_path, caplog, content):
     bad = tmp_path / "incidents" / "01BAD"
     bad.mkdir()
     (bad / "incident.json").write_bytes(content)
-    with caplog.at_level(logging.WARNING, logger="guardian.incidents.store"):
+    with caplog.at_level(logging.WARNING, logger="vllm_guardian.incidents.store"):
         assert [i.id for i in store.list()] == ["01GOOD"]
         assert store.load("01BAD") is None
     assert "01BAD" in caplog.text

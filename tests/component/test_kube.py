@@ -8,8 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from guardian.errors import ProbeFailed
-from guardian.host.kube import KubeClient, PodRef, pod_uid_from_cgroup
+from vllm_guardian.errors import ProbeFailed
+from vllm_guardian.host.kube import KubeClient, PodRef, pod_uid_from_cgroup
 
 UID = "3f8e2a1c-7b4d-4e9a-9c1f-2d6b8e0a5f71"
 PODS = {

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from guardian.actions.launch import build_launch_spec
-from guardian.config import parse_config
-from guardian.host.process_control import OsProcessControl
-from guardian.host.procfs import ProcFS
+from vllm_guardian.remediation.launch import build_launch_spec
+from vllm_guardian.config.loader import parse_config
+from vllm_guardian.host.process_control import OsProcessControl
+from vllm_guardian.host.procfs import ProcFS
 
 
 def restart(tmp_path, argv, **kw):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from guardian.actions.lease import FleetLease
-from guardian.testing.redis_server import RedisServer
+from vllm_guardian.remediation.lease import FleetLease
+from vllm_guardian.testing.redis_server import RedisServer
 
 
 @pytest.fixture(scope="module")

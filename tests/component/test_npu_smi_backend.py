@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from guardian.errors import BackendUnavailable, ProbeFailed
-from guardian.host.accel import MIB, ProcessUsage
-from guardian.host.accel.npu_smi import NpuSmiBackend
-from guardian.host.runner import SubprocessRunner
-from guardian.host.accel.npu_smi_parse import parse_info
-from guardian.testing.fake_npu_smi import render_info, write_fake_npu_smi
-from guardian.testing.fake_runner import FakeRunner, result
+from vllm_guardian.errors import BackendUnavailable, ProbeFailed
+from vllm_guardian.host.accel import MIB, ProcessUsage
+from vllm_guardian.host.accel.npu_smi import NpuSmiBackend
+from vllm_guardian.host.runner import SubprocessRunner
+from vllm_guardian.host.accel.npu_smi_parse import parse_info
+from vllm_guardian.testing.fake_npu_smi import render_info, write_fake_npu_smi
+from vllm_guardian.testing.fake_runner import FakeRunner, result
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "npu_smi"
 SCENARIO = {

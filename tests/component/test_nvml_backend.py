@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from guardian.errors import BackendUnavailable, ProbeFailed
-from guardian.host.accel import AccelEvent, ProcessUsage
-from guardian.host.accel.nvml import NvmlBackend
-from guardian.testing.clock import FakeClock
-from guardian.testing.fake_nvml import FakeNvml, FakeNvmlBackend
+from vllm_guardian.errors import BackendUnavailable, ProbeFailed
+from vllm_guardian.host.accel import AccelEvent, ProcessUsage
+from vllm_guardian.host.accel.nvml import NvmlBackend
+from vllm_guardian.testing.clock import FakeClock
+from vllm_guardian.testing.fake_nvml import FakeNvml, FakeNvmlBackend
 
 MB = 1e6
 GPU0 = {
@@ -63,7 +63,7 @@ def test_real_pynvml_without_a_driver_is_unavailable_with_one_clear_line():
 
 
 def test_importing_the_backend_and_probe_does_not_import_pynvml():
-    code = "import sys, guardian.host.accel.nvml, guardian.probes.accel; print('pynvml' in sys.modules)"
+    code = "import sys, vllm_guardian.host.accel.nvml, vllm_guardian.probes.accel; print('pynvml' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False"
 

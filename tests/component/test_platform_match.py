@@ -11,12 +11,12 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from guardian.config import parse_config
-from guardian.discovery import discover, is_api_server
-from guardian.host.kube import KubeClient
-from guardian.platform_match import PlatformMatcher
-from guardian.testing.fake_proc import FakeProcTree
-from guardian.testing.fake_runner import FakeRunner, result
+from vllm_guardian.config.loader import parse_config
+from vllm_guardian.discovery.scan import discover, is_api_server
+from vllm_guardian.host.kube import KubeClient
+from vllm_guardian.discovery.platform_match import PlatformMatcher
+from vllm_guardian.testing.fake_proc import FakeProcTree
+from vllm_guardian.testing.fake_runner import FakeRunner, result
 
 NODE = "gpu-node-7"
 UID = "3f8e2a1c-7b4d-4e9a-9c1f-2d6b8e0a5f71"

@@ -2,9 +2,9 @@
 
 import os
 
-from guardian.host.process_details import PsutilDetails
-from guardian.host.procfs import ProcFS
-from guardian.model import ProcKey
+from vllm_guardian.host.process_details import PsutilDetails
+from vllm_guardian.host.procfs import ProcFS
+from vllm_guardian.model import ProcKey
 
 
 def me() -> ProcKey:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from guardian.errors import AccessDenied, ProbeFailed, TargetGone
-from guardian.host.procfs import ProcFS
-from guardian.model import ProcKey
-from guardian.testing.fake_proc import FakeProcTree
+from vllm_guardian.errors import AccessDenied, ProbeFailed, TargetGone
+from vllm_guardian.host.procfs import ProcFS
+from vllm_guardian.model import ProcKey
+from vllm_guardian.testing.fake_proc import FakeProcTree
 
 
 @pytest.fixture

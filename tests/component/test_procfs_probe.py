@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from guardian.config_schema import ProcfsProbeConfig
-from guardian.model import ProcessInfo, Role, Target
-from guardian.probes.procfs import ProcfsReader
-from guardian.series import metrics as m
-from guardian.testing.fake_proc import FakeProcTree
+from vllm_guardian.config.schema import ProcfsProbeConfig
+from vllm_guardian.model import ProcessInfo, Role, Target
+from vllm_guardian.probes.procfs import ProcfsReader
+from vllm_guardian.series import metrics as m
+from vllm_guardian.testing.fake_proc import FakeProcTree
 
 API, ENGINE = 100, 110
 

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from guardian.config_schema import AlertsConfig, SpoolConfig
-from guardian.errors import ConfigError
-from guardian.incidents.ids import IdGenerator
-from guardian.sinks.redis_sink import (
+from vllm_guardian.config.schema import AlertsConfig, SpoolConfig
+from vllm_guardian.errors import ConfigError
+from vllm_guardian.incidents.ids import IdGenerator
+from vllm_guardian.sinks.redis_sink import (
     AlertSink,
     RedisDelivery,
     make_client,
@@ -22,8 +22,8 @@ from guardian.sinks.redis_sink import (
     publish_control,
     resolve_password,
 )
-from guardian.sinks.spool import Spool
-from guardian.testing.redis_server import RedisServer
+from vllm_guardian.sinks.spool import Spool
+from vllm_guardian.testing.redis_server import RedisServer
 
 STREAM = "test:alerts"
 CHANNEL = "test:alerts:live"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from guardian.actions.retention import apply_retention, is_open, scan, ulid_of
-from guardian.incidents.ids import new_incident_id
+from vllm_guardian.bundle.retention import apply_retention, is_open, scan, ulid_of
+from vllm_guardian.incidents.ids import new_incident_id
 
 
 def ulid(n: int) -> str:

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from guardian.errors import BackendUnavailable
-from guardian.host.runner import SubprocessRunner
+from vllm_guardian.errors import BackendUnavailable
+from vllm_guardian.host.runner import SubprocessRunner
 
 PY = sys.executable
 

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from guardian.sinks.spool import FILE_NAME, Spool, encode_event
+from vllm_guardian.sinks.spool import FILE_NAME, Spool, encode_event
 
 
 def ev(n: int, pad: str = "") -> dict:
@@ -123,7 +123,7 @@ def test_reopening_with_smaller_bounds_drops_the_oldest(tmp_path):
 
 def test_drops_are_logged_once_per_episode(tmp_path, caplog):
     s = spool(tmp_path, max_events=2)
-    with caplog.at_level(logging.WARNING, logger="guardian.sinks.spool"):
+    with caplog.at_level(logging.WARNING, logger="vllm_guardian.sinks.spool"):
         for i in range(6):
             s.append(ev(i))
         assert sum("spool full" in r.getMessage() for r in caplog.records) == 1

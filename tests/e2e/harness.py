@@ -31,8 +31,8 @@ from pathlib import Path
 
 import yaml
 
-from guardian.incidents import IncidentStore, incident_to_dict
-from guardian.sim.control import SimServer, http_request, proc_ref
+from vllm_guardian.incidents import IncidentStore, incident_to_dict
+from vllm_guardian.sim.control import SimServer, http_request, proc_ref
 
 ROOT = Path(__file__).resolve().parents[2]
 E2E_DIR = ROOT / ".e2e"
@@ -282,7 +282,7 @@ class GuardianRun:
                 [
                     self.python,
                     "-m",
-                    "guardian.cli",
+                    "vllm_guardian.surface.cli",
                     "run",
                     *(["--dry-run"] if self.dry_run else []),
                     "-c",
@@ -335,7 +335,7 @@ class GuardianRun:
     def status(self) -> dict | None:
         try:
             out = subprocess.run(
-                [self.python, "-m", "guardian.cli", "status", "--json", "-c", str(self.config_path)],
+                [self.python, "-m", "vllm_guardian.surface.cli", "status", "--json", "-c", str(self.config_path)],
                 capture_output=True,
                 text=True,
                 timeout=30,

@@ -21,7 +21,7 @@ import time
 import pytest
 
 from benchmarks.report import parse_vmrss
-from guardian.sim.control import LoadGenerator
+from vllm_guardian.sim.control import LoadGenerator
 from harness import (
     E2E_PYTHON,
     FaultSwitch,
@@ -247,7 +247,7 @@ def test_busy_loop_is_remediated_in_command_mode_and_the_new_server_answers(work
     verifies the new server with a canary. Runs on its own server (it is replaced)."""
     import psutil
 
-    from guardian.netaddr import free_port
+    from vllm_guardian.netaddr import free_port
 
     port = free_port("127.0.0.1")
     faults = workdir / "faults-restart"
@@ -315,7 +315,7 @@ def test_busy_loop_behind_an_api_key_is_caught_and_the_key_leaks_nowhere(workdir
     """vLLM started with --api-key answers 401 to an unauthenticated canary: without the key a hang
     looked like a fast 'not a hang'. The guardian reads the key from the server's command line
     (/proc) and still catches the busy loop; the key is in none of its outputs."""
-    from guardian.sim.control import free_port, http_request
+    from vllm_guardian.sim.control import free_port, http_request
 
     key = "sk-e2e-91b7c4d2f0"
     port = free_port("127.0.0.1")

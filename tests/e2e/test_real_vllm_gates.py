@@ -22,10 +22,10 @@ import time
 
 import pytest
 
-from guardian.config_schema import GatesConfig
-from guardian.gates.cost import cost
-from guardian.gates.perplexity import BUILTIN_REFERENCE
-from guardian.sim.control import LoadGenerator
+from vllm_guardian.config.schema import GatesConfig
+from vllm_guardian.gates.cost import cost
+from vllm_guardian.gates.perplexity import BUILTIN_REFERENCE
+from vllm_guardian.sim.control import LoadGenerator
 from harness import E2E_PYTHON, FaultSwitch, GuardianRun, VllmServer, ensure_model, greedy, poll, reference_seconds
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]

@@ -19,14 +19,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from guardian.actions import pyspy
-from guardian.actions.redact import redact_argv, redact_text
-from guardian.control_socket import ControlSocket
-from guardian.config import load_yaml, parse_config
-from guardian.errors import ConfigError, ProbeFailed
-from guardian.host import procfs_parse as pp
-from guardian.host.accel.npu_smi_parse import parse_info, parse_usages
-from guardian.probes.vllm_metrics_parse import parse_vllm_metrics
+from vllm_guardian.bundle import pyspy
+from vllm_guardian.bundle.redact import redact_argv, redact_text
+from vllm_guardian.surface.control_socket import ControlSocket
+from vllm_guardian.config.loader import load_yaml, parse_config
+from vllm_guardian.errors import ConfigError, ProbeFailed
+from vllm_guardian.host import procfs_parse as pp
+from vllm_guardian.host.accel.npu_smi_parse import parse_info, parse_usages
+from vllm_guardian.probes.vllm_metrics_parse import parse_vllm_metrics
 
 FIX = Path(__file__).parent.parent / "fixtures"
 FUZZ = settings(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from guardian.incidents import IncidentStore, incident_to_dict
+from vllm_guardian.incidents import IncidentStore, incident_to_dict
 
 
 def poll(pred, timeout: float, every: float = 0.2):
@@ -51,7 +51,7 @@ class GuardianProcess:
     def start(self) -> GuardianProcess:
         with open(self.log_path, "wb") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "guardian.cli", "run", "-c", str(self.config_path)],
+                [sys.executable, "-m", "vllm_guardian.surface.cli", "run", "-c", str(self.config_path)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -78,7 +78,7 @@ class GuardianProcess:
 
     def status(self) -> dict | None:
         out = subprocess.run(
-            [sys.executable, "-m", "guardian.cli", "status", "--json", "-c", str(self.config_path)],
+            [sys.executable, "-m", "vllm_guardian.surface.cli", "status", "--json", "-c", str(self.config_path)],
             capture_output=True,
             text=True,
             timeout=20,

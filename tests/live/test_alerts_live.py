@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from guardian.testing.redis_server import RedisServer
-from guardian.netaddr import free_port
-from guardian.sim.control import SimServer
+from vllm_guardian.testing.redis_server import RedisServer
+from vllm_guardian.netaddr import free_port
+from vllm_guardian.sim.control import SimServer
 from guardian_harness import GuardianProcess, poll
 from test_remediation_live import config, sweep, trip
 
@@ -109,7 +109,7 @@ def test_the_fleet_view_shows_two_guardians_sharing_one_redis(tmp_path, redis_se
         cli = [
             sys.executable,
             "-m",
-            "guardian.cli",
+            "vllm_guardian.surface.cli",
             "status",
             "--fleet",
             "--json",

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from guardian.sim.control import SimServer, free_port, http_request
+from vllm_guardian.sim.control import SimServer, free_port, http_request
 from guardian_harness import GuardianProcess
 from test_guardian_live import fire
 

@@ -10,7 +10,10 @@ pytestmark = pytest.mark.live
 
 def test_the_demo_shows_detection_evidence_alert_restart_and_resolution():
     out = subprocess.run(
-        [sys.executable, "-m", "guardian.cli", "demo", "--timeout", "150"], capture_output=True, text=True, timeout=240
+        [sys.executable, "-m", "vllm_guardian.surface.cli", "demo", "--timeout", "150"],
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     text = out.stdout
     assert out.returncode == 0, text + out.stderr

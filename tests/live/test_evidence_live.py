@@ -12,16 +12,16 @@ import time
 
 import pytest
 
-from guardian.actions import pyspy
-from guardian.actions.evidence import EvidenceCollector, EvidenceContext, read_summary, target_for_pid
-from guardian.clock import SystemClock
-from guardian.config_schema import EvidenceConfig
-from guardian.host.procfs import ProcFS
-from guardian.host.runner import SubprocessRunner
-from guardian.incidents.ids import new_incident_id
-from guardian.incidents.store import IncidentStore
-from guardian.model import Incident, Kind, ProcessInfo, Role, Severity, Status, Target, TargetRef
-from guardian.sim.control import SimServer
+from vllm_guardian.bundle import pyspy
+from vllm_guardian.bundle.evidence import EvidenceCollector, EvidenceContext, read_summary, target_for_pid
+from vllm_guardian.clock import SystemClock
+from vllm_guardian.config.schema import EvidenceConfig
+from vllm_guardian.host.procfs import ProcFS
+from vllm_guardian.host.runner import SubprocessRunner
+from vllm_guardian.incidents.ids import new_incident_id
+from vllm_guardian.incidents.store import IncidentStore
+from vllm_guardian.model import Incident, Kind, ProcessInfo, Role, Severity, Status, Target, TargetRef
+from vllm_guardian.sim.control import SimServer
 
 pytestmark = pytest.mark.live
 

@@ -12,9 +12,9 @@ import threading
 
 import pytest
 
-from guardian.gates.gateway import Reporter, check_text
-from guardian.testing.redis_server import RedisServer
-from guardian.sim.control import SimServer, free_port
+from vllm_guardian.gates.gateway import Reporter, check_text
+from vllm_guardian.testing.redis_server import RedisServer
+from vllm_guardian.sim.control import SimServer, free_port
 from guardian_harness import GuardianProcess, poll
 
 pytestmark = pytest.mark.live
@@ -121,7 +121,7 @@ def test_a_gateway_report_opens_output_corruption_and_bad_reports_are_only_count
             Reporter(client=client).report(
                 "node-a/sim", "req-77", check_text("\x00\x00 nan \ufffd"), output="\x00\x00", prompt="hi"
             )
-            from guardian.gates.gateway import check_logprobs
+            from vllm_guardian.gates.gateway import check_logprobs
 
             Reporter(client=client).report("sim", "req-78", check_logprobs([float("nan")], [[float("nan")]]))
             inc = g.wait_incident("output_corruption", 20)

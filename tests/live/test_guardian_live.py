@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from guardian.sim.control import LoadGenerator, SimServer
+from vllm_guardian.sim.control import LoadGenerator, SimServer
 from guardian_harness import GuardianProcess, poll
 
 pytestmark = pytest.mark.live

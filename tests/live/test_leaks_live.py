@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from guardian.testing.fake_npu_smi import write_fake_npu_smi
-from guardian.sim.control import LoadGenerator, SimServer
+from vllm_guardian.testing.fake_npu_smi import write_fake_npu_smi
+from vllm_guardian.sim.control import LoadGenerator, SimServer
 from guardian_harness import GuardianProcess, poll
 
 pytestmark = pytest.mark.live

@@ -22,11 +22,11 @@ from typing import Callable, TypeVar
 import psutil
 import pytest
 
-from guardian.config_schema import Config
-from guardian.discovery import discover
-from guardian.errors import TargetGone
-from guardian.host.procfs import ProcFS
-from guardian.model import Role
+from vllm_guardian.config.schema import Config
+from vllm_guardian.discovery.scan import discover
+from vllm_guardian.errors import TargetGone
+from vllm_guardian.host.procfs import ProcFS
+from vllm_guardian.model import Role
 
 pytestmark = pytest.mark.live
 

@@ -16,12 +16,12 @@ from typing import Any
 import psutil
 import pytest
 
-from guardian.netaddr import free_port
-from guardian.sim.control import SimServer
+from vllm_guardian.netaddr import free_port
+from vllm_guardian.sim.control import SimServer
 from guardian_harness import GuardianProcess, poll
 
 pytestmark = pytest.mark.live
-SIM = "guardian.sim.vllm.api_server"
+SIM = "vllm_guardian.sim.vllm.api_server"
 
 
 def sweep(port: int) -> None:
@@ -203,7 +203,7 @@ def test_drain_and_undrain_from_the_cli_flip_readiness_and_signal_nothing(tmp_pa
     first.wait_ready(60)
     hp = free_port("127.0.0.1")
     g = GuardianProcess(tmp_path, port, extra=config(port, tmp_path, http_port=hp)).start()
-    cli = [sys.executable, "-m", "guardian.cli"]
+    cli = [sys.executable, "-m", "vllm_guardian.surface.cli"]
     try:
         assert g.wait_ready(30), g.log_text()
         assert poll(lambda: ready_code(hp) == 200, 10)

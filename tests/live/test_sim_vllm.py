@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from guardian.sim.control import (
+from vllm_guardian.sim.control import (
     LoadGenerator,
     ProcRef,
     SimServer,
@@ -131,7 +131,7 @@ def sim():
 
 
 def test_api_server_keeps_its_command_line(sim):
-    assert "-m guardian.sim.vllm.api_server --port" in read_cmdline(sim.pid)
+    assert "-m vllm_guardian.sim.vllm.api_server --port" in read_cmdline(sim.pid)
 
 
 def test_engine_child_is_titled_like_vllm(sim):

@@ -14,12 +14,12 @@ import time
 
 import pytest
 
-from guardian.config import parse_config
-from guardian.discovery import discover, is_api_server
-from guardian.host.procfs import ProcFS
-from guardian.host.runner import SubprocessRunner
-from guardian.platform_match import PlatformMatcher
-from guardian.sim.control import API_SERVER_MODULE, free_port
+from vllm_guardian.config.loader import parse_config
+from vllm_guardian.discovery.scan import discover, is_api_server
+from vllm_guardian.host.procfs import ProcFS
+from vllm_guardian.host.runner import SubprocessRunner
+from vllm_guardian.discovery.platform_match import PlatformMatcher
+from vllm_guardian.sim.control import API_SERVER_MODULE, free_port
 
 pytestmark = pytest.mark.live
 

@@ -38,7 +38,7 @@ def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
 
 HOLDER = """
 import sys, time
-from guardian.sinks.embedded_redis import EmbeddedRedis
+from vllm_guardian.sinks.embedded_redis import EmbeddedRedis
 e = EmbeddedRedis(sys.argv[1]); e.start(); print(e.pid, flush=True); time.sleep(600)
 """
 

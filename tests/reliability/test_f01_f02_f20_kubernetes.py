@@ -8,9 +8,9 @@ from __future__ import annotations
 import io
 import json
 
-from guardian.host.kube import KubeClient
-from guardian.testing.fake_control import FakeControl
-from guardian.testing.fake_proc import FakeProcTree
+from vllm_guardian.host.kube import KubeClient
+from vllm_guardian.testing.fake_control import FakeControl
+from vllm_guardian.testing.fake_proc import FakeProcTree
 
 from test_remediation import API, ENGINE, World  # the remediation world of the unit tier
 

@@ -14,18 +14,18 @@ import errno
 import logging
 import threading
 
-from guardian.config import parse_config
-from guardian.daemon import Daemon
-from guardian.runtime import build_daemon
-from guardian.seams import Seams
-from guardian.sinks.redis_sink import AlertSink, make_client
-from guardian.sinks.spool import Spool
-from guardian.testing.clock import FakeClock
-from guardian.testing.fake_http import FakeHttp
-from guardian.testing.fake_proc import FakeProcTree
-from guardian.testing.fake_control import FakeControl
-from guardian.testing.fake_runner import FakeRunner
-from guardian.testing.redis_server import RedisServer
+from vllm_guardian.config.loader import parse_config
+from vllm_guardian.loop.daemon import Daemon
+from vllm_guardian.loop.runtime import build_daemon
+from vllm_guardian.seams import Seams
+from vllm_guardian.sinks.redis_sink import AlertSink, make_client
+from vllm_guardian.sinks.spool import Spool
+from vllm_guardian.testing.clock import FakeClock
+from vllm_guardian.testing.fake_http import FakeHttp
+from vllm_guardian.testing.fake_proc import FakeProcTree
+from vllm_guardian.testing.fake_control import FakeControl
+from vllm_guardian.testing.fake_runner import FakeRunner
+from vllm_guardian.testing.redis_server import RedisServer
 
 from redis_procs import wait_for
 

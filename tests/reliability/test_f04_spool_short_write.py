@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from guardian.sinks.spool import FILE_NAME, Spool
+from vllm_guardian.sinks.spool import FILE_NAME, Spool
 
 
 @contextmanager

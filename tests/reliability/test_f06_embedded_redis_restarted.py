@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import signal
 
-from guardian.config_schema import AlertsConfig
-from guardian.sinks.embedded_redis import EmbeddedRedis
-from guardian.sinks.redis_sink import AlertSink, make_client
+from vllm_guardian.config.schema import AlertsConfig
+from vllm_guardian.sinks.embedded_redis import EmbeddedRedis
+from vllm_guardian.sinks.redis_sink import AlertSink, make_client
 
 from redis_procs import kill_all, servers_for, wait_for
 

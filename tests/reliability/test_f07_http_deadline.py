@@ -12,8 +12,8 @@ from typing import Hashable
 
 import pytest
 
-from guardian.host.http import HttpError, StdlibHttpClient
-from guardian.probes.async_runner import AsyncRunner
+from vllm_guardian.host.http import HttpError, StdlibHttpClient
+from vllm_guardian.state.async_runner import AsyncRunner
 
 from slow_drip import SlowDripServer
 
@@ -60,7 +60,7 @@ def test_probes_holding_every_worker_do_not_starve_evidence_or_remediation():
 
 WEDGED = """
 import threading
-from guardian.probes.async_runner import AsyncRunner
+from vllm_guardian.state.async_runner import AsyncRunner
 r = AsyncRunner(2)
 r.submit(("http", "wedged"), threading.Event().wait, deadline=1)
 print("submitted", flush=True)
@@ -89,6 +89,6 @@ def test_a_wedged_job_does_not_keep_the_process_from_exiting():
     ],
 )
 def test_an_autodiscovered_server_is_reached_only_at_an_address_not_a_name(argv, host):
-    from guardian.discovery import server_host
+    from vllm_guardian.discovery.scan import server_host
 
     assert server_host(argv) == host

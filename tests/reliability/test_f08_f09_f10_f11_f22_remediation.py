@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import logging
 
-from guardian.model import Finding, Kind, Sample, Severity, TargetRef
-from guardian.series import metrics as m
-from guardian.testing.fake_control import FakeControl
+from vllm_guardian.model import Finding, Kind, Sample, Severity, TargetRef
+from vllm_guardian.series import metrics as m
+from vllm_guardian.testing.fake_control import FakeControl
 
 from test_remediation import API, ARGV, ENGINE, WORKER, World
 
@@ -77,7 +77,7 @@ class Lease:
         self.acquired, self.released = [], []
 
     def acquire(self, target):
-        from guardian.actions.lease import LeaseResult
+        from vllm_guardian.remediation.lease import LeaseResult
 
         self.acquired.append(target)
         return LeaseResult(True, "slot 0", 0)
@@ -92,7 +92,7 @@ class Lease:
 
 def restarted(w, lease):
     """The guardian restarts: a new remediator on the same state dir, with the fleet lease."""
-    from guardian.actions.remediation import RemediationSettings, Remediator
+    from vllm_guardian.remediation.machine import RemediationSettings, Remediator
 
     return Remediator(
         RemediationSettings.from_config(w.cfg),
@@ -232,7 +232,7 @@ def test_when_nobody_brings_it_back_within_the_grace_the_guardian_starts_it(tmp_
 
 
 def test_systemd_already_activating_the_unit_makes_the_guardian_stand_down(tmp_path):
-    from guardian.testing.fake_runner import FakeRunner, result
+    from vllm_guardian.testing.fake_runner import FakeRunner, result
 
     cmd = FakeRunner(
         {("systemctl", "show"): result("ActiveState=activating\nMainPID=4242\n"), ("systemctl", "restart"): result("")}

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import logging
 
-from guardian.config import parse_config
-from guardian.runtime import build_daemon
-from guardian.seams import Seams
-from guardian.incidents import IncidentStore
-from guardian.model import Incident, Kind, Severity, Status, TargetRef
-from guardian.testing.clock import FakeClock
-from guardian.testing.fake_http import FakeHttp
-from guardian.testing.fake_proc import FakeProcTree
-from guardian.testing.fake_control import FakeControl
-from guardian.testing.fake_runner import FakeRunner
+from vllm_guardian.config.loader import parse_config
+from vllm_guardian.loop.runtime import build_daemon
+from vllm_guardian.seams import Seams
+from vllm_guardian.incidents import IncidentStore
+from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef
+from vllm_guardian.testing.clock import FakeClock
+from vllm_guardian.testing.fake_http import FakeHttp
+from vllm_guardian.testing.fake_proc import FakeProcTree
+from vllm_guardian.testing.fake_control import FakeControl
+from vllm_guardian.testing.fake_runner import FakeRunner
 
 ID = "01HF7Z9GDG0TRA5GW6MSKGM012"
 

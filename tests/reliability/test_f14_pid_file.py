@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from guardian.discovery import read_pid_file
+from vllm_guardian.discovery.scan import read_pid_file
 
 
 def read_off_thread(path: str, timeout: float = 5.0):

@@ -7,17 +7,17 @@ from __future__ import annotations
 import json
 import logging
 
-from guardian.actions.pyspy import Frame, Local, ThreadStack, render_text
-from guardian.actions.redact import REDACTED as R
-from guardian.actions.redact import redact_text
-from guardian.config import parse_config
-from guardian.runtime import build_daemon
-from guardian.seams import Seams
-from guardian.testing.clock import FakeClock
-from guardian.testing.fake_http import FakeHttp, ok
-from guardian.testing.fake_proc import FakeProcTree
-from guardian.testing.fake_control import FakeControl
-from guardian.testing.fake_runner import FakeRunner
+from vllm_guardian.bundle.pyspy import Frame, Local, ThreadStack, render_text
+from vllm_guardian.bundle.redact import REDACTED as R
+from vllm_guardian.bundle.redact import redact_text
+from vllm_guardian.config.loader import parse_config
+from vllm_guardian.loop.runtime import build_daemon
+from vllm_guardian.seams import Seams
+from vllm_guardian.testing.clock import FakeClock
+from vllm_guardian.testing.fake_http import FakeHttp, ok
+from vllm_guardian.testing.fake_proc import FakeProcTree
+from vllm_guardian.testing.fake_control import FakeControl
+from vllm_guardian.testing.fake_runner import FakeRunner
 
 
 def test_every_value_after_a_secret_option_is_redacted_in_text():

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from guardian.config import load_yaml, parse_config
-from guardian.errors import ConfigError
+from vllm_guardian.config.loader import load_yaml, parse_config
+from vllm_guardian.errors import ConfigError
 
 
 def problems(data) -> str:

@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 
-from guardian.control_socket import ControlSocket, request
+from vllm_guardian.surface.control_socket import ControlSocket, request
 
 
 def test_idle_clients_cannot_pile_up_threads_and_are_cut_off(tmp_path):

@@ -8,9 +8,9 @@ import shutil
 import pytest
 import yaml
 
-from guardian.cli import main
-from guardian.incidents import IncidentStore
-from guardian.model import Incident, Kind, Severity, Status, TargetRef
+from vllm_guardian.surface.cli import main
+from vllm_guardian.incidents import IncidentStore
+from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef
 
 ID = "01HF7Z9GDG0TRA5GW6MSKGM012"
 

@@ -22,15 +22,15 @@ from pathlib import Path
 
 import pytest
 
-from guardian.config import parse_config
-from guardian.runtime import build_daemon
-from guardian.series import metrics as m
-from guardian.seams import Seams
-from guardian.testing.clock import FakeClock
-from guardian.testing.fake_control import FakeControl
-from guardian.testing.fake_http import FakeHttp, ok
-from guardian.testing.fake_proc import FakeProcTree
-from guardian.testing.fake_runner import FakeRunner
+from vllm_guardian.config.loader import parse_config
+from vllm_guardian.loop.runtime import build_daemon
+from vllm_guardian.series import metrics as m
+from vllm_guardian.seams import Seams
+from vllm_guardian.testing.clock import FakeClock
+from vllm_guardian.testing.fake_control import FakeControl
+from vllm_guardian.testing.fake_http import FakeHttp, ok
+from vllm_guardian.testing.fake_proc import FakeProcTree
+from vllm_guardian.testing.fake_runner import FakeRunner
 
 API, ENGINE = 100, 110
 WEDGED = 666
@@ -243,7 +243,7 @@ def _wait_until(cond) -> None:
 def test_a_server_whose_environ_read_blocked_a_pass_is_not_read_again_for_its_key(world):
     """The API-key lookup reads ``/proc/<pid>/environ`` of a server without ``--api-key``: a read
     that does not return gets that pass abandoned once; later passes skip it and complete."""
-    from guardian.host.api_keys import ApiKeys
+    from vllm_guardian.host.api_keys import ApiKeys
 
     keys = ApiKeys(world.d.cfg, world.d.targets.proc, environ={})  # the same ProcFS, as runtime.py wires it
     world.d.targets.on_discovery.insert(0, keys.update)

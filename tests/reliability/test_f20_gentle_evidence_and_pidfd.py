@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import pytest
 
-from guardian.host.procfs import ProcFS
-from guardian.host.process_control import OsProcessControl
-from guardian.model import Kind, ProcKey
+from vllm_guardian.host.procfs import ProcFS
+from vllm_guardian.host.process_control import OsProcessControl
+from vllm_guardian.model import Kind, ProcKey
 
 from test_evidence import World as EvidenceWorld  # the component tier's evidence world
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import signal
 
-from guardian.sinks.embedded_redis import EmbeddedRedis
+from vllm_guardian.sinks.embedded_redis import EmbeddedRedis
 
 from redis_procs import kill_all, servers_for, start_holder
 

@@ -3,10 +3,10 @@ series of samples one second apart. Each test file keeps only what is particular
 
 from __future__ import annotations
 
-from guardian.detectors.view import TargetState, TargetView
-from guardian.model import ProcessInfo, ProcKey, Role, Sample, Target
-from guardian.series import metrics as m
-from guardian.series.store import SeriesStore
+from vllm_guardian.detectors.view import TargetState, TargetView
+from vllm_guardian.model import ProcessInfo, ProcKey, Role, Sample, Target
+from vllm_guardian.series import metrics as m
+from vllm_guardian.series.store import SeriesStore
 
 NOW = 1000.0
 T = "llm"

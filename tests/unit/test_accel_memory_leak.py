@@ -7,13 +7,13 @@ from typing import Callable
 
 import pytest
 
-from guardian.config_schema import DetectorsConfig, MemoryLeakConfig
-from guardian.detectors import DETECTORS, accel_memory_leak
-from guardian.detectors.view import TargetState, TargetView
-from guardian.model import Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target
-from guardian.series import metrics as m
-from guardian.series.store import SeriesStore
-from guardian.testing.curves import curve
+from vllm_guardian.config.schema import DetectorsConfig, MemoryLeakConfig
+from vllm_guardian.detectors import DETECTORS, accel_memory_leak
+from vllm_guardian.detectors.view import TargetState, TargetView
+from vllm_guardian.model import Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target
+from vllm_guardian.series import metrics as m
+from vllm_guardian.series.store import SeriesStore
+from vllm_guardian.testing.curves import curve
 
 READY = 1000.0  # the target became ready at this monotonic time
 T = "llm"

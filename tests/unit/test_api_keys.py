@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from guardian.config import parse_config
-from guardian.config_schema import CanaryProbeConfig, MatchConfig, TargetConfig
-from guardian.errors import ConfigError
-from guardian.host.api_keys import (
+from vllm_guardian.config.loader import parse_config
+from vllm_guardian.config.schema import CanaryProbeConfig, MatchConfig, TargetConfig
+from vllm_guardian.errors import ConfigError
+from vllm_guardian.host.api_keys import (
     ApiKeys,
     BearerHttpClient,
     KeySource,
@@ -16,11 +16,11 @@ from guardian.host.api_keys import (
     origin_of,
     resolve_key,
 )
-from guardian.host.procfs_parse import environ_value
-from guardian.model import ProcessInfo, ProcKey, Role, Target
-from guardian.probes.canary import run_canary
-from guardian.testing.fake_http import FakeHttp, ok
-from guardian.testing.fake_proc import FakeProcTree
+from vllm_guardian.host.procfs_parse import environ_value
+from vllm_guardian.model import ProcessInfo, ProcKey, Role, Target
+from vllm_guardian.probes.canary import run_canary
+from vllm_guardian.testing.fake_http import FakeHttp, ok
+from vllm_guardian.testing.fake_proc import FakeProcTree
 
 SECRET = "sk-test-0123456789abcdef"
 COMPLETION = ok('{"choices": [{"text": "!"}]}')

@@ -3,7 +3,7 @@
 import threading
 import time
 
-from guardian.probes.async_runner import AsyncRunner, Done
+from vllm_guardian.state.async_runner import AsyncRunner, Done
 
 
 def wait_for(pred, timeout=5.0):

@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from guardian.config_schema import BusyLoopConfig, DetectorsConfig
-from guardian.detectors import busy_loop
-from guardian.detectors.hot_threads import hot_threads_for
-from guardian.model import Kind, Role, Sample, Severity, Subject
-from guardian.series import metrics as m
+from vllm_guardian.config.schema import BusyLoopConfig, DetectorsConfig
+from vllm_guardian.detectors import busy_loop
+from vllm_guardian.detectors.hot_threads import hot_threads_for
+from vllm_guardian.model import Kind, Role, Sample, Severity, Subject
+from vllm_guardian.series import metrics as m
 from detector_world import NOW, T, canary, gauges, seconds
 from detector_world import make_view as view
 

@@ -2,11 +2,11 @@
 
 import json
 
-from guardian.config_schema import CanaryProbeConfig
-from guardian.host.http import HttpError
-from guardian.probes.canary import run_canary
-from guardian.series import metrics as m
-from guardian.testing.fake_http import FakeHttp, ok
+from vllm_guardian.config.schema import CanaryProbeConfig
+from vllm_guardian.host.http import HttpError
+from vllm_guardian.probes.canary import run_canary
+from vllm_guardian.series import metrics as m
+from vllm_guardian.testing.fake_http import FakeHttp, ok
 
 URL = "http://127.0.0.1:8000"
 CFG = CanaryProbeConfig(timeout=5.0)

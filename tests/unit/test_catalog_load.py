@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from guardian.diagnosis.catalog_load import CatalogError, all_signatures, load_catalogs, parse_catalog
+from vllm_guardian.diagnosis.catalog_load import CatalogError, all_signatures, load_catalogs, parse_catalog
 
 ISSUE_ENTRIES = (
     "vllm-mm-cache-lru-busy-loop",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from guardian.host.cgroup import (
+from vllm_guardian.host.cgroup import (
     CgroupPlace,
     container_id_of,
     parse_cgroup_procs,

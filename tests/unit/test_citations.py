@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-TREES = ("guardian", "tests", "benchmarks", "docs", "deploy", "configs")
+TREES = ("vllm_guardian", "tests", "benchmarks", "docs", "deploy", "configs")
 FILES = ("README.md", "Makefile", "pyproject.toml", ".ci/run")
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".json", ".toml", ".service", ".txt", ""}
 # Spelled in pieces so that this file does not match itself.

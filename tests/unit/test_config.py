@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from guardian.config import (
+from vllm_guardian.config.loader import (
     INACTIVE_FEATURES,
     config_to_dict,
     inactive_sections,
@@ -18,7 +18,7 @@ from guardian.config import (
     render_check,
     resolve_defaults,
 )
-from guardian.config_schema import (
+from vllm_guardian.config.schema import (
     BusyLoopConfig,
     Config,
     DetectorsConfig,
@@ -27,7 +27,7 @@ from guardian.config_schema import (
     RestartConfig,
     TargetConfig,
 )
-from guardian.errors import ConfigError
+from vllm_guardian.errors import ConfigError
 
 
 def host() -> str:

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from guardian.config import parse_config
-from guardian.config_schema import Config
-from guardian.exporter import DECLARED
+from vllm_guardian.config.loader import parse_config
+from vllm_guardian.config.schema import Config
+from vllm_guardian.surface.exporter import DECLARED
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -474,7 +474,7 @@ def test_dockerfile_copies_what_the_wheel_build_needs():
     sources = {s for i, r in dockerfile() if i == "COPY" and not r.startswith("--from") for s in r.split()[:-1]}
     readme = re.search(r'^readme\s*=\s*"([^"]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)
     assert readme
-    assert sources == {"pyproject.toml", readme.group(1), "guardian", "configs/guardian.yaml"}
+    assert sources == {"pyproject.toml", readme.group(1), "vllm_guardian", "configs/guardian.yaml"}
     ignore = (DEPLOY / "docker" / "Dockerfile.dockerignore").read_text(encoding="utf-8").splitlines()
     for s in sources:  # the context the Dockerfile's own ignore file lets through
         assert f"!{s}" in ignore or f"!{s}/**" in ignore or f"!{s.split('/')[0]}/**" in ignore

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from guardian.actions.pyspy import Frame, ThreadStack
-from guardian.diagnosis.catalog_load import all_signatures, load_catalogs
-from guardian.diagnosis.matcher import Crash, CrashFrame, Observation, device_idle_note, diagnose
+from vllm_guardian.bundle.pyspy import Frame, ThreadStack
+from vllm_guardian.diagnosis.catalog_load import all_signatures, load_catalogs
+from vllm_guardian.diagnosis.matcher import Crash, CrashFrame, Observation, device_idle_note, diagnose
 
 SIGS = all_signatures(load_catalogs())
 

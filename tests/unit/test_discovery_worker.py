@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from guardian.discovery_worker import Abandoned, DiscoveryWorker, Finished
+from vllm_guardian.discovery.worker import Abandoned, DiscoveryWorker, Finished
 
 T0 = 1000.0
 DEADLINE = 30.0  # how long a test waits for a thread it released; never reached when all is well

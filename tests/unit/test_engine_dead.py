@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from guardian.config_schema import DetectorsConfig
-from guardian.detectors import engine_dead
-from guardian.detectors.view import TargetView
-from guardian.model import Kind, Sample, Severity
-from guardian.series import metrics as m
+from vllm_guardian.config.schema import DetectorsConfig
+from vllm_guardian.detectors import engine_dead
+from vllm_guardian.detectors.view import TargetView
+from vllm_guardian.model import Kind, Sample, Severity
+from vllm_guardian.series import metrics as m
 from detector_world import NOW, T, make_view
 
 CFG = DetectorsConfig()

@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from guardian.config_schema import DetectorsConfig, EngineStallConfig
-from guardian.detectors import engine_stall
-from guardian.model import Kind, Sample, Severity, Subject
-from guardian.series import metrics as m
+from vllm_guardian.config.schema import DetectorsConfig, EngineStallConfig
+from vllm_guardian.detectors import engine_stall
+from vllm_guardian.model import Kind, Sample, Severity, Subject
+from vllm_guardian.series import metrics as m
 from detector_world import NOW, T, canary, gauges, seconds
 from detector_world import make_view as view
 

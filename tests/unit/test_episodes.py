@@ -2,7 +2,7 @@
 
 import logging
 
-from guardian.episodes import EpisodeLog
+from vllm_guardian.state.episodes import EpisodeLog
 
 
 def test_first_failure_logs_the_rest_only_count(caplog):

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from guardian import __version__
-from guardian.incidents.ids import IdGenerator
-from guardian.model import Action, Incident, Kind, Severity, Status, TargetRef, Transition
-from guardian.sinks.events import (
+from vllm_guardian import __version__
+from vllm_guardian.incidents.ids import IdGenerator
+from vllm_guardian.model import Action, Incident, Kind, Severity, Status, TargetRef, Transition
+from vllm_guardian.sinks.events import (
     EVENT_FIELDS,
     TARGET_FIELDS,
     AlertEmitter,
@@ -20,7 +20,7 @@ from guardian.sinks.events import (
     list_evidence_files,
     rfc3339,
 )
-from guardian.testing.clock import FakeClock
+from vllm_guardian.testing.clock import FakeClock
 
 OPENED = 1_700_000_000.0
 
@@ -36,7 +36,7 @@ def incident(**over) -> Incident:
         summary="EngineCore main thread spinning",
         opened_at=OPENED,
         signals={"cpu_ratio": 0.99, "threshold": 0.9, "kind": Kind.BUSY_LOOP, "nan": math.nan},
-        evidence_dir="/var/lib/guardian/incidents/X",
+        evidence_dir="/var/lib/vllm_guardian/incidents/X",
         actions=(Action("evidence", "ok", OPENED + 1.5, "3 files"),),
     )
     return replace(base, **over)
@@ -90,7 +90,7 @@ def test_the_event_carries_the_incident_its_target_and_its_generator():
         "model": "tiny-llama",
         "role": "engine_core",
     }
-    assert ev["evidence"] == {"dir": "/var/lib/guardian/incidents/X", "files": ["a.txt"]}
+    assert ev["evidence"] == {"dir": "/var/lib/vllm_guardian/incidents/X", "files": ["a.txt"]}
     assert ev["generator"] == f"vllm-guardian/{__version__}@gpu-1"
 
 
@@ -229,7 +229,7 @@ def test_the_emitter_lists_the_evidence_files_through_its_seam():
 
     em = AlertEmitter("gpu-1", 60.0, list_files=list_files)
     ev = em.on_transition(Transition(incident(), None), OPENED, 100.0)
-    assert seen == ["/var/lib/guardian/incidents/X"]
+    assert seen == ["/var/lib/vllm_guardian/incidents/X"]
     assert ev["evidence"]["files"] == ["incident.json"]
 
 

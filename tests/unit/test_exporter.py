@@ -1,5 +1,5 @@
 """The Prometheus exporter, on status documents built by hand (the shape of
-guardian/status_view.py build_status): the exposition holds exactly the declared
+vllm_guardian/surface/status_view.py build_status): the exposition holds exactly the declared
 families, label sets are the declared ones, absent values give no sample (never 0),
 and the totals the spec wants from the start are present at 0.
 """
@@ -14,7 +14,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import REGISTRY
 
-from guardian.exporter import (
+from vllm_guardian.surface.exporter import (
     ACTION_OUTCOMES,
     DECLARED,
     LABELS,
@@ -23,7 +23,7 @@ from guardian.exporter import (
     build_registry,
     serving,
 )
-from guardian.model import Kind
+from vllm_guardian.model import Kind
 
 KINDS = [k.value for k in Kind]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from guardian.gates.baseline import Baseline, BaselineStore
+from vllm_guardian.gates.baseline import Baseline, BaselineStore
 
 B = Baseline("llm", "tiny", "0.32.0", 1.0, {"1+1=": "\x0b8>"}, {"1+1=": "abc"}, {"1+1=": ("control",)}, (9.5,))
 

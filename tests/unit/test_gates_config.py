@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from guardian.config import parse_config
-from guardian.config_schema import Mode
-from guardian.errors import ConfigError
+from vllm_guardian.config.loader import parse_config
+from vllm_guardian.config.schema import Mode
+from vllm_guardian.errors import ConfigError
 
 
 def problems(data) -> list[str]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from guardian.config_schema import DiagnosticPromptConfig, GatesConfig
-from guardian.gates.cost import cost, requests_per_round
+from vllm_guardian.config.schema import DiagnosticPromptConfig, GatesConfig
+from vllm_guardian.gates.cost import cost, requests_per_round
 
 
 def test_the_defaults_cost_300_requests_an_hour():

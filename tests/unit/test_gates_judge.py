@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from guardian.config_schema import GatesConfig
-from guardian.gates.baseline import Baseline
-from guardian.gates.judge import GateAnswer, RoundAnswers, judge_round, next_baseline
-from guardian.gates.vllm_answers import AnswerError, echo_prompt_logprobs, parse_completion
+from vllm_guardian.config.schema import GatesConfig
+from vllm_guardian.gates.baseline import Baseline
+from vllm_guardian.gates.judge import GateAnswer, RoundAnswers, judge_round, next_baseline
+from vllm_guardian.gates.vllm_answers import AnswerError, echo_prompt_logprobs, parse_completion
 
 CFG = GatesConfig()
 PEAKED = (-0.05, -3.5, -4.0, -5.0, -6.0)

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from guardian.gates import agreement, distribution, known_answers, perplexity
-from guardian.gates.format_check import check_format, problem_codes
+from vllm_guardian.gates import agreement, distribution, known_answers, perplexity
+from vllm_guardian.gates.format_check import check_format, problem_codes
 
 # ------------------------------------------------------------------ L1
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from guardian.gates.reports import ReportError, for_node, parse_report
+from vllm_guardian.gates.reports import ReportError, for_node, parse_report
 
 GOOD = {
     "instance_id": "node-a/vllm-8000",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import math
 
-from guardian.gates.gateway import Reporter, check_completion, check_logprobs, check_text
-from guardian.gates.reports import parse_report
+from vllm_guardian.gates.gateway import Reporter, check_completion, check_logprobs, check_text
+from vllm_guardian.gates.reports import parse_report
 
 
 class Recorder:

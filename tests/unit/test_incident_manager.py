@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from guardian.config_schema import BusyLoopConfig, DetectorsConfig, EngineDeadConfig
-from guardian.incidents.ids import IdGenerator, LENGTH, decode_ms, new_incident_id
-from guardian.incidents.manager import IncidentManager
-from guardian.incidents.store import IncidentStore
-from guardian.model import Action, Finding, Incident, Kind, Severity, Status, TargetRef
-from guardian.testing.clock import FakeClock
+from vllm_guardian.config.schema import BusyLoopConfig, DetectorsConfig, EngineDeadConfig
+from vllm_guardian.incidents.ids import IdGenerator, LENGTH, decode_ms, new_incident_id
+from vllm_guardian.incidents.manager import IncidentManager
+from vllm_guardian.incidents.store import IncidentStore
+from vllm_guardian.model import Action, Finding, Incident, Kind, Severity, Status, TargetRef
+from vllm_guardian.testing.clock import FakeClock
 
 BL = Kind.BUSY_LOOP
 CFG = DetectorsConfig(
@@ -194,8 +194,8 @@ def test_evidence_and_actions_are_recorded_and_persisted(tmp_path):
     store = IncidentStore(tmp_path)
     mgr = manager(store)
     inc = feed(mgr, hit(), hit())[1][0].incident
-    got = mgr.set_evidence(inc.id, "/var/lib/guardian/incidents/x")
-    assert got.evidence_dir == "/var/lib/guardian/incidents/x"
+    got = mgr.set_evidence(inc.id, "/var/lib/vllm_guardian/incidents/x")
+    assert got.evidence_dir == "/var/lib/vllm_guardian/incidents/x"
     got = mgr.add_action(inc.id, Action("drain", "ok", 5.0, "readiness 503"))
     assert got.actions[-1] == Action("drain", "ok", 5.0, "readiness 503")
     assert store.load(inc.id) == got == mgr.get(inc.id)

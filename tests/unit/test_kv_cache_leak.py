@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from guardian.config_schema import DetectorsConfig, KvCacheLeakConfig
-from guardian.detectors import DETECTORS, kv_cache_leak
-from guardian.detectors.view import TargetState, TargetView
-from guardian.model import Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target
-from guardian.series import metrics as m
-from guardian.series.store import SeriesStore
+from vllm_guardian.config.schema import DetectorsConfig, KvCacheLeakConfig
+from vllm_guardian.detectors import DETECTORS, kv_cache_leak
+from vllm_guardian.detectors.view import TargetState, TargetView
+from vllm_guardian.model import Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target
+from vllm_guardian.series import metrics as m
+from vllm_guardian.series.store import SeriesStore
 
 T = "llm"
 START = 1000.0

@@ -8,8 +8,15 @@ from typing import Any
 
 import pytest
 
-from guardian.actions.launch import MINIMAL_PATH, Accounts, LaunchError, LaunchSpec, build_launch_spec, preflight
-from guardian.config import parse_config
+from vllm_guardian.remediation.launch import (
+    MINIMAL_PATH,
+    Accounts,
+    LaunchError,
+    LaunchSpec,
+    build_launch_spec,
+    preflight,
+)
+from vllm_guardian.config.loader import parse_config
 
 USERS = {"vllm": SimpleNamespace(pw_name="vllm", pw_uid=1001, pw_gid=1001, pw_dir="/srv/vllm")}
 GROUPS = {"video": SimpleNamespace(gr_gid=44), "vllm": SimpleNamespace(gr_gid=1001)}

@@ -2,8 +2,8 @@
 
 - model / errors / clock import nothing of guardian;
 - series / detectors / incidents never import host, probes, daemon or cli (pure, fast to test);
-- production code (all but guardian/testing/, the CLI and the simulator included) never imports
-  guardian.testing.
+- production code (all but vllm_guardian/testing/, the CLI and the simulator included) never imports
+  vllm_guardian.testing.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-import guardian
+import vllm_guardian
 
-PKG_DIR = Path(guardian.__file__).resolve().parent
+PKG_DIR = Path(vllm_guardian.__file__).resolve().parent
 
 
 def module_name(path: Path) -> str:
@@ -66,16 +66,36 @@ MODULES = all_modules()
 @pytest.mark.parametrize(
     "source, module, is_package, expected",
     [
-        ("from ..model import Kind", "guardian.detectors.busy_loop", False, {"guardian.model", "guardian.model.Kind"}),
-        ("from . import metrics", "guardian.series", True, {"guardian.series", "guardian.series.metrics"}),
-        ("from .store import X", "guardian.series", True, {"guardian.series.store", "guardian.series.store.X"}),
-        ("import guardian.host.procfs as p", "guardian.cli", False, {"guardian.host.procfs"}),
-        ("from guardian import testing", "guardian.daemon", False, {"guardian", "guardian.testing"}),
+        (
+            "from ..model import Kind",
+            "vllm_guardian.detectors.busy_loop",
+            False,
+            {"vllm_guardian.model", "vllm_guardian.model.Kind"},
+        ),
+        (
+            "from . import metrics",
+            "vllm_guardian.series",
+            True,
+            {"vllm_guardian.series", "vllm_guardian.series.metrics"},
+        ),
+        (
+            "from .store import X",
+            "vllm_guardian.series",
+            True,
+            {"vllm_guardian.series.store", "vllm_guardian.series.store.X"},
+        ),
+        ("import vllm_guardian.host.procfs as p", "vllm_guardian.surface.cli", False, {"vllm_guardian.host.procfs"}),
+        (
+            "from vllm_guardian import testing",
+            "vllm_guardian.loop.daemon",
+            False,
+            {"vllm_guardian", "vllm_guardian.testing"},
+        ),
         (
             "def f():\n    from ..testing import clock",
-            "guardian.incidents.manager",
+            "vllm_guardian.incidents.manager",
             False,
-            {"guardian.testing", "guardian.testing.clock"},
+            {"vllm_guardian.testing", "vllm_guardian.testing.clock"},
         ),
     ],
 )
@@ -84,17 +104,22 @@ def test_imports_are_resolved_to_absolute_names(source, module, is_package, expe
 
 
 def test_the_walk_sees_the_package():
-    assert {"guardian.model", "guardian.series.store", "guardian.detectors.busy_loop"} <= set(MODULES)
+    assert {"vllm_guardian.model", "vllm_guardian.series.store", "vllm_guardian.detectors.busy_loop"} <= set(MODULES)
 
 
 # ------------------------------------------------------------------ the rules
-@pytest.mark.parametrize("module", ["guardian.model", "guardian.errors", "guardian.clock"])
+@pytest.mark.parametrize("module", ["vllm_guardian.model", "vllm_guardian.errors", "vllm_guardian.clock"])
 def test_vocabulary_modules_import_nothing_of_guardian(module):
-    assert sorted(i for i in MODULES[module] if within(i, "guardian")) == []
+    assert sorted(i for i in MODULES[module] if within(i, "vllm_guardian")) == []
 
 
-PURE = ("guardian.series", "guardian.detectors", "guardian.incidents")
-FORBIDDEN_FOR_PURE = ("guardian.host", "guardian.probes", "guardian.daemon", "guardian.cli")
+PURE = ("vllm_guardian.series", "vllm_guardian.detectors", "vllm_guardian.incidents")
+FORBIDDEN_FOR_PURE = (
+    "vllm_guardian.host",
+    "vllm_guardian.probes",
+    "vllm_guardian.loop.daemon",
+    "vllm_guardian.surface.cli",
+)
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if any(within(m, p) for p in PURE)))
@@ -104,9 +129,9 @@ def test_pure_layers_never_touch_the_machine(module):
 
 
 def is_production(module: str) -> bool:
-    return not within(module, "guardian.testing")
+    return not within(module, "vllm_guardian.testing")
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if is_production(m)))
 def test_production_code_never_imports_the_testing_package(module):
-    assert sorted(i for i in MODULES[module] if within(i, "guardian.testing")) == []
+    assert sorted(i for i in MODULES[module] if within(i, "vllm_guardian.testing")) == []

@@ -13,7 +13,7 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from guardian.config import parse_config
+from vllm_guardian.config.loader import parse_config
 from tools.kustomize_subset import RenderError, render
 
 ROOT = Path(__file__).resolve().parents[2]

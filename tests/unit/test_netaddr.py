@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-from guardian.netaddr import free_port, is_hostport, parse_hostport
+from vllm_guardian.netaddr import free_port, is_hostport, parse_hostport
 
 
 @pytest.mark.parametrize(

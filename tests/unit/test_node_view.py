@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from guardian.diagnosis.node_view import accelerator_rows, render_table, target_utilization
-from guardian.host.accel import MIB, AccelSnapshot, DeviceReading, ProcessUsage
-from guardian.host.accel.npu_smi import snapshot_of
-from guardian.host.accel.npu_smi_parse import parse_info
-from guardian.model import ProcessInfo, ProcKey, Role, Target
+from vllm_guardian.diagnosis.node_view import accelerator_rows, render_table, target_utilization
+from vllm_guardian.host.accel import MIB, AccelSnapshot, DeviceReading, ProcessUsage
+from vllm_guardian.host.accel.npu_smi import snapshot_of
+from vllm_guardian.host.accel.npu_smi_parse import parse_info
+from vllm_guardian.model import ProcessInfo, ProcKey, Role, Target
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "npu_smi"
 INFO_FIXTURES = sorted(p.name for p in FIXTURES.glob("*.txt") if not p.name.startswith(("usages", "common")))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from guardian.errors import ProbeFailed
-from guardian.host.accel.npu_smi_parse import NpuChip, NpuProcess, NpuSmiInfo, parse_info, parse_usages
+from vllm_guardian.errors import ProbeFailed
+from vllm_guardian.host.accel.npu_smi_parse import NpuChip, NpuProcess, NpuSmiInfo, parse_info, parse_usages
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "npu_smi"
 

@@ -6,11 +6,11 @@ import dataclasses
 
 import pytest
 
-from guardian.config_schema import DetectorsConfig, OutputCorruptionConfig
-from guardian.detectors import output_corruption
-from guardian.gates.judge import GateFailure
-from guardian.gates.ledger import LedgerView, ReportRecord, RoundRecord
-from guardian.model import Kind
+from vllm_guardian.config.schema import DetectorsConfig, OutputCorruptionConfig
+from vllm_guardian.detectors import output_corruption
+from vllm_guardian.gates.judge import GateFailure
+from vllm_guardian.gates.ledger import LedgerView, ReportRecord, RoundRecord
+from vllm_guardian.model import Kind
 
 from detector_world import make_view
 

@@ -4,9 +4,9 @@ from dataclasses import replace
 
 import pytest
 
-from guardian.config_schema import DetectorsConfig, ProbeFailureConfig
-from guardian.detectors.probe_failure import evaluate_episodes
-from guardian.model import Kind, Severity
+from vllm_guardian.config.schema import DetectorsConfig, ProbeFailureConfig
+from vllm_guardian.detectors.probe_failure import evaluate_episodes
+from vllm_guardian.model import Kind, Severity
 
 CFG = replace(DetectorsConfig(), probe_failure=ProbeFailureConfig(after=5))
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 import threading
 
-from guardian.episodes import EpisodeLog
-from guardian.model import Sample
-from guardian.probes.async_runner import AsyncRunner
-from guardian.probes.base import Folded, Job, Seen
-from guardian.probes.scheduler import ProbeScheduler
-from guardian.probes.table import PROBE_TABLE, probe_names
-from guardian.selfstats import SelfStats
-from guardian.series import SeriesStore
+from vllm_guardian.state.episodes import EpisodeLog
+from vllm_guardian.model import Sample
+from vllm_guardian.state.async_runner import AsyncRunner
+from vllm_guardian.probes.base import Folded, Job, Seen
+from vllm_guardian.probes.scheduler import ProbeScheduler
+from vllm_guardian.probes.table import PROBE_TABLE, probe_names
+from vllm_guardian.state.selfstats import SelfStats
+from vllm_guardian.series import SeriesStore
 
 
 class Scripted:
@@ -154,7 +154,7 @@ def test_an_off_loop_job_past_its_timeout_counts_one_overrun():
 
 
 def test_a_step_a_probe_took_for_an_incident_is_handed_on_to_be_recorded():
-    from guardian.model import Action
+    from vllm_guardian.model import Action
 
     class Diagnosis(Scripted):
         def fold(self, result, now):

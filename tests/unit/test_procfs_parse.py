@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from guardian.host.procfs_parse import (
+from vllm_guardian.host.procfs_parse import (
     SocketEntry,
     StatusInfo,
     SyscallInfo,
@@ -301,7 +301,7 @@ def test_net_tcp_without_valid_rows_is_empty(text):
     ],
 )
 def test_schedstat_is_run_ns_wait_ns_timeslices(text, expected):
-    from guardian.host.procfs_parse import parse_schedstat
+    from vllm_guardian.host.procfs_parse import parse_schedstat
 
     st = parse_schedstat(text)
     assert (st.run_ns, st.wait_ns, st.timeslices) == expected
@@ -309,7 +309,7 @@ def test_schedstat_is_run_ns_wait_ns_timeslices(text, expected):
 
 @pytest.mark.parametrize("text", ["", "12 34", "a b c"])
 def test_malformed_schedstat_is_a_value_error(text):
-    from guardian.host.procfs_parse import parse_schedstat
+    from vllm_guardian.host.procfs_parse import parse_schedstat
 
     with pytest.raises(ValueError):
         parse_schedstat(text)

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from guardian.actions import pyspy
-from guardian.actions.pyspy import Frame, Local, ThreadStack
+from vllm_guardian.bundle import pyspy
+from vllm_guardian.bundle.pyspy import Frame, Local, ThreadStack
 
 # dump --json of a three-thread target (py-spy 0.4.3): a C spin, a thread blocked on a
 # Lock, a pure-Python spin in the main thread. Innermost frame first.

@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-import guardian.host.kube as kube
-from guardian.host.kube import KubeClient, PodRef, list_node_pods
+import vllm_guardian.host.kube as kube
+from vllm_guardian.host.kube import KubeClient, PodRef, list_node_pods
 from tools.kustomize_subset import render
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ NS = "llm"  # the namespace the shipped RoleBindings grant (the example vLLM's)
 UID = "3f8e2a1c-7b4d-4e9a-9c1f-2d6b8e0a5f71"
 POD = PodRef(NS, "vllm-llama-0", UID)
 
-# Every function of guardian/host/kube.py that talks to the API server, driven once.
+# Every function of vllm_guardian/host/kube.py that talks to the API server, driven once.
 DRIVERS = {
     "list_node_pods": lambda c: list_node_pods(c, NS, "vllm-llama-0", "app=vllm"),
     "find_pod": lambda c: c.find_pod(UID),

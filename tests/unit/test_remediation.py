@@ -6,21 +6,21 @@ from dataclasses import replace
 
 import pytest
 
-from guardian.actions.launch import MINIMAL_PATH
-from guardian.actions.remediation import Phase, PhaseProgress, RemediationSettings, Remediator
-from guardian.config import parse_config
-from guardian.config_schema import RestartConfig
-from guardian.config_schema import Mode
-from guardian.incidents import IncidentManager, IncidentStore
-from guardian.model import Finding, Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target, TargetRef
-from guardian.actions.policy import Maintenance, RestartLedger
-from guardian.probes.async_runner import Done
-from guardian.series import SeriesStore
-from guardian.series import metrics as m
-from guardian.testing.clock import FakeClock
-from guardian.testing.fake_control import FakeControl
-from guardian.testing.fake_runner import FakeRunner, result
-from guardian.tracker import Tracker
+from vllm_guardian.remediation.launch import MINIMAL_PATH
+from vllm_guardian.remediation.machine import Phase, PhaseProgress, RemediationSettings, Remediator
+from vllm_guardian.config.loader import parse_config
+from vllm_guardian.config.schema import RestartConfig
+from vllm_guardian.config.schema import Mode
+from vllm_guardian.incidents import IncidentManager, IncidentStore
+from vllm_guardian.model import Finding, Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target, TargetRef
+from vllm_guardian.remediation.policy import Maintenance, RestartLedger
+from vllm_guardian.state.async_runner import Done
+from vllm_guardian.series import SeriesStore
+from vllm_guardian.series import metrics as m
+from vllm_guardian.testing.clock import FakeClock
+from vllm_guardian.testing.fake_control import FakeControl
+from vllm_guardian.testing.fake_runner import FakeRunner, result
+from vllm_guardian.state.tracker import Tracker
 
 API, ENGINE, WORKER = ProcKey(100, 1), ProcKey(101, 2), ProcKey(102, 3)
 NEW_API = ProcKey(300, 50)
@@ -469,8 +469,8 @@ class RecordingApi:
 
 
 def test_kubernetes_mode_deletes_the_pod_and_lets_its_controller_recreate_it(tmp_path):
-    from guardian.host.kube import KubeClient
-    from guardian.testing.fake_proc import FakeProcTree
+    from vllm_guardian.host.kube import KubeClient
+    from vllm_guardian.testing.fake_proc import FakeProcTree
 
     proc = FakeProcTree(tmp_path / "proc")
     proc.add_process(API.pid, 1, ("python3", "-m", "vllm.entrypoints.openai.api_server"), starttime=API.starttime)

@@ -7,8 +7,8 @@ from xml.etree import ElementTree
 
 import pytest
 
-from guardian.diagnosis.report_html import ReportInput, render_report, select_charts
-from guardian.series import metrics as m
+from vllm_guardian.diagnosis.report_html import ReportInput, render_report, select_charts
+from vllm_guardian.series import metrics as m
 
 HOT = "p200/t212"
 

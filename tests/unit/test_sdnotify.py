@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from guardian.sdnotify import SdNotify, parse_address, parse_watchdog
+from vllm_guardian.surface.sdnotify import SdNotify, parse_address, parse_watchdog
 
 
 class FakeSystemd:

@@ -1,7 +1,7 @@
 """SeriesStore keeps each metric for its horizon: the default, or the metric's own (longer) one."""
 
-from guardian.model import Sample
-from guardian.series.store import SeriesStore
+from vllm_guardian.model import Sample
+from vllm_guardian.series.store import SeriesStore
 
 
 def _fill(store: SeriesStore, metric: str, until: int) -> None:

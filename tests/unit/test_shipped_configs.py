@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from guardian.config import load_config
-from guardian.config_schema import Config
+from vllm_guardian.config.loader import load_config
+from vllm_guardian.config.schema import Config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 SHIPPED = sorted(CONFIGS.rglob("*.yaml"))

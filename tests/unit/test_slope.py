@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from guardian.series.slope import Fit, downsample, pairwise_slopes, spearman, theil_sen
+from vllm_guardian.series.slope import Fit, downsample, pairwise_slopes, spearman, theil_sen
 
 
 def fit_of(pts, **kwargs) -> Fit:

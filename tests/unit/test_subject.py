@@ -2,7 +2,7 @@
 
 import pytest
 
-from guardian.model import Subject
+from vllm_guardian.model import Subject
 
 
 @pytest.mark.parametrize(

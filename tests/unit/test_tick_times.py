@@ -2,7 +2,7 @@
 
 import pytest
 
-from guardian.tick_times import TickTimes
+from vllm_guardian.state.tick_times import TickTimes
 
 
 def test_no_tick_yet_has_no_quantile():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from guardian.diagnosis.traceback_parse import parse_last_traceback, strip_line
+from vllm_guardian.diagnosis.traceback_parse import parse_last_traceback, strip_line
 
 SCHED = """\
 (APIServer pid=1) INFO 12-01 05:00:00 [loggers.py:123] Engine 000: Avg prompt throughput: 1.0 tokens/s

@@ -1,7 +1,7 @@
 """What the guardian remembers per target: new, restarted, gone, forgotten; the snapshotted tree."""
 
-from guardian.model import ProcessInfo, ProcKey, Role, Target
-from guardian.tracker import Tracker
+from vllm_guardian.model import ProcessInfo, ProcKey, Role, Target
+from vllm_guardian.state.tracker import Tracker
 
 API = ProcKey(100, 5000)
 ENGINE = ProcKey(101, 5010)

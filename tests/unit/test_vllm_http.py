@@ -4,12 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from guardian.errors import ProbeFailed
-from guardian.host.http import HttpError
-from guardian.probes.vllm_http import scrape
-from guardian.probes.vllm_metrics_parse import parse_vllm_metrics
-from guardian.series import metrics as m
-from guardian.testing.fake_http import FakeHttp, ok
+from vllm_guardian.errors import ProbeFailed
+from vllm_guardian.host.http import HttpError
+from vllm_guardian.probes.vllm_http import scrape
+from vllm_guardian.probes.vllm_metrics_parse import parse_vllm_metrics
+from vllm_guardian.series import metrics as m
+from vllm_guardian.testing.fake_http import FakeHttp, ok
 
 FIX = Path(__file__).parent.parent / "fixtures" / "metrics"
 URL = "http://127.0.0.1:8000"

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from guardian.detectors.progress import (
+from vllm_guardian.detectors.progress import (
     canaries,
     counter_moved,
     pending_samples,
     pending_throughout,
     progress_between,
 )
-from guardian.model import Sample
-from guardian.series import metrics as m
-from guardian.series.store import SeriesStore
-from guardian.series.window import coverage, first_in, last_at_or_before, median, points_between, span
+from vllm_guardian.model import Sample
+from vllm_guardian.series import metrics as m
+from vllm_guardian.series.store import SeriesStore
+from vllm_guardian.series.window import coverage, first_in, last_at_or_before, median, points_between, span
 
 T = "llm"
 

@@ -1,0 +1,1 @@
+"""Evidence bundles: py-spy, redaction, the evidence writer, summaries, retention."""

@@ -1,0 +1,63 @@
+"""Writes one evidence bundle folder: files ``0640`` (atomically: temporary name, then rename),
+folders ``0750`` whatever the umask, and the manifest's bookkeeping (files and sizes, failures
+and their reasons, notes, py-spy calls). Safe to use from the capture's pool threads.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from vllm_guardian.fsutil import atomic_write
+
+FILE_MODE = 0o640
+DIR_MODE = 0o750
+
+
+class BundleWriter:
+    """The folder being written and its manifest entries; safe to use from the pool threads."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.files: dict[str, int] = {}
+        self.failures: dict[str, str] = {}
+        self.steps: list[dict[str, Any]] = []
+        self.notes: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def mkdir(self, path: Path) -> None:
+        missing = []
+        while not path.is_dir():
+            missing.append(path)
+            path = path.parent
+        for d in reversed(missing):
+            try:
+                d.mkdir(mode=DIR_MODE)
+            except FileExistsError:
+                pass
+            os.chmod(d, DIR_MODE)
+
+    def write(self, rel: str, data: str | bytes) -> None:
+        raw = data.encode("utf-8", errors="replace") if isinstance(data, str) else data
+        path = self.root / rel
+        self.mkdir(path.parent)
+        atomic_write(path, raw, mode=FILE_MODE)
+        self.adopt(rel, len(raw))
+
+    def adopt(self, rel: str, size: int) -> None:
+        with self._lock:
+            self.files[rel] = size
+
+    def fail(self, key: str, reason: str) -> None:
+        with self._lock:
+            self.failures.setdefault(key, reason)
+
+    def note(self, key: str, text: str) -> None:
+        with self._lock:
+            self.notes[key] = text
+
+    def step(self, entry: dict[str, Any]) -> None:
+        with self._lock:
+            self.steps.append(entry)

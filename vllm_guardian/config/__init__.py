@@ -1,0 +1,1 @@
+"""Configuration: the typed schema and the strict loader (errors name the key path)."""

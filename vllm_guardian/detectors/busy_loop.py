@@ -1,0 +1,132 @@
+"""busy_loop: a thread of the target spins while the engine makes no progress.
+
+Reads the hot threads (``hot_threads``), the progress counters, the request
+gauges and the canary results. Decides, for the hottest thread:
+
+1. counters advanced since it became hot -> nothing (busy decode under load,
+   CPU-heavy tokenisation that still makes progress);
+2. work pending throughout and counters frozen -> confirmed (``counters_frozen``);
+3. a canary started after it became hot: answered -> nothing (a benign busy-poll
+   that still serves); timed out without progress during its flight -> confirmed
+   (``canary_timeout``);
+4. otherwise a suspect (unconfirmed): the daemon sends a canary to decide.
+
+A thread hot for less than ``min_coverage`` of the window is only ever a
+suspect: the confirming canary starts early, but no conclusion is drawn yet.
+"Early" is judged on the last ``SUSPECT_WINDOW`` seconds: over the whole window the
+cold samples from before the onset hold the median under the ratio for half of it,
+which delayed the canary (and so the incident) by ~5 s after a spin began.
+
+Never during startup grace (model load, graph capture) nor once the API server is gone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from vllm_guardian.config.schema import BusyLoopConfig, DetectorsConfig
+from vllm_guardian.model import Finding, Kind, Severity
+from vllm_guardian.detectors.hot_threads import HotThread, hot_threads_for, role_label
+from vllm_guardian.detectors.progress import Canary, canaries, pending_samples, pending_throughout, progress_between
+from vllm_guardian.detectors.view import TargetView
+
+KIND = Kind.BUSY_LOOP
+SUSPECT_WINDOW = 3.0  # seconds: a thread hot over these is worth a confirming canary (no conclusion)
+
+
+def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
+    st, bl = view.state, cfg.busy_loop
+    if not st.ready or not st.api_alive:
+        return None
+    hot = hot_threads_for(view, bl)
+    covered = bool(hot)
+    if not covered:
+        # Hot, but not yet for min_coverage of the window: not enough to conclude, enough to
+        # start confirming, so the canary's timeout overlaps the wait for coverage.
+        hot = hot_threads_for(view, replace(bl, min_coverage=0.0, window=min(bl.window, SUSPECT_WINDOW)))
+        if not hot:
+            return None
+    h = hot[0]
+    name, now = st.target.name, st.now
+    progress = progress_between(view.series, name, h.first_t, now)
+    if progress is True:
+        return None
+    if not covered:
+        sig = _signals(h, bl, progress, False, None, now)
+        return _finding(view, h, sig, "suspect", f"hot for {now - h.first_t:.1f}s, confirming", confirmed=False)
+    pending = pending_throughout(view.series, name, h.first_t, now)
+    pend_pts = pending_samples(view.series, name, h.first_t, now)
+    pending_now = pend_pts[-1][1] if pend_pts else None
+    base = _signals(h, bl, progress, pending, pending_now, now)
+
+    if pending and progress is False:
+        what = f"counters frozen with {pending_now:g} requests pending for {now - h.first_t:.1f}s"
+        return _finding(view, h, base, "counters_frozen", what, confirmed=True)
+
+    recent = [c for c in canaries(view.series, name, h.first_t, now) if c.started >= h.first_t]
+    if recent:
+        c = recent[-1]
+        if c.ok:
+            return None
+        if c.timed_out and progress_between(view.series, name, c.started, c.ended) is not True:
+            sig = dict(base, **_canary_signals(c))
+            what = f"canary timed out after {c.ended - c.started:.1f}s"
+            return _finding(view, h, sig, "canary_timeout", what, confirmed=True)
+
+    sig = dict(base)
+    if recent:
+        sig.update(_canary_signals(recent[-1]))
+    if st.canary_in_flight_since is not None:
+        sig["canary_in_flight_s"] = round(now - st.canary_in_flight_since, 3)
+    why = "progress unknown" if progress is None else "no work visibly pending"
+    return _finding(view, h, sig, "suspect", f"{why}, confirming with a canary", confirmed=False)
+
+
+def _signals(
+    h: HotThread, bl: BusyLoopConfig, progress: bool | None, pending: bool, pending_now: float | None, now: float
+) -> dict[str, Any]:
+    return {
+        "pid": h.pid,
+        "tid": h.tid,
+        "role": h.role.value if h.role is not None else None,
+        "cpu_ratio": round(h.cpu_ratio, 4),
+        "cpu_demand": round(h.demand_ratio, 4),
+        "voluntary_per_cpu_s": round(h.voluntary_per_cpu_s, 3),
+        "syscall_running_fraction": None if h.running_fraction is None else round(h.running_fraction, 4),
+        "hot_for_s": round(now - h.first_t, 3),
+        "window": bl.window,
+        "progress": progress,
+        "pending": pending,
+        "pending_requests": pending_now,
+        "threshold_cpu_ratio": bl.cpu_ratio,
+        "threshold_max_voluntary_per_cpu_second": bl.max_voluntary_per_cpu_second,
+        "threshold_running_fraction": bl.running_fraction,
+        "threshold_min_coverage": bl.min_coverage,
+    }
+
+
+def _canary_signals(c: Canary) -> dict[str, Any]:
+    return {
+        "canary_ok": c.ok,
+        "canary_timed_out": c.timed_out,
+        "canary_latency_s": c.latency if c.latency is not None else round(c.ended - c.started, 3),
+    }
+
+
+def _finding(
+    view: TargetView, h: HotThread, signals: dict[str, Any], reason: str, what: str, confirmed: bool
+) -> Finding:
+    signals["reason"] = reason
+    sep = "; " if not confirmed else " with no engine progress ("
+    tail = ")" if confirmed else ""
+    summary = f"{role_label(h.role)} thread {h.tid} spins at {h.demand_ratio:.0%} CPU{sep}{what}{tail}"
+    return Finding(
+        kind=KIND,
+        target=view.state.target.name,
+        severity=Severity.CRITICAL,
+        summary=summary,
+        signals=signals,
+        confirmed=confirmed,
+        subject=h.subject,
+    )

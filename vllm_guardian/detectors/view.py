@@ -1,0 +1,44 @@
+"""What a detector is handed: the facts the daemon tracks about one target plus its series.
+
+Read only. The daemon builds one ``TargetView`` per target per tick; detectors
+are pure functions of it and of the detectors config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vllm_guardian.gates.ledger import LedgerView
+from vllm_guardian.model import Target
+from vllm_guardian.series.store import SeriesStore
+
+
+@dataclass(frozen=True)
+class TargetState:
+    """Facts the daemon tracks per target."""
+
+    target: Target  # latest snapshot
+    now: float  # monotonic now
+    ready: bool  # the current API-server process has answered a canary (startup grace over)
+    ever_ready: bool  # this target name has been ready at some point (survives restarts)
+    api_alive: bool  # the API server of the snapshot still exists
+    gone_since: float | None  # monotonic time the API server vanished
+    engine_alive: bool | None  # None when no engine_core was ever seen in this target's tree
+    canary_in_flight_since: float | None
+    probe_interval: float = 1.0  # procfs/http sampling interval (seconds), for coverage math
+    ready_since: float | None = None  # monotonic time the current API server became ready (warm-up)
+
+
+@dataclass(frozen=True)
+class TargetView:
+    state: TargetState
+    series: SeriesStore  # read only
+    gates: LedgerView | None = None  # the output-correctness gates' recent verdicts, when gates run
+
+    @property
+    def name(self) -> str:
+        return self.state.target.name
+
+    @property
+    def now(self) -> float:
+        return self.state.now

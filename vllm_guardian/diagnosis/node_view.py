@@ -1,0 +1,121 @@
+"""The node's accelerators, as ``npu-smi info`` / ``nvtop`` show them, in one list (pure).
+
+Input: the accelerator snapshots the probe read (every device NVML or npu-smi
+reported, whether or not a target uses it) and the targets' snapshotted trees.
+Output: the status document's top-level ``accelerators`` list, one row per
+device::
+
+    {"device": "npu:0.0", "backend": "npu_smi", "name": "310P3", "health": "OK",
+     "utilization_pct": 0.0, "utilization_label": "AICore",
+     "memory_kind": "ddr" | "hbm" | "vram", "memory_used_bytes": …, "memory_total_bytes": …,
+     "processes": [{"pid": 123, "name": "VLLMEngineCor", "memory_bytes": …,
+                    "target": "vllm-8000" | null, "role": "engine_core" | null}], "read_age_s": 0.4}
+
+and ``render_table`` writes the same rows as text for ``guardian status`` /
+``guardian probe --once``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+from vllm_guardian.host.accel import AccelSnapshot
+from vllm_guardian.model import Target
+
+GIB = 1024**3
+
+
+def _owners(targets: Iterable[Target]) -> dict[int, tuple[str, str]]:
+    out: dict[int, tuple[str, str]] = {}
+    for t in targets:
+        for p in t.processes:
+            out[p.pid] = (t.name, p.role.value)
+    return out
+
+
+def accelerator_rows(
+    snapshots: Iterable[tuple[float, AccelSnapshot]], targets: Iterable[Target], now: float
+) -> list[dict[str, Any]]:
+    """Every device of every snapshot, with its processes and their owning targets; sorted by device id."""
+    owners = _owners(targets)
+    rows: list[dict[str, Any]] = []
+    for read_at, snap in snapshots:
+        procs: dict[str, list[dict[str, Any]]] = {}
+        for p in snap.processes:
+            owner = owners.get(p.pid)
+            procs.setdefault(p.device, []).append(
+                {
+                    "pid": p.pid,
+                    "name": p.name,
+                    "memory_bytes": p.memory_bytes,
+                    "target": owner[0] if owner else None,
+                    "role": owner[1] if owner else None,
+                }
+            )
+        for d in snap.devices:
+            extra = dict(d.extra)
+            npu = d.backend == "npu_smi"
+            label = "AICore" if npu else "GPU"
+            if npu and "usages" in extra and "NPU Utilization(%)" in (extra.get("usages") or {}):
+                label = "NPU"
+            rows.append(
+                {
+                    "device": d.id,
+                    "backend": d.backend,
+                    "name": d.name,
+                    "health": d.health,
+                    "utilization_pct": None if d.utilization is None else round(d.utilization * 100, 1),
+                    "utilization_label": label,
+                    "memory_kind": extra.get("memory_kind", "vram" if not npu else "hbm"),
+                    "memory_used_bytes": d.memory_used_bytes,
+                    "memory_total_bytes": d.memory_total_bytes,
+                    "power_w": d.power_w,
+                    "temperature_c": d.temperature_c,
+                    "processes": sorted(procs.get(d.id, []), key=lambda r: r["pid"]),
+                    "read_age_s": round(max(0.0, now - read_at), 3),
+                }
+            )
+    return sorted(rows, key=lambda r: _sort_key(r["device"]))
+
+
+def _sort_key(dev: str) -> tuple:
+    kind, _, rest = dev.partition(":")
+    nums = []
+    for part in rest.split("."):
+        nums.append(int(part) if part.isdigit() else 0)
+    return (kind, tuple(nums))
+
+
+def _gib(v: Any) -> str:
+    return "?" if v is None else f"{v / GIB:.1f}"
+
+
+def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The rows as an aligned text table (empty list → one line saying so)."""
+    if not rows:
+        return "accelerators: none reported (no NVML device, no npu-smi)\n"
+    out = ["accelerators:"]
+    for r in rows:
+        util = "?" if r.get("utilization_pct") is None else f"{r['utilization_pct']:g} %"
+        mem = (
+            f"{r.get('memory_kind', '').upper() or 'mem'} {_gib(r.get('memory_used_bytes'))}/"
+            f"{_gib(r.get('memory_total_bytes'))} GiB"
+        )
+        out.append(
+            f"  {r['device']:<10} {r.get('name') or '?':<14} health {r.get('health') or '?':<8} "
+            f"{r.get('utilization_label', 'util')} {util:<7} {mem}"
+        )
+        for p in r.get("processes") or ():
+            owner = f"target {p['target']} ({p['role']})" if p.get("target") else "no target"
+            out.append(f"      pid {p['pid']:<8} {p.get('name') or '':<16} {_gib(p.get('memory_bytes'))} GiB  {owner}")
+    return "\n".join(out) + "\n"
+
+
+def target_utilization(rows: Sequence[Mapping[str, Any]], target: str) -> float | None:
+    """0..1: the busiest device one of the target's processes sits on (None when it has none or no number)."""
+    vals = [
+        r["utilization_pct"]
+        for r in rows
+        if r.get("utilization_pct") is not None and any(p.get("target") == target for p in r.get("processes") or ())
+    ]
+    return max(vals) / 100.0 if vals else None

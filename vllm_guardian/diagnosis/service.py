@@ -1,0 +1,293 @@
+"""Diagnosis of one evidence bundle: what the incident most likely is, and (engine_dead) why it died.
+
+Runs off the loop thread, right after the evidence capture, on what the bundle
+holds — so it needs nothing from the capture's internals:
+
+- ``capture.json`` (the focus pid, the processes and their roles and command lines),
+- ``pyspy-<pid>-<role>.json`` (the threads of each process),
+- ``series.json`` (metric windows) and ``accelerators.json``;
+
+plus, through seams: the target's log tail (``log_tail.read_tail``: file, journalctl
+via the ``CommandRunner``, the previous container's log via ``KubeClient``), and
+the server's ``GET /version`` (``HttpClient``, short timeout; absent when the
+server does not answer). The focus process is matched first; the other processes'
+dumps are matched when it gives nothing.
+
+Writes into the bundle: ``diagnosis.json`` ({diagnosis, crash, notes,
+accelerators, vllm_version}), the diagnosis block into ``summary.txt`` (after its
+header, so it is read first) and ``report.html``. Never raises: a failure is
+logged and the bundle keeps what it had.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from vllm_guardian.bundle.pyspy import ThreadStack, parse_dump_json
+from vllm_guardian.bundle.redact import redact_text
+from vllm_guardian.host.http import HttpClient
+from vllm_guardian.host.runner import CommandRunner
+from vllm_guardian.incidents.store import incident_to_dict, jsonable
+from vllm_guardian.model import Incident
+from vllm_guardian.series import metrics as m
+from vllm_guardian.diagnosis.catalog_load import all_signatures, load_catalogs
+from vllm_guardian.diagnosis.forensics import crash_report
+from vllm_guardian.diagnosis.log_tail import MAX_BYTES, LogTail, choose_source, read_tail
+from vllm_guardian.diagnosis.matcher import Crash, CrashFrame, Observation, device_idle_note, diagnose
+from vllm_guardian.diagnosis.node_view import target_utilization
+from vllm_guardian.diagnosis.report_html import DIAGNOSIS_FILE, write_report
+from vllm_guardian.diagnosis.signature import Signature
+from vllm_guardian.diagnosis.text import diagnosis_lines, insert_into_summary
+from vllm_guardian.diagnosis.version import is_version
+
+log = logging.getLogger(__name__)
+
+VERSION_TIMEOUT_S = 2.0
+MAX_MATCHES = 5
+
+
+@dataclass(frozen=True)
+class DiagnosisResult:
+    diagnosis: tuple[dict[str, Any], ...] = ()
+    crash: dict[str, Any] | None = None
+    notes: tuple[str, ...] = ()
+    vllm_version: str | None = None
+    accelerators: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def bundle_threads(bundle: Path) -> dict[int, tuple[ThreadStack, ...]]:
+    """pid → threads, from every ``pyspy-<pid>-<role>.json`` of the bundle (unparsable ones skipped)."""
+    out: dict[int, tuple[ThreadStack, ...]] = {}
+    for f in sorted(bundle.glob("pyspy-*-*.json")):
+        pid = f.name.split("-")[1]
+        if not pid.isdigit():
+            continue
+        try:
+            out[int(pid)] = parse_dump_json(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def metric_values(series: Mapping[str, Any]) -> dict[str, list[float]]:
+    """The target-level windows (subject ``""``) as metric → values, oldest first."""
+    out: dict[str, list[float]] = {}
+    for metric, subjects in (series or {}).items():
+        pts = (subjects or {}).get("") if isinstance(subjects, Mapping) else None
+        if pts:
+            out[metric] = [float(p[1]) for p in pts if len(p) == 2]
+    return out
+
+
+class Diagnoser:
+    def __init__(
+        self,
+        signatures: Sequence[Signature],
+        *,
+        runner: CommandRunner | None = None,
+        kube: Callable[[], Any] | None = None,
+        http: HttpClient | None = None,
+        log_max_bytes: int = MAX_BYTES,
+        version_timeout: float = VERSION_TIMEOUT_S,
+    ) -> None:
+        self.signatures = tuple(signatures)
+        self._runner = runner
+        self._kube = kube
+        self._http = http
+        self._max_bytes = log_max_bytes
+        self._version_timeout = version_timeout
+
+    @classmethod
+    def from_config(cls, cfg: Any, **seams: Any) -> Diagnoser:
+        """The shipped catalogs plus ``diagnosis.catalogs``; ``CatalogError`` at startup when one is bad."""
+        d = getattr(cfg, "diagnosis", None)
+        extra = tuple(getattr(d, "catalogs", ()) or ())
+        max_bytes = getattr(d, "log_max_bytes", MAX_BYTES) if d is not None else MAX_BYTES
+        return cls(all_signatures(load_catalogs(extra)), log_max_bytes=max_bytes, **seams)
+
+    # ------------------------------------------------------------ inputs through seams
+    def vllm_version(self, api_url: str | None) -> str | None:
+        if not api_url or self._http is None:
+            return None
+        try:
+            r = self._http.request("GET", api_url.rstrip("/") + "/version", self._version_timeout)
+            v = r.json().get("version") if r.status == 200 else None
+        except Exception:  # noqa: BLE001 - a server that does not answer has no version to give
+            return None
+        return v if isinstance(v, str) and is_version(v) else None
+
+    def log_tail(self, target_cfg: Any) -> LogTail:
+        return read_tail(choose_source(target_cfg), runner=self._runner, kube=self._kube, max_bytes=self._max_bytes)
+
+    # ------------------------------------------------------------ the decision
+    def diagnose(
+        self,
+        incident: Incident,
+        *,
+        threads: Mapping[int, Sequence[ThreadStack]],
+        focus_pid: int | None,
+        roles: Mapping[int, str],
+        cmdlines: Mapping[int, str],
+        series: Mapping[str, Any],
+        accelerators: Sequence[Mapping[str, Any]],
+        tail: LogTail | None,
+        version: str | None,
+    ) -> DiagnosisResult:
+        """Pure given its inputs: the matches (best first), the crash document and the notes."""
+        kind = incident.kind.value
+        util = target_utilization(accelerators, incident.target.name)
+        if util is None:
+            vals = metric_values(series).get(m.ACCEL_UTIL)
+            util = vals[-1] if vals else None
+        tid = incident.signals.get("tid")
+        base = Observation(
+            kind,
+            vllm_version=version,
+            device_utilization=util,
+            metrics=metric_values(series),
+            cmdline=" ; ".join(cmdlines.values()),
+            log_lines=tuple(tail.lines) if tail is not None else (),
+        )
+        crash = None
+        if kind == "engine_dead":
+            crash = crash_report(tail or LogTail(None, (), "no log source"), self.signatures, base)
+            base = replace(base, log_lines=())  # crash_report already saw them
+        order = ([focus_pid] if focus_pid in threads else []) + [p for p in threads if p != focus_pid]
+        found: dict[str, dict[str, Any]] = {}
+        for pid in order or [None]:
+            obs = replace(
+                base,
+                threads=tuple(threads.get(pid, ())) if pid is not None else (),
+                hot_tid=tid if isinstance(tid, int) and pid == focus_pid else None,
+                role=roles.get(pid) if pid is not None else incident.target.role,
+            )
+            if crash is not None and crash.get("exception"):
+                obs = replace(
+                    obs,
+                    crash=Crash(
+                        crash["exception"],
+                        crash.get("message") or "",
+                        tuple(
+                            CrashFrame(f["file"], f["line"], f["function"], f.get("code", ""))
+                            for f in crash.get("frames") or ()
+                        ),
+                    ),
+                )
+            for mt in diagnose(self.signatures, obs):
+                d = mt.to_dict()
+                if pid is not None and pid != focus_pid:
+                    d["matched"] = [f"in process {pid} ({roles.get(pid, '?')})"] + d["matched"]
+                if mt.id not in found or found[mt.id]["confidence"] < d["confidence"]:
+                    found[mt.id] = d
+            if found and pid == focus_pid:
+                break
+        if crash is not None:
+            for d in crash.get("diagnosis") or ():
+                if d["id"] not in found or found[d["id"]]["confidence"] < d["confidence"]:
+                    found[d["id"]] = d
+            crash = {k: v for k, v in crash.items() if k != "diagnosis"}
+        ranked = sorted(found.values(), key=lambda d: (-d["confidence"], -len(d["matched"]), d["id"]))
+        note = device_idle_note(kind, util)
+        return DiagnosisResult(
+            tuple(ranked[:MAX_MATCHES]), crash, (note,) if note else (), version, tuple(dict(r) for r in accelerators)
+        )
+
+    # ------------------------------------------------------------ the bundle
+    def diagnose_bundle(
+        self,
+        bundle_dir: str | os.PathLike[str],
+        incident: Incident,
+        *,
+        target_cfg: Any = None,
+        api_url: str | None = None,
+        accelerators: Sequence[Mapping[str, Any]] = (),
+    ) -> DiagnosisResult:
+        """Reads the bundle, diagnoses, writes diagnosis.json / summary.txt / report.html. Never raises."""
+        bundle = Path(bundle_dir)
+        try:
+            capture = _read_json(bundle / "capture.json") or {}
+            procs = capture.get("processes") or []
+            roles = {int(p["pid"]): str(p.get("role")) for p in procs if isinstance(p.get("pid"), int)}
+            cmdlines = {int(p["pid"]): " ".join(p.get("cmdline") or ()) for p in procs if isinstance(p.get("pid"), int)}
+            sig_pid = incident.signals.get("pid")
+            focus = sig_pid if isinstance(sig_pid, int) else capture.get("hottest_pid")
+            series = _read_json(bundle / "series.json") or {}
+            tail = self.log_tail(target_cfg)
+            res = self.diagnose(
+                incident,
+                threads=bundle_threads(bundle),
+                focus_pid=focus,
+                roles=roles,
+                cmdlines=cmdlines,
+                series=series,
+                accelerators=accelerators,
+                tail=tail,
+                version=self.vllm_version(api_url),
+            )
+        except Exception as e:
+            log.exception("diagnosis of %s failed", bundle)
+            return DiagnosisResult(notes=(f"diagnosis failed: {type(e).__name__}: {e}",))
+        self.write(bundle, incident, res)
+        return res
+
+    @staticmethod
+    def write(bundle: Path, incident: Incident, res: DiagnosisResult) -> None:
+        doc = {
+            "schema": 1,
+            "diagnosis": list(res.diagnosis),
+            "crash": res.crash,
+            "notes": list(res.notes),
+            "vllm_version": res.vllm_version,
+            "accelerators": list(res.accelerators),
+        }
+        try:
+            _atomic(bundle / DIAGNOSIS_FILE, redact_text(json.dumps(jsonable(doc), indent=2)) + "\n")
+            summary = bundle / "summary.txt"
+            if summary.exists():
+                text = summary.read_text(encoding="utf-8")
+                if "\nDiagnosis: " not in text:
+                    block = diagnosis_lines(res.diagnosis, res.crash, res.notes)
+                    _atomic(summary, redact_text(insert_into_summary(text, block)))
+            inc = incident_to_dict(incident)
+            inc.update({"diagnosis": list(res.diagnosis), "crash": res.crash})
+            write_report(bundle, inc)
+        except OSError as e:
+            log.warning("diagnosis files for %s not written: %s", bundle, e)
+
+
+def _atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.chmod(tmp, 0o640)
+    os.replace(tmp, path)
+
+
+def capture_then_diagnose(
+    collector: Any,
+    ctx: Any,
+    diagnoser: Diagnoser | None,
+    *,
+    target_cfg: Any = None,
+    api_url: str | None = None,
+    accelerators: Sequence[Mapping[str, Any]] = (),
+) -> tuple[Any, DiagnosisResult | None]:
+    """One off-loop job: the evidence capture, then (for an incident) its diagnosis on the bundle.
+    Returns (EvidenceResult, DiagnosisResult or None); the diagnosis never breaks the capture."""
+    res = collector.capture(ctx)
+    if diagnoser is None or ctx.incident is None or not getattr(res, "dir", None) or not Path(res.dir).is_dir():
+        return res, None
+    return res, diagnoser.diagnose_bundle(
+        res.dir, ctx.incident, target_cfg=target_cfg, api_url=api_url, accelerators=accelerators
+    )

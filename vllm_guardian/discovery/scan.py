@@ -1,0 +1,466 @@
+"""Discovery: which vLLM servers run on this node, and every process of each one's tree.
+
+Reads /proc through ``ProcFS`` (one pass: stat + cmdline of every pid; the fd
+scan only when a ``port`` matcher is configured, once per pass) and decides:
+- explicit ``targets:`` from config, matched by ``port`` (owner of the LISTEN
+  socket's inode; the top-most ancestor when several processes hold it),
+  ``pid_file`` or ``cmdline_regex`` (the top-most matching ancestor), or
+  ``kubernetes`` / ``systemd_unit`` (their cgroups: ``vllm_guardian.discovery.platform_match``);
+- autodiscovered servers (``vllm serve …``, ``python -m …api_server``,
+  ``…/api_server.py``) not already inside another target's tree;
+- each target's tree (all descendants by ppid) with roles from the cmdline
+  prefix (``VLLM::EngineCore*``, ``VLLM::Worker*``, ``VLLM::APIServer*``);
+- orphans: ``<prefix>::`` processes in no tree (e.g. an EngineCore re-parented
+  after its API server was SIGKILLed; the daemon attaches them by ProcKey).
+Processes that vanish or refuse reads mid-scan are skipped.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterable
+from urllib.parse import urlsplit
+
+from vllm_guardian.config.schema import Config, TargetConfig
+from vllm_guardian.errors import AccessDenied, ProbeFailed, TargetGone
+from vllm_guardian.host.procfs import ProcFS
+from vllm_guardian.model import ProcessInfo, ProcKey, Role, Target
+
+if TYPE_CHECKING:
+    from vllm_guardian.discovery.platform_match import PlatformMatcher
+
+DEFAULT_PORT = 8000
+_ANY_HOSTS = ("", "0.0.0.0", "::", "[::]")
+_PY_OPTS_WITH_VALUE = ("-W", "-X", "-Q")
+
+
+@dataclass(frozen=True)
+class DiscoveryResult:
+    targets: tuple[Target, ...]
+    orphans: tuple[ProcessInfo, ...]
+    unmatched: tuple[tuple[str, str], ...]  # (target name, why)
+
+    def target(self, name: str) -> Target | None:
+        for t in self.targets:
+            if t.name == name:
+                return t
+        return None
+
+
+@dataclass(frozen=True)
+class _Proc:
+    key: ProcKey
+    ppid: int
+    state: str
+    cmdline: tuple[str, ...]
+
+
+# ---------------------------------------------------------------- pure helpers
+def option_value(cmdline: Iterable[str], name: str) -> str | None:
+    """The value of ``--name V`` or ``--name=V`` (the last one wins, as argparse does)."""
+    args = list(cmdline)
+    found: str | None = None
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith(name + "="):
+            found = arg[len(name) + 1 :]
+    return found
+
+
+def server_port(cmdline: Iterable[str]) -> int:
+    value = option_value(cmdline, "--port")
+    try:
+        port = int(value) if value is not None else DEFAULT_PORT
+    except ValueError:
+        return DEFAULT_PORT
+    return port if 0 < port < 65536 else DEFAULT_PORT
+
+
+def server_host(cmdline: Iterable[str]) -> str:
+    """The host to reach the server on: the bind address, or loopback when it binds all. Only
+    an IP literal is taken from a command line (any local user can start a "vLLM" whose
+    ``--host`` names a machine elsewhere; a name would send the guardian's requests there)."""
+    host = option_value(cmdline, "--host")
+    if host is None or host in _ANY_HOSTS:
+        return "127.0.0.1"
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return "127.0.0.1"
+    return host.strip("[]")
+
+
+def url_for(host: str, port: int) -> str:
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def is_api_server(cmdline: tuple[str, ...]) -> bool:
+    """``… vllm serve …``, ``python -m <…api_server> …`` or ``python …/…api_server.py …``."""
+    for i, arg in enumerate(cmdline[:-1]):
+        if os.path.basename(arg) == "vllm" and cmdline[i + 1] == "serve":
+            return True
+    if not cmdline or not os.path.basename(cmdline[0]).startswith("python"):
+        return False
+    i = 1
+    while i < len(cmdline):
+        arg = cmdline[i]
+        if arg == "-m":
+            return i + 1 < len(cmdline) and cmdline[i + 1].endswith("api_server")
+        if arg.startswith("-m"):
+            return arg[2:].endswith("api_server")
+        if arg.startswith("-c"):
+            return False
+        if arg in _PY_OPTS_WITH_VALUE:
+            i += 2
+            continue
+        if arg.startswith("-"):
+            i += 1
+            continue
+        return arg.endswith("api_server.py")  # the script
+    return False
+
+
+def classify(cmdline: tuple[str, ...], prefix: str) -> Role:
+    """Role of a descendant from its title (cmdline[0]); vLLM sets it with setproctitle."""
+    title = cmdline[0] if cmdline else ""
+    for name, role in (("EngineCore", Role.ENGINE_CORE), ("Worker", Role.WORKER), ("APIServer", Role.API_SERVER)):
+        if title.startswith(f"{prefix}::{name}"):
+            return role
+    return Role.OTHER
+
+
+# ---------------------------------------------------------------- the snapshot
+CMDLINE_SETTLE_S = 30.0  # vLLM retitles its children (VLLM::EngineCore …) right after they start
+
+
+@dataclass
+class DiscoveryCache:
+    """What one pass learnt that the next can check cheaply: which processes own which
+    listening socket inodes (finding them means reading every process's fd table)."""
+
+    owners: dict[int, frozenset[ProcKey]] = field(default_factory=dict)
+    # port -> inodes of the sockets found listening on it: while their owners live and hold
+    # them, the next pass reads one process's fds, not /proc/net/tcp (whose read walks the
+    # kernel's whole connection table: ~1.6 ms per file on a small host, more on a big one)
+    ports: dict[int, frozenset[int]] = field(default_factory=dict)
+    # cmdline per process identity and when it was first seen; a title older than
+    # CMDLINE_SETTLE_S is not read again (the full scan then costs one stat read per pid)
+    cmdlines: dict[ProcKey, tuple[tuple[str, ...], float]] = field(default_factory=dict)
+    now: float = 0.0  # monotonic time of the pass, set by the caller
+    # processes whose cmdline is never read again (a read of theirs blocked a pass): a title
+    # read before is still used, else they are skipped like a process whose cmdline is unreadable
+    skip: frozenset[ProcKey] = frozenset()
+    # this pass's identities by pid, filled as it reads (who a pass stuck in a read blocked on)
+    keys: dict[int, ProcKey] = field(default_factory=dict)
+
+    def for_pass(self, now: float, skip: frozenset[ProcKey]) -> DiscoveryCache:
+        """A copy for one pass: a pass abandoned mid-read never touches the cache of the next."""
+        return DiscoveryCache(
+            owners=dict(self.owners), ports=dict(self.ports), cmdlines=dict(self.cmdlines), now=now, skip=skip
+        )
+
+
+class _Snapshot:
+    """One pass over /proc: every process's key, ppid, cmdline; children by ppid; lazily, fds."""
+
+    def __init__(self, procfs: ProcFS, cache: DiscoveryCache | None = None):
+        self.procfs = procfs
+        self.cache = cache
+        self.procs: dict[int, _Proc] = {}
+        known = cache.cmdlines if cache is not None else {}
+        now = cache.now if cache is not None else 0.0
+        skip = cache.skip if cache is not None else frozenset()
+        keys = cache.keys if cache is not None else {}
+        seen: dict[ProcKey, tuple[tuple[str, ...], float]] = {}
+        for pid in procfs.pids():
+            try:
+                st = procfs.stat(pid)
+                key = ProcKey(pid, st.starttime)
+                keys[pid] = key
+                cached = known.get(key)
+                if cached is not None and (now - cached[1] >= CMDLINE_SETTLE_S or key in skip):
+                    cmdline = cached[0]  # a process's title settles at start (setproctitle)
+                elif key in skip:
+                    continue  # its cmdline read blocked an earlier pass: unreadable
+                else:
+                    cmdline = procfs.cmdline(pid)
+                    cached = (cmdline, cached[1] if cached else now)
+            except (TargetGone, AccessDenied, ProbeFailed):
+                continue
+            seen[key] = cached
+            self.procs[pid] = _Proc(key, st.ppid, st.state, cmdline)
+        if cache is not None:
+            cache.cmdlines = seen  # only processes alive now: the cache never grows unbounded
+        self.children: dict[int, list[int]] = {}
+        for p in self.procs.values():
+            if p.ppid != p.key.pid:
+                self.children.setdefault(p.ppid, []).append(p.key.pid)
+        for kids in self.children.values():
+            kids.sort()
+        self._listening: dict[int, set[int]] | None = None
+        self._owners: dict[int, set[int]] | None = None
+        self.addresses: dict[int, tuple[str | None, int | None]] = {}  # root -> (host, port) from a pod
+
+    def ancestors(self, pid: int) -> list[int]:
+        out: list[int] = []
+        seen = {pid}
+        p = self.procs.get(pid)
+        while p is not None and p.ppid in self.procs and p.ppid not in seen:
+            out.append(p.ppid)
+            seen.add(p.ppid)
+            p = self.procs[p.ppid]
+        return out
+
+    def tree(self, root: int) -> list[int]:
+        """root first, then every descendant breadth-first."""
+        order = [root]
+        seen = {root}
+        i = 0
+        while i < len(order):
+            for kid in self.children.get(order[i], ()):
+                if kid not in seen:
+                    seen.add(kid)
+                    order.append(kid)
+            i += 1
+        return order
+
+    def topmost(self, pids: set[int]) -> int | None:
+        """The member with no ancestor in the set; the earliest started when there are several."""
+        tops = [p for p in pids if not set(self.ancestors(p)) & pids]
+        if not tops:
+            return None
+        return min(tops, key=lambda p: (self.procs[p].key.starttime, p))
+
+    def port_owners(self, port: int) -> set[int]:
+        held = self._cached_owners(self.cache.ports.get(port, ())) if self.cache is not None else None
+        if held is not None:
+            return held  # the last pass's listeners, still alive and holding the same sockets
+        if self._listening is None:
+            self._listening = self.procfs.listening_ports()
+        if self.cache is not None:
+            self.cache.ports[port] = frozenset(self._listening.get(port, ()))
+        cached = self._cached_owners(self._listening.get(port, ()))
+        if cached is not None:
+            return cached
+        if self._owners is None:
+            self._owners = {}
+            for pid in self.procs:
+                try:
+                    inodes = self.procfs.socket_inodes(pid)
+                except (TargetGone, AccessDenied, ProbeFailed):
+                    continue
+                for inode in inodes:
+                    self._owners.setdefault(inode, set()).add(pid)
+        owners: set[int] = set()
+        for inode in self._listening.get(port, ()):
+            found = self._owners.get(inode, set())
+            owners |= found
+            if self.cache is not None:
+                self.cache.owners[inode] = frozenset(self.procs[p].key for p in found)
+        return owners
+
+    def _cached_owners(self, inodes: Iterable[int]) -> set[int] | None:
+        """The owners of these socket inodes found by an earlier pass, if every one still lives
+        with the same starttime and still holds its socket: one process's fds read instead of
+        every process's. None when any is unknown, gone or let go (a full search then)."""
+        if self.cache is None:
+            return None
+        owners: set[int] = set()
+        for inode in inodes:
+            keys = self.cache.owners.get(inode)
+            if not keys:
+                return None
+            for key in keys:
+                p = self.procs.get(key.pid)
+                if p is None or p.key != key:
+                    return None
+                try:
+                    if inode not in self.procfs.socket_inodes(key.pid):
+                        return None
+                except (TargetGone, AccessDenied, ProbeFailed):
+                    return None
+                owners.add(key.pid)
+        return owners or None
+
+
+PID_FILE_MAX = 64
+
+
+def read_pid_file(path: str, proc_root: str = "/proc") -> str:
+    """A pid file's first few bytes, read without ever blocking the loop: regular files only
+    (a FIFO or a device is refused before any read; opened non-blocking), at most
+    ``PID_FILE_MAX`` bytes, not writable by group or others, and owned by root, the guardian's
+    user or the owner of the process it names. Raises ``OSError`` saying what is wrong."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise OSError(errno.EPERM, "writable by others than its owner")
+        text = os.read(fd, PID_FILE_MAX).decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
+    if st.st_uid not in (0, os.geteuid()):
+        try:
+            proc_uid = os.stat(os.path.join(proc_root, str(int(text.strip())))).st_uid
+        except (ValueError, OSError):
+            proc_uid = None
+        if proc_uid != st.st_uid:
+            raise OSError(errno.EPERM, f"owned by uid {st.st_uid}, who does not own the process it names")
+    return text
+
+
+def _read_file(path: str) -> str:
+    return read_pid_file(path)
+
+
+# ---------------------------------------------------------------- matching
+def _match(
+    snap: _Snapshot, tc: TargetConfig, read_file: Callable[[str], str], platform: PlatformMatcher | None = None
+) -> tuple[int | None, str]:
+    """(root pid, "") or (None, why); a platform match leaves its address in ``snap.addresses``."""
+    m = tc.match
+    if m.port is not None:
+        try:
+            owners = snap.port_owners(m.port)
+        except (TargetGone, AccessDenied, ProbeFailed) as e:
+            return None, f"cannot read listening sockets: {e}"
+        if not owners:
+            return None, f"no process listens on port {m.port}"
+        return snap.topmost(owners), ""
+    if m.pid_file is not None:
+        try:
+            text = read_file(m.pid_file)
+        except OSError as e:
+            return None, f"pid file {m.pid_file}: {e.strerror or e}"
+        try:
+            pid = int(text.strip())
+        except ValueError:
+            return None, f"pid file {m.pid_file}: not a pid: {text.strip()[:40]!r}"
+        if pid not in snap.procs or snap.procs[pid].state in ("Z", "X"):
+            return None, f"pid {pid} from {m.pid_file} is not running"
+        return pid, ""
+    if m.cmdline_regex is not None:
+        try:
+            rx = re.compile(m.cmdline_regex)
+        except re.error as e:
+            return None, f"bad cmdline_regex: {e}"
+        hits = {pid for pid, p in snap.procs.items() if p.cmdline and rx.search(" ".join(p.cmdline))}
+        if not hits:
+            return None, f"no process cmdline matches {m.cmdline_regex!r}"
+        return snap.topmost(hits), ""
+    if m.systemd_unit is not None or m.kubernetes is not None:
+        if platform is None:
+            return None, "no platform matcher wired (kubernetes / systemd)"
+        found = platform.match(tc, snap.procs)
+        if not found.pids:
+            return None, found.why
+        root = snap.topmost(set(found.pids))
+        if root is not None:
+            snap.addresses[root] = (found.host, found.port)
+        return root, ""
+    return None, "no matcher configured"
+
+
+def _port_from_url(url: str | None) -> int | None:
+    if not url:
+        return None
+    try:
+        return urlsplit(url).port
+    except ValueError:
+        return None
+
+
+def _build(snap: _Snapshot, root: int, name: str, prefix: str, port: int, api_url: str, source: str) -> Target:
+    procs = []
+    for pid in snap.tree(root):
+        p = snap.procs[pid]
+        role = Role.API_SERVER if pid == root else classify(p.cmdline, prefix)
+        procs.append(ProcessInfo(key=p.key, ppid=p.ppid, role=role, cmdline=p.cmdline))
+    return Target(
+        name=name, key=snap.procs[root].key, processes=tuple(procs), port=port, api_url=api_url, source=source
+    )
+
+
+def discover(
+    procfs: ProcFS,
+    cfg: Config,
+    *,
+    read_file: Callable[[str], str] | None = None,
+    cache: DiscoveryCache | None = None,
+    platform: PlatformMatcher | None = None,
+) -> DiscoveryResult:
+    """One discovery pass. ``read_file`` is the seam for reading pid files (default: open);
+    ``cache`` (kept by the caller between passes) spares the fd scan when port owners are unchanged;
+    ``platform`` answers ``match.kubernetes`` / ``match.systemd_unit``."""
+    read_file = read_file or _read_file
+    prefix = cfg.discovery.process_name_prefix
+    snap = _Snapshot(procfs, cache)
+    targets: list[Target] = []
+    unmatched: list[tuple[str, str]] = []
+    claimed: dict[int, str] = {}  # pid -> target name, for every process of every tree
+
+    for tc in cfg.targets:
+        root, why = _match(snap, tc, read_file, platform)
+        if root is None:
+            unmatched.append((tc.name, why))
+            continue
+        owner = next((t.name for t in targets if t.key.pid == root), None)
+        if owner is not None:
+            unmatched.append((tc.name, f"process {root} is already target {owner}"))
+            continue
+        cmdline = snap.procs[root].cmdline
+        pod_host, pod_port = snap.addresses.get(root, (None, None))
+        port = tc.match.port or _port_from_url(tc.api_url) or pod_port or server_port(cmdline)
+        api_url = tc.api_url or url_for(pod_host or server_host(cmdline), port)
+        target = _build(snap, root, tc.name, prefix, port, api_url, "config")
+        targets.append(target)
+        for p in target.processes:
+            claimed.setdefault(p.pid, tc.name)
+
+    if cfg.autodiscover:
+        candidates = {pid for pid, p in snap.procs.items() if is_api_server(p.cmdline)}
+        blocked = candidates | set(claimed)
+        roots = [pid for pid in candidates if pid not in claimed and not blocked.intersection(snap.ancestors(pid))]
+        names = {t.name for t in targets}
+        for root in sorted(roots, key=lambda pid: (snap.procs[pid].key.starttime, pid)):
+            cmdline = snap.procs[root].cmdline
+            port = server_port(cmdline)
+            name = f"vllm-{port}"
+            if name in names:
+                name = f"{name}-{root}"
+            names.add(name)
+            target = _build(snap, root, name, prefix, port, url_for(server_host(cmdline), port), "autodiscover")
+            targets.append(target)
+            for p in target.processes:
+                claimed.setdefault(p.pid, name)
+
+    marker = f"{prefix}::"
+    orphans = tuple(
+        ProcessInfo(key=p.key, ppid=p.ppid, role=classify(p.cmdline, prefix), cmdline=p.cmdline)
+        for pid, p in sorted(snap.procs.items())
+        if pid not in claimed and p.cmdline and p.cmdline[0].startswith(marker)
+    )
+    return DiscoveryResult(tuple(targets), orphans, tuple(unmatched))
+
+
+__all__ = [
+    "DiscoveryCache",
+    "DiscoveryResult",
+    "discover",
+    "is_api_server",
+    "classify",
+    "server_port",
+    "server_host",
+    "option_value",
+    "url_for",
+]

@@ -1,0 +1,1 @@
+"""The assembler (builds every part once), the daemon (one tick) and the run loop."""

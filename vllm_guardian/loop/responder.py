@@ -1,0 +1,232 @@
+"""The acting half of the loop: what the guardian does about what it saw.
+
+- Evidence before action: when an incident opens, its bundle is captured off the loop
+  (``incident_opened``); remediation may start draining meanwhile, but stops nothing until the
+  capture no longer needs the processes: /proc read and stacks dumped (``Remediator.hold_stop``;
+  a flame record still sampling ends with the tree, the rest of the bundle is written after).
+- Each tick (``act``): for every open incident, a decision (the detector's ``mode``, the policy
+  gates of ``Remediator.consider``), then the remediation state machine advances, and a target
+  whose restart budget is spent gets a ``restart_budget_exhausted`` incident.
+- Control-socket requests (``control``): drain, restart, undrain through the same machine.
+- Diagnosis: with a ``Diagnoser``, the evidence job goes on to diagnose its bundle (known-bug
+  catalog; crash forensics for engine_dead) and the incident gets ``diagnosis`` / ``crash``
+  before its ``updated`` alert.
+
+Everything it touches is handed in, built: the tracker, series and readings it reads, the
+incident manager it writes, the remediator, the evidence collector (None: no evidence), the
+runner jobs go to, and ``emit`` for the transitions it causes (a verified restart resolves the
+target's incidents). ``on_update`` hooks hear of an incident that changed without a transition
+(evidence attached, a failed restart recorded), so alerts can be re-sent with it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from vllm_guardian.clock import Clock
+from vllm_guardian.config.schema import DetectorsConfig, Mode
+from vllm_guardian.state.episodes import EpisodeLog
+from vllm_guardian.incidents import IncidentManager
+from vllm_guardian.model import Action, Finding, Incident, Kind, Severity, Transition
+from vllm_guardian.state.async_runner import AsyncRunner, Done
+from vllm_guardian.probes.base import Readings
+from vllm_guardian.series import SeriesStore
+from vllm_guardian.state.tracker import Tracker
+from vllm_guardian.diagnosis.service import Diagnoser, capture_then_diagnose
+from vllm_guardian.bundle.evidence import EvidenceCollector, EvidenceContext, EvidenceResult, series_windows
+from vllm_guardian.remediation.policy import budget_left
+from vllm_guardian.remediation.machine import Outcome, Remediator, RestartSequence
+
+
+class Responder:
+    def __init__(
+        self,
+        detectors: DetectorsConfig,
+        clock: Clock,
+        runner: AsyncRunner,
+        tracker: Tracker,
+        series: SeriesStore,
+        readings: Readings,
+        incidents: IncidentManager,
+        remediator: Remediator,
+        evidence: EvidenceCollector | None,
+        episodes: EpisodeLog,
+        emit: Callable[[Transition], None],
+        log: logging.Logger,
+        *,
+        diagnoser: Diagnoser | None = None,
+        target_configs: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.detectors = detectors
+        self.clock = clock
+        self.runner = runner
+        self.tracker = tracker
+        self.series = series
+        self.readings = readings
+        self.incidents = incidents
+        self.remediator = remediator
+        self.evidence = evidence
+        self.episodes = episodes
+        self.emit = emit
+        self.log = log
+        self.diagnoser = diagnoser
+        self.target_configs = dict(target_configs or {})  # name -> TargetConfig (log sources)
+        self.decisions: dict[str, str] = {}  # target -> what was decided this tick (status)
+        self.evidence_pending: set[str] = set()  # incident ids whose bundle is being captured
+        self.on_update: list[Callable[[Incident], None]] = []
+        remediator.on_finish.append(self._remediation_finished)
+        remediator.hold_stop = self._capturing
+        self._evidence_of: dict[str, str] = {}  # incident id → target, while its bundle is captured
+        self._live_done: set[str] = set()  # incident ids whose capture no longer needs the processes
+
+    # ------------------------------------------------------------------ each tick
+    def act(self, now: float) -> list[Transition]:
+        open_incidents = self.incidents.open_incidents()
+        tripped = {i.target.name for i in open_incidents if i.severity is Severity.CRITICAL}
+        total = len(self.tracker.targets)
+        self.decisions = {}
+        for inc in open_incidents:
+            tr = self.tracker.targets.get(inc.target.name)
+            if tr is None or inc.kind is Kind.RESTART_BUDGET_EXHAUSTED:
+                continue
+            section = getattr(self.detectors, inc.kind.value, None)
+            mode = section.mode if section is not None else Mode.ALERT
+            if inc.signals.get("alert_only") and mode is Mode.REMEDIATE:
+                mode = Mode.ALERT  # e.g. two instances disagree and neither has a baseline: nobody to blame
+            # draining starts while the bundle is captured; stopping waits for it (``_capturing``)
+            decision = self.remediator.consider(inc, tr, now, mode=mode, tripped=len(tripped), total=total)
+            if inc.id in self.evidence_pending:
+                decision = f"capturing evidence; {decision}"
+            self.decisions[inc.target.name] = decision
+        self.remediator.tick(now, self.tracker, self.series)
+        self.remediator.refresh_budgets()
+        return self._budget_incidents()
+
+    def _budget_incidents(self) -> list[Transition]:
+        transitions: list[Transition] = []
+        policy = self.remediator.policy
+        for name, tr in self.tracker.targets.items():
+            kind = Kind.RESTART_BUDGET_EXHAUSTED
+            finding = None
+            if name in self.remediator.exhausted:
+                left = budget_left(policy, self.remediator.ledger, name, self.clock.wall())
+                finding = Finding(
+                    kind,
+                    name,
+                    Severity.CRITICAL,
+                    f"restart budget exhausted ({policy.budget.max_restarts} per "
+                    f"{policy.budget.period:.0f}s): observe-only until it frees up",
+                    {"max_restarts": policy.budget.max_restarts, "period": policy.budget.period, "budget_left": left},
+                )
+            transitions += self.incidents.update(name, tr.ref({}), {kind: finding})
+        return transitions
+
+    def _remediation_finished(self, seq: RestartSequence, outcome: Outcome) -> None:
+        if outcome is not Outcome.DONE and seq.incident_id:
+            inc = self.incidents.get(seq.incident_id)
+            if inc is not None:
+                self._updated(inc)  # the alert carries every step and why it failed
+        if outcome is Outcome.DONE and not seq.drain_only and self.readings.gates is not None:
+            self.readings.gates.request_rebaseline(seq.target)  # the gates take the baseline again
+        if outcome is Outcome.DONE and not seq.drain_only:
+            for t in self.incidents.resolve_target(seq.target, f"restarted and verified: {seq.detail}"):
+                if t.incident.kind is not Kind.RESTART_BUDGET_EXHAUSTED:
+                    self.emit(t)
+
+    def record_action(self, incident_id: str, action: Action) -> None:
+        """A step taken for an incident by someone else (a probe's diagnosis): kept on the
+        incident, and its alert sent again with it. An incident already gone is ignored."""
+        try:
+            inc = self.incidents.add_action(incident_id, action)
+        except KeyError:
+            return
+        self._updated(inc)
+
+    def _updated(self, inc: Incident) -> None:
+        for hook in self.on_update:
+            hook(inc)
+
+    # ------------------------------------------------------------------ control socket
+    def control(self, req: dict) -> str:
+        """drain, restart, undrain (same machine, same safety checks)."""
+        cmd, name = req.get("cmd"), req.get("target")
+        if not isinstance(name, str):
+            raise KeyError("a target name is required")
+        if cmd == "undrain":
+            return self.remediator.undrain(name)
+        tr = self.tracker.targets.get(name)
+        if tr is None:
+            raise KeyError(f"unknown target {name!r} (known: {', '.join(sorted(self.tracker.targets)) or 'none'})")
+        return self.remediator.manual(name, tr, self.clock.monotonic(), str(cmd), bool(req.get("dry_run")))
+
+    # ------------------------------------------------------------------ evidence
+    def incident_opened(self, inc: Incident) -> None:
+        """Evidence before action: the bundle is taken the moment an incident opens, off the loop;
+        remediation of that incident waits for it (or its deadline)."""
+        if inc.kind is Kind.RESTART_BUDGET_EXHAUSTED:
+            return
+        tr = self.tracker.targets.get(inc.target.name)
+        if self.evidence is None or tr is None:
+            return
+        if not tr.target.processes and inc.kind is not Kind.ENGINE_DEAD:
+            return  # nothing to capture; a dead server still leaves its series and its log to read
+        now = self.clock.monotonic()
+        accel = self.readings.accel
+        pid = inc.signals.get("pid")
+        ctx = EvidenceContext(
+            incident=inc,
+            target=tr.target,
+            hottest_pid=pid if isinstance(pid, int) else None,
+            series=series_windows(self.series, inc.target.name, now - self.series.horizon),
+            metrics_text=tr.last_scrape.page if tr.last_scrape is not None else None,
+            accelerators=dict(accel.devices) if accel is not None else None,
+            on_live_done=lambda: self._live_done.add(inc.id),  # set.add: atomic, from the capture's thread
+        )
+        collector, diagnoser = self.evidence, self.diagnoser
+        target_cfg = self.target_configs.get(inc.target.name)
+        accel_rows = list(accel.node) if accel is not None else []
+        api_url = tr.target.api_url
+        if self.runner.submit(
+            ("evidence", inc.id),
+            lambda: capture_then_diagnose(
+                collector, ctx, diagnoser, target_cfg=target_cfg, api_url=api_url, accelerators=accel_rows
+            ),
+            deadline=now + collector.deadline(len(tr.target.processes)),
+            on_done=lambda done, _now: self._evidence_done(inc.id, done),
+        ):
+            self.evidence_pending.add(inc.id)
+            self._evidence_of[inc.id] = inc.target.name
+
+    def _capturing(self, target: str) -> bool:
+        """Does a capture still need this target's processes alive (the stop waits for it)?"""
+        return any(self._evidence_of.get(i) == target and i not in self._live_done for i in list(self.evidence_pending))
+
+    def _evidence_done(self, incident_id: str, done: Done) -> None:
+        self.evidence_pending.discard(incident_id)
+        self._evidence_of.pop(incident_id, None)
+        self._live_done.discard(incident_id)
+        if done.error is not None:
+            self.episodes.fail("evidence", f"capture crashed: {done.error!r}", self.clock.monotonic())
+            return
+        res: EvidenceResult
+        res, diag = done.result
+        partial = (
+            "" if res.complete else ", partial: " + "; ".join(f"{k}: {v}" for k, v in list(res.failures.items())[:3])
+        )
+        self.log.info("evidence for %s: %d files in %.2fs%s", incident_id, len(res.files), res.duration, partial)
+        try:
+            inc = self.incidents.set_evidence(incident_id, str(res.dir))
+            if diag is not None:
+                inc = self.incidents.set_diagnosis(incident_id, diag.diagnosis, diag.crash, diag.notes)
+                if diag.diagnosis:
+                    self.log.info(
+                        "diagnosis of %s: %s (confidence %.2f)",
+                        incident_id,
+                        diag.diagnosis[0]["id"],
+                        diag.diagnosis[0]["confidence"],
+                    )
+        except KeyError:
+            return
+        self._updated(inc)

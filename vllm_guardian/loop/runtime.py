@@ -1,0 +1,258 @@
+"""The one place the guardian is wired: seams, daemon, alert sink, listeners, systemd.
+
+- ``real_seams(cfg)``: the real OS contacts (clock, /proc under the configured root, HTTP,
+  subprocesses, process control, the accelerator backends ``accelerators:`` asks for).
+- ``build_daemon(cfg, seams, ...)``: the daemon with its incident store, evidence collector,
+  fleet lease (on the alert sink's Redis) and Kubernetes client (when a target restarts
+  through it).
+- ``Runtime.start(cfg)``: all of it as ``guardian run`` and ``guardian demo`` run it: the alert
+  sink (embedded Redis by default), alert events for incident transitions and updates,
+  re-notification and the node heartbeat, the control socket, the HTTP listener (``/metrics``,
+  ``/healthz``, readiness) and sd_notify. ``run(stop)`` runs the loop until ``stop`` is set;
+  ``close()`` stops everything.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm_guardian.bundle.evidence import EvidenceCollector
+from vllm_guardian.remediation.lease import FleetLease
+from vllm_guardian.clock import SystemClock
+from vllm_guardian.config.schema import Config
+from vllm_guardian.surface.control_socket import ControlSocket
+from vllm_guardian.loop.daemon import Daemon, Sink
+from vllm_guardian.errors import GuardianError
+from vllm_guardian.surface.exporter import build_registry
+from vllm_guardian.host.api_keys import ApiKeys, BearerHttpClient
+from vllm_guardian.host.http import StdlibHttpClient
+from vllm_guardian.host.process_control import OsProcessControl
+from vllm_guardian.host.process_details import PsutilDetails
+from vllm_guardian.host.procfs import ProcFS
+from vllm_guardian.host.runner import SubprocessRunner
+from vllm_guardian.surface.http_listener import HttpListener, LastTick
+from vllm_guardian.incidents import IncidentStore
+from vllm_guardian.model import Incident, Status, Transition
+from vllm_guardian.netaddr import parse_hostport
+from vllm_guardian.probes.accel import make_backends
+from vllm_guardian.state.async_runner import AsyncRunner
+from vllm_guardian.diagnosis.service import Diagnoser
+from vllm_guardian.surface.sdnotify import SdNotify
+from vllm_guardian.seams import Seams
+from vllm_guardian.sinks.events import AlertEmitter, IncidentAlerts
+from vllm_guardian.sinks.fleet import node_summary
+from vllm_guardian.sinks.gate_decisions import GateDecisions
+from vllm_guardian.sinks.redis_sink import AlertSink
+from vllm_guardian.gates.exchange import FingerprintExchange
+from vllm_guardian.gates.listener import ReportsListener
+
+log = logging.getLogger("guardian")
+
+
+def real_seams(cfg: Config, clock: SystemClock | None = None) -> Seams:
+    """The machine itself. NVML / npu-smi are touched here, at start, never at import."""
+    proc = ProcFS(cfg.probes.procfs.proc_root)
+    commands = SubprocessRunner()
+    details = PsutilDetails() if os.path.realpath(cfg.probes.procfs.proc_root) == "/proc" else None
+    http = BearerHttpClient(StdlibHttpClient(), ApiKeys(cfg, proc))  # servers started with --api-key
+    return Seams(
+        clock or SystemClock(),
+        proc,
+        http,
+        commands,
+        OsProcessControl(proc),
+        make_backends(cfg.accelerators, commands, log),
+        details,
+    )
+
+
+def build_daemon(
+    cfg: Config,
+    seams: Seams,
+    *,
+    sink: AlertSink | None = None,
+    sinks: Iterable[Sink] = (),
+    on_update: Iterable[Callable[[Incident], None]] = (),
+    status_extras: dict[str, Callable[[], object]] | None = None,
+    runner: AsyncRunner | None = None,
+    log: logging.Logger | None = None,
+) -> Daemon:
+    store = IncidentStore(cfg.state_dir)
+    evidence = EvidenceCollector(
+        cfg.evidence, store.dir_for, seams.commands, seams.proc, seams.clock, details=seams.process_details
+    )
+    kube = None
+    if any(
+        t.restart.mode == "kubernetes" or (t.match.kubernetes is not None and t.match.kubernetes.namespace)
+        for t in cfg.targets
+    ):
+        from vllm_guardian.host.kube import KubeClient
+
+        try:
+            kube = KubeClient.in_cluster(dict(os.environ))
+        except GuardianError as e:
+            logging.getLogger("guardian").warning("%s", e)
+    lease = None
+    if sink is not None:
+        f = cfg.policy.fleet
+        node = cfg.node or os.uname().nodename
+        lease = FleetLease(sink.client, node, f.max_concurrent_restarts, f.lease_ttl, f.when_redis_down)
+    diagnoser = Diagnoser.from_config(cfg, runner=seams.commands, http=seams.http, kube=_kube_factory(kube))
+    daemon = Daemon(
+        cfg,
+        seams,
+        store=store,
+        evidence=evidence,
+        lease=lease,
+        kube=kube,
+        publish_control=sink.control if sink is not None else None,
+        sinks=sinks,
+        on_update=on_update,
+        status_extras=status_extras,
+        runner=runner,
+        log=log,
+        diagnoser=diagnoser,
+    )
+    if isinstance(seams.http, BearerHttpClient):  # the keys follow each discovery pass
+        daemon.targets.on_discovery.append(seams.http.keys.update)
+        daemon.status_extras["api_keys"] = seams.http.keys.origins
+    return daemon
+
+
+def _kube_factory(kube: Any) -> Callable[[], Any]:
+    """The Kubernetes client crash forensics reads previous container logs with: the one remediation
+    built, else an in-cluster client made when first needed (BackendUnavailable outside a pod)."""
+    if kube is not None:
+        return lambda: kube
+    from vllm_guardian.host.kube import KubeClient
+
+    return lambda: KubeClient.in_cluster(dict(os.environ))
+
+
+@dataclass
+class Runtime:
+    daemon: Daemon
+    clock: SystemClock
+    sink: AlertSink
+    alerts: IncidentAlerts
+    emitter: AlertEmitter
+    control: ControlSocket
+    http: HttpListener | None
+    loop_beat: LastTick
+    sd: SdNotify = field(default_factory=SdNotify)
+    _next_heartbeat: float = float("-inf")
+    decisions: GateDecisions | None = None
+    listener: ReportsListener | None = None
+
+    @classmethod
+    def start(cls, cfg: Config) -> Runtime:
+        clock = SystemClock()
+        node = cfg.node or os.uname().nodename  # parse_config fills it; a Config built by hand may not
+        sink = AlertSink.from_config(cfg.alerts, cfg.state_dir, node)
+        emitter = AlertEmitter(node, cfg.alerts.renotify_interval)
+        alerts = IncidentAlerts(emitter, sink.publish, clock)
+
+        def republish(inc: Incident) -> None:  # an incident changed without a transition
+            sink.publish(emitter.on_transition(Transition(inc, Status.FIRING), clock.wall(), clock.monotonic()))
+
+        decisions = (
+            GateDecisions(
+                sink.client,
+                cfg.gates.control_channel,
+                cfg.node or "",
+                lambda: cfg.detectors.output_corruption.mode,
+                clock.wall,
+                log.getChild("gates"),
+            )
+            if cfg.gates.enabled
+            else None
+        )
+        daemon = build_daemon(
+            cfg,
+            real_seams(cfg, clock),
+            sink=sink,
+            sinks=[alerts] + ([decisions] if decisions is not None else []),
+            on_update=[republish],
+            status_extras={"alerts": sink.stats},
+        )
+        control = ControlSocket(
+            cfg.socket_path(),
+            {
+                "status": lambda req: daemon.status().to_dict(),
+                "ping": lambda req: "pong",
+                "drain": daemon.control_request,
+                "restart": daemon.control_request,
+                "undrain": daemon.control_request,
+            },
+        )
+        beat = LastTick(clock.monotonic)
+        http = None
+        if cfg.api.http:
+            http = HttpListener(
+                parse_hostport(cfg.api.http),
+                registry=build_registry(lambda: daemon.status().to_dict(), lambda: daemon.stats),
+                status=lambda: daemon.status().to_dict(),
+                tick_age=beat.age,
+                max_tick_age=3 * cfg.interval,
+            )
+        rt = cls(daemon, clock, sink, alerts, emitter, control, http, beat, decisions=decisions)
+        try:
+            rt._wire_gates(cfg)
+            if http is not None:
+                http.start()
+            control.start()
+        except BaseException:
+            rt.close()
+            raise
+        return rt
+
+    def _wire_gates(self, cfg: Config) -> None:
+        """The gates' Redis side: greedy-answer fingerprints across nodes (L4) and the listener of
+        external reports; the decisions sink was handed to the daemon with the others."""
+        gates = self.daemon.readings.gates
+        if gates is None:
+            return
+        gates.exchange = FingerprintExchange(self.sink.client, cfg.node or "", self.clock.wall)
+        self.listener = ReportsListener(
+            self.sink.client,
+            cfg.gates.reports_channel,
+            gates.accept_report,
+            self.clock.monotonic,
+            self.clock.wall,
+            log.getChild("gates"),
+        ).start()
+
+    def run(self, stop: threading.Event) -> None:
+        """The loop, until ``stop`` is set (then ``clock.wake()`` ends the current sleep)."""
+        try:
+            self.daemon.run(stop, on_tick=self.after_tick)
+        finally:
+            self.sd.stopping()
+
+    def after_tick(self) -> None:
+        """The systemd watchdog and ``/healthz`` are fed by the loop itself (a frozen loop
+        stops them); firing incidents are re-notified and, a few times per heartbeat TTL, the
+        node heartbeat is written (both only enqueue: the sink's thread talks to Redis)."""
+        self.loop_beat.beat()
+        self.alerts.renotify(self.daemon.incidents.open_incidents())
+        now = self.clock.monotonic()
+        if now >= self._next_heartbeat:
+            self._next_heartbeat = now + self.daemon.cfg.alerts.heartbeat_ttl / 3
+            self.sink.heartbeat(node_summary(self.daemon.status().to_dict(), self.sink.stats()))
+        self.sd.after_tick(f"{len(self.daemon.tracker.targets)} targets")
+
+    def close(self) -> None:
+        self.control.stop()
+        if self.http is not None:
+            self.http.stop()
+        self.daemon.runner.shutdown()
+        if self.listener is not None:
+            self.listener.stop()
+        if self.decisions is not None:
+            self.decisions.close()
+        self.sink.close()

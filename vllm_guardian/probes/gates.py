@@ -1,0 +1,199 @@
+"""The ``gates`` probe: output-correctness gate rounds, one in flight per target, off the loop.
+
+Every ``gates.interval`` seconds per ready target a job runs ``gates.round.run_round``
+(diagnostic and shadow prompts greedily with logprobs, the reference text with
+prompt logprobs) and, when a fingerprint exchange is wired, shares the shadow
+fingerprints with other nodes. ``fold`` (on the loop) judges the round
+(``gates.judge``), adds L4 against this node's other instances of the same model and
+version plus the remote peers (``gates.agreement``), grows or loads the baseline
+(``gates.baseline``), records the verdict in the ledger the ``output_corruption``
+detector reads and updates the status lines. A new API server for a target clears
+its history; a verified restart (``GatesShared.request_rebaseline``) drops its
+baseline so it is taken again.
+"""
+
+from __future__ import annotations
+
+
+from vllm_guardian.gates import agreement
+from vllm_guardian.gates.baseline import Baseline, BaselineStore
+from vllm_guardian.gates.exchange import FingerprintExchange
+from vllm_guardian.gates.judge import GateFailure, RoundAnswers, judge_round, next_baseline
+from vllm_guardian.gates.ledger import RoundRecord
+from vllm_guardian.gates.round import run_round
+from vllm_guardian.gates.shared import GatesShared, TargetGates
+from vllm_guardian.model import ProcKey
+from vllm_guardian.probes.base import Folded, Job, ProbeParts, Schedule, Seen
+
+_BKey = tuple[str, str, str]  # (target, model, version)
+
+
+class GatesProbe:
+    name = "gates"
+    inline = False
+
+    def __init__(self, parts: ProbeParts, exchange: FingerprintExchange | None = None) -> None:
+        self.cfg = parts.cfg.gates
+        self.http, self.clock = parts.seams.http, parts.seams.clock
+        self.tracker, self.log = parts.tracker, parts.log
+        self.shared = GatesShared(parts.cfg.node or "", self.cfg.interval, parts.log.getChild("gates"))
+        self.shared.exchange = exchange  # the runtime sets it when Redis is wired
+        parts.readings.gates = self.shared
+        self.store = BaselineStore(parts.cfg.state_dir)
+        self.schedule = Schedule(self.cfg.interval)
+        self._baselines: dict[_BKey, Baseline | None] = {}
+        self._keys: dict[str, ProcKey] = {}
+        self._local: dict[str, tuple[str, str, dict[str, str], float]] = {}  # target -> model, version, fps, t
+        self.max_age = self.cfg.peer_max_age or 3 * self.cfg.interval
+
+    # ---------------------------------------------------------------- planning
+    def jobs(self, now: float, seen: Seen) -> list[Job]:
+        self.shared.known_targets = frozenset(self.tracker.targets)
+        out = []
+        for tr in self.tracker.targets.values():
+            name = tr.name
+            if self._keys.get(name) not in (None, tr.target.key):  # a new API server: a fresh history
+                self.shared.ledger.reset(name)
+                self._local.pop(name, None)
+            self._keys[name] = tr.target.key
+            if not (tr.target.api_url and tr.api_alive and tr.ready) or not self.schedule.due(name, now):
+                continue
+            out.append(self._job(name, tr.target.api_url, tr.model, tr.target.key))
+        return out
+
+    def _job(self, name: str, url: str, model: str | None, key: ProcKey) -> Job:
+        cfg, http, wall = self.cfg, self.http, self.clock.wall
+        exchange: FingerprintExchange | None = self.shared.exchange
+        n_requests = len(cfg.diagnostics) + (len(cfg.shadow_prompts) if cfg.shadow else 0) + 4
+
+        def run() -> tuple[ProcKey, RoundAnswers, list[dict[str, str]], str | None]:
+            ra = run_round(http, name, url, model, cfg, wall)
+            remote: list[dict[str, str]] = []
+            note = None
+            if exchange is not None and cfg.shadow and ra.complete and ra.answers:
+                own = {
+                    a.prompt: agreement.fingerprint(ra.model, ra.version, a.prompt, a.text)
+                    for a in ra.answers
+                    if a.role == "shadow"
+                }
+                remote, note = exchange.share(ra.model, ra.version, name, own, 2 * self.max_age, self.max_age)
+            return key, ra, remote, note
+
+        return Job(name, run, cfg.timeout * n_requests + 1, on_start=lambda now: self.schedule.ran(name, now))
+
+    # ---------------------------------------------------------------- folding
+    def _baseline(self, bkey: _BKey, notes: list[str]) -> Baseline | None:
+        if bkey not in self._baselines:
+            b, problem = self.store.load(*bkey)
+            if problem:
+                notes.append(problem)
+            self._baselines[bkey] = b
+        return self._baselines[bkey]
+
+    def fold(self, result: tuple[ProcKey, RoundAnswers, list[dict[str, str]], str | None], now: float) -> Folded:
+        key, ra, remote, xnote = result
+        tr = self.tracker.targets.get(ra.target)
+        if tr is None or tr.target.key != key:
+            return Folded()  # the round of a server that is gone
+        tg = self.shared.targets.setdefault(ra.target, TargetGates())
+        tg.requests += ra.requests
+        notes = list(ra.notes) + ([xnote] if xnote else [])
+        if self.shared.take_rebaseline(ra.target):
+            self.store.discard(ra.target)
+            self._baselines = {k: v for k, v in self._baselines.items() if k[0] != ra.target}
+            notes.append("verified restart: baseline taken again")
+        if not ra.complete:
+            tg.incomplete_rounds += 1
+            self._show(ra.target, tg, notes, None, now)
+            return Folded()
+        if tg.model is not None and (tg.model, tg.version) != (ra.model, ra.version):
+            notes.append(
+                f"model/version changed from {tg.model} {tg.version} to {ra.model} {ra.version}: its own baseline"
+            )
+            self.shared.ledger.reset(ra.target)
+        tg.model, tg.version = ra.model, ra.version
+        bkey = (ra.target, ra.model, ra.version)
+        baseline = self._baseline(bkey, notes)
+        verdict = judge_round(ra, baseline, self.cfg)
+        failures, judged = list(verdict.failures), set(verdict.judged)
+        ambiguous = False
+        if self.cfg.shadow:
+            own = {
+                a.prompt: verdict.fingerprints[a.prompt]
+                for a in ra.answers
+                if a.role == "shadow" and a.prompt not in verdict.tie_flips
+            }  # a near-tie flip does not vote
+            local = [
+                fps
+                for name, (m, v, fps, t) in self._local.items()
+                if name != ra.target and (m, v) == (ra.model, ra.version) and now - t <= self.max_age
+            ]
+            base_fps = {p: baseline.fingerprints[p] for p in own if baseline and p in baseline.fingerprints} or None
+            v4 = agreement.judge(own, local + remote, base_fps)
+            tg.agreement = f"{v4.status} ({v4.peers} peer(s))"
+            if v4.status != agreement.UNJUDGED:
+                judged.add("L4")
+            if v4.failed:
+                ambiguous = v4.status == agreement.AMBIGUOUS
+                texts = {a.prompt: a.text for a in ra.answers}
+                for prompt in v4.disagreeing:
+                    expected = (
+                        "the answer of the agreeing peers"
+                        if v4.status == agreement.DISAGREE and v4.peers
+                        else (baseline.answers.get(prompt, "?") if baseline else "?")
+                    )
+                    failures.append(
+                        GateFailure(
+                            "L4",
+                            v4.status,
+                            prompt,
+                            texts.get(prompt, "")[:120],
+                            expected,
+                            {"peers": v4.peers, "detail": v4.detail},
+                        )
+                    )
+            self._local[ra.target] = (ra.model, ra.version, own, now)
+        nb = next_baseline(ra, verdict, baseline, self.cfg)
+        if nb is not None:
+            problem = self.store.save(nb)
+            if problem:
+                notes.append(problem)
+            self._baselines[bkey] = nb
+            baseline = nb
+        self.shared.ledger.add_round(ra.target, RoundRecord(now, tuple(failures), frozenset(judged), ambiguous))
+        tg.rounds += 1
+        tg.failed_rounds += bool(failures)
+        tg.tie_flips += len(verdict.tie_flips)
+        for f in failures:
+            tg.failures_by_level[f.level] = tg.failures_by_level.get(f.level, 0) + 1
+        if failures:  # every failed round is in the log, whether or not it makes an incident
+            self.log.warning(
+                "gates %s: round failed: %s",
+                ra.target,
+                "; ".join(f"{f.level} {f.check} on {f.prompt[:30]!r} -> {f.output[:40]!r}" for f in failures[:5]),
+            )
+        tg.last_round_mono = now
+        tg.failures = tuple(failures)
+        notes += [n for n in verdict.notes if n not in notes]
+        self._show(ra.target, tg, notes, baseline, now)
+        return Folded()
+
+    def _show(self, target: str, tg: TargetGates, notes: list[str], baseline: Baseline | None, now: float) -> None:
+        if baseline is not None:
+            have = len(baseline.perplexities)
+            need = self.cfg.baseline_samples
+            tg.baseline = "complete" if have >= need else f"taking {have}/{need}"
+        notes = [n for n in dict.fromkeys(notes) if not n.startswith("L2 baseline ")]
+        for n in notes:
+            if n not in tg.logged:
+                self.log.warning("gates %s: %s", target, n)
+        tg.logged = set(notes)  # a note that went away ends its episode
+        tg.notes = tuple(notes)
+
+    def close(self) -> None:
+        pass
+
+
+def make(parts: ProbeParts) -> GatesProbe | None:
+    """The table's entry: the probe only when gates are enabled."""
+    return GatesProbe(parts) if parts.cfg.gates.enabled else None

@@ -1,0 +1,38 @@
+"""The probes of the tick loop, in the order they run: one line per probe.
+
+Each entry is ``(name, make)``: ``make(parts)`` builds the probe from the built parts
+(``ProbeParts``), or returns None when there is nothing to probe on this node (no accelerator
+backend). The name is the config key under ``probes:``, the ``probe`` label of the guardian's
+own metrics and the key of its counters in ``guardian status``; it is listed even when the
+probe is off, so the counters are always there. Discovery is not in the table: it is the
+loop's first stage, it decides what the probes look at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from vllm_guardian.probes.accel import AccelProbe
+from vllm_guardian.probes.base import Probe, ProbeParts
+from vllm_guardian.probes import gates
+from vllm_guardian.probes.canary import CanaryProbe
+from vllm_guardian.probes.procfs import ProcfsProbe
+from vllm_guardian.probes.vllm_http import VllmHttpProbe
+
+PROBE_TABLE: tuple[tuple[str, Callable[[ProbeParts], Probe | None]], ...] = (
+    ("procfs", ProcfsProbe),
+    ("vllm_http", VllmHttpProbe),
+    ("canary", CanaryProbe),
+    ("accel", lambda parts: AccelProbe(parts) if parts.seams.accel_backends else None),
+    ("gates", gates.make),
+)
+
+
+def probe_names() -> tuple[str, ...]:
+    return tuple(name for name, _ in PROBE_TABLE)
+
+
+def build_probes(parts: ProbeParts) -> list[Probe]:
+    """The probes of the table that have something to probe, in table order."""
+    probes = [make(parts) for _, make in PROBE_TABLE]
+    return [p for p in probes if p is not None]

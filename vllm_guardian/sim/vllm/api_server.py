@@ -1,0 +1,618 @@
+"""The simulated vLLM API server: the HTTP surface vLLM shows, over a spawned engine.
+
+Run as ``python -m vllm_guardian.sim.vllm.api_server --port P [...]`` (the command
+line is left as is, so the guardian autodiscovers it like ``-m vllm...api_server``).
+It spawns one ``VLLM::EngineCore`` child (multiprocessing 'spawn', as vLLM's CLI
+forces), waits while the engine "loads the model" (port not yet listening), then
+serves, on stdlib ``http.server``:
+
+- ``GET /health``: 200 while the engine process lives, 503 once it died;
+- ``GET /v1/models``, ``GET /version``: static, never touch the engine;
+- ``GET /metrics``: vLLM's scheduler metrics, from the stats the engine last
+  reported (they freeze when the engine hangs);
+- ``POST /v1/completions``: handed to the engine; no timeout of its own;
+- ``POST /sim/fault``, ``GET /sim/state``: simulator control, not part of vLLM.
+
+Completions speak vLLM's ``logprobs`` (``top_logprobs``), ``prompt_logprobs``, ``echo``
+and ``seed`` shapes; greedy answers are deterministic per prompt (``sim_vllm.lm``).
+Output faults (``lm.OUTPUT_FAULTS``: garbage answers, flat or NaN logprobs, a high
+reference perplexity, no logprobs support) and ``swap_model`` (another model under the
+same server) change the answers only; ``none`` ends them.
+
+With ``--api-key K [K2 …]`` (or ``VLLM_API_KEY=K`` in its environment; the option wins, as in
+vLLM), every ``/v1/*`` request needs ``Authorization: Bearer <one of the keys>`` and gets 401
+``{"error": "Unauthorized"}`` otherwise; ``/health``, ``/metrics``, ``/version`` and ``/sim/*``
+stay open, like vLLM's ``AuthenticationMiddleware``.
+
+Engine death: ``/health`` turns 503 at once and, with ``--exit-on-engine-death``
+(default), the server exits with status 0 after ``--death-exit-delay`` seconds,
+like vLLM's 5 s ``terminate_if_errored`` watchdog. SIGTERM/SIGINT: stop listening,
+terminate the engine (SIGKILL after a 1 s grace) and its worker, exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import itertools
+import json
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+from vllm_guardian.sim.vllm.full_page import full_page_tail
+from vllm_guardian.sim.vllm import lm
+from vllm_guardian.sim.vllm.engine import (
+    FAULTS,
+    HANG_FAULTS,
+    ITERATION_TOKEN_BUCKETS,
+    LEAK_FAULTS,
+    WORKER_TITLE,
+    AddRequest,
+    EngineConfig,
+    EngineReady,
+    EngineStats,
+    RequestDone,
+    SetFault,
+    count_tokens,
+    engine_main,
+    start_idle_threads,
+)
+
+LOG = logging.getLogger("guardian.sim_vllm")
+MODULE = "vllm_guardian.sim.vllm.api_server"
+_ENGINE_KILL_GRACE_S = 1.0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=MODULE, description="Simulated vLLM OpenAI-compatible server")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--model", default="sim-model")
+    p.add_argument("--startup-delay", type=float, default=2.0, help="seconds of hot model loading")
+    p.add_argument("--step-ms", type=float, default=5.0, help="CPU burnt per engine step")
+    p.add_argument("--with-worker", action="store_true", help="engine spawns an idle VLLM::Worker")
+    p.add_argument("--exit-on-engine-death", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--death-exit-delay", type=float, default=5.0)
+    p.add_argument("--ignore-sigterm", action="store_true")
+    p.add_argument(
+        "--full-metrics", action="store_true", help="append the unwatched families of a real vLLM page (~50 KB in all)"
+    )
+    p.add_argument(
+        "--idle-threads",
+        type=int,
+        default=0,
+        help="extra idle threads over the tree (1/3 in the API server, 2/3 in the engine), like vLLM's thread pools",
+    )
+    p.add_argument(
+        "--api-key",
+        nargs="+",
+        default=None,
+        help="require 'Authorization: Bearer <key>' on /v1/* (default: $VLLM_API_KEY)",
+    )
+    return p
+
+
+# ---- metrics ----------------------------------------------------------------
+
+
+def metric_families(stats: EngineStats, model: str) -> list:
+    """vLLM's scheduler metrics for one engine, as prometheus_client families."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+    from prometheus_client.utils import floatToGoString
+
+    labels, values = ["model_name", "engine"], [model, "0"]
+
+    def one(cls, name: str, doc: str, value: float):
+        fam = cls(name, doc, labels=labels)
+        fam.add_metric(values, value)
+        return fam
+
+    success = CounterMetricFamily(
+        "vllm:request_success", "Count of successfully processed requests.", labels=labels + ["finished_reason"]
+    )
+    success.add_metric(values + ["stop"], stats.success_stop)
+    success.add_metric(values + ["length"], stats.success_length)
+    cumulative = list(itertools.accumulate(stats.iteration_token_counts))
+    bounds = [floatToGoString(b) for b in ITERATION_TOKEN_BUCKETS] + ["+Inf"]
+    hist = HistogramMetricFamily(
+        "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", labels=labels
+    )
+    hist.add_metric(values, buckets=list(zip(bounds, cumulative, strict=True)), sum_value=stats.iteration_tokens_sum)
+    return [
+        one(
+            GaugeMetricFamily,
+            "vllm:num_requests_running",
+            "Number of requests in model execution batches.",
+            stats.running,
+        ),
+        one(
+            GaugeMetricFamily, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", stats.waiting
+        ),
+        one(
+            GaugeMetricFamily, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", stats.kv_usage
+        ),
+        one(
+            CounterMetricFamily,
+            "vllm:num_preemptions",
+            "Cumulative number of preemption from the engine.",
+            stats.num_preemptions,
+        ),
+        one(CounterMetricFamily, "vllm:prompt_tokens", "Number of prefill tokens processed.", stats.prompt_tokens),
+        one(
+            CounterMetricFamily,
+            "vllm:generation_tokens",
+            "Number of generation tokens processed.",
+            stats.generation_tokens,
+        ),
+        success,
+        hist,
+    ]
+
+
+class _StatsCollector:
+    def __init__(self, app: SimApp) -> None:
+        self._app = app
+
+    def collect(self):
+        return metric_families(self._app.engine.stats, self._app.model)
+
+
+# ---- the engine, seen from the API server -----------------------------------
+
+
+class _Pending:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: RequestDone | None = None
+
+
+class EngineClient:
+    """Spawns the engine, submits requests, forwards faults, keeps its last stats, notices death."""
+
+    def __init__(self, config: EngineConfig, on_dead) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, self._child_conn = ctx.Pipe()
+        self._proc = ctx.Process(target=engine_main, args=(self._child_conn, config), name="EngineCore")
+        self._on_dead = on_dead
+        self._send_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._pending: dict[str, _Pending] = {}
+        self._dead = threading.Event()
+        self.stats = EngineStats(kv_blocks_total=config.kv_blocks)
+        self.worker_pid: int | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return not self._dead.is_set()
+
+    def start(self) -> None:
+        self._proc.start()
+        self._child_conn.close()
+
+    def wait_ready(self, stop: threading.Event) -> bool:
+        """Block until the engine says ready (True), dies, or stop is set (False)."""
+        while not stop.is_set():
+            ready = multiprocessing.connection.wait([self._conn, self._proc.sentinel], timeout=0.2)
+            if self._conn in ready:
+                try:
+                    msg = self._conn.recv()
+                except (EOFError, OSError):
+                    return False
+                self._dispatch(msg)
+                if isinstance(msg, EngineReady):
+                    return True
+            elif ready:
+                return False
+        return False
+
+    def start_output_thread(self) -> None:
+        threading.Thread(target=self._read_outputs, name="engine-output", daemon=True).start()
+
+    def submit(self, prompt: str, max_tokens: int, temperature: float) -> RequestDone | None:
+        """The finished request, or None when the engine is (or becomes) dead. Never times out."""
+        pending, request_id = _Pending(), f"cmpl-{uuid.uuid4().hex}"
+        with self._lock:
+            if self._dead.is_set():
+                return None
+            self._pending[request_id] = pending
+        self._send(AddRequest(request_id, prompt, max_tokens, temperature))
+        pending.done.wait()
+        return pending.result
+
+    def set_fault(self, name: str, rate_mb_s: float) -> None:
+        self._send(SetFault(name, rate_mb_s))
+
+    def shutdown(self) -> None:
+        if self._proc.is_alive():
+            self._proc.terminate()
+            self._proc.join(_ENGINE_KILL_GRACE_S)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(_ENGINE_KILL_GRACE_S)
+        if self.worker_pid is not None and _cmdline(self.worker_pid).startswith(WORKER_TITLE):
+            try:
+                os.kill(self.worker_pid, signal.SIGTERM)
+            except OSError:
+                pass
+
+    def _send(self, msg) -> None:
+        with self._send_lock:
+            try:
+                self._conn.send(msg)
+            except OSError:
+                pass  # the engine is gone; the output thread fails what is pending
+
+    def _read_outputs(self) -> None:
+        while True:
+            ready = multiprocessing.connection.wait([self._conn, self._proc.sentinel])
+            if self._conn in ready:
+                try:
+                    self._dispatch(self._conn.recv())
+                    continue
+                except (EOFError, OSError):
+                    pass
+            break
+        self._proc.join()
+        with self._lock:
+            self._dead.set()
+            pending, self._pending = self._pending, {}
+        for item in pending.values():
+            item.done.set()
+        self._on_dead(self._proc.exitcode)
+
+    def _dispatch(self, msg) -> None:
+        if isinstance(msg, EngineStats):
+            self.stats = msg
+        elif isinstance(msg, RequestDone):
+            with self._lock:
+                pending = self._pending.pop(msg.request_id, None)
+            if pending is not None:
+                pending.result = msg
+                pending.done.set()
+        elif isinstance(msg, EngineReady):
+            self.stats, self.worker_pid = msg.stats, msg.worker_pid
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+# ---- the HTTP application ---------------------------------------------------
+
+
+def _error(status: int, kind: str, message: str, param: str | None = None) -> tuple[int, dict]:
+    return status, {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
+class SimApp:
+    """Request → (status, body) decisions; the handler only moves bytes."""
+
+    def __init__(self, model: str, engine: EngineClient, config: EngineConfig, full_metrics: bool = False) -> None:
+        from prometheus_client import CollectorRegistry
+
+        self.model = model
+        self.full_metrics = full_metrics
+        self.engine = engine
+        self._config = config
+        self._created = int(time.time())
+        self._lock = threading.Lock()
+        self._fault = "none"
+        self._faults: set[str] = set()
+        self._output_faults: frozenset[str] = frozenset()  # lm.OUTPUT_FAULTS in force
+        self._salt = ""  # the "weights": changed by swap_model
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_StatsCollector(self))
+
+    def health(self) -> int:
+        return 200 if self.engine.alive else 503
+
+    def models(self) -> dict:
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": self.model,
+                    "object": "model",
+                    "created": self._created,
+                    "owned_by": "vllm",
+                    "root": self.model,
+                    "parent": None,
+                    "max_model_len": self._config.max_model_len,
+                }
+            ],
+        }
+
+    def metrics(self) -> bytes:
+        from prometheus_client import generate_latest
+
+        page = generate_latest(self.registry)
+        if self.full_metrics:
+            stats = self.engine.stats
+            page += full_page_tail(self.model, stats.success_stop + stats.success_length).encode()
+        return page
+
+    def complete(self, body) -> tuple[int, dict]:
+        if not isinstance(body, dict):
+            return _error(400, "BadRequestError", "Request body must be a JSON object.")
+        model = body.get("model", self.model)
+        if model != self.model:
+            return _error(404, "NotFoundError", f"The model `{model}` does not exist.", "model")
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1:
+            prompt = prompt[0]
+        if not isinstance(prompt, str):
+            return _error(400, "BadRequestError", "prompt must be a string.", "prompt")
+        max_tokens, temperature = body.get("max_tokens", 16), body.get("temperature", 1.0)
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            return _error(400, "BadRequestError", "max_tokens must be a positive integer.", "max_tokens")
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
+            return _error(400, "BadRequestError", "temperature must be >= 0.", "temperature")
+        with self._lock:
+            faults, salt, model = self._output_faults, self._salt, self.model
+        ignore = "no_logprobs" in faults  # an older vLLM or a proxy: the extensions are dropped
+        logprobs = None if ignore else body.get("logprobs")
+        plp = None if ignore else body.get("prompt_logprobs")
+        echo = False if ignore else bool(body.get("echo", False))
+        for name, v in (("logprobs", logprobs), ("prompt_logprobs", plp)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 20):
+                return _error(400, "BadRequestError", f"{name} must be an integer between 0 and 20.", name)
+        if count_tokens(prompt) + max_tokens > self._config.max_model_len:
+            return _error(
+                400,
+                "BadRequestError",
+                f"This model's maximum context length is {self._config.max_model_len} tokens. "
+                f"However, you requested {count_tokens(prompt) + max_tokens} tokens.",
+            )
+        done = self.engine.submit(prompt, max_tokens, float(temperature))
+        if done is None:
+            return _error(
+                500, "EngineDeadError", "EngineCore encountered an issue. See stack trace for the root cause."
+            )
+        text, finish, completion_tokens = done.text, done.finish_reason, done.completion_tokens
+        choice_lp: dict | None = None
+        choice_plp: list | None = None
+        if faults or salt or logprobs is not None or plp is not None or echo or prompt in lm.KNOWN:
+            greedy = temperature == 0
+            n = max_tokens if greedy else max(1, done.completion_tokens)
+            tokens = lm.greedy_tokens(prompt, n, salt if greedy else salt + done.request_id, faults)
+            text, finish, completion_tokens = "".join(tokens), "length", n
+            echo_tokens = lm.prompt_tokens(prompt) if echo else None
+            if echo:
+                text = prompt + text
+            if logprobs is not None:
+                choice_lp = lm.completion_logprobs(prompt, tokens, logprobs, faults, echo_tokens)
+            if plp is not None:
+                choice_plp = lm.prompt_logprobs(prompt, faults)
+        choice = {"index": 0, "text": text, "logprobs": choice_lp, "finish_reason": finish, "stop_reason": None}
+        if choice_plp is not None:
+            choice["prompt_logprobs"] = choice_plp
+        return 200, {
+            "id": done.request_id,
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [choice],
+            "usage": {
+                "prompt_tokens": done.prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": done.prompt_tokens + completion_tokens,
+            },
+        }
+
+    def set_fault(self, body) -> tuple[int, dict]:
+        name = body.get("fault") if isinstance(body, dict) else None
+        if name in lm.OUTPUT_FAULTS or name == "swap_model":  # the answers, not the engine
+            with self._lock:
+                if name == "swap_model":
+                    self._salt += "/swapped"
+                    self.model = self.model + "-swapped"
+                else:
+                    self._output_faults = self._output_faults | {name}
+                faults = sorted(self._faults | self._output_faults)
+            LOG.warning("sim output fault ordered: %s", name)
+            return 200, {"fault": name, "faults": faults}
+        if name not in FAULTS:
+            return _error(
+                400,
+                "BadRequestError",
+                f"fault must be one of {', '.join(FAULTS + lm.OUTPUT_FAULTS + ('swap_model',))}.",
+                "fault",
+            )
+        rate = body.get("rate_mb_s", 8.0)
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0:
+            return _error(400, "BadRequestError", "rate_mb_s must be a positive number.", "rate_mb_s")
+        with self._lock:
+            self._fault = name
+            if name in HANG_FAULTS or name in LEAK_FAULTS:
+                self._faults.add(name)
+            else:
+                self._faults -= set(LEAK_FAULTS)
+                self._output_faults = frozenset()  # "none" also ends the garbage
+            faults = sorted(self._faults | self._output_faults)
+        LOG.warning("sim fault ordered: %s", name)
+        self.engine.set_fault(name, float(rate))
+        return 200, {"fault": name, "faults": faults}
+
+    def state(self) -> dict:
+        with self._lock:
+            fault, faults = self._fault, sorted(self._faults | self._output_faults)
+        return {
+            "api_pid": os.getpid(),
+            "engine_pid": self.engine.pid,
+            "worker_pid": self.engine.worker_pid,
+            "engine_alive": self.engine.alive,
+            "model": self.model,
+            "fault": fault,
+            "faults": faults,
+            "stats": self.engine.stats.to_dict(),
+        }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "sim-vllm"
+    server: _Server  # the server that made this handler: it carries the app
+
+    def log_message(self, format, *args) -> None:
+        LOG.debug("%s %s", self.address_string(), format % args)
+
+    @property
+    def app(self) -> SimApp:
+        return self.server.app
+
+    def _authorized(self, path: str) -> bool:
+        """vLLM's rule: only paths under /v1 are guarded; a missing or wrong bearer token is 401."""
+        tokens = self.server.api_keys
+        if not tokens or not (path == "/v1" or path.startswith("/v1/")):
+            return True
+        scheme, _, param = (self.headers.get("Authorization") or "").partition(" ")
+        given = hashlib.sha256(param.encode()).digest()
+        ok = scheme.lower() == "bearer" and any(
+            hmac.compare_digest(given, hashlib.sha256(t.encode()).digest()) for t in tokens
+        )
+        if not ok:
+            self._json(401, {"error": "Unauthorized"})
+        return ok
+
+    def do_GET(self) -> None:
+        path = urlsplit(self.path).path
+        if not self._authorized(path):
+            return
+        if path == "/health":
+            self._send(self.app.health(), b"", "application/json")
+        elif path == "/v1/models":
+            self._json(200, self.app.models())
+        elif path == "/metrics":
+            from prometheus_client import CONTENT_TYPE_LATEST
+
+            self._send(200, self.app.metrics(), CONTENT_TYPE_LATEST)
+        elif path == "/version":
+            self._json(200, {"version": "0.0.0+sim"})
+        elif path == "/sim/state":
+            self._json(200, self.app.state())
+        else:
+            self._json(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:
+        path = urlsplit(self.path).path
+        routes = {"/v1/completions": self.app.complete, "/sim/fault": self.app.set_fault}
+        if not self._authorized(path):
+            return
+        if path not in routes:
+            self._json(404, {"detail": "Not Found"})
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"null")
+        except (ValueError, UnicodeDecodeError):
+            self._json(*_error(400, "BadRequestError", "Invalid JSON body."))
+            return
+        self._json(*routes[path](body))
+
+    def _json(self, status: int, obj) -> None:
+        self._send(status, json.dumps(obj).encode(), "application/json")
+
+    def _send(self, status: int, data: bytes, content_type: str) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:
+            pass  # the client went away
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], app: SimApp, api_keys: tuple[str, ...] = ()) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        self.app = app
+        self.api_keys = tuple(k for k in api_keys if k)
+        super().__init__(address, _Handler)
+
+
+# ---- main -------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format="%(levelname)s %(asctime)s [sim_vllm] (APIServer pid=%(process)d) %(message)s",
+    )
+    stop = threading.Event()
+
+    def on_signal(signum, _frame) -> None:
+        LOG.info("[shutdown] received signal %d: stopping", signum)
+        stop.set()
+
+    def on_engine_dead(exitcode) -> None:
+        LOG.error("EngineCore died (exit code %s); /health now 503", exitcode)
+        if args.exit_on_engine_death:
+            timer = threading.Timer(args.death_exit_delay, stop.set)
+            timer.daemon = True
+            timer.start()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN if args.ignore_sigterm else on_signal)
+    api_threads = args.idle_threads // 3
+    config = EngineConfig(
+        startup_delay=args.startup_delay,
+        step_ms=args.step_ms,
+        with_worker=args.with_worker,
+        idle_threads=args.idle_threads - api_threads,
+    )
+    start_idle_threads(api_threads, stop)
+    engine = EngineClient(config, on_engine_dead)
+    engine.start()
+    LOG.info("started EngineCore pid=%s; loading model %s", engine.pid, args.model)
+    if not engine.wait_ready(stop):
+        engine.shutdown()
+        if stop.is_set():
+            return 0
+        LOG.error("Engine core initialization failed")
+        return 1
+    engine.start_output_thread()
+    try:
+        api_keys = tuple(args.api_key or [os.environ.get("VLLM_API_KEY", "")])
+        httpd = _Server((args.host, args.port), SimApp(args.model, engine, config, args.full_metrics), api_keys)
+    except OSError as exc:
+        LOG.error("cannot listen on %s:%d: %s", args.host, args.port, exc)
+        engine.shutdown()
+        return 1
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="http", daemon=True).start()
+    LOG.info("Starting vLLM API server on http://%s:%d (model %s)", args.host, args.port, args.model)
+    while not stop.wait(0.5):
+        pass
+    LOG.info("[shutdown] API server: stopping engine client")
+    httpd.shutdown()
+    httpd.server_close()
+    engine.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,517 @@
+"""Alert delivery to Redis: spool first, then a background flusher, exactly once per event id.
+
+``AlertSink.publish(event)`` only appends the event to the local spool (fsync'd)
+and wakes the flusher thread; it never waits on Redis. The flusher delivers
+spooled events oldest first through one Lua script that, atomically, skips an
+id already recorded in ``guardian:delivered:<node>`` (a sorted set of recent
+ids), else ``XADD``s the event to the stream (``MAXLEN ~``), records the id and
+``PUBLISH``es the JSON on the channel. Delivered ids are then removed from the
+spool; a crash between the two replays the event, which the script skips. On a
+Redis error the flusher backs off (exponential, capped) and retries; every
+Redis call carries ``alerts.timeout`` and no client-side retries, so a hung
+Redis stalls nothing but the flusher, and that only for one timeout.
+
+The node heartbeat (``heartbeat(summary)``) goes through the same thread (latest
+summary wins). Control messages (``control(payload)``) are live only: one
+best-effort ``PUBLISH`` with the timeout, never spooled.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable, Mapping
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from vllm_guardian.errors import ConfigError
+from vllm_guardian.sinks.events import event_time_ms
+from vllm_guardian.sinks.fleet import NodeHeartbeat
+from vllm_guardian.sinks.spool import Spool
+
+log = logging.getLogger(__name__)
+
+DELIVERED_PREFIX = "guardian:delivered:"
+DEFAULT_DELIVERED_KEEP = 100_000
+
+# KEYS[1] delivered-id zset, KEYS[2] stream
+# ARGV: 1 event id, 2 event JSON, 3 stream maxlen, 4 channel ('' = none), 5 score (ms), 6 ids to keep
+DELIVER_SCRIPT = """
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  return 0
+end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'id', ARGV[1], 'event', ARGV[2])
+redis.call('ZADD', KEYS[1], ARGV[5], ARGV[1])
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(tonumber(ARGV[6]) + 1))
+if ARGV[4] ~= '' then
+  redis.call('PUBLISH', ARGV[4], ARGV[2])
+end
+return 1
+"""
+
+
+# ---------------------------------------------------------------- connection
+def mask_url(url: str) -> str:
+    """The URL with any password (userinfo or ``?password=``) replaced by ``***``: safe to log."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable redis url>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user, sep, _pw = userinfo.partition(":")
+        if sep:
+            netloc = f"{user}:***@{hostport}"
+    query = parts.query
+    if query:
+        pairs = [(k, "***" if k.lower() == "password" else v) for k, v in parse_qsl(query, keep_blank_values=True)]
+        query = urlencode(pairs, safe="*")
+    text = f"{parts.scheme}://{netloc}{parts.path}" if parts.scheme else f"{netloc}{parts.path}"
+    return text + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
+
+
+def resolve_password(
+    password_env: str | None, password_file: str | None, *, environ: Mapping[str, str] = os.environ
+) -> str | None:
+    """The Redis password from ``alerts.password_env`` (a variable name) or ``alerts.password_file``."""
+    if password_env:
+        value = environ.get(password_env)
+        if value is None:
+            raise ConfigError([f"alerts.password_env: environment variable {password_env} is not set"])
+        return value
+    if password_file:
+        try:
+            return Path(password_file).read_text(encoding="utf-8").rstrip("\r\n")
+        except OSError as e:
+            raise ConfigError([f"alerts.password_file: cannot read {password_file}: {e.strerror}"]) from None
+    return None
+
+
+def make_client(url: str, *, password: str | None = None, timeout: float = 2.0):
+    """A redis-py client for ``redis://``, ``rediss://`` (TLS) or ``unix://`` URLs.
+
+    Every call is bounded by ``timeout`` (connect and read); client-side retries
+    are off (the flusher has its own backoff).
+    """
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    kwargs: dict[str, Any] = dict(
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+        retry_on_timeout=False,
+        decode_responses=True,
+    )
+    if password is not None:
+        kwargs["password"] = password
+    return redis.Redis.from_url(url, **kwargs)
+
+
+def _redis_errors() -> tuple[type[BaseException], ...]:
+    import redis
+
+    return (redis.RedisError, OSError)
+
+
+def publish_control(client, channel: str, payload: Mapping[str, Any]) -> bool:
+    """Best-effort live control message (e.g. ``{"action": "drain", "target": ...}``): True if sent."""
+    try:
+        client.publish(channel, json.dumps(payload, separators=(",", ":")))
+        return True
+    except _redis_errors() as e:
+        log.warning("control message on %s not sent: %s", channel, e)
+        return False
+
+
+# ---------------------------------------------------------------- delivery
+class RedisDelivery:
+    """One event into the stream and the channel, at most once per id (atomic, server side)."""
+
+    def __init__(
+        self,
+        client,
+        *,
+        node: str,
+        stream: str,
+        channel: str | None,
+        maxlen: int,
+        delivered_key: str | None = None,
+        delivered_keep: int = DEFAULT_DELIVERED_KEEP,
+    ) -> None:
+        self.client = client
+        self.stream = stream
+        self.channel = channel or ""
+        self.maxlen = int(maxlen)
+        self.delivered_key = delivered_key or f"{DELIVERED_PREFIX}{node}"
+        self.delivered_keep = int(delivered_keep)
+        self._script = client.register_script(DELIVER_SCRIPT)
+
+    def deliver(self, event: Mapping[str, Any]) -> bool:
+        """True when delivered now, False when this id had already been delivered. Raises on Redis errors."""
+        payload = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+        done = self._script(
+            keys=[self.delivered_key, self.stream],
+            args=[event["id"], payload, self.maxlen, self.channel, event_time_ms(event), self.delivered_keep],
+        )
+        return int(done) == 1
+
+
+# ---------------------------------------------------------------- the sink
+class AlertSink:
+    """Spool-first alert publisher with a background flusher thread (see module doc)."""
+
+    def __init__(
+        self,
+        client,
+        spool: Spool,
+        *,
+        node: str,
+        stream: str = "guardian:alerts",
+        channel: str | None = "guardian:alerts",
+        maxlen: int = 100_000,
+        control_channel: str = "guardian:control",
+        heartbeat_ttl: float = 30.0,
+        delivered_keep: int | None = None,
+        batch: int = 100,
+        backoff_initial: float = 0.1,
+        backoff_max: float = 5.0,
+        idle_interval: float = 5.0,
+        url_for_log: str = "",
+        on_close: Callable[[], None] | None = None,
+        on_down: Callable[[], Any] | None = None,
+        start: bool = True,
+    ) -> None:
+        self.node = node
+        self.spool = spool
+        self.client = client
+        self.control_channel = control_channel
+        self.heartbeat_ttl = heartbeat_ttl
+        self.batch = max(1, int(batch))
+        self.backoff_initial = backoff_initial
+        self.backoff_max = max(backoff_max, backoff_initial)
+        self.idle_interval = idle_interval
+        self.url_for_log = url_for_log
+        self._delivery = RedisDelivery(
+            client,
+            node=node,
+            stream=stream,
+            channel=channel,
+            maxlen=maxlen,
+            delivered_keep=delivered_keep or max(DEFAULT_DELIVERED_KEEP, 2 * spool.max_events),
+        )
+        self._heartbeat = NodeHeartbeat(client)
+        self._on_close = on_close
+        self._on_down = on_down  # e.g. start the embedded Redis again when it died
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._delivered_total = 0
+        self._duplicates_total = 0
+        self._redis_up: bool | None = None
+        self._last_error: str | None = None
+        self._pending_heartbeat: dict[str, Any] | None = None
+        # events the spool refused (a full disk): held here, in order, after everything spooled,
+        # until the spool takes them again or Redis does; bounded like the spool
+        self._unspooled: deque[dict[str, Any]] = deque()
+        self._unspooled_dropped = 0
+        self._spool_error: str | None = None
+        self._last_duplicates = 0
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        if start:
+            self.start()
+
+    @classmethod
+    def from_config(
+        cls,
+        alerts,
+        state_dir: str | os.PathLike[str],
+        node: str,
+        *,
+        embedded_factory: Callable[[str], Any] | None = None,
+        environ: Mapping[str, str] = os.environ,
+        **kwargs: Any,
+    ) -> AlertSink:
+        """Build from an ``AlertsConfig``: starts the embedded Redis when ``redis_url == "embedded"``
+        (stopped again by ``close()``); spool under ``<state_dir>/spool``."""
+        on_close = None
+        url = alerts.redis_url
+        if url == "embedded":
+            if embedded_factory is None:
+                from vllm_guardian.sinks.embedded_redis import EmbeddedRedis
+
+                embedded_factory = EmbeddedRedis
+            embedded = embedded_factory(str(state_dir))
+            url = embedded.start()
+            on_close = embedded.stop
+            if hasattr(embedded, "revive"):
+                kwargs.setdefault("on_down", embedded.revive)
+        try:
+            password = resolve_password(alerts.password_env, alerts.password_file, environ=environ)
+            client = make_client(url, password=password, timeout=alerts.timeout)
+            spool = Spool(
+                Path(state_dir) / "spool", max_events=alerts.spool.max_events, max_bytes=alerts.spool.max_bytes
+            )
+        except BaseException:
+            if on_close is not None:
+                on_close()
+            raise
+        log.info("alerts: stream %s, channel %s on %s", alerts.stream, alerts.channel, mask_url(url))
+        return cls(
+            client,
+            spool,
+            node=node,
+            stream=alerts.stream,
+            channel=alerts.channel,
+            maxlen=alerts.stream_maxlen,
+            control_channel=alerts.control_channel,
+            heartbeat_ttl=alerts.heartbeat_ttl,
+            url_for_log=mask_url(url),
+            on_close=on_close,
+            **kwargs,
+        )
+
+    # ------------------------------------------------------------ caller side (never blocks on Redis)
+    def publish(self, event: Mapping[str, Any]) -> None:
+        """Spool ``event`` durably, then let the flusher deliver it. When the disk refuses
+        (ENOSPC, EIO) the event is held in memory behind the spooled ones and still delivered,
+        in order; the spool error shows in ``stats()`` and is logged once per episode."""
+        if self._closed:
+            raise ValueError("alert sink is closed")
+        with self._lock:
+            held = bool(self._unspooled)
+        if not held:
+            try:
+                self.spool.append(event)
+                self._spool_ok()
+                self._wake.set()
+                return
+            except OSError as e:
+                self._spool_failed(e)
+        with self._lock:
+            self._unspooled.append(dict(event))
+            while len(self._unspooled) > self.spool.max_events:
+                self._unspooled.popleft()
+                self._unspooled_dropped += 1
+        self._wake.set()
+
+    def _spool_failed(self, e: OSError) -> None:
+        with self._lock:
+            first = self._spool_error is None
+            self._spool_error = f"{type(e).__name__}: {e}"
+        if first:
+            log.error(
+                "alerts: the spool refuses writes (%s); holding alerts in memory and delivering "
+                "them from there until it takes them again",
+                e,
+            )
+
+    def _spool_ok(self) -> None:
+        with self._lock:
+            was, self._spool_error = self._spool_error, None
+        if was is not None:
+            log.warning("alerts: the spool takes writes again")
+
+    def _respool(self) -> None:
+        """Move held events back into the spool, oldest first, while it takes them."""
+        while True:
+            with self._lock:
+                if not self._unspooled:
+                    return
+                event = self._unspooled[0]
+            try:
+                self.spool.append(event)
+            except OSError as e:
+                self._spool_failed(e)
+                return
+            self._spool_ok()
+            with self._lock:
+                if self._unspooled and self._unspooled[0] is event:
+                    self._unspooled.popleft()
+
+    def __call__(self, event: Mapping[str, Any]) -> None:
+        self.publish(event)
+
+    def heartbeat(self, summary: Mapping[str, Any]) -> None:
+        """Queue the node summary for ``guardian:node:<node>`` (EX heartbeat_ttl); latest wins."""
+        with self._lock:
+            self._pending_heartbeat = dict(summary)
+        self._wake.set()
+
+    def control(self, payload: Mapping[str, Any]) -> bool:
+        """Live control message on the control channel; best effort, bounded by the timeout."""
+        return publish_control(self.client, self.control_channel, payload)
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "spooled": len(self.spool),
+                "delivered_total": self._delivered_total,
+                "duplicates_total": self._duplicates_total,
+                "dropped_total": self.spool.dropped_total + self._unspooled_dropped,
+                "held_in_memory": len(self._unspooled),
+                "spool_error": self._spool_error,
+                "redis_up": bool(self._redis_up),
+                "last_error": self._last_error,
+                "url": self.url_for_log,
+            }
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"guardian-alerts-{self.node}", daemon=True)
+            self._thread.start()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the flusher (what is still spooled stays on disk for the next start), release Redis."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        try:
+            self.client.close()
+        except Exception:  # noqa: BLE001 - closing must not fail the shutdown
+            pass
+        self.spool.close()
+        if self._on_close is not None:
+            self._on_close()
+
+    def __enter__(self) -> AlertSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ the flusher
+    def flush_once(self) -> bool:
+        """Deliver one batch from the spool head, in order. True when Redis took everything it was given."""
+        self._respool()
+        batch = self.spool.head(self.batch)
+        delivered: list[str] = []
+        error = self._deliver_all(batch, delivered)
+        duplicates = self._last_duplicates
+        if delivered:
+            try:
+                self.spool.remove(delivered)
+            except OSError as e:  # a full disk cannot rewrite the spool: re-delivery is a no-op (dedup)
+                self._spool_failed(e)
+            with self._lock:  # counted once acknowledged, so stats never show delivered-but-spooled
+                self._delivered_total += len(delivered)
+                self._duplicates_total += duplicates
+        if error is None and len(batch) < self.batch:  # the whole spool went: then what is held
+            error = self._deliver_held()
+        if error is None:
+            error = self._send_heartbeat()
+        if error is None and not batch and not delivered:
+            error = self._ping_if_unknown()
+        self._note(error)
+        return error is None
+
+    def _deliver_all(self, batch: list[dict[str, Any]], delivered: list[str]) -> BaseException | None:
+        self._last_duplicates = 0
+        for event in batch:
+            try:
+                new = self._delivery.deliver(event)
+            except _redis_errors() as e:
+                return e
+            except Exception as e:
+                log.exception("alerts: unexpected delivery error")
+                return e
+            delivered.append(event["id"])
+            self._last_duplicates += 0 if new else 1
+        return None
+
+    def _deliver_held(self) -> BaseException | None:
+        """Deliver the events the spool refused, oldest first (they are newer than the spool's)."""
+        while True:
+            with self._lock:
+                if not self._unspooled:
+                    return None
+                event = self._unspooled[0]
+            delivered: list[str] = []
+            error = self._deliver_all([event], delivered)
+            if error is not None:
+                return error
+            with self._lock:
+                if self._unspooled and self._unspooled[0] is event:
+                    self._unspooled.popleft()
+                self._delivered_total += 1
+                self._duplicates_total += self._last_duplicates
+
+    def _send_heartbeat(self) -> BaseException | None:
+        with self._lock:
+            summary, self._pending_heartbeat = self._pending_heartbeat, None
+        if summary is None:
+            return None
+        try:
+            self._heartbeat.write(self.node, summary, self.heartbeat_ttl)
+            return None
+        except _redis_errors() as e:
+            with self._lock:
+                if self._pending_heartbeat is None:
+                    self._pending_heartbeat = summary
+            return e
+
+    def _ping_if_unknown(self) -> BaseException | None:
+        if self._redis_up:
+            return None
+        try:
+            self.client.ping()
+            return None
+        except _redis_errors() as e:
+            return e
+
+    def _note(self, error: BaseException | None) -> None:
+        with self._lock:
+            was_up = self._redis_up
+            if error is None:
+                self._redis_up = True
+                self._last_error = None
+            else:
+                self._redis_up = False
+                self._last_error = f"{type(error).__name__}: {error}"
+        if error is None and was_up is False:
+            log.warning("alerts: Redis %s reachable again; delivering the spool", self.url_for_log)
+        elif error is not None and was_up is not False:
+            log.warning(
+                "alerts: Redis %s unreachable (%s: %s); spooling and retrying",
+                self.url_for_log,
+                type(error).__name__,
+                error,
+            )
+
+    def _run(self) -> None:
+        backoff = self.backoff_initial
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                ok = self.flush_once()
+            except Exception as e:  # the flusher must outlive any surprise
+                log.exception("alerts: flusher error")
+                with self._lock:
+                    self._redis_up, self._last_error = False, f"{type(e).__name__}: {e}"
+                ok = False
+            if self._stop.is_set():
+                break
+            if not ok:
+                if self._on_down is not None:
+                    try:
+                        self._on_down()
+                    except Exception:
+                        log.exception("alerts: reviving Redis failed")
+                self._stop.wait(backoff)  # publishes do not cut a backoff short
+                backoff = min(self.backoff_max, backoff * 2)
+                continue
+            backoff = self.backoff_initial
+            if len(self.spool) and self.spool.head(1):
+                continue
+            self._wake.wait(self.idle_interval)

@@ -1,0 +1,182 @@
+"""What the guardian remembers about each target between ticks (pure state, no I/O).
+
+Fed by discovery results (every few seconds), the procfs probe's "gone" set
+(every tick: a vanished API server or EngineCore is noticed within one tick)
+and canary results (readiness). It keeps the *snapshotted tree* of a target:
+processes that were in the tree stay in it while they live, even after being
+re-parented (their API server SIGKILLed), so a later stop reaches them.
+It decides: a target is new, restarted (same name, new API-server identity),
+gone (API server vanished) or forgotten (gone longer than ``forget_after``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from vllm_guardian.detectors.view import TargetState
+from vllm_guardian.config.schema import Config
+from vllm_guardian.model import Finding, Kind, ProcKey, ProcessInfo, Role, Target, TargetRef
+from vllm_guardian.probes.canary import CanaryResult
+from vllm_guardian.probes.vllm_http import HttpScrape
+
+
+@dataclass
+class TrackedTarget:
+    target: Target
+    first_seen: float
+    model: str | None = None
+    ready: bool = False
+    ready_since: float | None = None
+    ever_ready: bool = False
+    api_alive: bool = True
+    gone_since: float | None = None
+    engine_seen: bool = False
+    canary_in_flight_since: float | None = None
+    last_canary_start: float | None = None
+    restarts_seen: int = 0
+    last_scrape: HttpScrape | None = None  # latest /health + /metrics (status, evidence)
+    last_canary: CanaryResult | None = None  # latest canary answer (status)
+
+    @property
+    def name(self) -> str:
+        return self.target.name
+
+    def ref(self, findings: dict[Kind, Finding | None]) -> TargetRef:
+        """The target as an incident records it; ``role``: of the process a finding points at."""
+        role = next(
+            (str(f.signals["role"]) for f in findings.values() if f is not None and f.signals.get("role")), None
+        )
+        key = self.target.key
+        return TargetRef(self.name, key.pid, key.starttime, self.target.port, self.model, role)
+
+    @property
+    def engine_alive(self) -> bool | None:
+        if not self.engine_seen:
+            return None
+        return any(p.role is Role.ENGINE_CORE for p in self.target.processes)
+
+
+@dataclass(frozen=True)
+class Changes:
+    new: tuple[str, ...] = ()
+    restarted: tuple[str, ...] = ()
+    vanished: tuple[str, ...] = ()
+    forgotten: tuple[str, ...] = ()
+
+
+class Tracker:
+    def __init__(
+        self, forget_after: float, configured_models: dict[str, str] | None = None, probe_interval: float = 1.0
+    ) -> None:
+        self.forget_after = forget_after
+        self.configured_models = configured_models or {}
+        self.probe_interval = probe_interval  # how often the processes are read (detectors judge gaps by it)
+        self.targets: dict[str, TrackedTarget] = {}
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> Tracker:
+        return cls(
+            cfg.discovery.forget_after, {t.name: t.model for t in cfg.targets if t.model}, cfg.probes.procfs.interval
+        )
+
+    # ------------------------------------------------------------------ discovery
+    def apply_discovery(self, targets: tuple[Target, ...], orphans: tuple[ProcessInfo, ...], now: float) -> Changes:
+        new, restarted, vanished, forgotten = [], [], [], []
+        alive_orphans = {p.key: p for p in orphans}
+        found = {t.name: t for t in targets}
+        for name, t in found.items():
+            tr = self.targets.get(name)
+            if tr is None:
+                tr = self.targets[name] = TrackedTarget(t, now, model=self.configured_models.get(name))
+                new.append(name)
+            elif tr.target.key != t.key:
+                restarted.append(name)
+                tr.target = t
+                tr.ready, tr.ready_since = False, None
+                tr.api_alive, tr.gone_since = True, None
+                tr.engine_seen = False
+                tr.canary_in_flight_since = None
+                tr.model = self.configured_models.get(name)
+                tr.restarts_seen += 1
+            else:
+                tr.target = self._keep_orphans(tr.target, t, alive_orphans)
+                tr.api_alive, tr.gone_since = True, None
+            tr.engine_seen = tr.engine_seen or bool(tr.target.by_role(Role.ENGINE_CORE))
+        for name, tr in list(self.targets.items()):
+            if name in found:
+                continue
+            if tr.api_alive:
+                tr.api_alive, tr.gone_since = False, now
+                vanished.append(name)
+            # what is left of a vanished target: its processes that still live, re-parented
+            tr.target = replace(
+                tr.target,
+                processes=tuple(alive_orphans.get(p.key, p) for p in tr.target.processes if p.key in alive_orphans),
+            )
+            if (
+                tr.target.source != "config"
+                and tr.gone_since is not None
+                and now - tr.gone_since >= self.forget_after
+                and not tr.target.processes
+            ):
+                del self.targets[name]
+                forgotten.append(name)
+        return Changes(tuple(new), tuple(restarted), tuple(vanished), tuple(forgotten))
+
+    @staticmethod
+    def _keep_orphans(old: Target, new: Target, alive_orphans: dict[ProcKey, ProcessInfo]) -> Target:
+        keys = {p.key for p in new.processes}
+        kept = tuple(alive_orphans[p.key] for p in old.processes if p.key not in keys and p.key in alive_orphans)
+        return replace(new, processes=new.processes + kept) if kept else new
+
+    # ------------------------------------------------------------------ per tick
+    def mark_gone(self, keys: set[ProcKey], now: float) -> list[str]:
+        """Drop vanished processes from every tree; return targets whose API server vanished."""
+        lost_api: list[str] = []
+        if not keys:
+            return lost_api
+        for tr in self.targets.values():
+            if not any(tr.target.has(k) for k in keys):
+                continue
+            tr.target = replace(tr.target, processes=tuple(p for p in tr.target.processes if p.key not in keys))
+            if tr.api_alive and tr.target.key in keys:
+                tr.api_alive, tr.gone_since = False, now
+                tr.ready = False
+                lost_api.append(tr.name)
+        return lost_api
+
+    def canary_started(self, name: str, now: float) -> None:
+        tr = self.targets.get(name)
+        if tr:
+            tr.canary_in_flight_since = now
+            tr.last_canary_start = now
+
+    def canary_finished(self, name: str, key: ProcKey, ok: bool, model: str | None, now: float) -> None:
+        tr = self.targets.get(name)
+        if tr is None:
+            return
+        tr.canary_in_flight_since = None
+        if tr.target.key != key:
+            return  # an answer from the previous incarnation says nothing about this one
+        if model and not tr.model:
+            tr.model = model
+        if ok and not tr.ready and tr.api_alive:
+            tr.ready, tr.ready_since, tr.ever_ready = True, now, True
+
+    def state(self, name: str, now: float, probe_interval: float | None = None) -> TargetState:
+        tr = self.targets[name]
+        return TargetState(
+            target=tr.target,
+            now=now,
+            ready=tr.ready,
+            ever_ready=tr.ever_ready,
+            api_alive=tr.api_alive,
+            gone_since=tr.gone_since,
+            engine_alive=tr.engine_alive,
+            canary_in_flight_since=tr.canary_in_flight_since,
+            probe_interval=self.probe_interval if probe_interval is None else probe_interval,
+            ready_since=tr.ready_since,
+        )
+
+    def live_targets(self) -> list[Target]:
+        return [tr.target for tr in self.targets.values() if tr.target.processes]
