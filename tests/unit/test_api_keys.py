@@ -286,7 +286,8 @@ def _key_file(tmp_path, text: str) -> str:
 @pytest.mark.parametrize("source", ["environ", "argv", "config env", "config file"])
 def test_a_key_with_a_trailing_newline_is_sent_without_it_whatever_its_source(proc, tmp_path, source):
     raw = SECRET + "\n"
-    cfg, argv, environ = None, ("vllm", "serve"), {}
+    cfg, environ = None, {}
+    argv: tuple[str, ...] = ("vllm", "serve")
     if source == "environ":
         proc.set_environ(42, VLLM_API_KEY=raw)
     elif source == "argv":
