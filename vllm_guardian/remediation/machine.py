@@ -376,8 +376,8 @@ class Remediator:
             return "in progress"
         if mode is not Mode.REMEDIATE:
             return f"mode {mode.value}: alert only"
-        if incident.kind in (Kind.PROBE_FAILURE, Kind.RESTART_BUDGET_EXHAUSTED):
-            return "a blind spot or an exhausted budget is never a reason to restart: alert only"
+        if incident.kind in (Kind.PROBE_FAILURE, Kind.RESTART_BUDGET_EXHAUSTED, Kind.PAUSE_TOO_LONG):
+            return "a blind spot, an exhausted budget or a pause on purpose is never a reason to restart: alert only"
         prev = self.sequences.get(name)
         finished = (Phase.FAILED, Phase.DONE, Phase.ABORTED)
         if prev is not None and prev.incident_id == incident.id and prev.phase in finished:
