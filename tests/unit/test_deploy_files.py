@@ -56,6 +56,8 @@ def seconds(value: str) -> float:
         ("ProtectHome", "read-only"),
         ("StateDirectory", "guardian"),
         ("KillMode", "process"),
+        ("EnvironmentFile", "-/etc/default/vllm-guardian"),  # optional: secrets and GUARDIAN_* settings
+        ("ExecReload", "/bin/kill -HUP $MAINPID"),
     ],
 )
 def test_unit_service_settings(key, expected):
@@ -87,6 +89,23 @@ def test_unit_capabilities_are_exactly_the_three_needed(key):
 )
 def test_unit_does_not_hide_what_the_guardian_must_see(key, forbidden):
     assert unit()["Service"].get(key, "default") not in forbidden
+
+
+def test_unit_documentation_resolves():
+    """Each Documentation= URI names a file this repository has: the installed copy (the wheel's
+    share/doc/vllm-guardian/, see pyproject's data-files) or the project's page of it."""
+    import tomllib
+
+    uris = unit()["Unit"]["Documentation"].split()
+    assert uris
+    data_files = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
+    for uri in uris:
+        if uri.startswith("file:///opt/vllm-guardian/"):
+            where, name = uri.removeprefix("file:///opt/vllm-guardian/").rsplit("/", 1)
+            assert any(Path(f).name == name and (ROOT / f).is_file() for f in data_files[where]), uri
+        else:
+            assert uri.startswith(PROJECT_BLOB), uri
+            assert (ROOT / uri.removeprefix(PROJECT_BLOB)).is_file(), uri
 
 
 def test_unit_is_installed_for_multi_user():
