@@ -67,7 +67,7 @@ ERROR_CASES = {
     "unknown detector": (
         {"detectors": {"busyloop": {}}},
         "detectors.busyloop: unknown key (known: busy_loop, engine_stall, engine_dead, "
-        "kv_cache_leak, accel_memory_leak, host_memory_leak, output_corruption, probe_failure)",
+        "kv_cache_leak, accel_memory_leak, host_memory_leak, output_corruption, probe_failure, accel_fault)",
     ),
     "unknown key inside a list item": (
         {"targets": [target(prot=1)]},
