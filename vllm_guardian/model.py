@@ -30,6 +30,8 @@ class Kind(str, Enum):
     PROBE_FAILURE = "probe_failure"
     ACCEL_FAULT = "accel_fault"  # one per device (the incident's target is the device), not per server
     RESTART_BUDGET_EXHAUSTED = "restart_budget_exhausted"
+    STARTUP_TIMEOUT = "startup_timeout"
+    PAUSE_TOO_LONG = "pause_too_long"
 
 
 class Severity(str, Enum):
