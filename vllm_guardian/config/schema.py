@@ -363,6 +363,11 @@ class EvidenceConfig:
     native: bool = False
     dump_timeout: float = _f(10.0, "positive")
     retention: RetentionConfig = field(default_factory=RetentionConfig)
+    output_corruption_stacks: bool = _f(
+        False,
+        doc="py-spy stacks and a flame record for output_corruption too (off: its bundle holds the "
+        "failing answers in gates.json; a server answering wrong is not stuck, a dump only pauses it)",
+    )
 
 
 @dataclass(frozen=True)

@@ -188,11 +188,11 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
 MAX_ROUNDS_SHOWN = 5
 
 
-def _evidence(view: LedgerView, now: float, count: int) -> dict:
+def _evidence(view: LedgerView, now: float, count: int) -> dict[str, object]:
     """The model, the vLLM version and the answers of the latest failing rounds."""
     failing = [r for r in view.rounds if r.failures][-max(1, min(count, MAX_ROUNDS_SHOWN)) :]
     latest = failing[-1] if failing else None
-    out: dict = {
+    out: dict[str, object] = {
         "model": latest.model if latest else None,
         "vllm_version": latest.version if latest else None,
         "evidence": list(latest.evidence) if latest else [],

@@ -49,4 +49,6 @@ def cost(cfg: GatesConfig, round_server_seconds: float, oc: OutputCorruptionConf
     )
     busy = rounds * round_server_seconds
     n = confirmations(cfg, oc)
-    return GateCost(rounds, rounds * requests_per_round(cfg), rounds * tokens, busy, busy / 3600.0, n, n * round_server_seconds)
+    return GateCost(
+        rounds, rounds * requests_per_round(cfg), rounds * tokens, busy, busy / 3600.0, n, n * round_server_seconds
+    )
