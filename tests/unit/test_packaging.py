@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import glob
 import sys
-import tomllib
+import tomllib  # type: ignore[import-not-found,unused-ignore]  # 3.11+ (mypy checks as 3.10)
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
@@ -36,7 +36,7 @@ def imported_top_level_modules() -> set[str]:
 def test_the_dependencies_are_exactly_what_the_package_imports():
     declared = {canonicalize_name(Requirement(r).name) for r in PROJECT["project"]["dependencies"]}
     dists = packages_distributions()
-    used = {canonicalize_name(dists[m][0]) for m in imported_top_level_modules()}
+    used: set[str] = {canonicalize_name(dists[m][0]) for m in imported_top_level_modules()}
     used |= {canonicalize_name(d) for d in LOADED_BY_NAME.values()} | NOT_IMPORTED
     assert declared == used
 
@@ -81,3 +81,9 @@ def test_the_project_urls_point_at_files_it_has():
     blob = urls["Homepage"] + "/blob/main/"
     assert urls["Documentation"].startswith(blob)
     assert (ROOT / urls["Documentation"].removeprefix(blob)).is_file()
+
+
+def test_the_package_knows_its_home():
+    from vllm_guardian import PROJECT_URL
+
+    assert PROJECT["project"]["urls"]["Homepage"] == PROJECT_URL

@@ -141,3 +141,9 @@ def test_a_crash_is_shown_with_its_traceback():
 def test_no_series_still_renders(series):
     html = page(series=series, flame_svg=None, flame_name=None)
     assert "The windows that fired" not in html and html.endswith("</html>")
+
+
+def test_the_page_links_the_runbook_of_its_kind():
+    from vllm_guardian.incidents.runbooks import runbook_url
+
+    assert f"<a id='runbook' href='{runbook_url('busy_loop')}'>" in page()

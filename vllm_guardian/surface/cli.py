@@ -203,6 +203,7 @@ def cmd_incidents(args) -> int:
         if d["resolved_at"]:
             print(f"resolved {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(d['resolved_at']))}")
         print(f"summary {d['summary']}")
+        print(f"runbook {_runbook(d['kind'])}")
         from vllm_guardian.diagnosis.text import diagnosis_lines
 
         if d["diagnosis"] or d["crash"] or d.get("evidence_dir"):
@@ -243,6 +244,14 @@ def cmd_incidents(args) -> int:
         opened = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d["opened_at"]))
         print(f"{d['id']}  {d['status']:<8} {d['kind']:<14} {d['target']['name']:<14} {opened}  {d['summary']}")
     return 0
+
+
+def _runbook(kind: str) -> str:
+    """The runbook's URL, and its copy installed beside the program when there is one."""
+    from vllm_guardian.incidents.runbooks import runbook_url
+
+    local = os.path.join(sys.prefix, "share", "doc", "vllm-guardian", "runbooks", f"{kind}.md")
+    return runbook_url(kind) + (f" (here: {local})" if os.path.isfile(local) else "")
 
 
 def _show_html(d: dict) -> int:

@@ -82,12 +82,9 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "completion": (
         "Print the shell completion script for bash or zsh, generated from these commands. The package "
         "installs both (share/bash-completion/completions/guardian, share/zsh/site-functions/_guardian "
-        "under its prefix; the container image in /usr/share); source one to try it.",
-        (
-            "guardian completion bash > /etc/bash_completion.d/guardian",
-            "guardian completion zsh > ~/.zsh/completions/_guardian",
-            "source <(guardian completion bash)",
-        ),
+        "under its prefix; the container image in /usr/share). To try it: source <(guardian completion bash); "
+        "to install it: guardian completion bash > /etc/bash_completion.d/guardian.",
+        ("guardian completion bash", "guardian completion zsh"),
     ),
     "demo": (
         "A self-contained demonstration: starts a simulated vLLM server and the guardian in a "
@@ -134,9 +131,7 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
 
 def decorate(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Descriptions, examples (as the epilog) and option help for every subcommand."""
-    parser.epilog = (
-        "Run `guardian <command> --help` for what a command needs, with examples. " + COMPLETION_NOTE
-    )
+    parser.epilog = "Run `guardian <command> --help` for what a command needs, with examples. " + COMPLETION_NOTE
     for name, sub in _subcommands(parser).items():
         description, examples = COMMANDS.get(name, ("", ()))
         if description:
