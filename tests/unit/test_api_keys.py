@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from vllm_guardian.config.loader import parse_config
@@ -284,7 +286,8 @@ def _key_file(tmp_path, text: str) -> str:
 @pytest.mark.parametrize("source", ["environ", "argv", "config env", "config file"])
 def test_a_key_with_a_trailing_newline_is_sent_without_it_whatever_its_source(proc, tmp_path, source):
     raw = SECRET + "\n"
-    cfg, argv, environ = None, ("vllm", "serve"), {}
+    cfg, environ = None, {}
+    argv: tuple[str, ...] = ("vllm", "serve")
     if source == "environ":
         proc.set_environ(42, VLLM_API_KEY=raw)
     elif source == "argv":
@@ -293,7 +296,7 @@ def test_a_key_with_a_trailing_newline_is_sent_without_it_whatever_its_source(pr
         cfg, environ = _target(api_key_env="GUARD_KEY"), {"GUARD_KEY": raw}
     else:
         cfg = _target(api_key_file=_key_file(tmp_path, raw))
-    src = resolve_key(cfg, 42, argv, proc.procfs(), environ=environ, read_file=lambda p: open(p).read())
+    src = resolve_key(cfg, 42, argv, proc.procfs(), environ=environ, read_file=lambda p: Path(p).read_text())
     assert src.key == SECRET and not src.problem
 
 

@@ -126,8 +126,9 @@ class StdlibHttpClient:
             raise HttpError("timeout", f"no answer within {timeout:g}s", time.monotonic() - start) from e
         except ValueError as e:  # an invalid header or URL: its message quotes the value
             raise HttpError(
-                "error", f"{type(e).__name__}: the request could not be sent (a header or the URL is invalid; "
-                "values not shown)", time.monotonic() - start
+                "error",
+                f"{type(e).__name__}: the request could not be sent (a header or the URL is invalid; values not shown)",
+                time.monotonic() - start,
             ) from None
         except (OSError, http.client.HTTPException) as e:
             raise HttpError("error", f"{type(e).__name__}: {e}", time.monotonic() - start) from e
