@@ -52,7 +52,7 @@ def target(**overrides):
 
 KNOWN_TOP = (
     "node, state_dir, interval, autodiscover, targets, detectors, probes, discovery, "
-    "policy, alerts, evidence, accelerators, gates, api, diagnosis"
+    "policy, alerts, evidence, accelerators, gates, api, diagnosis, kubernetes"
 )
 MATCHERS = "one of port, pid_file, cmdline_regex, systemd_unit, kubernetes"
 
