@@ -281,6 +281,18 @@ class GatesConfig:
         "an answer leaving its baseline where the two tokens were within this "
         "many nats is a batching flip, not a failure",
     )
+    builtin_checks: bool = _f(
+        True,
+        doc="L5: the built-in known-answer checks (copy, counting, a pattern), each expecting the "
+        "target's own first healthy answer; they need no world knowledge",
+    )
+    confirm_rounds: int | None = _f(
+        None,
+        "nonneg",
+        "quick rounds after a failing one (or a confirmation request) while they keep failing; "
+        "null = enough for conditions A, C and D to conclude (the largest of their counts - 1)",
+    )
+    confirm_delay: float = _f(2.0, "positive", "seconds between a failing round and its confirmation round")
 
 
 @dataclass(frozen=True)
@@ -371,6 +383,11 @@ class EvidenceConfig:
     native: bool = False
     dump_timeout: float = _f(10.0, "positive")
     retention: RetentionConfig = field(default_factory=RetentionConfig)
+    output_corruption_stacks: bool = _f(
+        False,
+        doc="py-spy stacks and a flame record for output_corruption too (off: its bundle holds the "
+        "failing answers in gates.json; a server answering wrong is not stuck, a dump only pauses it)",
+    )
 
 
 @dataclass(frozen=True)
