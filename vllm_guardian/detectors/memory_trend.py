@@ -96,7 +96,7 @@ def trend(points: Sequence[Point]) -> Trend | None:
         return None
     rho = spearman([p[0] for p in points], values(points))
     first, last = fit.at(points[0][0]), fit.at(points[-1][0])
-    jump = max(b[1] - a[1] for a, b in zip(points, points[1:]))
+    jump = max(b[1] - a[1] for a, b in zip(points, points[1:], strict=False))
     share = jump / (last - first) if last > first else 0.0
     return Trend(fit.slope, fa.slope, fb.slope, fit.rising_share, rho, len(points), first, last, share)
 
