@@ -126,7 +126,7 @@ def sample_interval(points: Sequence[Point], floor: float) -> float:
     (the loop's); ``floor`` with fewer than 3 points."""
     if len(points) < 3:
         return floor
-    gaps = [b[0] - a[0] for a, b in zip(points, points[1:])]
+    gaps = [b[0] - a[0] for a, b in zip(points, points[1:], strict=False)]
     return max(floor, statistics.median(gaps))
 
 
