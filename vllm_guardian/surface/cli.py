@@ -520,7 +520,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     stdout = sys.stdout
     if args.command != "run":  # text for a person's terminal: others' control characters made visible
-        sys.stdout = EscapingWriter(stdout)  # type: ignore[assignment]
+        sys.stdout = EscapingWriter(stdout)
     try:
         return _main(args)
     finally:
