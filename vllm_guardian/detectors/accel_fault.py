@@ -70,7 +70,7 @@ class DeviceFaultView:
     now: float
 
 
-def precedence(f: FaultRecord) -> tuple:
+def precedence(f: FaultRecord) -> tuple[int, bool, bool, float]:
     """Most severe first; of equals, one a restart cannot help, then an Xid (it names the cause: a
     lost GPU is what an Xid 79 leaves behind), then the latest."""
     return (f.entry.rank, f.entry.blocks_restart, f.code.startswith("xid:"), f.at)
