@@ -166,7 +166,11 @@ FULL = status(
     incidents=[incident("busy_loop", "llama")],
     actions={"outcomes": {"ok": 4, "failed": 1}, "restarts": {"llama": {"ok": 1}}},
     alerts={"spooled": 7, "dropped": 2},
-    gates={"reports": {"accepted": 3, "malformed": 1}},
+    gates={
+        "reports": {"accepted": 3, "malformed": 1, "unsigned": 2},
+        "reports_dropped": {"malformed": 1, "unsigned": 2},
+        "fingerprints_dropped": {"future": 2},
+    },
 )
 MINIMAL: dict = {}  # before the first tick the daemon's status() is an empty dict
 

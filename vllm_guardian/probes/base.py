@@ -138,6 +138,10 @@ class Schedule:
     def ran(self, key: str, now: float) -> None:
         self._next[key] = now + self.interval
 
+    def soon(self, key: str, at: float) -> None:
+        """Due at ``at`` at the latest (a confirmation that cannot wait for the interval)."""
+        self._next[key] = min(self._next.get(key, float("inf")), at)
+
     def forget(self, keep: Iterable[str]) -> None:
         keep = set(keep)
         for key in [k for k in self._next if k not in keep]:

@@ -9,11 +9,18 @@ version plus the remote peers (``gates.agreement``), grows or loads the baseline
 (``gates.baseline``), records the verdict in the ledger the ``output_corruption``
 detector reads and updates the status lines. A new API server for a target clears
 its history; a verified restart (``GatesShared.request_rebaseline``) drops its
-baseline so it is taken again.
+baseline so it is taken again. An L4 failure that only the remote peers' fingerprints
+make (judged without them, the instance agrees) is marked ``source="peers"``: external
+evidence, a hint that never restarts alone (``remediation/external.py``).
+
+The trust keys (``gates.trust``) are loaded here, once; a bad key file is a
+``ConfigError`` at start. Without keys the guardian says once that external evidence
+can raise an alert, never a restart.
 """
 
 from __future__ import annotations
 
+import threading
 
 from vllm_guardian.gates import agreement
 from vllm_guardian.gates.baseline import Baseline, BaselineStore
@@ -22,10 +29,12 @@ from vllm_guardian.gates.judge import GateFailure, RoundAnswers, judge_round, ne
 from vllm_guardian.gates.ledger import RoundRecord
 from vllm_guardian.gates.round import run_round
 from vllm_guardian.gates.shared import GatesShared, TargetGates
+from vllm_guardian.gates.trust import load_keys
 from vllm_guardian.model import ProcKey
 from vllm_guardian.probes.base import Folded, Job, ProbeParts, Schedule, Seen
 
 _BKey = tuple[str, str, str]  # (target, model, version)
+CONFIRM_GAP_S = 5.0  # seconds at least between a round and a confirming one it asked for
 
 
 class GatesProbe:
@@ -36,7 +45,18 @@ class GatesProbe:
         self.cfg = parts.cfg.gates
         self.http, self.clock = parts.seams.http, parts.seams.clock
         self.tracker, self.log = parts.tracker, parts.log
-        self.shared = GatesShared(parts.cfg.node or "", self.cfg.interval, parts.log.getChild("gates"))
+        keys = load_keys(self.cfg.trust.keys_file, self.cfg.trust.key_env)
+        glog = parts.log.getChild("gates")
+        self.shared = GatesShared(parts.cfg.node or "", self.cfg.interval, glog, self.cfg.trust, keys)
+        if keys.enabled:
+            glog.info(
+                "gates: trust keys from %s (%d key(s)): unsigned messages are dropped", keys.source, len(keys.secrets)
+            )
+        else:
+            glog.warning(
+                "gates: no trust key (gates.trust.keys_file / key_env): external reports and other nodes' "
+                "fingerprints can raise an alert, never a restart"
+            )
         self.shared.exchange = exchange  # the runtime sets it when Redis is wired
         parts.readings.gates = self.shared
         self.store = BaselineStore(parts.cfg.state_dir)
@@ -45,10 +65,29 @@ class GatesProbe:
         self._keys: dict[str, ProcKey] = {}
         self._local: dict[str, tuple[str, str, dict[str, str], float]] = {}  # target -> model, version, fps, t
         self.max_age = self.cfg.peer_max_age or 3 * self.cfg.interval
+        self._asked: dict[str, str] = {}  # target -> why a confirming round was requested (any thread)
+        self._asked_lock = threading.Lock()
+        self._started: dict[str, float] = {}  # target -> when its latest round started
+        self.shared.confirmer = self.request_confirmation
+
+    # ---------------------------------------------------------------- confirmation
+    def request_confirmation(self, target: str, reason: str) -> None:
+        """Schedule a round of our own for ``target`` at once (an external report named it). Any thread."""
+        with self._asked_lock:
+            self._asked.setdefault(target, reason)
+
+    def _take_requests(self, now: float) -> None:
+        with self._asked_lock:
+            asked, self._asked = self._asked, {}
+        for name, reason in asked.items():
+            if name in self.tracker.targets:  # at most one every CONFIRM_GAP_S: a report flood is not a load
+                self.log.info("gates %s: confirming round requested: %s", name, reason[:200])
+                self.schedule.soon(name, max(now, self._started.get(name, float("-inf")) + CONFIRM_GAP_S))
 
     # ---------------------------------------------------------------- planning
     def jobs(self, now: float, seen: Seen) -> list[Job]:
         self.shared.known_targets = frozenset(self.tracker.targets)
+        self._take_requests(now)
         out = []
         for tr in self.tracker.targets.values():
             name = tr.name
@@ -79,7 +118,11 @@ class GatesProbe:
                 remote, note = exchange.share(ra.model, ra.version, name, own, 2 * self.max_age, self.max_age)
             return key, ra, remote, note
 
-        return Job(name, run, cfg.timeout * n_requests + 1, on_start=lambda now: self.schedule.ran(name, now))
+        return Job(name, run, cfg.timeout * n_requests + 1, on_start=lambda now: self._start(name, now))
+
+    def _start(self, name: str, now: float) -> None:
+        self.schedule.ran(name, now)
+        self._started[name] = now
 
     # ---------------------------------------------------------------- folding
     def _baseline(self, bkey: _BKey, notes: list[str]) -> Baseline | None:
@@ -136,6 +179,8 @@ class GatesProbe:
             if v4.failed:
                 ambiguous = v4.status == agreement.AMBIGUOUS
                 texts = {a.prompt: a.text for a in ra.answers}
+                # without the other nodes' fingerprints, does this instance still fail the prompt?
+                on_own = set(agreement.judge(own, local, base_fps).disagreeing) if remote else None
                 for prompt in v4.disagreeing:
                     expected = (
                         "the answer of the agreeing peers"
@@ -150,6 +195,7 @@ class GatesProbe:
                             texts.get(prompt, "")[:120],
                             expected,
                             {"peers": v4.peers, "detail": v4.detail},
+                            source="own" if on_own is None or prompt in on_own else "peers",
                         )
                     )
             self._local[ra.target] = (ra.model, ra.version, own, now)
