@@ -29,6 +29,8 @@ class Kind(str, Enum):
     OUTPUT_CORRUPTION = "output_corruption"
     PROBE_FAILURE = "probe_failure"
     RESTART_BUDGET_EXHAUSTED = "restart_budget_exhausted"
+    STARTUP_TIMEOUT = "startup_timeout"
+    PAUSE_TOO_LONG = "pause_too_long"
 
 
 class Severity(str, Enum):

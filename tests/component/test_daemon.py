@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from functools import partial
 from pathlib import Path
 
@@ -276,6 +277,17 @@ def test_the_status_table_reads_at_a_glance(world):
     assert "TARGET vllm-8000  [SERVING]" in text
     assert "engine_core" in text and "api_server" in text
     assert "serving: yes, restart budget left: 3" in text
+
+
+def test_the_status_table_shows_maintenance_mode(world):
+    from vllm_guardian.remediation.policy import Maintenance
+    from vllm_guardian.surface.status_view import render_status
+
+    world.step(2)
+    assert "MAINTENANCE" not in render_status(world.d.status().to_dict())
+    Maintenance(world.d.cfg.state_dir).turn_on(time.time(), 3600)
+    world.step(1)
+    assert "MAINTENANCE until" in render_status(world.d.status().to_dict())
 
 
 def test_a_configured_target_that_is_not_found_is_shown_with_the_reason(tmp_path):

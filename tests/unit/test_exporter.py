@@ -165,7 +165,7 @@ FULL = status(
     targets=[target(gates={"health_score": 20, "baseline": "complete", "failures": [], "notes": []})],
     incidents=[incident("busy_loop", "llama")],
     actions={"outcomes": {"ok": 4, "failed": 1}, "restarts": {"llama": {"ok": 1}}},
-    alerts={"spooled": 7, "dropped": 2},
+    alerts={"spooled": 7, "dropped_total": 2},  # the keys RedisAlertSink.stats() writes
     gates={
         "reports": {"accepted": 3, "malformed": 1, "unsigned": 2},
         "reports_dropped": {"malformed": 1, "unsigned": 2},

@@ -517,3 +517,23 @@ def test_a_state_file_of_the_previous_format_resumes_a_stop_without_a_second_sig
     w.rem = again
     w.step()
     assert w.control.signals == []  # SIGTERM was sent before the restart; only SIGKILL may follow
+
+
+@pytest.mark.parametrize(
+    "kind, grace", [(Kind.BUSY_LOOP, "3s"), (Kind.KV_CACHE_LEAK, "10s")]
+)  # World: hang grace 3, stop 10
+def test_the_dry_run_message_names_the_kill_grace_the_kind_would_get(tmp_path, kind, grace):
+    w = World(tmp_path, policy={"dry_run": True})
+    inc = w.open(kind)
+    w.consider(inc)
+    assert f"SIGKILL after {grace})" in w.incident(inc.id).actions[0].detail
+
+
+def test_the_phase_of_a_drained_target_agrees_with_its_readiness(tmp_path):
+    """After a manual drain the status said [SERVING] beside "serving: NO"; the phase now says drained."""
+    w = World(tmp_path)
+    w.rem.manual("llm", w.tracker.targets["llm"], w.clock.monotonic(), "drain", dry_run=False)
+    w.step(1, n=40)
+    assert (w.rem.phase("llm"), w.rem.serving("llm")) == ("drained", False)
+    w.rem.undrain("llm")
+    assert (w.rem.phase("llm"), w.rem.serving("llm")) == ("serving", True)

@@ -66,7 +66,16 @@ from vllm_guardian.bundle.summary import SummaryFacts, build_summary
 
 # Kinds whose server is still serving: its stacks are read with ``--nonblocking`` only, so a
 # capture never pauses healthy request handling (a hang or a spin is paused on purpose, once).
-NONBLOCKING_KINDS = frozenset({Kind.HOST_MEMORY_LEAK, Kind.ACCEL_MEMORY_LEAK, Kind.KV_CACHE_LEAK, Kind.PROBE_FAILURE})
+NONBLOCKING_KINDS = frozenset(
+    {
+        Kind.HOST_MEMORY_LEAK,
+        Kind.ACCEL_MEMORY_LEAK,
+        Kind.KV_CACHE_LEAK,
+        Kind.PROBE_FAILURE,
+        Kind.STARTUP_TIMEOUT,  # still loading or compiling: read, never paused
+        Kind.PAUSE_TOO_LONG,
+    }
+)
 log = logging.getLogger(__name__)
 
 MANIFEST = "capture.json"

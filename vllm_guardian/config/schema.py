@@ -180,6 +180,24 @@ class ProbeFailureConfig:
 
 
 @dataclass(frozen=True)
+class StartupTimeoutConfig:
+    """A server that never becomes ready within ``lifecycle.startup_limit``."""
+
+    mode: Mode = _f(Mode.ALERT, "mode")
+    open_after: int = _f(1, "positive")
+    resolve_after: int = _f(1, "positive")
+
+
+@dataclass(frozen=True)
+class PauseTooLongConfig:
+    """A server paused or asleep on purpose for longer than ``lifecycle.max_pause``: never a restart."""
+
+    mode: Mode = _f(Mode.ALERT, "mode")
+    open_after: int = _f(1, "positive")
+    resolve_after: int = _f(1, "positive")
+
+
+@dataclass(frozen=True)
 class DetectorsConfig:
     busy_loop: BusyLoopConfig = field(default_factory=BusyLoopConfig)
     engine_stall: EngineStallConfig = field(default_factory=EngineStallConfig)
@@ -189,6 +207,8 @@ class DetectorsConfig:
     host_memory_leak: MemoryLeakConfig = field(default_factory=MemoryLeakConfig)
     output_corruption: OutputCorruptionConfig = field(default_factory=OutputCorruptionConfig)
     probe_failure: ProbeFailureConfig = field(default_factory=ProbeFailureConfig)
+    startup_timeout: StartupTimeoutConfig = field(default_factory=StartupTimeoutConfig)
+    pause_too_long: PauseTooLongConfig = field(default_factory=PauseTooLongConfig)
 
 
 # ---------------------------------------------------------------- probes, discovery
@@ -381,6 +401,18 @@ class DiagnosisConfig:
 
 
 @dataclass(frozen=True)
+class LifecycleConfig:
+    """A server's life: warm-up, pause and sleep on purpose (see docs/design.md, "Lifecycle")."""
+
+    startup_limit: float = _f(
+        1200.0, "positive", "seconds from first seen to ready (/health 200 and /v1/models) before startup_timeout"
+    )
+    server_state: str = _f("auto", "onoff", "ask GET /is_paused and /is_sleeping where the server exposes them")
+    max_pause: float = _f(600.0, "positive", "a pause or sleep on purpose longer than this: an alert, never a restart")
+    resume_grace: float = _f(30.0, "nonneg", "seconds after a resume (or wake-up, or undrain) hang detectors stay down")
+
+
+@dataclass(frozen=True)
 class ApiConfig:
     socket: str | None = _f(None, doc="unix socket; default <state_dir>/guardian.sock")
     http: str | None = _f("127.0.0.1:9464", "hostport", "/metrics + readiness; null = off")
@@ -403,6 +435,7 @@ class Config:
     gates: GatesConfig = field(default_factory=GatesConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
+    lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
 
     def socket_path(self) -> str:
         return self.api.socket or f"{self.state_dir.rstrip('/')}/guardian.sock"

@@ -28,6 +28,7 @@ from typing import Any
 
 from vllm_guardian.clock import Clock
 from vllm_guardian.config.schema import DetectorsConfig, Mode
+from vllm_guardian.errors import UnknownTarget
 from vllm_guardian.state.episodes import EpisodeLog
 from vllm_guardian.incidents import IncidentManager
 from vllm_guardian.model import Action, Finding, Incident, Kind, Severity, Transition
@@ -170,12 +171,13 @@ class Responder:
         """drain, restart, undrain (same machine, same safety checks)."""
         cmd, name = req.get("cmd"), req.get("target")
         if not isinstance(name, str):
-            raise KeyError("a target name is required")
+            raise UnknownTarget("a target name is required")
         if cmd == "undrain":
             return self.remediator.undrain(name)
         tr = self.tracker.targets.get(name)
         if tr is None:
-            raise KeyError(f"unknown target {name!r} (known: {', '.join(sorted(self.tracker.targets)) or 'none'})")
+            known = ", ".join(sorted(self.tracker.targets)) or "none"
+            raise UnknownTarget(f"no target named {name!r} on this node (known: {known}; see `guardian status`)")
         return self.remediator.manual(name, tr, self.clock.monotonic(), str(cmd), bool(req.get("dry_run")))
 
     # ------------------------------------------------------------------ evidence

@@ -301,7 +301,9 @@ class Remediator:
 
     def phase(self, name: str) -> str:
         s = self.sequences.get(name)
-        if s is None or s.phase is Phase.DONE:
+        if s is not None and s.drain_only and s.phase is Phase.DONE:
+            return "drained"  # out of rotation until `guardian undrain`: what serving() says
+        if s is None or s.phase in (Phase.DONE, Phase.UNDRAINED, Phase.RECOVERED, Phase.ABORTED):
             return "serving"
         return PHASE_NAMES.get(s.phase, s.phase.value)
 
@@ -374,8 +376,8 @@ class Remediator:
             return "in progress"
         if mode is not Mode.REMEDIATE:
             return f"mode {mode.value}: alert only"
-        if incident.kind in (Kind.PROBE_FAILURE, Kind.RESTART_BUDGET_EXHAUSTED):
-            return "a blind spot or an exhausted budget is never a reason to restart: alert only"
+        if incident.kind in (Kind.PROBE_FAILURE, Kind.RESTART_BUDGET_EXHAUSTED, Kind.PAUSE_TOO_LONG):
+            return "a blind spot, an exhausted budget or a pause on purpose is never a reason to restart: alert only"
         prev = self.sequences.get(name)
         finished = (Phase.FAILED, Phase.DONE, Phase.ABORTED)
         if prev is not None and prev.incident_id == incident.id and prev.phase in finished:
@@ -422,7 +424,7 @@ class Remediator:
                 "dry_run",
                 "dry_run",
                 f"would have drained, stopped {keys} (SIGTERM, then SIGKILL after "
-                f"{tc.restart.stop_timeout:g}s) and restarted via {tc.restart.mode}",
+                f"{stop_grace(tc.restart, incident.kind.value):g}s) and restarted via {tc.restart.mode}",
             )
         if (
             self.begin(

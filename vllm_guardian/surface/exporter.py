@@ -26,7 +26,7 @@ Status fields read (all optional; a missing section means no samples):
 - ``incidents[].{kind, target.name}`` (the open incidents);
 - ``actions.outcomes.<outcome>`` (every action taken, by outcome) and
   ``actions.restarts.<target>.<outcome>``;
-- ``alerts.{spooled, dropped}``.
+- ``alerts.{spooled, dropped_total}`` (the alert sink's ``stats()``).
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ class GuardianCollector:
         self._action_metrics(f, doc, [t["name"] for t in names])
         alerts = _map(doc.get("alerts"))
         f.add("guardian_alerts_spooled", (), alerts.get("spooled"))
-        f.add("guardian_alerts_dropped_total", (), alerts.get("dropped"))
+        f.add("guardian_alerts_dropped_total", (), alerts.get("dropped_total"))
         gates = _map(doc.get("gates"))
         for outcome, n in _map(gates.get("reports")).items():
             f.add("guardian_gate_reports_total", (outcome,), n)

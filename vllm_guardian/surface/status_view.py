@@ -248,6 +248,12 @@ def render_status(doc: dict[str, Any]) -> str:
         f"{g['ticks']} ticks, last tick {1000 * (g['last_tick_s'] or 0):.1f} ms, "
         f"guardian CPU {g['cpu_seconds']:.1f}s"
     ]
+    until = doc.get("maintenance_until")
+    if isinstance(until, (int, float)) and until > time.time():
+        lines.append(
+            f"MAINTENANCE until {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(until))}: "
+            "no automatic remediation (detection and alerts go on; `guardian maintenance off` ends it)"
+        )
     if not doc["targets"]:
         lines.append("no vLLM targets found")
     for u in doc.get("unmatched", []):
