@@ -537,3 +537,44 @@ def test_the_phase_of_a_drained_target_agrees_with_its_readiness(tmp_path):
     assert (w.rem.phase("llm"), w.rem.serving("llm")) == ("drained", False)
     w.rem.undrain("llm")
     assert (w.rem.phase("llm"), w.rem.serving("llm")) == ("serving", True)
+
+
+# ------------------------------------------------------------------ a broken device under the server
+def test_a_restart_onto_a_device_with_an_uncorrectable_fault_is_refused_and_escalated(tmp_path):
+    w = World(tmp_path)
+    reason = "restart refused: device nvml:0 reported Xid 79 (GPU has fallen off the bus); a restart cannot help"
+    w.rem = Remediator(
+        RemediationSettings.from_config(w.cfg),
+        w.clock,
+        w.control,
+        w.runner,
+        w.cmd,
+        w.incidents,
+        w.ledger,
+        procfs=None,
+        device_check=lambda name: reason if name == "llm" else None,
+    )
+    inc = w.open()
+    assert w.consider(inc) == f"escalated: {reason}"
+    assert w.consider(inc) == f"escalated: {reason}"  # asked every tick, recorded once
+    assert w.actions(inc) == [("restart", "escalated")]
+    w.step(1, n=5)
+    assert w.control.signals == [] and w.control.specs == [] and w.rem.phase("llm") == "serving"
+    assert w.ledger.recent("llm", w.clock.wall(), 3600) == []  # no budget burnt on it
+    assert w.rem.manual("llm", w.tracker.targets["llm"], w.clock.monotonic(), "restart", False) == f"llm: {reason}"
+
+
+def test_a_device_that_is_fine_does_not_hold_a_restart_back(tmp_path):
+    w = World(tmp_path)
+    w.rem = Remediator(
+        RemediationSettings.from_config(w.cfg),
+        w.clock,
+        w.control,
+        w.runner,
+        w.cmd,
+        w.incidents,
+        w.ledger,
+        procfs=None,
+        device_check=lambda name: None,
+    )
+    assert w.consider(w.open()) == "started"

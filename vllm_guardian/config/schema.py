@@ -198,6 +198,20 @@ class PauseTooLongConfig:
 
 
 @dataclass(frozen=True)
+class AccelFaultConfig:
+    """``accel_fault``: one incident per device, from the device-fault telemetry (NVML, kernel log,
+    npu-smi) and the device-fault catalog. Alert only: the guardian cannot mend a device; what it
+    does is refuse to restart a server onto one (``remediation``) and say so."""
+
+    mode: Mode = _f(Mode.ALERT, "mode")
+    window: float = _f(
+        900.0, "positive", "seconds an event (an Xid) counts after it was seen; conditions count while present"
+    )
+    open_after: int = _f(1, "positive")
+    resolve_after: int = _f(3, "positive", "consecutive evaluations without a fault in the window")
+
+
+@dataclass(frozen=True)
 class DetectorsConfig:
     busy_loop: BusyLoopConfig = field(default_factory=BusyLoopConfig)
     engine_stall: EngineStallConfig = field(default_factory=EngineStallConfig)
@@ -209,6 +223,7 @@ class DetectorsConfig:
     probe_failure: ProbeFailureConfig = field(default_factory=ProbeFailureConfig)
     startup_timeout: StartupTimeoutConfig = field(default_factory=StartupTimeoutConfig)
     pause_too_long: PauseTooLongConfig = field(default_factory=PauseTooLongConfig)
+    accel_fault: AccelFaultConfig = field(default_factory=AccelFaultConfig)
 
 
 # ---------------------------------------------------------------- probes, discovery
@@ -294,6 +309,18 @@ class GatesConfig:
         "many nats is a batching flip, not a failure",
     )
     trust: TrustConfig = field(default_factory=TrustConfig)
+    builtin_checks: bool = _f(
+        True,
+        doc="L5: the built-in known-answer checks (copy, counting, a pattern), each expecting the "
+        "target's own first healthy answer; they need no world knowledge",
+    )
+    confirm_rounds: int | None = _f(
+        None,
+        "nonneg",
+        "quick rounds after a failing one (or a confirmation request) while they keep failing; "
+        "null = enough for conditions A, C and D to conclude (the largest of their counts - 1)",
+    )
+    confirm_delay: float = _f(2.0, "positive", "seconds between a failing round and its confirmation round")
 
 
 @dataclass(frozen=True)
@@ -384,6 +411,11 @@ class EvidenceConfig:
     native: bool = False
     dump_timeout: float = _f(10.0, "positive")
     retention: RetentionConfig = field(default_factory=RetentionConfig)
+    output_corruption_stacks: bool = _f(
+        False,
+        doc="py-spy stacks and a flame record for output_corruption too (off: its bundle holds the "
+        "failing answers in gates.json; a server answering wrong is not stuck, a dump only pauses it)",
+    )
 
 
 @dataclass(frozen=True)
@@ -392,6 +424,12 @@ class AcceleratorsConfig:
     npu_smi: str = _f("auto", "onoff")
     npu_smi_path: str = "npu-smi"
     npu_smi_timeout: float = _f(5.0, "positive")
+    kmsg: str = _f("auto", "onoff", "NVRM: Xid lines of the kernel log (<kmsg_root>/dev/kmsg); auto: when readable")
+    kmsg_root: str = _f("/", doc="the root /dev/kmsg and /proc/uptime are read under (a host mount in a container)")
+    kmsg_backlog: float = _f(600.0, "nonneg", "at start, kernel-log Xids this many seconds old still count")
+    health_interval: float = _f(
+        5.0, "positive", "seconds between device health reads (ECC, remapping, throttle, links)"
+    )
 
 
 @dataclass(frozen=True)

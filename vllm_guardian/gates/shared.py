@@ -1,5 +1,5 @@
 """What the gates share with the rest of the guardian: the ledger, per-target status lines,
-the intake of external reports and rebaseline requests.
+the intake of external reports, rebaseline and confirmation requests.
 
 Built by the gates probe and published in the loop's ``Readings``; the detector reads
 ``view``, the status document ``status_of``, the report listener calls ``accept_report``
@@ -35,6 +35,8 @@ class TargetGates:
     failed_rounds: int = 0  # rounds with at least one failure, since the guardian started
     incomplete_rounds: int = 0  # rounds a request failed in (not judged)
     tie_flips: int = 0  # answers that left the baseline at a near tie (batching), not judged
+    confirmation_rounds: int = 0  # quick rounds run to confirm a failure or a report, since the start
+    confirming: int | None = None  # quick rounds left in the current failing episode; None: none
     failures_by_level: dict[str, int] = field(default_factory=dict)  # since the guardian started
     baseline: str = "none"  # none | taking k/n | complete
     agreement: str | None = None  # L4 status of the latest round
@@ -108,6 +110,8 @@ class GatesShared:
             "failed_rounds": tg.failed_rounds,
             "incomplete_rounds": tg.incomplete_rounds,
             "tie_flips": tg.tie_flips,
+            "confirmation_rounds": tg.confirmation_rounds,
+            "confirming": tg.confirming,
             "failures_by_level": dict(tg.failures_by_level),
             "last_round_age_s": None if tg.last_round_mono is None else round(now - tg.last_round_mono, 1),
             "failures": [f.to_dict() for f in tg.failures],

@@ -9,9 +9,19 @@ version plus the remote peers (``gates.agreement``), grows or loads the baseline
 (``gates.baseline``), records the verdict in the ledger the ``output_corruption``
 detector reads and updates the status lines. A new API server for a target clears
 its history; a verified restart (``GatesShared.request_rebaseline``) drops its
-baseline so it is taken again. An L4 failure that only the remote peers' fingerprints
-make (judged without them, the instance agrees) is marked ``source="peers"``: external
-evidence, a hint that never restarts alone (``remediation/external.py``).
+baseline so it is taken again.
+
+Confirmation: a failing round does not wait ``interval`` for the next one. It schedules a
+quick round ``confirm_delay`` seconds later, and so on while rounds keep failing, up to
+``confirm_rounds`` of them per failing episode (default: enough for conditions A, C and D
+to conclude); a clean round ends the episode and the schedule falls back to ``interval``.
+``request_confirmation`` (an external report naming a target) starts such an episode with
+a round at once. Their requests are counted like every other round's.
+
+An L4 failure that only the remote peers' fingerprints make (judged without them, the
+instance agrees) is marked ``source="peers"``: external evidence, a hint that never
+restarts alone (``remediation/external.py``). Requested confirmations come at most one
+every ``CONFIRM_GAP_S`` (a report flood is not a load on the server).
 
 The trust keys (``gates.trust``) are loaded here, once; a bad key file is a
 ``ConfigError`` at start. Without keys the guardian says once that external evidence
@@ -24,8 +34,11 @@ import threading
 
 from vllm_guardian.gates import agreement
 from vllm_guardian.gates.baseline import Baseline, BaselineStore
+from vllm_guardian.gates.cost import confirmations
 from vllm_guardian.gates.exchange import FingerprintExchange
 from vllm_guardian.gates.judge import GateFailure, RoundAnswers, judge_round, next_baseline
+from vllm_guardian.gates.known_answers import diagnostics_of
+from vllm_guardian.gates.evidence import failure_evidence
 from vllm_guardian.gates.ledger import RoundRecord
 from vllm_guardian.gates.round import run_round
 from vllm_guardian.gates.shared import GatesShared, TargetGates
@@ -34,7 +47,7 @@ from vllm_guardian.model import ProcKey
 from vllm_guardian.probes.base import Folded, Job, ProbeParts, Schedule, Seen
 
 _BKey = tuple[str, str, str]  # (target, model, version)
-CONFIRM_GAP_S = 5.0  # seconds at least between a round and a confirming one it asked for
+CONFIRM_GAP_S = 5.0  # seconds at least between two requested confirmation rounds of a target
 
 
 class GatesProbe:
@@ -65,14 +78,17 @@ class GatesProbe:
         self._keys: dict[str, ProcKey] = {}
         self._local: dict[str, tuple[str, str, dict[str, str], float]] = {}  # target -> model, version, fps, t
         self.max_age = self.cfg.peer_max_age or 3 * self.cfg.interval
-        self._asked: dict[str, str] = {}  # target -> why a confirming round was requested (any thread)
+        self.n_confirm = confirmations(self.cfg, parts.cfg.detectors.output_corruption)
+        self._confirm_left: dict[str, int] = {}  # target -> quick rounds left in its failing episode
+        self._quick: set[str] = set()  # targets whose next round is a confirmation
+        self._asked: dict[str, str] = {}  # target -> why a confirmation was requested (any thread)
         self._asked_lock = threading.Lock()
-        self._started: dict[str, float] = {}  # target -> when its latest round started
+        self._requested_at: dict[str, float] = {}  # target -> when its latest requested round was due
         self.shared.confirmer = self.request_confirmation
 
     # ---------------------------------------------------------------- confirmation
     def request_confirmation(self, target: str, reason: str) -> None:
-        """Schedule a round of our own for ``target`` at once (an external report named it). Any thread."""
+        """Schedule a quick own round for ``target`` (e.g. an external report named it). Any thread."""
         with self._asked_lock:
             self._asked.setdefault(target, reason)
 
@@ -80,9 +96,30 @@ class GatesProbe:
         with self._asked_lock:
             asked, self._asked = self._asked, {}
         for name, reason in asked.items():
-            if name in self.tracker.targets:  # at most one every CONFIRM_GAP_S: a report flood is not a load
-                self.log.info("gates %s: confirming round requested: %s", name, reason[:200])
-                self.schedule.soon(name, max(now, self._started.get(name, float("-inf")) + CONFIRM_GAP_S))
+            if name not in self.tracker.targets:
+                continue
+            if name not in self._confirm_left:
+                self.log.info("gates %s: confirmation round requested: %s", name, reason)
+                self._confirm_left[name] = self.n_confirm
+            self._quick.add(name)
+            # at most one requested round every CONFIRM_GAP_S: a flood of (signed) reports is not a load
+            due = max(now, self._requested_at.get(name, float("-inf")) + CONFIRM_GAP_S)
+            self._requested_at[name] = due
+            self.schedule.soon(name, due)
+
+    def _after_round(self, name: str, failed: bool, tg: TargetGates, now: float) -> None:
+        """A failing round schedules the next quick one (while the episode's budget lasts)."""
+        if not failed:
+            self._confirm_left.pop(name, None)
+            tg.confirming = None
+            return
+        left = self._confirm_left.get(name, self.n_confirm)
+        if left > 0:
+            self.schedule.soon(name, now + self.cfg.confirm_delay)
+            self._quick.add(name)
+            left -= 1
+        self._confirm_left[name] = left
+        tg.confirming = left
 
     # ---------------------------------------------------------------- planning
     def jobs(self, now: float, seen: Seen) -> list[Job]:
@@ -94,6 +131,7 @@ class GatesProbe:
             if self._keys.get(name) not in (None, tr.target.key):  # a new API server: a fresh history
                 self.shared.ledger.reset(name)
                 self._local.pop(name, None)
+                self._confirm_left.pop(name, None)
             self._keys[name] = tr.target.key
             if not (tr.target.api_url and tr.api_alive and tr.ready) or not self.schedule.due(name, now):
                 continue
@@ -103,7 +141,7 @@ class GatesProbe:
     def _job(self, name: str, url: str, model: str | None, key: ProcKey) -> Job:
         cfg, http, wall = self.cfg, self.http, self.clock.wall
         exchange: FingerprintExchange | None = self.shared.exchange
-        n_requests = len(cfg.diagnostics) + (len(cfg.shadow_prompts) if cfg.shadow else 0) + 4
+        n_requests = len(diagnostics_of(cfg)) + (len(cfg.shadow_prompts) if cfg.shadow else 0) + 4
 
         def run() -> tuple[ProcKey, RoundAnswers, list[dict[str, str]], str | None]:
             ra = run_round(http, name, url, model, cfg, wall)
@@ -118,11 +156,7 @@ class GatesProbe:
                 remote, note = exchange.share(ra.model, ra.version, name, own, 2 * self.max_age, self.max_age)
             return key, ra, remote, note
 
-        return Job(name, run, cfg.timeout * n_requests + 1, on_start=lambda now: self._start(name, now))
-
-    def _start(self, name: str, now: float) -> None:
-        self.schedule.ran(name, now)
-        self._started[name] = now
+        return Job(name, run, cfg.timeout * n_requests + 1, on_start=lambda now: self.schedule.ran(name, now))
 
     # ---------------------------------------------------------------- folding
     def _baseline(self, bkey: _BKey, notes: list[str]) -> Baseline | None:
@@ -140,6 +174,9 @@ class GatesProbe:
             return Folded()  # the round of a server that is gone
         tg = self.shared.targets.setdefault(ra.target, TargetGates())
         tg.requests += ra.requests
+        if ra.target in self._quick:
+            self._quick.discard(ra.target)
+            tg.confirmation_rounds += 1
         notes = list(ra.notes) + ([xnote] if xnote else [])
         if self.shared.take_rebaseline(ra.target):
             self.store.discard(ra.target)
@@ -206,7 +243,12 @@ class GatesProbe:
                 notes.append(problem)
             self._baselines[bkey] = nb
             baseline = nb
-        self.shared.ledger.add_round(ra.target, RoundRecord(now, tuple(failures), frozenset(judged), ambiguous))
+        evidence = failure_evidence(ra, failures, baseline)
+        self.shared.ledger.add_round(
+            ra.target,
+            RoundRecord(now, tuple(failures), frozenset(judged), ambiguous, ra.model, ra.version, evidence),
+        )
+        self._after_round(ra.target, bool(failures), tg, now)
         tg.rounds += 1
         tg.failed_rounds += bool(failures)
         tg.tie_flips += len(verdict.tie_flips)

@@ -250,9 +250,11 @@ class Remediator:
         kube=None,
         publish_control: Callable[[dict], object] | None = None,
         release_check: Callable[[set[int]], bool | None] | None = None,
+        device_check: Callable[[str], str | None] | None = None,
         log: logging.Logger | None = None,
     ) -> None:
         self.settings = settings
+        self.device_check = device_check  # target -> why its devices make a restart pointless (None: fine)
         self.policy = settings.policy
         self.node = settings.node
         self.maintenance = Maintenance(settings.state_dir)
@@ -376,8 +378,16 @@ class Remediator:
             return "in progress"
         if mode is not Mode.REMEDIATE:
             return f"mode {mode.value}: alert only"
-        if incident.kind in (Kind.PROBE_FAILURE, Kind.RESTART_BUDGET_EXHAUSTED, Kind.PAUSE_TOO_LONG):
-            return "a blind spot, an exhausted budget or a pause on purpose is never a reason to restart: alert only"
+        if incident.kind in (
+            Kind.PROBE_FAILURE,
+            Kind.RESTART_BUDGET_EXHAUSTED,
+            Kind.PAUSE_TOO_LONG,
+            Kind.ACCEL_FAULT,
+        ):
+            return (
+                "a blind spot, an exhausted budget, a pause on purpose or a device fault is never a reason "
+                "to restart: alert only"
+            )
         prev = self.sequences.get(name)
         finished = (Phase.FAILED, Phase.DONE, Phase.ABORTED)
         if prev is not None and prev.incident_id == incident.id and prev.phase in finished:
@@ -402,6 +412,9 @@ class Remediator:
         unstartable = start_problem(tc.restart, self.control)
         if unstartable:
             return self._once(incident, "unstartable", "escalated", unstartable)
+        broken = self.device_check(name) if self.device_check is not None else None
+        if broken:
+            return self._once(incident, "device_fault", "escalated", broken)
         wall = self.clock.wall()
         if self.maintenance.active(wall):
             return self._once(incident, "maintenance", "skipped", "maintenance mode is on: no remediation")
@@ -460,6 +473,9 @@ class Remediator:
             unstartable = start_problem(tc.restart, self.control)
             if unstartable:
                 return f"{name}: refused: {unstartable}"
+            broken = self.device_check(name) if self.device_check is not None else None
+            if broken:
+                return f"{name}: {broken}"
             verdict = may_restart(self.policy, self.ledger, name, self.clock.wall())
             if not verdict.allowed:
                 return f"{name}: refused: {verdict.reason}"
