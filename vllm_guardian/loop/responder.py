@@ -82,6 +82,9 @@ class Responder:
         self.diagnoser = diagnoser
         self.target_configs = dict(target_configs or {})  # name -> TargetConfig (log sources)
         self.decisions: dict[str, str] = {}  # target -> what was decided this tick (status)
+        # target -> (kind, incident id) of an open incident it will be remediated for: out of
+        # rotation from the moment it opens (remediate mode only; surface/readiness.py)
+        self.out_of_service: dict[str, tuple[str, str]] = {}
         self.evidence_pending: set[str] = set()  # incident ids whose bundle is being captured
         self.on_update: list[Callable[[Incident], None]] = []
         remediator.on_finish.append(self._remediation_finished)
@@ -98,6 +101,7 @@ class Responder:
         }
         total = len(self.tracker.targets)
         self.decisions = {}
+        self.out_of_service = {}
         for inc in open_incidents:
             tr = self.tracker.targets.get(inc.target.name)
             if tr is None or inc.kind is Kind.RESTART_BUDGET_EXHAUSTED:
@@ -113,6 +117,8 @@ class Responder:
                     self.log.warning("%s %s of %s: %s", inc.kind.value, inc.id, inc.target.name, hold)
                 self.decisions[inc.target.name] = hold
                 continue
+            if self._will_remediate(inc, mode):
+                self.out_of_service.setdefault(inc.target.name, (inc.kind.value, inc.id))
             # draining starts while the bundle is captured; stopping waits for it (``_capturing``)
             decision = self.remediator.consider(inc, tr, now, mode=mode, tripped=len(tripped), total=total)
             if inc.id in self.evidence_pending:
@@ -128,6 +134,15 @@ class Responder:
         signals = self.incidents.latest_signals(inc.id) or inc.signals  # the latest finding: a confirmation since
         gates = self.readings.gates
         return external_hold(signals, gates is not None and gates.trusted)
+
+    def _will_remediate(self, inc: Incident, mode: Mode) -> bool:
+        """Remediate mode, a remediating detector, a configured target, a kind that restarts."""
+        return (
+            mode is Mode.REMEDIATE
+            and not self.remediator.policy.dry_run
+            and inc.kind is not Kind.PROBE_FAILURE
+            and self.remediator.target_config(inc.target.name) is not None
+        )
 
     def _budget_incidents(self) -> list[Transition]:
         transitions: list[Transition] = []
