@@ -73,6 +73,8 @@ def _phase(tr: TrackedTarget, open_kinds: list[str], remediation: str) -> str:
         return remediation  # draining / stopping / starting / verifying
     if not tr.api_alive:
         return "gone"
+    if tr.hold is not None:
+        return tr.hold  # paused / sleeping on purpose, as the server says (an incident shows beside it)
     if open_kinds:
         return "incident"
     return "serving" if tr.ready else "warming"
@@ -121,7 +123,7 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
         api_url=tr.target.api_url,
         model=tr.model,
         phase=_phase(tr, kinds, d.remediator.phase(name)),
-        serving=d.remediator.serving(name) and tr.api_alive and tr.ready,
+        serving=d.remediator.serving(name) and tr.api_alive and tr.ready and tr.hold is None,
         remediation=d.remediator.status().get(name),
         decision=d.responder.decisions.get(name),
         budget_left=budget_left(d.cfg.policy, d.ledger, name, d.clock.wall()),
