@@ -267,6 +267,18 @@ _SHADOW_PROMPTS = (
 
 
 @dataclass(frozen=True)
+class TrustConfig:
+    """Who may make the guardian act: signed reports, decisions and L4 fingerprints (docs/gates.md, Trust)."""
+
+    keys_file: str | None = _f(None, doc="file of `kid secret` lines (mode 0600); the first line signs")
+    key_env: str | None = _f(None, doc="environment variable holding one secret (kid `default`)")
+    max_skew: float = _f(30.0, "nonneg", "seconds a signed message may be stamped ahead of this clock")
+    max_age: float = _f(600.0, "positive", "seconds after which a report is stale (its replay window)")
+    reports_per_minute: int = _f(30, "positive", "counted reports per target per minute; the rest dropped")
+    min_peer_nodes: int = _f(2, "positive", "L4: other nodes' fingerprints vote only from this many nodes")
+
+
+@dataclass(frozen=True)
 class GatesConfig:
     """Output-correctness gates L1-L5, run by the guardian against each target."""
 
@@ -296,6 +308,7 @@ class GatesConfig:
         "an answer leaving its baseline where the two tokens were within this "
         "many nats is a batching flip, not a failure",
     )
+    trust: TrustConfig = field(default_factory=TrustConfig)
     builtin_checks: bool = _f(
         True,
         doc="L5: the built-in known-answer checks (copy, counting, a pattern), each expecting the "
@@ -444,6 +457,22 @@ class ApiConfig:
 
 
 @dataclass(frozen=True)
+class KubernetesConfig:
+    """What the guardian tells the Kubernetes API about the pods it supervises (pods matched by
+    ``match.kubernetes`` or restarted with ``restart.mode: kubernetes``; docs/operate.md)."""
+
+    kubeconfig: str | None = _f(None, doc="outside a pod (systemd on a node): a kubeconfig; default $KUBECONFIG")
+    context: str | None = _f(None, doc="the kubeconfig's context; default its current-context")
+    readiness_gate: bool = _f(True, doc="patch the pod condition vllm-guardian.io/serving (the pod's readiness gate)")
+    events: bool = _f(True, doc="Kubernetes Events on the pod, node-wide findings on the Node")
+    node_condition: bool = _f(False, doc="a NodeCondition VllmGuardianProblem (needs nodes/status patch)")
+    pod_removal: str = _f("evict", "pod_removal", "restart.mode kubernetes: evict (respects PDBs) | delete")
+    event_burst: int = _f(25, "positive", "Events per object before rate limiting (the kubelet's burst)")
+    event_refill: float = _f(300.0, "positive", "seconds per Event regained after the burst (the kubelet's)")
+    timeout: float = _f(10.0, "positive", "seconds per API call")
+
+
+@dataclass(frozen=True)
 class Config:
     node: str | None = _f(None, doc="default: the host name")
     state_dir: str = "/var/lib/guardian"
@@ -461,6 +490,7 @@ class Config:
     api: ApiConfig = field(default_factory=ApiConfig)
     diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
+    kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
 
     def socket_path(self) -> str:
         return self.api.socket or f"{self.state_dir.rstrip('/')}/guardian.sock"

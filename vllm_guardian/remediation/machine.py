@@ -42,6 +42,8 @@ from vllm_guardian.series import metrics as m
 from vllm_guardian.remediation.launch import build_launch_spec
 from vllm_guardian.remediation.policy import Maintenance, may_restart, node_anomaly
 from vllm_guardian.bundle.redact import redact_argv
+from vllm_guardian.host.kube import EvictionBlocked
+from vllm_guardian.remediation.kube_removal import pod_of, remove_pod
 
 if TYPE_CHECKING:
     from vllm_guardian.host.process_control import ProcessControl
@@ -67,6 +69,9 @@ def start_problem(rc: RestartConfig, control: ProcessControl) -> str | None:
     if not problems:
         return None
     return "; ".join(problems) + "; not stopping a server that could not be started again"
+
+
+_NO_RESULT = object()  # a job that has not answered (None is an answer)
 
 
 def stop_grace(rc: RestartConfig, reason: str) -> float:
@@ -144,6 +149,7 @@ class PhaseProgress:
     owner_checked: bool = False  # starting: the owner grace is over (stood down or proceeding)
     start_failures: int = 0  # starting: failed command-mode starts so far
     start_retry_at: float | None = None  # starting: monotonic time of the next start attempt
+    kube_pending: bool = False  # stopping: the eviction (or delete) job has not answered yet
 
     @classmethod
     def load(cls, data: Mapping[str, Any]) -> PhaseProgress:
@@ -180,11 +186,16 @@ class RemediationSettings:
     state_dir: str
     policy: PolicyConfig
     targets: Mapping[str, RestartSpec] = field(default_factory=dict)
+    pod_removal: str = "evict"  # restart.mode kubernetes: evict | delete (kubernetes.pod_removal)
 
     @classmethod
     def from_config(cls, cfg: Config) -> RemediationSettings:
         return cls(
-            cfg.node or os.uname().nodename, cfg.state_dir, cfg.policy, {t.name: RestartSpec.of(t) for t in cfg.targets}
+            cfg.node or os.uname().nodename,
+            cfg.state_dir,
+            cfg.policy,
+            {t.name: RestartSpec.of(t) for t in cfg.targets},
+            cfg.kubernetes.pod_removal,
         )
 
 
@@ -254,6 +265,7 @@ class Remediator:
         log: logging.Logger | None = None,
     ) -> None:
         self.settings = settings
+        self.pod_removal = settings.pod_removal
         self.device_check = device_check  # target -> why its devices make a restart pointless (None: fine)
         self.policy = settings.policy
         self.node = settings.node
@@ -324,6 +336,7 @@ class Remediator:
                 "since": s.phase_since_wall,
                 "detail": s.detail,
                 "outcome": None if s.outcome is None else s.outcome.value,
+                "drain_only": s.drain_only,
             }
             for name, s in self.sequences.items()
         }
@@ -644,14 +657,21 @@ class Remediator:
             seq.progress.begun = True
             if seq.mode == "kubernetes" and self.kube is not None:
                 uid, ns = seq.pod_uid, rc.namespace
+                spec = self.settings.targets.get(seq.target)
+                budget = spec.drain.timeout if spec is not None else DrainConfig().timeout
                 self.async_runner.submit(
                     ("remediation", f"{seq.target}:kube"),
-                    lambda: self._kube_delete(api, int(stop_grace(rc, seq.reason)), uid, ns),
-                    deadline=now + 30,
+                    lambda: self._kube_remove(api, int(stop_grace(rc, seq.reason)), uid, ns, budget),
+                    deadline=now + budget + 60,
                     on_done=self._job_done,
                 )
+                seq.progress.kube_pending = True
                 self._record(
-                    seq, "stop", "ok", f"pod delete requested (grace {stop_grace(rc, seq.reason):g}s) {uid or ''}"
+                    seq,
+                    "stop",
+                    "ok",
+                    f"pod {'eviction' if self.pod_removal == 'evict' else 'delete'} requested "
+                    f"(grace {stop_grace(rc, seq.reason):g}s) {uid or ''}",
                 )
             else:
                 sent = self.control.signal(api, signal.SIGTERM)
@@ -662,11 +682,21 @@ class Remediator:
                     "ok" if sent else "skipped",
                     f"SIGTERM to API server {api}" if sent else f"API server {api} already gone",
                 )
-        kube_res = self._job_results.pop(f"{seq.target}:kube", None)
-        if isinstance(kube_res, BaseException):
-            self._record(seq, "stop", "failed", f"pod delete failed: {kube_res}; SIGKILL after stop_timeout")
+        key = f"{seq.target}:kube"
+        kube_res = self._job_results.pop(key, None) if key in self._job_results else _NO_RESULT
+        if kube_res is not _NO_RESULT:
+            seq.progress.kube_pending = False
+            if isinstance(kube_res, EvictionBlocked):  # never stop it behind its disruption budget's back
+                self._finish(seq, now, Outcome.FAILED, f"{kube_res}: nothing was stopped; a person decides")
+                return
+            if isinstance(kube_res, BaseException):
+                self._record(seq, "stop", "failed", f"pod removal failed: {kube_res}; SIGKILL after stop_timeout")
+            elif kube_res is not None:
+                self._record(seq, "stop", "ok", str(kube_res))
         alive = [k for k in seq.keys if self.control.alive(k)]
         grace = stop_grace(rc, seq.reason)
+        if seq.progress.kube_pending:
+            grace = max(grace, now - seq.phase_since + 1)  # the eviction may wait on a budget: no SIGKILL meanwhile
         if alive and not seq.sigkill_sent and now - seq.phase_since >= grace:
             seq.sigkill_sent = True
             killed = [k.pid for k in alive if self.control.signal(k, signal.SIGKILL)]
@@ -858,18 +888,10 @@ class Remediator:
             self.log.warning("remediation: pod of pid %d not recorded: %s", api.pid, e)
             return None
 
-    def _kube_delete(self, api: ProcKey, grace: int, uid: str | None = None, namespace: str | None = None):
-        """Delete the pod recorded when the sequence began; without a record, the pod of the API
-        server only while its pid still is the snapshotted process (never a reused pid's pod)."""
-        from vllm_guardian.host.kube import pod_uid_of
-
-        if uid is None:
-            uid = pod_uid_of(self.procfs, api, self.control.alive)
-        if uid is None:
-            raise RuntimeError(f"pid {api.pid} is not in a Kubernetes pod (no pod UID in its cgroup)")
-        pod = self.kube.find_pod(uid, namespace)
-        self.kube.delete_pod(pod, grace)
-        return pod
+    def _kube_remove(self, api: ProcKey, grace: int, uid: str | None, namespace: str | None, budget: float) -> str:
+        """Evict (or delete) the target's pod: ``vllm_guardian.remediation.kube_removal``."""
+        pod = pod_of(self.kube, self.procfs, api, self.control.alive, uid, namespace)
+        return remove_pod(self.kube, pod, grace, self.pod_removal, budget, log=self.log).describe()
 
     def _job(self, seq: RestartSequence, name: str, fn, now: float, retry_every: float | None = None):
         """Run ``fn`` off the loop once per phase (or every ``retry_every`` s); None until it ends."""
