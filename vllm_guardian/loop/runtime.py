@@ -51,6 +51,7 @@ from vllm_guardian.sinks.gate_decisions import GateDecisions
 from vllm_guardian.sinks.redis_sink import AlertSink
 from vllm_guardian.gates.exchange import FingerprintExchange
 from vllm_guardian.gates.listener import ReportsListener
+from vllm_guardian.gates.trust import load_keys
 
 log = logging.getLogger("guardian")
 
@@ -171,6 +172,8 @@ class Runtime:
 
     @classmethod
     def start(cls, cfg: Config) -> Runtime:
+        if cfg.gates.enabled:  # a bad trust key file is a config error before anything is started
+            load_keys(cfg.gates.trust.keys_file, cfg.gates.trust.key_env)
         clock = SystemClock()
         node = cfg.node or os.uname().nodename  # parse_config fills it; a Config built by hand may not
         sink = AlertSink.from_config(cfg.alerts, cfg.state_dir, node)
