@@ -74,6 +74,8 @@ def _phase(tr: TrackedTarget, open_kinds: list[str], remediation: str) -> str:
         return remediation  # draining / stopping / starting / verifying
     if not tr.api_alive:
         return "gone"
+    if tr.hold is not None:
+        return tr.hold  # paused / sleeping on purpose, as the server says (an incident shows beside it)
     if open_kinds:
         return "incident"
     return "serving" if tr.ready else "warming"
@@ -122,6 +124,7 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
         ready=tr.ready,
         takes_out=d.responder.out_of_service.get(name),
         incident_id=remediation.get("incident"),
+        hold=tr.hold,
     )
     return TargetStatus(
         name=name,
