@@ -336,6 +336,14 @@ def render_status(doc: dict[str, Any]) -> str:
             lines.append(f"  suspect {kind}: {summary}")
         for key, msg in t["errors"].items():
             lines.append(f"  error {key}: {msg}")
+    gates = doc.get("gates")
+    if isinstance(gates, dict) and isinstance(gates.get("reports"), dict):
+        dropped = sum(int(n) for n in (gates.get("reports_dropped") or {}).values() if isinstance(n, int))
+        trust = "signed" if gates.get("trust") == "signed" else "no trust key: reports and peers alert, never restart"
+        lines.append("")
+        lines.append(
+            f"gate reports: {gates['reports'].get('accepted', 0)} accepted, {dropped} dropped (trust: {trust})"
+        )
     lines.append("")
     lines.append(render_accelerators(doc.get("accelerators") or []).rstrip("\n"))
     if doc["incidents"]:
