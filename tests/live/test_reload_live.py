@@ -88,8 +88,8 @@ def test_an_invalid_config_is_refused_with_its_key_path_and_the_old_one_kept(gua
     assert [(i["id"], i["status"]) for i in guardian.incidents()] == [(inc["id"], "firing")]
     sock = str(guardian.state_dir / "guardian.sock")  # the CLI still answers with the socket named
     cli = [sys.executable, "-m", "vllm_guardian.surface.cli", "status", "--json", "-c", str(guardian.config_path)]
-    out = subprocess.run([*cli, "--socket", sock], capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0 and json.loads(out.stdout)["config"]["last_reload"]["ok"] is False, out.stderr
+    res = subprocess.run([*cli, "--socket", sock], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0 and json.loads(res.stdout)["config"]["last_reload"]["ok"] is False, res.stderr
 
 
 def test_added_and_removed_targets_are_picked_up_and_a_removed_ones_incidents_resolve(guardian, paused_sim, tmp_path):

@@ -132,7 +132,7 @@ class IncidentManager:
         self._persist(done)
         return Transition(incident=done, previous=inc.status)
 
-    def reconfigure(self, detectors_cfg) -> None:
+    def reconfigure(self, detectors_cfg: DetectorsConfig) -> None:
         """New thresholds (a config reload): open incidents and streaks are kept."""
         with self._lock:
             self._cfg = detectors_cfg
