@@ -71,6 +71,7 @@ class Daemon:
         diagnoser: Diagnoser | None = None,
     ) -> None:
         self.cfg = cfg
+        self.seams, self.kube = seams, kube  # kept for a config reload (``loop.reload``)
         self.clock = seams.clock
         self.log = log or logging.getLogger("guardian")
         self.node = cfg.node or os.uname().nodename

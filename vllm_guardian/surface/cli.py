@@ -85,6 +85,7 @@ def _run_locked(args, cfg) -> int:
     from vllm_guardian.loop.runtime import Runtime
 
     rt = Runtime.start(cfg)
+    rt.load_config = lambda: _load(args.config, args.dry_run)
     stop = threading.Event()
 
     def on_signal(signum, frame):
@@ -92,8 +93,13 @@ def _run_locked(args, cfg) -> int:
         stop.set()
         rt.clock.wake()
 
+    def on_hup(signum, frame):  # systemctl reload (ExecReload=kill -HUP $MAINPID)
+        logging.getLogger("guardian").info("SIGHUP: re-reading the config after this tick")
+        rt.request_reload()
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_hup)
     try:
         rt.run(stop)
     finally:
@@ -105,10 +111,10 @@ def cmd_status(args) -> int:
     from vllm_guardian.surface.control_socket import request
     from vllm_guardian.surface.status_view import render_status
 
-    cfg = _load(args.config)
     if args.fleet:
         from vllm_guardian.sinks.fleet import fleet_status, render_fleet
 
+        cfg = _load(args.config)
         client, url = _redis_client(cfg, args.redis)
         try:
             rows = fleet_status(client)
@@ -116,7 +122,8 @@ def cmd_status(args) -> int:
             raise _redis_unreachable(cfg, url, args.redis, e) from None
         print(json.dumps(rows, indent=2) if args.json else render_fleet(rows, time.time()))
         return 0
-    path = args.socket or cfg.socket_path()
+    # the socket named: no config is read (it may be one that a reload refused)
+    path = args.socket or _load(args.config).socket_path()
     try:
         doc = request(path, {"cmd": "status"})
     except (OSError, RuntimeError, ValueError) as e:
