@@ -19,7 +19,7 @@ import threading
 import time
 import urllib.request
 
-from guardian_world import GuardianProcess, SimServer, command_restart, free_port, poll
+from guardian_world import GuardianProcess, SimServer, command_restart, free_port
 
 KEY = "sk-chaos-Neighbour0123456789"
 SLEEPER = "import time; time.sleep(300)"

@@ -8,7 +8,6 @@ import json
 import logging
 import os
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.exposition import generate_latest
