@@ -104,7 +104,8 @@ def test_a_hostile_neighbour_on_the_node_makes_the_guardian_do_nothing_wrong(tmp
         (second,) = by_port[port2]
         assert second["name"] == f"vllm-{port2}" and second["pid"] == plain.pid
         assert targets["sim"]["pid"] == keyed.pid
-        assert (keyed.pid, plain.pid) == pids and keyed.process.poll() is None and plain.process.poll() is None
+        assert (keyed.pid, plain.pid) == pids
+        assert all(s.process is not None and s.process.poll() is None for s in (keyed, plain))
         mine = [i for i in g.incidents() if i["target"]["name"] in ("sim", f"vllm-{port2}")]
         assert mine == []
         log = g.log_text()
