@@ -717,6 +717,10 @@ class Remediator:
             )
 
     def _step_releasing(self, seq: RestartSequence, now: float, tracker, series) -> None:
+        broken = self.device_check(seq.target) if self.device_check is not None else None
+        if broken:  # a device fault seen while the tree was stopped: never start onto it
+            self._finish(seq, now, Outcome.FAILED, f"stopped, not started again: {broken}; a human must look")
+            return
         held = self.release_check({p for p, _ in seq.tree})
         if held is None or held is False:
             self._enter(
