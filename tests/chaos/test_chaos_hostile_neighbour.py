@@ -97,7 +97,7 @@ def test_a_hostile_neighbour_on_the_node_makes_the_guardian_do_nothing_wrong(tmp
         status = g.status()
         assert status is not None
         targets = {t["name"]: t for t in status["targets"]}
-        by_port = {}
+        by_port: dict[int | None, list[dict]] = {}
         for t in status["targets"]:
             by_port.setdefault(t.get("port"), []).append(t)
         assert [t["name"] for t in by_port[port]] == ["sim"]
