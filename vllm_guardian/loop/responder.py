@@ -41,6 +41,7 @@ from vllm_guardian.probes.base import Readings
 from vllm_guardian.series import SeriesStore
 from vllm_guardian.state.tracker import Tracker
 from vllm_guardian.diagnosis.device_story import device_story
+from vllm_guardian.diagnosis.node_view import with_faults
 from vllm_guardian.diagnosis.service import Diagnoser, capture_then_diagnose
 from vllm_guardian.bundle.evidence import EvidenceCollector, EvidenceContext, EvidenceResult, series_windows
 from vllm_guardian.remediation.external import external_hold
@@ -253,7 +254,9 @@ class Responder:
         )
         collector, diagnoser = self.evidence, self.diagnoser
         target_cfg = self.target_configs.get(inc.target.name)
-        accel_rows = list(accel.node) if accel is not None else []
+        ledger = self.readings.device_faults
+        faults = ledger.status(now) if ledger is not None else {}
+        accel_rows = with_faults(accel.node if accel is not None else [], faults)
         api_url = tr.target.api_url
         if self.runner.submit(
             ("evidence", inc.id),
@@ -282,7 +285,14 @@ class Responder:
         partial = (
             "" if res.complete else ", partial: " + "; ".join(f"{k}: {v}" for k, v in list(res.failures.items())[:3])
         )
-        self.log.info("evidence for %s: %d files in %.2fs%s", incident_id, len(res.files), res.duration, partial)
+        self.log.info(
+            "evidence for %s: %d files in %.2fs%s",
+            incident_id,
+            len(res.files),
+            res.duration,
+            partial,
+            extra={"incident": incident_id},
+        )
         try:
             inc = self.incidents.set_evidence(incident_id, str(res.dir))
             if diag is not None:
