@@ -80,9 +80,9 @@ class NvmlHealth:
         except self._fatal_errors():
             raise  # the device (lost, needs a reset) or the library: the backend decides
         except self.nv.NVMLError as e:  # anything else: this read goes without it, noted once per kind
-            what = (key[0], f"{key[1]}: {type(e).__name__}")
-            if what not in self._failed:
-                self._failed.add(what)
+            once = (key[0], f"{key[1]}: {type(e).__name__}")
+            if once not in self._failed:
+                self._failed.add(once)
                 self.notes.append(f"nvml:{key[0]}: {key[1]} failed ({type(e).__name__}); left out of this read")
             return None
 
