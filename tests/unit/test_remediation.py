@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 import pytest
 
 from vllm_guardian.remediation.launch import MINIMAL_PATH
-from vllm_guardian.remediation.machine import Phase, PhaseProgress, RemediationSettings, Remediator
+from vllm_guardian.remediation.methods import build_methods
+from vllm_guardian.remediation.parts import RemediationParts
+from vllm_guardian.remediation.remediator import Remediator
+from vllm_guardian.remediation.sequence import Phase, PhaseProgress
+from vllm_guardian.remediation.settings import RemediationSettings
 from vllm_guardian.config.loader import parse_config
 from vllm_guardian.config.schema import RestartConfig
 from vllm_guardian.config.schema import Mode
@@ -99,19 +104,28 @@ class World:
         self.tracker.canary_finished("llm", API, True, "m", self.clock.monotonic())
         self.series = SeriesStore()
         self.published = []
+        self.holding: set[str] = set()  # targets whose evidence is still being captured
         self.rem = self.new_remediator()
 
-    def new_remediator(self, **settings):
+    def new_remediator(self, *, lease=None, kube=None, procfs=None, **settings):
+        """A remediator on this world's state dir (a second one: the guardian restarted)."""
+        rs = replace(RemediationSettings.from_config(self.cfg), **settings)
         return Remediator(
-            replace(RemediationSettings.from_config(self.cfg), **settings),
-            self.clock,
-            self.control,
-            self.runner,
-            self.cmd,
-            self.incidents,
-            self.ledger,
-            procfs=None,
-            publish_control=self.published.append,
+            RemediationParts(
+                rs,
+                self.clock,
+                self.control,
+                self.runner,
+                self.cmd,
+                self.incidents,
+                self.ledger,
+                procfs,
+                build_methods(rs.units()),
+                logging.getLogger("test.remediation"),
+                lease=lease,
+                kube=kube,
+                publish_control=self.published.append,
+            )
         )
 
     def open(self, kind=Kind.BUSY_LOOP):
@@ -131,7 +145,7 @@ class World:
         for _ in range(n):
             self.clock.advance(seconds)
             self.runner.deliver(self.clock.monotonic())
-            self.rem.tick(self.clock.monotonic(), self.tracker, self.series)
+            self.rem.tick(self.clock.monotonic(), self.tracker, self.series, self.holding)
 
     def new_server_comes_up(self):
         self.tracker.apply_discovery((target(NEW_API, (NEW_API,)),), (), self.clock.monotonic())
@@ -248,12 +262,11 @@ def test_a_dead_engine_is_not_drained_even_if_it_stepped_just_before_it_died(tmp
 
 def test_stopping_waits_for_the_evidence_while_draining_goes_on(tmp_path):
     w = World(tmp_path)
-    capturing = {"llm"}
-    w.rem.hold_stop = lambda target: target in capturing
+    w.holding.add("llm")
     w.consider(w.open())
     w.step(1, n=5)
     assert w.rem.phase("llm") == "draining" and w.control.signals == [] and not w.rem.serving("llm")
-    capturing.clear()
+    w.holding.clear()
     w.step()
     assert (API, 15) in w.control.signals
 
@@ -418,7 +431,7 @@ def test_a_guardian_restart_mid_sequence_resumes_safely(tmp_path, phase, expect_
     seq.phase = Phase(phase)
     if phase == "starting":  # the start was issued before the guardian died
         seq.history.append(PhaseProgress(Phase.STARTING, 0.0, start_issued=True))
-    w.rem._save(seq)
+    w.rem.store.save(seq)
     w.control.started.clear()
     again = w.new_remediator()
     assert again.sequences["llm"].phase == expect_phase
@@ -479,8 +492,9 @@ def test_kubernetes_mode_deletes_the_pod_and_lets_its_controller_recreate_it(tmp
     w = World(
         tmp_path / "state", restart={"mode": "kubernetes", "stop_timeout": 10}, control=FakeControl({API, ENGINE})
     )
-    w.rem.kube = KubeClient("https://k8s", "tok", None, "gpu-node-17", opener=api)
-    w.rem.procfs = proc.procfs()
+    w.rem = w.new_remediator(
+        kube=KubeClient("https://k8s", "tok", None, "gpu-node-17", opener=api), procfs=proc.procfs()
+    )
     assert w.consider(w.open()) == "started"
     w.step(1, n=7)
     method, url, body = api.requests[-1]

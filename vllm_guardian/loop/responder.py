@@ -2,7 +2,7 @@
 
 - Evidence before action: when an incident opens, its bundle is captured off the loop
   (``incident_opened``); remediation may start draining meanwhile, but stops nothing until the
-  capture no longer needs the processes: /proc read and stacks dumped (``Remediator.hold_stop``;
+  capture no longer needs the processes: /proc read and stacks dumped (the ``holding`` of ``Remediator.tick``;
   a flame record still sampling ends with the tree, the rest of the bundle is written after).
 - Each tick (``act``): for every open incident, a decision (the detector's ``mode``, the policy
   gates of ``Remediator.consider``), then the remediation state machine advances, and a target
@@ -37,7 +37,8 @@ from vllm_guardian.state.tracker import Tracker
 from vllm_guardian.diagnosis.service import Diagnoser, capture_then_diagnose
 from vllm_guardian.bundle.evidence import EvidenceCollector, EvidenceContext, EvidenceResult, series_windows
 from vllm_guardian.remediation.policy import budget_left
-from vllm_guardian.remediation.machine import Outcome, Remediator, RestartSequence
+from vllm_guardian.remediation.remediator import Remediator
+from vllm_guardian.remediation.sequence import Outcome, RestartSequence
 
 
 class Responder:
@@ -76,8 +77,6 @@ class Responder:
         self.decisions: dict[str, str] = {}  # target -> what was decided this tick (status)
         self.evidence_pending: set[str] = set()  # incident ids whose bundle is being captured
         self.on_update: list[Callable[[Incident], None]] = []
-        remediator.on_finish.append(self._remediation_finished)
-        remediator.hold_stop = self._capturing
         self._evidence_of: dict[str, str] = {}  # incident id → target, while its bundle is captured
         self._live_done: set[str] = set()  # incident ids whose capture no longer needs the processes
 
@@ -100,7 +99,10 @@ class Responder:
             if inc.id in self.evidence_pending:
                 decision = f"capturing evidence; {decision}"
             self.decisions[inc.target.name] = decision
-        self.remediator.tick(now, self.tracker, self.series)
+        holding = {t for t in list(self._evidence_of.values()) if self._capturing(t)}
+        self.remediator.tick(now, self.tracker, self.series, holding)
+        for seq, outcome in self.remediator.take_finished():
+            self._remediation_finished(seq, outcome)
         self.remediator.refresh_budgets()
         return self._budget_incidents()
 
