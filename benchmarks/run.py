@@ -48,7 +48,7 @@ from .report import (
     render_markdown,
     summarize,
 )
-from .report_gates import GatesSection
+from .report_gates import GatesSection, render_gates
 from .report_restart import RestartRun
 from .restart_runs import restart_run
 
@@ -157,8 +157,30 @@ class Bench:
                         self.args.gate_interval,
                         self.say,
                         seed=self.args.seed,
+                        fluent_runs=self.args.fluent_runs,
                     )
             self.fault_run(server, "die", "engine_dead", index)
+        finally:
+            server.stop()
+
+    def only_gates(self, model: Path) -> None:
+        """``--only-gates``: one server, the gates section alone."""
+        h = self.h
+        d = self._dir("server-gates")
+        server = h.VllmServer(model, d / "faults", d / "vllm.log").start()
+        try:
+            self.starts.append(server.wait_ready(self.args.server_timeout))
+            self.say(f"server ready in {self.starts[-1]:.1f} s (port {server.port})")
+            self.gates = gate_section(
+                h,
+                server,
+                self._dir("gates"),
+                self.args.gate_runs,
+                self.args.gate_interval,
+                self.say,
+                seed=self.args.seed,
+                fluent_runs=self.args.fluent_runs,
+            )
         finally:
             server.stop()
 
@@ -315,6 +337,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--gate-runs", type=int, default=3, help="runs per gate fault (0: no gates section)")
     p.add_argument("--gate-interval", type=float, default=10.0, help="gate round interval of the detection runs")
     p.add_argument(
+        "--fluent-runs",
+        type=int,
+        default=3,
+        help="fluent-but-wrong runs (two guardians: the defaults and user diagnostics; 0: none)",
+    )
+    p.add_argument(
+        "--only-gates",
+        action="store_true",
+        help="measure only the gates (one server); writes gates-latest.md beside the full report",
+    )
+    p.add_argument(
         "--only-restarts",
         action="store_true",
         help="measure only the restarts (no detection, negatives or gates); the report says so",
@@ -341,6 +374,27 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()[0]
     model = h.ensure_model()
     bench.say(f"work dir {bench.work}")
+    if args.only_gates:
+        bench.only_gates(model)
+        assert bench.gates is not None
+        gtext = (
+            "\n".join(
+                [
+                    f"Gates only (`make bench BENCH_ARGS=--only-gates`), vLLM {vllm_version(h.E2E_PYTHON)}, "
+                    f"{os.cpu_count()} CPUs, load average {load_before:.1f} at the start, "
+                    f"{time.time() - bench.t0:.0f} s."
+                ]
+                + render_gates(bench.gates)
+            )
+            + "\n"
+        )
+        print(gtext)
+        out = args.out.with_name("gates-latest.md") if args.out == DEFAULT_OUT else args.out
+        out.write_text(gtext)
+        runs = bench.gates.runs + (bench.gates.fluent.runs if bench.gates.fluent else ())
+        misses = sum(r.onset_to_incident_s is None for r in runs)
+        bench.say(f"wrote {out}; {misses} corruptions missed")
+        return 0 if not misses else 1
     for index in range(0 if args.only_restarts else args.runs):
         bench.serve(index, model)
     bench.restarts(model)
@@ -372,7 +426,10 @@ def main(argv: list[str] | None = None) -> int:
     RAW_OUT.parent.mkdir(parents=True, exist_ok=True)
     RAW_OUT.write_text(json.dumps(asdict(report), indent=2))
     det = summarize([r.onset_to_incident_s for r in bench.fault_runs if r.onset_to_incident_s is not None])
-    gate_misses = sum(r.onset_to_incident_s is None for r in (bench.gates.runs if bench.gates else ()))
+    gate_misses = sum(
+        r.onset_to_incident_s is None
+        for r in ((bench.gates.runs + (bench.gates.fluent.runs if bench.gates.fluent else ())) if bench.gates else ())
+    )
     failed_restarts = sum(r.phases.get("onset_to_serving") is None for r in bench.restart_runs)
     bench.say(
         f"wrote {out} and {RAW_OUT}; {det.n}/{len(bench.fault_runs)} faults detected, "

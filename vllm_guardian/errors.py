@@ -29,3 +29,15 @@ class ConfigError(GuardianError):
     def __init__(self, problems: list[str]):
         self.problems = list(problems)
         super().__init__("; ".join(self.problems))
+
+
+class CannotStart(GuardianError):
+    """The daemon cannot start here as configured: its HTTP port is taken, another guardian holds the
+    state dir. The message says what, where and what to do; the CLI exits 3."""
+
+
+class UnknownTarget(GuardianError, KeyError):
+    """A command named a target this guardian does not supervise (a KeyError too, for old callers)."""
+
+    def __str__(self) -> str:  # KeyError's str() quotes its message; this one reads as a sentence
+        return str(self.args[0]) if self.args else "unknown target"

@@ -28,7 +28,10 @@ class Kind(str, Enum):
     HOST_MEMORY_LEAK = "host_memory_leak"
     OUTPUT_CORRUPTION = "output_corruption"
     PROBE_FAILURE = "probe_failure"
+    ACCEL_FAULT = "accel_fault"  # one per device (the incident's target is the device), not per server
     RESTART_BUDGET_EXHAUSTED = "restart_budget_exhausted"
+    STARTUP_TIMEOUT = "startup_timeout"
+    PAUSE_TOO_LONG = "pause_too_long"
 
 
 class Severity(str, Enum):

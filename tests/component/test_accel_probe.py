@@ -238,12 +238,27 @@ def test_auto_absent_logs_one_line_each_and_skips(caplog):
         logging.getLogger("t"),
         nvml_factory=unavailable("NVML: no NVIDIA driver on this host (NVML Shared Library Not Found)"),
         npu_smi_factory=unavailable("npu-smi: 'npu-smi' not found (accelerators.npu_smi_path)"),
+        kmsg_factory=unavailable("no NVIDIA driver loaded under /: no Xid lines to read"),
     )
     assert got == []
     assert [r.getMessage() for r in caplog.records] == [
         "accelerators.nvml: NVML: no NVIDIA driver on this host (NVML Shared Library Not Found); probe disabled",
+        "accelerators.kmsg: no NVIDIA driver loaded under /: no Xid lines to read; probe disabled",
         "accelerators.npu_smi: npu-smi: 'npu-smi' not found (accelerators.npu_smi_path); probe disabled",
     ]
+
+
+def test_the_kernel_log_is_read_only_where_an_nvidia_driver_is_loaded(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "kmsg").write_text("")
+    cfg = AcceleratorsConfig(nvml="off", npu_smi="off", kmsg_root=str(tmp_path))
+    assert make_backends(cfg, FakeRunner(), logging.getLogger("t")) == []
+    assert "no NVIDIA driver loaded" in caplog.records[0].getMessage()
+    (tmp_path / "proc" / "driver" / "nvidia").mkdir(parents=True)
+    got = make_backends(cfg, FakeRunner(), logging.getLogger("t"))
+    assert [b.name for b in got] == ["kmsg"]
+    got[0].close()
 
 
 def test_auto_present_builds_the_backend(tmp_path):
@@ -253,14 +268,14 @@ def test_auto_present_builds_the_backend(tmp_path):
     got = make_backends(
         cfg, SubprocessRunner(), logging.getLogger("t"), nvml_factory=lambda: FakeNvmlBackend(NVML, clock=clock)
     )
-    assert [b.name for b in got] == ["nvml", "npu_smi"]
+    assert [b.name for b in got] == ["nvml", "npu_smi"]  # no NVIDIA driver here: no kernel-log backend
     npu = got[1]
     assert isinstance(npu, NpuSmiBackend) and (npu.path, npu.timeout) == (str(fake.path), 7.0)
 
 
 def test_real_npu_smi_path_missing_is_one_line(caplog, tmp_path):
     caplog.set_level(logging.INFO)
-    cfg = AcceleratorsConfig(nvml="off", npu_smi_path=str(tmp_path / "npu-smi"))
+    cfg = AcceleratorsConfig(nvml="off", kmsg="off", npu_smi_path=str(tmp_path / "npu-smi"))
     assert make_backends(cfg, SubprocessRunner(), logging.getLogger("t")) == []
     assert len(caplog.records) == 1 and "not found (accelerators.npu_smi_path)" in caplog.records[0].getMessage()
 

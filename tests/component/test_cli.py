@@ -86,3 +86,22 @@ def test_bad_durations_are_refused(text):
 
     with pytest.raises(argparse.ArgumentTypeError):
         parse_duration(text)
+
+
+def test_guardian_config_in_the_environment_is_the_config_when_c_is_not_given(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("GUARDIAN_CONFIG", write_config(tmp_path, interval=7))
+    assert main(["check-config"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["interval"] == 7
+
+
+def test_c_wins_over_guardian_config(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("GUARDIAN_CONFIG", str(tmp_path / "absent.yaml"))
+    (tmp_path / "mine").mkdir()
+    assert main(["check-config", "-c", write_config(tmp_path / "mine", interval=3)]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["interval"] == 3
+
+
+def test_a_guardian_config_that_does_not_exist_is_named_and_exits_2(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("GUARDIAN_CONFIG", str(tmp_path / "absent.yaml"))
+    assert main(["check-config"]) == 2
+    assert "GUARDIAN_CONFIG=" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from functools import partial
 from pathlib import Path
 
@@ -278,6 +279,17 @@ def test_the_status_table_reads_at_a_glance(world):
     assert "serving: yes, restart budget left: 3" in text
 
 
+def test_the_status_table_shows_maintenance_mode(world):
+    from vllm_guardian.remediation.policy import Maintenance
+    from vllm_guardian.surface.status_view import render_status
+
+    world.step(2)
+    assert "MAINTENANCE" not in render_status(world.d.status().to_dict())
+    Maintenance(world.d.cfg.state_dir).turn_on(time.time(), 3600)
+    world.step(1)
+    assert "MAINTENANCE until" in render_status(world.d.status().to_dict())
+
+
 def test_a_configured_target_that_is_not_found_is_shown_with_the_reason(tmp_path):
     from vllm_guardian.surface.status_view import render_status
 
@@ -329,3 +341,48 @@ def test_a_probe_added_to_the_table_runs_and_annotates_an_incident_without_touch
     assert any(any(a.name == "diagnosis" for a in u.actions) for u in updated)
     assert w.d.status().probes["diagnosis"].runs == 1
     w.d.runner.shutdown()
+
+
+def test_an_xid_79_during_a_busy_loop_opens_accel_fault_and_the_busy_loop_names_it_first(tmp_path):
+    """The real NVML backend over the fake NVML: the GPU the engine holds memory on reports Xid 79
+    while its thread spins; the device gets its own incident, the busy loop's diagnosis names the
+    device first, and the evidence holds the device's faults."""
+    from vllm_guardian.testing.fake_nvml import FakeNvmlBackend
+
+    scenario = {
+        "devices": [{"memory_total": 8e10, "processes": [{"pid": ENGINE, "memory": 2e10}]}, {"memory_total": 8e10}],
+        "xid": [{"at": 6, "device": 0, "code": 79}],
+    }
+    clock = FakeClock()
+    w = World(tmp_path, accel_backends=[FakeNvmlBackend(scenario, clock=clock)], clock=clock)
+    try:
+        w.step(4)
+        w.http.route("POST", "/v1/completions", HttpError("timeout", "no answer within 5s"))
+        opened: list = []
+        for _ in range(25):
+            opened += [t.incident for t in w.step(spin=True) if t.previous is None]
+            if any(i.kind is Kind.BUSY_LOOP for i in opened):
+                break
+        by_kind = {i.kind: i for i in opened}
+        assert set(by_kind) == {Kind.ACCEL_FAULT, Kind.BUSY_LOOP}
+        dev = by_kind[Kind.ACCEL_FAULT]
+        assert dev.target.name == "nvml:0" and dev.signals["code"] == "xid:79" and dev.signals["blocks_restart"]
+        w.step(2)  # the evidence is captured (and diagnosed) off the loop
+        busy = w.d.incidents.get(by_kind[Kind.BUSY_LOOP].id)
+        assert busy.diagnosis[0]["id"] == "device-fault:xid:79"
+        assert "nvml:0 reported Xid 79 (GPU has fallen off the bus)" in busy.summary
+        assert "a restart will not help" in busy.summary
+        devices = json.loads((Path(busy.evidence_dir) / "accelerators.json").read_text())
+        assert devices["nvml:0"]["faults"][0]["code"] == "xid:79"
+        status = w.d.status().to_dict()
+        assert status["device_faults"]["nvml:0"]["health"] == 2
+        from vllm_guardian.surface.status_view import render_status
+        from vllm_guardian.surface.exporter import build_registry
+        from prometheus_client import generate_latest
+
+        assert "FAULT: Xid 79 (GPU has fallen off the bus); a restart will not help" in render_status(status)
+        page = generate_latest(build_registry(lambda: status)).decode()
+        assert 'guardian_accelerator_health{backend="nvml",device="nvml:0"} 2.0' in page
+        assert 'guardian_accelerator_health{backend="nvml",device="nvml:1"} 0.0' in page
+    finally:
+        w.d.runner.shutdown()

@@ -16,6 +16,7 @@ from vllm_guardian.bundle import pyspy
 from vllm_guardian.bundle.evidence import (
     EvidenceCollector,
     EvidenceContext,
+    EvidenceResult,
     choose_hottest,
     read_summary,
     series_windows,
@@ -737,3 +738,49 @@ def test_a_details_reader_that_breaks_is_recorded_and_the_bundle_goes_on(world):
     res = world.collector(details=RecordedDetails(fail=RuntimeError("psutil broke"))).capture(world.context())
     assert res.failures["processes.json"] == "RuntimeError: psutil broke"
     assert (res.dir / "summary.txt").exists()
+
+
+# ---------------------------------------------------------------- output_corruption: the answers, not the stacks
+CORRUPTION_SIGNALS = {
+    "condition": "D",
+    "level": "L5",
+    "model": "tiny",
+    "vllm_version": "0.32.0",
+    "evidence": [
+        {
+            "prompt": "Count on: one, two, three, four, five,",
+            "output": " seven nine",
+            "tokens": [" seven", " nine"],
+            "token_logprobs": [-0.1, -0.2],
+            "baseline_answer": " six seven",
+            "expected": "baseline ' six seven'",
+        }
+    ],
+    "failing_rounds": [{"age_s": 0.0, "failures": []}],
+}
+
+
+def corruption(world: World, **cfg) -> tuple[World, EvidenceResult]:
+    from dataclasses import replace
+
+    if cfg:
+        world.cfg = EvidenceConfig(**{**world.cfg.__dict__, **cfg})
+    inc = replace(world.incident, kind=Kind.OUTPUT_CORRUPTION, signals=CORRUPTION_SIGNALS)
+    return world, world.capture(incident=inc)
+
+
+def test_output_corruption_gets_the_failing_answers_and_no_stack_dump(world):
+    _, res = corruption(world)
+    assert world.runner.argvs() == []  # neither dump nor record: the server is not stuck
+    gates = json.loads((res.dir / "gates.json").read_text())
+    assert gates["model"] == "tiny" and gates["vllm_version"] == "0.32.0"
+    (one,) = gates["evidence"]
+    assert one["output"] == " seven nine" and one["baseline_answer"] == " six seven" and one["token_logprobs"]
+    assert "output_corruption_stacks" in manifest(res)["notes"]["py-spy"]
+    assert (res.dir / "proc" / "200").is_dir()  # /proc is still read: cheap, and never pauses the server
+
+
+def test_output_corruption_stacks_when_the_config_asks(world):
+    _, res = corruption(world, output_corruption_stacks=True)
+    assert sorted(a[3] for a in dumps(world.runner)) == ["100", "200", "300"]
+    assert (res.dir / "gates.json").exists()

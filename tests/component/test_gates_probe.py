@@ -18,6 +18,7 @@ from vllm_guardian.config.schema import Config, DetectorsConfig, DiagnosticPromp
 from vllm_guardian.detectors import output_corruption
 from vllm_guardian.detectors.view import TargetView
 from vllm_guardian.host.http import HttpClient, HttpError, HttpResponse, StdlibHttpClient
+from vllm_guardian.gates.known_answers import BUILTIN_CHECKS
 from vllm_guardian.gates.shared import GatesShared
 from vllm_guardian.host.process_control import OsProcessControl
 from vllm_guardian.host.procfs import ProcFS
@@ -80,6 +81,16 @@ class World:
         assert self.readings.gates is not None
         return self.readings.gates
 
+    def tick(self, dt: float) -> bool:
+        """``dt`` seconds later: runs the round due then, if one is; whether one ran."""
+        self.now += dt
+        jobs = list(self.probe.jobs(self.now, Seen()))
+        for job in jobs:
+            assert job.on_start is not None
+            job.on_start(self.now)
+            self.probe.fold(job.run(), self.now)
+        return bool(jobs)
+
     def finding(self):
         view = TargetView(self.tracker.state(NAME, self.now), SeriesStore(), self.shared.view(NAME))
         return output_corruption.evaluate(view, self.cfg.detectors)
@@ -96,7 +107,8 @@ def test_a_healthy_server_passes_every_round_and_gets_a_complete_baseline(server
     assert w.finding() is None
     st = w.status()
     assert st["health_score"] == 100 and st["baseline"] == "complete" and st["notes"] == []
-    assert st["requests"] == 5 * (2 + 3 + 1)
+    assert st["requests"] == 5 * (2 + 3 + 3 + 1)  # 2 diagnostics, 3 built-in checks, 3 shadow, reference
+    assert st["confirmation_rounds"] == 0 and st["confirming"] is None
 
 
 @pytest.mark.parametrize(
@@ -271,3 +283,103 @@ def test_logprobs_that_fail_only_when_asked_for_are_condition_b(server, tmp_path
     f = w.finding()
     assert f is not None and f.signals["condition"] == "B" and f.signals["sample"]["check"] == "non_finite"
     assert f"HTTP {status}" in f.signals["sample"]["figures"]["detail"]
+
+
+# ---------------------------------------------------------------- confirming fast
+def _baselined(server, tmp_path, **gates) -> World:
+    w = World(server.url, tmp_path, **dict(dict(interval=60.0), **gates))
+    for _ in range(3):  # the baseline: 3 reference perplexities, one round an interval
+        assert w.tick(60.0)
+    return w
+
+
+def _until_finding(w: World, step: float, limit: float):
+    start = w.now
+    while w.now - start < limit:
+        w.tick(step)
+        f = w.finding()
+        if f is not None:
+            return f, w.now - start
+    return None, w.now - start
+
+
+@pytest.mark.parametrize(
+    "fault, condition",
+    [
+        ("wrong_answers", "D"),  # L5 three rounds in a row
+        ("high_perplexity", "A"),  # L2 alone: five failures within the window
+    ],
+)
+def test_a_failing_round_is_confirmed_within_seconds_not_intervals(server, tmp_path, fault, condition):
+    w = _baselined(server, tmp_path)
+    server.set_fault(fault)
+    assert w.tick(60.0)  # the first round after the onset fails
+    assert w.status()["failed_rounds"] == 1
+    f, took = _until_finding(w, 0.5, 30.0)
+    assert f is not None and f.signals["condition"] == condition, w.status()
+    assert took <= 4 * w.cfg.gates.confirm_delay + 1  # quick rounds, not 60 s apart
+    assert w.status()["confirmation_rounds"] >= 2
+
+
+def test_confirmation_rounds_are_bounded_per_failing_episode(server, tmp_path):
+    w = _baselined(server, tmp_path, confirm_rounds=2)
+    server.set_fault("high_perplexity")
+    assert w.tick(60.0)
+    ran = sum(w.tick(1.0) for _ in range(30))
+    assert ran == 2 and w.status()["confirmation_rounds"] == 2 and w.status()["confirming"] == 0
+    assert not w.tick(25.0) and w.tick(10.0)  # then the interval: 60 s after the last quick round (at +4 s)
+
+
+def test_a_clean_round_ends_the_episode_and_the_interval_returns(server, tmp_path):
+    w = _baselined(server, tmp_path)
+    server.set_fault("wrong_answers")
+    assert w.tick(60.0)
+    server.set_fault("none")
+    assert w.tick(2.0)  # the confirmation round: clean
+    assert w.status()["confirming"] is None and w.finding() is None
+    assert sum(w.tick(1.0) for _ in range(50)) == 0
+
+
+def test_a_confirmation_request_runs_an_own_round_at_once(server, tmp_path):
+    w = _baselined(server, tmp_path)
+    assert not w.tick(1.0)
+    w.probe.request_confirmation(NAME, "a gateway reported L5 on it")
+    assert w.tick(0.1)
+    assert w.status()["confirmation_rounds"] == 1
+    assert not w.tick(1.0)  # it passed: back to the interval
+
+
+def test_an_accepted_external_report_asks_for_a_confirmation_round(server, tmp_path):
+    w = _baselined(server, tmp_path)
+    w.shared.known_targets = frozenset({NAME})
+    msg = {"instance_id": NAME, "request_id": "r1", "timestamp": 1e9, "check_level": "L5", "details": {}, "type": "x"}
+    import json
+    import time
+
+    msg["timestamp"] = time.time()
+    assert w.shared.accept_report(json.dumps(msg), w.now, time.time()) == "accepted"
+    assert w.tick(0.1)
+
+
+def test_builtin_checks_see_wrong_answers_without_any_configured_diagnostic_or_shadow(server, tmp_path):
+    w = _baselined(server, tmp_path, diagnostics=(), shadow=False)
+    server.set_fault("wrong_answers")
+    w.tick(60.0)
+    f, _ = _until_finding(w, 1.0, 20.0)
+    assert f is not None and f.signals["condition"] == "D"
+    assert f.signals["sample"]["prompt"] in {d.prompt for d in BUILTIN_CHECKS}
+
+
+def test_the_finding_carries_answers_logprobs_baseline_model_and_version(server, tmp_path):
+    w = _baselined(server, tmp_path)
+    server.set_fault("wrong_answers")
+    w.tick(60.0)
+    f, _ = _until_finding(w, 1.0, 20.0)
+    sig = f.signals
+    assert sig["model"] == w.status()["model"] and sig["vllm_version"] == w.status()["version"]
+    ev = {e["prompt"]: e for e in sig["evidence"]}
+    one = ev["2+2="]  # a diagnostic expecting the baseline
+    assert one["levels"] == ["L5"] or "L5" in one["levels"]
+    assert one["output"] != one["baseline_answer"] and one["tokens"] and one["token_logprobs"]
+    assert len(one["token_logprobs"]) == len(one["tokens"]) and one["top_logprobs"]
+    assert len(sig["failing_rounds"]) == 3

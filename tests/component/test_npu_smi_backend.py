@@ -196,3 +196,22 @@ def test_a_binary_that_vanished_after_start_is_probe_failed():
     b = NpuSmiBackend(runner, "npu-smi", which=lambda p: "/usr/bin/npu-smi")
     with pytest.raises(ProbeFailed, match="not found"):
         b.read(0.0)
+
+
+def test_an_alarm_raised_mid_run_becomes_the_chips_conditions_with_its_error_code(tmp_path):
+    sc = {
+        "layout": "a2",
+        "devices": [
+            {"npu": 0, "chip": 0},
+            {"npu": 1, "chip": 0, "alarm": {"at": 30, "health": "Alarm", "codes": ["80E01801"], "info": "hot SoC"}},
+        ],
+    }
+    fake = write_fake_npu_smi(tmp_path, sc)
+    backend = NpuSmiBackend(SubprocessRunner(), str(fake.path), 10.0, usages_interval=None)
+    before = backend.read(0.0)
+    assert all(d.conditions == () for d in before.devices)
+    fake.set_time(31)
+    after = {d.id: d for d in backend.read(31.0).devices}
+    assert after["npu:0.0"].conditions == ()
+    assert [c.code for c in after["npu:1.0"].conditions] == ["npu_health:Alarm", "npu_error:80E01801"]
+    assert after["npu:1.0"].conditions[0].detail == "hot SoC"

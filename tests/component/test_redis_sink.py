@@ -239,6 +239,19 @@ def test_a_full_spool_keeps_the_newest_while_redis_is_down(server, sinks, tmp_pa
     assert stream_ids(server.client()) == [e["id"] for e in evs[2:]]
 
 
+def test_the_exporter_counts_the_drops_the_sink_reports(server, sinks, tmp_path):
+    """guardian_alerts_dropped_total reads the key stats() writes (it once read another and stayed empty)."""
+    from vllm_guardian.surface.exporter import GuardianCollector
+
+    sink = make_sink(sinks, server, tmp_path, max_events=3)
+    server.kill()
+    for ev in events(5):
+        sink.publish(ev)
+    fams = {m.name: m for m in GuardianCollector(lambda: {"alerts": sink.stats()}).collect()}
+    assert [s.value for s in fams["guardian_alerts_dropped"].samples] == [2.0]
+    assert [s.value for s in fams["guardian_alerts_spooled"].samples] == [3.0]
+
+
 def test_a_closed_sink_refuses_to_publish(server, sinks, tmp_path):
     sink = make_sink(sinks, server, tmp_path)
     sink.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from vllm_guardian.config.loader import parse_config
@@ -272,3 +274,36 @@ def test_env_and_file_together_are_refused():
     assert _problems({"api_key_env": "K", "api_key_file": "/k"}) == [
         "targets[0]: set api_key_env or api_key_file, not both"
     ]
+
+
+# ---------------------------------------------------------------- what a key may hold
+def _key_file(tmp_path, text: str) -> str:
+    path = tmp_path / "key"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("source", ["environ", "argv", "config env", "config file"])
+def test_a_key_with_a_trailing_newline_is_sent_without_it_whatever_its_source(proc, tmp_path, source):
+    raw = SECRET + "\n"
+    cfg, environ = None, {}
+    argv: tuple[str, ...] = ("vllm", "serve")
+    if source == "environ":
+        proc.set_environ(42, VLLM_API_KEY=raw)
+    elif source == "argv":
+        argv = ("vllm", "serve", "--api-key", raw)
+    elif source == "config env":
+        cfg, environ = _target(api_key_env="GUARD_KEY"), {"GUARD_KEY": raw}
+    else:
+        cfg = _target(api_key_file=_key_file(tmp_path, raw))
+    src = resolve_key(cfg, 42, argv, proc.procfs(), environ=environ, read_file=lambda p: Path(p).read_text())
+    assert src.key == SECRET and not src.problem
+
+
+@pytest.mark.parametrize("bad", [SECRET[:6] + "\n" + SECRET[6:], SECRET + "\r\nX-Evil: 1", SECRET + "\x1b[2J"])
+def test_a_key_holding_a_control_character_is_refused_naming_its_source_never_the_key(proc, bad):
+    proc.set_environ(42, VLLM_API_KEY=bad)
+    src = resolve_key(None, 42, ("vllm", "serve"), proc.procfs(), environ={})
+    assert src.key is None
+    assert "control character" in src.problem and "VLLM_API_KEY of pid 42" in src.problem
+    assert SECRET[6:12] not in src.problem + repr(src)

@@ -165,8 +165,10 @@ FULL = status(
     targets=[target(gates={"health_score": 20, "baseline": "complete", "failures": [], "notes": []})],
     incidents=[incident("busy_loop", "llama")],
     actions={"outcomes": {"ok": 4, "failed": 1}, "restarts": {"llama": {"ok": 1}}},
-    alerts={"spooled": 7, "dropped": 2},
+    alerts={"spooled": 7, "dropped_total": 2},  # the keys RedisAlertSink.stats() writes
     gates={"reports": {"accepted": 3, "malformed": 1}},
+    accelerators=[{"device": "nvml:0", "backend": "nvml", "fault_health": 0}],
+    device_faults={"pci:0000:3b:00": {"health": 2}},
 )
 MINIMAL: dict = {}  # before the first tick the daemon's status() is an empty dict
 
@@ -472,3 +474,20 @@ def test_the_gates_health_score_and_report_outcomes_are_exported():
 
 def test_no_health_score_before_a_gate_round():
     assert value(scrape(status()), "guardian_target_health_score", target="llama") is None
+
+
+def test_every_device_gets_a_health_gauge_and_a_device_incident_no_target_series():
+    doc = status(
+        accelerators=[
+            {"device": "nvml:0", "backend": "nvml", "fault_health": 2},
+            {"device": "nvml:1", "backend": "nvml"},
+        ],
+        device_faults={"nvml:0": {"health": 2}, "pci:0000:3b:00": {"health": 1}},
+        incidents=[incident("accel_fault", "nvml:0")],
+    )
+    fams = scrape(doc)
+    assert value(fams, "guardian_accelerator_health", device="nvml:0", backend="nvml") == 2.0
+    assert value(fams, "guardian_accelerator_health", device="nvml:1", backend="nvml") == 0.0
+    assert value(fams, "guardian_accelerator_health", device="pci:0000:3b:00", backend="") == 1.0
+    assert value(fams, "guardian_incidents_open", kind="accel_fault") == 1.0
+    assert value(fams, "guardian_target_incidents_open", target="nvml:0", kind="accel_fault") is None

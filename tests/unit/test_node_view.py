@@ -13,7 +13,7 @@ from vllm_guardian.host.accel.npu_smi_parse import parse_info
 from vllm_guardian.model import ProcessInfo, ProcKey, Role, Target
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "npu_smi"
-INFO_FIXTURES = sorted(p.name for p in FIXTURES.glob("*.txt") if not p.name.startswith(("usages", "common")))
+INFO_FIXTURES = sorted(p.name for p in FIXTURES.glob("*.txt") if not p.name.startswith(("usages", "common", "health")))
 
 
 def snap(name: str) -> AccelSnapshot:

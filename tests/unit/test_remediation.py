@@ -107,7 +107,7 @@ class World:
         self.holding: set[str] = set()  # targets whose evidence is still being captured
         self.rem = self.new_remediator()
 
-    def new_remediator(self, *, lease=None, kube=None, procfs=None, **settings):
+    def new_remediator(self, *, lease=None, kube=None, procfs=None, device_check=None, **settings):
         """A remediator on this world's state dir (a second one: the guardian restarted)."""
         rs = replace(RemediationSettings.from_config(self.cfg), **settings)
         return Remediator(
@@ -125,6 +125,7 @@ class World:
                 lease=lease,
                 kube=kube,
                 publish_control=self.published.append,
+                device_check=device_check or (lambda target: None),
             )
         )
 
@@ -531,3 +532,44 @@ def test_a_state_file_of_the_previous_format_resumes_a_stop_without_a_second_sig
     w.rem = again
     w.step()
     assert w.control.signals == []  # SIGTERM was sent before the restart; only SIGKILL may follow
+
+
+@pytest.mark.parametrize(
+    "kind, grace", [(Kind.BUSY_LOOP, "3s"), (Kind.KV_CACHE_LEAK, "10s")]
+)  # World: hang grace 3, stop 10
+def test_the_dry_run_message_names_the_kill_grace_the_kind_would_get(tmp_path, kind, grace):
+    w = World(tmp_path, policy={"dry_run": True})
+    inc = w.open(kind)
+    w.consider(inc)
+    assert f"SIGKILL after {grace})" in w.incident(inc.id).actions[0].detail
+
+
+def test_the_phase_of_a_drained_target_agrees_with_its_readiness(tmp_path):
+    """After a manual drain the status said [SERVING] beside "serving: NO"; the phase now says drained."""
+    w = World(tmp_path)
+    w.rem.manual("llm", w.tracker.targets["llm"], w.clock.monotonic(), "drain", dry_run=False)
+    w.step(1, n=40)
+    assert (w.rem.phase("llm"), w.rem.serving("llm")) == ("drained", False)
+    w.rem.undrain("llm")
+    assert (w.rem.phase("llm"), w.rem.serving("llm")) == ("serving", True)
+
+
+# ------------------------------------------------------------------ a broken device under the server
+def test_a_restart_onto_a_device_with_an_uncorrectable_fault_is_refused_and_escalated(tmp_path):
+    w = World(tmp_path)
+    reason = "restart refused: device nvml:0 reported Xid 79 (GPU has fallen off the bus); a restart cannot help"
+    w.rem = w.new_remediator(device_check=lambda name: reason if name == "llm" else None)
+    inc = w.open()
+    assert w.consider(inc) == f"escalated: {reason}"
+    assert w.consider(inc) == f"escalated: {reason}"  # asked every tick, recorded once
+    assert w.actions(inc) == [("restart", "escalated")]
+    w.step(1, n=5)
+    assert w.control.signals == [] and w.control.specs == [] and w.rem.phase("llm") == "serving"
+    assert w.ledger.recent("llm", w.clock.wall(), 3600) == []  # no budget burnt on it
+    assert w.rem.manual("llm", w.tracker.targets["llm"], w.clock.monotonic(), "restart", False) == f"llm: {reason}"
+
+
+def test_a_device_that_is_fine_does_not_hold_a_restart_back(tmp_path):
+    w = World(tmp_path)
+    w.rem = w.new_remediator(device_check=lambda name: None)
+    assert w.consider(w.open()) == "started"

@@ -88,3 +88,31 @@ def test_the_commented_default_config_is_exactly_the_defaults():
 )
 def test_example_config_shows_what_its_name_says(name, expect):
     assert expect(load_config(str(CONFIGS / "examples" / name), hostname=lambda: "node-a"))
+
+
+def _field_paths(cls: type, prefix: str = "") -> list[str]:
+    """Every key of the schema as a dotted path (nested sections, the target list's entries included)."""
+    import typing
+
+    out: list[str] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        path = f"{prefix}{f.name}"
+        out.append(path)
+        t = hints[f.name]
+        inner = [a for a in typing.get_args(t) if dataclasses.is_dataclass(a)] or (
+            [t] if dataclasses.is_dataclass(t) else []
+        )
+        for sub in inner:
+            out.extend(_field_paths(typing.cast(type, sub), path + "."))
+    return out
+
+
+def test_the_commented_default_config_names_every_key_of_the_schema():
+    """configs/guardian.yaml says it holds every key: each key's name appears there as `name:`
+    (as YAML or, for the target list, as a comment); a new key without a line there fails."""
+    import re
+
+    text = (CONFIGS / "guardian.yaml").read_text()
+    missing = [p for p in _field_paths(Config) if not re.search(rf"\b{re.escape(p.rsplit('.', 1)[-1])}:", text)]
+    assert missing == []

@@ -120,3 +120,28 @@ def test_a_configured_target_is_never_forgotten():
     tr.apply_discovery((), (), 10)
     assert tr.apply_discovery((), (), 1000).forgotten == ()
     assert not tr.state("llama", 1000, 1.0).api_alive
+
+
+def test_health_200_and_models_answered_make_a_target_ready_without_a_canary():
+    tr = Tracker(60)
+    tr.apply_discovery((target(),), (), 0)
+    assert tr.server_says_ready("vllm-8000", API, "tiny", 1)
+    st = tr.state("vllm-8000", 1, 1.0)
+    assert st.ready and st.ever_ready and st.ready_since == 1
+    assert tr.targets["vllm-8000"].model == "tiny"
+
+
+def test_the_word_of_a_previous_incarnation_does_not_make_the_new_one_ready():
+    tr = Tracker(60)
+    tr.apply_discovery((target(),), (), 0)
+    tr.apply_discovery((target(ProcKey(200, 9000)),), (), 5)
+    assert not tr.server_says_ready("vllm-8000", API, "tiny", 6)
+    assert not tr.state("vllm-8000", 6, 1.0).ready
+
+
+def test_a_restart_starts_the_startup_clock_again():
+    tr = Tracker(60)
+    tr.apply_discovery((target(),), (), 0)
+    assert tr.state("vllm-8000", 3, 1.0).starting_since == 0
+    tr.apply_discovery((target(ProcKey(200, 9000)),), (), 40)
+    assert tr.state("vllm-8000", 41, 1.0).starting_since == 40

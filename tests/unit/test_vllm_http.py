@@ -152,3 +152,22 @@ def test_a_malformed_watched_line_deep_in_the_page_is_refused():
         parse_vllm_metrics(page + filler + 'vllm:num_requests_running{engine="1" 3\n')
     with pytest.raises(ProbeFailed, match="has value"):
         parse_vllm_metrics(page + filler + 'vllm:num_requests_running{engine="1"} three\n')
+
+
+MODELS = ok('{"object": "list", "data": [{"id": "tiny", "object": "model"}]}')
+
+
+@pytest.mark.parametrize(
+    "check_models, routes, served",
+    [
+        (True, {("GET", "/health"): ok(), ("GET", "/metrics"): ok(""), ("GET", "/v1/models"): MODELS}, "tiny"),
+        (False, {("GET", "/health"): ok(), ("GET", "/metrics"): ok(""), ("GET", "/v1/models"): MODELS}, None),
+        (True, {("GET", "/health"): ok(status=503), ("GET", "/metrics"): ok(""), ("GET", "/v1/models"): MODELS}, None),
+        (True, {("GET", "/health"): ok(), ("GET", "/metrics"): ok(""), ("GET", "/v1/models"): ok("", 401)}, None),
+        (True, {("GET", "/health"): ok(), ("GET", "/metrics"): ok("")}, None),  # 404: not a vLLM that is ready
+    ],
+    ids=["ready-by-word", "already-ready-not-asked", "health-503", "models-401", "no-models-endpoint"],
+)
+def test_a_not_yet_ready_target_is_asked_for_its_models_only_when_health_answers_200(check_models, routes, served):
+    res = scrape(FakeHttp(routes), "t", URL, 2.0, clock, check_models)
+    assert res.served == served

@@ -25,6 +25,11 @@ Reads, in this order, for every process of the target's snapshotted tree:
    every py-spy call with its duration).
 Then retention (``retention.apply_retention``) keeps the incidents folder bounded.
 
+An ``output_corruption`` incident (a server answering wrong, not a stuck one) gets no py-spy
+at all unless ``evidence.output_corruption_stacks`` asks: its bundle holds ``gates.json``
+instead — the failing prompts, answers, logprobs, the baseline they were judged against,
+the model and the vLLM version, from the incident's signals.
+
 Never raises out of ``capture``: whatever failed is a reason in ``failures``.
 Files ``0640``, folders ``0750``; ``incident.json`` belongs to the IncidentStore
 and is never written here; command lines and text are redacted (``redact``);
@@ -66,7 +71,21 @@ from vllm_guardian.bundle.summary import SummaryFacts, build_summary
 
 # Kinds whose server is still serving: its stacks are read with ``--nonblocking`` only, so a
 # capture never pauses healthy request handling (a hang or a spin is paused on purpose, once).
-NONBLOCKING_KINDS = frozenset({Kind.HOST_MEMORY_LEAK, Kind.ACCEL_MEMORY_LEAK, Kind.KV_CACHE_LEAK, Kind.PROBE_FAILURE})
+NONBLOCKING_KINDS = frozenset(
+    {
+        Kind.HOST_MEMORY_LEAK,
+        Kind.ACCEL_MEMORY_LEAK,
+        Kind.KV_CACHE_LEAK,
+        Kind.PROBE_FAILURE,
+        Kind.STARTUP_TIMEOUT,  # still loading or compiling: read, never paused
+        Kind.PAUSE_TOO_LONG,
+    }
+)
+# Kinds explained by the answers, not by stacks: no py-spy unless ``evidence.output_corruption_stacks``;
+# their bundle gets ``gates.json`` (the failing prompts, answers, logprobs, baseline, model, version).
+ANSWER_KINDS = frozenset({Kind.OUTPUT_CORRUPTION})
+GATES_FILE = "gates.json"
+GATES_SIGNALS = ("model", "vllm_version", "condition", "conditions", "levels", "evidence", "failing_rounds", "reports")
 log = logging.getLogger(__name__)
 
 MANIFEST = "capture.json"
@@ -276,8 +295,12 @@ class EvidenceCollector:
     def _capture(self, ctx: EvidenceContext, bundle_id: str, bundle: BundleWriter, start: float) -> list[str]:
         wall = self._clock.wall()
         alive = [p for p in ctx.target.processes if self._check_identity(p, bundle)]
-        exe = self._locate(self.cfg.pyspy)
-        if exe is None:
+        answers = ctx.incident is not None and ctx.incident.kind in ANSWER_KINDS
+        stacks = not answers or self.cfg.output_corruption_stacks
+        exe = self._locate(self.cfg.pyspy) if stacks else None
+        if not stacks:
+            bundle.note("py-spy", "not run: the answers explain this kind (evidence.output_corruption_stacks: false)")
+        elif exe is None:
             bundle.fail("py-spy", pyspy.MISSING_REASON)
         hottest = choose_hottest(ctx)
         seconds = self.cfg.record_seconds if ctx.record_seconds is None else ctx.record_seconds
@@ -323,6 +346,10 @@ class EvidenceCollector:
             self._settle(records, until, deadline, bundle)
             pool.shutdown(wait=False, cancel_futures=True)
 
+        if answers and ctx.incident is not None:
+            sig = ctx.incident.signals
+            gates = {k: sig[k] for k in GATES_SIGNALS if k in sig}
+            bundle.write(GATES_FILE, redact_text(json.dumps(jsonable(gates), indent=1, ensure_ascii=False)) + "\n")
         if ctx.series:
             bundle.write("series.json", json.dumps(jsonable(ctx.series), separators=(",", ":")) + "\n")
         if ctx.metrics_text:

@@ -180,6 +180,38 @@ class ProbeFailureConfig:
 
 
 @dataclass(frozen=True)
+class StartupTimeoutConfig:
+    """A server that never becomes ready within ``lifecycle.startup_limit``."""
+
+    mode: Mode = _f(Mode.ALERT, "mode")
+    open_after: int = _f(1, "positive")
+    resolve_after: int = _f(1, "positive")
+
+
+@dataclass(frozen=True)
+class PauseTooLongConfig:
+    """A server paused or asleep on purpose for longer than ``lifecycle.max_pause``: never a restart."""
+
+    mode: Mode = _f(Mode.ALERT, "mode")
+    open_after: int = _f(1, "positive")
+    resolve_after: int = _f(1, "positive")
+
+
+@dataclass(frozen=True)
+class AccelFaultConfig:
+    """``accel_fault``: one incident per device, from the device-fault telemetry (NVML, kernel log,
+    npu-smi) and the device-fault catalog. Alert only: the guardian cannot mend a device; what it
+    does is refuse to restart a server onto one (``remediation``) and say so."""
+
+    mode: Mode = _f(Mode.ALERT, "mode")
+    window: float = _f(
+        900.0, "positive", "seconds an event (an Xid) counts after it was seen; conditions count while present"
+    )
+    open_after: int = _f(1, "positive")
+    resolve_after: int = _f(3, "positive", "consecutive evaluations without a fault in the window")
+
+
+@dataclass(frozen=True)
 class DetectorsConfig:
     busy_loop: BusyLoopConfig = field(default_factory=BusyLoopConfig)
     engine_stall: EngineStallConfig = field(default_factory=EngineStallConfig)
@@ -189,6 +221,9 @@ class DetectorsConfig:
     host_memory_leak: MemoryLeakConfig = field(default_factory=MemoryLeakConfig)
     output_corruption: OutputCorruptionConfig = field(default_factory=OutputCorruptionConfig)
     probe_failure: ProbeFailureConfig = field(default_factory=ProbeFailureConfig)
+    startup_timeout: StartupTimeoutConfig = field(default_factory=StartupTimeoutConfig)
+    pause_too_long: PauseTooLongConfig = field(default_factory=PauseTooLongConfig)
+    accel_fault: AccelFaultConfig = field(default_factory=AccelFaultConfig)
 
 
 # ---------------------------------------------------------------- probes, discovery
@@ -261,6 +296,18 @@ class GatesConfig:
         "an answer leaving its baseline where the two tokens were within this "
         "many nats is a batching flip, not a failure",
     )
+    builtin_checks: bool = _f(
+        True,
+        doc="L5: the built-in known-answer checks (copy, counting, a pattern), each expecting the "
+        "target's own first healthy answer; they need no world knowledge",
+    )
+    confirm_rounds: int | None = _f(
+        None,
+        "nonneg",
+        "quick rounds after a failing one (or a confirmation request) while they keep failing; "
+        "null = enough for conditions A, C and D to conclude (the largest of their counts - 1)",
+    )
+    confirm_delay: float = _f(2.0, "positive", "seconds between a failing round and its confirmation round")
 
 
 @dataclass(frozen=True)
@@ -351,6 +398,11 @@ class EvidenceConfig:
     native: bool = False
     dump_timeout: float = _f(10.0, "positive")
     retention: RetentionConfig = field(default_factory=RetentionConfig)
+    output_corruption_stacks: bool = _f(
+        False,
+        doc="py-spy stacks and a flame record for output_corruption too (off: its bundle holds the "
+        "failing answers in gates.json; a server answering wrong is not stuck, a dump only pauses it)",
+    )
 
 
 @dataclass(frozen=True)
@@ -359,12 +411,30 @@ class AcceleratorsConfig:
     npu_smi: str = _f("auto", "onoff")
     npu_smi_path: str = "npu-smi"
     npu_smi_timeout: float = _f(5.0, "positive")
+    kmsg: str = _f("auto", "onoff", "NVRM: Xid lines of the kernel log (<kmsg_root>/dev/kmsg); auto: when readable")
+    kmsg_root: str = _f("/", doc="the root /dev/kmsg and /proc/uptime are read under (a host mount in a container)")
+    kmsg_backlog: float = _f(600.0, "nonneg", "at start, kernel-log Xids this many seconds old still count")
+    health_interval: float = _f(
+        5.0, "positive", "seconds between device health reads (ECC, remapping, throttle, links)"
+    )
 
 
 @dataclass(frozen=True)
 class DiagnosisConfig:
     catalogs: tuple[str, ...] = _f((), doc="extra signature catalogs (YAML files or folders), after the shipped ones")
     log_max_bytes: int = _f(256 * 1024, "positive", "bytes of the log tail read for crash forensics")
+
+
+@dataclass(frozen=True)
+class LifecycleConfig:
+    """A server's life: warm-up, pause and sleep on purpose (see docs/design.md, "Lifecycle")."""
+
+    startup_limit: float = _f(
+        1200.0, "positive", "seconds from first seen to ready (/health 200 and /v1/models) before startup_timeout"
+    )
+    server_state: str = _f("auto", "onoff", "ask GET /is_paused and /is_sleeping where the server exposes them")
+    max_pause: float = _f(600.0, "positive", "a pause or sleep on purpose longer than this: an alert, never a restart")
+    resume_grace: float = _f(30.0, "nonneg", "seconds after a resume (or wake-up, or undrain) hang detectors stay down")
 
 
 @dataclass(frozen=True)
@@ -390,6 +460,7 @@ class Config:
     gates: GatesConfig = field(default_factory=GatesConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
+    lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
 
     def socket_path(self) -> str:
         return self.api.socket or f"{self.state_dir.rstrip('/')}/guardian.sock"

@@ -20,6 +20,7 @@ from vllm_guardian.detectors import (
     host_memory_leak,
     kv_cache_leak,
     output_corruption,
+    startup_timeout,
 )
 from vllm_guardian.detectors.view import TargetState, TargetView
 
@@ -34,6 +35,7 @@ DETECTORS: Mapping[Kind, Detector] = MappingProxyType(
         Kind.ACCEL_MEMORY_LEAK: accel_memory_leak.evaluate,
         Kind.HOST_MEMORY_LEAK: host_memory_leak.evaluate,
         Kind.OUTPUT_CORRUPTION: output_corruption.evaluate,
+        Kind.STARTUP_TIMEOUT: startup_timeout.evaluate,
     }
 )
 

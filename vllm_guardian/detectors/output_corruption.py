@@ -17,6 +17,11 @@ round interval)``) keeps the finding up while the newest record still fails, so
 an incident does not flap between rounds; a clean round lets it resolve.
 
 ``health_score`` condenses the same records into 0..100 (100: nothing wrong seen).
+
+The finding's signals carry what explains it (``evidence``): the model and vLLM version,
+and per failing prompt of the latest failing round the answer, its tokens and logprobs and
+the baseline it was judged against (``gates.evidence``); ``failing_rounds`` lists the
+failures of the rounds that made the condition.
 """
 
 from __future__ import annotations
@@ -174,6 +179,30 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
         "alert_only": alert_only,
         "health_score": health_score(gates, now, c),
     }
+    signals.update(_evidence(gates, now, main.count))
     return Finding(
         kind=KIND, target=view.name, severity=Severity.CRITICAL, summary=summary, signals=signals, confirmed=True
     )
+
+
+MAX_ROUNDS_SHOWN = 5
+
+
+def _evidence(view: LedgerView, now: float, count: int) -> dict[str, object]:
+    """The model, the vLLM version and the answers of the latest failing rounds."""
+    failing = [r for r in view.rounds if r.failures][-max(1, min(count, MAX_ROUNDS_SHOWN)) :]
+    latest = failing[-1] if failing else None
+    out: dict[str, object] = {
+        "model": latest.model if latest else None,
+        "vllm_version": latest.version if latest else None,
+        "evidence": list(latest.evidence) if latest else [],
+        "failing_rounds": [
+            {"age_s": round(now - r.t, 1), "failures": [f.to_dict() for f in r.failures[:10]]} for r in failing
+        ],
+    }
+    reports = [rep for rep in view.reports][-MAX_ROUNDS_SHOWN:]
+    if reports:
+        out["reports"] = [
+            {"age_s": round(now - rep.t, 1), "source": rep.source, "failure": rep.failure.to_dict()} for rep in reports
+        ]
+    return out

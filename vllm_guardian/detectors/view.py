@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vllm_guardian.config.schema import LifecycleConfig
 from vllm_guardian.gates.ledger import LedgerView
 from vllm_guardian.model import Target
 from vllm_guardian.series.store import SeriesStore
@@ -27,6 +28,8 @@ class TargetState:
     canary_in_flight_since: float | None
     probe_interval: float = 1.0  # procfs/http sampling interval (seconds), for coverage math
     ready_since: float | None = None  # monotonic time the current API server became ready (warm-up)
+    starting_since: float | None = None  # monotonic time this API-server incarnation was first seen
+    lifecycle: LifecycleConfig = LifecycleConfig()  # startup limit, pause limit, resume grace
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ device::
      "processes": [{"pid": 123, "name": "VLLMEngineCor", "memory_bytes": …,
                     "target": "vllm-8000" | null, "role": "engine_core" | null}], "read_age_s": 0.4}
 
-and ``render_table`` writes the same rows as text for ``guardian status`` /
+``with_faults`` adds what the fault ledger holds (``fault_health`` 0 ok / 1 warning / 2 critical,
+``fault``: the worst fault in words, ``fault_codes``) and a row for a device only the kernel log
+named; ``render_table`` writes the same rows as text for ``guardian status`` /
 ``guardian probe --once``.
 """
 
@@ -86,6 +88,37 @@ def _sort_key(dev: str) -> tuple:
     return (kind, tuple(nums))
 
 
+def with_faults(rows: Sequence[Mapping[str, Any]], faults: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The node rows with each device's fault columns; devices known only from their faults appended."""
+    out: list[dict[str, Any]] = []
+    for r in rows:
+        st = faults.get(r["device"])
+        out.append({**r, **_fault_cols(st)} if st else {**r, "fault_health": 0})
+    known = {r["device"] for r in rows}
+    for dev, st in faults.items():
+        if dev not in known:
+            out.append(
+                {"device": dev, "backend": dev.split(":", 1)[0], "name": st.get("name") or "", **_fault_cols(st)}
+            )
+    return out
+
+
+def _fault_cols(st: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not st:
+        return {"fault_health": 0}
+    worst = st.get("worst") or {}
+    code = str(worst.get("code", ""))
+    label = f"Xid {code[4:]}" if code.startswith("xid:") else code
+    words = (
+        f"{label} ({worst.get('title')}); {'a restart will not help' if worst.get('blocks_restart') else 'annotates'}"
+    )
+    return {
+        "fault_health": st.get("health", 0),
+        "fault": words if worst else None,
+        "fault_codes": sorted({f.get("code") for f in st.get("faults") or ()}),
+    }
+
+
 def _gib(v: Any) -> str:
     return "?" if v is None else f"{v / GIB:.1f}"
 
@@ -105,6 +138,9 @@ def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
             f"  {r['device']:<10} {r.get('name') or '?':<14} health {r.get('health') or '?':<8} "
             f"{r.get('utilization_label', 'util')} {util:<7} {mem}"
         )
+        if r.get("fault"):
+            level = {2: "FAULT", 1: "warning"}.get(int(r.get("fault_health") or 0), "info")
+            out.append(f"      {level}: {r['fault']}")
         for p in r.get("processes") or ():
             owner = f"target {p['target']} ({p['role']})" if p.get("target") else "no target"
             out.append(f"      pid {p['pid']:<8} {p.get('name') or '':<16} {_gib(p.get('memory_bytes'))} GiB  {owner}")

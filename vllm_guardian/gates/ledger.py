@@ -24,6 +24,9 @@ class RoundRecord:
     failures: tuple[GateFailure, ...]
     judged: frozenset[str]  # levels judged this round (L4 included when it was)
     ambiguous: bool = False  # L4 split evenly with no baseline: alert only
+    model: str = ""
+    version: str = ""  # the vLLM version the round was answered by
+    evidence: tuple[dict, ...] = ()  # per failing prompt: answer, tokens, logprobs, baseline (gates.evidence)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from vllm_guardian.config.schema import GatesConfig
 from vllm_guardian.host.http import HttpClient, HttpError
-from vllm_guardian.gates import perplexity
+from vllm_guardian.gates import known_answers, perplexity
 from vllm_guardian.gates.judge import GateAnswer, RoundAnswers
 from vllm_guardian.gates.vllm_answers import AnswerError, Completion, echo_prompt_logprobs, parse_completion
 
@@ -138,7 +138,7 @@ def run_round(
     complete = True
     ref = None
     try:
-        for d in cfg.diagnostics:
+        for d in known_answers.diagnostics_of(cfg):
             c = r.complete(model, d.prompt, d.max_tokens, notes)
             answers.append(
                 GateAnswer(

@@ -1,9 +1,10 @@
 """What the gates share with the rest of the guardian: the ledger, per-target status lines,
-the intake of external reports and rebaseline requests.
+the intake of external reports, rebaseline and confirmation requests.
 
 Built by the gates probe and published in the loop's ``Readings``; the detector reads
 ``view``, the status document ``status_of``, the report listener calls ``accept_report``
-(from its own thread) and remediation ``request_rebaseline`` after a verified restart.
+(from its own thread; an accepted report asks the probe for a confirmation round) and
+remediation ``request_rebaseline`` after a verified restart.
 A bad report is counted by outcome and logged once per episode (the episode of
 malformed messages ends with the next good one; an unknown target's when it is known).
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from vllm_guardian.config.schema import OutputCorruptionConfig
 from vllm_guardian.gates.judge import GateFailure
@@ -36,6 +37,8 @@ class TargetGates:
     failed_rounds: int = 0  # rounds with at least one failure, since the guardian started
     incomplete_rounds: int = 0  # rounds a request failed in (not judged)
     tie_flips: int = 0  # answers that left the baseline at a near tie (batching), not judged
+    confirmation_rounds: int = 0  # quick rounds run to confirm a failure or a report, since the start
+    confirming: int | None = None  # quick rounds left in the current failing episode; None: none
     failures_by_level: dict[str, int] = field(default_factory=dict)  # since the guardian started
     baseline: str = "none"  # none | taking k/n | complete
     agreement: str | None = None  # L4 status of the latest round
@@ -55,6 +58,13 @@ class GatesShared:
         self._rebaseline: set[str] = set()
         self._lock = threading.Lock()
         self.exchange: Any = None  # a FingerprintExchange when Redis is wired (L4 across nodes)
+        self.confirmer: Callable[[str, str], None] | None = None  # the gates probe's request_confirmation
+
+    # ---------------------------------------------------------------- confirmation
+    def request_confirmation(self, target: str, reason: str) -> None:
+        """A quick own gate round for ``target`` (the probe's ``request_confirmation``). Any thread."""
+        if self.confirmer is not None:
+            self.confirmer(target, reason)
 
     # ---------------------------------------------------------------- detector, status
     def view(self, target: str) -> LedgerView:
@@ -79,6 +89,8 @@ class GatesShared:
             "failed_rounds": tg.failed_rounds,
             "incomplete_rounds": tg.incomplete_rounds,
             "tie_flips": tg.tie_flips,
+            "confirmation_rounds": tg.confirmation_rounds,
+            "confirming": tg.confirming,
             "failures_by_level": dict(tg.failures_by_level),
             "last_round_age_s": None if tg.last_round_mono is None else round(now - tg.last_round_mono, 1),
             "failures": [f.to_dict() for f in tg.failures],
@@ -132,4 +144,5 @@ class GatesShared:
         if wall - r.timestamp > STALE_REPORT_S:
             return self._count("stale", "stale", f"report of {r.timestamp:.0f} is {wall - r.timestamp:.0f}s old")
         self.ledger.add_report(r.target, ReportRecord(mono, r.failure(), r.request_id))
+        self.request_confirmation(r.target, f"{r.level} report {r.type!r} ({r.request_id})")
         return self._count("accepted", None, "")

@@ -17,6 +17,10 @@ Decides: which key (if any) goes with requests to which server (by its ``scheme:
 The key is held only in memory, sent only in the ``Authorization`` header of ``/v1/*``
 requests, and never formatted into a message: problems name the *source* (``env GUARDIAN_KEY``,
 ``file /etc/…``, ``--api-key of pid 42``), never the value.
+
+Every key, whatever its source, is stripped of surrounding whitespace (a Kubernetes Secret made
+from a file ends in a newline, and so does ``VLLM_API_KEY`` set from one); a key that still holds
+a control character is refused (an HTTP header cannot carry it) with a problem naming its source.
 """
 
 from __future__ import annotations
@@ -62,6 +66,19 @@ def key_from_argv(argv: Iterable[str]) -> str | None:
         elif arg.startswith("--api-key="):
             found = arg[len("--api-key=") :]
     return found or None
+
+
+def _clean(value: str | None, origin: str) -> KeySource:
+    """A read key made usable: whitespace around it dropped; None (with the problem) when it is
+    empty or holds a control character. The message names ``origin``, never the value."""
+    value = (value or "").strip()
+    if not value:
+        return KeySource(None, origin)
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        return KeySource(
+            None, origin, f"the key from {origin} holds a control character (not shown): not used; fix the key"
+        )
+    return KeySource(value, origin)
 
 
 def origin_of(url: str) -> str:
@@ -116,9 +133,9 @@ def resolve_key(
     env_name = getattr(target_cfg, "api_key_env", None)
     file_path = getattr(target_cfg, "api_key_file", None)
     if env_name:
-        value = environ.get(env_name, "").strip()
-        if value:
-            return KeySource(value, f"config env {env_name}")
+        src = _clean(environ.get(env_name), f"config env {env_name}")
+        if src.key or src.problem:
+            return src
         return KeySource(
             None, f"config env {env_name}", f"api_key_env {env_name} is not set in the guardian's environment"
         )
@@ -129,14 +146,15 @@ def resolve_key(
             return KeySource(
                 None, f"config file {file_path}", f"api_key_file {file_path}: {e.strerror or type(e).__name__}"
             )
-        if value:
-            return KeySource(value, f"config file {file_path}")
+        src = _clean(value, f"config file {file_path}")
+        if src.key or src.problem:
+            return src
         return KeySource(None, f"config file {file_path}", f"api_key_file {file_path} is empty")
     if pid is None:
         return NO_KEY
     value = key_from_argv(cmdline)
     if value:
-        return KeySource(value, f"--api-key of pid {pid}")
+        return _clean(value, f"--api-key of pid {pid}")
     if not read_environ:
         return KeySource(
             None, "none", f"{ENV_NAME} of pid {pid} not read: a read of its environ blocked a discovery pass"
@@ -145,9 +163,8 @@ def resolve_key(
         value = procfs.environ_var(pid, ENV_NAME)
     except (TargetGone, AccessDenied, ProbeFailed) as e:
         return KeySource(None, "none", f"cannot read {ENV_NAME} of pid {pid} ({type(e).__name__})")
-    if value:
-        return KeySource(value, f"{ENV_NAME} of pid {pid}")
-    return NO_KEY
+    src = _clean(value, f"{ENV_NAME} of pid {pid}")
+    return src if src.key or src.problem else NO_KEY
 
 
 class ApiKeys:

@@ -5,6 +5,9 @@ The only module that opens TCP connections to vLLM. Errors come back as
 down or still loading), ``timeout`` (it accepted but did not answer in time: a
 hang) or ``error`` (anything else), so callers can tell a dead server from a
 hung one.
+
+An error never quotes what was sent: http.client refuses a header value it cannot send (a key
+with a newline) with a ValueError that quotes the value, so such errors are reported by type only.
 """
 
 from __future__ import annotations
@@ -121,6 +124,12 @@ class StdlibHttpClient:
             raise HttpError("refused", str(e), time.monotonic() - start) from None
         except TimeoutError as e:
             raise HttpError("timeout", f"no answer within {timeout:g}s", time.monotonic() - start) from e
+        except ValueError as e:  # an invalid header or URL: its message quotes the value
+            raise HttpError(
+                "error",
+                f"{type(e).__name__}: the request could not be sent (a header or the URL is invalid; values not shown)",
+                time.monotonic() - start,
+            ) from None
         except (OSError, http.client.HTTPException) as e:
             raise HttpError("error", f"{type(e).__name__}: {e}", time.monotonic() - start) from e
         finally:

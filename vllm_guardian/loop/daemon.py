@@ -26,19 +26,20 @@ from vllm_guardian.remediation.remediator import Remediator
 from vllm_guardian.remediation.settings import RemediationSettings
 from vllm_guardian.loop.responder import Responder
 from vllm_guardian.config.schema import Config
-from vllm_guardian.detectors import evaluate_all
+from vllm_guardian.detectors import accel_fault, evaluate_all
 from vllm_guardian.detectors.probe_failure import evaluate_episodes
 from vllm_guardian.detectors.view import TargetView
 from vllm_guardian.state.episodes import EpisodeLog
 from vllm_guardian.incidents import IncidentManager, IncidentStore
 from vllm_guardian.loop.run import run_loop
-from vllm_guardian.model import Finding, Incident, Kind, Transition
+from vllm_guardian.model import Finding, Incident, Kind, TargetRef, Transition
 from vllm_guardian.discovery.platform_match import platform_for
 from vllm_guardian.state.async_runner import AsyncRunner
 from vllm_guardian.probes.base import ProbeParts, Readings, Seen
 from vllm_guardian.probes.scheduler import ProbeScheduler
 from vllm_guardian.probes.table import build_probes, probe_names
 from vllm_guardian.seams import Seams
+from vllm_guardian.state.device_faults import DeviceFaults
 from vllm_guardian.state.selfstats import SelfStats
 from vllm_guardian.series import SeriesStore
 from vllm_guardian.discovery.targets import NAME as TARGETS
@@ -81,7 +82,7 @@ class Daemon:
         self.tracker = Tracker.from_config(cfg)
         self.episodes = EpisodeLog(self.log)
         self.runner = runner or AsyncRunner(max_workers=8)
-        self.readings = Readings()
+        self.readings = Readings(device_faults=DeviceFaults(cfg.detectors.accel_fault.window))
         self.targets = TargetsStage(
             cfg,
             seams.proc,
@@ -119,6 +120,7 @@ class Daemon:
                 kube=kube,
                 publish_control=publish_control or (lambda msg: None),
                 release_check=self.readings.device_memory_held,
+                device_check=self._restart_blocked_by_device,
             )
         )
         self.responder = Responder(
@@ -189,7 +191,8 @@ class Daemon:
             self.episodes.forget(f"{name}:")
             for t in self.incidents.resolve_target(name, "target disappeared"):
                 self._emit(t)
-        for t in self.incidents.resolve_missing(set(self.tracker.targets), now, self.cfg.discovery.forget_after):
+        present = set(self.tracker.targets) | set(self._fault_devices())
+        for t in self.incidents.resolve_missing(present, now, self.cfg.discovery.forget_after):
             self._emit(t)  # e.g. reloaded at start-up for a target that no longer exists
 
     def _detect(self, now: float) -> list[Transition]:
@@ -211,10 +214,43 @@ class Daemon:
             transitions.extend(self.incidents.update(name, tr.ref(findings), judged))
             if any(f is not None for f in findings.values()):
                 suspected.add(name)
+        transitions.extend(self._detect_devices(now))
         open_incidents = tuple(self.incidents.open_incidents())
-        suspected.update(inc.target.name for inc in open_incidents)
+        suspected.update(inc.target.name for inc in open_incidents if inc.kind is not Kind.ACCEL_FAULT)
         self.seen = Seen(frozenset(suspected), self.findings, open_incidents)
         return transitions
+
+    def _fault_devices(self) -> list[str]:
+        """Devices with a fault on record, and those of open accel_fault incidents (reloaded at start)."""
+        ledger = self.readings.device_faults
+        known = ledger.devices() if ledger is not None else []
+        return known + [i.target.name for i in self.incidents.open_incidents() if i.kind is Kind.ACCEL_FAULT]
+
+    def _detect_devices(self, now: float) -> list[Transition]:
+        """accel_fault, one incident per device (its target is the device)."""
+        ledger = self.readings.device_faults
+        if ledger is None:
+            return []
+        out: list[Transition] = []
+        for dev in sorted(set(self._fault_devices())):
+            finding = accel_fault.evaluate(ledger.view(dev, now), self.cfg.detectors)
+            out += self.incidents.update(dev, TargetRef(dev, 0, 0), {Kind.ACCEL_FAULT: finding})
+        return out
+
+    def _restart_blocked_by_device(self, target: str) -> str | None:
+        """Why a restart of this server would land on a broken device (None: it would not)."""
+        ledger = self.readings.device_faults
+        if ledger is None:
+            return None
+        faults = ledger.blocking(target, self.clock.monotonic())
+        if not faults:
+            return None
+        f = max(faults, key=lambda r: r.at)
+        devices = sorted({r.device for r in faults})
+        return (
+            f"restart refused: device {', '.join(devices)} reported {f.label()}; a restart cannot help "
+            f"({f.entry.action.replace('_', ' ')}: {f.entry.what_to_do}); escalated to the node alert accel_fault"
+        )
 
     def _emit(self, tr: Transition) -> None:
         if tr.previous is None:

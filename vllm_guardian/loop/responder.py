@@ -11,6 +11,10 @@
 - Diagnosis: with a ``Diagnoser``, the evidence job goes on to diagnose its bundle (known-bug
   catalog; crash forensics for engine_dead) and the incident gets ``diagnosis`` / ``crash``
   before its ``updated`` alert.
+- Device faults: an engine incident (busy_loop, engine_stall, engine_dead) of a server whose
+  devices reported a fault in the window names the fault first, the moment it opens and again
+  after the catalog diagnosis (``diagnosis/device_story.py``); its evidence holds the devices'
+  fault records.
 
 Everything it touches is handed in, built: the tracker, series and readings it reads, the
 incident manager it writes, the remediator, the evidence collector (None: no evidence), the
@@ -27,6 +31,7 @@ from typing import Any
 
 from vllm_guardian.clock import Clock
 from vllm_guardian.config.schema import DetectorsConfig, Mode
+from vllm_guardian.errors import UnknownTarget
 from vllm_guardian.state.episodes import EpisodeLog
 from vllm_guardian.incidents import IncidentManager
 from vllm_guardian.model import Action, Finding, Incident, Kind, Severity, Transition
@@ -34,6 +39,7 @@ from vllm_guardian.state.async_runner import AsyncRunner, Done
 from vllm_guardian.probes.base import Readings
 from vllm_guardian.series import SeriesStore
 from vllm_guardian.state.tracker import Tracker
+from vllm_guardian.diagnosis.device_story import device_story
 from vllm_guardian.diagnosis.service import Diagnoser, capture_then_diagnose
 from vllm_guardian.bundle.evidence import EvidenceCollector, EvidenceContext, EvidenceResult, series_windows
 from vllm_guardian.remediation.policy import budget_left
@@ -83,7 +89,9 @@ class Responder:
     # ------------------------------------------------------------------ each tick
     def act(self, now: float) -> list[Transition]:
         open_incidents = self.incidents.open_incidents()
-        tripped = {i.target.name for i in open_incidents if i.severity is Severity.CRITICAL}
+        tripped = {
+            i.target.name for i in open_incidents if i.severity is Severity.CRITICAL and i.kind is not Kind.ACCEL_FAULT
+        }
         total = len(self.tracker.targets)
         self.decisions = {}
         for inc in open_incidents:
@@ -155,20 +163,47 @@ class Responder:
         """drain, restart, undrain (same machine, same safety checks)."""
         cmd, name = req.get("cmd"), req.get("target")
         if not isinstance(name, str):
-            raise KeyError("a target name is required")
+            raise UnknownTarget("a target name is required")
         if cmd == "undrain":
             return self.remediator.undrain(name)
         tr = self.tracker.targets.get(name)
         if tr is None:
-            raise KeyError(f"unknown target {name!r} (known: {', '.join(sorted(self.tracker.targets)) or 'none'})")
+            known = ", ".join(sorted(self.tracker.targets)) or "none"
+            raise UnknownTarget(f"no target named {name!r} on this node (known: {known}; see `guardian status`)")
         return self.remediator.manual(name, tr, self.clock.monotonic(), str(cmd), bool(req.get("dry_run")))
 
     # ------------------------------------------------------------------ evidence
+    def _device_story(self, inc: Incident) -> tuple[list[dict], list[str]]:
+        ledger = self.readings.device_faults
+        if ledger is None:
+            return [], []
+        return device_story(inc.kind.value, ledger.for_target(inc.target.name, self.clock.monotonic()))
+
+    def _accelerators(self) -> dict[str, Any] | None:
+        """The device table for the evidence, each device with the faults on record."""
+        accel, ledger = self.readings.accel, self.readings.device_faults
+        devices: dict[str, Any] = dict(accel.devices) if accel is not None else {}
+        if ledger is not None:
+            for dev, st in ledger.status(self.clock.monotonic()).items():
+                devices[dev] = {
+                    **devices.get(dev, {"device": dev}),
+                    "fault_health": st["health"],
+                    "faults": st["faults"],
+                }
+        return devices if (accel is not None or devices) else None
+
     def incident_opened(self, inc: Incident) -> None:
         """Evidence before action: the bundle is taken the moment an incident opens, off the loop;
         remediation of that incident waits for it (or its deadline)."""
         if inc.kind is Kind.RESTART_BUDGET_EXHAUSTED:
             return
+        entries, notes = self._device_story(inc)
+        if entries or notes:
+            try:
+                inc = self.incidents.set_diagnosis(inc.id, entries, None, notes)
+            except KeyError:
+                return
+            self._updated(inc)
         tr = self.tracker.targets.get(inc.target.name)
         if self.evidence is None or tr is None:
             return
@@ -183,7 +218,7 @@ class Responder:
             hottest_pid=pid if isinstance(pid, int) else None,
             series=series_windows(self.series, inc.target.name, now - self.series.horizon),
             metrics_text=tr.last_scrape.page if tr.last_scrape is not None else None,
-            accelerators=dict(accel.devices) if accel is not None else None,
+            accelerators=self._accelerators(),
             on_live_done=lambda: self._live_done.add(inc.id),  # set.add: atomic, from the capture's thread
         )
         collector, diagnoser = self.evidence, self.diagnoser
@@ -221,7 +256,10 @@ class Responder:
         try:
             inc = self.incidents.set_evidence(incident_id, str(res.dir))
             if diag is not None:
-                inc = self.incidents.set_diagnosis(incident_id, diag.diagnosis, diag.crash, diag.notes)
+                entries, notes = self._device_story(inc)
+                inc = self.incidents.set_diagnosis(
+                    incident_id, [*entries, *diag.diagnosis], diag.crash, [*notes, *diag.notes]
+                )
                 if diag.diagnosis:
                     self.log.info(
                         "diagnosis of %s: %s (confidence %.2f)",

@@ -21,11 +21,15 @@ timeout), one read at a time, and keeps the latest full reading in ``Readings.ac
 
 ``make_backends(cfg, runner, log)`` builds the backends ``accelerators:`` asks for:
 ``auto`` tries and, when absent, logs one line and skips; ``off`` skips.
+
+The fold also feeds the fault ledger (``Readings.device_faults``): device conditions,
+events (NVML, kernel log) and which server runs on which device.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -33,6 +37,7 @@ from vllm_guardian.config.schema import AcceleratorsConfig
 from vllm_guardian.diagnosis.node_view import accelerator_rows
 from vllm_guardian.errors import BackendUnavailable, GuardianError
 from vllm_guardian.host.accel import AccelBackend, AccelEvent, AccelSnapshot, DeviceReading
+from vllm_guardian.host.accel.kmsg import KmsgBackend
 from vllm_guardian.host.accel.npu_smi import NpuSmiBackend
 from vllm_guardian.host.accel.nvml import NvmlBackend
 from vllm_guardian.host.runner import CommandRunner
@@ -68,6 +73,8 @@ def device_dict(d: DeviceReading, read_at: float, pids: Sequence[int]) -> dict[s
         "pids": list(pids),
         "read_at": read_at,
         **({"extra": dict(d.extra)} if d.extra else {}),
+        **({"pci_bus_id": d.pci_bus_id} if d.pci_bus_id else {}),
+        **({"conditions": [{"code": c.code, "detail": c.detail} for c in d.conditions]} if d.conditions else {}),
     }
 
 
@@ -201,14 +208,28 @@ class AccelProbe:
             self.log.warning("accelerator event: %s", ev)
         if self.readings.accel is None or res.read:  # no backend due: keep the latest full reading
             self.readings.accel = res
+        if self.readings.device_faults is not None and res.read:
+            self.readings.device_faults.fold(res, self.clock.monotonic(), self.clock.wall(), self._owner)
         return Folded(
             res.samples,
             failed={f"accel:{name}": msg for name, msg in res.errors.items()},
             cleared=[f"accel:{name}" for name in res.read if name not in res.errors],
         )
 
+    def _owner(self, pid: int) -> str | None:
+        """The server a host pid belongs to (a kernel-log Xid names the process it hit)."""
+        for t in self.tracker.live_targets():
+            if any(p.pid == pid for p in t.processes):
+                return t.name
+        return None
+
     def close(self) -> None:
         self.reader.close()
+
+
+def nvidia_driver_loaded(root: str) -> bool:
+    base = Path(root)
+    return (base / "proc" / "driver" / "nvidia").exists() or (base / "sys" / "module" / "nvidia").exists()
 
 
 def make_backends(
@@ -218,12 +239,22 @@ def make_backends(
     *,
     nvml_factory: Callable[[], AccelBackend] | None = None,
     npu_smi_factory: Callable[[], AccelBackend] | None = None,
+    kmsg_factory: Callable[[], AccelBackend] | None = None,
 ) -> list[AccelBackend]:
     """The backends ``accelerators:`` asks for. ``auto``: try, and when absent log one line
-    and skip; ``off``: skip. The factories are seams for tests (default: the real backends)."""
+    and skip; ``off``: skip. The kernel log is read only where an NVIDIA driver is loaded
+    (``<kmsg_root>/proc/driver/nvidia`` or ``/sys/module/nvidia``): its lines are the driver's.
+    The factories are seams for tests (default: the real backends)."""
     out: list[AccelBackend] = []
+
+    def kmsg() -> AccelBackend:
+        if not nvidia_driver_loaded(cfg.kmsg_root):
+            raise BackendUnavailable(f"no NVIDIA driver loaded under {cfg.kmsg_root}: no Xid lines to read")
+        return KmsgBackend(cfg.kmsg_root, backlog=cfg.kmsg_backlog)
+
     wanted = (
-        ("nvml", cfg.nvml, nvml_factory or (lambda: NvmlBackend())),
+        ("nvml", cfg.nvml, nvml_factory or (lambda: NvmlBackend(health_interval=cfg.health_interval))),
+        ("kmsg", cfg.kmsg, kmsg_factory or kmsg),
         (
             "npu_smi",
             cfg.npu_smi,

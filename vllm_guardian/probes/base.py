@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # only for annotations: the probes import this module
     from vllm_guardian.gates.shared import GatesShared
     from vllm_guardian.probes.accel import AccelResult
     from vllm_guardian.probes.procfs import ProcessState
+    from vllm_guardian.state.device_faults import DeviceFaults
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,7 @@ class Readings:
     processes: Mapping[ProcKey, ProcessState] = field(default_factory=dict)
     accel: AccelResult | None = None  # None: no accelerator backend, or not read yet
     gates: GatesShared | None = None  # set by the gates probe when gates are enabled
+    device_faults: DeviceFaults | None = None  # the fault ledger, fed by the accelerator probe
 
     def device_memory_held(self, pids: set[int]) -> bool | None:
         """Whether an accelerator still shows memory held by these pids (None: no reading)."""
@@ -137,6 +139,10 @@ class Schedule:
 
     def ran(self, key: str, now: float) -> None:
         self._next[key] = now + self.interval
+
+    def soon(self, key: str, at: float) -> None:
+        """Due at ``at`` at the latest (a confirmation that cannot wait for the interval)."""
+        self._next[key] = min(self._next.get(key, float("inf")), at)
 
     def forget(self, keep: Iterable[str]) -> None:
         keep = set(keep)

@@ -10,15 +10,26 @@ version plus the remote peers (``gates.agreement``), grows or loads the baseline
 detector reads and updates the status lines. A new API server for a target clears
 its history; a verified restart (``GatesShared.request_rebaseline``) drops its
 baseline so it is taken again.
+
+Confirmation: a failing round does not wait ``interval`` for the next one. It schedules a
+quick round ``confirm_delay`` seconds later, and so on while rounds keep failing, up to
+``confirm_rounds`` of them per failing episode (default: enough for conditions A, C and D
+to conclude); a clean round ends the episode and the schedule falls back to ``interval``.
+``request_confirmation`` (an external report naming a target) starts such an episode with
+a round at once. Their requests are counted like every other round's.
 """
 
 from __future__ import annotations
 
+import threading
 
 from vllm_guardian.gates import agreement
 from vllm_guardian.gates.baseline import Baseline, BaselineStore
+from vllm_guardian.gates.cost import confirmations
 from vllm_guardian.gates.exchange import FingerprintExchange
 from vllm_guardian.gates.judge import GateFailure, RoundAnswers, judge_round, next_baseline
+from vllm_guardian.gates.known_answers import diagnostics_of
+from vllm_guardian.gates.evidence import failure_evidence
 from vllm_guardian.gates.ledger import RoundRecord
 from vllm_guardian.gates.round import run_round
 from vllm_guardian.gates.shared import GatesShared, TargetGates
@@ -45,16 +56,56 @@ class GatesProbe:
         self._keys: dict[str, ProcKey] = {}
         self._local: dict[str, tuple[str, str, dict[str, str], float]] = {}  # target -> model, version, fps, t
         self.max_age = self.cfg.peer_max_age or 3 * self.cfg.interval
+        self.n_confirm = confirmations(self.cfg, parts.cfg.detectors.output_corruption)
+        self._confirm_left: dict[str, int] = {}  # target -> quick rounds left in its failing episode
+        self._quick: set[str] = set()  # targets whose next round is a confirmation
+        self._asked: dict[str, str] = {}  # target -> why a confirmation was requested (any thread)
+        self._asked_lock = threading.Lock()
+        self.shared.confirmer = self.request_confirmation
+
+    # ---------------------------------------------------------------- confirmation
+    def request_confirmation(self, target: str, reason: str) -> None:
+        """Schedule a quick own round for ``target`` (e.g. an external report named it). Any thread."""
+        with self._asked_lock:
+            self._asked.setdefault(target, reason)
+
+    def _take_requests(self, now: float) -> None:
+        with self._asked_lock:
+            asked, self._asked = self._asked, {}
+        for name, reason in asked.items():
+            if name not in self.tracker.targets:
+                continue
+            if name not in self._confirm_left:
+                self.log.info("gates %s: confirmation round requested: %s", name, reason)
+                self._confirm_left[name] = self.n_confirm
+            self._quick.add(name)
+            self.schedule.soon(name, now)
+
+    def _after_round(self, name: str, failed: bool, tg: TargetGates, now: float) -> None:
+        """A failing round schedules the next quick one (while the episode's budget lasts)."""
+        if not failed:
+            self._confirm_left.pop(name, None)
+            tg.confirming = None
+            return
+        left = self._confirm_left.get(name, self.n_confirm)
+        if left > 0:
+            self.schedule.soon(name, now + self.cfg.confirm_delay)
+            self._quick.add(name)
+            left -= 1
+        self._confirm_left[name] = left
+        tg.confirming = left
 
     # ---------------------------------------------------------------- planning
     def jobs(self, now: float, seen: Seen) -> list[Job]:
         self.shared.known_targets = frozenset(self.tracker.targets)
+        self._take_requests(now)
         out = []
         for tr in self.tracker.targets.values():
             name = tr.name
             if self._keys.get(name) not in (None, tr.target.key):  # a new API server: a fresh history
                 self.shared.ledger.reset(name)
                 self._local.pop(name, None)
+                self._confirm_left.pop(name, None)
             self._keys[name] = tr.target.key
             if not (tr.target.api_url and tr.api_alive and tr.ready) or not self.schedule.due(name, now):
                 continue
@@ -64,7 +115,7 @@ class GatesProbe:
     def _job(self, name: str, url: str, model: str | None, key: ProcKey) -> Job:
         cfg, http, wall = self.cfg, self.http, self.clock.wall
         exchange: FingerprintExchange | None = self.shared.exchange
-        n_requests = len(cfg.diagnostics) + (len(cfg.shadow_prompts) if cfg.shadow else 0) + 4
+        n_requests = len(diagnostics_of(cfg)) + (len(cfg.shadow_prompts) if cfg.shadow else 0) + 4
 
         def run() -> tuple[ProcKey, RoundAnswers, list[dict[str, str]], str | None]:
             ra = run_round(http, name, url, model, cfg, wall)
@@ -97,6 +148,9 @@ class GatesProbe:
             return Folded()  # the round of a server that is gone
         tg = self.shared.targets.setdefault(ra.target, TargetGates())
         tg.requests += ra.requests
+        if ra.target in self._quick:
+            self._quick.discard(ra.target)
+            tg.confirmation_rounds += 1
         notes = list(ra.notes) + ([xnote] if xnote else [])
         if self.shared.take_rebaseline(ra.target):
             self.store.discard(ra.target)
@@ -160,7 +214,12 @@ class GatesProbe:
                 notes.append(problem)
             self._baselines[bkey] = nb
             baseline = nb
-        self.shared.ledger.add_round(ra.target, RoundRecord(now, tuple(failures), frozenset(judged), ambiguous))
+        evidence = failure_evidence(ra, failures, baseline)
+        self.shared.ledger.add_round(
+            ra.target,
+            RoundRecord(now, tuple(failures), frozenset(judged), ambiguous, ra.model, ra.version, evidence),
+        )
+        self._after_round(ra.target, bool(failures), tg, now)
         tg.rounds += 1
         tg.failed_rounds += bool(failures)
         tg.tie_flips += len(verdict.tie_flips)

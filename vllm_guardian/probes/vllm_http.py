@@ -5,18 +5,24 @@ stamped with the injected clock when each answer arrived. ``HEALTH_OK`` is 1 for
 200, 0 for 5xx or a refused connection (dead or not listening), and *absent* on a
 timeout (a hung HTTP server is not proof of a dead engine). A /metrics page that
 cannot be parsed gives ``METRICS_OK`` 0 and no vLLM samples, never zeros.
+
+Warm is what the server says: while a target is not yet ready, a scrape whose ``/health``
+answered 200 also asks ``GET /v1/models`` (vLLM listens only once its engine is ready, so a
+server answering both has finished loading); the fold then marks the target ready, whether or
+not this guardian saw it start, and a guardian started beside a hung engine judges it at once.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Callable
 
 from vllm_guardian.errors import ProbeFailed
 from vllm_guardian.host.http import HttpClient, HttpError
-from vllm_guardian.model import Sample
+from vllm_guardian.model import ProcKey, Sample
 from vllm_guardian.series import metrics as m
+from vllm_guardian.probes.canary import served_model
 from vllm_guardian.probes.base import Folded, Job, ProbeParts, Schedule, Seen
 from vllm_guardian.probes.vllm_metrics_parse import parse_vllm_metrics
 
@@ -30,9 +36,13 @@ class HttpScrape:
     metrics_error: str | None = None
     values: dict[str, float] = field(default_factory=dict)
     page: str | None = None  # the last /metrics text, for evidence bundles
+    served: str | None = None  # the first model of /v1/models, when asked (not ready yet) and answered
+    key: ProcKey | None = None  # the API-server incarnation scraped (set by the probe)
 
 
-def scrape(http: HttpClient, target: str, api_url: str, timeout: float, now: Callable[[], float]) -> HttpScrape:
+def scrape(
+    http: HttpClient, target: str, api_url: str, timeout: float, now: Callable[[], float], check_models: bool = False
+) -> HttpScrape:
     samples: list[Sample] = []
     base = api_url.rstrip("/")
     health_status = health_error = None
@@ -64,7 +74,16 @@ def scrape(http: HttpClient, target: str, api_url: str, timeout: float, now: Cal
     except ProbeFailed as e:  # HttpError is a ProbeFailed too
         metrics_error = str(e)
         samples.append(Sample(target, "", m.METRICS_OK, 0.0, now()))
-    return HttpScrape(target, tuple(samples), health_status, health_error, metrics_error, values, page)
+    served = _served(http, base, timeout) if check_models and health_status == 200 else None
+    return HttpScrape(target, tuple(samples), health_status, health_error, metrics_error, values, page, served)
+
+
+def _served(http: HttpClient, base: str, timeout: float) -> str | None:
+    """The first served model, or None when /v1/models does not answer with one."""
+    try:
+        return served_model(http, base, timeout)
+    except HttpError:
+        return None
 
 
 class VllmHttpProbe:
@@ -79,6 +98,7 @@ class VllmHttpProbe:
         self.http = parts.seams.http
         self.clock = parts.seams.clock
         self.tracker = parts.tracker
+        self.log = parts.log
         self._schedule = Schedule(self.cfg.interval)
 
     def jobs(self, now: float, seen: Seen) -> list[Job]:
@@ -89,15 +109,19 @@ class VllmHttpProbe:
                 out.append(
                     Job(
                         tr.name,
-                        self._job(tr.name, url),
+                        self._job(tr.name, url, tr.target.key, not tr.ready),
                         2 * self.cfg.timeout + 1,
                         on_start=partial(self._schedule.ran, tr.name),
                     )
                 )
         return out
 
-    def _job(self, name: str, url: str) -> Callable[[], HttpScrape]:
-        return lambda: scrape(self.http, name, url, self.cfg.timeout, self.clock.monotonic)
+    def _job(self, name: str, url: str, key: ProcKey, check_models: bool) -> Callable[[], HttpScrape]:
+        def run() -> HttpScrape:
+            res = scrape(self.http, name, url, self.cfg.timeout, self.clock.monotonic, check_models)
+            return replace(res, key=key)
+
+        return run
 
     def fold(self, res: HttpScrape, now: float) -> Folded:
         tr = self.tracker.targets.get(res.target)
@@ -106,6 +130,10 @@ class VllmHttpProbe:
         tr.last_scrape = res
         failed: dict[str, str] = {}
         cleared: list[str] = []
+        if res.served is not None and res.key is not None:
+            cleared.append(f"{res.target}:auth")  # /v1/models answered: the key is right
+            if self.tracker.server_says_ready(res.target, res.key, res.served, now):
+                self.log.info("target %s is ready (/health 200, /v1/models serves %s)", res.target, res.served)
         if res.health_error:
             if tr.ever_ready or tr.ready:  # refused while warming up is normal, not an error
                 failed[f"{res.target}:health"] = res.health_error

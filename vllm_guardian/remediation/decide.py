@@ -3,7 +3,8 @@
 The ladder, in order (the first clause that holds decides): a sequence already running; a detector
 in alert mode; a kind that is never a reason to restart; a sequence already finished for this
 incident; no restart configured; a restart method that cannot run here; a start that would fail;
-maintenance; a node-wide anomaly; a target never seen ready; the budget; the backoff; dry run.
+a broken device under the target; maintenance; a node-wide anomaly; a target never seen ready;
+the budget; the backoff; dry run.
 Everything else starts a sequence. A refusal that names a ``key`` is recorded on the incident once
 (``Remediator``); one without is only shown in status.
 
@@ -20,8 +21,9 @@ from vllm_guardian.config.schema import Mode, PolicyConfig, RestartConfig
 from vllm_guardian.model import Kind
 from vllm_guardian.remediation.policy import Verdict, node_anomaly
 from vllm_guardian.remediation.sequence import FINISHED, Phase
+from vllm_guardian.remediation.steps import stop_grace
 
-NEVER_RESTART = frozenset({Kind.PROBE_FAILURE, Kind.RESTART_BUDGET_EXHAUSTED})
+NEVER_RESTART = frozenset({Kind.PROBE_FAILURE, Kind.RESTART_BUDGET_EXHAUSTED, Kind.PAUSE_TOO_LONG, Kind.ACCEL_FAULT})
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class Situation:
     restart: RestartConfig | None  # None: an autodiscovered target (never restarted)
     method_refusal: Refusal | None  # the restart method cannot run here (no Kubernetes API, no command)
     unstartable: str | None  # why a start would fail (checked before anything is stopped)
+    device_fault: str | None  # why the target's devices make a restart pointless (a broken device)
     maintenance: bool
     policy: PolicyConfig
     tripped: int  # targets of the node with a critical incident open
@@ -74,7 +77,10 @@ def decide(s: Situation) -> Decision:
     if s.mode is not Mode.REMEDIATE:
         return _refuse(f"mode {s.mode.value}: alert only")
     if s.kind in NEVER_RESTART:
-        return _refuse("a blind spot or an exhausted budget is never a reason to restart: alert only")
+        return _refuse(
+            "a blind spot, an exhausted budget, a pause on purpose or a device fault is never a reason "
+            "to restart: alert only"
+        )
     if s.previous is not None and s.previous[0] == s.incident_id and s.previous[1] in FINISHED:
         return _refuse(f"already {s.previous[1].value} for this incident")
     if s.restart is None:
@@ -83,6 +89,8 @@ def decide(s: Situation) -> Decision:
         return Decision(s.method_refusal)
     if s.unstartable:
         return _refuse(s.unstartable, "unstartable", "escalated")
+    if s.device_fault:
+        return _refuse(s.device_fault, "device_fault", "escalated")
     if s.maintenance:
         return _refuse("maintenance mode is on: no remediation", "maintenance")
     anomaly = node_anomaly(s.policy, s.tripped, s.total)
@@ -97,7 +105,7 @@ def decide(s: Situation) -> Decision:
     if s.policy.dry_run:
         return _refuse(
             f"would have drained, stopped {list(s.pids)} (SIGTERM, then SIGKILL after "
-            f"{s.restart.stop_timeout:g}s) and restarted via {s.restart.mode}",
+            f"{stop_grace(s.restart, s.kind.value):g}s) and restarted via {s.restart.mode}",
             "dry_run",
             "dry_run",
             exhausted=False,
@@ -114,6 +122,7 @@ class ManualSituation:
     active_phase: str | None  # the running sequence's phase, None when none runs
     restart: RestartConfig | None
     unstartable: str | None
+    device_fault: str | None
     budget: Verdict
     dry_run: bool  # asked for, or the policy's
     pids: tuple[int, ...]
@@ -129,6 +138,8 @@ def decide_manual(s: ManualSituation) -> str | None:
             return f"{name}: autodiscovered target has no restart config; refusing to restart it"
         if s.unstartable:
             return f"{name}: refused: {s.unstartable}"
+        if s.device_fault:
+            return f"{name}: {s.device_fault}"
         if not s.budget.allowed:
             return f"{name}: refused: {s.budget.reason}"
     if s.dry_run:

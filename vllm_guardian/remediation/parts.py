@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 PublishControl = Callable[[dict[str, Any]], object]
 ReleaseCheck = Callable[[set[int]], "bool | None"]  # still held (None: no accelerator backend)
+DeviceCheck = Callable[[str], "str | None"]  # target -> why its devices make a restart pointless (None: fine)
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class RemediationParts:
     kube: KubeClient | None = None
     publish_control: PublishControl = lambda msg: None
     release_check: ReleaseCheck = lambda pids: None
+    device_check: DeviceCheck = lambda target: None
 
     def method(self, mode: str) -> RestartMethod:
         """The method of ``restart.mode`` (the config admits only the table's names)."""

@@ -75,7 +75,9 @@ class Remediator:
 
     def phase(self, name: str) -> str:
         s = self.sequences.get(name)
-        if s is None or s.phase is Phase.DONE:
+        if s is not None and s.drain_only and s.phase is Phase.DONE:
+            return "drained"  # out of rotation until `guardian undrain`: what serving() says
+        if s is None or s.phase in (Phase.DONE, Phase.UNDRAINED, Phase.RECOVERED, Phase.ABORTED):
             return "serving"
         return PHASE_NAMES.get(s.phase, s.phase.value)
 
@@ -162,6 +164,7 @@ class Remediator:
             restart=rc,
             method_refusal=None if method is None or rc is None else method.refusal(rc, self.machine),
             unstartable=None if method is None or rc is None else method.start_problem(rc, self.machine),
+            device_fault=self.parts.device_check(name) if rc is not None else None,
             maintenance=self.maintenance.active(wall),
             policy=self.policy,
             tripped=tripped,
@@ -213,6 +216,7 @@ class Remediator:
                 active_phase=self.phase(name) if self.active(name) else None,
                 restart=rc,
                 unstartable=self.parts.method(rc.mode).start_problem(rc, self.machine) if restarting and rc else None,
+                device_fault=self.parts.device_check(name) if restarting else None,
                 budget=may_restart(self.policy, self.ledger, name, self.clock.wall()),
                 dry_run=dry_run or self.policy.dry_run,
                 pids=tuple(p.pid for p in tracked.target.processes),

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from vllm_guardian.detectors.view import TargetState
-from vllm_guardian.config.schema import Config
+from vllm_guardian.config.schema import Config, LifecycleConfig
 from vllm_guardian.model import Finding, Kind, ProcKey, ProcessInfo, Role, Target, TargetRef
 from vllm_guardian.probes.canary import CanaryResult
 from vllm_guardian.probes.vllm_http import HttpScrape
@@ -28,6 +28,7 @@ class TrackedTarget:
     ready: bool = False
     ready_since: float | None = None
     ever_ready: bool = False
+    starting_since: float | None = None  # when this incarnation was first seen (startup limit)
     api_alive: bool = True
     gone_since: float | None = None
     engine_seen: bool = False
@@ -66,9 +67,14 @@ class Changes:
 
 class Tracker:
     def __init__(
-        self, forget_after: float, configured_models: dict[str, str] | None = None, probe_interval: float = 1.0
+        self,
+        forget_after: float,
+        configured_models: dict[str, str] | None = None,
+        probe_interval: float = 1.0,
+        lifecycle: LifecycleConfig | None = None,
     ) -> None:
         self.forget_after = forget_after
+        self.lifecycle = lifecycle or LifecycleConfig()
         self.configured_models = configured_models or {}
         self.probe_interval = probe_interval  # how often the processes are read (detectors judge gaps by it)
         self.targets: dict[str, TrackedTarget] = {}
@@ -76,7 +82,10 @@ class Tracker:
     @classmethod
     def from_config(cls, cfg: Config) -> Tracker:
         return cls(
-            cfg.discovery.forget_after, {t.name: t.model for t in cfg.targets if t.model}, cfg.probes.procfs.interval
+            cfg.discovery.forget_after,
+            {t.name: t.model for t in cfg.targets if t.model},
+            cfg.probes.procfs.interval,
+            cfg.lifecycle,
         )
 
     # ------------------------------------------------------------------ discovery
@@ -87,12 +96,15 @@ class Tracker:
         for name, t in found.items():
             tr = self.targets.get(name)
             if tr is None:
-                tr = self.targets[name] = TrackedTarget(t, now, model=self.configured_models.get(name))
+                tr = self.targets[name] = TrackedTarget(
+                    t, now, model=self.configured_models.get(name), starting_since=now
+                )
                 new.append(name)
             elif tr.target.key != t.key:
                 restarted.append(name)
                 tr.target = t
                 tr.ready, tr.ready_since = False, None
+                tr.starting_since = now
                 tr.api_alive, tr.gone_since = True, None
                 tr.engine_seen = False
                 tr.canary_in_flight_since = None
@@ -163,6 +175,18 @@ class Tracker:
         if ok and not tr.ready and tr.api_alive:
             tr.ready, tr.ready_since, tr.ever_ready = True, now, True
 
+    def server_says_ready(self, name: str, key: ProcKey, model: str, now: float) -> bool:
+        """``/health`` 200 and ``/v1/models`` answered by this incarnation: warm, whether or not
+        this guardian saw it start (vLLM listens only once its engine is ready). True when it
+        made the target ready."""
+        tr = self.targets.get(name)
+        if tr is None or tr.ready or not tr.api_alive or tr.target.key != key:
+            return False
+        if not tr.model:
+            tr.model = model
+        tr.ready, tr.ready_since, tr.ever_ready = True, now, True
+        return True
+
     def state(self, name: str, now: float, probe_interval: float | None = None) -> TargetState:
         tr = self.targets[name]
         return TargetState(
@@ -176,6 +200,8 @@ class Tracker:
             canary_in_flight_since=tr.canary_in_flight_since,
             probe_interval=self.probe_interval if probe_interval is None else probe_interval,
             ready_since=tr.ready_since,
+            starting_since=tr.starting_since,
+            lifecycle=self.lifecycle,
         )
 
     def live_targets(self) -> list[Target]:

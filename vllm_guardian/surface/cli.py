@@ -1,7 +1,8 @@
 """``guardian``: the one entry point. The only module that parses argv and exits.
 
-Exit codes: 0 ok, 1 runtime failure (daemon not reachable, nothing found),
-2 usage or configuration error.
+Every failure is one line on stderr that says what failed, where, and what to do; the exit codes
+(``EXIT_CODES``, listed in docs/operate.md) let scripts tell them apart. ``GUARDIAN_DEBUG=1`` adds
+the Python traceback of an unexpected error.
 """
 
 from __future__ import annotations
@@ -18,9 +19,19 @@ import time
 from typing import Sequence
 
 from vllm_guardian import __version__
-from vllm_guardian.errors import ConfigError, GuardianError
+from vllm_guardian.errors import BackendUnavailable, CannotStart, ConfigError, GuardianError
 
 DEFAULT_CONFIG = "/etc/guardian/guardian.yaml"
+CONFIG_ENV = "GUARDIAN_CONFIG"  # the config file when -c is not given (as systemd's EnvironmentFile may set it)
+EXIT_CODES = {
+    0: "ok",
+    1: "runtime failure: the daemon or Redis not reachable, nothing found, a request refused",
+    2: "usage or configuration error: the message names the option or config key",
+    3: "cannot start: the HTTP port is taken or another guardian holds the state dir",
+    70: "internal error (a bug): rerun with GUARDIAN_DEBUG=1 and report the traceback",
+    130: "interrupted (Ctrl-C)",
+    141: "the output pipe was closed (e.g. `| head`): nothing else went wrong",
+}
 MAX_DURATION = 366 * 86400  # a maintenance window longer than a year is a typo
 
 
@@ -29,6 +40,10 @@ def _load(path: str | None, dry_run: bool = False):
 
     from vllm_guardian.config.loader import load_config
 
+    if path is None and os.environ.get(CONFIG_ENV):
+        path = os.environ[CONFIG_ENV]
+        if not os.path.exists(path):
+            raise ConfigError([f"{CONFIG_ENV}={path}: no such file (unset it, or point it at a config)"])
     cfg = load_config(path)
     from vllm_guardian.diagnosis.catalog_load import CatalogError, load_catalogs
 
@@ -88,18 +103,29 @@ def cmd_status(args) -> int:
     if args.fleet:
         from vllm_guardian.sinks.fleet import fleet_status, render_fleet
 
-        client = _redis_client(cfg, args.redis)
-        rows = fleet_status(client)
+        client, url = _redis_client(cfg, args.redis)
+        try:
+            rows = fleet_status(client)
+        except Exception as e:  # noqa: BLE001 - redis-py raises its own classes and OSError alike
+            raise _redis_unreachable(cfg, url, args.redis, e) from None
         print(json.dumps(rows, indent=2) if args.json else render_fleet(rows, time.time()))
         return 0
     path = args.socket or cfg.socket_path()
     try:
         doc = request(path, {"cmd": "status"})
     except (OSError, RuntimeError, ValueError) as e:
-        print(f"guardian is not reachable on {path}: {e}", file=sys.stderr)
+        print(_not_reachable(path, e), file=sys.stderr)
         return 1
     print(json.dumps(doc, indent=2) if args.json else render_status(doc))
     return 0
+
+
+def _not_reachable(path: str, e: BaseException) -> str:
+    why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+    return (
+        f"guardian: the daemon is not reachable on {path} ({why}); is `guardian run` running with this config "
+        "(systemctl status vllm-guardian)? Else pass -c with its config or --socket PATH"
+    )
 
 
 def cmd_check_config(args) -> int:
@@ -141,7 +167,9 @@ def cmd_incidents(args) -> int:
     store = IncidentStore(cfg.state_dir)
     if args.action == "show":
         if not args.id:
-            print("usage: guardian incidents show ID", file=sys.stderr)
+            print(
+                "guardian incidents show: needs an incident id (`guardian incidents list` shows them)", file=sys.stderr
+            )
             return 2
         try:
             inc = store.load(args.id)
@@ -152,7 +180,11 @@ def cmd_incidents(args) -> int:
             )
             return 2
         if inc is None:
-            print(f"no incident {args.id} in {cfg.state_dir}/incidents", file=sys.stderr)
+            print(
+                f"guardian: no incident {args.id} in {cfg.state_dir}/incidents "
+                "(`guardian incidents list` shows the ids)",
+                file=sys.stderr,
+            )
             return 1
         d = incident_to_dict(inc)
         if args.json:
@@ -234,10 +266,10 @@ def cmd_control(args) -> int:
     try:
         print(request(path, req, timeout=15))
     except (OSError, ValueError) as e:
-        print(f"guardian is not reachable on {path}: {e}", file=sys.stderr)
+        print(_not_reachable(path, e), file=sys.stderr)
         return 1
     except RuntimeError as e:
-        print(f"guardian refused: {e}", file=sys.stderr)
+        print(f"guardian {args.command} {args.target}: refused: {e}", file=sys.stderr)
         return 1
     return 0
 
@@ -278,14 +310,29 @@ def cmd_maintenance(args) -> int:
 
 
 def _redis_client(cfg, url: str | None, timeout: float | None = None):
-    """A client for ``--redis URL``, else the configured Redis (the embedded one's socket included)."""
+    """(client, url) for ``--redis URL``, else the configured Redis (the embedded one's socket included)."""
     from vllm_guardian.sinks.embedded_redis import EmbeddedRedis
     from vllm_guardian.sinks.redis_sink import make_client, resolve_password
 
     if not url:
         url = EmbeddedRedis(cfg.state_dir).url if cfg.alerts.redis_url == "embedded" else cfg.alerts.redis_url
     password = resolve_password(cfg.alerts.password_env, cfg.alerts.password_file)
-    return make_client(url, password=password, timeout=timeout or cfg.alerts.timeout)
+    return make_client(url, password=password, timeout=timeout or cfg.alerts.timeout), url
+
+
+def _redis_unreachable(cfg, url: str, given: str | None, e: BaseException) -> GuardianError:
+    """The one line for a Redis that does not answer: which one, why, and what to do."""
+    if not isinstance(e, (OSError, BackendUnavailable)) and type(e).__module__.split(".")[0] != "redis":
+        return GuardianError(f"Redis at {url}: {type(e).__name__}: {e}")
+    why = str(e).removeprefix("Redis: ")
+    if given is None and cfg.alerts.redis_url == "embedded":
+        hint = (
+            "the embedded Redis runs only while `guardian run` does (same config, same state_dir): "
+            "start the guardian, or pass --redis URL"
+        )
+    else:
+        hint = "check that it runs and the URL/password (alerts.redis_url, alerts.password_env), or pass --redis URL"
+    return GuardianError(f"Redis at {url} is not reachable ({why}); {hint}")
 
 
 def cmd_alerts(args) -> int:
@@ -293,7 +340,7 @@ def cmd_alerts(args) -> int:
 
     cfg = _load(args.config)
     block_ms = int(args.block * 1000) if args.follow or args.group else None
-    client = _redis_client(cfg, args.redis, timeout=(block_ms or 0) / 1000 + cfg.alerts.timeout + 1)
+    client, url = _redis_client(cfg, args.redis, timeout=(block_ms or 0) / 1000 + cfg.alerts.timeout + 1)
     try:
         return alerts_main(
             client,
@@ -310,6 +357,8 @@ def cmd_alerts(args) -> int:
         )
     except KeyboardInterrupt:
         return 0
+    except BackendUnavailable as e:
+        raise _redis_unreachable(cfg, url, args.redis, e) from None
 
 
 def cmd_snapshot(args) -> int:
@@ -328,7 +377,11 @@ def cmd_snapshot(args) -> int:
     else:
         found = discover(procfs, cfg).target(args.what)
         if found is None:
-            print(f"no target named {args.what!r} on this node", file=sys.stderr)
+            print(
+                f"guardian: no target named {args.what!r} on this node (`guardian probe` lists what discovery finds; "
+                "a pid works too)",
+                file=sys.stderr,
+            )
             return 1
         target = found
     os.makedirs(cfg.state_dir, mode=0o750, exist_ok=True)
@@ -360,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
             "-c",
             "--config",
             default=None,
-            help=f"YAML config (default: {DEFAULT_CONFIG} when it exists, else built-in defaults)",
+            help=f"YAML config (default: ${CONFIG_ENV}, else {DEFAULT_CONFIG} when it exists, else built-in defaults)",
         )
         return sp
 
@@ -416,18 +469,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.set_defaults(fn=cmd_maintenance)
 
-    sp = with_config(sub.add_parser("alerts", help="follow or acknowledge the alert stream in Redis"))
-    sp.add_argument("action", choices=("tail", "ack"))
-    sp.add_argument("ids", nargs="*", help="stream entry ids to ack")
-    sp.add_argument("--redis", default=None, help="Redis URL (default: the configured one)")
-    sp.add_argument("--group", default=None, help="consumer group (created if missing)")
-    sp.add_argument("--consumer", default=None)
-    sp.add_argument("--count", type=int, default=10)
-    sp.add_argument("-f", "--follow", action="store_true")
-    sp.add_argument("--block", type=float, default=5.0, help="seconds per blocking read")
-    sp.add_argument("--claim-idle-ms", type=int, default=None, help="XAUTOCLAIM entries idle this long")
-    sp.add_argument("--json", action="store_true")
+    sp = sub.add_parser("alerts", help="follow or acknowledge the alert stream in Redis")
     sp.set_defaults(fn=cmd_alerts)
+    # tail and ack are commands of their own, so options may come before or after the entry ids
+    alerts = sp.add_subparsers(dest="action", required=True, metavar="{tail,ack}", help="tail: read; ack: acknowledge")
+    common = argparse.ArgumentParser(add_help=False)
+    with_config(common)
+    common.add_argument("--redis", default=None, help="Redis URL (default: the configured one)")
+    common.add_argument("--json", action="store_true", help="print JSON instead of text")
+    tail = alerts.add_parser(
+        "tail",
+        parents=[common],
+        help="the last events, then (--follow) new ones; with --group, as a group member",
+        description="Print the last events of the alert stream; --follow waits for new ones. With --group and "
+        "--consumer, read as a member of a consumer group (entries stay pending until acked).",
+    )
+    tail.add_argument("--group", default=None, help="consumer group (created if missing)")
+    tail.add_argument("--consumer", default=None, help="consumer name within --group")
+    tail.add_argument("-n", "--count", type=int, default=10, help="entries per read (default 10)")
+    tail.add_argument("-f", "--follow", action="store_true", help="keep waiting for new entries (Ctrl-C to stop)")
+    tail.add_argument("--block", type=float, default=5.0, help="seconds per blocking read")
+    tail.add_argument("--claim-idle-ms", type=int, default=None, help="XAUTOCLAIM entries idle this long")
+    tail.set_defaults(ids=[])
+    ack = alerts.add_parser(
+        "ack",
+        parents=[common],
+        help="acknowledge stream entries of a consumer group",
+        description="Acknowledge entries of a consumer group (XACK), so they leave its pending list.",
+    )
+    ack.add_argument("ids", nargs="+", metavar="ENTRY_ID", help="stream entry ids to ack (e.g. 1717243203500-0)")
+    ack.add_argument("--group", required=True, help="the consumer group the entries were read in")
+    ack.set_defaults(consumer=None, count=10, follow=False, block=5.0, claim_idle_ms=None)
 
     sp = with_config(sub.add_parser("snapshot", help="capture an evidence bundle now"))
     sp.add_argument("what", help="a pid or a target name")
@@ -446,14 +518,46 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.fn(args)
+        code = args.fn(args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the try, not at interpreter exit
+        return code
     except ConfigError as e:
         for line in e.problems:
-            print(line, file=sys.stderr)
+            print(f"guardian: {line}", file=sys.stderr)
         return 2
+    except CannotStart as e:
+        print(f"guardian: {e}", file=sys.stderr)
+        return 3
     except GuardianError as e:
         print(f"guardian: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 141
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"guardian {args.command}: {e.strerror or e}{where}; check the path and its permissions", file=sys.stderr)
+        return 1
+    except Exception as e:  # the last resort (re-raised with GUARDIAN_DEBUG): one line, not a traceback
+        if os.environ.get("GUARDIAN_DEBUG"):
+            raise
+        print(
+            f"guardian {args.command}: internal error {type(e).__name__}: {e} "
+            "(a bug: rerun with GUARDIAN_DEBUG=1 for the traceback and report it)",
+            file=sys.stderr,
+        )
+        return 70
+
+
+def _quiet_stdout() -> None:
+    """After EPIPE: point stdout at /dev/null so the interpreter's last flush does not complain."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,6 +17,8 @@ import socketserver
 import threading
 from typing import Any, Callable
 
+from vllm_guardian.errors import GuardianError
+
 MAX_REQUEST = 64 * 1024
 READ_TIMEOUT = 5.0
 MAX_CLIENTS = 16
@@ -39,6 +41,8 @@ class _Handler(socketserver.StreamRequestHandler):
             if not isinstance(req, dict):
                 raise ValueError("request must be a JSON object")
             reply = self.server.dispatch(req)
+        except GuardianError as e:  # said on purpose: the message is the answer
+            reply = {"ok": False, "error": str(e)}
         except Exception as e:  # noqa: BLE001 - a bad request gets an error, never a crash
             reply = {"ok": False, "error": f"{type(e).__name__}: {e}"}
         self.wfile.write(json.dumps(reply, default=str).encode() + b"\n")

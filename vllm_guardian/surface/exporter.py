@@ -23,10 +23,13 @@ Status fields read (all optional; a missing section means no samples):
   hottest_thread.{cpu_ratio, voluntary_per_s, involuntary_per_s}}``,
   ``accelerators[]`` (or a mapping device → entry) with ``device``, ``backend``,
   ``memory_used_bytes``, ``memory_total_bytes``, ``utilization_ratio``, ``target_memory_bytes``;
-- ``incidents[].{kind, target.name}`` (the open incidents);
+- ``accelerators[].{device, backend, fault_health}`` and ``device_faults.<device>.health``
+  (the health gauge per device);
+- ``incidents[].{kind, target.name}`` (the open incidents; an ``accel_fault``'s target is a
+  device, counted by kind only);
 - ``actions.outcomes.<outcome>`` (every action taken, by outcome) and
   ``actions.restarts.<target>.<outcome>``;
-- ``alerts.{spooled, dropped}``.
+- ``alerts.{spooled, dropped_total}`` (the alert sink's ``stats()``).
 """
 
 from __future__ import annotations
@@ -138,6 +141,12 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         ("target", "device", "backend"),
         "Accelerator memory held by the target's own processes on a device.",
     ),
+    (
+        "guardian_accelerator_health",
+        "gauge",
+        ("device", "backend"),
+        "Health of an accelerator device from the faults it reported: 0 ok, 1 warning, 2 critical (accel_fault).",
+    ),
     # incidents, actions, alerts
     ("guardian_incidents_open", "gauge", ("kind",), "Open incidents on this node, by kind."),
     ("guardian_target_incidents_open", "gauge", ("target", "kind"), "Open incidents of a target, by kind."),
@@ -220,11 +229,12 @@ class GuardianCollector:
         names = [t for t in (_map(x) for x in _list(doc.get("targets"))) if isinstance(t.get("name"), str)]
         for t in names:
             self._target_metrics(f, t)
+        self._device_metrics(f, doc)
         self._incident_metrics(f, doc, [t["name"] for t in names], stats)
         self._action_metrics(f, doc, [t["name"] for t in names])
         alerts = _map(doc.get("alerts"))
         f.add("guardian_alerts_spooled", (), alerts.get("spooled"))
-        f.add("guardian_alerts_dropped_total", (), alerts.get("dropped"))
+        f.add("guardian_alerts_dropped_total", (), alerts.get("dropped_total"))
         for outcome, n in _map(_map(doc.get("gates")).get("reports")).items():
             f.add("guardian_gate_reports_total", (outcome,), n)
         return f.all()
@@ -292,6 +302,20 @@ class GuardianCollector:
             f.add("guardian_target_accelerator_memory_bytes", al, dev.get("target_memory_bytes"))
 
     @staticmethod
+    def _device_metrics(f: _Families, doc: Mapping[str, Any]) -> None:
+        """A health gauge for every device of the node table, and for any device with a fault."""
+        seen = set()
+        for row in (_map(x) for x in _list(doc.get("accelerators"))):
+            dev = row.get("device")
+            if dev is None:
+                continue
+            seen.add(dev)
+            f.add("guardian_accelerator_health", (dev, row.get("backend") or ""), row.get("fault_health", 0))
+        for dev, st in sorted(_map(doc.get("device_faults")).items()):
+            if dev not in seen:
+                f.add("guardian_accelerator_health", (dev, ""), _map(st).get("health", 0))
+
+    @staticmethod
     def _incident_metrics(f: _Families, doc: Mapping[str, Any], targets: list[str], stats: Any) -> None:
         kinds = [k.value for k in Kind]
         open_by_kind = dict.fromkeys(kinds, 0)
@@ -302,7 +326,7 @@ class GuardianCollector:
                 continue
             open_by_kind[kind] = open_by_kind.get(kind, 0) + 1
             target = _map(inc.get("target")).get("name")
-            if isinstance(target, str):
+            if isinstance(target, str) and kind != Kind.ACCEL_FAULT.value:  # a device, not a server
                 for k in kinds:  # a target known only from its incident still gets every kind
                     open_by_target.setdefault((target, k), 0)
                 open_by_target[(target, kind)] = open_by_target.get((target, kind), 0) + 1

@@ -15,6 +15,7 @@ threads, so a slow client can never stall a tick. Every handler answers from mem
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import socket
@@ -26,7 +27,7 @@ from urllib.parse import unquote, urlsplit
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from vllm_guardian.errors import ConfigError
+from vllm_guardian.errors import CannotStart, ConfigError
 from vllm_guardian.surface.exporter import serving
 
 JSON = "application/json"
@@ -197,7 +198,17 @@ class HttpListener:
     def start(self) -> None:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         server_cls = type("_BoundServer", (_Server,), {"address_family": family})
-        server = server_cls((self.host, self.port), _Handler)
+        try:
+            server = server_cls((self.host, self.port), _Handler)
+        except OSError as e:
+            why = e.strerror or str(e)
+            hint = (
+                f"another process holds it (see `ss -ltnp 'sport = :{self.port}'`); "
+                "stop it or set api.http to a free port"
+                if e.errno == errno.EADDRINUSE
+                else "check api.http (host:port; an address of this node, a port this user may bind)"
+            )
+            raise CannotStart(f"cannot listen on {self.host}:{self.port} (api.http): {why}; {hint}") from None
         server.api = self
         self._server = server
         self._thread = threading.Thread(

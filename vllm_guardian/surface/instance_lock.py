@@ -11,7 +11,7 @@ from __future__ import annotations
 import fcntl
 import os
 
-from vllm_guardian.errors import GuardianError
+from vllm_guardian.errors import CannotStart
 
 LOCK_NAME = "guardian.lock"
 
@@ -22,14 +22,14 @@ class InstanceLock:
         self._fd: int | None = None
 
     def acquire(self) -> InstanceLock:
-        """Take the lock or raise ``GuardianError`` naming the guardian that holds it."""
+        """Take the lock or raise ``CannotStart (a GuardianError)`` naming the guardian that holds it."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o640)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
             os.close(fd)
-            raise GuardianError(
+            raise CannotStart(
                 f"another guardian (pid {holder}) already runs on state_dir "
                 f"{os.path.dirname(self.path)}; not starting anything"
             ) from None

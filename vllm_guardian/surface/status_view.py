@@ -15,6 +15,7 @@ from vllm_guardian.remediation.policy import Maintenance, budget_left
 from vllm_guardian.bundle.redact import redact_argv
 from vllm_guardian.model import Incident, ProcessInfo, Subject
 from vllm_guardian.diagnosis.node_view import render_table as render_accelerators
+from vllm_guardian.diagnosis.node_view import with_faults
 from vllm_guardian.series import metrics as m
 from vllm_guardian.series.slope import theil_sen
 from vllm_guardian.surface.status_snapshot import (
@@ -174,6 +175,7 @@ def build_status(d: Daemon, now: float) -> StatusSnapshot:
         )
         for name, s in d.stats.probes.items()
     }
+    faults = d.readings.device_faults.status(now) if d.readings.device_faults is not None else {}
     return StatusSnapshot(
         node=d.node,
         version=__version__,
@@ -202,9 +204,10 @@ def build_status(d: Daemon, now: float) -> StatusSnapshot:
         extras={
             **{key: fn() for key, fn in d.status_extras.items()},
             **({"gates": d.readings.gates.summary()} if d.readings.gates is not None else {}),
+            **({"device_faults": faults} if faults else {}),
         },
         errors=dict(d.episodes.current()),
-        accelerators=tuple(d.readings.accel.node) if d.readings.accel is not None else (),
+        accelerators=tuple(with_faults(d.readings.accel.node if d.readings.accel is not None else [], faults)),
     )
 
 
@@ -248,6 +251,12 @@ def render_status(doc: dict[str, Any]) -> str:
         f"{g['ticks']} ticks, last tick {1000 * (g['last_tick_s'] or 0):.1f} ms, "
         f"guardian CPU {g['cpu_seconds']:.1f}s"
     ]
+    until = doc.get("maintenance_until")
+    if isinstance(until, (int, float)) and until > time.time():
+        lines.append(
+            f"MAINTENANCE until {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(until))}: "
+            "no automatic remediation (detection and alerts go on; `guardian maintenance off` ends it)"
+        )
     if not doc["targets"]:
         lines.append("no vLLM targets found")
     for u in doc.get("unmatched", []):

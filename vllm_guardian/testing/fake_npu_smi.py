@@ -12,12 +12,16 @@ from the wall clock minus the scenario's ``epoch``. A scenario (JSON or YAML)::
     devices:
       - {npu: 0, chip: 0, name: 910B3, health: OK, power: 90.5, temp: 40,
          aicore: <curve %>, hbm_total_mb: 65536, base_mb: 3000}   # hbm_used_mb: <curve> overrides
+      - {npu: 1, chip: 0, alarm: {at: 30, health: Alarm, codes: [80E01801], info: "sensor type=Temperature"}}
     processes:
       - {npu: 0, chip: 0, pid: 4242, name: python, memory_mb: <curve>}
     fail: {mode: garbage | exit | hang, from: 0, until: null, hang_s: 3600}
 
 Device memory used defaults to ``base_mb`` plus its processes' memory; 310p
-layouts report it in the DDR column (``memory_total_mb``), others in HBM.
+layouts report it in the DDR column (``memory_total_mb``), others in HBM. A device's ``alarm``
+turns its health (table and ``info -t health -i <npu>``) from ``at`` seconds on; the health
+output is the device-level form of the npu-smi reference (``NPU ID``, ``Health``, ``Error Code``,
+``Error Information``), the worst chip's status and every chip's codes.
 """
 
 from __future__ import annotations
@@ -63,6 +67,34 @@ def _fmt(v: float | None) -> str:
     if v is None:
         return "NA"
     return f"{v:.1f}" if v != int(v) else f"{int(v)}"
+
+
+def _health(d: Mapping[str, Any], t: float) -> tuple[str, list[str], str]:
+    alarm = d.get("alarm")
+    if alarm and t >= float(alarm.get("at", 0)):
+        return str(alarm.get("health", "Alarm")), [str(c) for c in alarm.get("codes", [])], str(alarm.get("info", ""))
+    return str(d.get("health", "OK")), [], ""
+
+
+RANK = {"OK": 0, "Warning": 1, "Alarm": 2, "Critical": 3, "UNKNOWN": 4}
+
+
+def render_health(sc: Mapping[str, Any], npu: int, t: float) -> str:
+    """``npu-smi info -t health -i <npu>``."""
+    chips = [d for d in sc.get("devices", []) if _chip_key(d)[0] == npu]
+    if not chips:
+        raise KeyError(npu)
+    healths = [_health(d, t) for d in chips]
+    status = max((h[0] for h in healths), key=lambda h: RANK.get(h, 0))
+    codes = [c for h in healths for c in h[1]]
+    info = "; ".join(h[2] for h in healths if h[2])
+    lines = [
+        ("NPU ID", str(npu)),
+        ("Health", status),
+        ("Error Code", ",".join(codes) or "NA"),
+        ("Error Information", info or "NA"),
+    ]
+    return "\n".join(f"        {k:<31}: {v}" for k, v in lines) + "\n"
 
 
 def _device_numbers(sc: Mapping[str, Any], d: Mapping[str, Any], t: float) -> dict[str, Any]:
@@ -123,13 +155,13 @@ def render_info(sc: Mapping[str, Any], t: float) -> str:
             m2 = f"{n['aicore']:<12}{'0':<5}/ {'0':<11}{n['mem']:<5}/ {n['hbm_total']:<13}"
         if split:
             out += [
-                _row(str(npu), d.get("name", "Ascend950PR"), d.get("health", "OK"), m1, widths=w),
+                _row(str(npu), d.get("name", "Ascend950PR"), _health(d, t)[0], m1, widths=w),
                 _row("", "", bus, m2, widths=w),
             ]
         else:
             ids = f"{chip}" if layout == "a2" else f"{chip:<6}{i}" if layout == "a3" else f"{chip:<8}{i}"
             out += [
-                _row(f"{npu:<6}{d.get('name', '910B3')}", d.get("health", "OK"), m1, widths=w),
+                _row(f"{npu:<6}{d.get('name', '910B3')}", _health(d, t)[0], m1, widths=w),
                 _row(ids, bus, m2, widths=w),
             ]
         out.append(dbl)
@@ -213,11 +245,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.type is None:
         sys.stdout.write(render_info(sc, t))
         return 0
-    if args.type != "usages" or args.npu is None:
+    if args.type not in ("usages", "health") or args.npu is None:
         sys.stderr.write(f"Error parameter of -t {args.type}\n")
         return 1
     try:
-        sys.stdout.write(render_usages(sc, args.npu, t))
+        sys.stdout.write((render_usages if args.type == "usages" else render_health)(sc, args.npu, t))
     except KeyError:
         sys.stderr.write(f"Error: the card {args.npu} does not exist\n")
         return 1

@@ -29,7 +29,13 @@ vLLM calls ``register()`` in each of its processes (entry point group
 
   ``logits_noise``  Gaussian noise added to the logits (std: the file's content, default
                     10): fluent-looking random tokens, a much higher perplexity;
-  ``logits_nan``    every logit NaN: NaN logprobs (vLLM then cannot encode them).
+  ``logits_nan``    every logit NaN: NaN logprobs (vLLM then cannot encode them);
+  ``logits_permute`` fluent but wrong: the logits of a set of whole-word tokens (the
+                    file's content: their ids, whitespace-separated; empty: every token)
+                    are rotated by one place, so where the model would say word *i* it
+                    says word *i+1*. Finite, as peaked and as confident as before (a
+                    permutation keeps entropy and top-1), plain words — only the answers
+                    change. ``whole_word_ids`` picks such ids from a ``tokenizer.json``.
 
 When a fault starts, ``<dir>/<fault>.onset`` gets ``{"t": wall time, "pid": ...}``
 (written once per trigger: remove it with the trigger to re-arm). Without the env
@@ -67,7 +73,8 @@ WRAPPED_MARK = "_guardian_fault_wrapped"
 STEP_METHODS = ("step", "step_with_batch_queue")
 LOGITS_NOISE = "logits_noise"
 LOGITS_NAN = "logits_nan"
-OUTPUT_FAULTS = (LOGITS_NAN, LOGITS_NOISE)  # NaN wins when both are present
+LOGITS_PERMUTE = "logits_permute"
+OUTPUT_FAULTS = (LOGITS_NAN, LOGITS_NOISE, LOGITS_PERMUTE)  # the first present wins
 DEFAULT_NOISE_STD = 10.0
 
 log = logging.getLogger("vllm.guardian_fault_plugin")
@@ -101,6 +108,30 @@ def parse_noise_std(text: str) -> float:
     except ValueError:
         return DEFAULT_NOISE_STD
     return std if std > 0 and std == std and std != float("inf") else DEFAULT_NOISE_STD
+
+
+def parse_token_ids(text: str, vocab_size: int) -> list[int]:
+    """The distinct token ids (< ``vocab_size``) in a trigger file, in order; every id when fewer than two."""
+    ids: list[int] = []
+    for word in text.split():
+        try:
+            i = int(word)
+        except ValueError:
+            continue
+        if 0 <= i < vocab_size and i not in ids:
+            ids.append(i)
+    return ids if len(ids) >= 2 else list(range(vocab_size))
+
+
+def whole_word_ids(tokenizer_json: dict) -> list[int]:
+    """Ids of a byte-level BPE's whole-word tokens (a leading space, then letters only), by id."""
+    vocab = (tokenizer_json.get("model") or {}).get("vocab") or {}
+    return sorted(i for t, i in vocab.items() if t.startswith("\u0120") and len(t) > 2 and t[1:].isalpha())
+
+
+def rotated(ids: list[int]) -> list[int]:
+    """Where each id's logit comes from: id ``ids[k]`` gets the logit of ``ids[k-1]``."""
+    return ids[-1:] + ids[:-1]
 
 
 def onset_name(fault: str) -> str:
@@ -260,6 +291,12 @@ class LogitsCorrupter:
 
         if fault == LOGITS_NAN:
             return torch.full_like(logits, float("nan"))
+        if fault == LOGITS_PERMUTE:
+            ids = parse_token_ids(self.dir.read(LOGITS_PERMUTE), int(logits.shape[-1]))
+            to = torch.tensor(ids, device=logits.device)
+            out = logits.clone()
+            out[..., to] = logits[..., torch.tensor(rotated(ids), device=logits.device)]
+            return out
         return logits + torch.randn_like(logits) * parse_noise_std(self.dir.read(LOGITS_NOISE))
 
 

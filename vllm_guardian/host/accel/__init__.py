@@ -4,8 +4,12 @@ Each backend is constructed once (it raises ``BackendUnavailable`` when its
 driver or binary is absent) and then ``read(now)`` returns an ``AccelSnapshot``
 or raises ``ProbeFailed``. The snapshot speaks one vocabulary for every vendor:
 devices with memory used/total and utilisation, processes (host PIDs) with the
-accelerator memory they hold, and device events (NVML XIDs). Nothing here
-touches the machine; ``nvml.py`` and ``npu_smi.py`` do.
+accelerator memory they hold, device events (NVML XID / ECC / clock events,
+kernel-log ``NVRM: Xid`` lines) and device conditions (what is wrong with a
+device now: lost, uncorrectable ECC, a failed row remap, a throttle reason, an
+Ascend alarm). Nothing here touches the machine; ``nvml.py``, ``kmsg.py`` and
+``npu_smi.py`` do. Codes name entries of the device-fault catalog
+(``vllm_guardian.diagnosis.device_catalog``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,18 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
 MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class DeviceCondition:
+    """Something wrong with a device as of this read (it lasts while the read shows it).
+
+    ``code`` is a catalog key: ``gpu_lost``, ``ecc_uncorrectable``, ``remap_failure``,
+    ``remap_pending``, ``retired_pages_pending``, ``throttle:<reason>``, ``nvlink_errors``,
+    ``pcie_replays``, ``npu_health:<status>``, ``npu_error:<code>``."""
+
+    code: str
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -30,6 +46,8 @@ class DeviceReading:
     power_w: float | None = None
     temperature_c: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)  # vendor-specific numbers, for status
+    conditions: tuple[DeviceCondition, ...] = ()
+    pci_bus_id: str | None = None  # "0000:3b:00" (domain:bus:device), how the kernel log names it
 
 
 @dataclass(frozen=True)
@@ -44,12 +62,22 @@ class ProcessUsage:
 
 @dataclass(frozen=True)
 class AccelEvent:
-    """A device event seen during a read (NVML XID critical errors)."""
+    """A device event seen during a read: an NVML event or a kernel-log Xid line.
+
+    ``device`` is a ``DeviceReading.id`` or, from the kernel log, ``pci:<domain:bus:device>``
+    (mapped onto a device by its ``pci_bus_id``). ``kind``: ``xid`` (``code`` = the Xid),
+    ``ecc_dbe`` / ``ecc_sbe`` (NVML ECC events), ``clock`` (a clock-event change)."""
 
     device: str
-    kind: str  # "xid"
+    kind: str
     code: int
     detail: str = ""
+    source: str = "nvml"  # "nvml" | "kmsg"
+    pid: int | None = None  # the process the kernel named, when it did
+
+    @property
+    def catalog_code(self) -> str:
+        return f"xid:{self.code}" if self.kind == "xid" else self.kind
 
 
 @dataclass(frozen=True)
@@ -72,4 +100,12 @@ class AccelBackend(Protocol):
     def close(self) -> None: ...
 
 
-__all__ = ["MIB", "AccelBackend", "AccelEvent", "AccelSnapshot", "DeviceReading", "ProcessUsage"]
+__all__ = [
+    "MIB",
+    "AccelBackend",
+    "AccelEvent",
+    "AccelSnapshot",
+    "DeviceCondition",
+    "DeviceReading",
+    "ProcessUsage",
+]

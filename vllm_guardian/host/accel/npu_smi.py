@@ -9,6 +9,12 @@ seconds) adds HBM capacity / usage rate and the DDR figures to the device's
 ``ProbeFailed`` (the daemon logs it once per episode); a failed usages call only
 leaves a note. Device memory is the HBM column when the layout has one (A2, A3,
 950), else the DDR ``Memory-Usage`` column (310/310P); values are MiB.
+
+Device health: a chip whose table health is not OK gets the condition
+``npu_health:<status>``; for its card ``npu-smi info -t health -i <id>`` is run (at most
+``MAX_HEALTH_CALLS`` cards a read) and each error code it prints becomes ``npu_error:<code>``
+on the card's unhealthy chips, the error information in the detail. A failed health call
+leaves a note; the table's status still stands.
 """
 
 from __future__ import annotations
@@ -18,10 +24,13 @@ from typing import Callable
 
 from vllm_guardian.errors import BackendUnavailable, ProbeFailed
 from vllm_guardian.host.runner import CommandResult, CommandRunner
-from vllm_guardian.host.accel import MIB, AccelSnapshot, DeviceReading, ProcessUsage
+from vllm_guardian.host.accel import MIB, AccelSnapshot, DeviceCondition, DeviceReading, ProcessUsage
+from vllm_guardian.host.accel.npu_smi_health import NpuHealth, parse_health
 from vllm_guardian.host.accel.npu_smi_parse import NpuChip, NpuSmiInfo, NpuUsage, parse_info, parse_usages
 
 MAX_OUTPUT = 1024 * 1024
+MAX_HEALTH_CALLS = 2
+HEALTHY = ("OK", "", None)
 
 
 def device_id(npu: int, chip: int | None) -> str:
@@ -32,7 +41,20 @@ def _mib(v: float | None) -> int | None:
     return None if v is None else int(v * MIB)
 
 
-def chip_reading(c: NpuChip, usage: NpuUsage | None = None) -> DeviceReading:
+def chip_conditions(c: NpuChip, health: NpuHealth | None) -> tuple[DeviceCondition, ...]:
+    """An unhealthy chip's conditions: its status, and the codes of its card's health call."""
+    if c.health in HEALTHY:
+        return ()
+    info = health.information if health is not None else ""
+    out = [DeviceCondition(f"npu_health:{c.health}", info or f"npu-smi health {c.health}")]
+    if health is not None:
+        out += [DeviceCondition(f"npu_error:{code}", info) for code in health.codes]
+    return tuple(out)
+
+
+def chip_reading(
+    c: NpuChip, usage: NpuUsage | None = None, conditions: tuple[DeviceCondition, ...] = ()
+) -> DeviceReading:
     """One chip as a device: HBM when the layout has it, else the DDR memory column."""
     has_hbm = c.hbm_total_mb is not None and c.hbm_total_mb > 0
     used: float | None = c.hbm_used_mb if has_hbm else c.memory_used_mb
@@ -70,14 +92,20 @@ def chip_reading(c: NpuChip, usage: NpuUsage | None = None) -> DeviceReading:
         power_w=c.power_w,
         temperature_c=c.temp_c,
         extra=extra,
+        conditions=conditions,
     )
 
 
 def snapshot_of(
-    info: NpuSmiInfo, usages: dict[tuple[int, int], NpuUsage] | None = None, notes: tuple[str, ...] = ()
+    info: NpuSmiInfo,
+    usages: dict[tuple[int, int], NpuUsage] | None = None,
+    notes: tuple[str, ...] = (),
+    health: dict[int, NpuHealth] | None = None,
 ) -> AccelSnapshot:
-    usages = usages or {}
-    devices = tuple(chip_reading(c, usages.get((c.npu, c.chip))) for c in info.chips)
+    usages, health = usages or {}, health or {}
+    devices = tuple(
+        chip_reading(c, usages.get((c.npu, c.chip)), chip_conditions(c, health.get(c.npu))) for c in info.chips
+    )
     procs = tuple(ProcessUsage(p.pid, device_id(p.npu, p.chip), _mib(p.memory_mb), p.name) for p in info.processes)
     return AccelSnapshot("npu_smi", devices, procs, (), notes)
 
@@ -131,7 +159,22 @@ class NpuSmiBackend:
                     self._usages[(u.npu, u.chip or 0)] = u
             except ProbeFailed as e:
                 notes.append(f"usages of NPU {npu}: {e}")
-        return snapshot_of(info, self._usages, tuple(notes))
+        return snapshot_of(info, self._usages, tuple(notes), self._health_of(info, notes))
+
+    def _health_of(self, info: NpuSmiInfo, notes: list[str]) -> dict[int, NpuHealth]:
+        """``info -t health`` of the cards with an unhealthy chip (the worst block of each)."""
+        out: dict[int, NpuHealth] = {}
+        sick = sorted({c.npu for c in info.chips if c.health not in HEALTHY})
+        for npu in sick[:MAX_HEALTH_CALLS]:
+            try:
+                blocks = parse_health(self._run("info", "-t", "health", "-i", str(npu)))
+            except (ProbeFailed, ValueError) as e:
+                notes.append(f"health of NPU {npu}: {e}")
+                continue
+            codes = tuple(dict.fromkeys(code for b in blocks for code in b.codes))
+            text = "; ".join(b.information for b in blocks if b.information)
+            out[npu] = NpuHealth(npu, None, blocks[0].status, codes, text)
+        return out
 
     def _due_usages(self, info: NpuSmiInfo, now: float) -> int | None:
         """The card whose usages are most overdue, or None."""

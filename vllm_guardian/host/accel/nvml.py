@@ -1,15 +1,22 @@
 """NVML backend (package ``nvidia-ml-py``, module ``pynvml``): GPU memory, utilisation,
-per-process memory and XID events.
+per-process memory, device events and device health.
 
 ``pynvml`` is imported and initialised in the constructor, never at module import
 (the ``library`` argument is the seam: a fake module in tests). No NVIDIA driver
 (``LibraryNotFound`` / ``DriverNotLoaded``) is ``BackendUnavailable`` with one
 clear line. Per read: memory (``_v2`` when the driver has it, else v1), utilisation,
 compute + graphics processes (host PIDs; ``usedGpuMemory`` may be None), and the
-XID events queued since the last read (event set polled with timeout 0). XID
-registration refused (``NotSupported`` / ``NoPermission``) disables events with a
-note. A device that fell off the bus (``GpuIsLost``) is reported with health
-``lost``, not as a failed read.
+events queued since the last read: one event set, each device registered for the
+critical-Xid, double-bit ECC, single-bit ECC and clock event types it supports
+(``nvmlDeviceGetSupportedEventTypes``), drained with a short first wait (this runs off
+the loop thread) and then timeout 0. Registration refused (``NotSupported`` /
+``NoPermission``) disables events on that device with one note. Every
+``health_interval`` seconds each device's health counters are read
+(``nvml_health.py``: ECC, retired pages, remapped rows, throttle reasons, NVLink, PCIe)
+and turned into ``DeviceCondition``s, kept until the next health read. A device that
+fell off the bus (``GpuIsLost`` on any call) is health ``lost`` with the condition
+``gpu_lost``; ``ResetRequired`` is health ``reset_required``: neither is a failed read.
+Each device's PCI bus id is read once (the kernel log names devices by it).
 """
 
 from __future__ import annotations
@@ -18,9 +25,19 @@ import importlib
 from typing import Any
 
 from vllm_guardian.errors import BackendUnavailable, ProbeFailed
-from vllm_guardian.host.accel import AccelEvent, AccelSnapshot, DeviceReading, ProcessUsage
+from vllm_guardian.host.accel import AccelEvent, AccelSnapshot, DeviceCondition, DeviceReading, ProcessUsage
+from vllm_guardian.host.accel.kmsg_parse import pci_key
+from vllm_guardian.host.accel.nvml_health import HealthReading, NvmlHealth
 
 MAX_EVENTS_PER_READ = 64
+FIRST_WAIT_MS = 20  # the read runs off the loop thread: a short wait lets an event in flight arrive
+# (pynvml attribute, AccelEvent kind), in the order an event's type is matched
+EVENT_TYPES = (
+    ("nvmlEventTypeXidCriticalError", "xid"),
+    ("nvmlEventTypeDoubleBitEccError", "ecc_dbe"),
+    ("nvmlEventTypeSingleBitEccError", "ecc_sbe"),
+    ("nvmlEventTypeClock", "clock"),
+)
 _NO_DRIVER = ("NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded")
 
 
@@ -31,7 +48,9 @@ def _text(value: Any) -> str:
 class NvmlBackend:
     name = "nvml"
 
-    def __init__(self, *, library: Any = None, xid: bool = True, interval: float = 1.0) -> None:
+    def __init__(
+        self, *, library: Any = None, xid: bool = True, interval: float = 1.0, health_interval: float | None = 5.0
+    ) -> None:
         if library is None:
             try:
                 library = importlib.import_module("pynvml")
@@ -54,9 +73,31 @@ class NvmlBackend:
             raise BackendUnavailable(f"NVML: cannot enumerate devices ({type(e).__name__}: {e})") from None
         self._use_v2 = hasattr(nv, "nvmlMemory_v2")
         self.notes: list[str] = []
+        self.pci_bus_ids = [self._bus_id(h) for h in self._handles]
+        self.health = NvmlHealth(nv)
+        self.health_interval = health_interval
+        self._health: dict[int, HealthReading] = {}
+        self._health_at: float | None = None
         self._events = self._register_xid() if xid else None
 
     # ------------------------------------------------------------------ setup / teardown
+    def _bus_id(self, h: Any) -> str | None:
+        try:
+            return pci_key(_text(self.nv.nvmlDeviceGetPciInfo(h).busId))
+        except (self.nv.NVMLError, AttributeError):
+            return None
+
+    def _event_mask(self, h: Any) -> int:
+        """The event types this device supports, of those the guardian wants."""
+        nv = self.nv
+        wanted = 0
+        for attr, _ in EVENT_TYPES:
+            wanted |= int(getattr(nv, attr, 0))
+        try:
+            return wanted & int(nv.nvmlDeviceGetSupportedEventTypes(h))
+        except nv.NVMLError:
+            return int(nv.nvmlEventTypeXidCriticalError)  # cannot ask: register the critical Xids only
+
     def _register_xid(self) -> Any:
         nv = self.nv
         try:
@@ -67,7 +108,11 @@ class NvmlBackend:
         registered = 0
         for i, h in enumerate(self._handles):
             try:
-                nv.nvmlDeviceRegisterEvents(h, nv.nvmlEventTypeXidCriticalError, es)
+                mask = self._event_mask(h)
+                if not mask:
+                    self.notes.append(f"XID events disabled on nvml:{i}: no supported event type")
+                    continue
+                nv.nvmlDeviceRegisterEvents(h, mask, es)
                 registered += 1
             except (nv.NVMLError_NotSupported, nv.NVMLError_NoPermission) as e:
                 self.notes.append(f"XID events disabled on nvml:{i}: {e}")
@@ -109,14 +154,13 @@ class NvmlBackend:
         for i, h in enumerate(self._handles):
             dev_id = f"nvml:{i}"
             try:
-                dev = self._device(i, h)
+                dev = self._device(i, h, now)
                 dev_procs = self._processes(dev_id, h)
             except nv.NVMLError_GpuIsLost as e:
-                devices.append(
-                    DeviceReading(
-                        dev_id, self.name, self._names[i], None, None, None, health="lost", extra={"error": str(e)}
-                    )
-                )
+                devices.append(self._broken(i, "lost", DeviceCondition("gpu_lost", f"NVML: {e}")))
+                continue
+            except nv.NVMLError_ResetRequired as e:
+                devices.append(self._broken(i, "reset_required", DeviceCondition("reset_required", f"NVML: {e}")))
                 continue
             except (nv.NVMLError_Uninitialized, nv.NVMLError_LibRmVersionMismatch) as e:
                 raise ProbeFailed(f"NVML: {type(e).__name__}: {e}") from None
@@ -136,10 +180,32 @@ class NvmlBackend:
                 continue
             devices.append(dev)
             procs.extend(dev_procs)
+        if self._health_due(now):
+            self._health_at = now
         events = self._poll_events()
-        return AccelSnapshot(self.name, tuple(devices), tuple(procs), events, tuple(self.notes))
+        return AccelSnapshot(self.name, tuple(devices), tuple(procs), events, tuple(self.notes + self.health.notes))
 
-    def _device(self, i: int, h: Any) -> DeviceReading:
+    def _broken(self, i: int, health: str, cond: DeviceCondition) -> DeviceReading:
+        self._health.pop(i, None)  # what it said before no longer describes the device
+        return DeviceReading(
+            f"nvml:{i}",
+            self.name,
+            self._names[i],
+            None,
+            None,
+            None,
+            health=health,
+            extra={"error": cond.detail},
+            conditions=(cond,),
+            pci_bus_id=self.pci_bus_ids[i],
+        )
+
+    def _health_due(self, now: float) -> bool:
+        if self.health_interval is None:
+            return False
+        return self._health_at is None or now - self._health_at >= self.health_interval - 1e-6
+
+    def _device(self, i: int, h: Any, now: float) -> DeviceReading:
         nv = self.nv
         extra: dict[str, Any] = {}
         mem = None
@@ -156,8 +222,22 @@ class NvmlBackend:
             util = nv.nvmlDeviceGetUtilizationRates(h).gpu / 100.0
         except (nv.NVMLError_NotSupported, nv.NVMLError_NoPermission):
             pass
+        if self._health_due(now):
+            self._health[i] = self.health.read(i, h)  # GpuIsLost / ResetRequired go up to read()
+        hr = self._health.get(i)
+        if hr is not None and hr.counters:
+            extra["health_counters"] = dict(hr.counters)
         return DeviceReading(
-            f"nvml:{i}", self.name, self._names[i], int(mem.used), int(mem.total), util, health="OK", extra=extra
+            f"nvml:{i}",
+            self.name,
+            self._names[i],
+            int(mem.used),
+            int(mem.total),
+            util,
+            health="OK",
+            extra=extra,
+            conditions=tuple(hr.conditions) if hr is not None else (),
+            pci_bus_id=self.pci_bus_ids[i],
         )
 
     def _processes(self, dev_id: str, h: Any) -> list[ProcessUsage]:
@@ -180,9 +260,9 @@ class NvmlBackend:
         if self._events is None:
             return ()
         out: list[AccelEvent] = []
-        for _ in range(MAX_EVENTS_PER_READ):
+        for n in range(MAX_EVENTS_PER_READ):
             try:
-                data = nv.nvmlEventSetWait(self._events, 0)
+                data = nv.nvmlEventSetWait(self._events, FIRST_WAIT_MS if n == 0 else 0)
             except nv.NVMLError_Timeout:
                 break
             except nv.NVMLError as e:
@@ -190,10 +270,18 @@ class NvmlBackend:
                 self._free(self._events)
                 self._events = None
                 break
-            out.append(
-                AccelEvent(self._device_of(data.device), "xid", int(data.eventData), f"XID {int(data.eventData)}")
-            )
+            out.append(self._event(data))
         return tuple(out)
+
+    def _event(self, data: Any) -> AccelEvent:
+        kind = "event"
+        for attr, name in EVENT_TYPES:
+            if int(data.eventType) & int(getattr(self.nv, attr, 0)):
+                kind = name
+                break
+        code = int(data.eventData)
+        detail = f"XID {code}" if kind == "xid" else f"NVML {kind} event"
+        return AccelEvent(self._device_of(data.device), kind, code, detail)
 
     def _device_of(self, handle: Any) -> str:
         for i, h in enumerate(self._handles):
