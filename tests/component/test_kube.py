@@ -78,7 +78,7 @@ def test_the_pod_is_found_among_this_nodes_pods_and_deleted_with_a_uid_precondit
     assert pod == PodRef("llm", "vllm-llama-0", UID)
     kube.delete_pod(pod, grace_seconds=30)
     get, delete = FakeApi.seen
-    assert get[:3] == ("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dgpu-node-17", "Bearer tok3n")
+    assert get[:3] == ("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dgpu-node-17&limit=500", "Bearer tok3n")
     assert delete[:3] == ("DELETE", "/api/v1/namespaces/llm/pods/vllm-llama-0", "Bearer tok3n")
     assert delete[3]["gracePeriodSeconds"] == 30 and delete[3]["preconditions"] == {"uid": UID}
 

@@ -138,14 +138,14 @@ def test_a_pod_by_name_is_found_on_this_node_and_reached_at_its_pod_ip(node, api
     assert {p.pid for p in t.processes} == {60, 61}
     ((path, query),) = FakeApi.seen
     assert path == "/api/v1/namespaces/llm/pods"
-    assert query == {"fieldSelector": f"spec.nodeName={NODE},metadata.name=vllm-llama-0"}
+    assert query == {"fieldSelector": f"spec.nodeName={NODE},metadata.name=vllm-llama-0", "limit": "500"}
 
 
 def test_a_pod_by_label_selector(node, api):
     FakeApi.pods = [pod("vllm-llama-0"), pod("other", "00000000-0000-0000-0000-000000000000", labels={"app": "x"})]
     res = run(node, kube_cfg(namespace="llm", selector="app=vllm"), api)
     assert [t.key.pid for t in res.targets] == [60]
-    assert FakeApi.seen[0][1] == {"fieldSelector": f"spec.nodeName={NODE}", "labelSelector": "app=vllm"}
+    assert FakeApi.seen[0][1] == {"fieldSelector": f"spec.nodeName={NODE}", "labelSelector": "app=vllm", "limit": "500"}
 
 
 def test_pods_of_other_nodes_are_never_asked_for(node, api):

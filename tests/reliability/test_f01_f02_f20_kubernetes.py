@@ -57,7 +57,12 @@ def world(tmp_path, api):
 
 
 def deletes(api):
-    return [(url, body["preconditions"]["uid"]) for method, url, _, body in api.requests if method == "DELETE"]
+    """The pods removed (evicted, or deleted), by URL of the pod and the UID precondition."""
+    return [
+        (url.removesuffix("/eviction"), body["deleteOptions"]["preconditions"]["uid"])
+        for method, url, _, body in api.requests
+        if method == "POST" and url.endswith("/eviction")
+    ] + [(url, body["preconditions"]["uid"]) for method, url, _, body in api.requests if method == "DELETE"]
 
 
 def test_a_pid_reused_by_another_pods_process_never_gets_that_pod_deleted(tmp_path):
@@ -80,7 +85,7 @@ def test_pods_are_listed_in_the_targets_namespace_on_this_node_only(tmp_path):
     w.step(1, n=7)
     gets = [url for method, url, _, _ in api.requests if method == "GET"]
     assert gets and all(
-        u == "https://k8s/api/v1/namespaces/llm/pods?fieldSelector=spec.nodeName%3Dgpu-node-17" for u in gets
+        u == "https://k8s/api/v1/namespaces/llm/pods?fieldSelector=spec.nodeName%3Dgpu-node-17&limit=500" for u in gets
     )
 
 

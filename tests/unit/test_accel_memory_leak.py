@@ -43,7 +43,10 @@ def state(now: float, ready: bool = True, ready_since: float | None = READY, api
 
 
 class Sim:
-    """Feeds one sample per second (relative to READY) and evaluates the detector each tick."""
+    """Feeds one sample every ``every`` seconds (relative to READY: NVML 1 s, npu-smi 5 s) and
+    evaluates the detector every second, as the loop does."""
+
+    every = 1.0
 
     def __init__(
         self,
@@ -59,6 +62,8 @@ class Sim:
         self.rel = -1.0
 
     def feed(self, rel: float) -> None:
+        if rel % self.every:
+            return  # the backend is not due: the loop ticks, nothing is read
         t = READY + rel
         v = self.memory(rel)
         self.store.add(Sample(T, "p200", m.ACCEL_MEM, v, t))
@@ -209,9 +214,25 @@ NEGATIVES = {
 }
 
 
+@pytest.mark.parametrize("every", [1.0, 5.0], ids=["nvml-1s", "npu-smi-5s"])
 @pytest.mark.parametrize("name", sorted(NEGATIVES))
-def test_no_false_positive_on_any_tick(name):
-    assert Sim(NEGATIVES[name]).run(1500) == []
+def test_no_false_positive_on_any_tick(name, every):
+    sim = Sim(NEGATIVES[name])
+    sim.every = every
+    assert sim.run(1500) == []
+
+
+@pytest.mark.parametrize("name", sorted(DETECTION))
+def test_a_backend_sampling_every_5_s_opens_at_the_same_windows_as_one_sampling_every_second(name):
+    onset, within = DETECTION[name]
+    opened = []
+    for every in (1.0, 5.0):
+        sim = Sim(dict(LEAK_8, after=onset))
+        sim.every = every
+        fired = sim.run(onset + within)
+        assert fired, f"no finding sampling every {every:g}s"
+        opened.append(fired[0][0])
+    assert abs(opened[1] - opened[0]) <= 5.0  # one sample of the slower backend
 
 
 @pytest.mark.parametrize("step_at", [460, 500, 520, 540, 560, 580])

@@ -17,6 +17,7 @@ import yaml
 from vllm_guardian.config.loader import parse_config
 from vllm_guardian.config.schema import Config
 from vllm_guardian.surface.exporter import DECLARED
+from tools.k8s_render import kustomize
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -105,13 +106,11 @@ def test_unit_passes_systemd_analyze_verify(tmp_path):
 
 # ------------------------------------------------------------------ kubernetes
 def k8s_docs() -> list[tuple[str, dict]]:
-    """The base, the monitoring objects and the example vLLM (the overlays: test_manifests.py)."""
-    out: list[tuple[str, dict]] = []
-    for path in sorted([*K8S.glob("base/*.yaml"), *K8S.glob("monitoring/*.yaml"), K8S / "example-vllm.yaml"]):
-        if path.name == "kustomization.yaml":
-            continue
-        name = str(path.relative_to(K8S))
-        out.extend((name, d) for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d)
+    """The remediate overlay as `kubectl kustomize` renders it, and the example vLLM (both
+    overlays against the API schemas: test_manifests.py; the chart: test_helm_chart.py)."""
+    out: list[tuple[str, dict]] = [("overlays/remediate", d) for d in kustomize(K8S / "overlays" / "remediate")]
+    path = K8S / "example-vllm.yaml"
+    out.extend(("example-vllm.yaml", d) for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d)
     return out
 
 
@@ -231,23 +230,25 @@ def test_k8s_daemonset_references_objects_that_are_shipped():
     assert guardian_container()["args"] == ["run", "-c", f"{mount['mountPath']}/guardian.yaml"]
 
 
-def test_k8s_base_rbac_reads_pods_and_their_logs_and_never_deletes():
-    """Deleting is the remediate overlay's (test_rbac_matches_client.py checks both overlays)."""
+def test_k8s_rbac_evicts_and_never_deletes_a_pod():
+    """Exactly what the client calls: test_rbac_matches_client.py checks both overlays and the chart."""
     rules = [r for _, d in DOCS if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]]
-    assert {(v, res) for r in rules for v in r["verbs"] for res in r["resources"]} == {
-        ("list", "pods"),
-        ("get", "pods/log"),
-    }
+    granted = {(v, res) for r in rules for v in r["verbs"] for res in r["resources"]}
+    assert ("create", "pods/eviction") in granted and ("patch", "pods/status") in granted
+    assert ("delete", "pods") not in granted
 
 
-def test_k8s_rbac_binds_the_role_to_the_guardians_service_account_in_the_vllm_namespace():
-    binding = one("RoleBinding")
-    one(binding["roleRef"]["kind"], binding["roleRef"]["name"])
+def test_k8s_rbac_binds_the_roles_to_the_guardians_service_account_in_the_vllm_namespace():
     sa = one("ServiceAccount")
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}
-    ]
-    assert binding["metadata"]["namespace"] == one("StatefulSet")["metadata"]["namespace"]
+    bindings = [d for _, d in DOCS if d["kind"] == "RoleBinding"]
+    for binding in bindings:
+        one(binding["roleRef"]["kind"], binding["roleRef"]["name"])
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}
+        ]
+    vllm_ns = one("StatefulSet")["metadata"]["namespace"]
+    # the vLLM namespace, and "default" for the Node's Events (where the kubelet puts its own)
+    assert {b["metadata"]["namespace"] for b in bindings} == {vllm_ns, "default"}
     assert not [d for _, d in DOCS if d["kind"] == "ClusterRoleBinding"]
 
 
@@ -277,19 +278,15 @@ def test_k8s_podmonitor_scrapes_the_guardian_pods_metrics_port():
     assert pm["spec"]["podMetricsEndpoints"][0]["port"] in ports
 
 
-def test_k8s_example_vllm_readiness_asks_the_guardian_for_a_configured_target():
+def test_k8s_example_vllm_declares_the_guardians_readiness_gate_and_is_a_configured_target():
     sts = one("StatefulSet")
-    (c,) = sts["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e for e in c["env"]}
-    assert env["NODE_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
-    m = re.fullmatch(r"http://\$\(NODE_IP\):(\d+)/targets/([^/]+)/ready", env["GUARDIAN_READY_URL"]["value"])
-    assert m
+    spec = sts["spec"]["template"]["spec"]
+    assert spec["readinessGates"] == [{"conditionType": "vllm-guardian.io/serving"}]
+    (c,) = spec["containers"]
+    assert "exec" not in c["readinessProbe"] and c["readinessProbe"]["httpGet"]["path"] == "/health"
     cfg = guarded_config()
-    assert int(m.group(1)) == http_port(cfg)
-    target = next(t for t in cfg.targets if t.name == m.group(2))
-    script = c["readinessProbe"]["exec"]["command"]
-    assert script[:2] == ["python3", "-c"] and "GUARDIAN_READY_URL" in script[2]
-    compile(script[2], "readiness-probe", "exec")
+    assert cfg.kubernetes.readiness_gate and cfg.kubernetes.pod_removal == "evict"
+    target = next(t for t in cfg.targets if t.match.kubernetes is not None)
     # the config matches pod 0 of this StatefulSet, its vLLM container, reached on its "http" port
     km = target.match.kubernetes
     assert km is not None
@@ -304,8 +301,19 @@ def test_k8s_example_vllm_readiness_asks_the_guardian_for_a_configured_target():
 def test_k8s_kustomization_lists_the_guardian_manifests_that_exist():
     kust = yaml.safe_load((K8S / "base" / "kustomization.yaml").read_text(encoding="utf-8"))
     assert all((K8S / "base" / r).is_file() for r in kust["resources"])
-    shipped = {"daemonset.yaml", "rbac.yaml", "configmap.yaml", "namespace.yaml", "priorityclass.yaml"}
+    shipped = {"daemonset.yaml", "rbac.yaml", "namespace.yaml", "priorityclass.yaml"}
     assert shipped <= set(kust["resources"])
+
+
+@pytest.mark.parametrize("overlay", ["observe-only", "remediate"])
+def test_k8s_overlay_config_is_generated_with_a_name_hash(overlay):
+    """The ConfigMap's name carries a hash of its content: a changed config renames it, the
+    DaemonSet's volume follows, and `kubectl apply -k` rolls the pods."""
+    kust = yaml.safe_load((K8S / "overlays" / overlay / "kustomization.yaml").read_text(encoding="utf-8"))
+    assert not (kust.get("generatorOptions") or {}).get("disableNameSuffixHash")
+    (gen,) = kust["configMapGenerator"]
+    cm = next(d for d in kustomize(K8S / "overlays" / overlay) if d["kind"] == "ConfigMap")
+    assert re.fullmatch(re.escape(gen["name"]) + r"-[a-z0-9]{10}", cm["metadata"]["name"])
 
 
 # ------------------------------------------------------------------ Prometheus rules, Grafana

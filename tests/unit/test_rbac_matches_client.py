@@ -1,6 +1,7 @@
-"""The RBAC the overlays grant is exactly what the Kubernetes client calls: every client call is
-replayed against a recording API server, each request mapped to the (verb, resource, namespace)
-the API server authorizes it as, and compared with the rendered Roles and bindings."""
+"""The RBAC the overlays and the Helm chart grant is exactly what the Kubernetes client calls:
+every client call is replayed against a recording API server, each request mapped to the (verb,
+resource, namespace) the API server authorizes it as, and compared with the Roles and bindings
+`kubectl kustomize` and `helm template` render."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 import vllm_guardian.host.kube as kube
 from vllm_guardian.host.kube import KubeClient, PodRef, list_node_pods
-from tools.kustomize_subset import render
+from tools.k8s_render import CHART, helm_template, kustomize
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAYS = ROOT / "deploy" / "k8s" / "overlays"
@@ -29,14 +30,25 @@ DRIVERS = {
     "find_pod": lambda c: c.find_pod(UID),
     "delete_pod": lambda c: c.delete_pod(POD, 30),
     "read_log": lambda c: c.read_log(NS, "vllm-llama-0", "vllm"),
+    "evict_pod": lambda c: c.evict_pod(POD, 30),
+    "patch_pod_condition": lambda c: c.patch_pod_condition(POD, {"type": "vllm-guardian.io/serving", "status": "True"}),
+    "create_event": lambda c: c.create_event(NS, {"metadata": {"name": "e"}}),
+    "patch_event": lambda c: c.patch_event(NS, "e", {"count": 2}),
+    "node_event": lambda c: c.create_event("default", {"metadata": {"name": "n"}}),
+    "node_event_repeat": lambda c: c.patch_event("default", "n", {"count": 2}),
+    "patch_node_condition": lambda c: c.patch_node_condition("node-a", {"type": "VllmGuardianProblem"}),
 }
+# Drivers that call one method with other arguments (the Node's Events).
+ALIASES = {"node_event": "create_event", "node_event_repeat": "patch_event"}
 # Calls the shipped RBAC deliberately does not grant, and why. An entry whose call no longer
 # needs it fails the test: remove it then.
 KNOWN_GAPS = {
     "find_pod": {("list", "pods", "*")},  # lists pods cluster-wide until it lists per namespace
 }
-# Which calls only the remediate overlay may make.
-REMEDIATE_ONLY = {("delete", "pods")}
+# Which calls only remediation may make; which only a config option enables (kubernetes.pod_removal
+# delete; kubernetes.node_condition), granted by neither overlay nor the chart's defaults.
+REMEDIATE_ONLY = {("create", "pods/eviction"), ("delete", "pods")}
+OPT_IN = {("delete", "pods"), ("patch", "nodes/status")}
 
 
 def authorization(method: str, path: str) -> tuple[str, str, str]:
@@ -80,9 +92,11 @@ class Recorder(BaseHTTPRequestHandler):
 
     do_GET = _answer
 
-    def do_DELETE(self):
+    def _with_body(self):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self._answer()
+
+    do_DELETE = do_POST = do_PATCH = _with_body
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +119,7 @@ def needs() -> dict[str, set[tuple[str, str, str]]]:
 
 
 def api_calling_functions() -> set[str]:
-    """Functions and methods of kube.py that send a request (``_call`` or ``_open``)."""
+    """Functions and methods of kube.py that send a request (``_call``, ``_list``, ``_request``, ``_open``)."""
     tree = ast.parse(Path(kube.__file__).read_text(encoding="utf-8"))
     found = set()
     for node in ast.walk(tree):
@@ -114,13 +128,16 @@ def api_calling_functions() -> set[str]:
                 if isinstance(sub, ast.Call):
                     fn = sub.func
                     name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
-                    if name in ("_call", "_open"):
+                    if name in ("_call", "_open", "_request", "_list"):
                         found.add(node.name)
     return found
 
 
 def granted(overlay: str) -> set[tuple[str, str, str]]:
-    docs = render(OVERLAYS / overlay)
+    return granted_by(kustomize(OVERLAYS / overlay))
+
+
+def granted_by(docs: list[dict]) -> set[tuple[str, str, str]]:
     roles = {
         (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
         for d in docs
@@ -142,7 +159,7 @@ def granted(overlay: str) -> set[tuple[str, str, str]]:
 
 
 def test_every_api_calling_function_is_driven_here():
-    assert api_calling_functions() == set(DRIVERS)
+    assert api_calling_functions() == {ALIASES.get(name, name) for name in DRIVERS}
 
 
 def test_the_known_gaps_are_still_real(needs):
@@ -154,18 +171,40 @@ def _required(needs) -> set[tuple[str, str, str]]:
     return {n for name, got in needs.items() for n in got - KNOWN_GAPS.get(name, set())}
 
 
+def _node_events(g: set) -> set:
+    return {n for n in g if n[2] == "default"}
+
+
 def test_the_remediate_overlay_grants_exactly_what_the_client_calls(needs):
-    assert granted("remediate") == _required(needs)
+    assert granted("remediate") == {n for n in _required(needs) if n[:2] not in OPT_IN}
 
 
-def test_the_observe_only_overlay_grants_the_same_minus_deleting(needs):
-    required = {n for n in _required(needs) if n[:2] not in REMEDIATE_ONLY}
+def test_the_observe_only_overlay_grants_the_same_minus_evicting(needs):
+    required = {n for n in _required(needs) if n[:2] not in REMEDIATE_ONLY | OPT_IN}
     assert granted("observe-only") == required
 
 
-def test_nothing_is_granted_cluster_wide():
+CHART_CASES = {
+    "remediate-values.yaml": lambda n: n[:2] not in OPT_IN,
+    "observe-values.yaml": lambda n: n[:2] not in REMEDIATE_ONLY | OPT_IN,
+    "full-values.yaml": lambda n: n[:2] != ("create", "pods/eviction"),  # pod_removal delete, NodeCondition on
+}
+
+
+@pytest.mark.parametrize("values", sorted(CHART_CASES))
+def test_the_chart_grants_exactly_what_the_client_calls(needs, values):
+    """In the chart's namespaces (the test namespace stands for each of them)."""
+    docs = helm_template([CHART / "ci" / values])
+    namespaces = {d["metadata"]["namespace"] for d in docs if d["kind"] == "RoleBinding"} - {"default"}
+    got = {(v, r, NS if ns in namespaces else ns) for v, r, ns in granted_by(docs)}
+    assert got == {n for n in _required(needs) if CHART_CASES[values](n)}
+
+
+def test_nothing_about_pods_is_granted_cluster_wide():
     for overlay in ("observe-only", "remediate"):
-        assert all(ns == NS for _, _, ns in granted(overlay)), overlay
+        g = granted(overlay)
+        assert all(ns == NS for _, _, ns in g - _node_events(g)), overlay
+        assert {r for _, r, _ in _node_events(g)} == {"events"}
 
 
 @pytest.mark.parametrize(
@@ -176,6 +215,11 @@ def test_nothing_is_granted_cluster_wide():
         ("GET", "/api/v1/namespaces/llm/pods/p", ("get", "pods", "llm")),
         ("DELETE", "/api/v1/namespaces/llm/pods/p", ("delete", "pods", "llm")),
         ("GET", "/api/v1/namespaces/llm/pods/p/log?previous=true", ("get", "pods/log", "llm")),
+        ("POST", "/api/v1/namespaces/llm/pods/p/eviction", ("create", "pods/eviction", "llm")),
+        ("PATCH", "/api/v1/namespaces/llm/pods/p/status", ("patch", "pods/status", "llm")),
+        ("POST", "/api/v1/namespaces/llm/events", ("create", "events", "llm")),
+        ("PATCH", "/api/v1/namespaces/llm/events/e", ("patch", "events", "llm")),
+        ("PATCH", "/api/v1/nodes/n/status", ("patch", "nodes/status", "*")),
     ],
 )
 def test_requests_map_to_the_authorization_the_api_server_checks(method, path, expected):

@@ -482,7 +482,14 @@ class RecordingApi:
         return io.BytesIO(json.dumps(body).encode())
 
 
-def test_kubernetes_mode_deletes_the_pod_and_lets_its_controller_recreate_it(tmp_path):
+@pytest.mark.parametrize(
+    "pod_removal, method, path, options",
+    [
+        ("evict", "POST", "/api/v1/namespaces/llm/pods/vllm-llama-0/eviction", lambda b: b["deleteOptions"]),
+        ("delete", "DELETE", "/api/v1/namespaces/llm/pods/vllm-llama-0", lambda b: b),
+    ],
+)
+def test_kubernetes_mode_evicts_the_pod_or_deletes_it_when_configured(tmp_path, pod_removal, method, path, options):
     from vllm_guardian.host.kube import KubeClient
     from vllm_guardian.testing.fake_proc import FakeProcTree
 
@@ -494,15 +501,17 @@ def test_kubernetes_mode_deletes_the_pod_and_lets_its_controller_recreate_it(tmp
         tmp_path / "state", restart={"mode": "kubernetes", "stop_timeout": 10}, control=FakeControl({API, ENGINE})
     )
     w.rem = w.new_remediator(
-        kube=KubeClient("https://k8s", "tok", None, "gpu-node-17", opener=api), procfs=proc.procfs()
+        kube=KubeClient("https://k8s", "tok", None, "gpu-node-17", opener=api),
+        procfs=proc.procfs(),
+        pod_removal=pod_removal,
     )
     assert w.consider(w.open()) == "started"
     w.step(1, n=7)
-    method, url, body = api.requests[-1]
-    assert (method, url) == ("DELETE", "https://k8s/api/v1/namespaces/llm/pods/vllm-llama-0")
+    sent, url, body = api.requests[-1]
+    assert (sent, url) == (method, "https://k8s" + path)
     # a busy loop: the hung tree's short grace, not stop_timeout
     grace = int(RestartConfig().hang_stop_grace)
-    assert body["gracePeriodSeconds"] == grace and body["preconditions"] == {"uid": RecordingApi.UID}
+    assert options(body)["gracePeriodSeconds"] == grace and options(body)["preconditions"] == {"uid": RecordingApi.UID}
     assert all(sig != 15 for _, sig in w.control.signals)  # the kubelet stops the pod, not the guardian
 
 

@@ -121,6 +121,7 @@ _RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingPr
         "onoff": _choice("auto", "off"),
         "restart_mode": _choice("systemd", "command", "kubernetes", "signal"),
         "allow_deny": _choice("allow", "deny"),
+        "pod_removal": _choice("evict", "delete"),
         "regex": ("a valid regular expression", lambda v: not _regex_problem(v)),
         "expect": (
             'the word "baseline" or a valid regular expression',

@@ -444,6 +444,22 @@ class ApiConfig:
 
 
 @dataclass(frozen=True)
+class KubernetesConfig:
+    """What the guardian tells the Kubernetes API about the pods it supervises (pods matched by
+    ``match.kubernetes`` or restarted with ``restart.mode: kubernetes``; docs/operate.md)."""
+
+    kubeconfig: str | None = _f(None, doc="outside a pod (systemd on a node): a kubeconfig; default $KUBECONFIG")
+    context: str | None = _f(None, doc="the kubeconfig's context; default its current-context")
+    readiness_gate: bool = _f(True, doc="patch the pod condition vllm-guardian.io/serving (the pod's readiness gate)")
+    events: bool = _f(True, doc="Kubernetes Events on the pod, node-wide findings on the Node")
+    node_condition: bool = _f(False, doc="a NodeCondition VllmGuardianProblem (needs nodes/status patch)")
+    pod_removal: str = _f("evict", "pod_removal", "restart.mode kubernetes: evict (respects PDBs) | delete")
+    event_burst: int = _f(25, "positive", "Events per object before rate limiting (the kubelet's burst)")
+    event_refill: float = _f(300.0, "positive", "seconds per Event regained after the burst (the kubelet's)")
+    timeout: float = _f(10.0, "positive", "seconds per API call")
+
+
+@dataclass(frozen=True)
 class Config:
     node: str | None = _f(None, doc="default: the host name")
     state_dir: str = "/var/lib/guardian"
@@ -461,6 +477,7 @@ class Config:
     api: ApiConfig = field(default_factory=ApiConfig)
     diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
+    kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
 
     def socket_path(self) -> str:
         return self.api.socket or f"{self.state_dir.rstrip('/')}/guardian.sock"

@@ -10,10 +10,19 @@ levelled off (``SETTLE_S`` seconds with no rise worth a leak) the window starts
 there, so sustained growth after it is judged at once. A leak needs all of:
 
 - points covering ``MIN_COVERAGE`` of the window, the newest one fresh;
+
+Every backend samples at its own pace (procfs every tick, NVML 1 s, npu-smi 5 s): coverage,
+freshness and the levelling-off stretch are judged at the series' own sampling interval
+(``sample_interval``: the median gap between its points, never less than the loop's), so a
+5 s backend opens at the same windows as a 1 s one.
 - the window's slope >= the threshold;
 - each half of the window rising at >= ``HALF_FRACTION`` of the threshold: a
   single allocation step lies in one half (or on the boundary) and leaves the
   other flat; growth that levels off leaves the second half flat;
+- no single jump between two samples making ``STEP_SHARE`` of the fitted rise: with a slow
+  backend's few points per half, noise can tilt a flat half, and a noisy allocation step
+  then passed for a leak (measured: an 8 GB step with 100 MB noise sampled every 5 s;
+  a leak's largest jump stayed under 0.45 of its rise at that noise, a step's over 0.9);
 - the newer half rising at >= ``KEEPS_PACE`` of the older half's slope: growth that
   decelerates (a warm-up approaching its plateau) is not a leak, linear growth keeps pace;
 - no rise in running requests that explains it: running grew over the window
@@ -41,7 +50,9 @@ MIN_POINTS = 6
 HALF_FRACTION = 0.5
 KEEPS_PACE = 0.75  # a leak's newer half rises at least this share of its older half's slope
 LOAD_RHO = 0.5
+STEP_SHARE = 0.8  # one sample-to-sample jump this share of the fitted rise: a step, not a leak
 SETTLE_S = 15.0  # a stretch this long with no growth worth a leak: the warm-up has levelled off
+SETTLE_POINTS = 4  # ... spanning at least this many sample intervals (npu-smi's 5 s: 20 s)
 PREFILTER_FRACTION = 0.5  # quarter-median rise below this share of the threshold: not worth a fit
 HALF_POINTS = 24  # halves are fitted on at most this many bucket medians
 
@@ -56,6 +67,7 @@ class Trend:
     n: int
     first: float  # value at the window start / end on the fitted line
     last: float
+    jump_share: float = 0.0  # the largest sample-to-sample rise over the fitted rise
 
     @property
     def decelerating(self) -> bool:
@@ -67,6 +79,7 @@ class Trend:
             self.slope >= threshold
             and min(self.first_half, self.second_half) >= HALF_FRACTION * threshold
             and not self.decelerating
+            and self.jump_share < STEP_SHARE
         )
 
 
@@ -82,9 +95,10 @@ def trend(points: Sequence[Point]) -> Trend | None:
     if fit is None or fa is None or fb is None or len(older) < 3 or len(newer) < 3:
         return None
     rho = spearman([p[0] for p in points], values(points))
-    return Trend(
-        fit.slope, fa.slope, fb.slope, fit.rising_share, rho, len(points), fit.at(points[0][0]), fit.at(points[-1][0])
-    )
+    first, last = fit.at(points[0][0]), fit.at(points[-1][0])
+    jump = max(b[1] - a[1] for a, b in zip(points, points[1:], strict=False))
+    share = jump / (last - first) if last > first else 0.0
+    return Trend(fit.slope, fa.slope, fb.slope, fit.rising_share, rho, len(points), first, last, share)
 
 
 def quarter_rise_rate(points: Sequence[Point]) -> float | None:
@@ -105,6 +119,15 @@ def worth_fitting(points: Sequence[Point], threshold: float) -> bool:
     """False when the series clearly rises slower than the threshold (saves the O(n²) fit)."""
     rate = quarter_rise_rate(points)
     return rate is None or rate >= PREFILTER_FRACTION * threshold
+
+
+def sample_interval(points: Sequence[Point], floor: float) -> float:
+    """The series' own sampling interval: the median gap between its points, at least ``floor``
+    (the loop's); ``floor`` with fewer than 3 points."""
+    if len(points) < 3:
+        return floor
+    gaps = [b[0] - a[0] for a, b in zip(points, points[1:], strict=False)]
+    return max(floor, statistics.median(gaps))
 
 
 def judged_window(state: TargetState, cfg: MemoryLeakConfig) -> tuple[float, float] | None:
@@ -130,8 +153,8 @@ def settled_at(points: Sequence[Point], threshold: float, stretch: float = SETTL
         if j >= n and points[-1][0] < t_i + stretch - 1e-9:
             return None  # the rest is shorter than one stretch
         chunk = points[i : j + 1] if j < n else points[i:]
-        k = len(chunk) // 3
-        if k < 2:
+        k = len(chunk) // 3  # thirds: 5 points a side at 1 s, 1 at a slow backend's pace
+        if k < 1:
             continue
         old, new = chunk[:k], chunk[-k:]
         dt = (new[0][0] + new[-1][0]) / 2 - (old[0][0] + old[-1][0]) / 2
@@ -166,7 +189,8 @@ def judged_points(
         # part must cover most of the window anyway, see ``usable``)
         return win, pts
     history = fetch(state.ready_since, state.now)
-    settled = settled_at(history, cfg.slope_bytes_per_s)
+    stretch = max(SETTLE_S, SETTLE_POINTS * sample_interval(history, state.probe_interval))
+    settled = settled_at(history, cfg.slope_bytes_per_s, stretch)
     end = cap if settled is None else min(settled, cap)
     t0 = max(win[0], end)
     if t0 >= state.now:
@@ -175,13 +199,14 @@ def judged_points(
 
 
 def usable(points: Sequence[Point], state: TargetState, cfg: MemoryLeakConfig) -> bool:
-    """Enough points for the window, and the newest one fresh."""
+    """Enough points for the window, and the newest one fresh (both at the series' own pace)."""
     if len(points) < MIN_POINTS:
         return False
-    stale_after = max(3 * state.probe_interval, 0.1 * cfg.window)
+    every = sample_interval(points, state.probe_interval)
+    stale_after = max(3 * every, 0.1 * cfg.window)
     if state.now - points[-1][0] > stale_after + 1e-9:
         return False
-    return coverage(points, cfg.window, state.probe_interval) >= MIN_COVERAGE
+    return coverage(points, cfg.window, every) >= MIN_COVERAGE
 
 
 @dataclass(frozen=True)
@@ -248,6 +273,7 @@ def signals(
         "fit_rising_share": round(tr.rising_share, 4),
         "fit_spearman_rho": None if tr.rho is None else round(tr.rho, 4),
         "points": tr.n,
+        "largest_jump_share": round(tr.jump_share, 4),
         "window": cfg.window,
         "judged_from": round(window[0], 3),
         "grown_bytes": round(tr.last - tr.first, 1),

@@ -1,35 +1,44 @@
-"""The Kubernetes API, in-cluster, for ``restart.mode: kubernetes``: find a process's pod, delete it.
+"""The Kubernetes API: find a process's pod, and tell the API server about it — its readiness
+gate condition, Events, an eviction (or a delete, when configured) — and read its logs.
 
-Reads ``/proc/<pid>/cgroup`` (through ProcFS) for the pod UID — when the
-remediation begins, with the process's start time checked before and after
-the read, so a reused pid can never name another pod — lists the pods of this
-node (field selector ``spec.nodeName=$NODE_NAME``) in the target's namespace
-(per-namespace RBAC allows nothing wider) to map the UID to namespace/name, and
-deletes the pod with a grace period and a UID precondition so its controller
-recreates it. The service account token is read again for every call
-(projected tokens rotate); the CA comes from the standard in-cluster path; the
-API base URL and the opener are seams so tests can point at a local fake API server.
+Reads ``/proc/<pid>/cgroup`` (through ProcFS) for the pod UID — when the remediation begins,
+with the process's start time checked before and after the read, so a reused pid can never name
+another pod — and lists the pods of this node (field selector ``spec.nodeName=$NODE_NAME``) in
+the target's namespace (per-namespace RBAC allows nothing wider) to map the UID to
+namespace/name. Lists are read in pages (``limit`` + ``continue``) and capped (``max_items``);
+every response is capped in bytes. Removing a pod: the Eviction API (policy/v1), which a
+PodDisruptionBudget may refuse (HTTP 429, ``EvictionBlocked``; the caller retries within its
+drain timeout), or a delete, both with a UID precondition so a pod recreated under the same name
+is never touched.
+
+Authentication is taken again on every call, log reads included: the bearer token is re-read
+from its file (projected service-account tokens rotate), a client certificate is reloaded when
+its file changes (the kubelet's rotate). Where the API server is and how to authenticate:
+``vllm_guardian.host.kubeconfig`` (in-cluster, or a kubeconfig for a guardian run by systemd).
+The opener is a seam so tests can point at a local fake API server.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 from urllib.parse import quote
 
-from vllm_guardian.errors import BackendUnavailable, ProbeFailed
+from vllm_guardian.errors import ProbeFailed
+from vllm_guardian.host.kubeconfig import SA_DIR, ApiAccess, discover
+from vllm_guardian.host.kubeconfig import in_cluster as _in_cluster
 
 if TYPE_CHECKING:
     from vllm_guardian.model import ProcKey
     from vllm_guardian.host.procfs import ProcFS
 
-SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+__all__ = ["SA_DIR", "ApiError", "EvictionBlocked", "KubeClient", "PodRef", "list_node_pods", "pod_uid_from_cgroup"]
 # cgroup v1: .../kubepods/burstable/pod<uid>/<container>; v2 (systemd driver):
 # .../kubepods-burstable-pod<uid with _>.slice/cri-containerd-<id>.scope
 _POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
@@ -60,6 +69,22 @@ def pod_uid_of(procfs: ProcFS, key: ProcKey, alive: Callable[[ProcKey], bool]) -
     return pod_uid_from_cgroup(text)
 
 
+class ApiError(ProbeFailed):
+    """The API server answered with an error status: ``code``, and its Status ``message``."""
+
+    def __init__(self, text: str, code: int, message: str = "", retry_after: float | None = None) -> None:
+        super().__init__(text)
+        self.code, self.message, self.retry_after = code, message, retry_after
+
+
+class EvictionBlocked(ApiError):
+    """HTTP 429 on an eviction: a PodDisruptionBudget allows no disruption now (retry later)."""
+
+
+CONDITION_PATCH = "application/strategic-merge-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+
+
 class KubeClient:
     def __init__(
         self,
@@ -70,31 +95,72 @@ class KubeClient:
         timeout: float = 10.0,
         opener: Callable[..., Any] | None = None,
         token_file: str | None = None,
+        *,
+        client_cert: str | None = None,
+        client_key: str | None = None,
+        insecure: bool = False,
+        page_size: int = 500,
+        max_items: int = 5000,
+        max_bytes: int = 32 * 1024 * 1024,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.token_file = token_file
         self.node_name = node_name
         self.timeout = timeout
-        ctx = ssl.create_default_context(cafile=ca_file) if ca_file else None
-        self._open = opener or (lambda req, timeout: urllib.request.urlopen(req, timeout=timeout, context=ctx))
+        self.ca_file, self.client_cert, self.client_key, self.insecure = ca_file, client_cert, client_key, insecure
+        self.page_size, self.max_items, self.max_bytes = page_size, max_items, max_bytes
+        self._ctx: tuple[tuple[tuple[str, int], ...], ssl.SSLContext | None] | None = None
+        self._open = opener or (
+            lambda req, timeout: urllib.request.urlopen(req, timeout=timeout, context=self._ssl_context())
+        )
+
+    @classmethod
+    def from_access(cls, access: ApiAccess, node_name: str | None, timeout: float = 10.0) -> KubeClient:
+        return cls(
+            access.server,
+            access.token,
+            access.ca_file,
+            node_name,
+            timeout,
+            token_file=access.token_file,
+            client_cert=access.client_cert,
+            client_key=access.client_key,
+            insecure=access.insecure,
+        )
 
     @classmethod
     def in_cluster(cls, env: Mapping[str, str], timeout: float = 10.0) -> KubeClient:
-        host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT", "443")
-        if not host or not (SA_DIR / "token").exists():
-            raise BackendUnavailable(
-                "not running in a Kubernetes pod (no KUBERNETES_SERVICE_HOST or "
-                "service-account token): restart.mode kubernetes cannot act"
-            )
-        return cls(
-            f"https://{host}:{port}",
-            None,
-            str(SA_DIR / "ca.crt"),
-            env.get("NODE_NAME"),
-            timeout,
-            token_file=str(SA_DIR / "token"),
-        )
+        return cls.from_access(_in_cluster(env), env.get("NODE_NAME"), timeout)
+
+    @classmethod
+    def from_environment(
+        cls, env: Mapping[str, str], kubeconfig: str | None = None, context: str | None = None, timeout: float = 10.0
+    ) -> KubeClient:
+        """In-cluster in a pod; else the kubeconfig given (or ``$KUBECONFIG``). The node is
+        ``$NODE_NAME``, else this host's name (a guardian on the node, run by systemd)."""
+        access = discover(env, kubeconfig, context)
+        node = env.get("NODE_NAME") or (None if access.source == "in-cluster" else os.uname().nodename)
+        return cls.from_access(access, node, timeout)
+
+    # ---------------------------------------------------------------- transport
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        """Built again when a certificate file changed on disk (rotation); None for plain http."""
+        if not self.base_url.startswith("https:"):
+            return None
+        files = [f for f in (self.ca_file, self.client_cert, self.client_key) if f]
+        try:
+            stamp = tuple((f, os.stat(f).st_mtime_ns) for f in files)
+        except OSError as e:
+            raise ProbeFailed(f"kubernetes credentials: {e.filename}: {e.strerror}") from None
+        if self._ctx is None or self._ctx[0] != stamp:
+            ctx = ssl.create_default_context(cafile=self.ca_file)
+            if self.insecure:
+                ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+            if self.client_cert:
+                ctx.load_cert_chain(self.client_cert, self.client_key)
+            self._ctx = (stamp, ctx)
+        return self._ctx[1]
 
     def _bearer(self) -> str | None:
         if self.token_file is None:
@@ -105,34 +171,70 @@ class KubeClient:
         except OSError as e:
             raise ProbeFailed(f"kubernetes service-account token {self.token_file}: {e.strerror or e}") from None
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        accept: str = "application/json",
+        limit: int | None = None,
+    ) -> bytes:
+        """One call, authenticated afresh; at most ``limit`` (default ``max_bytes``) bytes of answer."""
+        cap = self.max_bytes if limit is None else limit
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.base_url + path, data=data, method=method)
-        req.add_header("Accept", "application/json")
+        req.add_header("Accept", accept)
         if data is not None:
-            req.add_header("Content-Type", "application/json")
+            req.add_header("Content-Type", content_type)
         token = self._bearer()
         if token:
             req.add_header("Authorization", f"Bearer {token}")
         try:
             with self._open(req, self.timeout) as resp:
-                reply = json.loads(resp.read() or b"{}")
+                raw = resp.read(cap + 1)
         except urllib.error.HTTPError as e:
-            raise ProbeFailed(f"kubernetes API {method} {path}: HTTP {e.code} {e.reason}") from None
-        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise _api_error(method, path, e) from None
+        except (urllib.error.URLError, OSError, ValueError, ssl.SSLError) as e:
+            raise ProbeFailed(f"kubernetes API {method} {path}: {e}") from None
+        if limit is None and len(raw) > cap:
+            raise ProbeFailed(f"kubernetes API {method} {path}: answer larger than {cap} bytes; not read")
+        return bytes(raw[:cap])
+
+    def _call(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> dict[str, Any]:
+        raw = self._request(method, path, body, content_type=content_type)
+        try:
+            reply = json.loads(raw or b"{}")
+        except ValueError as e:
             raise ProbeFailed(f"kubernetes API {method} {path}: {e}") from None
         if not isinstance(reply, dict):
             raise ProbeFailed(f"kubernetes API {method} {path}: expected a JSON object, got {type(reply).__name__}")
         return reply
 
+    def _list(self, path: str) -> list[dict[str, Any]]:
+        """Every item of a list call, page by page (``limit``/``continue``), at most ``max_items``."""
+        items: list[dict[str, Any]] = []
+        token = ""
+        sep = "&" if "?" in path else "?"
+        while True:
+            page = f"{path}{sep}limit={self.page_size}" + (f"&continue={quote(token, safe='')}" if token else "")
+            reply = self._call("GET", page)
+            items += [i for i in reply.get("items") or [] if isinstance(i, dict)]
+            if len(items) > self.max_items:
+                raise ProbeFailed(f"kubernetes API GET {path}: more than {self.max_items} items; narrow the query")
+            token = str((reply.get("metadata") or {}).get("continue") or "")
+            if not token:
+                return items
+
+    # ---------------------------------------------------------------- pods
     def find_pod(self, uid: str, namespace: str | None = None) -> PodRef:
         """The pod with this UID on this node: listed in ``namespace`` when given (what a
         per-namespace RoleBinding allows), else cluster-wide (needs a ClusterRoleBinding)."""
         selector = f"?fieldSelector={quote('spec.nodeName=' + self.node_name)}" if self.node_name else ""
         path = f"/api/v1/namespaces/{quote(namespace)}/pods" if namespace else "/api/v1/pods"
-        items = self._call("GET", f"{path}{selector}").get("items", [])
-        for item in items:
-            md = item.get("metadata", {}) if isinstance(item, dict) else {}
+        for item in self._list(f"{path}{selector}"):
+            md = item.get("metadata", {})
             if md.get("uid") != uid:
                 continue
             node = (item.get("spec") or {}).get("nodeName")
@@ -144,6 +246,9 @@ class KubeClient:
         where = f"namespace {namespace}" if namespace else "the cluster"
         raise ProbeFailed(f"no pod with uid {uid} on node {self.node_name or '?'} in {where}")
 
+    def _pod_path(self, pod: PodRef) -> str:
+        return f"/api/v1/namespaces/{quote(pod.namespace, safe='')}/pods/{quote(pod.name, safe='')}"
+
     def delete_pod(self, pod: PodRef, grace_seconds: int) -> None:
         body = {
             "kind": "DeleteOptions",
@@ -151,8 +256,48 @@ class KubeClient:
             "gracePeriodSeconds": int(grace_seconds),
             "preconditions": {"uid": pod.uid},
         }  # never delete a recreated pod of the same name
-        self._call("DELETE", f"/api/v1/namespaces/{quote(pod.namespace)}/pods/{quote(pod.name)}", body)
+        self._call("DELETE", self._pod_path(pod), body)
 
+    def evict_pod(self, pod: PodRef, grace_seconds: int) -> None:
+        """policy/v1 Eviction (PodDisruptionBudgets hold): ``EvictionBlocked`` on 429."""
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.name, "namespace": pod.namespace},
+            "deleteOptions": {"gracePeriodSeconds": int(grace_seconds), "preconditions": {"uid": pod.uid}},
+        }
+        try:
+            self._call("POST", self._pod_path(pod) + "/eviction", body)
+        except ApiError as e:
+            if e.code == 429:
+                raise EvictionBlocked(
+                    f"eviction of pod {pod.namespace}/{pod.name} refused (429): "
+                    f"{e.message or 'a PodDisruptionBudget allows no disruption now'}",
+                    429,
+                    e.message,
+                    e.retry_after,
+                ) from None
+            raise
+
+    def patch_pod_condition(self, pod: PodRef, condition: Mapping[str, Any]) -> None:
+        """Set one condition of the pod's status (strategic merge: conditions merge by ``type``),
+        only on the pod with this UID (the patch's precondition)."""
+        body = {"metadata": {"uid": pod.uid}, "status": {"conditions": [dict(condition)]}}
+        self._call("PATCH", self._pod_path(pod) + "/status", body, content_type=CONDITION_PATCH)
+
+    def patch_node_condition(self, node: str, condition: Mapping[str, Any]) -> None:
+        body = {"status": {"conditions": [dict(condition)]}}
+        self._call("PATCH", f"/api/v1/nodes/{quote(node, safe='')}/status", body, content_type=CONDITION_PATCH)
+
+    # ---------------------------------------------------------------- events
+    def create_event(self, namespace: str, event: Mapping[str, Any]) -> dict[str, Any]:
+        return self._call("POST", f"/api/v1/namespaces/{quote(namespace, safe='')}/events", dict(event))
+
+    def patch_event(self, namespace: str, name: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/events/{quote(name, safe='')}"
+        return self._call("PATCH", path, dict(changes), content_type=MERGE_PATCH)
+
+    # ---------------------------------------------------------------- logs
     def read_log(
         self,
         namespace: str,
@@ -176,17 +321,25 @@ class KubeClient:
         path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/log?" + "&".join(
             f"{k}={quote(v)}" for k, v in query.items()
         )
-        req = urllib.request.Request(self.base_url + path, method="GET")
-        req.add_header("Accept", "text/plain")
-        if self.token:
-            req.add_header("Authorization", f"Bearer {self.token}")
-        try:
-            with self._open(req, self.timeout) as resp:
-                return str(resp.read(limit_bytes + 1).decode("utf-8", errors="replace"))
-        except urllib.error.HTTPError as e:
-            raise ProbeFailed(f"kubernetes API GET {path}: HTTP {e.code} {e.reason}") from None
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            raise ProbeFailed(f"kubernetes API GET {path}: {e}") from None
+        raw = self._request("GET", path, accept="text/plain", limit=int(limit_bytes))
+        return raw.decode("utf-8", errors="replace")
+
+
+def _api_error(method: str, path: str, e: urllib.error.HTTPError) -> ApiError:
+    message = ""
+    try:
+        status = json.loads(e.read(64 * 1024) or b"{}")
+        if isinstance(status, dict):
+            message = str(status.get("message") or "")[:500]
+    except (ValueError, OSError):
+        pass
+    retry = e.headers.get("Retry-After") if e.headers is not None else None
+    try:
+        retry_after = float(retry) if retry else None
+    except ValueError:
+        retry_after = None
+    text = f"kubernetes API {method} {path}: HTTP {e.code} {e.reason}" + (f": {message}" if message else "")
+    return ApiError(text, e.code, message, retry_after)
 
 
 # ---------------------------------------------------------------- match.kubernetes (additive)
@@ -211,5 +364,4 @@ def list_node_pods(
             "NODE_NAME is not set (the DaemonSet passes spec.nodeName through the "
             "downward API): cannot tell which pods run on this node"
         )
-    items = client._call("GET", node_pods_path(namespace, client.node_name, pod, label_selector)).get("items")
-    return [i for i in items or [] if isinstance(i, dict)]
+    return client._list(node_pods_path(namespace, client.node_name, pod, label_selector))

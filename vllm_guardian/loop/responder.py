@@ -81,6 +81,9 @@ class Responder:
         self.diagnoser = diagnoser
         self.target_configs = dict(target_configs or {})  # name -> TargetConfig (log sources)
         self.decisions: dict[str, str] = {}  # target -> what was decided this tick (status)
+        # target -> (kind, incident id) of an open incident it will be remediated for: out of
+        # rotation from the moment it opens (remediate mode only; surface/readiness.py)
+        self.out_of_service: dict[str, tuple[str, str]] = {}
         self.evidence_pending: set[str] = set()  # incident ids whose bundle is being captured
         self.on_update: list[Callable[[Incident], None]] = []
         self._evidence_of: dict[str, str] = {}  # incident id → target, while its bundle is captured
@@ -94,6 +97,7 @@ class Responder:
         }
         total = len(self.tracker.targets)
         self.decisions = {}
+        self.out_of_service = {}
         for inc in open_incidents:
             tr = self.tracker.targets.get(inc.target.name)
             if tr is None or inc.kind is Kind.RESTART_BUDGET_EXHAUSTED:
@@ -102,6 +106,8 @@ class Responder:
             mode = section.mode if section is not None else Mode.ALERT
             if inc.signals.get("alert_only") and mode is Mode.REMEDIATE:
                 mode = Mode.ALERT  # e.g. two instances disagree and neither has a baseline: nobody to blame
+            if self._will_remediate(inc, mode):
+                self.out_of_service.setdefault(inc.target.name, (inc.kind.value, inc.id))
             # draining starts while the bundle is captured; stopping waits for it (``_capturing``)
             decision = self.remediator.consider(inc, tr, now, mode=mode, tripped=len(tripped), total=total)
             if inc.id in self.evidence_pending:
@@ -113,6 +119,15 @@ class Responder:
             self._remediation_finished(seq, outcome)
         self.remediator.refresh_budgets()
         return self._budget_incidents()
+
+    def _will_remediate(self, inc: Incident, mode: Mode) -> bool:
+        """Remediate mode, a remediating detector, a configured target, a kind that restarts."""
+        return (
+            mode is Mode.REMEDIATE
+            and not self.remediator.policy.dry_run
+            and inc.kind is not Kind.PROBE_FAILURE
+            and self.remediator.settings.configured(inc.target.name)
+        )
 
     def _budget_incidents(self) -> list[Transition]:
         transitions: list[Transition] = []

@@ -43,6 +43,7 @@ from vllm_guardian.probes.accel import make_backends
 from vllm_guardian.state.async_runner import AsyncRunner
 from vllm_guardian.diagnosis.service import Diagnoser
 from vllm_guardian.surface.sdnotify import SdNotify
+from vllm_guardian.surface.kube_publisher import KubePublisher, supervised_namespaces
 from vllm_guardian.seams import Seams
 from vllm_guardian.sinks.events import AlertEmitter, IncidentAlerts
 from vllm_guardian.sinks.fleet import node_summary
@@ -94,7 +95,8 @@ def build_daemon(
         from vllm_guardian.host.kube import KubeClient
 
         try:
-            kube = KubeClient.in_cluster(dict(os.environ))
+            k = cfg.kubernetes
+            kube = KubeClient.from_environment(dict(os.environ), k.kubeconfig, k.context, k.timeout)
         except GuardianError as e:
             logging.getLogger("guardian").warning("%s", e)
     lease = None
@@ -102,7 +104,7 @@ def build_daemon(
         f = cfg.policy.fleet
         node = cfg.node or os.uname().nodename
         lease = FleetLease(sink.client, node, f.max_concurrent_restarts, f.lease_ttl, f.when_redis_down)
-    diagnoser = Diagnoser.from_config(cfg, runner=seams.commands, http=seams.http, kube=_kube_factory(kube))
+    diagnoser = Diagnoser.from_config(cfg, runner=seams.commands, http=seams.http, kube=_kube_factory(kube, cfg))
     daemon = Daemon(
         cfg,
         seams,
@@ -124,14 +126,31 @@ def build_daemon(
     return daemon
 
 
-def _kube_factory(kube: Any) -> Callable[[], Any]:
+def kube_publisher(cfg: Config, seams: Seams, clock: SystemClock) -> KubePublisher | None:
+    """The readiness gate, Events and NodeCondition publisher, when a target names its pod's
+    namespace and one of them is on; None (logged) when the Kubernetes API cannot be reached."""
+    k = cfg.kubernetes
+    if not supervised_namespaces(cfg) or not (k.readiness_gate or k.events or k.node_condition):
+        return None
+    from vllm_guardian.host.kube import KubeClient
+
+    try:
+        client = KubeClient.from_environment(dict(os.environ), k.kubeconfig, k.context, k.timeout)
+    except GuardianError as e:
+        log.warning("kubernetes readiness gate and Events off: %s", e)
+        return None
+    return KubePublisher(cfg, client, seams.proc, seams.control.alive, wall=clock.wall, monotonic=clock.monotonic)
+
+
+def _kube_factory(kube: Any, cfg: Config) -> Callable[[], Any]:
     """The Kubernetes client crash forensics reads previous container logs with: the one remediation
-    built, else an in-cluster client made when first needed (BackendUnavailable outside a pod)."""
+    built, else one made when first needed (in-cluster or the kubeconfig; BackendUnavailable without)."""
     if kube is not None:
         return lambda: kube
     from vllm_guardian.host.kube import KubeClient
 
-    return lambda: KubeClient.in_cluster(dict(os.environ))
+    k = cfg.kubernetes
+    return lambda: KubeClient.from_environment(dict(os.environ), k.kubeconfig, k.context, k.timeout)
 
 
 @dataclass
@@ -148,6 +167,7 @@ class Runtime:
     _next_heartbeat: float = float("-inf")
     decisions: GateDecisions | None = None
     listener: ReportsListener | None = None
+    kube: KubePublisher | None = None
 
     @classmethod
     def start(cls, cfg: Config) -> Runtime:
@@ -172,9 +192,10 @@ class Runtime:
             if cfg.gates.enabled
             else None
         )
+        seams = real_seams(cfg, clock)
         daemon = build_daemon(
             cfg,
-            real_seams(cfg, clock),
+            seams,
             sink=sink,
             sinks=[alerts] + ([decisions] if decisions is not None else []),
             on_update=[republish],
@@ -201,6 +222,7 @@ class Runtime:
                 max_tick_age=3 * cfg.interval,
             )
         rt = cls(daemon, clock, sink, alerts, emitter, control, http, beat, decisions=decisions)
+        rt.kube = kube_publisher(cfg, seams, clock)
         try:
             rt._wire_gates(cfg)
             if http is not None:
@@ -244,10 +266,14 @@ class Runtime:
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + self.daemon.cfg.alerts.heartbeat_ttl / 3
             self.sink.heartbeat(node_summary(self.daemon.status().to_dict(), self.sink.stats()))
+        if self.kube is not None:
+            self.kube.observe(self.daemon.status())  # only queues: its thread talks to the API server
         self.sd.after_tick(f"{len(self.daemon.tracker.targets)} targets")
 
     def close(self) -> None:
         self.control.stop()
+        if self.kube is not None:
+            self.kube.close()
         if self.http is not None:
             self.http.stop()
         self.daemon.runner.shutdown()

@@ -179,9 +179,14 @@ class Machine:
             sent = method.stop(seq, rc, grace, now, self)
             seq.found_gone = sent.found_gone
             self.record(seq, "stop", sent.status, sent.detail)
-        failed = method.stop_failed(seq, self)
-        if failed:
-            self.record(seq, "stop", "failed", failed)
+        news = method.stop_news(seq, self)
+        if news.fail is not None:
+            self.finish(seq, now, Outcome.FAILED, news.fail)
+            return
+        if news.record is not None:
+            self.record(seq, "stop", *news.record)
+        if news.hold_kill:
+            grace = max(grace, now - seq.phase_since + 1)  # the eviction may wait on a budget: no SIGKILL meanwhile
         alive = [k for k in seq.tree if self.control.alive(k)]
         if alive and not seq.sigkill_sent and now - seq.phase_since >= grace:
             seq.sigkill_sent = True

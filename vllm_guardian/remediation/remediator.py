@@ -39,6 +39,7 @@ class SequenceStatus:
     since: float
     detail: str
     outcome: str | None
+    drain_only: bool
 
 
 class Remediator:
@@ -96,6 +97,7 @@ class Remediator:
                 s.phase_since_wall,
                 s.detail,
                 None if s.outcome is None else s.outcome.value,
+                s.drain_only,
             )
             for name, s in self.sequences.items()
         }

@@ -78,6 +78,7 @@ class PhaseProgress:
     owner_checked: bool = False  # starting: the owner grace is over (stood down or proceeding)
     start_failures: int = 0  # starting: failed command-mode starts so far
     start_retry_at: float | None = None  # starting: monotonic time of the next start attempt
+    kube_pending: bool = False  # stopping: the eviction (or delete) job has not answered yet
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -91,6 +92,7 @@ class PhaseProgress:
             "owner_checked": self.owner_checked,
             "start_failures": self.start_failures,
             "start_retry_at": self.start_retry_at,
+            "kube_pending": self.kube_pending,
         }
 
     @classmethod

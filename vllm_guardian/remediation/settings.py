@@ -33,11 +33,16 @@ class RemediationSettings:
     state_dir: str
     policy: PolicyConfig
     targets: Mapping[str, RestartSpec] = field(default_factory=dict)
+    pod_removal: str = "evict"  # restart.mode kubernetes: evict | delete (kubernetes.pod_removal)
 
     @classmethod
     def from_config(cls, cfg: Config) -> RemediationSettings:
         return cls(
-            cfg.node or os.uname().nodename, cfg.state_dir, cfg.policy, {t.name: RestartSpec.of(t) for t in cfg.targets}
+            cfg.node or os.uname().nodename,
+            cfg.state_dir,
+            cfg.policy,
+            {t.name: RestartSpec.of(t) for t in cfg.targets},
+            cfg.kubernetes.pod_removal,
         )
 
     def configured(self, target: str) -> bool:

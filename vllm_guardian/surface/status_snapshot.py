@@ -107,6 +107,8 @@ class TargetStatus:
     incidents: tuple[str, ...]  # kinds of the open incidents
     errors: Mapping[str, str]  # episode key -> message
     gates: Mapping[str, Any] | None = None  # output-correctness gates: health score, baseline, notes
+    serving_reason: str = ""  # why (not) serving, CamelCase (surface/readiness.py; the readiness gate's reason)
+    serving_message: str = ""
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from vllm_guardian import __version__
 from vllm_guardian.remediation.policy import Maintenance, budget_left
 from vllm_guardian.bundle.redact import redact_argv
+from vllm_guardian.surface.readiness import readiness
 from vllm_guardian.model import Incident, ProcessInfo, Subject
 from vllm_guardian.diagnosis.node_view import render_table as render_accelerators
 from vllm_guardian.diagnosis.node_view import with_faults
@@ -112,6 +113,16 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
         return None if point is None else point[1]
 
     scrape, canary, accel = tr.last_scrape, tr.last_canary, d.readings.accel
+    sequence = d.remediator.sequence_status().get(name)
+    verdict = readiness(
+        name,
+        phase=d.remediator.phase(name),
+        remediator_serving=d.remediator.serving(name),
+        api_alive=tr.api_alive,
+        ready=tr.ready,
+        takes_out=d.responder.out_of_service.get(name),
+        incident_id=None if sequence is None else sequence.incident,
+    )
     return TargetStatus(
         name=name,
         source=tr.target.source,
@@ -121,7 +132,9 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
         api_url=tr.target.api_url,
         model=tr.model,
         phase=_phase(tr, kinds, d.remediator.phase(name)),
-        serving=d.remediator.serving(name) and tr.api_alive and tr.ready,
+        serving=verdict.serving,
+        serving_reason=verdict.reason,
+        serving_message=verdict.message,
         remediation=d.remediator.status().get(name),
         decision=d.responder.decisions.get(name),
         budget_left=budget_left(d.cfg.policy, d.ledger, name, d.clock.wall()),

@@ -18,6 +18,7 @@ from vllm_guardian.host.process_control import ProcessControl
 from vllm_guardian.host.runner import CommandRunner
 from vllm_guardian.remediation.decide import Refusal
 from vllm_guardian.remediation.sequence import RestartSequence
+from vllm_guardian.remediation.settings import RemediationSettings
 
 if TYPE_CHECKING:
     from vllm_guardian.host.kube import KubeClient
@@ -59,6 +60,18 @@ class StartStep:
 WAIT = StartStep("wait")
 
 
+@dataclass(frozen=True)
+class StopNews:
+    """What an off-loop stop (a pod's eviction) answered since the last tick."""
+
+    record: tuple[str, str] | None = None  # (status, detail) of a ``stop`` action to record
+    fail: str | None = None  # the sequence fails with this, nothing more is stopped
+    hold_kill: bool = False  # the stop has not answered yet: no SIGKILL meanwhile
+
+
+NO_NEWS = StopNews()
+
+
 class MethodContext(Protocol):
     """What the machine lends a method while it steps a sequence."""
 
@@ -84,6 +97,9 @@ class MethodContext(Protocol):
 
     def record(self, seq: RestartSequence, name: str, status: str, detail: str) -> None: ...
 
+    @property
+    def settings(self) -> RemediationSettings: ...
+
     def save(self, seq: RestartSequence) -> bool: ...
 
 
@@ -108,8 +124,8 @@ class RestartMethod(Protocol):
         """Send the first stop (SIGTERM, or the pod's deletion with ``grace``)."""
         ...
 
-    def stop_failed(self, seq: RestartSequence, ctx: MethodContext) -> str | None:
-        """An off-loop stop that failed, once (the machine goes on to SIGKILL after the grace)."""
+    def stop_news(self, seq: RestartSequence, ctx: MethodContext) -> StopNews:
+        """What an off-loop stop answered (the machine goes on to SIGKILL after the grace)."""
         ...
 
     def owner_may_restart(self, seq: RestartSequence) -> bool:
@@ -143,8 +159,8 @@ class SignalStop:
             return StopSent("ok", f"SIGTERM to API server {api}")
         return StopSent("skipped", f"API server {api} already gone", found_gone=True)
 
-    def stop_failed(self, seq: RestartSequence, ctx: MethodContext) -> str | None:
-        return None
+    def stop_news(self, seq: RestartSequence, ctx: MethodContext) -> StopNews:
+        return NO_NEWS
 
     def owner_may_restart(self, seq: RestartSequence) -> bool:
         return False

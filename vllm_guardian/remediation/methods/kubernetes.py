@@ -1,19 +1,29 @@
-"""``restart.mode: kubernetes``: delete the API server's pod and let its controller recreate it.
+"""``restart.mode: kubernetes``: remove the API server's pod and let its controller recreate it.
 
 The pod is the one the API server ran in when the sequence began (its UID read from the process's
-cgroup then, identity-checked: never a reused pid's pod), deleted with a UID precondition and the
-stop grace. The kubelet stops the containers, not the guardian; if the deletion fails the machine
-still SIGKILLs the snapshotted tree after the grace. Needs the in-cluster API (a service account):
-without it a restart is refused (alert only).
+cgroup then, identity-checked: never a reused pid's pod). It is evicted (PodDisruptionBudgets
+hold; a refusal is retried within the target's drain timeout, ``remediation.kube_removal``) or
+deleted when ``kubernetes.pod_removal: delete`` says so, with a UID precondition and the stop grace.
+The kubelet stops the containers, not the guardian: no SIGKILL while the eviction waits on a
+budget, and an eviction still refused fails the sequence with nothing stopped. A removal that
+failed otherwise leaves the machine to SIGKILL the snapshotted tree after the grace. Needs the
+in-cluster API (a service account): without it a restart is refused (alert only).
 """
 
 from __future__ import annotations
 
-from vllm_guardian.config.schema import RestartConfig
-from vllm_guardian.host.kube import pod_uid_of
-from vllm_guardian.model import ProcKey
+from vllm_guardian.config.schema import DrainConfig, RestartConfig
+from vllm_guardian.host.kube import EvictionBlocked, pod_uid_of
 from vllm_guardian.remediation.decide import Refusal
-from vllm_guardian.remediation.methods.base import MethodContext, SignalStop, StartStep, StopSent
+from vllm_guardian.remediation.kube_removal import pod_of, remove_pod
+from vllm_guardian.remediation.methods.base import (
+    NO_NEWS,
+    MethodContext,
+    SignalStop,
+    StartStep,
+    StopNews,
+    StopSent,
+)
 from vllm_guardian.remediation.sequence import RestartSequence
 
 JOB = "kube"
@@ -41,31 +51,32 @@ class KubernetesMethod(SignalStop):
         if kube is None:  # a manual restart without the API: SIGTERM, like signal mode
             return super().stop(seq, rc, grace, now, ctx)
         api, uid, namespace = seq.api_key, seq.pod_uid, rc.namespace
+        procfs, alive, log = ctx.procfs, ctx.control.alive, ctx.log
+        removal = ctx.settings.pod_removal
+        spec = ctx.settings.targets.get(seq.target)
+        budget = spec.drain.timeout if spec is not None else DrainConfig().timeout
 
-        def delete() -> object:
-            return self._delete(ctx, api, int(grace), uid, namespace)
+        def remove() -> str:
+            pod = pod_of(kube, procfs, api, alive, uid, namespace)
+            return remove_pod(kube, pod, int(grace), removal, budget, log=log).describe()
 
-        ctx.submit(seq, JOB, delete, now, deadline=now + 30)
-        return StopSent("ok", f"pod delete requested (grace {grace:g}s) {uid or ''}")
+        ctx.submit(seq, JOB, remove, now, deadline=now + budget + 60)
+        seq.progress.kube_pending = True
+        what = "eviction" if removal == "evict" else "delete"
+        return StopSent("ok", f"pod {what} requested (grace {grace:g}s) {uid or ''}")
 
-    @staticmethod
-    def _delete(ctx: MethodContext, api: ProcKey, grace: int, uid: str | None, namespace: str | None) -> object:
-        """Delete the pod recorded when the sequence began; without a record, the pod of the API
-        server only while its pid still is the snapshotted process (never a reused pid's pod)."""
-        assert ctx.kube is not None
-        if uid is None and ctx.procfs is not None:
-            uid = pod_uid_of(ctx.procfs, api, ctx.control.alive)
-        if uid is None:
-            raise RuntimeError(f"pid {api.pid} is not in a Kubernetes pod (no pod UID in its cgroup)")
-        pod = ctx.kube.find_pod(uid, namespace)
-        ctx.kube.delete_pod(pod, grace)
-        return pod
-
-    def stop_failed(self, seq: RestartSequence, ctx: MethodContext) -> str | None:
+    def stop_news(self, seq: RestartSequence, ctx: MethodContext) -> StopNews:
         res = ctx.take(seq, JOB)
-        if res is None or res.error is None:
-            return None
-        return f"pod delete failed: {res.error}; SIGKILL after stop_timeout"
+        if res is None:
+            return StopNews(hold_kill=seq.progress.kube_pending)
+        seq.progress.kube_pending = False
+        if isinstance(res.error, EvictionBlocked):  # never stop it behind its disruption budget's back
+            return StopNews(fail=f"{res.error}: nothing was stopped; a person decides")
+        if res.error is not None:
+            return StopNews(("failed", f"pod removal failed: {res.error}; SIGKILL after stop_timeout"))
+        if res.value is not None:
+            return StopNews(("ok", str(res.value)))
+        return NO_NEWS
 
     def start(self, seq: RestartSequence, rc: RestartConfig, now: float, ctx: MethodContext) -> StartStep:
         return StartStep("verify", "waiting for the controller to recreate the pod")

@@ -1,0 +1,167 @@
+"""The Helm chart (deploy/helm/vllm-guardian) with the real ``helm`` (tools/k8s_render.py): it
+lints for every value set in its ci/ folder, renders objects the API schemas of every supported
+Kubernetes version accept, renders the guardian config the guardian accepts, grants exactly the
+namespaces it is given, and rolls the pods when — and only when — the guardian's config changes."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from k8s_schemas import VERSIONS, split, validate
+
+from tools.k8s_render import CHART, ToolFailed, helm_lint, helm_template
+from vllm_guardian.config.loader import parse_config
+
+ROOT = Path(__file__).resolve().parents[2]
+VALUE_SETS = sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
+_CACHE: dict[tuple, list[dict]] = {}
+
+
+def render(values: str | None = None, **sets: str) -> list[dict]:
+    key = (values, tuple(sorted(sets.items())))
+    if key not in _CACHE:
+        _CACHE[key] = helm_template([CHART / "ci" / values] if values else [], sets)
+    return _CACHE[key]
+
+
+def kind(docs: list[dict], k: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == k]
+
+
+def config_of(docs: list[dict]):
+    (cm,) = [d for d in kind(docs, "ConfigMap") if "guardian.yaml" in d["data"]]
+    return parse_config(yaml.safe_load(cm["data"]["guardian.yaml"]))
+
+
+def grants(docs: list[dict]) -> set[tuple[str, str, str]]:
+    """(verb, resource, namespace or '*') the service account is granted."""
+    roles = {d["metadata"]["name"]: d for d in kind(docs, "ClusterRole")}
+    out = set()
+    for b in kind(docs, "RoleBinding") + kind(docs, "ClusterRoleBinding"):
+        ns = b["metadata"].get("namespace", "*") if b["kind"] == "RoleBinding" else "*"
+        for rule in roles[b["roleRef"]["name"]]["rules"]:
+            out |= {(v, r, ns) for v in rule["verbs"] for r in rule["resources"]}
+    return out
+
+
+def test_there_is_a_matrix_of_value_sets():
+    assert len(VALUE_SETS) >= 4
+
+
+@pytest.mark.parametrize("values", [None, *VALUE_SETS])
+def test_helm_lint_passes_strict(values):
+    helm_lint(CHART / "ci" / values if values else None)
+
+
+@pytest.mark.parametrize("values", [None, *VALUE_SETS])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_rendered_objects_are_valid_for_each_supported_version(values, version):
+    for doc in render(values):
+        validate(doc, version)
+
+
+@pytest.mark.parametrize("values", [None, *VALUE_SETS])
+def test_the_rendered_config_is_one_the_guardian_accepts(values):
+    docs = render(values)
+    cfg = config_of(docs)
+    mode = (yaml.safe_load((CHART / "ci" / values).read_text()) if values else {}).get("mode", "observe")
+    assert cfg.policy.dry_run is (mode == "observe")
+
+
+def test_observe_mode_can_neither_evict_nor_delete():
+    acting = {("create", "pods/eviction"), ("delete", "pods")}
+    assert not {g for g in grants(render("observe-values.yaml")) if g[:2] in acting}
+
+
+def test_remediate_mode_evicts_in_the_targets_namespace_and_never_deletes():
+    g = grants(render("remediate-values.yaml"))
+    assert ("create", "pods/eviction", "llm") in g
+    assert not {x for x in g if x[:2] == ("delete", "pods")}
+
+
+def test_pod_removal_delete_grants_delete_instead_of_eviction():
+    g = grants(render("full-values.yaml"))
+    assert {("delete", "pods", "team-a"), ("delete", "pods", "team-b")} <= g
+    assert not {x for x in g if x[1] == "pods/eviction"}
+
+
+def test_rbac_is_rendered_from_the_namespaces_given_and_no_other():
+    assert {ns for *_, ns in grants(render("full-values.yaml")) if ns != "*"} == {"team-a", "team-b", "default"}
+    assert {ns for *_, ns in grants(render("observe-values.yaml"))} == {"inference", "default"}
+
+
+def test_the_defaults_grant_no_namespace_and_never_name_llm():
+    docs = render()
+    assert {ns for *_, ns in grants(docs)} == {"default"}  # the Node's Events only
+    assert not re.search(r"namespace: llm\b", yaml.safe_dump_all(docs))
+
+
+def test_no_cluster_wide_grant_but_the_opt_in_node_condition():
+    assert "*" not in {ns for *_, ns in grants(render("remediate-values.yaml"))}
+    wide = {g for g in grants(render("full-values.yaml")) if g[2] == "*"}
+    assert wide == {("patch", "nodes/status", "*")}
+
+
+def test_readiness_gate_and_events_off_grant_neither():
+    g = grants(render("no-events-values.yaml"))
+    assert not {x for x in g if x[1] in ("pods/status", "events")}
+
+
+def _template(docs: list[dict]) -> dict:
+    return kind(docs, "DaemonSet")[0]["spec"]["template"]
+
+
+def test_a_changed_config_value_changes_the_pod_template():
+    before = _template(render("remediate-values.yaml"))
+    after = _template(render("remediate-values.yaml", **{"config.interval": "2"}))
+    assert before["metadata"]["annotations"]["checksum/config"] != after["metadata"]["annotations"]["checksum/config"]
+
+
+def test_switching_mode_rolls_the_pods():
+    a = _template(render("remediate-values.yaml"))
+    b = _template(render("remediate-values.yaml", mode="observe"))
+    assert a["metadata"]["annotations"]["checksum/config"] != b["metadata"]["annotations"]["checksum/config"]
+
+
+def test_a_value_outside_the_config_leaves_the_checksum_alone():
+    a = _template(render("remediate-values.yaml"))
+    b = _template(render("remediate-values.yaml", **{"resources.limits.memory": "1Gi"}))
+    assert a["metadata"]["annotations"]["checksum/config"] == b["metadata"]["annotations"]["checksum/config"]
+
+
+def test_an_unknown_mode_is_refused():
+    with pytest.raises(ToolFailed, match="mode must be observe or remediate"):
+        helm_template(sets={"mode": "fix-everything"})
+
+
+def test_monitoring_objects_render_when_enabled_and_match_their_crds():
+    docs = render("full-values.yaml")
+    assert {d["kind"] for d in split(docs)[1]} == {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
+    assert not split(render())[1]
+
+
+def test_the_prometheus_rule_is_the_rules_file():
+    (rule,) = kind(render("full-values.yaml"), "PrometheusRule")
+    rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "rules.yaml").read_text(encoding="utf-8"))
+    assert rule["spec"]["groups"] == rules["groups"]
+
+
+def test_the_dashboard_configmap_is_the_dashboard_file():
+    (cm,) = [d for d in kind(render("full-values.yaml"), "ConfigMap") if "vllm-guardian.json" in d["data"]]
+    shipped = json.loads((ROOT / "deploy" / "grafana" / "guardian-dashboard.json").read_text(encoding="utf-8"))
+    assert json.loads(cm["data"]["vllm-guardian.json"]) == shipped
+    assert cm["metadata"]["namespace"] == "monitoring" and cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+
+
+def test_scheduling_values_reach_the_pod():
+    spec = _template(render("full-values.yaml"))["spec"]
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert spec["runtimeClassName"] == "nvidia"
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert spec["affinity"]["nodeAffinity"] and spec["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert not kind(render("full-values.yaml"), "PriorityClass")
+    assert spec["containers"][0]["image"] == "registry.example.com/vllm-guardian:0.1.0"
