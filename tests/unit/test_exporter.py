@@ -166,7 +166,11 @@ FULL = status(
     incidents=[incident("busy_loop", "llama")],
     actions={"outcomes": {"ok": 4, "failed": 1}, "restarts": {"llama": {"ok": 1}}},
     alerts={"spooled": 7, "dropped_total": 2},  # the keys RedisAlertSink.stats() writes
-    gates={"reports": {"accepted": 3, "malformed": 1}},
+    gates={
+        "reports": {"accepted": 3, "malformed": 1, "unsigned": 2},
+        "reports_dropped": {"malformed": 1, "unsigned": 2},
+        "fingerprints_dropped": {"future": 2},
+    },
     accelerators=[{"device": "nvml:0", "backend": "nvml", "fault_health": 0}],
     device_faults={"pci:0000:3b:00": {"health": 2}},
 )

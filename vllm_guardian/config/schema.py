@@ -267,6 +267,18 @@ _SHADOW_PROMPTS = (
 
 
 @dataclass(frozen=True)
+class TrustConfig:
+    """Who may make the guardian act: signed reports, decisions and L4 fingerprints (docs/gates.md, Trust)."""
+
+    keys_file: str | None = _f(None, doc="file of `kid secret` lines (mode 0600); the first line signs")
+    key_env: str | None = _f(None, doc="environment variable holding one secret (kid `default`)")
+    max_skew: float = _f(30.0, "nonneg", "seconds a signed message may be stamped ahead of this clock")
+    max_age: float = _f(600.0, "positive", "seconds after which a report is stale (its replay window)")
+    reports_per_minute: int = _f(30, "positive", "counted reports per target per minute; the rest dropped")
+    min_peer_nodes: int = _f(2, "positive", "L4: other nodes' fingerprints vote only from this many nodes")
+
+
+@dataclass(frozen=True)
 class GatesConfig:
     """Output-correctness gates L1-L5, run by the guardian against each target."""
 
@@ -296,6 +308,7 @@ class GatesConfig:
         "an answer leaving its baseline where the two tokens were within this "
         "many nats is a batching flip, not a failure",
     )
+    trust: TrustConfig = field(default_factory=TrustConfig)
     builtin_checks: bool = _f(
         True,
         doc="L5: the built-in known-answer checks (copy, counting, a pattern), each expecting the "

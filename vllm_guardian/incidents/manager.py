@@ -247,5 +247,5 @@ class IncidentManager:
             return
         try:
             self._store.save(inc)
-        except (OSError, ValueError) as e:
-            log.error("could not persist incident %s: %s", inc.id, e)
+        except (OSError, ValueError, TypeError, RecursionError) as e:  # a disk or a finding's bad data: never raised
+            log.error("could not persist incident %s: %s: %s", inc.id, type(e).__name__, e)

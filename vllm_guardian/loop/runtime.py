@@ -239,7 +239,12 @@ class Runtime:
         gates = self.daemon.readings.gates
         if gates is None:
             return
-        gates.exchange = FingerprintExchange(self.sink.client, cfg.node or "", self.clock.wall)
+        trust = cfg.gates.trust
+        gates.exchange = FingerprintExchange(
+            self.sink.client, cfg.node or "", self.clock.wall, gates.keys, trust.max_skew, trust.min_peer_nodes
+        )
+        if self.decisions is not None:
+            self.decisions.keys = gates.keys  # decisions out are signed with the same keys
         self.listener = ReportsListener(
             self.sink.client,
             cfg.gates.reports_channel,

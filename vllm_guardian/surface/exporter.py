@@ -87,7 +87,21 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "guardian_gate_reports_total",
         "counter",
         ("outcome",),
-        "External gate reports by outcome (accepted, malformed, unknown_target, other_node, stale).",
+        "External gate reports by outcome (accepted, other_node, or a drop reason).",
+    ),
+    (
+        "guardian_gate_reports_dropped_total",
+        "counter",
+        ("reason",),
+        "External gate reports dropped, by reason (malformed, unsigned, bad_signature, no_node, "
+        "unknown_target, future, stale, replay, rate_limited).",
+    ),
+    (
+        "guardian_gate_fingerprints_dropped_total",
+        "counter",
+        ("reason",),
+        "Other nodes' L4 fingerprint entries that did not vote, by reason "
+        "(unsigned, bad_signature, malformed, misfiled, stale, future).",
     ),
     ("guardian_process_cpu_ratio", "gauge", ("target", "pid", "role"), "CPU use of a process (1.0 = one core)."),
     ("guardian_process_resident_memory_bytes", "gauge", ("target", "pid", "role"), "Resident memory of a process."),
@@ -235,8 +249,13 @@ class GuardianCollector:
         alerts = _map(doc.get("alerts"))
         f.add("guardian_alerts_spooled", (), alerts.get("spooled"))
         f.add("guardian_alerts_dropped_total", (), alerts.get("dropped_total"))
-        for outcome, n in _map(_map(doc.get("gates")).get("reports")).items():
+        gates = _map(doc.get("gates"))
+        for outcome, n in _map(gates.get("reports")).items():
             f.add("guardian_gate_reports_total", (outcome,), n)
+        for reason, n in _map(gates.get("reports_dropped")).items():
+            f.add("guardian_gate_reports_dropped_total", (reason,), n)
+        for reason, n in _map(gates.get("fingerprints_dropped")).items():
+            f.add("guardian_gate_fingerprints_dropped_total", (reason,), n)
         return f.all()
 
     # ---------------------------------------------------------------- sections

@@ -1,0 +1,114 @@
+"""Bounds on what a message from outside may carry, checked before it is parsed further. Pure.
+
+``loads`` refuses a message over ``max_bytes``, not UTF-8, or nested deeper than
+``max_depth`` (measured by one linear scan of the text *before* ``json.loads``, so a
+``[[[[…]]]]`` never reaches a recursive parser), then parses it; every refusal is a
+``BoundsError`` (a ``ValueError``) naming the bound.
+
+``flatten`` turns any parsed value into a flat ``{path: scalar}`` mapping with at most
+``max_items`` entries, strings cut to ``max_str`` characters, nothing nested deeper than
+``max_depth`` (deeper containers become a short ``"<list of 3>"`` text), non-finite
+numbers as text. It walks with an explicit stack: no recursion, whatever it is given.
+What a report carries into an incident is always such a flat mapping.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+MAX_BYTES = 64 * 1024
+MAX_DEPTH = 8
+MAX_ITEMS = 16
+MAX_STR = 200
+
+_STRUCT = re.compile(r'["\\\[\]{}]')
+
+Scalar = str | int | float | bool | None
+
+
+class BoundsError(ValueError):
+    """A message over one of the bounds; the text says which."""
+
+
+def nesting_depth(text: str) -> int:
+    """The deepest ``[``/``{`` nesting of a JSON text, strings skipped. Linear (each run of
+    backslashes is walked once, by the quote that follows it); never raises."""
+    depth = deepest = 0
+    in_str = False
+    for m in _STRUCT.finditer(text):
+        c = m.group()
+        if in_str:
+            if c == '"' and not _is_escaped(text, m.start()):
+                in_str = False
+        elif c == '"':
+            in_str = True
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth = max(0, depth - 1)
+    return deepest
+
+
+def _is_escaped(text: str, i: int) -> bool:
+    """Is the character at ``i`` preceded by an odd run of backslashes?"""
+    j = i - 1
+    while j >= 0 and text[j] == "\\":
+        j -= 1
+    return (i - 1 - j) % 2 == 1
+
+
+def loads(raw: bytes | str, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> Any:
+    """``json.loads`` within the bounds; ``BoundsError`` otherwise (also for bad JSON)."""
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8", "surrogatepass")
+    if len(raw) > max_bytes:
+        raise BoundsError(f"message of {len(raw)} bytes (at most {max_bytes})")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BoundsError("message is not UTF-8") from None
+    depth = nesting_depth(text)
+    if depth > max_depth:
+        raise BoundsError(f"message nested {depth} deep (at most {max_depth})")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:  # RecursionError: cannot happen within the depth bound
+        raise BoundsError(f"not JSON: {str(e)[:120]}") from None
+
+
+def scalar(value: Any, max_str: int = MAX_STR) -> Scalar:
+    """A JSON scalar as kept: strings cut, non-finite floats as text, anything else as text."""
+    if value is None or isinstance(value, (bool, int)):
+        return value if not isinstance(value, int) or abs(value) < 1 << 63 else str(value)[:max_str]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    s = value if isinstance(value, str) else str(value)
+    return s if len(s) <= max_str else s[: max_str - 1] + "…"
+
+
+def flatten(value: Any, max_items: int = MAX_ITEMS, max_str: int = MAX_STR, max_depth: int = 3) -> dict[str, Scalar]:
+    """``value`` as at most ``max_items`` ``path: scalar`` entries (see the module doc)."""
+    out: dict[str, Scalar] = {}
+    stack: list[tuple[str, Any, int]] = [("", value, 0)]
+    while stack and len(out) < max_items:
+        path, v, depth = stack.pop()
+        if isinstance(v, (dict, list)):
+            kind = "object" if isinstance(v, dict) else "list"
+            if depth >= max_depth:
+                out[path or "value"] = f"<{kind} of {len(v)}>"
+                continue
+            items = list(v.items()) if isinstance(v, dict) else list(enumerate(v))
+            children = []
+            for k, child in items[:max_items]:
+                key = str(k)[:64]
+                children.append((f"{path}.{key}" if path else key, child, depth + 1))
+            if len(items) > max_items:
+                out[(path + "." if path else "") + "…"] = f"{len(items) - max_items} more"
+            stack.extend(reversed(children))
+        else:
+            out[path or "value"] = scalar(v, max_str)
+    return out
