@@ -569,8 +569,9 @@ def test_an_eviction_a_disruption_budget_never_allows_fails_the_restart_without_
     w = World(
         tmp_path / "state", restart={"mode": "kubernetes", "stop_timeout": 10}, control=FakeControl({API, ENGINE})
     )
-    w.rem.kube = KubeClient("https://k8s", "tok", None, "gpu-node-17", opener=api)
-    w.rem.procfs = proc.procfs()
+    w.rem = w.new_remediator(
+        kube=KubeClient("https://k8s", "tok", None, "gpu-node-17", opener=api), procfs=proc.procfs()
+    )
     assert w.consider(w.open()) == "started"
     w.step(1, n=10)
     evictions = [r for r in api.requests if r[1].endswith("/eviction")]
