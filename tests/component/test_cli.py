@@ -105,3 +105,30 @@ def test_a_guardian_config_that_does_not_exist_is_named_and_exits_2(tmp_path, ca
     monkeypatch.setenv("GUARDIAN_CONFIG", str(tmp_path / "absent.yaml"))
     assert main(["check-config"]) == 2
     assert "GUARDIAN_CONFIG=" in capsys.readouterr().err
+
+
+ESCAPES = "\x1b[2J\x1b]0;owned\x07\rX\x9b31m"
+
+
+def test_incidents_list_and_show_print_others_control_characters_visibly_never_raw(tmp_path, capsys):
+    """A report's type, a thread or model name, a server's error body: text from others must not
+    drive the reader's terminal (clear the screen, retitle it, overwrite a line)."""
+    cfg = write_config(tmp_path)
+    IncidentStore(str(tmp_path / "state")).save(
+        Incident(
+            "01HF7Z9GDG0TRA5GW6MSKGM013",
+            Kind.OUTPUT_CORRUPTION,
+            Severity.CRITICAL,
+            "n1",
+            TargetRef("llm" + ESCAPES, 10, 20, 8000, "m" + ESCAPES, "engine_core"),
+            Status.FIRING,
+            "report type " + ESCAPES,
+            1.7e9,
+            signals={"thread": "Thread" + ESCAPES},
+        )
+    )
+    for argv in (["incidents", "list"], ["incidents", "show", "01HF7Z9GDG0TRA5GW6MSKGM013"]):
+        assert main([*argv, "-c", cfg]) == 0
+        out = capsys.readouterr().out
+        assert not any(c in out for c in "\x1b\x07\r\x9b"), argv
+        assert "\\x1b[2J" in out

@@ -208,3 +208,73 @@ def test_stop_closes_the_port():
 def test_a_non_positive_max_tick_age_is_refused():
     with pytest.raises(ConfigError, match="max_tick_age"):
         HttpListener(("127.0.0.1", 0), registry=build_registry(dict), status=dict, tick_age=lambda: 0.0, max_tick_age=0)
+
+
+# ------------------------------------------------------------------ clients that misbehave
+def _trickle(address, stop_after: float) -> tuple[float, bytes]:
+    """A client sending its request a byte every 0.2 s: how long the listener kept it, and what it said."""
+    import socket
+    import time
+
+    sock = socket.create_connection(address, timeout=10)
+    start = time.monotonic()
+    got = b""
+    try:
+        for byte in b"GET /healthz HTTP/1.0\r\nX-Slow: " + b"a" * 1000:
+            if time.monotonic() - start > stop_after:
+                break
+            sock.sendall(bytes([byte]))
+            time.sleep(0.2)
+        sock.settimeout(10)
+        got = sock.recv(4096)
+    except OSError:
+        pass
+    finally:
+        sock.close()
+    return time.monotonic() - start, got
+
+
+def test_a_trickling_client_is_cut_off_at_the_whole_request_deadline_not_held_forever():
+    harness = Harness()
+    harness.api.request_deadline = 1.0
+    harness.api.start()
+    try:
+        held, _ = _trickle(harness.api.address, stop_after=30)
+        assert held < 15  # a per-read timeout (10 s) would have held it for the whole 1000-byte trickle (200 s)
+    finally:
+        harness.api.stop()
+
+
+def test_past_the_connection_cap_a_new_client_is_closed_and_healthz_still_answers_after():
+    import socket
+
+    harness = Harness()
+    harness.api.max_connections = 2
+    harness.api.request_deadline = 3.0
+    harness.api.start()
+    held = [socket.create_connection(harness.api.address, timeout=5) for _ in range(2)]
+    try:
+        import time
+
+        deadline = time.monotonic() + 10
+        while harness.api.refused == 0 and time.monotonic() < deadline:
+            extra = socket.create_connection(harness.api.address, timeout=5)
+            extra.settimeout(5)
+            assert extra.recv(1) == b""  # closed unread
+            extra.close()
+        assert harness.api.refused >= 1
+    finally:
+        for s in held:
+            s.close()
+    harness.heartbeat.beat()
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # the held connections' slots come back once they close
+            try:
+                assert harness.request("GET", "/healthz")[0] == 200
+                break
+            except (ConnectionError, http.client.HTTPException):
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+    finally:
+        harness.api.stop()

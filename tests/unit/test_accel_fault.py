@@ -140,3 +140,13 @@ def test_a_leak_or_a_server_on_healthy_devices_gets_no_device_story():
     led = ledger_with((0, result([gpu(3)], [AccelEvent("nvml:3", "xid", 79, "")], {"llm": [{"device": "nvml:3"}]})))
     assert device_story("kv_cache_leak", led.for_target("llm", 1)) == ([], [])
     assert device_story("engine_dead", led.for_target("other", 1)) == ([], [])
+
+
+def test_the_xid_that_names_the_cause_leads_ahead_of_the_lost_gpu_it_leaves_behind():
+    lost = DeviceCondition("gpu_lost", "NVML: GPU is lost")
+    led = ledger_with((0, result([gpu(0)], [AccelEvent("nvml:0", "xid", 79, "")])), (1, result([gpu(0, lost)])))
+    f = accel_fault.evaluate(led.view("nvml:0", 2), CFG)
+    assert f is not None and f.signals["code"] == "xid:79" and f.signals["other_codes"] == ["gpu_lost"]
+    led.target_devices["llm"] = {"nvml:0"}
+    entries, _ = device_story("busy_loop", led.for_target("llm", 2))
+    assert [e["id"] for e in entries] == ["device-fault:xid:79", "device-fault:gpu_lost"]

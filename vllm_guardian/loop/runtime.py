@@ -14,10 +14,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from vllm_guardian.config.schema import Config
 from vllm_guardian.surface.control_socket import ControlSocket
 from vllm_guardian.loop.daemon import Daemon, Sink
 from vllm_guardian.errors import GuardianError
+from vllm_guardian.host.accel import AccelBackend
 from vllm_guardian.surface.exporter import build_registry
 from vllm_guardian.host.api_keys import ApiKeys, BearerHttpClient
 from vllm_guardian.host.http import StdlibHttpClient
@@ -175,7 +177,9 @@ class Runtime:
     kube: KubePublisher | None = None
 
     @classmethod
-    def start(cls, cfg: Config) -> Runtime:
+    def start(cls, cfg: Config, *, accel_backends: Sequence[AccelBackend] | None = None) -> Runtime:
+        """Everything wired and listening. ``accel_backends``: given, they replace the ones
+        ``accelerators:`` asks for (the demo's fake NVML); None, the real ones."""
         clock = SystemClock()
         node = cfg.node or os.uname().nodename  # parse_config fills it; a Config built by hand may not
         sink = AlertSink.from_config(cfg.alerts, cfg.state_dir, node)
@@ -198,6 +202,10 @@ class Runtime:
             else None
         )
         seams = real_seams(cfg, clock)
+        if accel_backends is not None:
+            for b in seams.accel_backends:
+                b.close()
+            seams = dataclasses.replace(seams, accel_backends=tuple(accel_backends))
         daemon = build_daemon(
             cfg,
             seams,

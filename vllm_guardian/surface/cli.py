@@ -20,6 +20,7 @@ from typing import Sequence
 
 from vllm_guardian import __version__
 from vllm_guardian.errors import BackendUnavailable, CannotStart, ConfigError, GuardianError
+from vllm_guardian.surface.terminal import EscapingWriter
 
 DEFAULT_CONFIG = "/etc/guardian/guardian.yaml"
 CONFIG_ENV = "GUARDIAN_CONFIG"  # the config file when -c is not given (as systemd's EnvironmentFile may set it)
@@ -517,6 +518,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    stdout = sys.stdout
+    if args.command != "run":  # text for a person's terminal: others' control characters made visible
+        sys.stdout = EscapingWriter(stdout)
+    try:
+        return _main(args)
+    finally:
+        sys.stdout = stdout
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         code = args.fn(args)
         sys.stdout.flush()  # a closed pipe shows here, inside the try, not at interpreter exit

@@ -11,15 +11,22 @@ Routes (GET, and HEAD for load-balancer checks; any other method is 405, any oth
 
 It reads only what the loop published (the status dict, the heartbeat), on its own
 threads, so a slow client can never stall a tick. Every handler answers from memory.
+
+Bounded against clients that misbehave: at most ``max_connections`` are served at once (one
+more is closed at once, unread, and counted in ``refused``), and each connection has one
+deadline for its whole request (``request_deadline``): a client trickling a byte at a time
+cannot hold a thread past it (a per-read timeout would let it hold one forever).
 """
 
 from __future__ import annotations
 
 import errno
+import io
 import json
 import logging
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Mapping
 from urllib.parse import unquote, urlsplit
@@ -51,16 +58,62 @@ class LastTick:
         return None if last is None else max(0.0, self._monotonic() - last)
 
 
+MAX_CONNECTIONS = 16  # Prometheus, a kubelet probe or two, a person: far below this
+REQUEST_DEADLINE = 5.0  # seconds for a whole request: connect to the last byte of the answer
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     api: HttpListener  # set by HttpListener.start: what the handlers read
+    slots: threading.BoundedSemaphore
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):  # full: closed unread, no thread started
+            self.api.refused += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The request side of a connection with one deadline for all of it: before every read the
+    socket's timeout is set to what is left, so a trickling client runs out of time."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request deadline passed")
+        self._sock.settimeout(left)
+        return self._sock.recv_into(b)
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     server_version = "vllm-guardian"
-    timeout = 10  # a client that sends nothing does not hold a thread forever
+    timeout = REQUEST_DEADLINE  # also bounds each write of the answer
+
+    def setup(self) -> None:
+        super().setup()
+        deadline = time.monotonic() + self.server.api.request_deadline
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline))
 
     # ---------------------------------------------------------------- methods
     def do_GET(self) -> None:
@@ -137,7 +190,8 @@ class HttpListener:
     - ``status``: returns the latest status document;
     - ``tick_age``: seconds since the loop's last tick, None before the first (``LastTick.age``);
     - ``max_tick_age``: ``/healthz`` turns 503 at or past this age (3 × interval);
-    - ``poll_interval``: how often the serving thread checks for ``stop()`` (seconds).
+    - ``poll_interval``: how often the serving thread checks for ``stop()`` (seconds);
+    - ``max_connections``: served at once; ``request_deadline``: seconds for a whole request.
     """
 
     def __init__(
@@ -150,6 +204,8 @@ class HttpListener:
         max_tick_age: float,
         log: logging.Logger | None = None,
         poll_interval: float = 0.5,
+        max_connections: int = MAX_CONNECTIONS,
+        request_deadline: float = REQUEST_DEADLINE,
     ) -> None:
         self.host, self.port = address
         if max_tick_age <= 0:
@@ -160,6 +216,9 @@ class HttpListener:
         self.max_tick_age = max_tick_age
         self.log = log or logging.getLogger("guardian.http")
         self.poll_interval = poll_interval
+        self.max_connections = max_connections
+        self.request_deadline = request_deadline
+        self.refused = 0  # connections closed unread because max_connections were being served
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -210,6 +269,7 @@ class HttpListener:
             )
             raise CannotStart(f"cannot listen on {self.host}:{self.port} (api.http): {why}; {hint}") from None
         server.api = self
+        server.slots = threading.BoundedSemaphore(self.max_connections)
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever, args=(self.poll_interval,), name="guardian-http", daemon=True
