@@ -51,7 +51,7 @@ class GuardianProcess:
     def start(self) -> GuardianProcess:
         with open(self.log_path, "wb") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "vllm_guardian.surface.cli", "run", "-c", str(self.config_path)],
+                [sys.executable, "-m", "vllm_guardian.cli.main", "run", "-c", str(self.config_path)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -78,7 +78,7 @@ class GuardianProcess:
 
     def status(self) -> dict | None:
         out = subprocess.run(
-            [sys.executable, "-m", "vllm_guardian.surface.cli", "status", "--json", "-c", str(self.config_path)],
+            [sys.executable, "-m", "vllm_guardian.cli.main", "status", "--json", "-c", str(self.config_path)],
             capture_output=True,
             text=True,
             timeout=20,

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from vllm_guardian.remediation.launch import MINIMAL_PATH
+from vllm_guardian.host.launch import MINIMAL_PATH
 from vllm_guardian.remediation.methods import build_methods
 from vllm_guardian.remediation.parts import RemediationParts
 from vllm_guardian.remediation.remediator import Remediator

@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from vllm_guardian import __version__
+from vllm_guardian.detectors.output_corruption import health_score
 from vllm_guardian.remediation.policy import Maintenance, budget_left
 from vllm_guardian.bundle.redact import redact_argv
 from vllm_guardian.surface.readiness import readiness
@@ -168,7 +169,7 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
         incidents=tuple(kinds),
         errors=d.episodes.current(f"{name}:"),
         gates=(
-            d.readings.gates.status_of(name, now, d.cfg.detectors.output_corruption)
+            d.readings.gates.status_of(name, now, d.cfg.detectors.output_corruption, health_score)
             if d.readings.gates is not None
             else None
         ),

@@ -1,6 +1,6 @@
 """``restart.mode: command``: the guardian stops the tree and launches ``restart.command`` itself.
 
-The launch is built by ``vllm_guardian.remediation.launch`` (a clean environment, as
+The launch is built by ``vllm_guardian.host.launch`` (a clean environment, as
 ``restart.user``/``group``) and checked before anything is stopped (``start_problem``). A failed
 start is retried ``START_ATTEMPTS`` times (2 s, 4 s apart), then left to a human. The owner gets
 ``owner_grace`` only when the server died or was found already gone (otherwise the guardian
@@ -13,7 +13,7 @@ from vllm_guardian.bundle.redact import redact_argv
 from vllm_guardian.config.schema import RestartConfig
 from vllm_guardian.model import Kind
 from vllm_guardian.remediation.decide import Refusal
-from vllm_guardian.remediation.launch import build_launch_spec
+from vllm_guardian.host.launch import build_launch_spec
 from vllm_guardian.remediation.methods.base import WAIT, MethodContext, SignalStop, StartStep
 from vllm_guardian.remediation.sequence import RestartSequence
 
