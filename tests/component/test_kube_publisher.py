@@ -36,6 +36,11 @@ class Snapshot:
     incidents: list[Incident] = field(default_factory=list)
 
 
+def snapshot(targets: list[Target], incidents: list[Incident] | None = None) -> Any:
+    """What the publisher reads of a StatusSnapshot: its targets and open incidents."""
+    return Snapshot(targets, incidents or [])
+
+
 def incident(name: str, pid: int, start: int, actions=()) -> Incident:
     return Incident(
         f"inc-{name}",
@@ -69,11 +74,11 @@ def test_the_node_condition_follows_a_node_wide_anomaly_and_refusals_reach_pod_a
         pub = KubePublisher(cfg, client, proc.procfs(), lambda key: True)
         targets = [Target(n, k.pid, k.starttime) for n, k in keys.items()]
         try:
-            pub.observe(Snapshot(targets))
+            pub.observe(snapshot(targets))
             assert pub.drain()
             assert api.state.nodes[NODE]["status"]["conditions"][0]["status"] == "False"
             refused = Action("restart", "escalated", 1.0, ANOMALY)
-            pub.observe(Snapshot(targets, [incident(n, k.pid, k.starttime, [refused]) for n, k in keys.items()]))
+            pub.observe(snapshot(targets, [incident(n, k.pid, k.starttime, [refused]) for n, k in keys.items()]))
             assert pub.drain()
             (cond,) = api.state.nodes[NODE]["status"]["conditions"]
             assert (cond["type"], cond["status"], cond["reason"]) == (NODE_CONDITION, "True", "NodeAnomaly")
@@ -82,7 +87,7 @@ def test_the_node_condition_follows_a_node_wide_anomaly_and_refusals_reach_pod_a
             assert [e["reason"] for e in node_events] == ["NodeAnomaly"] and node_events[0]["count"] == 2
             pod_refusals = {e["involvedObject"]["uid"] for e in events if e["reason"] == "RestartRefused"}
             assert pod_refusals == set(UIDS.values())
-            pub.observe(Snapshot(targets))  # both resolved
+            pub.observe(snapshot(targets))  # both resolved
             assert pub.drain()
             assert api.state.nodes[NODE]["status"]["conditions"][0]["status"] == "False"
             assert sum(e["reason"] == "IncidentResolved" for e in api.state.events.values()) == 2
