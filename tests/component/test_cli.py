@@ -34,6 +34,24 @@ def test_check_config_names_every_bad_key_and_exits_2(tmp_path, capsys):
     assert "detectors.bogus: unknown key" in err
 
 
+def test_a_trust_key_file_readable_by_others_is_refused_by_check_config_and_run_before_anything_starts(
+    tmp_path, capsys
+):
+    import os
+
+    keys = tmp_path / "trust.keys"
+    keys.write_text("gw aaaaaaaaaaaaaaaaaaaaaaaa\n")
+    os.chmod(keys, 0o644)
+    cfg = write_config(tmp_path, gates={"enabled": True, "trust": {"keys_file": str(keys)}})
+    for command in ("check-config", "run"):
+        assert main([command, "-c", cfg]) == 2
+        assert "must be 0600 or stricter" in capsys.readouterr().err
+    assert not (tmp_path / "state" / "redis").exists()  # nothing was started (no embedded Redis left behind)
+    os.chmod(keys, 0o600)
+    assert main(["check-config", "-c", cfg]) == 0
+    assert "aaaaaaaa" not in capsys.readouterr().out  # the secret is never printed
+
+
 def test_status_without_a_running_guardian_says_so_and_exits_1(tmp_path, capsys):
     assert main(["status", "-c", write_config(tmp_path)]) == 1
     assert "not reachable" in capsys.readouterr().err

@@ -413,3 +413,13 @@ def test_the_finding_carries_answers_logprobs_baseline_model_and_version(server,
     assert one["output"] != one["baseline_answer"] and one["tokens"] and one["token_logprobs"]
     assert len(one["token_logprobs"]) == len(one["tokens"]) and one["top_logprobs"]
     assert len(sig["failing_rounds"]) == 3
+
+
+def test_without_a_trust_key_the_guardian_says_once_that_external_evidence_never_restarts(tmp_path, caplog):
+    import logging as _logging
+
+    with caplog.at_level(_logging.WARNING):
+        w = World("http://127.0.0.1:1", tmp_path)
+    said = [r.getMessage() for r in caplog.records if "never a restart" in r.getMessage()]
+    assert len(said) == 1 and "gates.trust" in said[0]
+    assert not w.shared.trusted and w.shared.summary()["trust"] == "unsigned"

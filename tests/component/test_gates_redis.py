@@ -13,7 +13,7 @@ from vllm_guardian.config.schema import TrustConfig
 from vllm_guardian.gates.exchange import FingerprintExchange, key_for
 from vllm_guardian.gates.listener import ReportsListener
 from vllm_guardian.gates.shared import GatesShared
-from vllm_guardian.gates.trust import Keys
+from vllm_guardian.gates.trust import Keys, check
 from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef, Transition
 from vllm_guardian.sinks.gate_decisions import GateDecisions
 from vllm_guardian.testing.redis_server import RedisServer
@@ -217,3 +217,29 @@ def test_each_node_votes_once_and_too_few_nodes_do_not_vote(client):
     FingerprintExchange(client, "node-c", lambda: now, KEYS, 30.0, 2).share("m", "v", "t", {"p": "bad"}, 600, 180)
     peers, _ = a.share("m", "v", "t", {"p": "good"}, 600, 180)
     assert len(peers) == 2
+
+
+def test_decisions_are_signed_and_one_resting_on_reports_alone_is_published_alert_only(client):
+    pubsub = client.pubsub()
+    pubsub.subscribe("vllm_control")
+    pubsub.get_message(timeout=1)
+    d = GateDecisions(client, "vllm_control", "node-a", lambda: "remediate", lambda: 5.0, LOG)
+    d.keys = KEYS
+    ref = TargetRef("t", 1, 1)
+    own = {"condition": "B", "level": "L3", "own_conditions": ["B"], "external": [], "confirmed_by_own_round": False}
+    hint = dict(own, own_conditions=[], external=["report"])
+    for i, signals in enumerate((own, hint)):
+        inc = Incident(
+            f"0{i}", Kind.OUTPUT_CORRUPTION, Severity.CRITICAL, "node-a", ref, Status.FIRING, "x", 1.0, signals
+        )
+        d(Transition(inc, None))
+    got: list[dict] = []
+    end = time.monotonic() + 10
+    while len(got) < 2 and time.monotonic() < end:
+        m = pubsub.get_message(timeout=0.5)
+        if m and m["type"] == "message":
+            got.append(json.loads(m["data"]))
+    d.close()
+    assert [check(m, KEYS) for m in got] == [None, None]  # an executor can verify every decision
+    assert [m["decision"] for m in got] == ["drain_and_restart", "alert_only"]
+    assert "until the guardian's own confirming gate round fails" in got[1]["hold"]

@@ -150,3 +150,26 @@ def test_the_xid_that_names_the_cause_leads_ahead_of_the_lost_gpu_it_leaves_behi
     led.target_devices["llm"] = {"nvml:0"}
     entries, _ = device_story("busy_loop", led.for_target("llm", 2))
     assert [e["id"] for e in entries] == ["device-fault:xid:79", "device-fault:gpu_lost"]
+
+
+# ------------------------------------------------------------------ the node-level escalation (Kubernetes)
+def _incident(kind: Kind, target: str, severity: Severity, signals: dict):
+    from vllm_guardian.model import Incident, Status, TargetRef
+
+    return Incident(
+        "id-" + target, kind, severity, "n1", TargetRef(target, 0, 0), Status.FIRING, "s " + target, 0.0, signals
+    )
+
+
+def test_a_device_fault_a_restart_cannot_help_sets_the_node_condition_a_throttle_does_not():
+    from vllm_guardian.config.loader import parse_config
+    from vllm_guardian.surface.kube_publisher import KubePublisher
+
+    cfg = parse_config({"node": "n1", "api": {"http": None}, "kubernetes": {"node_condition": True}})
+    me = SimpleNamespace(cfg=cfg)
+    broken = _incident(Kind.ACCEL_FAULT, "nvml:3", Severity.CRITICAL, {"blocks_restart": True})
+    hot = _incident(Kind.ACCEL_FAULT, "nvml:1", Severity.WARNING, {"blocks_restart": False})
+    want = KubePublisher._node_want(me, SimpleNamespace(incidents=[broken, hot], targets=[]))  # type: ignore[arg-type]
+    assert want.problem and "nvml:3" in want.message and "nvml:1" not in want.message
+    calm = KubePublisher._node_want(me, SimpleNamespace(incidents=[hot], targets=[]))  # type: ignore[arg-type]
+    assert not calm.problem

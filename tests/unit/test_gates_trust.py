@@ -144,3 +144,13 @@ def test_the_rate_limit_lets_a_burst_through_then_one_token_at_a_time():
     assert sum(r.take("t", 0.0) for _ in range(100)) == 30
     assert not r.take("t", 1.0) and r.take("t", 2.1)  # 0.5 token a second
     assert r.take("other", 2.1)  # per target
+
+
+def test_a_keys_file_mounted_from_a_kubernetes_secret_is_read_through_its_symlink(tmp_path):
+    """A Secret volume holds `trust.keys -> ..data/trust.keys`, mode 0400 (defaultMode 0400)."""
+    (tmp_path / "..data").mkdir()
+    real = tmp_path / "..data" / "trust.keys"
+    real.write_text("gw aaaaaaaaaaaaaaaaaaaa\n")
+    os.chmod(real, 0o400)
+    (tmp_path / "trust.keys").symlink_to("..data/trust.keys")
+    assert load_keys(str(tmp_path / "trust.keys"), None).signer == "gw"

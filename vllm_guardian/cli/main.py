@@ -133,6 +133,10 @@ def cmd_check_config(args) -> int:
     from vllm_guardian.config.loader import render_check
 
     cfg = _load(args.config)
+    if cfg.gates.enabled:  # the trust keys are read as `guardian run` reads them (never printed)
+        from vllm_guardian.gates.trust import load_keys
+
+        load_keys(cfg.gates.trust.keys_file, cfg.gates.trust.key_env)
     print(render_check(cfg))
     return 0
 

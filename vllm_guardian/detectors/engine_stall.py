@@ -11,7 +11,8 @@ Decides:
 - a suspect (unconfirmed, so the daemon sends a canary) when work was pending
   and counters frozen over the last few seconds only.
 
-Never during startup grace nor once the API server is gone (engine_dead's case),
+Never while paused or asleep on purpose (nor in the resume grace after it), never during
+startup grace nor once the API server is gone (engine_dead's case),
 nor while a process of the target is hot but its threads are not read yet (the
 first tick of a spin: whether it is busy_loop's case is not known).
 """
@@ -35,7 +36,7 @@ SUSPECT_AFTER = 3.0  # seconds of pending work with frozen counters before askin
 
 def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     st, es = view.state, cfg.engine_stall
-    if not st.ready or not st.api_alive:
+    if not st.ready or not st.api_alive or st.on_purpose:
         return None
     if hot_threads_for(view, cfg.busy_loop) or _hot_process_unread(view, cfg.busy_loop.cpu_ratio):
         return None

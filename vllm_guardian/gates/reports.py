@@ -11,7 +11,7 @@ The message (JSON, one per Redis pub/sub message on ``gates.reports_channel``)::
 
 Signed reports also carry ``kid`` and ``sig`` (``gates.trust``). Every report is a
 failure at ``check_level``. ``parse_message`` applies the bounds (``gates.bounds``: 64 KiB,
-8 levels of nesting, checked before the JSON parser sees it) and returns the object;
+8 levels of nesting, a parser's RecursionError caught) and returns the object;
 ``report_from`` reads the fields; ``parse_report`` is both. Each raises ``ReportError``
 naming the field. ``details`` is kept flattened (at most 16 ``path: scalar`` entries,
 strings of 200 characters): nothing deep or huge reaches an incident. ``for_node`` tells

@@ -132,7 +132,7 @@ def load_keys(keys_file: str | None, key_env: str | None, environ: Mapping[str, 
         return Keys()
     where = f"gates.trust.keys_file {keys_file}"
     try:
-        fd = os.open(keys_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(keys_file, os.O_RDONLY | os.O_CLOEXEC)  # a Kubernetes Secret file is a symlink
     except OSError as e:
         raise ConfigError([f"{where}: cannot open: {e.strerror}"]) from None
     try:

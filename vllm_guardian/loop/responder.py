@@ -41,6 +41,7 @@ from vllm_guardian.probes.base import Readings
 from vllm_guardian.series import SeriesStore
 from vllm_guardian.state.tracker import Tracker
 from vllm_guardian.diagnosis.device_story import device_story
+from vllm_guardian.diagnosis.node_view import with_faults
 from vllm_guardian.diagnosis.service import Diagnoser, capture_then_diagnose
 from vllm_guardian.bundle.evidence import EvidenceCollector, EvidenceContext, EvidenceResult, series_windows
 from vllm_guardian.remediation.external import external_hold
@@ -255,7 +256,9 @@ class Responder:
         )
         collector, diagnoser = self.evidence, self.diagnoser
         target_cfg = self.target_configs.get(inc.target.name)
-        accel_rows = list(accel.node) if accel is not None else []
+        ledger = self.readings.device_faults
+        faults = ledger.status(now) if ledger is not None else {}
+        accel_rows = with_faults(accel.node if accel is not None else [], faults)
         api_url = tr.target.api_url
         if self.runner.submit(
             ("evidence", inc.id),

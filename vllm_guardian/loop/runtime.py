@@ -53,6 +53,7 @@ from vllm_guardian.sinks.gate_decisions import GateDecisions
 from vllm_guardian.sinks.redis_sink import AlertSink
 from vllm_guardian.gates.exchange import FingerprintExchange
 from vllm_guardian.gates.listener import ReportsListener
+from vllm_guardian.gates.trust import load_keys
 
 if TYPE_CHECKING:
     from vllm_guardian.host.kube import KubeClient
@@ -180,6 +181,8 @@ class Runtime:
     def start(cls, cfg: Config, *, accel_backends: Sequence[AccelBackend] | None = None) -> Runtime:
         """Everything wired and listening. ``accel_backends``: given, they replace the ones
         ``accelerators:`` asks for (the demo's fake NVML); None, the real ones."""
+        if cfg.gates.enabled:  # a bad trust key file is a config error before anything is started
+            load_keys(cfg.gates.trust.keys_file, cfg.gates.trust.key_env)
         clock = SystemClock()
         node = cfg.node or os.uname().nodename  # parse_config fills it; a Config built by hand may not
         sink = AlertSink.from_config(cfg.alerts, cfg.state_dir, node)

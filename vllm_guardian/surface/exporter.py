@@ -75,7 +75,13 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     # targets
     ("guardian_target_info", "gauge", ("target", "model", "source"), "Always 1 per supervised vLLM server."),
     ("guardian_target_up", "gauge", ("target",), "1 when the target should take traffic (serving), else 0."),
-    ("guardian_target_ready", "gauge", ("target",), "1 once the target answered a canary (warm-up over), else 0."),
+    ("guardian_target_ready", "gauge", ("target",), "1 once the target is ready (warm-up over), else 0."),
+    (
+        "guardian_target_phase",
+        "gauge",
+        ("target", "phase"),
+        "1 for the target's phase (serving, warming, paused, sleeping, incident, draining, ...).",
+    ),
     ("guardian_target_health_ok", "gauge", ("target",), "1 when the target's /health last answered 200, else 0."),
     (
         "guardian_target_health_score",
@@ -289,6 +295,8 @@ class GuardianCollector:
         f.add("guardian_target_info", (name, t.get("model") or "", t.get("source") or ""), 1)
         f.add("guardian_target_up", tl, serving(t))
         f.add("guardian_target_ready", tl, bool(t.get("ready")))
+        if t.get("phase"):
+            f.add("guardian_target_phase", (name, str(t["phase"])), 1)
         health = t.get("health")
         if isinstance(health, Mapping):
             f.add("guardian_target_health_ok", tl, health.get("status") == 200)
