@@ -650,3 +650,17 @@ def test_a_device_that_is_fine_does_not_hold_a_restart_back(tmp_path):
     w = World(tmp_path)
     w.rem = w.new_remediator(device_check=lambda name: None)
     assert w.consider(w.open()) == "started"
+
+
+def test_a_device_fault_seen_while_the_tree_stops_fails_the_sequence_before_anything_starts(tmp_path):
+    w = World(tmp_path)
+    broken: list[str] = []
+    w.rem = w.new_remediator(device_check=lambda name: broken[0] if broken else None)
+    inc = w.open()
+    assert w.consider(inc) == "started"
+    broken.append("restart refused: device nvml:0 reported Xid 79 (GPU has fallen off the bus)")  # after the decision
+    w.step(1, n=10)  # draining (a hang: nothing to drain), stopping, then the check before starting
+    seq = w.rem.sequences["llm"]
+    assert seq.outcome == "failed" and "not started again" in seq.detail and "Xid 79" in seq.detail
+    assert (API, 15) in w.control.signals  # the hung tree was stopped ...
+    assert w.control.specs == []  # ... and nothing launched onto the broken device

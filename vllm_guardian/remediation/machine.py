@@ -204,6 +204,10 @@ class Machine:
             self.finish(seq, now, Outcome.FAILED, why)
 
     def _step_releasing(self, seq: RestartSequence, now: float, tracker: Tracker, series: SeriesStore) -> None:
+        broken = self.parts.device_check(seq.target)
+        if broken:  # a device fault seen while the tree was stopped: never start onto it
+            self.finish(seq, now, Outcome.FAILED, f"stopped, not started again: {broken}; a human must look")
+            return
         held = self.parts.release_check({k.pid for k in seq.tree})
         if held is None or held is False:
             took = now - seq.phase_since
