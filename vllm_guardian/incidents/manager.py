@@ -132,6 +132,11 @@ class IncidentManager:
         self._persist(done)
         return Transition(incident=done, previous=inc.status)
 
+    def reconfigure(self, detectors_cfg: DetectorsConfig) -> None:
+        """New thresholds (a config reload): open incidents and streaks are kept."""
+        with self._lock:
+            self._cfg = detectors_cfg
+
     def resolve_target(self, target_name: str, reason: str) -> list[Transition]:
         """Resolve every open incident of a target (e.g. a forgotten target), now."""
         with self._lock:

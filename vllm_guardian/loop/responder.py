@@ -287,7 +287,14 @@ class Responder:
         partial = (
             "" if res.complete else ", partial: " + "; ".join(f"{k}: {v}" for k, v in list(res.failures.items())[:3])
         )
-        self.log.info("evidence for %s: %d files in %.2fs%s", incident_id, len(res.files), res.duration, partial)
+        self.log.info(
+            "evidence for %s: %d files in %.2fs%s",
+            incident_id,
+            len(res.files),
+            res.duration,
+            partial,
+            extra={"incident": incident_id},
+        )
         try:
             inc = self.incidents.set_evidence(incident_id, str(res.dir))
             if diag is not None:

@@ -28,7 +28,8 @@ from vllm_guardian.clock import SystemClock
 from vllm_guardian.config.schema import Config
 from vllm_guardian.surface.control_socket import ControlSocket
 from vllm_guardian.loop.daemon import Daemon, Sink
-from vllm_guardian.errors import GuardianError
+from vllm_guardian.loop.reload import apply_config
+from vllm_guardian.errors import ConfigError, GuardianError
 from vllm_guardian.host.accel import AccelBackend
 from vllm_guardian.surface.exporter import build_registry
 from vllm_guardian.host.api_keys import ApiKeys, BearerHttpClient
@@ -176,6 +177,9 @@ class Runtime:
     decisions: GateDecisions | None = None
     listener: ReportsListener | None = None
     kube: KubePublisher | None = None
+    load_config: Callable[[], Config] | None = None  # re-reads the config file (SIGHUP); None: no reload
+    reload_requested: threading.Event = field(default_factory=threading.Event)
+    config_state: dict = field(default_factory=lambda: {"reloads": 0, "last_reload": None})
 
     @classmethod
     def start(cls, cfg: Config, *, accel_backends: Sequence[AccelBackend] | None = None) -> Runtime:
@@ -184,6 +188,7 @@ class Runtime:
         if cfg.gates.enabled:  # a bad trust key file is a config error before anything is started
             load_keys(cfg.gates.trust.keys_file, cfg.gates.trust.key_env)
         clock = SystemClock()
+        config_state: dict = {"reloads": 0, "last_reload": None}
         node = cfg.node or os.uname().nodename  # parse_config fills it; a Config built by hand may not
         sink = AlertSink.from_config(cfg.alerts, cfg.state_dir, node)
         emitter = AlertEmitter(node, cfg.alerts.renotify_interval)
@@ -215,7 +220,7 @@ class Runtime:
             sink=sink,
             sinks=[alerts] + ([decisions] if decisions is not None else []),
             on_update=[republish],
-            status_extras={"alerts": sink.stats},
+            status_extras={"alerts": sink.stats, "config": lambda: dict(config_state)},
         )
         control = ControlSocket(
             cfg.socket_path(),
@@ -237,7 +242,9 @@ class Runtime:
                 tick_age=beat.age,
                 max_tick_age=3 * cfg.interval,
             )
-        rt = cls(daemon, clock, sink, alerts, emitter, control, http, beat, decisions=decisions)
+        rt = cls(
+            daemon, clock, sink, alerts, emitter, control, http, beat, decisions=decisions, config_state=config_state
+        )
         rt.kube = kube_publisher(cfg, seams, clock)
         try:
             rt._wire_gates(cfg)
@@ -277,11 +284,44 @@ class Runtime:
         finally:
             self.sd.stopping()
 
+    def request_reload(self) -> None:
+        """From a signal handler: the loop reloads after its current tick."""
+        self.reload_requested.set()
+        self.clock.wake()
+
+    def reload(self) -> dict:
+        """Re-read the config; apply it when valid (``loop.reload``), else keep the old one and
+        say why (the key path of each problem). Incidents, episodes, the restart ledger and what
+        the tracker knows are kept either way. The outcome is in ``guardian status`` (``config``)."""
+        self.reload_requested.clear()
+        at = self.clock.wall()
+        if self.load_config is None:
+            outcome = {"at": at, "ok": False, "message": "no config file to re-read"}
+        else:
+            try:
+                new = self.load_config()
+            except ConfigError as e:
+                msg = "; ".join(e.problems)
+                log.error("config reload refused, the running config is kept: %s", msg)
+                outcome = {"at": at, "ok": False, "message": f"refused, the running config is kept: {msg}"}
+            else:
+                with self.daemon._lock:
+                    res = apply_config(self.daemon, new)
+                for tr in res.transitions:
+                    self.daemon._emit(tr)
+                log.info("config reloaded: %s", res.summary())
+                outcome = {"at": at, "ok": True, "message": res.summary(), "needs_restart": list(res.needs_restart)}
+        self.config_state["reloads"] += 1
+        self.config_state["last_reload"] = outcome
+        return outcome
+
     def after_tick(self) -> None:
         """The systemd watchdog and ``/healthz`` are fed by the loop itself (a frozen loop
         stops them); firing incidents are re-notified and, a few times per heartbeat TTL, the
         node heartbeat is written (both only enqueue: the sink's thread talks to Redis)."""
         self.loop_beat.beat()
+        if self.reload_requested.is_set():
+            self.reload()
         self.alerts.renotify(self.daemon.incidents.open_incidents())
         now = self.clock.monotonic()
         if now >= self._next_heartbeat:

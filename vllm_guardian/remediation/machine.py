@@ -30,7 +30,7 @@ from vllm_guardian.model import Action
 from vllm_guardian.remediation.methods.base import JobResult, RestartMethod
 from vllm_guardian.remediation.parts import RemediationParts, Tally
 from vllm_guardian.remediation.sequence import Outcome, Phase, PhaseProgress, RestartSequence
-from vllm_guardian.remediation.settings import control_message
+from vllm_guardian.remediation.settings import control_message, log_fields
 from vllm_guardian.remediation.steps import drain_timeout, queue_empty, stop_grace
 from vllm_guardian.remediation.jobs import SequenceJobs
 from vllm_guardian.remediation.resume import resume
@@ -65,6 +65,9 @@ class Machine:
         self._holding: Collection[str] = ()
         # sequences that ended since the owner last took them (``take_finished``)
         self._finished: list[tuple[RestartSequence, Outcome]] = []
+
+    def reconfigure(self, parts: RemediationParts) -> None:
+        self.parts, self.settings = parts, parts.settings
 
     def method(self, seq: RestartSequence) -> RestartMethod:
         return self.parts.method(seq.mode)
@@ -286,6 +289,10 @@ class Machine:
     def save(self, seq: RestartSequence) -> bool:
         return self.store.save(seq)
 
+    @staticmethod
+    def _fields(seq: RestartSequence) -> dict[str, str]:
+        return log_fields(seq.target, seq.reason, seq.incident_id)
+
     def take_finished(self) -> list[tuple[RestartSequence, Outcome]]:
         """The sequences that ended (with how) since the last call, oldest first."""
         done, self._finished = self._finished, []
@@ -304,7 +311,7 @@ class Machine:
             self.parts.async_runner.submit(
                 ("remediation", f"{target}:renew"), lambda: lease.renew(target, slot), deadline=now + 30
             )
-        self.log.info("remediation %s: %s (%s)", seq.target, phase, detail)
+        self.log.info("remediation %s: %s (%s)", seq.target, phase, detail, extra=self._fields(seq))
         self.save(seq)
 
     def finish(self, seq: RestartSequence, now: float, outcome: Outcome, detail: str) -> None:
@@ -341,5 +348,5 @@ class Machine:
                 self.parts.publish_control(control_message("undrain", seq.target, self.settings.node))
             self.sequences[seq.target] = seq
             self.record(seq, "resume", "ok", seq.detail)
-            self.log.warning("remediation %s: %s", seq.target, seq.detail)
+            self.log.warning("remediation %s: %s", seq.target, seq.detail, extra=self._fields(seq))
             self.save(seq)

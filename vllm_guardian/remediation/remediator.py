@@ -10,7 +10,7 @@ restart; after a failure, until the target serves again (``recovered``) or ``gua
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from vllm_guardian.config.schema import Mode, PolicyConfig
@@ -20,7 +20,8 @@ from vllm_guardian.remediation.machine import Machine
 from vllm_guardian.remediation.parts import RemediationParts, Tally
 from vllm_guardian.remediation.policy import Maintenance, RestartLedger, may_restart
 from vllm_guardian.remediation.sequence import PHASE_NAMES, TAKING_DOWN, Outcome, Phase, RestartSequence
-from vllm_guardian.remediation.settings import control_message
+from vllm_guardian.remediation.methods import build_methods
+from vllm_guardian.remediation.settings import RemediationSettings, control_message, log_fields
 from vllm_guardian.remediation.store import SequenceStore
 
 if TYPE_CHECKING:
@@ -58,6 +59,12 @@ class Remediator:
         self.exhausted: set[str] = set()  # targets whose budget is spent: observe-only
         self._noted: set[tuple[str, str]] = set()  # (incident id, refusal key) already recorded
         self.machine.resume(self.store.load_all())
+
+    def reconfigure(self, settings: RemediationSettings) -> None:
+        """A reloaded config: new targets' restart specs, policy and pod removal; running sequences go on."""
+        self.parts = replace(self.parts, settings=settings, methods=build_methods(settings.units()))
+        self.settings, self.policy = settings, settings.policy
+        self.machine.reconfigure(self.parts)
 
     # ------------------------------------------------------------------ queries
     def active(self, name: str) -> bool:
@@ -259,5 +266,6 @@ class Remediator:
                 self.parts.incidents.add_action(incident.id, Action("restart", status, self.clock.wall(), detail))
             except KeyError:
                 pass
-            self.log.warning("remediation %s: %s: %s", incident.target.name, status, detail)
+            fields = log_fields(incident.target.name, incident.kind.value, incident.id)
+            self.log.warning("remediation %s: %s: %s", incident.target.name, status, detail, extra=fields)
         return f"{status}: {detail}"

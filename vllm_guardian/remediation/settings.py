@@ -68,3 +68,11 @@ def control_message(action: str, target: str, node: str | None, reason: str | No
     if reason is not None:
         msg["reason"] = reason
     return msg
+
+
+def log_fields(target: str, kind: str, incident: str | None) -> dict[str, str]:
+    """The target / incident / kind keys of a log line (``--log-format json|logfmt``)."""
+    out = {"target": target, "kind": kind}
+    if incident is not None:
+        out["incident"] = incident
+    return out
