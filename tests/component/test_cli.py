@@ -76,7 +76,9 @@ def test_incidents_list_json_has_the_contract_fields(tmp_path, capsys):
     items = json.loads(capsys.readouterr().out)
     assert {"id", "kind", "status", "target", "opened_at", "resolved_at", "evidence_dir", "actions"} <= set(items[0])
     assert main(["incidents", "show", "01HF7Z9GDG0TRA5GW6MSKGM012", "-c", cfg]) == 0
-    assert "busy_loop" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "busy_loop" in out
+    assert "runbook https://" in out and "/docs/runbooks/busy_loop.md" in out
 
 
 def test_showing_an_unknown_incident_exits_1(tmp_path, capsys):

@@ -143,6 +143,12 @@ def test_no_series_still_renders(series):
     assert "The windows that fired" not in html and html.endswith("</html>")
 
 
+def test_the_page_links_the_runbook_of_its_kind():
+    from vllm_guardian.incidents.runbooks import runbook_url
+
+    assert f"<a id='runbook' href='{runbook_url('busy_loop')}'>" in page()
+
+
 def test_a_device_fault_leads_the_verdict_and_marks_its_row_in_the_accelerator_table():
     device_first = [
         {

@@ -5,7 +5,7 @@ it strictly: an unknown key or a wrong type is an error naming the key path).
 Field metadata ``check`` names a validation rule (see ``vllm_guardian.config.loader``):
 ``positive`` (> 0), ``nonneg`` (>= 0), ``ratio`` (0..1), ``mode``, ``onoff``
 (auto|off), ``restart_mode``, ``regex``, ``expect`` (regex or ``baseline``), ``port``,
-``hostport``.
+``hostport``, ``log_format``, ``log_level``.
 The top-level names are a contract: scripts and operators rely on them.
 """
 
@@ -451,6 +451,14 @@ class LifecycleConfig:
 
 
 @dataclass(frozen=True)
+class LogConfig:
+    """The daemon's log lines (``--log-format``/``--log-level`` and GUARDIAN_LOG_* win over these)."""
+
+    format: str = _f("text", "log_format", "text | json | logfmt")
+    level: str = _f("info", "log_level", "debug | info | warning | error | critical")
+
+
+@dataclass(frozen=True)
 class ApiConfig:
     socket: str | None = _f(None, doc="unix socket; default <state_dir>/guardian.sock")
     http: str | None = _f("127.0.0.1:9464", "hostport", "/metrics + readiness; null = off")
@@ -490,6 +498,7 @@ class Config:
     api: ApiConfig = field(default_factory=ApiConfig)
     diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
+    log: LogConfig = field(default_factory=LogConfig)
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
 
     def socket_path(self) -> str:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from vllm_guardian.incidents.runbooks import runbook_url
 from vllm_guardian.series import metrics as m
 from vllm_guardian.series.slope import theil_sen
 from vllm_guardian.diagnosis.svg import Line, fmt_value, line_chart
@@ -371,6 +372,9 @@ def render_report(r: ReportInput) -> str:
             + (f" · resolved {_e(_when(inc.get('resolved_at')))}" if inc.get("resolved_at") else "")
             + f" · pid {_e(target.get('pid'))} port {_e(target.get('port'))}</div>"
         )
+        if kind:
+            url = runbook_url(str(kind))
+            head.append(f"<div class='meta small'>runbook: <a id='runbook' href='{_e(url)}'>{_e(url)}</a></div>")
     body = [_diagnosis_html(r.diagnosis, r.notes), _crash_html(r.crash)]
     if fired:
         body.append("<h2>The windows that fired</h2>" + _charts_html(fired, t_end))

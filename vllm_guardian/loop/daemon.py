@@ -261,10 +261,13 @@ class Daemon:
 
     def _log_transition(self, tr: Transition) -> None:
         inc = tr.incident
+        fields = {"target": inc.target.name, "incident": inc.id, "kind": inc.kind.value}  # json/logfmt keys
         if tr.previous is None:
-            self.log.warning("INCIDENT %s %s on %s: %s", inc.id, inc.kind.value, inc.target.name, inc.summary)
+            self.log.warning(
+                "INCIDENT %s %s on %s: %s", inc.id, inc.kind.value, inc.target.name, inc.summary, extra=fields
+            )
             return
-        self.log.warning("RESOLVED %s %s on %s", inc.id, inc.kind.value, inc.target.name)
+        self.log.warning("RESOLVED %s %s on %s", inc.id, inc.kind.value, inc.target.name, extra=fields)
 
     def status(self) -> StatusSnapshot:
         """The status as of the last tick (built when first asked for after it)."""

@@ -12,10 +12,14 @@ Routes (GET, and HEAD for load-balancer checks; any other method is 405, any oth
 It reads only what the loop published (the status dict, the heartbeat), on its own
 threads, so a slow client can never stall a tick. Every handler answers from memory.
 
-Bounded against clients that misbehave: at most ``max_connections`` are served at once (one
-more is closed at once, unread, and counted in ``refused``), and each connection has one
-deadline for its whole request (``request_deadline``): a client trickling a byte at a time
-cannot hold a thread past it (a per-read timeout would let it hold one forever).
+Bounded against clients that misbehave: each connection has one deadline for its whole request
+(``request_deadline``), so a client trickling a byte at a time cannot hold a thread past it (a
+per-read timeout would let it hold one forever); at most ``max_connections`` are open at once.
+When they are all taken, the oldest connection still sending its request (open at least
+``evict_after`` seconds) is cut for the new one (``evicted``): a request is read in
+milliseconds and answered from memory, so the connections still sending are the trickles, and
+a flood of them cannot starve the kubelet's readiness probe or Prometheus. When every open
+connection is being answered, the new one is closed unread (``refused``).
 """
 
 from __future__ import annotations
@@ -60,30 +64,60 @@ class LastTick:
 
 MAX_CONNECTIONS = 16  # Prometheus, a kubelet probe or two, a person: far below this
 REQUEST_DEADLINE = 5.0  # seconds for a whole request: connect to the last byte of the answer
+EVICT_AFTER = 0.0  # how long a connection still sending its request is safe from being cut
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     api: HttpListener  # set by HttpListener.start: what the handlers read
-    slots: threading.BoundedSemaphore
+
+    def server_activate(self) -> None:
+        super().server_activate()
+        self.lock = threading.Lock()
+        # connection -> when it was accepted (monotonic), while it is still sending its request
+        self.open: dict[Any, float] = {}
+        self.answering: set[Any] = set()  # connections whose request was read: being answered
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):  # full: closed unread, no thread started
-            self.api.refused += 1
-            self.shutdown_request(request)
-            return
+        now = time.monotonic()
+        with self.lock:
+            if len(self.open) + len(self.answering) >= self.api.max_connections:
+                reading = [(since, id(c), c) for c, since in self.open.items() if now - since >= self.api.evict_after]
+                if not reading:  # all being answered (or all just opened): this one waits its turn
+                    self.api.refused += 1
+                    self.shutdown_request(request)
+                    return
+                _, _, oldest = min(reading, key=lambda r: r[:2])
+                self.api.evicted += 1  # still sending its request: a trickle; its thread ends at EOF
+                del self.open[oldest]
+                try:
+                    oldest.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            self.open[request] = now
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self.slots.release()
+            self._forget(request)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.slots.release()
+            self._forget(request)
+
+    def answering_now(self, request: Any) -> None:
+        """Its request was read: it is answered from memory and no longer counted as a trickle."""
+        with self.lock:
+            if self.open.pop(request, None) is not None:
+                self.answering.add(request)
+
+    def _forget(self, request: Any) -> None:
+        with self.lock:
+            self.open.pop(request, None)
+            self.answering.discard(request)
 
 
 class _DeadlineReader(io.RawIOBase):
@@ -109,6 +143,11 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     server_version = "vllm-guardian"
     timeout = REQUEST_DEADLINE  # also bounds each write of the answer
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        self.server.answering_now(self.request)
+        return ok
 
     def setup(self) -> None:
         super().setup()
@@ -191,7 +230,8 @@ class HttpListener:
     - ``tick_age``: seconds since the loop's last tick, None before the first (``LastTick.age``);
     - ``max_tick_age``: ``/healthz`` turns 503 at or past this age (3 × interval);
     - ``poll_interval``: how often the serving thread checks for ``stop()`` (seconds);
-    - ``max_connections``: served at once; ``request_deadline``: seconds for a whole request.
+    - ``max_connections``: open at once; ``request_deadline``: seconds for a whole request;
+      ``evict_after``: age at which an open connection is cut for a new one when all are taken.
     """
 
     def __init__(
@@ -206,6 +246,7 @@ class HttpListener:
         poll_interval: float = 0.5,
         max_connections: int = MAX_CONNECTIONS,
         request_deadline: float = REQUEST_DEADLINE,
+        evict_after: float = EVICT_AFTER,
     ) -> None:
         self.host, self.port = address
         if max_tick_age <= 0:
@@ -218,7 +259,9 @@ class HttpListener:
         self.poll_interval = poll_interval
         self.max_connections = max_connections
         self.request_deadline = request_deadline
-        self.refused = 0  # connections closed unread because max_connections were being served
+        self.evict_after = evict_after
+        self.refused = 0  # connections closed unread: max_connections open, all fresh
+        self.evicted = 0  # connections cut to make room: open evict_after seconds while all were taken
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -269,7 +312,6 @@ class HttpListener:
             )
             raise CannotStart(f"cannot listen on {self.host}:{self.port} (api.http): {why}; {hint}") from None
         server.api = self
-        server.slots = threading.BoundedSemaphore(self.max_connections)
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever, args=(self.poll_interval,), name="guardian-http", daemon=True
