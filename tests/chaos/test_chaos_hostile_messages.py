@@ -108,7 +108,8 @@ def test_a_hostile_neighbour_on_redis_makes_the_guardian_do_nothing_wrong(tmp_pa
                 entry = {"node": evil, "target": "sim", "t": time.time() + 86400,
                          "fps": {p: "0" * 16 for p in GatesConfig().shadow_prompts}}  # fmt: skip
                 client.hset(fp_key, f"{evil}/sim", json.dumps(entry))
-                client.hset(fp_key, f"{evil}/x", json.dumps(dict(entry, target="x", t=time.time())))  # unsigned
+                # unsigned, fresh for a while (not from the future beyond max_skew)
+                client.hset(fp_key, f"{evil}/x", json.dumps(dict(entry, target="x", t=time.time() + 20)))
             # the real gateway's reports, spread through the attack
             real = [sign(report(rid=f"real-{i}"), KEYS) for i in range(REAL)]
             pub(real[0])
@@ -165,9 +166,9 @@ def test_a_hostile_neighbour_on_redis_makes_the_guardian_do_nothing_wrong(tmp_pa
         assert sims_on(port) == [sim.pid]
         for inc in g.incidents():
             assert not [a for a in inc["actions"] if a["name"] in ("drain", "stop", "start", "restart")], inc
-        oc = [i for i in g.incidents() if i["kind"] == "output_corruption"]
-        if oc:  # the real reports may make condition A: an alert, held until the guardian's own round fails
-            assert "own confirming gate round" in (t.get("decision") or ""), t.get("decision")
+        # the 6 real L1 reports make condition A: an alert, held until the guardian's own round fails
+        assert [i for i in g.incidents() if i["kind"] == "output_corruption"], g.log_text()
+        assert "alert only until the guardian's own confirming gate round fails" in g.log_text()
         assert g.log_text().count("gate report unsigned") == 1  # once per episode, not 2001 lines
     finally:
         g.stop()

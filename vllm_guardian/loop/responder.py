@@ -113,6 +113,8 @@ class Responder:
             hold = self._external_hold(inc) if mode is Mode.REMEDIATE else None
             if hold:  # external evidence is a hint: only the guardian's own failing round confirms it
                 if (inc.id, hold) not in self._held:
+                    if len(self._held) > 1024:  # a few per incident; forget old ones rather than grow
+                        self._held.clear()
                     self._held.add((inc.id, hold))
                     self.log.warning("%s %s of %s: %s", inc.kind.value, inc.id, inc.target.name, hold)
                 self.decisions[inc.target.name] = hold
