@@ -145,7 +145,12 @@ def test_once_its_owner_is_known_a_pass_checks_the_socket_without_reading_net_tc
     procfs = tree.procfs()
     reads: list[int] = []
     original = procfs.listening_ports
-    procfs.listening_ports = lambda: reads.append(1) or original()  # type: ignore[method-assign]
+
+    def counted() -> dict[int, set[int]]:
+        reads.append(1)
+        return original()
+
+    procfs.listening_ports = counted  # type: ignore[method-assign]
     cache = DiscoveryCache()
     for now in (0.0, 5.0, 10.0):
         pass_cache = cache.for_pass(now, frozenset())
