@@ -150,7 +150,7 @@ def test_once_its_owner_is_known_a_pass_checks_the_socket_without_reading_net_tc
         reads.append(1)
         return original()
 
-    procfs.listening_ports = counted  # type: ignore[method-assign]
+    procfs.listening_ports = counted
     cache = DiscoveryCache()
     for now in (0.0, 5.0, 10.0):
         pass_cache = cache.for_pass(now, frozenset())
