@@ -78,9 +78,8 @@ class Cluster:
             }
         )
         seams = Seams(self.clock, self.proc.procfs(), self.http, FakeRunner(), self.control, [])
-        self.d = build_daemon(self.cfg, seams, log=logging.getLogger("test-kube-native"))
         client = KubeClient(self.api.url, None, None, NODE, token_file=str(token_file))
-        self.d.remediator.kube = client
+        self.d = build_daemon(self.cfg, seams, log=logging.getLogger("test-kube-native"), kube=client)
         self.publisher = KubePublisher(
             self.cfg, client, seams.proc, self.control.alive, wall=self.clock.wall, monotonic=self.clock.monotonic
         )

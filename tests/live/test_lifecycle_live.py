@@ -93,3 +93,26 @@ def test_a_server_paused_on_purpose_is_shown_paused_never_a_hang_and_its_request
             assert not any(a.get("kind") == "restart" for a in inc.get("actions", []))
         finally:
             assert g.stop() == 0, g.log_text()
+
+
+def test_a_guardian_restarted_while_a_hang_incident_is_open_keeps_it_once_and_judges_at_once(tmp_path, sim):
+    for _ in range(3):
+        sim.complete("warm traffic", max_tokens=2, timeout=30)
+    fire(sim, "busy_loop")
+    dry = {"policy": {"dry_run": True}}  # nothing restarted: the server must still hang for the second guardian
+    first = GuardianProcess(tmp_path, sim.port, extra=dry).start()
+    try:
+        inc = first.wait_incident("busy_loop", timeout=60)
+        assert inc is not None, first.log_text()
+    finally:
+        assert first.stop() == 0, first.log_text()
+    second = GuardianProcess(tmp_path, sim.port, extra=dry).start()  # same state dir: an upgrade, a crash
+    try:
+        # ready by the server's word, at once: the still-open incident is judged again, neither
+        # resolved nor opened a second time
+        assert second.wait_ready(30), second.log_text()
+        time.sleep(15)  # the scenario: longer than busy_loop's window, so a new judgement happened
+        got = [(i["id"], i["kind"], i["status"]) for i in second.incidents()]
+        assert got == [(inc["id"], "busy_loop", "firing")], second.log_text()
+    finally:
+        assert second.stop() == 0, second.log_text()

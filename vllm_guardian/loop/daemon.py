@@ -20,7 +20,10 @@ from typing import TYPE_CHECKING
 
 from vllm_guardian.bundle.evidence import EvidenceCollector
 from vllm_guardian.remediation.policy import RestartLedger
-from vllm_guardian.remediation.machine import RemediationSettings, Remediator
+from vllm_guardian.remediation.methods import build_methods
+from vllm_guardian.remediation.parts import RemediationParts
+from vllm_guardian.remediation.remediator import Remediator
+from vllm_guardian.remediation.settings import RemediationSettings
 from vllm_guardian.loop.responder import Responder
 from vllm_guardian.config.schema import Config
 from vllm_guardian.detectors import accel_fault, evaluate_all
@@ -101,21 +104,25 @@ class Daemon:
         self.seen = Seen()
         self.incidents = IncidentManager(self.node, self.clock, store, cfg.detectors)
         self.ledger = RestartLedger(cfg.state_dir, keep=cfg.policy.budget.period)
+        settings = RemediationSettings.from_config(cfg)
         self.remediator = Remediator(
-            RemediationSettings.from_config(cfg),
-            self.clock,
-            seams.control,
-            self.runner,
-            seams.commands,
-            self.incidents,
-            self.ledger,
-            seams.proc,
-            lease=lease,
-            kube=kube,
-            publish_control=publish_control,
-            release_check=self.readings.device_memory_held,
-            device_check=self._restart_blocked_by_device,
-            log=self.log.getChild("remediation"),
+            RemediationParts(
+                settings,
+                self.clock,
+                seams.control,
+                self.runner,
+                seams.commands,
+                self.incidents,
+                self.ledger,
+                seams.proc,
+                build_methods(settings.units()),
+                self.log.getChild("remediation"),
+                lease=lease,
+                kube=kube,
+                publish_control=publish_control or (lambda msg: None),
+                release_check=self.readings.device_memory_held,
+                device_check=self._restart_blocked_by_device,
+            )
         )
         self.responder = Responder(
             cfg.detectors,

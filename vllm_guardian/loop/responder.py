@@ -2,7 +2,7 @@
 
 - Evidence before action: when an incident opens, its bundle is captured off the loop
   (``incident_opened``); remediation may start draining meanwhile, but stops nothing until the
-  capture no longer needs the processes: /proc read and stacks dumped (``Remediator.hold_stop``;
+  capture no longer needs the processes: /proc read and stacks dumped (the ``holding`` of ``Remediator.tick``;
   a flame record still sampling ends with the tree, the rest of the bundle is written after).
 - Each tick (``act``): for every open incident, a decision (the detector's ``mode``, external
   evidence held to alert-only until confirmed (``remediation.external``), the policy
@@ -46,7 +46,8 @@ from vllm_guardian.diagnosis.service import Diagnoser, capture_then_diagnose
 from vllm_guardian.bundle.evidence import EvidenceCollector, EvidenceContext, EvidenceResult, series_windows
 from vllm_guardian.remediation.external import external_hold
 from vllm_guardian.remediation.policy import budget_left
-from vllm_guardian.remediation.machine import Outcome, Remediator, RestartSequence
+from vllm_guardian.remediation.remediator import Remediator
+from vllm_guardian.remediation.sequence import Outcome, RestartSequence
 
 
 class Responder:
@@ -88,8 +89,6 @@ class Responder:
         self.out_of_service: dict[str, tuple[str, str]] = {}
         self.evidence_pending: set[str] = set()  # incident ids whose bundle is being captured
         self.on_update: list[Callable[[Incident], None]] = []
-        remediator.on_finish.append(self._remediation_finished)
-        remediator.hold_stop = self._capturing
         self._evidence_of: dict[str, str] = {}  # incident id → target, while its bundle is captured
         self._live_done: set[str] = set()  # incident ids whose capture no longer needs the processes
         self._held: set[tuple[str, str]] = set()  # (incident id, why) held to alert-only, logged once
@@ -114,6 +113,8 @@ class Responder:
             hold = self._external_hold(inc) if mode is Mode.REMEDIATE else None
             if hold:  # external evidence is a hint: only the guardian's own failing round confirms it
                 if (inc.id, hold) not in self._held:
+                    if len(self._held) > 1024:  # a few per incident; forget old ones rather than grow
+                        self._held.clear()
                     self._held.add((inc.id, hold))
                     self.log.warning("%s %s of %s: %s", inc.kind.value, inc.id, inc.target.name, hold)
                 self.decisions[inc.target.name] = hold
@@ -125,7 +126,10 @@ class Responder:
             if inc.id in self.evidence_pending:
                 decision = f"capturing evidence; {decision}"
             self.decisions[inc.target.name] = decision
-        self.remediator.tick(now, self.tracker, self.series)
+        holding = {t for t in list(self._evidence_of.values()) if self._capturing(t)}
+        self.remediator.tick(now, self.tracker, self.series, holding)
+        for seq, outcome in self.remediator.take_finished():
+            self._remediation_finished(seq, outcome)
         still_open = {i.id for i in self.incidents.open_incidents()}  # a verified restart resolved its incident
         self.out_of_service = {t: v for t, v in self.out_of_service.items() if v[1] in still_open}
         self.remediator.refresh_budgets()
@@ -144,7 +148,7 @@ class Responder:
             mode is Mode.REMEDIATE
             and not self.remediator.policy.dry_run
             and inc.kind is not Kind.PROBE_FAILURE
-            and self.remediator.target_config(inc.target.name) is not None
+            and self.remediator.settings.configured(inc.target.name)
         )
 
     def _budget_incidents(self) -> list[Transition]:
