@@ -131,6 +131,8 @@ class Responder:
         self.remediator.tick(now, self.tracker, self.series, holding)
         for seq, outcome in self.remediator.take_finished():
             self._remediation_finished(seq, outcome)
+        still_open = {i.id for i in self.incidents.open_incidents()}  # a verified restart resolved its incident
+        self.out_of_service = {t: v for t, v in self.out_of_service.items() if v[1] in still_open}
         self.remediator.refresh_budgets()
         return self._budget_incidents()
 
