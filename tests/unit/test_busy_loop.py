@@ -254,3 +254,17 @@ def test_a_spinner_starved_by_a_busy_node_is_still_hot_by_its_cpu_demand():
 
 def test_a_thread_that_neither_runs_nor_waits_to_run_is_not_hot():
     assert busy_loop.evaluate(view(thread(cpu=0.6, demand=0.6), counters(False), gauges(running=1)), CFG) is None
+
+
+def test_a_spin_in_one_engine_of_a_data_parallel_server_names_the_process_and_its_rank():
+    from detector_world import API, TARGET
+    from vllm_guardian.model import ProcessInfo, ProcKey
+
+    dp0 = ProcessInfo(ProcKey(200, 22), 100, Role.ENGINE_CORE, ("VLLM::EngineCore_DP0",))
+    dp1 = ProcessInfo(ProcKey(201, 23), 100, Role.ENGINE_CORE, ("VLLM::EngineCore_DP1",))
+    dp_server = replace(TARGET, processes=(API, dp0, dp1))
+    series = [thread(pid=201, tid=201), counters(False), canary(NOW - 7, NOW - 2, answered=False)]
+    f = busy_loop.evaluate(view(*series, target=dp_server), CFG)
+    assert f is not None
+    assert (f.signals["process_title"], f.signals["dp_rank"]) == ("VLLM::EngineCore_DP1", 1)
+    assert f.summary.startswith("EngineCore_DP1 thread 201 spins")

@@ -28,7 +28,7 @@ from typing import Any
 
 from vllm_guardian.config.schema import BusyLoopConfig, DetectorsConfig
 from vllm_guardian.model import Finding, Kind, Severity
-from vllm_guardian.detectors.hot_threads import HotThread, hot_threads_for, role_label
+from vllm_guardian.detectors.hot_threads import HotThread, hot_threads_for, process_title, rank_of, role_label
 from vllm_guardian.detectors.progress import Canary, canaries, pending_samples, pending_throughout, progress_between
 from vllm_guardian.detectors.view import TargetView
 
@@ -119,9 +119,12 @@ def _finding(
     view: TargetView, h: HotThread, signals: dict[str, Any], reason: str, what: str, confirmed: bool
 ) -> Finding:
     signals["reason"] = reason
+    title = process_title(view.state.target, h.pid)
+    signals.update(process_title=title, **rank_of(title))  # which engine of a DP / TP server
     sep = "; " if not confirmed else " with no engine progress ("
     tail = ")" if confirmed else ""
-    summary = f"{role_label(h.role)} thread {h.tid} spins at {h.demand_ratio:.0%} CPU{sep}{what}{tail}"
+    who = title.removeprefix("VLLM::") if title and rank_of(title) else role_label(h.role)
+    summary = f"{who} thread {h.tid} spins at {h.demand_ratio:.0%} CPU{sep}{what}{tail}"
     return Finding(
         kind=KIND,
         target=view.state.target.name,

@@ -84,7 +84,8 @@ def _phase_events(target: str, key: tuple[int, int], rem: dict, before: tuple | 
     about = f" (incident {rem['incident']})" if rem.get("incident") else ""
     detail = str(rem.get("detail") or "")
     if phase in ("lease", "draining") and (before is None or before[0] not in ("lease", "draining")):
-        return [EventWant(target, key, NORMAL, "Draining", f"taking {target} out of rotation{about}: {detail}")]
+        why = "drained by request" if rem.get("drain_only") else f"to restart it ({rem.get('reason')})"
+        return [EventWant(target, key, NORMAL, "Draining", f"taking {target} out of rotation {why}{about}")]
     if phase == "stopping":
         return [EventWant(target, key, NORMAL, "Restarting", f"stopping {target} to restart it{about}: {detail}")]
     if phase == "done" and outcome == "done" and not rem.get("drain_only"):
