@@ -95,6 +95,9 @@ class Target:
     port: int | None = None
     api_url: str | None = None
     source: str = "autodiscover"  # or "config"
+    # autodiscovered: "owned" (its tree holds the URL's listening socket), "starting" (nothing
+    # listens on the port yet), "unverified" (no permission to tell); "" when not checked (config)
+    socket: str = ""
 
     @property
     def api_server(self) -> ProcessInfo | None:

@@ -92,7 +92,7 @@ def test_the_tree_records_ppid_starttime_and_cmdline(tree):
 )
 def test_autodiscovered_name_port_and_url(tree, cmdline, name, url):
     tree.add_process(100, cmdline=cmdline)
-    (t,) = discover(tree.procfs(), cfg()).targets
+    (t,) = discover(tree.procfs(), cfg(), local_addresses=lambda: frozenset({"10.0.0.5"})).targets
     assert (t.name, t.api_url) == (name, url)
 
 
@@ -139,10 +139,10 @@ def test_two_servers_two_targets_in_start_order(tree):
     assert {p.pid for p in result.targets[1].processes} == {200, 201, 202, 203}
 
 
-def test_same_port_twice_gets_a_unique_name(tree):
+def test_same_port_on_two_addresses_gets_a_unique_name(tree):
     tree.add_process(100, cmdline=API)
-    tree.add_process(200, cmdline=API)  # another network namespace
-    result = discover(tree.procfs(), cfg())
+    tree.add_process(200, cmdline=API + ("--host", "10.0.0.5"))
+    result = discover(tree.procfs(), cfg(), local_addresses=lambda: frozenset({"10.0.0.5"}))
     assert [t.name for t in result.targets] == ["vllm-8000", "vllm-8000-200"]
 
 

@@ -307,3 +307,17 @@ def test_a_key_holding_a_control_character_is_refused_naming_its_source_never_th
     assert src.key is None
     assert "control character" in src.problem and "VLLM_API_KEY of pid 42" in src.problem
     assert SECRET[6:12] not in src.problem + repr(src)
+
+
+# ---------------------------------------------------------------- whose key an address gets
+@pytest.mark.parametrize("owner_first", [True, False])
+def test_the_key_of_an_address_belongs_to_the_process_owning_its_socket_not_the_last_seen(proc, owner_first):
+    """A process whose argv names the real server's port (and no key) must not take the key away."""
+    from dataclasses import replace
+
+    proc.add_process(43, cmdline=("vllm", "serve", "--port", "8000"))
+    owner = replace(_sim_target("vllm-8000", 42, 8000, ("vllm", "serve", "--api-key", SECRET)), socket="owned")
+    fake = replace(_sim_target("vllm-8000-43", 43, 8000, ("vllm", "serve", "--port", "8000")), socket="starting")
+    keys = ApiKeys(None, proc.procfs(), environ={})
+    keys.update([owner, fake] if owner_first else [fake, owner])
+    assert keys.source_for("http://127.0.0.1:8000/v1/models").key == SECRET

@@ -7,7 +7,17 @@ scan only when a ``port`` matcher is configured, once per pass) and decides:
   ``pid_file`` or ``cmdline_regex`` (the top-most matching ancestor), or
   ``kubernetes`` / ``systemd_unit`` (their cgroups: ``vllm_guardian.discovery.platform_match``);
 - autodiscovered servers (``vllm serve …``, ``python -m …api_server``,
-  ``…/api_server.py``) not already inside another target's tree;
+  ``…/api_server.py``) not already inside another target's tree, trusted by their sockets, not
+  their argv (any local user can start a process whose argv says ``vllm serve --port 8000``):
+  a candidate is a server only if its tree holds the listening socket of the URL it would be
+  reached at (``socket="owned"``), or while nothing listens on that port at all (a server
+  still loading its model, ``socket="starting"``); a port held by a process outside its tree
+  rules it out. Of several candidates for one URL the socket's owner wins (while none owns
+  it, the first started); the others are ``ignored`` with the reason. Where the guardian
+  cannot read the fds of the processes involved (another user's, unprivileged) it cannot
+  tell, keeps the first started with ``socket="unverified"`` and says so. A ``--host`` is
+  followed only when it is an IP literal of loopback or of this node (pod); any other
+  (another machine, a name) makes the candidate ignored: configure a target to follow it;
 - each target's tree (all descendants by ppid) with roles from the cmdline
   prefix (``VLLM::EngineCore*``, ``VLLM::Worker*``, ``VLLM::APIServer*``);
 - orphans: ``<prefix>::`` processes in no tree (e.g. an EngineCore re-parented
@@ -44,6 +54,8 @@ class DiscoveryResult:
     targets: tuple[Target, ...]
     orphans: tuple[ProcessInfo, ...]
     unmatched: tuple[tuple[str, str], ...]  # (target name, why)
+    # autodiscovery candidates not followed: (their identity, why); reported once by the caller
+    ignored: tuple[tuple[ProcKey, str], ...] = ()
 
     def target(self, name: str) -> Target | None:
         for t in self.targets:
@@ -94,6 +106,41 @@ def server_host(cmdline: Iterable[str]) -> str:
     except ValueError:
         return "127.0.0.1"
     return host.strip("[]")
+
+
+def autodiscovered_host(cmdline: Iterable[str], local: Callable[[str], bool]) -> tuple[str | None, str]:
+    """(host, "") to reach an autodiscovered server on, or (None, why) when its ``--host`` is
+    not followed: only loopback, binding all, or an IP literal of this node (``local``) is; a
+    name or another machine's address would send the guardian's requests (and the server's
+    API key) wherever a process's argv says."""
+    host = option_value(cmdline, "--host")
+    if host is None or host in _ANY_HOSTS or host == "localhost":
+        return "127.0.0.1", ""
+    literal = host.strip("[]")
+    try:
+        ip = ipaddress.ip_address(literal)
+    except ValueError:
+        return None, f"--host {host[:64]!r} is a name, not an address of this node: not followed (configure a target)"
+    if ip.is_loopback or local(str(ip)):
+        return literal, ""
+    return None, f"--host {literal} is not an address of this node: not followed (configure a target)"
+
+
+def node_addresses() -> frozenset[str]:
+    """Every IP address of this node's (or pod's) interfaces (psutil's getifaddrs)."""
+    import socket
+
+    import psutil
+
+    out: set[str] = set()
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family in (socket.AF_INET, socket.AF_INET6):
+                try:
+                    out.add(str(ipaddress.ip_address(a.address.split("%", 1)[0])))
+                except ValueError:
+                    continue
+    return frozenset(out)
 
 
 def url_for(host: str, port: int) -> str:
@@ -239,6 +286,23 @@ class _Snapshot:
             return None
         return min(tops, key=lambda p: (self.procs[p].key.starttime, p))
 
+    def listens(self, port: int) -> bool:
+        """Does any TCP socket of this network namespace listen on ``port``?"""
+        if self._listening is None:
+            self._listening = self.procfs.listening_ports()
+        return bool(self._listening.get(port))
+
+    def readable_fds(self, pids: Iterable[int]) -> bool:
+        """Can every one of these processes' fd tables be read (else an owner may hide there)?"""
+        for pid in pids:
+            try:
+                self.procfs.socket_inodes(pid)
+            except TargetGone:
+                continue
+            except (AccessDenied, ProbeFailed):
+                return False
+        return True
+
     def port_owners(self, port: int) -> set[int]:
         held = self._cached_owners(self.cache.ports.get(port, ())) if self.cache is not None else None
         if held is not None:
@@ -380,15 +444,100 @@ def _port_from_url(url: str | None) -> int | None:
         return None
 
 
-def _build(snap: _Snapshot, root: int, name: str, prefix: str, port: int, api_url: str, source: str) -> Target:
+def _build(
+    snap: _Snapshot, root: int, name: str, prefix: str, port: int, api_url: str, source: str, socket_state: str = ""
+) -> Target:
     procs = []
     for pid in snap.tree(root):
         p = snap.procs[pid]
         role = Role.API_SERVER if pid == root else classify(p.cmdline, prefix)
         procs.append(ProcessInfo(key=p.key, ppid=p.ppid, role=role, cmdline=p.cmdline))
     return Target(
-        name=name, key=snap.procs[root].key, processes=tuple(procs), port=port, api_url=api_url, source=source
+        name=name,
+        key=snap.procs[root].key,
+        processes=tuple(procs),
+        port=port,
+        api_url=api_url,
+        source=source,
+        socket=socket_state,
     )
+
+
+def _socket_state(snap: _Snapshot, root: int, port: int) -> tuple[str, str]:
+    """(state, why) of a candidate's claim on ``port``: "owned" (its tree holds the listening
+    socket), "starting" (nothing listens on the port yet), "unverified" (a socket listens but
+    neither its owner nor the candidate's fds can be read), or "" with why it is refused."""
+    try:
+        if not snap.listens(port):
+            return "starting", ""
+        owners = snap.port_owners(port)
+    except (TargetGone, AccessDenied, ProbeFailed) as e:
+        return "unverified", f"cannot read listening sockets: {e}"
+    tree = set(snap.tree(root))
+    if owners & tree:
+        return "owned", ""
+    if owners:
+        holder = snap.topmost(owners)
+        return "", f"port {port} is held by pid {holder}, not by this process or its children"
+    if snap.readable_fds(tree):
+        return "", f"port {port} is held by a process the guardian cannot read, not by this process or its children"
+    return "unverified", ""
+
+
+_RANK = {"owned": 0, "starting": 1, "unverified": 2}
+
+
+def _trusted(
+    snap: _Snapshot,
+    roots: list[int],
+    taken: set[str],
+    ignored: list[tuple[ProcKey, str]],
+    local_addresses: Callable[[], frozenset[str]],
+) -> list[tuple[int, int, str, str]]:
+    """The autodiscovery candidates followed, as (root, port, url, socket state), in start
+    order: one per URL, its socket's owner first, else the first started; the rest land in
+    ``ignored`` with why."""
+    local_cache: list[frozenset[str]] = []
+
+    def local(ip: str) -> bool:
+        if not local_cache:
+            try:
+                local_cache.append(local_addresses())
+            except Exception:  # noqa: BLE001 - no addresses known: only loopback is followed
+                local_cache.append(frozenset())
+        return ip in local_cache[0]
+
+    best: dict[str, tuple[int, int, int, str]] = {}  # url -> (rank, root, port, state)
+    for root in roots:
+        cmdline = snap.procs[root].cmdline
+        key = snap.procs[root].key
+        host, why = autodiscovered_host(cmdline, local)
+        if host is None:
+            ignored.append((key, why))
+            continue
+        port = server_port(cmdline)
+        url = url_for(host, port)
+        if url in taken:
+            ignored.append((key, f"{url} is already a configured target's"))
+            continue
+        state, why = _socket_state(snap, root, port)
+        if not state:
+            ignored.append((key, why))
+            continue
+        held = best.get(url)
+        if held is None or _RANK[state] < held[0]:
+            if held is not None:
+                ignored.append((snap.procs[held[1]].key, _second(url, root, state)))
+            best[url] = (_RANK[state], root, port, state)
+        else:
+            ignored.append((key, _second(url, held[1], held[3])))
+    chosen = sorted(best.items(), key=lambda kv: (snap.procs[kv[1][1]].key.starttime, kv[1][1]))
+    return [(root, port, url, state) for url, (_rank, root, port, state) in chosen]
+
+
+def _second(url: str, winner: int, state: str) -> str:
+    why = "owns its listening socket" if state == "owned" else "started first"
+    return f"another candidate for {url}: pid {winner} {why}"
 
 
 def discover(
@@ -398,10 +547,12 @@ def discover(
     read_file: Callable[[str], str] | None = None,
     cache: DiscoveryCache | None = None,
     platform: PlatformMatcher | None = None,
+    local_addresses: Callable[[], frozenset[str]] = node_addresses,
 ) -> DiscoveryResult:
     """One discovery pass. ``read_file`` is the seam for reading pid files (default: open);
     ``cache`` (kept by the caller between passes) spares the fd scan when port owners are unchanged;
-    ``platform`` answers ``match.kubernetes`` / ``match.systemd_unit``."""
+    ``platform`` answers ``match.kubernetes`` / ``match.systemd_unit``; ``local_addresses``
+    (read once, when a candidate names a ``--host``) are this node's IP addresses."""
     read_file = read_file or _read_file
     prefix = cfg.discovery.process_name_prefix
     snap = _Snapshot(procfs, cache)
@@ -427,19 +578,20 @@ def discover(
         for p in target.processes:
             claimed.setdefault(p.pid, tc.name)
 
+    ignored: list[tuple[ProcKey, str]] = []
     if cfg.autodiscover:
         candidates = {pid for pid, p in snap.procs.items() if is_api_server(p.cmdline)}
         blocked = candidates | set(claimed)
         roots = [pid for pid in candidates if pid not in claimed and not blocked.intersection(snap.ancestors(pid))]
+        roots.sort(key=lambda pid: (snap.procs[pid].key.starttime, pid))
+        taken = {t.api_url for t in targets if t.api_url}
         names = {t.name for t in targets}
-        for root in sorted(roots, key=lambda pid: (snap.procs[pid].key.starttime, pid)):
-            cmdline = snap.procs[root].cmdline
-            port = server_port(cmdline)
+        for root, port, url, socket_state in _trusted(snap, roots, taken, ignored, local_addresses):
             name = f"vllm-{port}"
             if name in names:
                 name = f"{name}-{root}"
             names.add(name)
-            target = _build(snap, root, name, prefix, port, url_for(server_host(cmdline), port), "autodiscover")
+            target = _build(snap, root, name, prefix, port, url, "autodiscover", socket_state)
             targets.append(target)
             for p in target.processes:
                 claimed.setdefault(p.pid, name)
@@ -450,7 +602,7 @@ def discover(
         for pid, p in sorted(snap.procs.items())
         if pid not in claimed and p.cmdline and p.cmdline[0].startswith(marker)
     )
-    return DiscoveryResult(tuple(targets), orphans, tuple(unmatched))
+    return DiscoveryResult(tuple(targets), orphans, tuple(unmatched), tuple(ignored))
 
 
 __all__ = [

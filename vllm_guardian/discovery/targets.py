@@ -66,12 +66,15 @@ class TargetsStage:
         # processes whose environ read (the API-key lookup) blocked a pass: their cmdline is still read
         self.skip_environ: frozenset[ProcKey] = frozenset()
         self.unmatched: tuple[tuple[str, str], ...] = ()  # configured targets not found, and why
+        # autodiscovery candidates not followed (argv says vLLM, the socket says otherwise), and why
+        self.ignored: tuple[tuple[ProcKey, str], ...] = ()
         self.worker: DiscoveryWorker[tuple[DiscoveryResult, DiscoveryCache]] = DiscoveryWorker(
             cfg.discovery.stuck_after, MAX_ABANDONED, NAME
         )
         self._pass_cache: DiscoveryCache | None = None  # the copy the pass in flight fills
         self._next = float("-inf")
         self._stopped_said = False
+        self._unverified_said: set[tuple[str, ProcKey]] = set()
 
     def step(self, now: float) -> list[PassOutcome]:
         """Every tick: a finished pass applied, a stuck one abandoned; a new one started when due."""
@@ -163,6 +166,22 @@ class TargetsStage:
 
     def _apply(self, result: DiscoveryResult, now: float) -> Changes:
         self.unmatched = result.unmatched
+        said = {k for k, _ in self.ignored}
+        for key, why in result.ignored:
+            if key not in said:  # once per process, while it keeps being ignored
+                self.log.warning("discovery: process %s looks like a vLLM server but is not followed: %s", key, why)
+        self.ignored = result.ignored
+        unverified = [t for t in result.targets if t.socket == "unverified"]
+        for t in unverified:
+            if (t.name, t.key) not in self._unverified_said:
+                self.log.warning(
+                    "target %s: cannot verify that %s owns the listening socket of %s (no permission to read "
+                    "other users' processes' fds): followed by its command line alone",
+                    t.name,
+                    t.key,
+                    t.api_url,
+                )
+        self._unverified_said = {(t.name, t.key) for t in unverified}
         changes = self.tracker.apply_discovery(result.targets, result.orphans, now)
         for name in changes.new:
             self.log.info("target %s discovered: %s", name, self.tracker.targets[name].target.key)

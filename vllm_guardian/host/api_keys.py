@@ -14,6 +14,9 @@ Reads, per target, in this order:
   precedence vLLM applies.
 
 Decides: which key (if any) goes with requests to which server (by its ``scheme://host:port``).
+The key of an address belongs to the process that owns its listening socket: when two targets
+share one (a process whose argv names another server's port), the one discovery found holding
+the socket wins, then a configured one, then the first; never simply the last seen.
 The key is held only in memory, sent only in the ``Authorization`` header of ``/v1/*``
 requests, and never formatted into a message: problems name the *source* (``env GUARDIAN_KEY``,
 ``file /etc/…``, ``--api-key of pid 42``), never the value.
@@ -167,6 +170,13 @@ def resolve_key(
     return src if src.key or src.problem else NO_KEY
 
 
+def _claim_rank(target: Any) -> int:
+    """How strong a target's claim on its address is: socket owner, configured, anything else."""
+    if getattr(target, "socket", "") == "owned":
+        return 0
+    return 1 if getattr(target, "source", "") == "config" else 2
+
+
 class ApiKeys:
     """The key of each target's server, refreshed from each discovery pass (``update``).
 
@@ -195,6 +205,7 @@ class ApiKeys:
         ``api_server``); ``skip``: process identities whose /proc reads blocked a pass (their
         environ is never read again)."""
         by_origin: dict[str, KeySource] = {}
+        rank_of: dict[str, int] = {}
         seen: dict[str, tuple[Any, KeySource]] = {}
         for t in targets:
             if not t.api_url:
@@ -215,7 +226,9 @@ class ApiKeys:
                 )
                 self._stale.discard(t.name)
             seen[t.name] = (t.key, source)
-            by_origin[origin_of(t.api_url)] = source
+            origin, rank = origin_of(t.api_url), _claim_rank(t)
+            if origin not in by_origin or rank < rank_of[origin]:
+                by_origin[origin], rank_of[origin] = source, rank
         self._by_target = seen
         self._by_origin = by_origin
 
