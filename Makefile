@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 
 .DEFAULT_GOAL := help
-.PHONY: help venv check lint types fmt test unit live chaos demo bench bench-scale bench-recovery e2e-venv e2e-vllm clean wheel wheel-check manifests k8s-tools
+.PHONY: help venv check lint types fmt test unit live chaos demo demo-xid bench bench-scale bench-recovery e2e-venv e2e-vllm clean wheel wheel-check manifests k8s-tools
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -61,6 +61,9 @@ live: $(STAMP) ## live tier: real kernel, real child processes, real Redis
 
 demo: $(STAMP) ## run the demo: a simulated vLLM server goes wrong and the guardian reacts
 	$(BIN)/guardian demo
+
+demo-xid: $(STAMP) ## a GPU falls off the bus (fake NVML, Xid 79) while the engine spins: named, restart refused
+	$(BIN)/python -m vllm_guardian.testing.xid_demo
 
 # ---- packaging: the wheel, installed alone into a clean virtualenv and run (tools/wheel_check.py)
 WHEEL_VENV := build/wheel-venv

@@ -4,7 +4,10 @@
 of this checkout). Checks, each printed as it passes, exit 1 at the first failure:
 
 - every file of the ``vllm_guardian`` package in the source tree (modules and data: catalogs,
-  schemas, ...) is in the wheel, and the wheel holds no tests;
+  schemas, ...) is in the wheel but the test fakes (``vllm_guardian/testing/``), and the wheel holds
+  no tests; it holds the LICENSE (in its ``.dist-info``) and ``py.typed``;
+- installed, the docs, the runbooks and the bash/zsh completion scripts are under the venv's
+  ``share/``, and the completion scripts are what ``guardian completion`` prints;
 - run from an empty directory (so nothing is imported from the checkout): ``guardian --version``
   says the version of pyproject.toml; ``guardian check-config`` passes on the built-in defaults
   and on every shipped example config; ``guardian <command> --help`` answers for every command;
@@ -38,6 +41,8 @@ def ok(msg: str) -> None:
 def source_files() -> set[str]:
     out = set()
     for path in (ROOT / "vllm_guardian").rglob("*"):
+        if "testing" in path.relative_to(ROOT).parts:
+            continue  # the fakes of the fast test tiers stay in the repository
         if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
             out.add(path.relative_to(ROOT).as_posix())
     return out
@@ -66,6 +71,27 @@ def main(wheel: str, venv_dir: str, demo: bool = True) -> int:
     if any(n.startswith(("tests/", "tools/", "benchmarks/")) for n in names):
         fail("the wheel carries tests, tools or benchmarks")
     ok(f"{Path(wheel).name}: all {len(source_files())} package files, no tests")
+    if any(n.startswith("vllm_guardian/testing/") for n in names):
+        fail("the wheel carries the test fakes (vllm_guardian/testing/)")
+    ok("no vllm_guardian/testing/ in the wheel")
+    licenses = [n for n in names if ".dist-info/" in n and n.rsplit("/", 1)[-1] == "LICENSE"]
+    if not licenses or b"Apache License" not in zipfile.ZipFile(wheel).read(licenses[0]):
+        fail("no Apache-2.0 LICENSE in the wheel's .dist-info")
+    ok(f"LICENSE in the wheel: {licenses[0]}")
+    if "vllm_guardian/py.typed" not in names:
+        fail("no vllm_guardian/py.typed in the wheel")
+    ok("py.typed in the wheel")
+    share = venv / "share"
+    for rel in (
+        "doc/vllm-guardian/operate.md",
+        "doc/vllm-guardian/LICENSE",
+        "doc/vllm-guardian/runbooks/busy_loop.md",
+        "bash-completion/completions/guardian",
+        "zsh/site-functions/_guardian",
+    ):
+        if not (share / rel).is_file():
+            fail(f"not installed: {share / rel}")
+    ok(f"docs, runbooks and completion scripts installed under {share}")
 
     version = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
     with tempfile.TemporaryDirectory(prefix="wheel-check-") as empty:
@@ -81,7 +107,7 @@ def main(wheel: str, venv_dir: str, demo: bool = True) -> int:
             timeout=60,
         ).stdout.strip()
         if not where.startswith(str(venv)):
-            fail(f"vllm_guardian is imported from {where}, not from the virtualenv")
+            fail(f"vllm_guardian is imported from {where!r}, not from the virtualenv")
         ok(f"imported from the virtualenv ({where})")
 
         res = run(venv, ["check-config", "-c", os.devnull], empty)
@@ -93,6 +119,12 @@ def main(wheel: str, venv_dir: str, demo: bool = True) -> int:
             if res.returncode != 0:
                 fail(f"guardian check-config -c {path.relative_to(ROOT)}: rc {res.returncode} {res.stderr.strip()}")
         ok(f"guardian check-config: the defaults and {len(examples)} shipped configs")
+
+        for shell, rel in (("bash", "bash-completion/completions/guardian"), ("zsh", "zsh/site-functions/_guardian")):
+            res = run(venv, ["completion", shell], empty)
+            if res.returncode != 0 or res.stdout != (share / rel).read_text():
+                fail(f"guardian completion {shell} differs from the installed {rel} (rc {res.returncode})")
+        ok("guardian completion bash|zsh: the installed scripts")
 
         help_top = run(venv, ["--help"], empty).stdout
         commands = sorted(help_top.split("{", 1)[1].split("}", 1)[0].split(","))

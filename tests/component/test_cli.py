@@ -34,6 +34,24 @@ def test_check_config_names_every_bad_key_and_exits_2(tmp_path, capsys):
     assert "detectors.bogus: unknown key" in err
 
 
+def test_a_trust_key_file_readable_by_others_is_refused_by_check_config_and_run_before_anything_starts(
+    tmp_path, capsys
+):
+    import os
+
+    keys = tmp_path / "trust.keys"
+    keys.write_text("gw aaaaaaaaaaaaaaaaaaaaaaaa\n")
+    os.chmod(keys, 0o644)
+    cfg = write_config(tmp_path, gates={"enabled": True, "trust": {"keys_file": str(keys)}})
+    for command in ("check-config", "run"):
+        assert main([command, "-c", cfg]) == 2
+        assert "must be 0600 or stricter" in capsys.readouterr().err
+    assert not (tmp_path / "state" / "redis").exists()  # nothing was started (no embedded Redis left behind)
+    os.chmod(keys, 0o600)
+    assert main(["check-config", "-c", cfg]) == 0
+    assert "aaaaaaaa" not in capsys.readouterr().out  # the secret is never printed
+
+
 def test_status_without_a_running_guardian_says_so_and_exits_1(tmp_path, capsys):
     assert main(["status", "-c", write_config(tmp_path)]) == 1
     assert "not reachable" in capsys.readouterr().err
@@ -58,7 +76,9 @@ def test_incidents_list_json_has_the_contract_fields(tmp_path, capsys):
     items = json.loads(capsys.readouterr().out)
     assert {"id", "kind", "status", "target", "opened_at", "resolved_at", "evidence_dir", "actions"} <= set(items[0])
     assert main(["incidents", "show", "01HF7Z9GDG0TRA5GW6MSKGM012", "-c", cfg]) == 0
-    assert "busy_loop" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "busy_loop" in out
+    assert "runbook https://" in out and "/docs/runbooks/busy_loop.md" in out
 
 
 def test_showing_an_unknown_incident_exits_1(tmp_path, capsys):
@@ -105,3 +125,30 @@ def test_a_guardian_config_that_does_not_exist_is_named_and_exits_2(tmp_path, ca
     monkeypatch.setenv("GUARDIAN_CONFIG", str(tmp_path / "absent.yaml"))
     assert main(["check-config"]) == 2
     assert "GUARDIAN_CONFIG=" in capsys.readouterr().err
+
+
+ESCAPES = "\x1b[2J\x1b]0;owned\x07\rX\x9b31m"
+
+
+def test_incidents_list_and_show_print_others_control_characters_visibly_never_raw(tmp_path, capsys):
+    """A report's type, a thread or model name, a server's error body: text from others must not
+    drive the reader's terminal (clear the screen, retitle it, overwrite a line)."""
+    cfg = write_config(tmp_path)
+    IncidentStore(str(tmp_path / "state")).save(
+        Incident(
+            "01HF7Z9GDG0TRA5GW6MSKGM013",
+            Kind.OUTPUT_CORRUPTION,
+            Severity.CRITICAL,
+            "n1",
+            TargetRef("llm" + ESCAPES, 10, 20, 8000, "m" + ESCAPES, "engine_core"),
+            Status.FIRING,
+            "report type " + ESCAPES,
+            1.7e9,
+            signals={"thread": "Thread" + ESCAPES},
+        )
+    )
+    for argv in (["incidents", "list"], ["incidents", "show", "01HF7Z9GDG0TRA5GW6MSKGM013"]):
+        assert main([*argv, "-c", cfg]) == 0
+        out = capsys.readouterr().out
+        assert not any(c in out for c in "\x1b\x07\r\x9b"), argv
+        assert "\\x1b[2J" in out

@@ -62,6 +62,7 @@ BAD_INPUT = [
     (["alerts", "ack", "1-0", "--group", "pager", "-c", "{cfg}"], 1, "Redis at unix://"),
     (["snapshot", "nosuch", "-c", "{cfg}"], 1, "no target named 'nosuch'"),
     (["demo", "--timeout", "soon"], 2, "invalid float value"),
+    (["completion", "fish"], 2, "invalid choice"),
 ]
 
 
@@ -138,3 +139,13 @@ def test_the_exit_codes_documented_are_the_exit_codes_used():
     section = text.split("## Errors and exit codes", 1)[1].split("\n## ", 1)[0]
     documented = {int(m) for m in re.findall(r"^\| (\d+) \|", section, re.M)}
     assert documented == set(EXIT_CODES)
+
+
+def test_a_bad_log_level_in_the_environment_is_named_before_anything_starts(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("GUARDIAN_LOG_LEVEL", "loud")
+    got, err = run_main(["run", "-c", write_config(tmp_path)], capsys)
+    assert (got, err.strip()) == (
+        2,
+        "guardian: GUARDIAN_LOG_LEVEL=loud: expected one of debug, info, warning, error, critical",
+    )
+    assert not (tmp_path / "state" / "guardian.sock").exists()

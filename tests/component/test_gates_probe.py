@@ -8,7 +8,9 @@ status lines, never an incident.
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from typing import Any
 
 import pytest
@@ -239,6 +241,25 @@ def test_l4_the_instance_disagreeing_with_agreeing_peers_is_the_suspect(server, 
         w.round()
     f = w.finding()
     assert f.signals["condition"] == "C" and f.signals["level"] == "L4" and not f.signals["alert_only"]
+    # judged without the other nodes it agrees with its baseline: it rests on peers, a hint only
+    assert f.signals["own_conditions"] == [] and f.signals["external"] == ["peers"]
+
+
+def test_an_accepted_report_makes_a_confirming_round_of_its_own_due_at_once(server, tmp_path):
+    w = World(server.url, tmp_path, interval=3600.0)
+    w.round()
+    assert w.probe.jobs(w.now + 10, Seen()) == []  # next regular round in an hour
+    report = {
+        "instance_id": "n1/sim",
+        "request_id": "gw-1",
+        "timestamp": time.time(),
+        "check_level": "L3",
+        "type": "nan",
+        "details": {},
+    }
+    assert w.shared.accept_report(json.dumps(report), w.now + 10, time.time()) == "accepted"
+    (job,) = w.probe.jobs(w.now + 10, Seen())
+    assert job.subject == NAME
 
 
 def test_l4_two_instances_split_without_baseline_is_alert_only(server, tmp_path, monkeypatch):
@@ -352,7 +373,14 @@ def test_a_confirmation_request_runs_an_own_round_at_once(server, tmp_path):
 def test_an_accepted_external_report_asks_for_a_confirmation_round(server, tmp_path):
     w = _baselined(server, tmp_path)
     w.shared.known_targets = frozenset({NAME})
-    msg = {"instance_id": NAME, "request_id": "r1", "timestamp": 1e9, "check_level": "L5", "details": {}, "type": "x"}
+    msg = {
+        "instance_id": f"n1/{NAME}",
+        "request_id": "r1",
+        "timestamp": 1e9,
+        "check_level": "L5",
+        "details": {},
+        "type": "x",
+    }
     import json
     import time
 
@@ -383,3 +411,13 @@ def test_the_finding_carries_answers_logprobs_baseline_model_and_version(server,
     assert one["output"] != one["baseline_answer"] and one["tokens"] and one["token_logprobs"]
     assert len(one["token_logprobs"]) == len(one["tokens"]) and one["top_logprobs"]
     assert len(sig["failing_rounds"]) == 3
+
+
+def test_without_a_trust_key_the_guardian_says_once_that_external_evidence_never_restarts(tmp_path, caplog):
+    import logging as _logging
+
+    with caplog.at_level(_logging.WARNING):
+        w = World("http://127.0.0.1:1", tmp_path)
+    said = [r.getMessage() for r in caplog.records if "never a restart" in r.getMessage()]
+    assert len(said) == 1 and "gates.trust" in said[0]
+    assert not w.shared.trusted and w.shared.summary()["trust"] == "unsigned"

@@ -9,9 +9,11 @@ import time
 
 import pytest
 
+from vllm_guardian.config.schema import TrustConfig
 from vllm_guardian.gates.exchange import FingerprintExchange, key_for
 from vllm_guardian.gates.listener import ReportsListener
 from vllm_guardian.gates.shared import GatesShared
+from vllm_guardian.gates.trust import Keys, check
 from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef, Transition
 from vllm_guardian.sinks.gate_decisions import GateDecisions
 from vllm_guardian.testing.redis_server import RedisServer
@@ -133,3 +135,111 @@ def test_decisions_are_published_for_output_corruption_only(client):
         ("drain_and_restart", "B", "node-a/t"),
         ("resolved", "B", "node-a/t"),
     ]
+
+
+# ---------------------------------------------------------------- hostile publishers (issue: trust)
+def _valid(i: int) -> str:
+    return json.dumps(
+        {
+            "instance_id": "node-a/t",
+            "request_id": f"ok-{i}",
+            "timestamp": time.time(),
+            "check_level": "L1",
+            "type": "repeated_chars",
+            "details": {"output": "!!!!!!!!!!!!"},
+        }
+    )
+
+
+def test_the_listener_survives_deep_json_keeps_its_subscription_and_counts_every_valid_report(client):
+    """A 2 KB ``[[[…]]]`` once raised RecursionError out of the parser: the listener took it for a
+    Redis outage, dropped the subscription and lost 20 of the 30 valid reports sent meanwhile."""
+    shared = GatesShared("node-a", 60.0, LOG, TrustConfig(reports_per_minute=1000))
+    shared.known_targets = frozenset({"t"})
+    listener = ReportsListener(
+        client, "vllm_health_alert", shared.accept_report, time.monotonic, time.time, LOG
+    ).start()
+    try:
+        assert listener.subscribed.wait(10)
+        for i in range(15):
+            client.publish("vllm_health_alert", _valid(i))
+        client.publish("vllm_health_alert", "[" * 2048)
+        client.publish("vllm_health_alert", '{"a":' * 100_000)
+        for i in range(15, 30):
+            client.publish("vllm_health_alert", _valid(i))
+        assert wait(lambda: shared.report_counts["accepted"] == 30), shared.report_counts
+        assert shared.report_counts["malformed"] == 2
+        assert listener.subscribed.is_set() and client.pubsub_numsub("vllm_health_alert")[0][1] == 1
+    finally:
+        listener.stop()
+
+
+KEYS = Keys({"k": b"0123456789abcdef0123"}, "k")
+
+
+def _forge(client, node: str, fps: dict, t: float, **extra) -> None:
+    entry = {"node": node, "target": "t", "fps": fps, "t": t, **extra}
+    client.hset(key_for("m", "v"), f"{node}/t", json.dumps(entry))
+
+
+def test_forged_fingerprints_never_vote_and_are_not_kept_alive(client):
+    """Two forged entries stamped in the future once outvoted a healthy instance every round."""
+    now = 1000.0
+    honest = [FingerprintExchange(client, n, lambda: now, KEYS, 30.0, 2) for n in ("node-b", "node-c")]
+    for ex in honest:
+        ex.share("m", "v", "t", {"p": "good"}, 600, 180)
+    _forge(client, "evil-1", {"p": "bad"}, now + 10_000)  # from the future
+    _forge(client, "evil-2", {"p": "bad"}, now)  # unsigned
+    _forge(client, "evil-3", {"p": "bad"}, now, kid="k", sig="0" * 64)  # badly signed
+    stolen = json.loads(client.hget(key_for("m", "v"), "node-b/t"))
+    client.hset(key_for("m", "v"), "evil-4/t", json.dumps(stolen))  # a real signature under another name
+    a = FingerprintExchange(client, "node-a", lambda: now, KEYS, 30.0, 2)
+    peers, note = a.share("m", "v", "t", {"p": "good"}, 600, 180)
+    assert note is None and peers == [{"p": "good"}, {"p": "good"}]
+    assert a.dropped() == {
+        "unsigned": 1,
+        "bad_signature": 1,
+        "malformed": 0,
+        "misfiled": 1,
+        "stale": 0,
+        "future": 1,
+    }
+    assert not client.hexists(key_for("m", "v"), "evil-1/t")  # deleted: our EXPIRE does not keep it alive
+
+
+def test_each_node_votes_once_and_too_few_nodes_do_not_vote(client):
+    now = 1000.0
+    b = FingerprintExchange(client, "node-b", lambda: now, KEYS, 30.0, 2)
+    for target in ("t1", "t2", "t3"):  # one node, three instances: one vote
+        b.share("m", "v", target, {"p": "bad"}, 600, 180)
+    a = FingerprintExchange(client, "node-a", lambda: now, KEYS, 30.0, 2)
+    assert a.share("m", "v", "t", {"p": "good"}, 600, 180) == ([], None)  # 1 node < min 2
+    FingerprintExchange(client, "node-c", lambda: now, KEYS, 30.0, 2).share("m", "v", "t", {"p": "bad"}, 600, 180)
+    peers, _ = a.share("m", "v", "t", {"p": "good"}, 600, 180)
+    assert len(peers) == 2
+
+
+def test_decisions_are_signed_and_one_resting_on_reports_alone_is_published_alert_only(client):
+    pubsub = client.pubsub()
+    pubsub.subscribe("vllm_control")
+    pubsub.get_message(timeout=1)
+    d = GateDecisions(client, "vllm_control", "node-a", lambda: "remediate", lambda: 5.0, LOG)
+    d.keys = KEYS
+    ref = TargetRef("t", 1, 1)
+    own = {"condition": "B", "level": "L3", "own_conditions": ["B"], "external": [], "confirmed_by_own_round": False}
+    hint = dict(own, own_conditions=[], external=["report"])
+    for i, signals in enumerate((own, hint)):
+        inc = Incident(
+            f"0{i}", Kind.OUTPUT_CORRUPTION, Severity.CRITICAL, "node-a", ref, Status.FIRING, "x", 1.0, signals
+        )
+        d(Transition(inc, None))
+    got: list[dict] = []
+    end = time.monotonic() + 10
+    while len(got) < 2 and time.monotonic() < end:
+        m = pubsub.get_message(timeout=0.5)
+        if m and m["type"] == "message":
+            got.append(json.loads(m["data"]))
+    d.close()
+    assert [check(m, KEYS) for m in got] == [None, None]  # an executor can verify every decision
+    assert [m["decision"] for m in got] == ["drain_and_restart", "alert_only"]
+    assert "until the guardian's own confirming gate round fails" in got[1]["hold"]

@@ -14,6 +14,7 @@ from vllm_guardian.errors import ConfigError
 from vllm_guardian.surface.exporter import DECLARED, build_registry
 from vllm_guardian.surface.http_listener import HttpListener, LastTick
 from vllm_guardian.testing.clock import FakeClock
+import time
 
 INTERVAL = 1.0
 
@@ -208,3 +209,77 @@ def test_stop_closes_the_port():
 def test_a_non_positive_max_tick_age_is_refused():
     with pytest.raises(ConfigError, match="max_tick_age"):
         HttpListener(("127.0.0.1", 0), registry=build_registry(dict), status=dict, tick_age=lambda: 0.0, max_tick_age=0)
+
+
+# ------------------------------------------------------------------ clients that misbehave
+def _trickle(address, stop_after: float) -> tuple[float, bytes]:
+    """A client sending its request a byte every 0.2 s: how long the listener kept it, and what it said."""
+    import socket
+    import time
+
+    sock = socket.create_connection(address, timeout=10)
+    start = time.monotonic()
+    got = b""
+    try:
+        for byte in b"GET /healthz HTTP/1.0\r\nX-Slow: " + b"a" * 1000:
+            if time.monotonic() - start > stop_after:
+                break
+            sock.sendall(bytes([byte]))
+            time.sleep(0.2)
+        sock.settimeout(10)
+        got = sock.recv(4096)
+    except OSError:
+        pass
+    finally:
+        sock.close()
+    return time.monotonic() - start, got
+
+
+def test_a_trickling_client_is_cut_off_at_the_whole_request_deadline_not_held_forever():
+    harness = Harness()
+    harness.api.request_deadline = 1.0
+    harness.api.start()
+    try:
+        held, _ = _trickle(harness.api.address, stop_after=30)
+        assert held < 15  # a per-read timeout (10 s) would have held it for the whole 1000-byte trickle (200 s)
+    finally:
+        harness.api.stop()
+
+
+def test_when_slow_clients_hold_every_connection_the_oldest_still_sending_is_cut_and_healthz_answers():
+    import socket
+
+    harness = Harness()
+    harness.api.max_connections = 2
+    harness.api.start()
+    harness.heartbeat.beat()
+    hogs = [socket.create_connection(harness.api.address, timeout=5) for _ in range(2)]
+    try:
+        for hog in hogs:
+            hog.sendall(b"GET /hea")  # and nothing more
+        assert harness.request("GET", "/healthz")[0] == 200
+        assert harness.api.evicted >= 1
+    finally:
+        for s in hogs:
+            s.close()
+        harness.api.stop()
+
+
+def test_when_no_open_connection_may_be_cut_a_new_one_is_closed_unread():
+    import socket
+
+    harness = Harness()
+    harness.api.max_connections = 1
+    harness.api.evict_after = 60
+    harness.api.start()
+    hog = socket.create_connection(harness.api.address, timeout=5)
+    try:
+        deadline = time.monotonic() + 10
+        while harness.api.refused == 0 and time.monotonic() < deadline:
+            extra = socket.create_connection(harness.api.address, timeout=5)
+            assert extra.recv(1) == b""
+            extra.close()
+        assert harness.api.refused >= 1
+    finally:
+        hog.close()
+        harness.api.stop()

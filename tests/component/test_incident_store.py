@@ -139,3 +139,13 @@ def test_codec_round_trips_and_sanitises_signals():
     assert d["signals"] == {"rate": None, "kind": "busy_loop", "n": None}
     json.dumps(d, allow_nan=False)
     assert incident_from_dict(d) == replace(inc, signals=d["signals"])
+
+
+def test_an_incident_whose_signals_nest_thousands_deep_is_saved_not_raised(tmp_path):
+    """Saving must never raise on what a finding carries (a report once nested 600 lists)."""
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    path = IncidentStore(tmp_path).save(incident(signals={"sample": {"figures": {"x": deep}}}))
+    saved = json.loads(path.read_text())
+    assert "nested deeper than" in json.dumps(saved["signals"])

@@ -120,3 +120,17 @@ def test_every_event_type_a_device_supports_is_delivered_with_its_kind():
         AccelEvent("nvml:0", "ecc_dbe", 0, "NVML ecc_dbe event"),
     )  # device 1 registered for Xids only: its DBE is not delivered
     assert read_at(b, clock, 4).events == ()
+
+
+def test_an_other_nvml_error_leaves_the_number_out_noted_once_and_the_device_reads_on():
+    clock = FakeClock()
+    b = FakeNvmlBackend({"devices": [{}], "errors": {"nvmlDeviceGetPcieReplayCounter": "Unknown"}}, clock=clock)
+    b.health_interval = 1.0
+    first = read_at(b, clock, 0)
+    (d,) = first.devices
+    assert d.health == "OK" and d.memory_total_bytes and "pcie_replay" not in d.extra["health_counters"]
+    failed = [n for n in first.notes if "failed (NVMLError_Unknown)" in n]
+    assert len(failed) == 1
+    for t in range(1, 5):
+        snap = read_at(b, clock, t)
+    assert [n for n in snap.notes if "failed" in n] == failed

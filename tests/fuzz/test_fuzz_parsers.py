@@ -243,6 +243,38 @@ def test_redaction(text, argv):
     assert len(redact_argv(argv)) == len(argv)
 
 
+# ---------------------------------------------------------------- gate reports from the Redis channel
+REPORT = json.dumps(
+    {
+        "instance_id": "node-a/t",
+        "request_id": "r1",
+        "timestamp": 1767225600,
+        "check_level": "L3",
+        "type": "nan",
+        "details": {"output": "!!!", "x": [[1, {"y": "z"}]]},
+        "kid": "gw",
+        "sig": "0" * 64,
+    }
+)
+
+
+@FUZZ
+@given(st.one_of(texts([REPORT, "[" * 50 + "]" * 50]), st.binary(max_size=300)))
+def test_gate_reports(raw):
+    """Every message gets an outcome, never an exception, with keys or without."""
+    import logging
+
+    from vllm_guardian.config.schema import TrustConfig
+    from vllm_guardian.gates.intake import OUTCOMES
+    from vllm_guardian.gates.shared import GatesShared
+    from vllm_guardian.gates.trust import Keys
+
+    for keys in (None, Keys({"gw": b"0123456789abcdef0123"}, "gw")):
+        shared = GatesShared("node-a", 60.0, logging.getLogger("fuzz"), TrustConfig(), keys)
+        shared.known_targets = frozenset({"t"})
+        assert shared.accept_report(raw, 1.0, 1767225600.0) in OUTCOMES
+
+
 # ---------------------------------------------------------------- config
 @FUZZ
 @given(texts([CONFIG, "interval: 1\nalerts: {redis_url: embedded}\n", "a: &a [1]\nb: *a\n"]))

@@ -48,13 +48,21 @@ class GuardianProcess:
         self.config_path.write_text(yaml.safe_dump(cfg))
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> GuardianProcess:
+    def start(self, *args: str, journal: bool = False) -> GuardianProcess:
+        """``guardian run -c <config> *args``; ``journal``: its stderr is announced as journald's
+        stream (``JOURNAL_STREAM`` = the log file's device:inode), as systemd does."""
         with open(self.log_path, "wb") as log:  # the child keeps its own descriptor
+            env = dict(os.environ)
+            env.pop("JOURNAL_STREAM", None)
+            if journal:
+                st = os.fstat(log.fileno())
+                env["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "vllm_guardian.surface.cli", "run", "-c", str(self.config_path)],
+                [sys.executable, "-m", "vllm_guardian.surface.cli", "run", "-c", str(self.config_path), *args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env=env,
             )
         return self
 

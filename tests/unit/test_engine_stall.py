@@ -151,3 +151,13 @@ def test_an_old_timeout_does_not_outlive_a_recovery():
     ]
     v = view(frozen_then_moving, canary(NOW - 12, NOW - 7, answered=False), gauges(running=0))
     assert engine_stall.evaluate(v, CFG) is None
+
+
+def test_a_canary_timeout_while_a_thread_has_been_hot_only_a_few_seconds_is_busy_loops_case():
+    # a guardian started beside a spinning engine: its first canary times out before the hot
+    # thread covers busy_loop's window; that is a spin being confirmed, not a stall
+    series = [counters(False), canary(NOW - 6, NOW - 1, answered=False), thread(cpu=1.0, since=NOW - 4)]
+    assert engine_stall.evaluate(view(*series), CFG) is None
+    from vllm_guardian.detectors import busy_loop
+
+    assert busy_loop.evaluate(view(*series), CFG) is not None  # ...a busy_loop suspect

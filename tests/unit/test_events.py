@@ -262,3 +262,18 @@ def test_evidence_files_are_capped(tmp_path):
 @pytest.mark.parametrize("directory", [None, "", "/nonexistent/guardian/evidence"])
 def test_no_evidence_folder_lists_nothing(directory):
     assert list_evidence_files(directory) == []
+
+
+def test_every_incident_kind_has_its_runbook_and_the_event_links_it():
+    """Kinds are read from the code: a kind added without docs/runbooks/<kind>.md fails here."""
+    from pathlib import Path
+
+    from vllm_guardian.incidents.runbooks import RUNBOOKS_PATH, RUNBOOKS_URL, runbook_url
+    from vllm_guardian.model import Kind
+
+    root = Path(__file__).resolve().parents[2]
+    missing = [k.value for k in Kind if not (root / RUNBOOKS_PATH / f"{k.value}.md").is_file()]
+    assert missing == []
+    assert runbook_url("busy_loop") == f"{RUNBOOKS_URL}/busy_loop.md"
+    ev = event_from_incident(incident(), "gpu-1", OPENED + 2, reason="opened")
+    assert ev["runbook"] == runbook_url(ev["kind"])

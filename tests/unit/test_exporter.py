@@ -24,6 +24,7 @@ from vllm_guardian.surface.exporter import (
     serving,
 )
 from vllm_guardian.model import Kind
+from vllm_guardian.state.tick_times import TickTimes
 
 KINDS = [k.value for k in Kind]
 
@@ -138,16 +139,26 @@ def status(**over) -> dict:
     return doc
 
 
+def ticks(*seconds: float) -> TickTimes:
+    t = TickTimes()
+    for s in seconds:
+        t.add(s)
+    return t
+
+
 @dataclass
 class Stats:
     incidents_opened: dict = field(default_factory=dict)
     incidents_resolved: dict = field(default_factory=dict)
+    tick_times: TickTimes = field(default_factory=lambda: ticks(0.002, 0.003, 0.7))
 
 
-def scrape(doc, stats=None) -> dict:
-    """family name as exposed (counters without _total) -> family, parsed back from the text format."""
+def scrape(doc, stats=None, everything: bool = False) -> dict:
+    """family name as exposed (counters without _total) -> family, parsed back from the text format;
+    the guardian's own families only (``process_*`` of the process collector with ``everything``)."""
     text = generate_latest(build_registry(lambda: doc, (lambda: stats) if stats is not None else None))
-    return {f.name: f for f in text_string_to_metric_families(text.decode())}
+    fams = {f.name: f for f in text_string_to_metric_families(text.decode())}
+    return fams if everything else {n: f for n, f in fams.items() if not n.startswith("process_")}
 
 
 def value(fams: dict, name: str, **labels) -> float | None:
@@ -166,7 +177,11 @@ FULL = status(
     incidents=[incident("busy_loop", "llama")],
     actions={"outcomes": {"ok": 4, "failed": 1}, "restarts": {"llama": {"ok": 1}}},
     alerts={"spooled": 7, "dropped_total": 2},  # the keys RedisAlertSink.stats() writes
-    gates={"reports": {"accepted": 3, "malformed": 1}},
+    gates={
+        "reports": {"accepted": 3, "malformed": 1, "unsigned": 2},
+        "reports_dropped": {"malformed": 1, "unsigned": 2},
+        "fingerprints_dropped": {"future": 2},
+    },
     accelerators=[{"device": "nvml:0", "backend": "nvml", "fault_health": 0}],
     device_faults={"pci:0000:3b:00": {"health": 2}},
 )
@@ -178,7 +193,7 @@ def test_declared_names_are_prefixed_unique_and_typed():
     names = [s.name for s in DECLARED]
     assert len(names) == len(set(names))
     assert all(n.startswith("guardian_") for n in names)
-    assert {s.type for s in DECLARED} <= {"gauge", "counter"}
+    assert {s.type for s in DECLARED} <= {"gauge", "counter", "histogram"}
     assert all(s.name.endswith("_total") == (s.type == "counter") for s in DECLARED)
     assert set(LABELS) == set(names)
     assert all(s.help for s in DECLARED)
@@ -197,6 +212,10 @@ def test_every_sample_has_exactly_the_declared_labels(doc):
     for fam in scrape(doc, Stats()).values():
         spec = specs[fam.name]
         for s in fam.samples:
+            if spec.type == "histogram":
+                assert s.name in {spec.name + "_bucket", spec.name + "_sum", spec.name + "_count"}
+                assert set(s.labels) - {"le"} == set(LABELS[spec.name]), s
+                continue
             assert s.name == spec.name
             assert set(s.labels) == set(LABELS[spec.name]), s
             assert all(re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", k) for k in s.labels)
@@ -227,10 +246,7 @@ def test_describe_names_every_declared_family_without_reading_status():
     [
         ("guardian_build_info", {"version": "0.1.0", "node": "n1"}, 1.0),
         ("guardian_ticks_total", {}, 60.0),
-        ("guardian_tick_duration_seconds", {}, 0.002),
         ("guardian_tick_duration_max_seconds", {}, 0.01),
-        ("guardian_tick_duration_p50_seconds", {}, 0.0015),
-        ("guardian_tick_duration_p99_seconds", {}, 0.009),
         ("guardian_self_cpu_seconds_total", {}, 1.5),
         ("guardian_self_max_resident_memory_bytes", {}, 40_000_000.0),
         ("guardian_probe_runs_total", {"probe": "procfs"}, 60.0),
@@ -242,18 +258,18 @@ def test_describe_names_every_declared_family_without_reading_status():
         ("guardian_target_up", {"target": "llama"}, 1.0),
         ("guardian_target_ready", {"target": "llama"}, 1.0),
         ("guardian_target_health_ok", {"target": "llama"}, 1.0),
-        ("guardian_process_cpu_ratio", {"target": "llama", "pid": 110, "role": "engine_core"}, 0.99),
-        ("guardian_process_resident_memory_bytes", {"target": "llama", "pid": 100, "role": "api_server"}, 1e6),
-        ("guardian_process_threads", {"target": "llama", "pid": 110, "role": "engine_core"}, 9.0),
-        ("guardian_hottest_thread_cpu_ratio", {"target": "llama", "pid": 110, "role": "engine_core"}, 0.98),
+        ("guardian_process_cpu_ratio", {"target": "llama", "role": "engine_core", "index": "0"}, 0.99),
+        ("guardian_process_resident_memory_bytes", {"target": "llama", "role": "api_server", "index": "0"}, 1e6),
+        ("guardian_process_threads", {"target": "llama", "role": "engine_core", "index": "0"}, 9.0),
+        ("guardian_hottest_thread_cpu_ratio", {"target": "llama", "role": "engine_core", "index": "0"}, 0.98),
         (
             "guardian_hottest_thread_voluntary_switches_per_second",
-            {"target": "llama", "pid": 110, "role": "engine_core"},
+            {"target": "llama", "role": "engine_core", "index": "0"},
             0.0,
         ),
         (
             "guardian_hottest_thread_involuntary_switches_per_second",
-            {"target": "llama", "pid": 110, "role": "engine_core"},
+            {"target": "llama", "role": "engine_core", "index": "0"},
             25.0,
         ),
         ("guardian_engine_steps_per_second", {"target": "llama"}, 12.5),
@@ -416,7 +432,7 @@ def test_a_hottest_thread_without_an_involuntary_rate_exports_only_what_it_has()
         "hottest_thread": {"tid": 110, "cpu_ratio": 0.97, "voluntary_per_s": 3.0},
     }
     fams = scrape(status(targets=[target(processes=[proc])]))
-    labels = {"target": "llama", "pid": 110, "role": "engine_core"}
+    labels = {"target": "llama", "role": "engine_core", "index": "0"}
     assert value(fams, "guardian_hottest_thread_voluntary_switches_per_second", **labels) == 3.0
     assert value(fams, "guardian_hottest_thread_involuntary_switches_per_second", **labels) is None
 
@@ -491,3 +507,30 @@ def test_every_device_gets_a_health_gauge_and_a_device_incident_no_target_series
     assert value(fams, "guardian_accelerator_health", device="pci:0000:3b:00", backend="") == 1.0
     assert value(fams, "guardian_incidents_open", kind="accel_fault") == 1.0
     assert value(fams, "guardian_target_incidents_open", target="nvml:0", kind="accel_fault") is None
+
+
+# ------------------------------------------------------------------ metrics hygiene
+def test_tick_durations_are_a_histogram_of_every_tick():
+    fams = scrape(status(), Stats(tick_times=ticks(0.002, 0.003, 0.7)))
+    samples = {(s.name, s.labels.get("le")): s.value for s in fams["guardian_tick_duration_seconds"].samples}
+    assert samples[("guardian_tick_duration_seconds_bucket", "0.005")] == 2.0
+    assert samples[("guardian_tick_duration_seconds_bucket", "0.5")] == 2.0
+    assert samples[("guardian_tick_duration_seconds_bucket", "1")] == 3.0
+    assert samples[("guardian_tick_duration_seconds_bucket", "+Inf")] == 3.0
+    assert samples[("guardian_tick_duration_seconds_count", None)] == 3.0
+    assert samples[("guardian_tick_duration_seconds_sum", None)] == pytest.approx(0.705)
+
+
+def test_processes_are_labelled_by_role_and_index_never_by_pid():
+    """A pid makes new series at every restart of the server; role + index stay the same."""
+    workers = [{"pid": pid, "role": "worker", "cpu_ratio": 0.5} for pid in (300, 200)]
+    fams = scrape(status(targets=[target(processes=workers)]))
+    got = {(s.labels["role"], s.labels["index"]) for s in fams["guardian_process_cpu_ratio"].samples}
+    assert got == {("worker", "0"), ("worker", "1")}
+    assert all("pid" not in spec_labels for spec_labels in LABELS.values())
+
+
+def test_the_guardians_own_process_metrics_are_exported():
+    fams = scrape(status(), Stats(), everything=True)
+    assert {"process_cpu_seconds", "process_resident_memory_bytes", "process_open_fds"} <= set(fams)
+    assert fams["process_resident_memory_bytes"].samples[0].value > 0

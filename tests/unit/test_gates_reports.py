@@ -78,7 +78,7 @@ def test_bad_messages_are_refused_naming_the_problem(raw, error):
         parse_report(raw)
 
 
-def test_a_report_addresses_this_node_by_bare_name_or_node_prefix():
-    assert for_node(parse_report(msg(instance_id="t")), "node-a")
+def test_a_report_addresses_this_node_by_its_node_prefix_only_a_bare_name_reaches_no_node():
+    assert not for_node(parse_report(msg(instance_id="t")), "node-a")
     assert for_node(parse_report(msg(instance_id="node-a/t")), "node-a")
     assert not for_node(parse_report(msg(instance_id="node-b/t")), "node-a")

@@ -7,6 +7,7 @@ import math
 
 from vllm_guardian.gates.gateway import Reporter, check_completion, check_logprobs, check_text
 from vllm_guardian.gates.reports import parse_report
+from vllm_guardian.gates.trust import Keys, check
 
 
 class Recorder:
@@ -36,15 +37,24 @@ def test_check_completion_reads_a_vllm_choice():
     assert sorted((p.level, p.code) for p in check_completion(choice)) == [("L1", "control"), ("L3", "non_finite")]
 
 
-def test_the_reporter_publishes_one_message_per_level_that_the_guardian_parses():
+def test_the_reporter_publishes_one_message_per_request_at_its_most_decisive_level():
     rec = Recorder()
     problems = check_text("\x00!!!!!!!!!!!!") + check_logprobs([math.nan], [[math.nan]])
     assert Reporter(client=rec).report("node-a/vllm-8000", "req-9", problems, output="\x00!!!") is None
-    assert [c for c, _ in rec.sent] == ["vllm_health_alert", "vllm_health_alert"]
-    reports = [parse_report(d) for _, d in rec.sent]
-    assert sorted(r.level for r in reports) == ["L1", "L3"]
-    assert all(r.target == "vllm-8000" and r.request_id == "req-9" for r in reports)
-    assert "control" in json.loads(rec.sent[0][1])["details"]["problems"][0]
+    assert [c for c, _ in rec.sent] == ["vllm_health_alert"]
+    (report,) = [parse_report(d) for _, d in rec.sent]
+    assert (report.level, report.target, report.request_id) == ("L3", "vllm-8000", "req-9")
+    listed = [v for k, v in report.details.items() if k.startswith("problems.")]
+    assert any(str(v).startswith("L1 control") for v in listed) and any(str(v).startswith("L3") for v in listed)
+
+
+def test_a_reporter_with_keys_signs_what_the_guardian_verifies():
+    keys = Keys({"gw1": b"s" * 32}, "gw1")
+    rec = Recorder()
+    Reporter(client=rec, keys=keys).report("node-a/t", "req-1", check_text("\x00\x00"))
+    msg = json.loads(rec.sent[0][1])
+    assert msg["kid"] == "gw1" and check(msg, keys) is None
+    assert check(dict(msg, check_level="L3"), keys) == ("bad_signature", "signature does not match under kid 'gw1'")
 
 
 def test_a_redis_error_is_returned_never_raised():

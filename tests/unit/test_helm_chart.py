@@ -138,6 +138,12 @@ def test_an_unknown_mode_is_refused():
         helm_template(sets={"mode": "fix-everything"})
 
 
+def test_a_metrics_port_the_config_does_not_listen_on_is_refused():
+    with pytest.raises(ToolFailed, match="must listen on metricsPort 9500"):
+        helm_template(sets={"metricsPort": "9500"})
+    helm_template(sets={"metricsPort": "9500", "config.api.http": "0.0.0.0:9500"})
+
+
 def test_monitoring_objects_render_when_enabled_and_match_their_crds():
     docs = render("full-values.yaml")
     assert {d["kind"] for d in split(docs)[1]} == {"PodMonitor", "ServiceMonitor", "PrometheusRule"}

@@ -124,6 +124,7 @@ def test_the_finding_carries_level_condition_and_the_failing_sample():
         "output": "garbage",
         "expected": "2",
         "figures": {},
+        "source": "own",
     }
     assert f.signals["health_score"] == 20 and not f.signals["alert_only"]
 

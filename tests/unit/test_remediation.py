@@ -499,6 +499,73 @@ def test_kubernetes_mode_evicts_the_pod_or_deletes_it_when_configured(tmp_path, 
     assert all(sig != 15 for _, sig in w.control.signals)  # the kubelet stops the pod, not the guardian
 
 
+class PdbRefuses(RecordingApi):
+    """An API server whose PodDisruptionBudget never allows the eviction: 429 every time."""
+
+    def __call__(self, req, timeout):
+        import email.message
+        import io
+        import json
+        import urllib.error
+
+        if req.full_url.endswith("/eviction"):
+            self.requests.append((req.get_method(), req.full_url, json.loads(req.data)))
+            status = {
+                "kind": "Status",
+                "code": 429,
+                "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+            }
+            raise urllib.error.HTTPError(
+                req.full_url, 429, "Too Many Requests", email.message.Message(), io.BytesIO(json.dumps(status).encode())
+            )
+        return super().__call__(req, timeout)
+
+
+class FakeTime:
+    """kube_removal's time: sleeping advances the monotonic clock at once."""
+
+    def __init__(self):
+        self.now, self.slept = 0.0, []
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, s):
+        self.slept.append(s)
+        self.now += s
+
+
+def test_an_eviction_a_disruption_budget_never_allows_fails_the_restart_without_stopping_anything(
+    tmp_path, monkeypatch
+):
+    """429s are retried with backoff within the drain timeout (30 s here), then the restart fails:
+    nothing is signalled behind the budget's back, a person decides."""
+    import vllm_guardian.remediation.kube_removal as kube_removal
+    from vllm_guardian.host.kube import KubeClient
+    from vllm_guardian.testing.fake_proc import FakeProcTree
+
+    clock = FakeTime()
+    monkeypatch.setattr(kube_removal, "time", clock)
+    proc = FakeProcTree(tmp_path / "proc")
+    proc.add_process(API.pid, 1, ("python3", "-m", "vllm.entrypoints.openai.api_server"), starttime=API.starttime)
+    proc.write(f"{API.pid}/cgroup", f"0::/kubepods/burstable/pod{RecordingApi.UID}/abc\n".encode())
+    api = PdbRefuses()
+    w = World(
+        tmp_path / "state", restart={"mode": "kubernetes", "stop_timeout": 10}, control=FakeControl({API, ENGINE})
+    )
+    w.rem.kube = KubeClient("https://k8s", "tok", None, "gpu-node-17", opener=api)
+    w.rem.procfs = proc.procfs()
+    assert w.consider(w.open()) == "started"
+    w.step(1, n=10)
+    evictions = [r for r in api.requests if r[1].endswith("/eviction")]
+    assert len(evictions) == len(clock.slept) + 1 and sum(clock.slept) == 30  # 2, 4, 8, 16 (then the rest)
+    assert w.rem.sequences["llm"].phase.value == "failed"
+    assert (
+        "disruption budget" in w.rem.sequences["llm"].detail and "nothing was stopped" in w.rem.sequences["llm"].detail
+    )
+    assert w.control.signals == []
+
+
 def test_a_state_file_of_the_previous_format_resumes_a_stop_without_a_second_sigterm(tmp_path):
     import json
 
@@ -586,3 +653,27 @@ def test_a_device_that_is_fine_does_not_hold_a_restart_back(tmp_path):
         device_check=lambda name: None,
     )
     assert w.consider(w.open()) == "started"
+
+
+def test_a_device_fault_seen_while_the_tree_stops_fails_the_sequence_before_anything_starts(tmp_path):
+    w = World(tmp_path)
+    broken: list[str] = []
+    w.rem = Remediator(
+        RemediationSettings.from_config(w.cfg),
+        w.clock,
+        w.control,
+        w.runner,
+        w.cmd,
+        w.incidents,
+        w.ledger,
+        procfs=None,
+        device_check=lambda name: broken[0] if broken else None,
+    )
+    inc = w.open()
+    assert w.consider(inc) == "started"
+    broken.append("restart refused: device nvml:0 reported Xid 79 (GPU has fallen off the bus)")  # after the decision
+    w.step(1, n=10)  # draining (a hang: nothing to drain), stopping, then the check before starting
+    seq = w.rem.sequences["llm"]
+    assert seq.outcome == "failed" and "not started again" in seq.detail and "Xid 79" in seq.detail
+    assert (API, 15) in w.control.signals  # the hung tree was stopped ...
+    assert w.control.specs == []  # ... and nothing launched onto the broken device

@@ -141,3 +141,37 @@ def test_a_crash_is_shown_with_its_traceback():
 def test_no_series_still_renders(series):
     html = page(series=series, flame_svg=None, flame_name=None)
     assert "The windows that fired" not in html and html.endswith("</html>")
+
+
+def test_the_page_links_the_runbook_of_its_kind():
+    from vllm_guardian.incidents.runbooks import runbook_url
+
+    assert f"<a id='runbook' href='{runbook_url('busy_loop')}'>" in page()
+
+
+def test_a_device_fault_leads_the_verdict_and_marks_its_row_in_the_accelerator_table():
+    device_first = [
+        {
+            "id": "device-fault:xid:79",
+            "title": "device fault: nvml:0 reported Xid 79 (GPU has fallen off the bus) at 02:41:07 UTC; "
+            "a restart will not help",
+            "confidence": 0.95,
+            "advice": "reboot node: drain the node and reboot it",
+        },
+        *DIAG,
+    ]
+    rows = [
+        {
+            "device": "nvml:0",
+            "name": "NVIDIA H200",
+            "health": "lost",
+            "fault_health": 2,
+            "fault": "Xid 79 (GPU has fallen off the bus); a restart will not help",
+        },
+        {"device": "nvml:1", "name": "NVIDIA H200", "health": "OK", "fault_health": 0},
+    ]
+    html = page(diagnosis=device_first, accelerators=rows)
+    verdict = html.split('id="diagnosis"')[1].split("</div>")[0]
+    assert "Xid 79 (GPU has fallen off the bus)" in verdict and "device-fault:xid:79" in verdict
+    table = html.split('id="accelerators"')[1].split("</table>")[0]
+    assert table.count('<tr class="fault">') == 1 and "a restart will not help" in table

@@ -64,7 +64,7 @@ _LOCAL = re.compile(r"(?m)^(?P<head>[ \t]+(?P<name>[A-Za-z_]\w{0,79}): )(?P<val>
 _BEARER = re.compile(r"(?<![\w-])(?P<head>(?i:bearer)[ \t]+)(?P<tok>[A-Za-z0-9._~+/=-]{6,})")
 _URL_CRED = re.compile(
     r"(?<![A-Za-z0-9+.-])(?P<head>[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s:/@\"'<>]{0,256}:)"
-    r"(?P<pw>[^\s@/\"'<>]{1,1024})(?P<at>@)"
+    r"(?P<pw>[^\s@\"'<>]{1,1024})(?P<at>@)"  # a "/" too: generated passwords hold one
 )
 _SHAPES = re.compile(
     r"(?<![A-Za-z0-9_-])(?:"

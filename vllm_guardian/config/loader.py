@@ -121,6 +121,8 @@ _RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingPr
         "onoff": _choice("auto", "off"),
         "restart_mode": _choice("systemd", "command", "kubernetes", "signal"),
         "allow_deny": _choice("allow", "deny"),
+        "log_format": _choice("text", "json", "logfmt"),
+        "log_level": _choice("debug", "info", "warning", "error", "critical"),
         "pod_removal": _choice("evict", "delete"),
         "regex": ("a valid regular expression", lambda v: not _regex_problem(v)),
         "expect": (

@@ -5,7 +5,7 @@ it strictly: an unknown key or a wrong type is an error naming the key path).
 Field metadata ``check`` names a validation rule (see ``vllm_guardian.config.loader``):
 ``positive`` (> 0), ``nonneg`` (>= 0), ``ratio`` (0..1), ``mode``, ``onoff``
 (auto|off), ``restart_mode``, ``regex``, ``expect`` (regex or ``baseline``), ``port``,
-``hostport``.
+``hostport``, ``log_format``, ``log_level``.
 The top-level names are a contract: scripts and operators rely on them.
 """
 
@@ -267,6 +267,18 @@ _SHADOW_PROMPTS = (
 
 
 @dataclass(frozen=True)
+class TrustConfig:
+    """Who may make the guardian act: signed reports, decisions and L4 fingerprints (docs/gates.md, Trust)."""
+
+    keys_file: str | None = _f(None, doc="file of `kid secret` lines (mode 0600); the first line signs")
+    key_env: str | None = _f(None, doc="environment variable holding one secret (kid `default`)")
+    max_skew: float = _f(30.0, "nonneg", "seconds a signed message may be stamped ahead of this clock")
+    max_age: float = _f(600.0, "positive", "seconds after which a report is stale (its replay window)")
+    reports_per_minute: int = _f(30, "positive", "counted reports per target per minute; the rest dropped")
+    min_peer_nodes: int = _f(2, "positive", "L4: other nodes' fingerprints vote only from this many nodes")
+
+
+@dataclass(frozen=True)
 class GatesConfig:
     """Output-correctness gates L1-L5, run by the guardian against each target."""
 
@@ -296,6 +308,7 @@ class GatesConfig:
         "an answer leaving its baseline where the two tokens were within this "
         "many nats is a batching flip, not a failure",
     )
+    trust: TrustConfig = field(default_factory=TrustConfig)
     builtin_checks: bool = _f(
         True,
         doc="L5: the built-in known-answer checks (copy, counting, a pattern), each expecting the "
@@ -434,7 +447,15 @@ class LifecycleConfig:
     )
     server_state: str = _f("auto", "onoff", "ask GET /is_paused and /is_sleeping where the server exposes them")
     max_pause: float = _f(600.0, "positive", "a pause or sleep on purpose longer than this: an alert, never a restart")
-    resume_grace: float = _f(30.0, "nonneg", "seconds after a resume (or wake-up, or undrain) hang detectors stay down")
+    resume_grace: float = _f(30.0, "nonneg", "seconds after a resume or wake-up the hang detectors stay down")
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """The daemon's log lines (``--log-format``/``--log-level`` and GUARDIAN_LOG_* win over these)."""
+
+    format: str = _f("text", "log_format", "text | json | logfmt")
+    level: str = _f("info", "log_level", "debug | info | warning | error | critical")
 
 
 @dataclass(frozen=True)
@@ -477,6 +498,7 @@ class Config:
     api: ApiConfig = field(default_factory=ApiConfig)
     diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
+    log: LogConfig = field(default_factory=LogConfig)
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
 
     def socket_path(self) -> str:

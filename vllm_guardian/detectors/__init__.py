@@ -20,6 +20,7 @@ from vllm_guardian.detectors import (
     host_memory_leak,
     kv_cache_leak,
     output_corruption,
+    pause_too_long,
     startup_timeout,
 )
 from vllm_guardian.detectors.view import TargetState, TargetView
@@ -36,6 +37,7 @@ DETECTORS: Mapping[Kind, Detector] = MappingProxyType(
         Kind.HOST_MEMORY_LEAK: host_memory_leak.evaluate,
         Kind.OUTPUT_CORRUPTION: output_corruption.evaluate,
         Kind.STARTUP_TIMEOUT: startup_timeout.evaluate,
+        Kind.PAUSE_TOO_LONG: pause_too_long.evaluate,
     }
 )
 

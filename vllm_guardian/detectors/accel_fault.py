@@ -70,11 +70,14 @@ class DeviceFaultView:
     now: float
 
 
+def precedence(f: FaultRecord) -> tuple[int, bool, bool, float]:
+    """Most severe first; of equals, one a restart cannot help, then an Xid (it names the cause: a
+    lost GPU is what an Xid 79 leaves behind), then the latest."""
+    return (f.entry.rank, f.entry.blocks_restart, f.code.startswith("xid:"), f.at)
+
+
 def worst(faults: tuple[FaultRecord, ...] | list[FaultRecord]) -> FaultRecord | None:
-    """The most severe fault; of equals, one a restart cannot help, then the latest."""
-    if not faults:
-        return None
-    return max(faults, key=lambda f: (f.entry.rank, f.entry.blocks_restart, f.at))
+    return max(faults, key=precedence) if faults else None
 
 
 def evaluate(view: DeviceFaultView, cfg: DetectorsConfig) -> Finding | None:

@@ -17,7 +17,8 @@ suspect: the confirming canary starts early, but no conclusion is drawn yet.
 cold samples from before the onset hold the median under the ratio for half of it,
 which delayed the canary (and so the incident) by ~5 s after a spin began.
 
-Never during startup grace (model load, graph capture) nor once the API server is gone.
+Never while paused or asleep on purpose (nor in the resume grace after it), never during startup
+grace (model load, graph capture) nor once the API server is gone.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ SUSPECT_WINDOW = 3.0  # seconds: a thread hot over these is worth a confirming c
 
 def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     st, bl = view.state, cfg.busy_loop
-    if not st.ready or not st.api_alive:
+    if not st.ready or not st.api_alive or st.on_purpose:
         return None
     hot = hot_threads_for(view, bl)
     covered = bool(hot)

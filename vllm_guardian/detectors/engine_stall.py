@@ -11,19 +11,22 @@ Decides:
 - a suspect (unconfirmed, so the daemon sends a canary) when work was pending
   and counters frozen over the last few seconds only.
 
-Never during startup grace nor once the API server is gone (engine_dead's case),
+Never while paused or asleep on purpose (nor in the resume grace after it), never during
+startup grace nor once the API server is gone (engine_dead's case),
 nor while a process of the target is hot but its threads are not read yet (the
 first tick of a spin: whether it is busy_loop's case is not known).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from vllm_guardian.config.schema import DetectorsConfig
 from vllm_guardian.model import Finding, Kind, Role, Severity, Subject
 from vllm_guardian.series import metrics as m
 from vllm_guardian.series.window import span
+from vllm_guardian.detectors.busy_loop import SUSPECT_WINDOW
 from vllm_guardian.detectors.hot_threads import hot_threads_for
 from vllm_guardian.detectors.progress import canaries, pending_samples, pending_throughout, progress_between
 from vllm_guardian.detectors.view import TargetView
@@ -35,9 +38,13 @@ SUSPECT_AFTER = 3.0  # seconds of pending work with frozen counters before askin
 
 def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     st, es = view.state, cfg.engine_stall
-    if not st.ready or not st.api_alive:
+    if not st.ready or not st.api_alive or st.on_purpose:
         return None
-    if hot_threads_for(view, cfg.busy_loop) or _hot_process_unread(view, cfg.busy_loop.cpu_ratio):
+    if (
+        hot_threads_for(view, cfg.busy_loop)
+        or _hot_lately(view, cfg)
+        or _hot_process_unread(view, cfg.busy_loop.cpu_ratio)
+    ):
         return None
     name, now, series = st.target.name, st.now, view.series
     t0 = now - es.window
@@ -78,6 +85,14 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
         what = f"counters frozen with requests pending for {SUSPECT_AFTER:g}s, confirming with a canary"
         return _finding(name, subject, dict(base, reason="suspect"), what, False)
     return None
+
+
+def _hot_lately(view: TargetView, cfg: DetectorsConfig) -> bool:
+    """A thread hot over busy_loop's suspect window, though not yet for its whole window: a spin
+    that started less than a window ago, or that a guardian started beside it has watched only
+    that long (its first canary times out before the window fills): busy_loop's case."""
+    bl = cfg.busy_loop
+    return bool(hot_threads_for(view, replace(bl, min_coverage=0.0, window=min(bl.window, SUSPECT_WINDOW))))
 
 
 def _hot_process_unread(view: TargetView, cpu_ratio: float) -> bool:

@@ -22,11 +22,18 @@ The finding's signals carry what explains it (``evidence``): the model and vLLM 
 and per failing prompt of the latest failing round the answer, its tokens and logprobs and
 the baseline it was judged against (``gates.evidence``); ``failing_rounds`` lists the
 failures of the rounds that made the condition.
+
+What the finding rests on: ``own_conditions`` are the conditions that hold on the
+guardian's own failures alone (its rounds, without reports and without L4 failures that
+only other nodes' fingerprints make); ``external`` names the external sources among the
+records (``report``, ``peers``); ``confirmed_by_own_round`` says whether a round of the
+guardian's own failed after the first external record. Remediation reads them
+(``remediation/external.py``): external evidence is a hint, not a verdict.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from vllm_guardian.config.schema import DetectorsConfig, OutputCorruptionConfig
 from vllm_guardian.gates.judge import GateFailure
@@ -150,6 +157,28 @@ def health_score(view: LedgerView | None, now: float, c: OutputCorruptionConfig)
     return int(max(0, min(100, round(score))))
 
 
+def own_view(view: LedgerView) -> LedgerView:
+    """The records without external evidence: no reports, no failure resting on peers."""
+    rounds = tuple(replace(r, failures=tuple(f for f in r.failures if f.source == "own")) for r in view.rounds)
+    return LedgerView(rounds, (), view.interval)
+
+
+def provenance(view: LedgerView, now: float, c: OutputCorruptionConfig) -> dict[str, object]:
+    """``own_conditions``, ``external`` and ``confirmed_by_own_round`` (see the module doc)."""
+    hold = hold_seconds(view, c)
+    ext: list[tuple[float, str]] = [(r.t, "report") for r in view.reports if r.t > now - hold]
+    ext += [(r.t, f.source) for r in view.rounds if r.t > now - hold for f in r.failures if f.source != "own"]
+    first = min((t for t, _ in ext), default=None)
+    confirmed = first is not None and any(
+        r.t >= first and any(f.source == "own" for f in r.failures) for r in view.rounds
+    )
+    return {
+        "own_conditions": [x.name for x in active_conditions(own_view(view), now, c)],
+        "external": sorted({src for _, src in ext}),
+        "confirmed_by_own_round": confirmed,
+    }
+
+
 def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     gates, c = view.gates, cfg.output_corruption
     if gates is None or gates.empty:
@@ -180,6 +209,7 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
         "count": main.count,
         "alert_only": alert_only,
         "health_score": health_score(gates, now, c),
+        **provenance(gates, now, c),
     }
     signals.update(_evidence(gates, now, main.count))
     return Finding(

@@ -30,6 +30,17 @@ class TargetState:
     ready_since: float | None = None  # monotonic time the current API server became ready (warm-up)
     starting_since: float | None = None  # monotonic time this API-server incarnation was first seen
     lifecycle: LifecycleConfig = LifecycleConfig()  # startup limit, pause limit, resume grace
+    hold: str | None = None  # "paused" / "sleeping" on purpose, as the server says
+    hold_since: float | None = None
+    hold_ended: float | None = None  # when the last pause or sleep ended
+
+    @property
+    def on_purpose(self) -> bool:
+        """Paused or asleep on purpose, or within the resume grace after it: no hang is judged
+        (a paused engine makes no progress by design; a resumed one works through its queue)."""
+        if self.hold is not None:
+            return True
+        return self.hold_ended is not None and self.now - self.hold_ended < self.lifecycle.resume_grace
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
-from vllm_guardian.detectors.accel_fault import FaultRecord
+from vllm_guardian.detectors.accel_fault import FaultRecord, precedence
 
 ENGINE_KINDS = ("busy_loop", "engine_stall", "engine_dead")
 CONFIDENCE = 0.95
@@ -41,7 +41,8 @@ def device_story(kind: str, faults: Sequence[FaultRecord]) -> tuple[list[dict[st
     entries: list[dict[str, Any]] = []
     notes: list[str] = []
     seen: set[tuple[str, str]] = set()
-    for f in sorted(blocking, key=lambda r: -r.at):
+    blocking.sort(key=precedence, reverse=True)  # the one that names the cause first
+    for f in blocking:
         if (f.device, f.code) in seen:
             continue
         seen.add((f.device, f.code))
@@ -60,7 +61,7 @@ def device_story(kind: str, faults: Sequence[FaultRecord]) -> tuple[list[dict[st
             }
         )
     if entries:
-        notes.append(f"{_what(blocking[-1])}; a restart will not help")
+        notes.append(f"{_what(blocking[0])}; a restart will not help")
     for f in faults:
         if f.entry.blocks_restart or (f.device, f.code) in seen:
             continue

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from vllm_guardian.incidents.runbooks import runbook_url
 from vllm_guardian.series import metrics as m
 from vllm_guardian.series.slope import theil_sen
 from vllm_guardian.diagnosis.svg import Line, fmt_value, line_chart
@@ -184,7 +185,7 @@ h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:22px 0 8px;border-bot
 .meta{color:#555}.kind{display:inline-block;padding:1px 8px;border-radius:10px;background:#333;color:#fff}
 .critical{background:#b71c1c}.warning{background:#e65100}.info{background:#1565c0}
 .verdict{border-left:5px solid #b71c1c;background:#fff5f5;padding:10px 14px;margin:12px 0}
-.verdict.none{border-color:#999;background:#f6f6f6}.candidate{margin:6px 0;color:#444}
+.verdict.none{border-color:#999;background:#f6f6f6}.candidate{margin:6px 0;color:#444}tr.fault td{background:#fde8e8}
 .workaround{background:#eef7ee;border-left:4px solid #2e7d32;padding:6px 10px;margin:8px 0}
 pre{background:#f4f4f4;padding:10px;overflow:auto;font-size:12px;max-height:420px}
 table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;font-size:13px}
@@ -315,13 +316,16 @@ def _accel_html(rows: Sequence[Mapping[str, Any]]) -> str:
         procs = ", ".join(
             f"{p.get('pid')} {p.get('name') or ''} → {p.get('target') or 'no target'}" for p in r.get("processes") or ()
         )
+        fault = r.get("fault") or ""
+        cls = ' class="fault"' if int(r.get("fault_health") or 0) >= 2 else ""
         body.append(
-            f"<tr><td>{_e(r.get('device'))}</td><td>{_e(r.get('name'))}</td><td>{_e(r.get('health'))}</td>"
-            f"<td>{_e(r.get('utilization_label', ''))} {util}</td><td>{_e(mem)}</td><td>{_e(procs)}</td></tr>"
+            f"<tr{cls}><td>{_e(r.get('device'))}</td><td>{_e(r.get('name'))}</td><td>{_e(r.get('health'))}</td>"
+            f"<td>{_e(r.get('utilization_label', ''))} {util}</td><td>{_e(mem)}</td><td>{_e(procs)}</td>"
+            f"<td>{_e(fault)}</td></tr>"
         )
     return (
-        "<h2>Accelerators at capture</h2><table><tr><th>device</th><th>name</th><th>health</th><th>util</th>"
-        "<th>memory</th><th>processes</th></tr>" + "".join(body) + "</table>"
+        '<h2>Accelerators at capture</h2><table id="accelerators"><tr><th>device</th><th>name</th><th>health</th>'
+        "<th>util</th><th>memory</th><th>processes</th><th>device fault</th></tr>" + "".join(body) + "</table>"
     )
 
 
@@ -368,6 +372,9 @@ def render_report(r: ReportInput) -> str:
             + (f" · resolved {_e(_when(inc.get('resolved_at')))}" if inc.get("resolved_at") else "")
             + f" · pid {_e(target.get('pid'))} port {_e(target.get('port'))}</div>"
         )
+        if kind:
+            url = runbook_url(str(kind))
+            head.append(f"<div class='meta small'>runbook: <a id='runbook' href='{_e(url)}'>{_e(url)}</a></div>")
     body = [_diagnosis_html(r.diagnosis, r.notes), _crash_html(r.crash)]
     if fired:
         body.append("<h2>The windows that fired</h2>" + _charts_html(fired, t_end))

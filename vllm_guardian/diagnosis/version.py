@@ -1,31 +1,21 @@
-"""vLLM version strings compared without third-party packages (pure).
+"""vLLM version strings compared as PEP 440 says (``packaging.version``, the standard's own library).
 
-``parse_version("0.11.1rc2.dev5+gabc")`` → a tuple that orders releases the way
-PEP 440 does for the cases vLLM publishes: numeric release, then pre-releases
-(``dev`` < ``rc``/``a``/``b`` < final), local build tags ignored.
+``parse_version("0.11.1rc2.dev5+gabc")`` → a ``Version`` that orders as pip does:
+``0.6.3.dev1 < 0.6.3rc1 < 0.6.3 < 0.6.3.post1 < 0.6.4``; a local tag (``+cu124``) sorts after the
+same release without one. A leading ``v`` is accepted (``v0.6.3``), as vLLM's tags write it.
 """
 
 from __future__ import annotations
 
-import re
-
-_RELEASE = re.compile(r"^\s*v?(?P<nums>\d+(?:\.\d+)*)(?P<rest>.*)$")
-_PRE = re.compile(r"(?P<tag>a|b|rc|dev)\.?(?P<n>\d*)", re.IGNORECASE)
-_ORDER = {"dev": 0, "a": 1, "b": 2, "rc": 3}
+from packaging.version import InvalidVersion, Version
 
 
-def parse_version(text: str) -> tuple:
-    """A sortable key; ``ValueError`` when the text does not start with a release number."""
-    m = _RELEASE.match(text or "")
-    if not m:
-        raise ValueError(f"not a version: {text!r}")
-    nums = [int(x) for x in m.group("nums").split(".")]
-    while len(nums) < 3:
-        nums.append(0)
-    rest = m.group("rest").split("+", 1)[0]
-    pre = _PRE.search(rest)
-    stage = (_ORDER[pre.group("tag").lower()], int(pre.group("n") or 0)) if pre else (9, 0)
-    return (tuple(nums), stage)
+def parse_version(text: str) -> Version:
+    """A comparable version; ``ValueError`` when the text is not a PEP 440 version."""
+    try:
+        return Version((text or "").strip())
+    except InvalidVersion:
+        raise ValueError(f"not a version: {text!r}") from None
 
 
 def version_lt(a: str, b: str) -> bool:

@@ -184,13 +184,15 @@ class TargetsStage:
         self._unverified_said = {(t.name, t.key) for t in unverified}
         changes = self.tracker.apply_discovery(result.targets, result.orphans, now)
         for name in changes.new:
-            self.log.info("target %s discovered: %s", name, self.tracker.targets[name].target.key)
+            self.log.info(
+                "target %s discovered: %s", name, self.tracker.targets[name].target.key, extra={"target": name}
+            )
         for name in changes.restarted:
             tr = self.tracker.targets[name]
-            self.log.info("target %s has a new API server %s", name, tr.target.key)
+            self.log.info("target %s has a new API server %s", name, tr.target.key, extra={"target": name})
             self.series.drop_subjects(name, {Subject(p.pid).key for p in tr.target.processes})
         for name in changes.vanished:
-            self.log.warning("target %s: API server is gone", name)
+            self.log.warning("target %s: API server is gone", name, extra={"target": name})
         for name in changes.forgotten:
             self.log.info("target %s forgotten after %.0fs gone", name, self.cfg.discovery.forget_after)
             self.series.drop_target(name)

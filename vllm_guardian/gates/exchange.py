@@ -1,20 +1,49 @@
 """L4 across nodes: each guardian publishes its targets' greedy-answer fingerprints in Redis.
 
 One hash per (model, vLLM version): ``guardian:gates:fp:<digest>``, field
-``<node>/<target>``, value ``{"fps": {prompt: fingerprint}, "t": wall}``; the key
-expires after ``ttl`` seconds without a write. ``peers`` reads the hash back,
-leaving out this node's own entries (local peers are compared directly) and
-entries older than ``max_age``. Called from the round job (off the loop thread);
-errors come back as a note, never raised.
+``<node>/<target>``, value ``{"node", "target", "fps": {prompt: fingerprint}, "t": wall}``,
+signed (``kid``, ``sig``; ``gates.trust``) when trust keys are configured. The key expires
+after ``ttl`` seconds without a write.
+
+``peers`` reads the hash back and keeps an entry only when it
+
+- is another node's (local peers are compared directly) and names the node and target
+  of its own field (a signed entry copied under another field does not vote);
+- is at most ``MAX_ENTRY`` bytes of JSON with a ``fps`` object of at most ``MAX_PROMPTS``;
+- with keys, is signed by one of them (unsigned / badly signed entries are dropped);
+- is stamped neither older than ``max_age`` nor ahead of this clock by more than
+  ``max_skew`` (a forged entry stamped in the future is not fresh forever);
+
+then counts each node once (its newest entry) and returns nothing unless at least
+``min_nodes`` distinct nodes remain: a few entries cannot outvote a healthy instance.
+Entries unreadable, from the future or older than twice ``max_age`` are deleted (HDEL), so
+the EXPIRE each guardian renews on the hash never keeps them alive. Every dropped entry is counted by
+reason (``dropped()``). Called from the round job (off the loop thread); errors come back
+as a note, never raised.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import threading
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from vllm_guardian.gates.trust import Keys, check, sign
+
 PREFIX = "guardian:gates:fp:"
+MAX_ENTRY = 16 * 1024
+MAX_PROMPTS = 64
+MAX_FIELDS = 1024  # a hash with more fields is damage or an attack: not read
+REASONS = ("unsigned", "bad_signature", "malformed", "misfiled", "stale", "future")
+
+
+@dataclass(frozen=True)
+class Vote:
+    node: str
+    t: float
+    fps: dict[str, str]
 
 
 def key_for(model: str, version: str) -> str:
@@ -22,8 +51,24 @@ def key_for(model: str, version: str) -> str:
 
 
 class FingerprintExchange:
-    def __init__(self, client: Any, node: str, wall: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        client: Any,
+        node: str,
+        wall: Callable[[], float],
+        keys: Keys | None = None,
+        max_skew: float = 30.0,
+        min_nodes: int = 1,
+    ) -> None:
         self.client, self.node, self.wall = client, node, wall
+        self.keys = keys or Keys()
+        self.max_skew, self.min_nodes = max_skew, min_nodes
+        self._dropped = {r: 0 for r in REASONS}
+        self._lock = threading.Lock()
+
+    def dropped(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._dropped)
 
     def share(
         self, model: str, version: str, target: str, fps: Mapping[str, str], ttl: float, max_age: float
@@ -31,21 +76,66 @@ class FingerprintExchange:
         """Publishes ``fps`` and returns (remote peers' fingerprints, a note on error)."""
         key = key_for(model, version)
         now = self.wall()
+        entry = sign({"node": self.node, "target": target, "fps": dict(fps), "t": now}, self.keys)
         try:
-            self.client.hset(key, f"{self.node}/{target}", json.dumps({"fps": dict(fps), "t": now}))
+            self.client.hset(key, f"{self.node}/{target}", json.dumps(entry, ensure_ascii=False))
             self.client.expire(key, max(1, int(ttl)))
+            if self.client.hlen(key) > MAX_FIELDS:
+                return [], f"L4 across nodes: {key} has over {MAX_FIELDS} entries; not read"
             raw = self.client.hgetall(key)
         except Exception as e:  # noqa: BLE001 - Redis down or slow: L4 falls back to this node's peers
             return [], f"L4 across nodes unavailable: {type(e).__name__}: {e}"[:200]
-        peers: list[dict[str, str]] = []
-        for field, value in raw.items():
-            name = field.decode() if isinstance(field, bytes) else str(field)
-            if name.split("/", 1)[0] == self.node:
+        newest: dict[str, tuple[float, dict[str, str]]] = {}  # node -> (t, fps)
+        doomed: list[Any] = []  # fields deleted: unreadable, from the future, past the ttl
+        for fld, value in raw.items():
+            verdict = self._entry(fld, value, now, max_age)
+            if verdict is None:
                 continue
+            if isinstance(verdict, Vote):
+                if verdict.node not in newest or verdict.t > newest[verdict.node][0]:
+                    newest[verdict.node] = (verdict.t, verdict.fps)
+                continue
+            reason, delete = verdict
+            self._count(reason)
+            if delete:
+                doomed.append(fld)
+        if doomed:
             try:
-                entry = json.loads(value)
-                if now - float(entry["t"]) <= max_age and isinstance(entry["fps"], dict):
-                    peers.append({str(k): str(v) for k, v in entry["fps"].items()})
-            except (ValueError, KeyError, TypeError):
-                continue  # a foreign or broken entry does not vote
-        return peers, None
+                self.client.hdel(key, *doomed)
+            except Exception:  # noqa: BLE001 - cleaning up is best effort; they do not vote anyway
+                pass
+        if len(newest) < self.min_nodes:
+            return [], None
+        return [peer for _, peer in newest.values()], None
+
+    def _entry(self, fld: Any, value: Any, now: float, max_age: float) -> Vote | tuple[str, bool] | None:
+        """(node, t, fps) of a voting entry, (drop reason, delete it?), or None for this node's own."""
+        name = fld.decode(errors="replace") if isinstance(fld, bytes) else str(fld)
+        node, _, target = name.partition("/")
+        if node == self.node:
+            return None
+        try:
+            if len(value) > MAX_ENTRY:
+                return "malformed", True
+            entry = json.loads(value)
+            t = float(entry["t"])
+            fps = entry["fps"]
+            if not isinstance(fps, dict) or len(fps) > MAX_PROMPTS or t != t:
+                return "malformed", True
+        except (ValueError, KeyError, TypeError, RecursionError):
+            return "malformed", True
+        if t > now + self.max_skew:
+            return "future", True
+        if now - t > max_age:
+            return "stale", now - t > 2 * max_age
+        if self.keys.enabled:
+            refused = check(entry, self.keys)
+            if refused is not None:
+                return refused[0], False
+        if entry.get("node") != node or entry.get("target") != target:
+            return "misfiled", False
+        return Vote(node, t, {str(k)[:200]: str(v)[:200] for k, v in fps.items()})
+
+    def _count(self, reason: str) -> None:
+        with self._lock:
+            self._dropped[reason] = self._dropped.get(reason, 0) + 1

@@ -5,15 +5,17 @@ Import only this module; it pulls in nothing but the pure checks and, for
 
     from vllm_guardian.gates.gateway import Reporter, check_completion
 
-    reporter = Reporter("redis://redis:6379/0")          # or Reporter(client=redis.Redis(...))
+    keys = load_keys(keys_file="/etc/guardian/trust.keys")  # the guardians' gates.trust keys
+    reporter = Reporter("redis://redis:6379/0", keys=keys)  # or Reporter(client=redis.Redis(...), keys=...)
     problems = check_completion(choice)                   # a vLLM /v1/completions choices[i]
     if problems:
-        reporter.report("node-a/vllm-8000", request_id, problems)
+        reporter.report("node-a/vllm-8000", request_id, problems)   # node/target: one node only
 
 ``check_text`` is L1 on a text, ``check_logprobs`` L3 on per-position logprobs; both
 return ``Problem(level, code, detail)`` tuples (empty when fine). The reporter
 publishes the guardian's report message on ``vllm_health_alert`` (one message per
-level found) and never raises: a Redis error is returned as text.
+request, at its most decisive level), signed (``kid``, ``sig``) when given keys, and never raises: a Redis
+error is returned as text.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from typing import Any, Mapping, Sequence
 
 from vllm_guardian.gates.distribution import check_distribution
 from vllm_guardian.gates.format_check import check_format
+from vllm_guardian.gates.trust import Keys, load_keys, sign
+
+__all__ = ["Keys", "Problem", "Reporter", "check_completion", "check_logprobs", "check_text", "load_keys"]
 
 DEFAULT_CHANNEL = "vllm_health_alert"
 
@@ -60,10 +65,16 @@ def check_completion(choice: Mapping[str, Any], **bounds: float) -> tuple[Proble
 
 
 def report_message(
-    instance_id: str, request_id: str, level: str, type_: str, details: Any, timestamp: float | None = None
+    instance_id: str,
+    request_id: str,
+    level: str,
+    type_: str,
+    details: Any,
+    timestamp: float | None = None,
+    keys: Keys | None = None,
 ) -> dict:
-    """The report the guardian reads on its reports channel."""
-    return {
+    """The report the guardian reads on its reports channel; signed when ``keys`` are given."""
+    msg = {
         "instance_id": instance_id,
         "request_id": request_id,
         "timestamp": time.time() if timestamp is None else timestamp,
@@ -71,13 +82,20 @@ def report_message(
         "type": type_,
         "details": details,
     }
+    return sign(msg, keys) if keys is not None else msg
 
 
 class Reporter:
     """Publishes reports; ``client`` is a ``redis.Redis`` (or anything with ``publish``)."""
 
     def __init__(
-        self, url: str | None = None, *, client: Any = None, channel: str = DEFAULT_CHANNEL, timeout: float = 2.0
+        self,
+        url: str | None = None,
+        *,
+        client: Any = None,
+        channel: str = DEFAULT_CHANNEL,
+        timeout: float = 2.0,
+        keys: Keys | None = None,
     ) -> None:
         if client is None:
             import redis  # only a gateway that reports needs it
@@ -85,24 +103,25 @@ class Reporter:
             client = redis.Redis.from_url(
                 url or "redis://127.0.0.1:6379/0", socket_timeout=timeout, socket_connect_timeout=timeout
             )
-        self.client, self.channel = client, channel
+        self.client, self.channel, self.keys = client, channel, keys
 
     def report(
         self, instance_id: str, request_id: str, problems: Sequence[Problem], output: str = "", prompt: str = ""
     ) -> str | None:
-        """One message per level among ``problems``; None when sent, else the error text."""
-        by_level: dict[str, list[Problem]] = {}
-        for p in problems:
-            by_level.setdefault(p.level, []).append(p)
+        """One message for the request (a request id is reported once: the guardian drops a
+        repeat as a replay), at its most decisive level (L3, which acts at once, before L1),
+        every problem listed; None when sent (or nothing to send), else the error text."""
+        if not problems:
+            return None
+        main = min(problems, key=lambda p: (p.level != "L3", p.level))
+        details = {
+            "prompt": prompt[:200],
+            "output": output[:200],
+            "problems": [f"{p.level} {p.code}: {p.detail}"[:200] for p in problems[:10]],
+        }
         try:
-            for level, ps in by_level.items():
-                details = {
-                    "prompt": prompt[:200],
-                    "output": output[:200],
-                    "problems": [f"{p.code}: {p.detail}" for p in ps],
-                }
-                msg = report_message(instance_id, request_id, level, ps[0].code, details)
-                self.client.publish(self.channel, json.dumps(msg))
+            msg = report_message(instance_id, request_id, main.level, main.code, details, keys=self.keys)
+            self.client.publish(self.channel, json.dumps(msg, ensure_ascii=False))
         except Exception as e:  # noqa: BLE001 - a gateway must not fail a user request over a report
             return f"{type(e).__name__}: {e}"
         return None

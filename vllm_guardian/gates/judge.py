@@ -62,6 +62,10 @@ class GateFailure:
     output: str  # excerpt
     expected: str
     figures: dict = field(default_factory=dict)
+    # what the failure rests on: "own" (the guardian's own round), "peers" (an L4 failure that
+    # only other nodes' fingerprints make), "report" (a report from a gateway): external evidence
+    # is a hint, never a reason to restart alone (remediation/external.py)
+    source: str = "own"
 
     def to_dict(self) -> dict:
         return {
@@ -71,6 +75,7 @@ class GateFailure:
             "output": self.output[:EXCERPT],
             "expected": self.expected,
             "figures": dict(self.figures),
+            "source": self.source,
         }
 
 

@@ -1,9 +1,11 @@
 """Listens on the reports channel (Redis pub/sub) and hands each message to ``GatesShared``.
 
-One daemon thread; every message goes to ``GatesShared.accept_report`` (parse, count,
-ledger). A Redis error is logged once per outage and retried with a capped backoff;
-the thread never dies of a bad message or a lost connection. ``stop()`` ends it
-within about a second.
+One daemon thread; every message goes to ``GatesShared.accept_report`` (bounds, trust,
+count, ledger). Whatever a publisher sends stays a message: should handing one over
+raise anything (it does not: the intake counts it ``malformed``), the error is logged
+once and the subscription is kept, with no backoff: only a Redis error ends the
+subscription; it is logged once per outage and retried with a capped backoff. The thread
+never dies. ``stop()`` ends it within about a second.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class ReportsListener:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.subscribed = threading.Event()
+        self._accept_failed = False
 
     def start(self) -> ReportsListener:
         self._thread = threading.Thread(target=self._run, name="gate-reports", daemon=True)
@@ -54,6 +57,14 @@ class ReportsListener:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
+
+    def _hand_over(self, data: object) -> None:
+        try:
+            self.accept(data if isinstance(data, (bytes, str)) else b"", self.mono(), self.wall())
+        except Exception as e:  # noqa: BLE001 - a message is never a reason to drop the subscription
+            if not self._accept_failed:
+                self.log.error("gate reports: a message could not be handed over (%s: %s)", type(e).__name__, e)
+            self._accept_failed = True
 
     def _run(self) -> None:
         backoff, down = 1.0, False
@@ -69,7 +80,7 @@ class ReportsListener:
                 while not self._stop.is_set():
                     msg = pubsub.get_message(timeout=POLL_S)
                     if msg and msg.get("type") == "message":
-                        self.accept(msg["data"], self.mono(), self.wall())
+                        self._hand_over(msg.get("data"))
             except Exception as e:  # noqa: BLE001 - Redis gone or a client bug: retry, never die
                 self.subscribed.clear()
                 if not down:

@@ -9,24 +9,29 @@ The message (JSON, one per Redis pub/sub message on ``gates.reports_channel``)::
      "type": "repeated_chars",          # what the check found, free text
      "details": {...} | "text"}         # shown in the incident
 
-Every report is a failure at ``check_level``. ``parse_report`` returns a ``Report`` or
-raises ``ReportError`` naming the field; ``for_node`` tells whether an
-``instance_id`` addresses this node (a bare target name does; ``node/target`` only
-when ``node`` is this one).
+Signed reports also carry ``kid`` and ``sig`` (``gates.trust``). Every report is a
+failure at ``check_level``. ``parse_message`` applies the bounds (``gates.bounds``: 64 KiB,
+8 levels of nesting, a parser's RecursionError caught) and returns the object;
+``report_from`` reads the fields; ``parse_report`` is both. Each raises ``ReportError``
+naming the field. ``details`` is kept flattened (at most 16 ``path: scalar`` entries,
+strings of 200 characters): nothing deep or huge reaches an incident. ``for_node`` tells
+whether an ``instance_id`` addresses this node: only ``node/target`` with this node's name;
+a bare target name addresses no node (it would reach every node that has such a target).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from vllm_guardian.gates import bounds
 from vllm_guardian.gates.judge import EXCERPT, GateFailure
 
 FIELDS = ("instance_id", "request_id", "timestamp", "check_level", "details", "type")
-MAX_BYTES = 64 * 1024
+MAX_BYTES = bounds.MAX_BYTES
+MAX_ID = 200  # characters of instance_id / request_id
 
 
 class ReportError(ValueError):
@@ -41,16 +46,22 @@ class Report:
     timestamp: float  # wall time (unix seconds)
     level: str  # L1..L5
     type: str
-    details: Any
+    details: dict[str, bounds.Scalar]  # flat: path -> scalar (bounds.flatten)
+
+    @property
+    def instance(self) -> str:
+        return f"{self.node}/{self.target}" if self.node else self.target
 
     def failure(self) -> GateFailure:
-        d = self.details if isinstance(self.details, dict) else {"details": self.details}
-        prompt = str(d.get("prompt", "")) if isinstance(self.details, dict) else ""
-        output = str(d.get("output", "")) if isinstance(self.details, dict) else str(self.details)
-        expected = str(d.get("expected", "")) if isinstance(self.details, dict) else ""
-        figures = {k: v for k, v in d.items() if k not in ("prompt", "output", "expected")}
+        d = self.details
+        prompt, output, expected = (str(d.get(k) or "") for k in ("prompt", "output", "expected"))
+        if not output and "value" in d:  # details was a plain text
+            output = str(d["value"])
+        figures: dict[str, Any] = {k: v for k, v in d.items() if k not in ("prompt", "output", "expected", "value")}
         figures["reported_by"] = self.request_id
-        return GateFailure(self.level, self.type, prompt[:EXCERPT], output[:EXCERPT], expected, figures)
+        return GateFailure(
+            self.level, self.type, prompt[:EXCERPT], output[:EXCERPT], expected[:EXCERPT], figures, source="report"
+        )
 
 
 def _level(value: Any) -> str:
@@ -86,44 +97,47 @@ def _timestamp(value: Any) -> float:
     raise ReportError(f"timestamp: expected unix seconds or an ISO 8601 time, got {value!r}"[:200])
 
 
-def parse_report(raw: bytes | str) -> Report:
-    if isinstance(raw, bytes):
-        if len(raw) > MAX_BYTES:
-            raise ReportError(f"message of {len(raw)} bytes (at most {MAX_BYTES})")
-        try:
-            raw = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ReportError("message is not UTF-8") from None
+def parse_message(raw: bytes | str) -> dict[str, Any]:
+    """The message as a JSON object, within the bounds; ``ReportError`` otherwise."""
     try:
-        msg = json.loads(raw)
-    except ValueError as e:
-        raise ReportError(f"not JSON: {e}") from None
+        msg = bounds.loads(raw, MAX_BYTES)
+    except bounds.BoundsError as e:
+        raise ReportError(str(e)) from None
     if not isinstance(msg, dict):
         raise ReportError(f"expected a JSON object, got {type(msg).__name__}")
+    return msg
+
+
+def report_from(msg: dict[str, Any]) -> Report:
     missing = [f for f in FIELDS if f not in msg]
     if missing:
         raise ReportError("missing field(s): " + ", ".join(missing))
     inst = msg["instance_id"]
-    if not isinstance(inst, str) or not inst.strip() or inst.count("/") > 1:
+    if not isinstance(inst, str) or not inst.strip() or inst.count("/") > 1 or len(inst) > MAX_ID:
         raise ReportError(f"instance_id: expected 'target' or 'node/target', got {inst!r}"[:200])
     node, _, target = inst.strip().rpartition("/")
     if not target or (inst.count("/") == 1 and not node):
         raise ReportError(f"instance_id: expected 'target' or 'node/target', got {inst!r}"[:200])
-    if not isinstance(msg["request_id"], (str, int)) or isinstance(msg["request_id"], bool):
-        raise ReportError("request_id: expected a string")
+    rid = msg["request_id"]
+    if not isinstance(rid, (str, int)) or isinstance(rid, bool) or len(str(rid)) > MAX_ID:
+        raise ReportError(f"request_id: expected a string of at most {MAX_ID} characters")
     kind = msg["type"]
     if not isinstance(kind, str) or not kind.strip():
         raise ReportError("type: expected a non-empty string")
     return Report(
         node or None,
         target,
-        str(msg["request_id"]),
+        str(rid),
         _timestamp(msg["timestamp"]),
         _level(msg["check_level"]),
         kind.strip()[:80],
-        msg["details"],
+        bounds.flatten(msg["details"]),
     )
 
 
+def parse_report(raw: bytes | str) -> Report:
+    return report_from(parse_message(raw))
+
+
 def for_node(report: Report, node: str) -> bool:
-    return report.node is None or report.node == node
+    return report.node == node

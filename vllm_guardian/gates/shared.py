@@ -3,10 +3,10 @@ the intake of external reports, rebaseline and confirmation requests.
 
 Built by the gates probe and published in the loop's ``Readings``; the detector reads
 ``view``, the status document ``status_of``, the report listener calls ``accept_report``
-(from its own thread; an accepted report asks the probe for a confirmation round) and
-remediation ``request_rebaseline`` after a verified restart.
-A bad report is counted by outcome and logged once per episode (the episode of
-malformed messages ends with the next good one; an unknown target's when it is known).
+(from its own thread; ``gates.intake`` decides what is let in) and remediation
+``request_rebaseline`` after a verified restart. ``keys`` are the trust keys
+(``gates.trust``): without them external reports and peers' fingerprints may raise an
+alert, never a restart (``remediation/external.py``).
 """
 
 from __future__ import annotations
@@ -16,13 +16,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from vllm_guardian.config.schema import OutputCorruptionConfig
+from vllm_guardian.config.schema import OutputCorruptionConfig, TrustConfig
+from vllm_guardian.gates.intake import ReportIntake
 from vllm_guardian.gates.judge import GateFailure
-from vllm_guardian.gates.ledger import GateLedger, LedgerView, ReportRecord
-from vllm_guardian.gates.reports import ReportError, for_node, parse_report
-
-STALE_REPORT_S = 600.0
-OUTCOMES = ("accepted", "malformed", "unknown_target", "other_node", "stale")
+from vllm_guardian.gates.ledger import GateLedger, LedgerView
+from vllm_guardian.gates.trust import Keys
 
 
 @dataclass
@@ -48,23 +46,46 @@ class TargetGates:
 
 
 class GatesShared:
-    def __init__(self, node: str, interval: float, log: logging.Logger) -> None:
+    def __init__(
+        self,
+        node: str,
+        interval: float,
+        log: logging.Logger,
+        trust: TrustConfig | None = None,
+        keys: Keys | None = None,
+    ) -> None:
         self.node, self.interval, self.log = node, interval, log
+        self.keys = keys or Keys()
         self.ledger = GateLedger()
         self.targets: dict[str, TargetGates] = {}
-        self.known_targets: frozenset[str] = frozenset()
-        self.report_counts: dict[str, int] = {o: 0 for o in OUTCOMES}
-        self._episodes: set[str] = set()
+        self.intake = ReportIntake(node, trust or TrustConfig(), self.keys, self.ledger.add_report, log)
+        self.report_counts = self.intake.counts
         self._rebaseline: set[str] = set()
         self._lock = threading.Lock()
         self.exchange: Any = None  # a FingerprintExchange when Redis is wired (L4 across nodes)
         self.confirmer: Callable[[str, str], None] | None = None  # the gates probe's request_confirmation
+        self.intake.confirm = self.request_confirmation  # an accepted report asks for a round of our own
 
     # ---------------------------------------------------------------- confirmation
     def request_confirmation(self, target: str, reason: str) -> None:
         """A quick own gate round for ``target`` (the probe's ``request_confirmation``). Any thread."""
         if self.confirmer is not None:
             self.confirmer(target, reason)
+
+    @property
+    def trusted(self) -> bool:
+        """Are external messages authenticated (trust keys configured)?"""
+        return self.keys.enabled
+
+    @property
+    def known_targets(self) -> frozenset[str]:
+        return self.intake.known_targets
+
+    @known_targets.setter
+    def known_targets(self, names: frozenset[str]) -> None:
+        if names != self.intake.known_targets:
+            self.intake.known_targets = names
+            self.intake.forget_targets()
 
     # ---------------------------------------------------------------- detector, status
     def view(self, target: str) -> LedgerView:
@@ -99,8 +120,10 @@ class GatesShared:
         }
 
     def summary(self) -> dict[str, Any]:
-        with self._lock:
-            return {"reports": dict(self.report_counts)}
+        out = self.intake.summary()
+        if self.exchange is not None:
+            out["fingerprints_dropped"] = self.exchange.dropped()
+        return out
 
     # ---------------------------------------------------------------- rebaseline
     def request_rebaseline(self, target: str) -> None:
@@ -115,34 +138,6 @@ class GatesShared:
             return False
 
     # ---------------------------------------------------------------- external reports
-    def _count(self, outcome: str, episode: str | None, message: str) -> str:
-        with self._lock:
-            self.report_counts[outcome] += 1
-            first = episode is not None and episode not in self._episodes
-            if first:
-                self._episodes.add(episode)  # type: ignore[arg-type]  # checked just above
-        if first:
-            self.log.warning("gate report %s: %s (further ones counted, not logged)", outcome, message)
-        return outcome
-
-    def _end_episode(self, episode: str) -> None:
-        with self._lock:
-            self._episodes.discard(episode)
-
     def accept_report(self, raw: bytes | str, mono: float, wall: float) -> str:
-        """One message from the reports channel: into the ledger, or counted and (once) logged."""
-        try:
-            r = parse_report(raw)
-        except ReportError as e:
-            return self._count("malformed", "malformed", str(e))
-        self._end_episode("malformed")
-        if not for_node(r, self.node):
-            return self._count("other_node", None, r.node or "")
-        if r.target not in self.known_targets:
-            return self._count("unknown_target", f"unknown:{r.target}", f"no target {r.target!r} on {self.node}")
-        self._end_episode(f"unknown:{r.target}")
-        if wall - r.timestamp > STALE_REPORT_S:
-            return self._count("stale", "stale", f"report of {r.timestamp:.0f} is {wall - r.timestamp:.0f}s old")
-        self.ledger.add_report(r.target, ReportRecord(mono, r.failure(), r.request_id))
-        self.request_confirmation(r.target, f"{r.level} report {r.type!r} ({r.request_id})")
-        return self._count("accepted", None, "")
+        """One message from the reports channel (``gates.intake``); returns its outcome."""
+        return self.intake.accept(raw, mono, wall)

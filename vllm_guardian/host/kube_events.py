@@ -63,6 +63,7 @@ class EventRecorder:
         self.client, self.host, self.burst, self.refill, self.wall = client, host, burst, refill, wall
         self.log = log or logging.getLogger("guardian.kube")
         self.dropped = 0
+        self._last_ns = 0
         self.created = 0
         self.repeated = 0
         self._buckets: dict[str, tuple[float, float]] = {}  # object uid -> (tokens, at)
@@ -93,12 +94,17 @@ class EventRecorder:
             self.log.info("kubernetes event held back (rate limit) on %s %s: %s", obj.kind, obj.name, reason)
             return "dropped"
         message = self._aggregate(obj, etype, reason, message[:1024], now)
-        key = (obj.kind, obj.namespace, obj.name, obj.uid, etype, reason, message)
+        # a combined Event is one per object and reason: its count rises, its message is the latest
+        same = COMBINED if message.startswith(COMBINED) else message
+        key = (obj.kind, obj.namespace, obj.name, obj.uid, etype, reason, same)
         stamp = rfc3339(now)
         if key in self._seen:
             name, count, first = self._seen[key]
             try:
-                self.client.patch_event(obj.namespace, name, {"count": count + 1, "lastTimestamp": stamp})
+                change = {"count": count + 1, "lastTimestamp": stamp}
+                if same == COMBINED:
+                    change["message"] = message
+                self.client.patch_event(obj.namespace, name, change)
                 self._seen[key] = (name, count + 1, first)
                 self._seen.move_to_end(key)
                 self.repeated += 1
@@ -106,7 +112,8 @@ class EventRecorder:
             except ApiError as e:
                 if e.code != 404:  # expired on the server (events live an hour): create it anew
                     raise
-        name = f"{obj.name}.{int(now * 1e9):x}"
+        self._last_ns = max(int(now * 1e9), self._last_ns + 1)  # unique even within one clock tick
+        name = f"{obj.name}.{self._last_ns:x}"
         event = {
             "apiVersion": "v1",
             "kind": "Event",

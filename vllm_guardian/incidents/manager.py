@@ -132,6 +132,11 @@ class IncidentManager:
         self._persist(done)
         return Transition(incident=done, previous=inc.status)
 
+    def reconfigure(self, detectors_cfg: DetectorsConfig) -> None:
+        """New thresholds (a config reload): open incidents and streaks are kept."""
+        with self._lock:
+            self._cfg = detectors_cfg
+
     def resolve_target(self, target_name: str, reason: str) -> list[Transition]:
         """Resolve every open incident of a target (e.g. a forgotten target), now."""
         with self._lock:
@@ -247,5 +252,5 @@ class IncidentManager:
             return
         try:
             self._store.save(inc)
-        except (OSError, ValueError) as e:
-            log.error("could not persist incident %s: %s", inc.id, e)
+        except (OSError, ValueError, TypeError, RecursionError) as e:  # a disk or a finding's bad data: never raised
+            log.error("could not persist incident %s: %s: %s", inc.id, type(e).__name__, e)

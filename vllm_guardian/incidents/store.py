@@ -30,18 +30,25 @@ _SAFE_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_.-]*$")
 
 
 # ---------------------------------------------------------------- codec
-def jsonable(value: Any) -> Any:
-    """Signals made JSON-safe: enums as values, tuples as lists, non-finite floats as None."""
+MAX_DEPTH = 32  # signals nest a few levels; deeper is damage (kept as a short text, never a crash)
+
+
+def jsonable(value: Any, _depth: int = 0) -> Any:
+    """Signals made JSON-safe: enums as values, tuples as lists, non-finite floats as None;
+    a container nested deeper than ``MAX_DEPTH`` becomes a short text (saving never recurses
+    without bound, whatever a finding carries)."""
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if isinstance(value, (Mapping, list, tuple, set, frozenset)) and _depth >= MAX_DEPTH:
+        return f"<{type(value).__name__} nested deeper than {MAX_DEPTH}>"
     if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v, _depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [jsonable(v) for v in value]
+        return [jsonable(v, _depth + 1) for v in value]
     return str(value)
 
 

@@ -71,6 +71,7 @@ class Daemon:
         diagnoser: Diagnoser | None = None,
     ) -> None:
         self.cfg = cfg
+        self.seams, self.kube = seams, kube  # kept for a config reload (``loop.reload``)
         self.clock = seams.clock
         self.log = log or logging.getLogger("guardian")
         self.node = cfg.node or os.uname().nodename
@@ -238,7 +239,7 @@ class Daemon:
         faults = ledger.blocking(target, self.clock.monotonic())
         if not faults:
             return None
-        f = max(faults, key=lambda r: r.at)
+        f = max(faults, key=accel_fault.precedence)
         devices = sorted({r.device for r in faults})
         return (
             f"restart refused: device {', '.join(devices)} reported {f.label()}; a restart cannot help "
@@ -260,10 +261,13 @@ class Daemon:
 
     def _log_transition(self, tr: Transition) -> None:
         inc = tr.incident
+        fields = {"target": inc.target.name, "incident": inc.id, "kind": inc.kind.value}  # json/logfmt keys
         if tr.previous is None:
-            self.log.warning("INCIDENT %s %s on %s: %s", inc.id, inc.kind.value, inc.target.name, inc.summary)
+            self.log.warning(
+                "INCIDENT %s %s on %s: %s", inc.id, inc.kind.value, inc.target.name, inc.summary, extra=fields
+            )
             return
-        self.log.warning("RESOLVED %s %s on %s", inc.id, inc.kind.value, inc.target.name)
+        self.log.warning("RESOLVED %s %s on %s", inc.id, inc.kind.value, inc.target.name, extra=fields)
 
     def status(self) -> StatusSnapshot:
         """The status as of the last tick (built when first asked for after it)."""

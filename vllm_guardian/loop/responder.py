@@ -4,7 +4,8 @@
   (``incident_opened``); remediation may start draining meanwhile, but stops nothing until the
   capture no longer needs the processes: /proc read and stacks dumped (``Remediator.hold_stop``;
   a flame record still sampling ends with the tree, the rest of the bundle is written after).
-- Each tick (``act``): for every open incident, a decision (the detector's ``mode``, the policy
+- Each tick (``act``): for every open incident, a decision (the detector's ``mode``, external
+  evidence held to alert-only until confirmed (``remediation.external``), the policy
   gates of ``Remediator.consider``), then the remediation state machine advances, and a target
   whose restart budget is spent gets a ``restart_budget_exhausted`` incident.
 - Control-socket requests (``control``): drain, restart, undrain through the same machine.
@@ -40,8 +41,10 @@ from vllm_guardian.probes.base import Readings
 from vllm_guardian.series import SeriesStore
 from vllm_guardian.state.tracker import Tracker
 from vllm_guardian.diagnosis.device_story import device_story
+from vllm_guardian.diagnosis.node_view import with_faults
 from vllm_guardian.diagnosis.service import Diagnoser, capture_then_diagnose
 from vllm_guardian.bundle.evidence import EvidenceCollector, EvidenceContext, EvidenceResult, series_windows
+from vllm_guardian.remediation.external import external_hold
 from vllm_guardian.remediation.policy import budget_left
 from vllm_guardian.remediation.machine import Outcome, Remediator, RestartSequence
 
@@ -89,6 +92,7 @@ class Responder:
         remediator.hold_stop = self._capturing
         self._evidence_of: dict[str, str] = {}  # incident id → target, while its bundle is captured
         self._live_done: set[str] = set()  # incident ids whose capture no longer needs the processes
+        self._held: set[tuple[str, str]] = set()  # (incident id, why) held to alert-only, logged once
 
     # ------------------------------------------------------------------ each tick
     def act(self, now: float) -> list[Transition]:
@@ -107,6 +111,15 @@ class Responder:
             mode = section.mode if section is not None else Mode.ALERT
             if inc.signals.get("alert_only") and mode is Mode.REMEDIATE:
                 mode = Mode.ALERT  # e.g. two instances disagree and neither has a baseline: nobody to blame
+            hold = self._external_hold(inc) if mode is Mode.REMEDIATE else None
+            if hold:  # external evidence is a hint: only the guardian's own failing round confirms it
+                if (inc.id, hold) not in self._held:
+                    if len(self._held) > 1024:  # a few per incident; forget old ones rather than grow
+                        self._held.clear()
+                    self._held.add((inc.id, hold))
+                    self.log.warning("%s %s of %s: %s", inc.kind.value, inc.id, inc.target.name, hold)
+                self.decisions[inc.target.name] = hold
+                continue
             if self._will_remediate(inc, mode):
                 self.out_of_service.setdefault(inc.target.name, (inc.kind.value, inc.id))
             # draining starts while the bundle is captured; stopping waits for it (``_capturing``)
@@ -117,6 +130,13 @@ class Responder:
         self.remediator.tick(now, self.tracker, self.series)
         self.remediator.refresh_budgets()
         return self._budget_incidents()
+
+    def _external_hold(self, inc: Incident) -> str | None:
+        if inc.kind is not Kind.OUTPUT_CORRUPTION:
+            return None
+        signals = self.incidents.latest_signals(inc.id) or inc.signals  # the latest finding: a confirmation since
+        gates = self.readings.gates
+        return external_hold(signals, gates is not None and gates.trusted)
 
     def _will_remediate(self, inc: Incident, mode: Mode) -> bool:
         """Remediate mode, a remediating detector, a configured target, a kind that restarts."""
@@ -236,7 +256,9 @@ class Responder:
         )
         collector, diagnoser = self.evidence, self.diagnoser
         target_cfg = self.target_configs.get(inc.target.name)
-        accel_rows = list(accel.node) if accel is not None else []
+        ledger = self.readings.device_faults
+        faults = ledger.status(now) if ledger is not None else {}
+        accel_rows = with_faults(accel.node if accel is not None else [], faults)
         api_url = tr.target.api_url
         if self.runner.submit(
             ("evidence", inc.id),
@@ -265,7 +287,14 @@ class Responder:
         partial = (
             "" if res.complete else ", partial: " + "; ".join(f"{k}: {v}" for k, v in list(res.failures.items())[:3])
         )
-        self.log.info("evidence for %s: %d files in %.2fs%s", incident_id, len(res.files), res.duration, partial)
+        self.log.info(
+            "evidence for %s: %d files in %.2fs%s",
+            incident_id,
+            len(res.files),
+            res.duration,
+            partial,
+            extra={"incident": incident_id},
+        )
         try:
             inc = self.incidents.set_evidence(incident_id, str(res.dir))
             if diag is not None:

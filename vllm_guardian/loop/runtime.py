@@ -14,10 +14,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,9 @@ from vllm_guardian.clock import SystemClock
 from vllm_guardian.config.schema import Config
 from vllm_guardian.surface.control_socket import ControlSocket
 from vllm_guardian.loop.daemon import Daemon, Sink
-from vllm_guardian.errors import GuardianError
+from vllm_guardian.loop.reload import apply_config
+from vllm_guardian.errors import ConfigError, GuardianError
+from vllm_guardian.host.accel import AccelBackend
 from vllm_guardian.surface.exporter import build_registry
 from vllm_guardian.host.api_keys import ApiKeys, BearerHttpClient
 from vllm_guardian.host.http import StdlibHttpClient
@@ -51,6 +54,7 @@ from vllm_guardian.sinks.gate_decisions import GateDecisions
 from vllm_guardian.sinks.redis_sink import AlertSink
 from vllm_guardian.gates.exchange import FingerprintExchange
 from vllm_guardian.gates.listener import ReportsListener
+from vllm_guardian.gates.trust import load_keys
 
 log = logging.getLogger("guardian")
 
@@ -168,10 +172,18 @@ class Runtime:
     decisions: GateDecisions | None = None
     listener: ReportsListener | None = None
     kube: KubePublisher | None = None
+    load_config: Callable[[], Config] | None = None  # re-reads the config file (SIGHUP); None: no reload
+    reload_requested: threading.Event = field(default_factory=threading.Event)
+    config_state: dict = field(default_factory=lambda: {"reloads": 0, "last_reload": None})
 
     @classmethod
-    def start(cls, cfg: Config) -> Runtime:
+    def start(cls, cfg: Config, *, accel_backends: Sequence[AccelBackend] | None = None) -> Runtime:
+        """Everything wired and listening. ``accel_backends``: given, they replace the ones
+        ``accelerators:`` asks for (the demo's fake NVML); None, the real ones."""
+        if cfg.gates.enabled:  # a bad trust key file is a config error before anything is started
+            load_keys(cfg.gates.trust.keys_file, cfg.gates.trust.key_env)
         clock = SystemClock()
+        config_state: dict = {"reloads": 0, "last_reload": None}
         node = cfg.node or os.uname().nodename  # parse_config fills it; a Config built by hand may not
         sink = AlertSink.from_config(cfg.alerts, cfg.state_dir, node)
         emitter = AlertEmitter(node, cfg.alerts.renotify_interval)
@@ -193,13 +205,17 @@ class Runtime:
             else None
         )
         seams = real_seams(cfg, clock)
+        if accel_backends is not None:
+            for b in seams.accel_backends:
+                b.close()
+            seams = dataclasses.replace(seams, accel_backends=tuple(accel_backends))
         daemon = build_daemon(
             cfg,
             seams,
             sink=sink,
             sinks=[alerts] + ([decisions] if decisions is not None else []),
             on_update=[republish],
-            status_extras={"alerts": sink.stats},
+            status_extras={"alerts": sink.stats, "config": lambda: dict(config_state)},
         )
         control = ControlSocket(
             cfg.socket_path(),
@@ -221,7 +237,9 @@ class Runtime:
                 tick_age=beat.age,
                 max_tick_age=3 * cfg.interval,
             )
-        rt = cls(daemon, clock, sink, alerts, emitter, control, http, beat, decisions=decisions)
+        rt = cls(
+            daemon, clock, sink, alerts, emitter, control, http, beat, decisions=decisions, config_state=config_state
+        )
         rt.kube = kube_publisher(cfg, seams, clock)
         try:
             rt._wire_gates(cfg)
@@ -239,7 +257,12 @@ class Runtime:
         gates = self.daemon.readings.gates
         if gates is None:
             return
-        gates.exchange = FingerprintExchange(self.sink.client, cfg.node or "", self.clock.wall)
+        trust = cfg.gates.trust
+        gates.exchange = FingerprintExchange(
+            self.sink.client, cfg.node or "", self.clock.wall, gates.keys, trust.max_skew, trust.min_peer_nodes
+        )
+        if self.decisions is not None:
+            self.decisions.keys = gates.keys  # decisions out are signed with the same keys
         self.listener = ReportsListener(
             self.sink.client,
             cfg.gates.reports_channel,
@@ -256,11 +279,44 @@ class Runtime:
         finally:
             self.sd.stopping()
 
+    def request_reload(self) -> None:
+        """From a signal handler: the loop reloads after its current tick."""
+        self.reload_requested.set()
+        self.clock.wake()
+
+    def reload(self) -> dict:
+        """Re-read the config; apply it when valid (``loop.reload``), else keep the old one and
+        say why (the key path of each problem). Incidents, episodes, the restart ledger and what
+        the tracker knows are kept either way. The outcome is in ``guardian status`` (``config``)."""
+        self.reload_requested.clear()
+        at = self.clock.wall()
+        if self.load_config is None:
+            outcome = {"at": at, "ok": False, "message": "no config file to re-read"}
+        else:
+            try:
+                new = self.load_config()
+            except ConfigError as e:
+                msg = "; ".join(e.problems)
+                log.error("config reload refused, the running config is kept: %s", msg)
+                outcome = {"at": at, "ok": False, "message": f"refused, the running config is kept: {msg}"}
+            else:
+                with self.daemon._lock:
+                    res = apply_config(self.daemon, new)
+                for tr in res.transitions:
+                    self.daemon._emit(tr)
+                log.info("config reloaded: %s", res.summary())
+                outcome = {"at": at, "ok": True, "message": res.summary(), "needs_restart": list(res.needs_restart)}
+        self.config_state["reloads"] += 1
+        self.config_state["last_reload"] = outcome
+        return outcome
+
     def after_tick(self) -> None:
         """The systemd watchdog and ``/healthz`` are fed by the loop itself (a frozen loop
         stops them); firing incidents are re-notified and, a few times per heartbeat TTL, the
         node heartbeat is written (both only enqueue: the sink's thread talks to Redis)."""
         self.loop_beat.beat()
+        if self.reload_requested.is_set():
+            self.reload()
         self.alerts.renotify(self.daemon.incidents.open_incidents())
         now = self.clock.monotonic()
         if now >= self._next_heartbeat:

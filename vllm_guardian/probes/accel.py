@@ -38,7 +38,7 @@ from vllm_guardian.diagnosis.node_view import accelerator_rows
 from vllm_guardian.errors import BackendUnavailable, GuardianError
 from vllm_guardian.host.accel import AccelBackend, AccelEvent, AccelSnapshot, DeviceReading
 from vllm_guardian.host.accel.kmsg import KmsgBackend
-from vllm_guardian.host.accel.npu_smi import NpuSmiBackend
+from vllm_guardian.host.accel.npu_smi import MAX_HEALTH_CALLS, NpuSmiBackend
 from vllm_guardian.host.accel.nvml import NvmlBackend
 from vllm_guardian.host.runner import CommandRunner
 from vllm_guardian.model import Sample, Target, Subject
@@ -195,7 +195,8 @@ class AccelProbe:
         self.clock = parts.seams.clock
         self.readings: Readings = parts.readings
         self.log = parts.log
-        self.timeout = 2 * parts.cfg.accelerators.npu_smi_timeout + 2
+        # npu-smi: info, one usages call and up to MAX_HEALTH_CALLS health calls a read, each bounded
+        self.timeout = (2 + MAX_HEALTH_CALLS) * parts.cfg.accelerators.npu_smi_timeout + 2
 
     def jobs(self, now: float, seen: Seen) -> list[Job]:
         if not self.reader.backends:

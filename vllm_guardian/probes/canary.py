@@ -9,7 +9,8 @@ an incident of that kind is open: a hung engine queues every canary it is sent).
 failure (HTTP 500, refused) is *not* a hang and is reported as such. A 401/403
 (the server wants an API key the guardian does not have, or refuses the one it
 sent) sets ``auth_status`` and the episode ``<target>:auth``, whatever the
-readiness: until it is fixed no canary can ever confirm a hang.
+readiness: until it is fixed no canary can ever confirm a hang. No canary is sent to a
+server paused or asleep on purpose (it would queue behind the pause, or be refused).
 """
 
 from __future__ import annotations
@@ -133,6 +134,8 @@ class CanaryProbe:
         ]
 
     def _due(self, tr: TrackedTarget, now: float, seen: Seen) -> bool:
+        if tr.hold is not None:
+            return False  # paused or asleep on purpose: a canary would only queue (keep) or be refused
         last = tr.last_canary_start
         if tr.ready:
             if last is None or now - last >= self.cfg.interval:

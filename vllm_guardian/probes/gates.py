@@ -17,6 +17,15 @@ quick round ``confirm_delay`` seconds later, and so on while rounds keep failing
 to conclude); a clean round ends the episode and the schedule falls back to ``interval``.
 ``request_confirmation`` (an external report naming a target) starts such an episode with
 a round at once. Their requests are counted like every other round's.
+
+An L4 failure that only the remote peers' fingerprints make (judged without them, the
+instance agrees) is marked ``source="peers"``: external evidence, a hint that never
+restarts alone (``remediation/external.py``). Requested confirmations come at most one
+every ``CONFIRM_GAP_S`` (a report flood is not a load on the server).
+
+The trust keys (``gates.trust``) are loaded here, once; a bad key file is a
+``ConfigError`` at start. Without keys the guardian says once that external evidence
+can raise an alert, never a restart.
 """
 
 from __future__ import annotations
@@ -33,10 +42,12 @@ from vllm_guardian.gates.evidence import failure_evidence
 from vllm_guardian.gates.ledger import RoundRecord
 from vllm_guardian.gates.round import run_round
 from vllm_guardian.gates.shared import GatesShared, TargetGates
+from vllm_guardian.gates.trust import load_keys
 from vllm_guardian.model import ProcKey
 from vllm_guardian.probes.base import Folded, Job, ProbeParts, Schedule, Seen
 
 _BKey = tuple[str, str, str]  # (target, model, version)
+CONFIRM_GAP_S = 5.0  # seconds at least between two requested confirmation rounds of a target
 
 
 class GatesProbe:
@@ -47,7 +58,18 @@ class GatesProbe:
         self.cfg = parts.cfg.gates
         self.http, self.clock = parts.seams.http, parts.seams.clock
         self.tracker, self.log = parts.tracker, parts.log
-        self.shared = GatesShared(parts.cfg.node or "", self.cfg.interval, parts.log.getChild("gates"))
+        keys = load_keys(self.cfg.trust.keys_file, self.cfg.trust.key_env)
+        glog = parts.log.getChild("gates")
+        self.shared = GatesShared(parts.cfg.node or "", self.cfg.interval, glog, self.cfg.trust, keys)
+        if keys.enabled:
+            glog.info(
+                "gates: trust keys from %s (%d key(s)): unsigned messages are dropped", keys.source, len(keys.secrets)
+            )
+        else:
+            glog.warning(
+                "gates: no trust key (gates.trust.keys_file / key_env): external reports and other nodes' "
+                "fingerprints can raise an alert, never a restart"
+            )
         self.shared.exchange = exchange  # the runtime sets it when Redis is wired
         parts.readings.gates = self.shared
         self.store = BaselineStore(parts.cfg.state_dir)
@@ -61,6 +83,7 @@ class GatesProbe:
         self._quick: set[str] = set()  # targets whose next round is a confirmation
         self._asked: dict[str, str] = {}  # target -> why a confirmation was requested (any thread)
         self._asked_lock = threading.Lock()
+        self._requested_at: dict[str, float] = {}  # target -> when its latest requested round was due
         self.shared.confirmer = self.request_confirmation
 
     # ---------------------------------------------------------------- confirmation
@@ -79,7 +102,10 @@ class GatesProbe:
                 self.log.info("gates %s: confirmation round requested: %s", name, reason)
                 self._confirm_left[name] = self.n_confirm
             self._quick.add(name)
-            self.schedule.soon(name, now)
+            # at most one requested round every CONFIRM_GAP_S: a flood of (signed) reports is not a load
+            due = max(now, self._requested_at.get(name, float("-inf")) + CONFIRM_GAP_S)
+            self._requested_at[name] = due
+            self.schedule.soon(name, due)
 
     def _after_round(self, name: str, failed: bool, tg: TargetGates, now: float) -> None:
         """A failing round schedules the next quick one (while the episode's budget lasts)."""
@@ -107,7 +133,9 @@ class GatesProbe:
                 self._local.pop(name, None)
                 self._confirm_left.pop(name, None)
             self._keys[name] = tr.target.key
-            if not (tr.target.api_url and tr.api_alive and tr.ready) or not self.schedule.due(name, now):
+            if not (tr.target.api_url and tr.api_alive and tr.ready) or tr.hold is not None:
+                continue  # paused or asleep on purpose: no gate round until it resumes
+            if not self.schedule.due(name, now):
                 continue
             out.append(self._job(name, tr.target.api_url, tr.model, tr.target.key))
         return out
@@ -190,6 +218,8 @@ class GatesProbe:
             if v4.failed:
                 ambiguous = v4.status == agreement.AMBIGUOUS
                 texts = {a.prompt: a.text for a in ra.answers}
+                # without the other nodes' fingerprints, does this instance still fail the prompt?
+                on_own = set(agreement.judge(own, local, base_fps).disagreeing) if remote else None
                 for prompt in v4.disagreeing:
                     expected = (
                         "the answer of the agreeing peers"
@@ -204,6 +234,7 @@ class GatesProbe:
                             texts.get(prompt, "")[:120],
                             expected,
                             {"peers": v4.peers, "detail": v4.detail},
+                            source="own" if on_own is None or prompt in on_own else "peers",
                         )
                     )
             self._local[ra.target] = (ra.model, ra.version, own, now)

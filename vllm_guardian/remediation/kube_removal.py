@@ -44,11 +44,12 @@ def remove_pod(
     method: str,
     budget_s: float,
     *,
-    sleep: Callable[[float], None] = time.sleep,
-    monotonic: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] | None = None,
+    monotonic: Callable[[], float] | None = None,
     log: logging.Logger | None = None,
 ) -> Removal:
     log = log or logging.getLogger("guardian.remediation")
+    sleep, monotonic = sleep or time.sleep, monotonic or time.monotonic
     if method == "delete":
         kube.delete_pod(pod, grace)
         return Removal(pod, method, 0, 0.0)

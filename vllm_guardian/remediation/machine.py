@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from vllm_guardian.config.schema import Config, DrainConfig, Mode, PolicyConfig, RestartConfig, TargetConfig
 from vllm_guardian.fsutil import atomic_write
-from vllm_guardian.model import Action, Kind, ProcKey
+from vllm_guardian.model import Action, Incident, Kind, ProcKey
 from vllm_guardian.series import metrics as m
 from vllm_guardian.remediation.launch import build_launch_spec
 from vllm_guardian.remediation.policy import Maintenance, may_restart, node_anomaly
@@ -69,6 +69,18 @@ def start_problem(rc: RestartConfig, control: ProcessControl) -> str | None:
     if not problems:
         return None
     return "; ".join(problems) + "; not stopping a server that could not be started again"
+
+
+def _fields(incident: Incident) -> dict[str, str]:
+    """The target / incident / kind keys of a log line (``--log-format json|logfmt``)."""
+    return {"target": incident.target.name, "incident": incident.id, "kind": incident.kind.value}
+
+
+def _seq_fields(seq: RestartSequence) -> dict[str, str]:
+    out = {"target": seq.target, "kind": seq.reason}
+    if seq.incident_id is not None:
+        out["incident"] = seq.incident_id
+    return out
 
 
 _NO_RESULT = object()  # a job that has not answered (None is an answer)
@@ -541,7 +553,7 @@ class Remediator:
                 self.incidents.add_action(incident.id, Action("restart", status, self.clock.wall(), detail))
             except KeyError:
                 pass
-            self.log.warning("remediation %s: %s: %s", incident.target.name, status, detail)
+            self.log.warning("remediation %s: %s: %s", incident.target.name, status, detail, extra=_fields(incident))
         return f"{status}: {detail}"
 
     # ------------------------------------------------------------------ the machine
@@ -717,6 +729,10 @@ class Remediator:
             )
 
     def _step_releasing(self, seq: RestartSequence, now: float, tracker, series) -> None:
+        broken = self.device_check(seq.target) if self.device_check is not None else None
+        if broken:  # a device fault seen while the tree was stopped: never start onto it
+            self._finish(seq, now, Outcome.FAILED, f"stopped, not started again: {broken}; a human must look")
+            return
         held = self.release_check({p for p, _ in seq.tree})
         if held is None or held is False:
             self._enter(
@@ -931,7 +947,7 @@ class Remediator:
             self.async_runner.submit(
                 ("remediation", f"{seq.target}:renew"), lambda: self.lease.renew(seq.target, slot), deadline=now + 30
             )
-        self.log.info("remediation %s: %s (%s)", seq.target, phase, detail)
+        self.log.info("remediation %s: %s (%s)", seq.target, phase, detail, extra=_seq_fields(seq))
         self._save(seq)
 
     def _finish(self, seq: RestartSequence, now: float, outcome: Outcome, detail: str) -> None:
@@ -1033,7 +1049,7 @@ class Remediator:
                 seq.detail = f"guardian restarted during {seq.phase.value}; resuming"
             self.sequences[seq.target] = seq
             self._record(seq, "resume", "ok", seq.detail)
-            self.log.warning("remediation %s: %s", seq.target, seq.detail)
+            self.log.warning("remediation %s: %s", seq.target, seq.detail, extra=_seq_fields(seq))
             self._save(seq)
 
     def _release_lease(self, seq: RestartSequence, now: float) -> None:

@@ -377,6 +377,25 @@ class SimServer:
         """Order a fault (busy_loop, stall, die, rss_leak [rate_mb_s=], kv_leak, none)."""
         return self._json("POST", "/sim/fault", {"fault": name, **kw}, timeout)
 
+    # vLLM's dev-mode endpoints (the server started with VLLM_SERVER_DEV_MODE=1)
+    def pause(self, mode: str = "keep", timeout: float = 30.0) -> dict:
+        return self._json("POST", f"/pause?mode={mode}", None, timeout)
+
+    def resume(self, timeout: float = 5.0) -> dict:
+        return self._json("POST", "/resume", None, timeout)
+
+    def sleep(self, level: int = 1, mode: str = "keep", timeout: float = 30.0) -> dict:
+        return self._json("POST", f"/sleep?level={level}&mode={mode}", None, timeout)
+
+    def wake_up(self, timeout: float = 5.0) -> dict:
+        return self._json("POST", "/wake_up", None, timeout)
+
+    def is_paused(self, timeout: float = 5.0) -> bool:
+        return bool(self._json("GET", "/is_paused", timeout=timeout)["is_paused"])
+
+    def is_sleeping(self, timeout: float = 5.0) -> bool:
+        return bool(self._json("GET", "/is_sleeping", timeout=timeout)["is_sleeping"])
+
     def complete(
         self, prompt: str = "hi", max_tokens: int = 8, timeout: float = 30.0, temperature: float = 0.0
     ) -> dict:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from vllm_guardian import __version__
 from vllm_guardian.incidents.ids import IdGenerator, decode_ms, new_incident_id
+from vllm_guardian.incidents.runbooks import runbook_url
 from vllm_guardian.incidents.store import jsonable
 from vllm_guardian.model import Incident, Status, Transition
 
@@ -43,6 +44,7 @@ EVENT_FIELDS = (
     "generator",
     "diagnosis",
     "crash",
+    "runbook",
 )
 MAX_DIAGNOSES = 3
 CRASH_EVENT_KEYS = ("exception", "message", "process", "pid", "source", "error")
@@ -117,6 +119,7 @@ def event_from_incident(
         "generator": generator_name(node, version),
         "diagnosis": [jsonable(d) for d in incident.diagnosis[:MAX_DIAGNOSES]],
         "crash": crash_for_event(incident.crash),
+        "runbook": runbook_url(incident.kind.value),
     }
 
 

@@ -8,10 +8,12 @@ rollback controller)::
      "incident_id": "...", "decision": "drain_and_restart" | "alert_only" | "resolved",
      "condition": "A".."D", "level": "L1".."L5", "summary": "...", "timestamp": 1767225600.0}
 
-``drain_and_restart`` when the detector's mode is ``remediate`` (the guardian itself then
-acts through its own state machine and safety gates), else ``alert_only``. Publishing
-happens on a small background thread (best effort, bounded queue): the loop never
-waits on Redis.
+``drain_and_restart`` when the detector's mode is ``remediate`` and the incident does not
+rest on external evidence alone (``remediation.external``; the guardian itself then acts
+through its own state machine and safety gates), else ``alert_only`` (with ``hold``: why).
+With trust keys (``gates.trust``) every decision is signed (``kid``, ``sig``) so an
+executor can tell it from a forged one. Publishing happens on a small background thread
+(best effort, bounded queue): the loop never waits on Redis.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import queue
 import threading
 from typing import Any, Callable
 
+from vllm_guardian.gates.trust import Keys, sign
 from vllm_guardian.model import Kind, Transition
+from vllm_guardian.remediation.external import external_hold
 
 QUEUE_MAX = 1000
 
@@ -43,16 +47,19 @@ class GateDecisions:
         self._thread.start()
         self.published = 0
         self._failing = False
+        self.keys = Keys()  # the runtime hands the gates' trust keys over once they are loaded
 
     def __call__(self, tr: Transition) -> None:
         inc = tr.incident
         if inc.kind is not Kind.OUTPUT_CORRUPTION:
             return
         sig = inc.signals
+        hold = None
         if tr.previous is not None:
             decision = "resolved"
         elif self.mode() == "remediate" and not sig.get("alert_only"):
-            decision = "drain_and_restart"
+            hold = external_hold(sig, self.keys.enabled)
+            decision = "alert_only" if hold else "drain_and_restart"
         else:
             decision = "alert_only"
         msg = {
@@ -66,6 +73,9 @@ class GateDecisions:
             "summary": inc.summary,
             "timestamp": self.wall(),
         }
+        if hold:
+            msg["hold"] = hold
+        msg = sign(msg, self.keys)
         try:
             self._q.put_nowait(msg)
         except queue.Full:
@@ -77,7 +87,7 @@ class GateDecisions:
             if msg is None:
                 return
             try:
-                self.client.publish(self.channel, json.dumps(msg, separators=(",", ":")))
+                self.client.publish(self.channel, json.dumps(msg, separators=(",", ":"), ensure_ascii=False))
                 self.published += 1
                 self._failing = False
             except Exception as e:  # noqa: BLE001 - best effort: the alert stream carries the incident anyway

@@ -37,6 +37,9 @@ class TrackedTarget:
     restarts_seen: int = 0
     last_scrape: HttpScrape | None = None  # latest /health + /metrics (status, evidence)
     last_canary: CanaryResult | None = None  # latest canary answer (status)
+    hold: str | None = None  # "paused" / "sleeping": on purpose, said by the server (/is_paused, /is_sleeping)
+    hold_since: float | None = None
+    hold_ended: float | None = None  # when the last hold ended (the resume grace runs from it)
 
     @property
     def name(self) -> str:
@@ -105,6 +108,7 @@ class Tracker:
                 tr.target = t
                 tr.ready, tr.ready_since = False, None
                 tr.starting_since = now
+                tr.hold, tr.hold_since, tr.hold_ended = None, None, None
                 tr.api_alive, tr.gone_since = True, None
                 tr.engine_seen = False
                 tr.canary_in_flight_since = None
@@ -187,6 +191,27 @@ class Tracker:
         tr.ready, tr.ready_since, tr.ever_ready = True, now, True
         return True
 
+    def server_state(
+        self, name: str, key: ProcKey, paused: bool | None, sleeping: bool | None, now: float
+    ) -> str | None:
+        """What the server says of a pause or sleep on purpose; a change, in words, or None.
+        Asleep wins over paused (a sleeping vLLM is paused too); no answer is not a hold."""
+        tr = self.targets.get(name)
+        if tr is None or tr.target.key != key:
+            return None  # an answer from the previous incarnation
+        hold = "sleeping" if sleeping else "paused" if paused else None
+        if hold == tr.hold:
+            return None
+        was, since = tr.hold, tr.hold_since
+        tr.hold, tr.hold_since = hold, (now if hold else None)
+        if was is not None:
+            tr.hold_ended = now
+        if hold is None:
+            return (
+                f"{was} for {now - (since or now):.0f}s, resumed (hang detectors wait {self.lifecycle.resume_grace:g}s)"
+            )
+        return f"{hold} on purpose (the server says so): hang detectors stand down"
+
     def state(self, name: str, now: float, probe_interval: float | None = None) -> TargetState:
         tr = self.targets[name]
         return TargetState(
@@ -202,6 +227,9 @@ class Tracker:
             ready_since=tr.ready_since,
             starting_since=tr.starting_since,
             lifecycle=self.lifecycle,
+            hold=tr.hold,
+            hold_since=tr.hold_since,
+            hold_ended=tr.hold_ended,
         )
 
     def live_targets(self) -> list[Target]:

@@ -20,6 +20,7 @@ from typing import Sequence
 
 from vllm_guardian import __version__
 from vllm_guardian.errors import BackendUnavailable, CannotStart, ConfigError, GuardianError
+from vllm_guardian.surface.terminal import EscapingWriter
 
 DEFAULT_CONFIG = "/etc/guardian/guardian.yaml"
 CONFIG_ENV = "GUARDIAN_CONFIG"  # the config file when -c is not given (as systemd's EnvironmentFile may set it)
@@ -56,18 +57,23 @@ def _load(path: str | None, dry_run: bool = False):
     return cfg
 
 
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+def _setup_logging(args, cfg) -> None:
+    """The flags, else GUARDIAN_LOG_FORMAT / GUARDIAN_LOG_LEVEL, else the config's ``log`` section."""
+    from vllm_guardian.surface.logs import FORMAT_ENV, FORMATS, LEVEL_ENV, LEVELS, choose, setup_logging
+
+    level_flag = "debug" if getattr(args, "verbose", False) else getattr(args, "log_level", None)
+    try:
+        fmt = choose(getattr(args, "log_format", None), FORMAT_ENV, cfg.log.format, FORMATS, os.environ)
+        level = choose(level_flag, LEVEL_ENV, cfg.log.level, LEVELS, os.environ)
+    except ValueError as e:
+        raise ConfigError([str(e)]) from None
+    setup_logging(fmt, level)
 
 
 # ---------------------------------------------------------------------- commands
 def cmd_run(args) -> int:
-    _setup_logging(args.verbose)
     cfg = _load(args.config, args.dry_run)
+    _setup_logging(args, cfg)
     os.makedirs(cfg.state_dir, mode=0o750, exist_ok=True)
     from vllm_guardian.surface.instance_lock import InstanceLock
 
@@ -79,6 +85,7 @@ def _run_locked(args, cfg) -> int:
     from vllm_guardian.loop.runtime import Runtime
 
     rt = Runtime.start(cfg)
+    rt.load_config = lambda: _load(args.config, args.dry_run)
     stop = threading.Event()
 
     def on_signal(signum, frame):
@@ -86,8 +93,13 @@ def _run_locked(args, cfg) -> int:
         stop.set()
         rt.clock.wake()
 
+    def on_hup(signum, frame):  # systemctl reload (ExecReload=kill -HUP $MAINPID)
+        logging.getLogger("guardian").info("SIGHUP: re-reading the config after this tick")
+        rt.request_reload()
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_hup)
     try:
         rt.run(stop)
     finally:
@@ -99,10 +111,10 @@ def cmd_status(args) -> int:
     from vllm_guardian.surface.control_socket import request
     from vllm_guardian.surface.status_view import render_status
 
-    cfg = _load(args.config)
     if args.fleet:
         from vllm_guardian.sinks.fleet import fleet_status, render_fleet
 
+        cfg = _load(args.config)
         client, url = _redis_client(cfg, args.redis)
         try:
             rows = fleet_status(client)
@@ -110,7 +122,8 @@ def cmd_status(args) -> int:
             raise _redis_unreachable(cfg, url, args.redis, e) from None
         print(json.dumps(rows, indent=2) if args.json else render_fleet(rows, time.time()))
         return 0
-    path = args.socket or cfg.socket_path()
+    # the socket named: no config is read (it may be one that a reload refused)
+    path = args.socket or _load(args.config).socket_path()
     try:
         doc = request(path, {"cmd": "status"})
     except (OSError, RuntimeError, ValueError) as e:
@@ -132,6 +145,10 @@ def cmd_check_config(args) -> int:
     from vllm_guardian.config.loader import render_check
 
     cfg = _load(args.config)
+    if cfg.gates.enabled:  # the trust keys are read as `guardian run` reads them (never printed)
+        from vllm_guardian.gates.trust import load_keys
+
+        load_keys(cfg.gates.trust.keys_file, cfg.gates.trust.key_env)
     print(render_check(cfg))
     return 0
 
@@ -139,8 +156,8 @@ def cmd_check_config(args) -> int:
 def cmd_probe(args) -> int:
     from vllm_guardian.surface.status_view import render_status
 
-    _setup_logging(args.verbose)
     cfg = _load(args.config)
+    _setup_logging(args, cfg)
     from vllm_guardian.loop.runtime import build_daemon, real_seams
 
     daemon = build_daemon(cfg, real_seams(cfg))
@@ -198,6 +215,7 @@ def cmd_incidents(args) -> int:
         if d["resolved_at"]:
             print(f"resolved {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(d['resolved_at']))}")
         print(f"summary {d['summary']}")
+        print(f"runbook {_runbook(d['kind'])}")
         from vllm_guardian.diagnosis.text import diagnosis_lines
 
         if d["diagnosis"] or d["crash"] or d.get("evidence_dir"):
@@ -238,6 +256,14 @@ def cmd_incidents(args) -> int:
         opened = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d["opened_at"]))
         print(f"{d['id']}  {d['status']:<8} {d['kind']:<14} {d['target']['name']:<14} {opened}  {d['summary']}")
     return 0
+
+
+def _runbook(kind: str) -> str:
+    """The runbook's URL, and its copy installed beside the program when there is one."""
+    from vllm_guardian.incidents.runbooks import runbook_url
+
+    local = os.path.join(sys.prefix, "share", "doc", "vllm-guardian", "runbooks", f"{kind}.md")
+    return runbook_url(kind) + (f" (here: {local})" if os.path.isfile(local) else "")
 
 
 def _show_html(d: dict) -> int:
@@ -396,6 +422,22 @@ def cmd_snapshot(args) -> int:
     return 0 if res.files else 1
 
 
+def cmd_completion(args) -> int:
+    """The shell's completion script, generated from this parser (shtab)."""
+    print(completion_script(args.shell), end="")
+    return 0
+
+
+def completion_script(shell: str) -> str:
+    """shtab's script for ``guardian``, bound to the ``vllm-guardian`` alias too."""
+    import shtab
+
+    text = shtab.complete(build_parser(), shell=shell).rstrip("\n") + "\n"
+    if shell == "bash":
+        return text.removesuffix(" guardian\n") + " guardian vllm-guardian\n"
+    return text.replace("#compdef guardian\n", "#compdef guardian vllm-guardian\n", 1)
+
+
 def cmd_demo(args) -> int:
     from vllm_guardian.sim.demo import run_demo  # the demo drives the shipped simulated vLLM server
 
@@ -417,9 +459,27 @@ def build_parser() -> argparse.ArgumentParser:
         )
         return sp
 
+    def with_logging(sp):
+        from vllm_guardian.surface.logs import FORMATS, LEVELS
+
+        sp.add_argument(
+            "--log-format",
+            choices=FORMATS,
+            default=None,
+            help="text (default), json or logfmt (default: $GUARDIAN_LOG_FORMAT, else log.format)",
+        )
+        sp.add_argument(
+            "--log-level",
+            choices=LEVELS,
+            default=None,
+            help="the lowest level logged (default: $GUARDIAN_LOG_LEVEL, else log.level: info)",
+        )
+        sp.add_argument("-v", "--verbose", action="store_true", help="the same as --log-level debug")
+        return sp
+
     sp = with_config(sub.add_parser("run", help="run the daemon"))
     sp.add_argument("--dry-run", action="store_true", help="detect and alert, never act")
-    sp.add_argument("-v", "--verbose", action="store_true")
+    with_logging(sp)
     sp.set_defaults(fn=cmd_run)
 
     sp = with_config(sub.add_parser("status", help="targets, processes, signals, open incidents"))
@@ -435,7 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = with_config(sub.add_parser("probe", help="print what the probes see now"))
     sp.add_argument("--once", action="store_true", help="one round (the default and only mode)")
     sp.add_argument("--json", action="store_true")
-    sp.add_argument("-v", "--verbose", action="store_true")
+    with_logging(sp)
     sp.set_defaults(fn=cmd_probe)
 
     sp = with_config(sub.add_parser("incidents", help="list or show incidents from the state dir"))
@@ -506,6 +566,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--record", type=float, default=None, help="seconds of py-spy record (default from config)")
     sp.set_defaults(fn=cmd_snapshot)
 
+    sp = sub.add_parser("completion", help="print the bash or zsh completion script")
+    sp.add_argument("shell", choices=("bash", "zsh"), help="the shell the script is for")
+    sp.set_defaults(fn=cmd_completion)
+
     sp = sub.add_parser("demo", help="a self-contained demonstration on a simulated vLLM server")
     sp.add_argument("--keep", action="store_true", help="keep the demo's state dir")
     sp.add_argument("--timeout", type=float, default=120.0)
@@ -517,6 +581,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    stdout = sys.stdout
+    if args.command != "run":  # text for a person's terminal: others' control characters made visible
+        sys.stdout = EscapingWriter(stdout)
+    try:
+        return _main(args)
+    finally:
+        sys.stdout = stdout
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         code = args.fn(args)
         sys.stdout.flush()  # a closed pipe shows here, inside the try, not at interpreter exit

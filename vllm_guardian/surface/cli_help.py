@@ -79,6 +79,13 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
         "a pid, outside any incident. Needs CAP_SYS_PTRACE for py-spy.",
         ("guardian snapshot llama", "guardian snapshot 4242 --record 5"),
     ),
+    "completion": (
+        "Print the shell completion script for bash or zsh, generated from these commands. The package "
+        "installs both (share/bash-completion/completions/guardian, share/zsh/site-functions/_guardian "
+        "under its prefix; the container image in /usr/share). To try it: source <(guardian completion bash); "
+        "to install it: guardian completion bash > /etc/bash_completion.d/guardian.",
+        ("guardian completion bash", "guardian completion zsh"),
+    ),
     "demo": (
         "A self-contained demonstration: starts a simulated vLLM server and the guardian in a "
         "temp dir, injects a busy loop in the engine, and shows detection, evidence, alert, drain, "
@@ -86,6 +93,8 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("guardian demo", "guardian demo --keep --timeout 180"),
     ),
 }
+
+COMPLETION_NOTE = "Shell completion: `guardian completion bash|zsh` (installed with the package)."
 
 # option dest -> help, for options the parser left without one
 OPTION_HELP = {
@@ -122,13 +131,13 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
 
 def decorate(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Descriptions, examples (as the epilog) and option help for every subcommand."""
-    parser.epilog = "Run `guardian <command> --help` for what a command needs, with examples."
+    parser.epilog = "Run `guardian <command> --help` for what a command needs, with examples. " + COMPLETION_NOTE
     for name, sub in _subcommands(parser).items():
         description, examples = COMMANDS.get(name, ("", ()))
         if description:
             sub.description = description
         if examples:
-            sub.epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
+            sub.epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples) + "\n\n" + COMPLETION_NOTE
             sub.formatter_class = _Formatter
         for action in sub._actions:
             if action.help is None and action.dest in OPTION_HELP:

@@ -38,7 +38,8 @@ import math
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
 from vllm_guardian.model import Kind
@@ -46,7 +47,7 @@ from vllm_guardian.model import Kind
 
 class MetricSpec(NamedTuple):
     name: str  # the sample name as exposed (counters end in ``_total``)
-    type: str  # "gauge" | "counter"
+    type: str  # "gauge" | "counter" | "histogram"
     help: str
 
 
@@ -55,10 +56,8 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     # the guardian itself
     ("guardian_build_info", "gauge", ("version", "node"), "Always 1; labels carry the guardian version and node name."),
     ("guardian_ticks_total", "counter", (), "Ticks of the main loop since the guardian started."),
-    ("guardian_tick_duration_seconds", "gauge", (), "Duration of the last tick of the main loop."),
+    ("guardian_tick_duration_seconds", "histogram", (), "Duration of the ticks of the main loop since start."),
     ("guardian_tick_duration_max_seconds", "gauge", (), "Longest tick of the main loop since start."),
-    ("guardian_tick_duration_p50_seconds", "gauge", (), "Median tick of the main loop over the last 600 ticks."),
-    ("guardian_tick_duration_p99_seconds", "gauge", (), "99th percentile tick over the last 600 ticks."),
     ("guardian_self_cpu_seconds_total", "counter", (), "CPU time (user + system) the guardian process used."),
     ("guardian_self_max_resident_memory_bytes", "gauge", (), "Peak resident memory of the guardian process."),
     # probes
@@ -75,7 +74,13 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     # targets
     ("guardian_target_info", "gauge", ("target", "model", "source"), "Always 1 per supervised vLLM server."),
     ("guardian_target_up", "gauge", ("target",), "1 when the target should take traffic (serving), else 0."),
-    ("guardian_target_ready", "gauge", ("target",), "1 once the target answered a canary (warm-up over), else 0."),
+    ("guardian_target_ready", "gauge", ("target",), "1 once the target is ready (warm-up over), else 0."),
+    (
+        "guardian_target_phase",
+        "gauge",
+        ("target", "phase"),
+        "1 for the target's phase (serving, warming, paused, sleeping, incident, draining, ...).",
+    ),
     ("guardian_target_health_ok", "gauge", ("target",), "1 when the target's /health last answered 200, else 0."),
     (
         "guardian_target_health_score",
@@ -87,27 +92,41 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "guardian_gate_reports_total",
         "counter",
         ("outcome",),
-        "External gate reports by outcome (accepted, malformed, unknown_target, other_node, stale).",
+        "External gate reports by outcome (accepted, other_node, or a drop reason).",
     ),
-    ("guardian_process_cpu_ratio", "gauge", ("target", "pid", "role"), "CPU use of a process (1.0 = one core)."),
-    ("guardian_process_resident_memory_bytes", "gauge", ("target", "pid", "role"), "Resident memory of a process."),
-    ("guardian_process_threads", "gauge", ("target", "pid", "role"), "Threads of a process."),
+    (
+        "guardian_gate_reports_dropped_total",
+        "counter",
+        ("reason",),
+        "External gate reports dropped, by reason (malformed, unsigned, bad_signature, no_node, "
+        "unknown_target, future, stale, replay, rate_limited).",
+    ),
+    (
+        "guardian_gate_fingerprints_dropped_total",
+        "counter",
+        ("reason",),
+        "Other nodes' L4 fingerprint entries that did not vote, by reason "
+        "(unsigned, bad_signature, malformed, misfiled, stale, future).",
+    ),
+    ("guardian_process_cpu_ratio", "gauge", ("target", "role", "index"), "CPU use of a process (1.0 = one core)."),
+    ("guardian_process_resident_memory_bytes", "gauge", ("target", "role", "index"), "Resident memory of a process."),
+    ("guardian_process_threads", "gauge", ("target", "role", "index"), "Threads of a process."),
     (
         "guardian_hottest_thread_cpu_ratio",
         "gauge",
-        ("target", "pid", "role"),
+        ("target", "role", "index"),
         "CPU use of the busiest thread of a process (1.0 = one core).",
     ),
     (
         "guardian_hottest_thread_voluntary_switches_per_second",
         "gauge",
-        ("target", "pid", "role"),
+        ("target", "role", "index"),
         "Voluntary context switches per second of the busiest thread of a process.",
     ),
     (
         "guardian_hottest_thread_involuntary_switches_per_second",
         "gauge",
-        ("target", "pid", "role"),
+        ("target", "role", "index"),
         "Involuntary context switches per second of the busiest thread of a process.",
     ),
     ("guardian_engine_steps_per_second", "gauge", ("target",), "Engine progress: vLLM engine steps per second."),
@@ -195,16 +214,26 @@ class _Families:
     """One family per declared name; ``add`` refuses undeclared names and absent values."""
 
     def __init__(self) -> None:
-        self._fams: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
+        self._fams: dict[str, CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily] = {}
+        kinds = {"counter": CounterMetricFamily, "gauge": GaugeMetricFamily, "histogram": HistogramMetricFamily}
         for name, typ, labels, help_ in _TABLE:
-            cls = CounterMetricFamily if typ == "counter" else GaugeMetricFamily
-            self._fams[name] = cls(name, help_, labels=list(labels))
+            self._fams[name] = kinds[typ](name, help_, labels=list(labels))
+
+    def histogram(self, name: str, hist: Any) -> None:
+        """A histogram without labels from ``(cumulative (le, count) pairs, sum)``; None: no samples."""
+        if hist is not None:
+            buckets, total = hist
+            fam = self._fams[name]
+            assert isinstance(fam, HistogramMetricFamily)
+            fam.add_metric([], buckets=[(le, float(n)) for le, n in buckets], sum_value=total)
 
     def add(self, name: str, labels: Iterable[Any], value: Any) -> None:
         v = _num(value)
         if v is None:
             return
-        self._fams[name].add_metric([str(x) for x in labels], v)
+        fam = self._fams[name]
+        assert not isinstance(fam, HistogramMetricFamily), name  # histograms: ``histogram()``
+        fam.add_metric([str(x) for x in labels], v)
 
     def all(self) -> list[Metric]:
         return list(self._fams.values())
@@ -225,6 +254,8 @@ class GuardianCollector:
         stats = self._stats() if self._stats is not None else None
         f = _Families()
         self._self_metrics(f, doc)
+        ticks = getattr(stats, "tick_times", None)  # every tick since start, not only the last ones
+        f.histogram("guardian_tick_duration_seconds", ticks.histogram() if ticks is not None else None)
         self._probe_metrics(f, doc)
         names = [t for t in (_map(x) for x in _list(doc.get("targets"))) if isinstance(t.get("name"), str)]
         for t in names:
@@ -235,8 +266,13 @@ class GuardianCollector:
         alerts = _map(doc.get("alerts"))
         f.add("guardian_alerts_spooled", (), alerts.get("spooled"))
         f.add("guardian_alerts_dropped_total", (), alerts.get("dropped_total"))
-        for outcome, n in _map(_map(doc.get("gates")).get("reports")).items():
+        gates = _map(doc.get("gates"))
+        for outcome, n in _map(gates.get("reports")).items():
             f.add("guardian_gate_reports_total", (outcome,), n)
+        for reason, n in _map(gates.get("reports_dropped")).items():
+            f.add("guardian_gate_reports_dropped_total", (reason,), n)
+        for reason, n in _map(gates.get("fingerprints_dropped")).items():
+            f.add("guardian_gate_fingerprints_dropped_total", (reason,), n)
         return f.all()
 
     # ---------------------------------------------------------------- sections
@@ -246,10 +282,7 @@ class GuardianCollector:
             f.add("guardian_build_info", (doc.get("version") or "", doc.get("node") or ""), 1)
         g = _map(doc.get("guardian"))
         f.add("guardian_ticks_total", (), g.get("ticks"))
-        f.add("guardian_tick_duration_seconds", (), g.get("last_tick_s"))
         f.add("guardian_tick_duration_max_seconds", (), g.get("max_tick_s"))
-        f.add("guardian_tick_duration_p50_seconds", (), g.get("tick_p50_s"))
-        f.add("guardian_tick_duration_p99_seconds", (), g.get("tick_p99_s"))
         f.add("guardian_self_cpu_seconds_total", (), g.get("cpu_seconds"))
         f.add("guardian_self_max_resident_memory_bytes", (), g.get("max_rss_bytes"))
 
@@ -270,6 +303,8 @@ class GuardianCollector:
         f.add("guardian_target_info", (name, t.get("model") or "", t.get("source") or ""), 1)
         f.add("guardian_target_up", tl, serving(t))
         f.add("guardian_target_ready", tl, bool(t.get("ready")))
+        if t.get("phase"):
+            f.add("guardian_target_phase", (name, str(t["phase"])), 1)
         health = t.get("health")
         if isinstance(health, Mapping):
             f.add("guardian_target_health_ok", tl, health.get("status") == 200)
@@ -283,10 +318,7 @@ class GuardianCollector:
         if isinstance(canary, Mapping):
             f.add("guardian_canary_latency_seconds", tl, canary.get("latency_s"))
             f.add("guardian_canary_ok", tl, canary.get("ok"))
-        for p in (_map(x) for x in _list(t.get("processes"))):
-            if p.get("pid") is None:
-                continue
-            pl = (name, p["pid"], p.get("role") or "other")
+        for pl, p in _process_labels(name, t.get("processes")):
             f.add("guardian_process_cpu_ratio", pl, p.get("cpu_ratio"))
             f.add("guardian_process_resident_memory_bytes", pl, p.get("rss_bytes"))
             f.add("guardian_process_threads", pl, p.get("threads"))
@@ -360,6 +392,20 @@ class GuardianCollector:
             f.add("guardian_restarts_total", (target, outcome), n)
 
 
+def _process_labels(target: str, processes: Any) -> list[tuple[tuple[str, str, str], Mapping[str, Any]]]:
+    """(target, role, index) for each process: ``index`` counts the processes of one role in pid
+    order. No pid label: a pid makes new series at every restart of the server (unbounded
+    cardinality over time); which pid it is today is in ``guardian status``."""
+    procs = [p for p in (_map(x) for x in _list(processes)) if isinstance(p.get("pid"), int)]
+    seen: dict[str, int] = {}
+    out = []
+    for p in sorted(procs, key=lambda p: p["pid"]):
+        role = str(p.get("role") or "other")
+        out.append(((target, role, str(seen.get(role, 0))), p))
+        seen[role] = seen.get(role, 0) + 1
+    return out
+
+
 def _accelerators(value: Any) -> list[Mapping[str, Any]]:
     """Accelerator entries as a list; a mapping device → entry is accepted too."""
     if isinstance(value, Mapping):
@@ -370,9 +416,12 @@ def _accelerators(value: Any) -> list[Mapping[str, Any]]:
 def build_registry(
     status: Callable[[], Mapping[str, Any] | None], stats: Callable[[], Any] | None = None
 ) -> CollectorRegistry:
-    """A fresh registry (never the global default) holding only the guardian's collector."""
+    """A fresh registry (never the global default): the guardian's collector and prometheus-client's
+    process collector (``process_cpu_seconds_total``, ``process_resident_memory_bytes``, ... of the
+    guardian itself, as every Prometheus exporter has them)."""
     registry = CollectorRegistry(auto_describe=True)
     registry.register(GuardianCollector(status, stats))
+    ProcessCollector(registry=registry)  # process_*: the guardian's own CPU, memory, descriptors, start time
     return registry
 
 

@@ -11,15 +11,26 @@ Routes (GET, and HEAD for load-balancer checks; any other method is 405, any oth
 
 It reads only what the loop published (the status dict, the heartbeat), on its own
 threads, so a slow client can never stall a tick. Every handler answers from memory.
+
+Bounded against clients that misbehave: each connection has one deadline for its whole request
+(``request_deadline``), so a client trickling a byte at a time cannot hold a thread past it (a
+per-read timeout would let it hold one forever); at most ``max_connections`` are open at once.
+When they are all taken, the oldest connection still sending its request (open at least
+``evict_after`` seconds) is cut for the new one (``evicted``): a request is read in
+milliseconds and answered from memory, so the connections still sending are the trickles, and
+a flood of them cannot starve the kubelet's readiness probe or Prometheus. When every open
+connection is being answered, the new one is closed unread (``refused``).
 """
 
 from __future__ import annotations
 
 import errno
+import io
 import json
 import logging
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Mapping
 from urllib.parse import unquote, urlsplit
@@ -51,16 +62,97 @@ class LastTick:
         return None if last is None else max(0.0, self._monotonic() - last)
 
 
+MAX_CONNECTIONS = 16  # Prometheus, a kubelet probe or two, a person: far below this
+REQUEST_DEADLINE = 5.0  # seconds for a whole request: connect to the last byte of the answer
+EVICT_AFTER = 0.0  # how long a connection still sending its request is safe from being cut
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     api: HttpListener  # set by HttpListener.start: what the handlers read
 
+    def server_activate(self) -> None:
+        super().server_activate()
+        self.lock = threading.Lock()
+        # connection -> when it was accepted (monotonic), while it is still sending its request
+        self.open: dict[Any, float] = {}
+        self.answering: set[Any] = set()  # connections whose request was read: being answered
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        now = time.monotonic()
+        with self.lock:
+            if len(self.open) + len(self.answering) >= self.api.max_connections:
+                reading = [(since, id(c), c) for c, since in self.open.items() if now - since >= self.api.evict_after]
+                if not reading:  # all being answered (or all just opened): this one waits its turn
+                    self.api.refused += 1
+                    self.shutdown_request(request)
+                    return
+                _, _, oldest = min(reading, key=lambda r: r[:2])
+                self.api.evicted += 1  # still sending its request: a trickle; its thread ends at EOF
+                del self.open[oldest]
+                try:
+                    oldest.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            self.open[request] = now
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._forget(request)
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._forget(request)
+
+    def answering_now(self, request: Any) -> None:
+        """Its request was read: it is answered from memory and no longer counted as a trickle."""
+        with self.lock:
+            if self.open.pop(request, None) is not None:
+                self.answering.add(request)
+
+    def _forget(self, request: Any) -> None:
+        with self.lock:
+            self.open.pop(request, None)
+            self.answering.discard(request)
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The request side of a connection with one deadline for all of it: before every read the
+    socket's timeout is set to what is left, so a trickling client runs out of time."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request deadline passed")
+        self._sock.settimeout(left)
+        return self._sock.recv_into(b)
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     server_version = "vllm-guardian"
-    timeout = 10  # a client that sends nothing does not hold a thread forever
+    timeout = REQUEST_DEADLINE  # also bounds each write of the answer
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        self.server.answering_now(self.request)
+        return ok
+
+    def setup(self) -> None:
+        super().setup()
+        deadline = time.monotonic() + self.server.api.request_deadline
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline))
 
     # ---------------------------------------------------------------- methods
     def do_GET(self) -> None:
@@ -137,7 +229,9 @@ class HttpListener:
     - ``status``: returns the latest status document;
     - ``tick_age``: seconds since the loop's last tick, None before the first (``LastTick.age``);
     - ``max_tick_age``: ``/healthz`` turns 503 at or past this age (3 × interval);
-    - ``poll_interval``: how often the serving thread checks for ``stop()`` (seconds).
+    - ``poll_interval``: how often the serving thread checks for ``stop()`` (seconds);
+    - ``max_connections``: open at once; ``request_deadline``: seconds for a whole request;
+      ``evict_after``: age at which an open connection is cut for a new one when all are taken.
     """
 
     def __init__(
@@ -150,6 +244,9 @@ class HttpListener:
         max_tick_age: float,
         log: logging.Logger | None = None,
         poll_interval: float = 0.5,
+        max_connections: int = MAX_CONNECTIONS,
+        request_deadline: float = REQUEST_DEADLINE,
+        evict_after: float = EVICT_AFTER,
     ) -> None:
         self.host, self.port = address
         if max_tick_age <= 0:
@@ -160,6 +257,11 @@ class HttpListener:
         self.max_tick_age = max_tick_age
         self.log = log or logging.getLogger("guardian.http")
         self.poll_interval = poll_interval
+        self.max_connections = max_connections
+        self.request_deadline = request_deadline
+        self.evict_after = evict_after
+        self.refused = 0  # connections closed unread: max_connections open, all fresh
+        self.evicted = 0  # connections cut to make room: open evict_after seconds while all were taken
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 

@@ -72,7 +72,8 @@ def _incident_events(inc: Incident, key: tuple[int, int], before: tuple | None) 
         if action.name == "restart" and action.status in REFUSED:
             out.append(EventWant(name, key, WARNING, "RestartRefused", f"{action.detail} (incident {inc.id})"))
             if action.detail.startswith(NODE_ANOMALY):
-                out.append(EventWant(None, None, WARNING, "NodeAnomaly", f"{action.detail} (incident {inc.id})"))
+                # about the node, not one incident: the repeats from each target count one Event up
+                out.append(EventWant(None, None, WARNING, "NodeAnomaly", action.detail))
     return out
 
 

@@ -1,6 +1,7 @@
 """Tells the Kubernetes API what the guardian sees, off the loop: the readiness gate condition
 ``vllm-guardian.io/serving`` on each supervised pod, Events on the pods and the Node, and the
-optional NodeCondition ``VllmGuardianProblem``.
+optional NodeCondition ``VllmGuardianProblem`` (a node-wide anomaly, or a device with a fault a
+restart cannot help: an open critical ``accel_fault``).
 
 The loop calls ``observe(snapshot)`` after each tick: ``kube_plan.plan`` decides (pure), and
 what changed is queued for one worker thread, which finds each process's pod — its pod UID
@@ -115,7 +116,22 @@ class KubePublisher:
                 self._put(want, "node")
 
     def _node_want(self, snapshot: StatusSnapshot) -> _NodeWant:
-        tripped = len({i.target.name for i in snapshot.incidents if i.severity.value == "critical"})
+        """A problem when many servers trip at once, or a device has a fault a restart cannot help
+        (an open accel_fault rated critical with ``blocks_restart``: the node needs a human)."""
+        broken = [
+            i
+            for i in snapshot.incidents
+            if i.kind.value == "accel_fault" and i.severity.value == "critical" and i.signals.get("blocks_restart")
+        ]
+        if broken:
+            return _NodeWant(True, "; ".join(i.summary for i in broken)[:1024])
+        tripped = len(
+            {
+                i.target.name
+                for i in snapshot.incidents
+                if i.severity.value == "critical" and i.kind.value != "accel_fault"
+            }
+        )
         anomaly = node_anomaly(self.cfg.policy, tripped, len(snapshot.targets))
         return _NodeWant(anomaly is not None, anomaly or "no node-wide anomaly")
 

@@ -7,7 +7,8 @@ and warmed up (answered a canary), and the open incident that takes it out, if a
 responder names such an incident only in remediate mode (``policy.dry_run`` false) and only for
 an incident the guardian will act on (its detector's mode is ``remediate``, a configured target):
 in observe mode an incident changes nothing — the guardian acts on nothing, and taking traffic
-away is an action.
+away is an action. A server that says it is paused or asleep on purpose (``/is_paused``,
+``/is_sleeping``) is not serving (``Paused`` / ``Sleeping``): that is its own word, not an action.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def readiness(
     ready: bool,
     takes_out: tuple[str, str] | None = None,  # (incident kind, incident id)
     incident_id: str | None = None,  # the remediation's incident
+    hold: str | None = None,  # "paused" / "sleeping" on purpose, as the server says
 ) -> Readiness:
     about = f" (incident {incident_id})" if incident_id else ""
     if phase in _RESTARTING:
@@ -47,6 +49,8 @@ def readiness(
         return Readiness(False, "NotServing", f"{target}: its API server is gone")
     if not ready:
         return Readiness(False, "Warming", f"{target}: not yet answered a canary")
+    if hold is not None:
+        return Readiness(False, hold.capitalize(), f"{target}: {hold} on purpose (the server says so)")
     if takes_out is not None:
         kind, iid = takes_out
         return Readiness(False, "IncidentOpen", f"{target}: {kind} incident {iid} open; remediation follows")

@@ -91,7 +91,8 @@ class TargetStatus:
     port: int | None
     api_url: str | None
     model: str | None
-    phase: str  # serving | warming | incident | gone | draining | drained | stopping | starting | verifying | failed
+    phase: str  # serving | warming | paused | sleeping | incident | gone | draining | drained | stopping | starting
+    # | verifying | failed
     serving: bool  # should take traffic (the readiness endpoint answers 200)
     remediation: Mapping[str, Any] | None
     decision: str | None

@@ -74,6 +74,8 @@ def _phase(tr: TrackedTarget, open_kinds: list[str], remediation: str) -> str:
         return remediation  # draining / stopping / starting / verifying
     if not tr.api_alive:
         return "gone"
+    if tr.hold is not None:
+        return tr.hold  # paused / sleeping on purpose, as the server says (an incident shows beside it)
     if open_kinds:
         return "incident"
     return "serving" if tr.ready else "warming"
@@ -122,6 +124,7 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
         ready=tr.ready,
         takes_out=d.responder.out_of_service.get(name),
         incident_id=remediation.get("incident"),
+        hold=tr.hold,
     )
     return TargetStatus(
         name=name,
@@ -333,6 +336,14 @@ def render_status(doc: dict[str, Any]) -> str:
             lines.append(f"  suspect {kind}: {summary}")
         for key, msg in t["errors"].items():
             lines.append(f"  error {key}: {msg}")
+    gates = doc.get("gates")
+    if isinstance(gates, dict) and isinstance(gates.get("reports"), dict):
+        dropped = sum(int(n) for n in (gates.get("reports_dropped") or {}).values() if isinstance(n, int))
+        trust = "signed" if gates.get("trust") == "signed" else "no trust key: reports and peers alert, never restart"
+        lines.append("")
+        lines.append(
+            f"gate reports: {gates['reports'].get('accepted', 0)} accepted, {dropped} dropped (trust: {trust})"
+        )
     lines.append("")
     lines.append(render_accelerators(doc.get("accelerators") or []).rstrip("\n"))
     if doc["incidents"]:

@@ -183,6 +183,16 @@ class FakeNvml:
             ],
         }
 
+    # ------------------------------------------------------------------ injection (tests, demos)
+    def inject_xid(self, device: int, code: int) -> None:
+        """An Xid on ``device`` now: the next event-set wait delivers it (if registered)."""
+        self.xids.append({"at": self.t(), "device": int(device), "code": int(code), "type": "xid"})
+        self.xids.sort(key=lambda x: float(x["at"]))
+
+    def lose(self, device: int) -> None:
+        """``device`` falls off the bus now: every call on it raises GpuIsLost from then on."""
+        self.devices[int(device)]["lost_at"] = self.t()
+
     # ------------------------------------------------------------------ helpers
     def t(self) -> float:
         return self.clock.monotonic() - self.t0

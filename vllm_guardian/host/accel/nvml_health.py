@@ -15,6 +15,7 @@ replays that grew. A call the device or driver does not support (``NotSupported`
 ``NoPermission``, ``FunctionNotFound``, an ``InvalidArgument`` for a missing link) is recorded
 once in ``notes`` and never made again for that device: no error storm. ``GpuIsLost`` and
 ``ResetRequired`` are not caught here: the backend turns them into the device's condition.
+Any other NVML error leaves that number out of this read, noted once per call and error kind.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class NvmlHealth:
         self.unsupported: set[tuple[int, str]] = set()  # (device index, call)
         self.notes: list[str] = []
         self._last: dict[tuple[int, str], int] = {}  # cumulative counters of the previous read
+        self._failed: set[tuple[int, str]] = set()  # (device, "call: error") already noted
 
     def _unsupported_errors(self) -> tuple[type[BaseException], ...]:
         nv = self.nv
@@ -75,6 +77,23 @@ class NvmlHealth:
             return self._mark(key, f"{type(e).__name__}")
         except self.nv.NVMLError_InvalidArgument as e:
             return self._mark(key, f"{type(e).__name__}")
+        except self._fatal_errors():
+            raise  # the device (lost, needs a reset) or the library: the backend decides
+        except self.nv.NVMLError as e:  # anything else: this read goes without it, noted once per kind
+            once = (key[0], f"{key[1]}: {type(e).__name__}")
+            if once not in self._failed:
+                self._failed.add(once)
+                self.notes.append(f"nvml:{key[0]}: {key[1]} failed ({type(e).__name__}); left out of this read")
+            return None
+
+    def _fatal_errors(self) -> tuple[type[BaseException], ...]:
+        names = (
+            "NVMLError_GpuIsLost",
+            "NVMLError_ResetRequired",
+            "NVMLError_Uninitialized",
+            "NVMLError_LibRmVersionMismatch",
+        )
+        return tuple(getattr(self.nv, n) for n in names if hasattr(self.nv, n))
 
     def _mark(self, key: tuple[int, str], why: str) -> None:
         self.unsupported.add(key)

@@ -11,7 +11,9 @@ serves, on stdlib ``http.server``:
 - ``GET /metrics``: vLLM's scheduler metrics, from the stats the engine last
   reported (they freeze when the engine hangs);
 - ``POST /v1/completions``: handed to the engine; no timeout of its own;
-- ``POST /sim/fault``, ``GET /sim/state``: simulator control, not part of vLLM.
+- ``POST /sim/fault``, ``GET /sim/state``: simulator control, not part of vLLM;
+- with ``VLLM_SERVER_DEV_MODE=1``: ``/pause``, ``/resume``, ``/is_paused``, ``/sleep``,
+  ``/wake_up``, ``/is_sleeping`` (``sim.vllm.dev_mode``).
 
 Completions speak vLLM's ``logprobs`` (``top_logprobs``), ``prompt_logprobs``, ``echo``
 and ``seed`` shapes; greedy answers are deterministic per prompt (``sim_vllm.lm``).
@@ -51,7 +53,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 from vllm_guardian.sim.vllm.full_page import full_page_tail
-from vllm_guardian.sim.vllm import lm
+from vllm_guardian.sim.vllm import dev_mode, lm
 from vllm_guardian.sim.vllm.engine import (
     FAULTS,
     HANG_FAULTS,
@@ -59,11 +61,14 @@ from vllm_guardian.sim.vllm.engine import (
     LEAK_FAULTS,
     WORKER_TITLE,
     AddRequest,
+    AskPaused,
     EngineConfig,
     EngineReady,
     EngineStats,
+    PauseState,
     RequestDone,
     SetFault,
+    SetPaused,
     count_tokens,
     engine_main,
     start_idle_threads,
@@ -175,6 +180,7 @@ class _Pending:
     def __init__(self) -> None:
         self.done = threading.Event()
         self.result: RequestDone | None = None
+        self.state: PauseState | None = None
 
 
 class EngineClient:
@@ -237,6 +243,23 @@ class EngineClient:
     def set_fault(self, name: str, rate_mb_s: float) -> None:
         self._send(SetFault(name, rate_mb_s))
 
+    def pause(self, paused: bool, abort: bool = False, sleeping: bool = False) -> None:
+        self._send(SetPaused(paused, abort, sleeping))
+
+    def ask_paused(self, timeout: float) -> tuple[bool, bool] | None:
+        """``(paused, sleeping)`` as the engine answers it, None when it does not within ``timeout``."""
+        pending, request_id = _Pending(), f"ask-{uuid.uuid4().hex}"
+        with self._lock:
+            if self._dead.is_set():
+                return None
+            self._pending[request_id] = pending
+        self._send(AskPaused(request_id))
+        answered = pending.done.wait(timeout)
+        with self._lock:
+            self._pending.pop(request_id, None)
+        state = pending.state
+        return (state.paused, state.sleeping) if answered and state is not None else None
+
     def shutdown(self) -> None:
         if self._proc.is_alive():
             self._proc.terminate()
@@ -284,6 +307,12 @@ class EngineClient:
             if pending is not None:
                 pending.result = msg
                 pending.done.set()
+        elif isinstance(msg, PauseState):
+            with self._lock:
+                pending = self._pending.pop(msg.request_id, None)
+            if pending is not None:
+                pending.state = msg
+                pending.done.set()
         elif isinstance(msg, EngineReady):
             self.stats, self.worker_pid = msg.stats, msg.worker_pid
 
@@ -321,6 +350,7 @@ class SimApp:
         self._salt = ""  # the "weights": changed by swap_model
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_StatsCollector(self))
+        self.dev = dev_mode.DevMode(engine) if dev_mode.enabled() else None
 
     def health(self) -> int:
         return 200 if self.engine.alive else 503
@@ -375,6 +405,8 @@ class SimApp:
         for name, v in (("logprobs", logprobs), ("prompt_logprobs", plp)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 20):
                 return _error(400, "BadRequestError", f"{name} must be an integer between 0 and 20.", name)
+        if self.dev is not None and self.dev.refusing:
+            return _error(503, "ServiceUnavailableError", "Generation is paused.")
         if count_tokens(prompt) + max_tokens > self._config.max_model_len:
             return _error(
                 400,
@@ -387,6 +419,8 @@ class SimApp:
             return _error(
                 500, "EngineDeadError", "EngineCore encountered an issue. See stack trace for the root cause."
             )
+        if done.finish_reason == "abort":
+            return _error(503, "ServiceUnavailableError", "The request was aborted (generation paused).")
         text, finish, completion_tokens = done.text, done.finish_reason, done.completion_tokens
         choice_lp: dict | None = None
         choice_plp: list | None = None
@@ -509,14 +543,23 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, {"version": "0.0.0+sim"})
         elif path == "/sim/state":
             self._json(200, self.app.state())
+        elif self.app.dev is not None and (answer := self.app.dev.get(path)) is not None:
+            self._json(*answer)
         else:
             self._json(404, {"detail": "Not Found"})
 
     def do_POST(self) -> None:
-        path = urlsplit(self.path).path
+        url = urlsplit(self.path)
+        path = url.path
         routes = {"/v1/completions": self.app.complete, "/sim/fault": self.app.set_fault}
         if not self._authorized(path):
             return
+        if path not in routes and self.app.dev is not None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            answer = self.app.dev.post(path, url.query)
+            if answer is not None:
+                self._json(*answer)
+                return
         if path not in routes:
             self._json(404, {"detail": "Not Found"})
             return

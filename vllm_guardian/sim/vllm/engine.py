@@ -14,6 +14,11 @@ Faults (ordered through ``SetFault``):
   ``kv_leak`` (finished requests keep their KV blocks): active at once;
 - ``none``: stops the two leaks (what already leaked stays leaked).
 
+Pause and sleep (vLLM's dev-mode ``/pause``, ``/sleep``; ``SetPaused``): a paused engine
+schedules nothing (requests stay queued, ``mode=keep``), or first aborts every request
+(``abort``: each finishes with ``finish_reason`` ``abort``); ``AskPaused`` is answered from
+the engine's own loop, so a hung engine never answers it, as in vLLM (a utility call).
+
 When the pipe from the API server reaches EOF the engine exits (its optional
 ``VLLM::Worker`` follows through its death pipe) — unless it is hung, as in reality.
 """
@@ -112,6 +117,25 @@ class AddRequest:
 class SetFault:
     name: str
     rate_mb_s: float = 8.0
+
+
+@dataclass(frozen=True)
+class SetPaused:
+    paused: bool
+    abort: bool = False  # mode=abort: every queued and running request ends now
+    sleeping: bool = False
+
+
+@dataclass(frozen=True)
+class AskPaused:
+    request_id: str
+
+
+@dataclass(frozen=True)
+class PauseState:
+    request_id: str
+    paused: bool
+    sleeping: bool
 
 
 @dataclass(frozen=True)
@@ -253,6 +277,8 @@ class EngineCore:
         self._free_blocks = config.kv_blocks
         self._leaked_blocks = 0
         self._armed: str | None = None
+        self._paused = False
+        self._sleeping = False
         self._kv_leak = False
         self._rss_rate = 0.0  # bytes per second
         self._leak_since = 0.0
@@ -279,11 +305,11 @@ class EngineCore:
 
     def run_busy_loop(self) -> None:
         while True:
-            busy = bool(self._running) or self._can_admit()
+            busy = not self._paused and (bool(self._running) or self._can_admit())
             if self._conn.poll(0 if busy else self._idle_timeout()):
                 self._drain_input()
             self._leak_tick()
-            if self._running or self._can_admit():
+            if not self._paused and (self._running or self._can_admit()):
                 self.step()
             else:
                 self._send(self.stats())
@@ -363,6 +389,21 @@ class EngineCore:
             )
         elif isinstance(msg, SetFault):
             self._set_fault(msg)
+        elif isinstance(msg, SetPaused):
+            if msg.paused and msg.abort:
+                self._abort_all()
+            self._paused, self._sleeping = msg.paused, msg.sleeping
+        elif isinstance(msg, AskPaused):
+            self._send(PauseState(msg.request_id, self._paused, self._sleeping))
+
+    def _abort_all(self) -> None:
+        for req in list(self._running) + list(self._waiting):
+            if req in self._running:
+                self._running.remove(req)
+            self._free_blocks += req.blocks
+            req.blocks = 0
+            self._send(RequestDone(req.request_id, "", req.prompt_tokens, 0, "abort"))
+        self._waiting.clear()
 
     def _set_fault(self, msg: SetFault) -> None:
         if msg.name in HANG_FAULTS:

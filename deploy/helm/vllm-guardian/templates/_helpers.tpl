@@ -41,6 +41,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- fail (printf "mode must be observe or remediate, not %q" .Values.mode) -}}
 {{- end -}}
 {{- $cfg := deepCopy .Values.config -}}
+{{- $http := (default dict $cfg.api).http -}}
+{{- if and $http (not (hasSuffix (printf ":%v" (int .Values.metricsPort)) (toString $http))) -}}
+{{- fail (printf "config.api.http %q must listen on metricsPort %v (the probes and the PodMonitor use it)" (toString $http) .Values.metricsPort) -}}
+{{- end -}}
 {{- $policy := deepCopy (default dict $cfg.policy) -}}
 {{- $_ := set $policy "dry_run" (eq .Values.mode "observe") -}}
 {{- $_ := set $cfg "policy" $policy -}}

@@ -1,0 +1,103 @@
+"""Paused or asleep on purpose is not a hang: the server's word, the stand-down, the grace, the limit."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from detector_world import NOW, T, gauges, make_view, seconds
+from vllm_guardian.config.schema import DetectorsConfig, LifecycleConfig
+from vllm_guardian.detectors import busy_loop, engine_stall, pause_too_long
+from vllm_guardian.host.http import HttpError
+from vllm_guardian.model import Kind, ProcessInfo, ProcKey, Role, Sample, Target
+from vllm_guardian.series import metrics as m
+from vllm_guardian.probes.server_state import read_state
+from vllm_guardian.state.tracker import Tracker
+from vllm_guardian.testing.fake_http import FakeHttp, ok
+
+CFG = DetectorsConfig()
+LIFE = LifecycleConfig(max_pause=600.0, resume_grace=30.0)
+API = ProcKey(100, 5000)
+URL = "http://127.0.0.1:8000"
+
+
+def held(hold=None, since=None, ended=None):
+    v = make_view()
+    return replace(v, state=replace(v.state, hold=hold, hold_since=since, hold_ended=ended, lifecycle=LIFE))
+
+
+# ------------------------------------------------------------------ what the server says
+@pytest.mark.parametrize(
+    "routes, paused, sleeping, exposed",
+    [
+        ({"/is_paused": ok('{"is_paused": true}'), "/is_sleeping": ok('{"is_sleeping": false}')}, True, False, True),
+        ({"/is_paused": ok('{"is_paused": false}'), "/is_sleeping": ok('{"is_sleeping": true}')}, False, True, True),
+        ({}, None, None, False),  # no VLLM_SERVER_DEV_MODE: 404 on both, not asked again
+        ({"/is_paused": HttpError("timeout", "2s"), "/is_sleeping": HttpError("timeout", "2s")}, None, None, True),
+        ({"/is_paused": ok("oops", 500), "/is_sleeping": ok('{"is_sleeping": "yes"}')}, None, None, True),
+    ],
+    ids=["paused", "asleep", "not-exposed", "hung-engine-answers-nothing", "garbage"],
+)
+def test_the_server_state_is_what_it_answers_and_no_answer_is_not_a_pause(routes, paused, sleeping, exposed):
+    http = FakeHttp({("GET", path): answer for path, answer in routes.items()})
+    st = read_state(http, "t", API, URL, 2.0)
+    assert (st.paused, st.sleeping, st.exposed) == (paused, sleeping, exposed)
+
+
+def tracker() -> Tracker:
+    tr = Tracker(60, lifecycle=LIFE)
+    procs = (ProcessInfo(API, 1, Role.API_SERVER, ("vllm",)),)
+    tr.apply_discovery((Target("t", API, procs, 8000, URL),), (), 0)
+    tr.server_says_ready("t", API, "m", 1)
+    return tr
+
+
+def test_a_pause_is_held_from_when_the_server_says_so_and_its_end_starts_the_grace():
+    tr = tracker()
+    assert "paused on purpose" in (tr.server_state("t", API, True, False, 10) or "")
+    assert tr.state("t", 50).hold == "paused" and tr.state("t", 50).hold_since == 10
+    assert "resumed" in (tr.server_state("t", API, False, False, 130) or "")
+    st = tr.state("t", 140)
+    assert st.hold is None and st.hold_ended == 130 and st.on_purpose  # within the 30 s grace
+    assert not tr.state("t", 161).on_purpose
+
+
+def test_asleep_wins_over_paused_and_an_older_incarnation_says_nothing():
+    tr = tracker()
+    tr.server_state("t", API, True, True, 10)
+    assert tr.state("t", 11).hold == "sleeping"
+    assert tr.server_state("t", ProcKey(100, 1), False, False, 12) is None  # a reused pid's old answer
+    assert tr.state("t", 12).hold == "sleeping"
+
+
+# ------------------------------------------------------------------ hang detectors stand down
+@pytest.mark.parametrize(
+    "hold, ended, stands_down",
+    [("paused", None, True), ("sleeping", None, True), (None, NOW - 10, True), (None, NOW - 31, False)],
+    ids=["paused", "asleep", "resume-grace", "grace-over"],
+)
+def test_hang_detectors_stand_down_while_on_purpose_and_for_the_resume_grace(hold, ended, stands_down):
+    assert held(hold, NOW - 100 if hold else None, ended).state.on_purpose is stands_down
+
+
+def test_a_frozen_engine_with_pending_work_is_no_stall_while_paused():
+    flat = [Sample(T, "", metric, 4242.0, t) for t in seconds(NOW - 40, NOW) for metric in (m.ITERATIONS, m.SUCCESS)]
+    v = make_view(flat, gauges(running=0, waiting=3, since=NOW - 40))
+    assert engine_stall.evaluate(v, CFG) is not None  # the same numbers, not paused: a stall
+    paused = replace(v, state=replace(v.state, hold="paused", hold_since=NOW - 40, lifecycle=LIFE))
+    assert engine_stall.evaluate(paused, CFG) is None
+    assert busy_loop.evaluate(paused, CFG) is None
+
+
+# ------------------------------------------------------------------ the limit
+@pytest.mark.parametrize("held_s, fires", [(599.0, False), (600.0, True)])
+def test_a_pause_longer_than_max_pause_is_an_alert(held_s, fires):
+    f = pause_too_long.evaluate(held("paused", NOW - held_s), CFG)
+    assert (f is not None) is fires
+    if f:
+        assert f.kind is Kind.PAUSE_TOO_LONG and f.confirmed and f.signals["hold"] == "paused"
+
+
+def test_pause_too_long_alerts_by_default():
+    assert CFG.pause_too_long.mode.value == "alert"

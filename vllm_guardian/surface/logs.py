@@ -1,0 +1,144 @@
+"""How the guardian's log lines look: ``text`` (the default), ``json`` or ``logfmt``, and at which level.
+
+Reads the chosen format and level (``--log-format``/``--log-level``, else ``GUARDIAN_LOG_FORMAT``/
+``GUARDIAN_LOG_LEVEL``, else the config's ``log`` section) and the environment's
+``JOURNAL_STREAM``; decides nothing else.
+
+- ``json``: one object per line with the stable keys ``time`` (RFC 3339 UTC, milliseconds),
+  ``level`` (``debug`` ... ``critical``), ``logger``, ``msg``, then ``target``, ``incident``,
+  ``kind`` where the call passed them (``extra=log_fields(...)``), and ``exc`` for a traceback.
+- ``logfmt``: the same keys as ``key=value`` pairs (values with a space, ``"`` or ``=`` quoted).
+- ``text``: ``2026-01-02 03:04:05,678 WARNING guardian: ...``. Under journald (stderr is the
+  stream ``JOURNAL_STREAM`` names) the time is left to the journal and each line starts with its
+  syslog priority (``<4>``), so ``journalctl -p warning`` filters by level.
+
+The JSON and logfmt encodings are a few lines over ``json.dumps`` and one quoting rule; the
+libraries that do it (python-json-logger, logfmter) would add a dependency for no behaviour.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from datetime import datetime, timezone
+from typing import Any, Mapping, TextIO
+
+FORMATS = ("text", "json", "logfmt")
+LEVELS = ("debug", "info", "warning", "error", "critical")
+FIELDS = ("target", "incident", "kind")  # the context keys a call may pass; always in this order
+FORMAT_ENV = "GUARDIAN_LOG_FORMAT"
+LEVEL_ENV = "GUARDIAN_LOG_LEVEL"
+_SYSLOG_PRIORITY = {"DEBUG": 7, "INFO": 6, "WARNING": 4, "ERROR": 3, "CRITICAL": 2}
+
+
+def log_fields(target: str | None = None, incident: str | None = None, kind: str | None = None) -> dict[str, Any]:
+    """``extra=`` for a log call about a target / incident / kind: the keys json and logfmt show."""
+    return {k: v for k, v in (("target", target), ("incident", incident), ("kind", kind)) if v is not None}
+
+
+def _rfc3339(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def record_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The keys of one line, in their order."""
+    out: dict[str, Any] = {
+        "time": _rfc3339(record.created),
+        "level": record.levelname.lower(),
+        "logger": record.name,
+        "msg": record.getMessage(),
+    }
+    for key in FIELDS:
+        value = getattr(record, key, None)
+        if value is not None:
+            out[key] = value
+    if record.exc_info:
+        out["exc"] = logging.Formatter().formatException(record.exc_info)
+    return out
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(record_fields(record), default=str, ensure_ascii=False)
+
+
+def logfmt_value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    if text and not any(c in text for c in ' "=\\') and text.isprintable():
+        return text
+    return json.dumps(text, ensure_ascii=False)  # quoted, with \" \\ \n escapes
+
+
+class LogfmtFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return " ".join(f"{k}={logfmt_value(v)}" for k, v in record_fields(record).items())
+
+
+class JournalTextFormatter(logging.Formatter):
+    """Text for journald: its priority prefix, no time of its own."""
+
+    def __init__(self) -> None:
+        super().__init__("%(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        prefix = f"<{_SYSLOG_PRIORITY.get(record.levelname, 6)}>"
+        return "\n".join(prefix + line for line in super().format(record).splitlines())
+
+
+def under_journald(stream: TextIO, environ: Mapping[str, str]) -> bool:
+    """Whether ``stream`` is the journal's: ``JOURNAL_STREAM`` is ``<dev>:<inode>`` of that socket."""
+    value = environ.get("JOURNAL_STREAM", "")
+    try:
+        dev, ino = (int(x) for x in value.split(":"))
+        st = os.fstat(stream.fileno())
+    except (ValueError, OSError, AttributeError):
+        return False
+    return (st.st_dev, st.st_ino) == (dev, ino)
+
+
+def choose(
+    flag: str | None, env_key: str, configured: str, allowed: tuple[str, ...], environ: Mapping[str, str]
+) -> str:
+    """The flag, else the environment, else the config; a bad environment value is a ValueError."""
+    if flag:
+        return flag
+    value = environ.get(env_key, "").strip().lower()
+    if value and value not in allowed:
+        raise ValueError(f"{env_key}={value}: expected one of {', '.join(allowed)}")
+    return value or configured
+
+
+def formatter_for(fmt: str, stream: TextIO, environ: Mapping[str, str]) -> logging.Formatter:
+    if fmt == "json":
+        return JsonFormatter()
+    if fmt == "logfmt":
+        return LogfmtFormatter()
+    if fmt != "text":
+        raise ValueError(f"log format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    if under_journald(stream, environ):
+        return JournalTextFormatter()
+    return logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def setup_logging(
+    fmt: str = "text",
+    level: str = "info",
+    *,
+    stream: TextIO | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> None:
+    """Install one handler on the root logger (replacing any earlier one of ours)."""
+    stream = stream or sys.stderr
+    if level not in LEVELS:
+        raise ValueError(f"log level {level!r}: expected one of {', '.join(LEVELS)}")
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(formatter_for(fmt, stream, environ))
+    handler.set_name("guardian")
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        if h.get_name() == "guardian" or isinstance(h, logging.StreamHandler) and h.stream is stream:
+            root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
