@@ -186,7 +186,7 @@ class Guardian:
             self.env["PYTHONPATH"] = str(src)
         self.log = open(work / "guardian.log", "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "vllm_guardian.surface.cli", "run", "-c", str(self.cfg)],
+            [sys.executable, "-m", "vllm_guardian.cli.main", "run", "-c", str(self.cfg)],
             stdout=self.log,
             stderr=subprocess.STDOUT,
             env=self.env,
@@ -200,7 +200,7 @@ class Guardian:
 
     def status(self) -> dict | None:
         out = subprocess.run(
-            [sys.executable, "-m", "vllm_guardian.surface.cli", "status", "--json", "-c", str(self.cfg)],
+            [sys.executable, "-m", "vllm_guardian.cli.main", "status", "--json", "-c", str(self.cfg)],
             capture_output=True,
             text=True,
             timeout=30,

@@ -41,3 +41,7 @@ class UnknownTarget(GuardianError, KeyError):
 
     def __str__(self) -> str:  # KeyError's str() quotes its message; this one reads as a sentence
         return str(self.args[0]) if self.args else "unknown target"
+
+
+class CatalogError(GuardianError):
+    """A catalog file (known bugs, device faults) is not valid; the message lists every problem."""

@@ -62,7 +62,7 @@ def test_a_d_state_process_in_the_tree_does_not_stall_the_guardian(tmp_path):
         assert st is not None and st["guardian"]["ticks"] >= first + 2, "the loop stopped ticking"
         t0 = time.monotonic()
         out = subprocess.run(
-            [sys.executable, "-m", "vllm_guardian.surface.cli", "snapshot", "dstate", "-c", str(g.config_path)],
+            [sys.executable, "-m", "vllm_guardian.cli.main", "snapshot", "dstate", "-c", str(g.config_path)],
             capture_output=True,
             text=True,
             timeout=120,

@@ -39,7 +39,7 @@ def test_a_hostile_value_is_a_clear_error(tmp_path, name):
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
     t0 = time.monotonic()
     out = subprocess.run(
-        [sys.executable, "-m", "vllm_guardian.surface.cli", "check-config", "-c", str(path)],
+        [sys.executable, "-m", "vllm_guardian.cli.main", "check-config", "-c", str(path)],
         capture_output=True,
         text=True,
         timeout=60,

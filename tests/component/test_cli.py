@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from vllm_guardian.surface.cli import main, parse_duration
+from vllm_guardian.cli.main import main, parse_duration
 from vllm_guardian.incidents import IncidentStore
 from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef
 

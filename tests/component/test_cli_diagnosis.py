@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from vllm_guardian.surface.cli import main
+from vllm_guardian.cli.main import main
 from vllm_guardian.incidents import IncidentStore
 from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef
 

@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from vllm_guardian.errors import UnknownTarget
-from vllm_guardian.surface.cli import EXIT_CODES, build_parser, main
-from vllm_guardian.surface.cli_help import subcommands
+from vllm_guardian.cli.main import EXIT_CODES, build_parser, main
+from vllm_guardian.cli.help import subcommands
 from vllm_guardian.surface.control_socket import ControlSocket
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -100,7 +100,7 @@ def test_drain_of_a_target_the_daemon_does_not_know_says_so_plainly(tmp_path, ca
 
 def _guardian(*argv: str, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "vllm_guardian.surface.cli", *argv],
+        [sys.executable, "-m", "vllm_guardian.cli.main", *argv],
         stdout=stdout,
         stderr=subprocess.PIPE,
         text=True,

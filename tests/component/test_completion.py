@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_guardian.surface.cli import build_parser, completion_script
-from vllm_guardian.surface.cli_help import COMPLETION_NOTE, subcommands
+from vllm_guardian.cli.main import build_parser, completion_script
+from vllm_guardian.cli.help import COMPLETION_NOTE, subcommands
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = {"bash": ROOT / "completions" / "guardian", "zsh": ROOT / "completions" / "_guardian"}

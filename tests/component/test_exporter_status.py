@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from test_daemon import API, ENGINE, World
+from test_daemon import ENGINE, World
 
 from vllm_guardian.surface.exporter import build_registry
 from vllm_guardian.host.http import HttpError
@@ -38,11 +38,11 @@ def test_a_serving_target_is_up_ready_and_its_processes_and_engine_are_exported(
     assert got[("guardian_target_health_ok", t)] == 1 and got[("guardian_canary_ok", t)] == 1
     assert got[("guardian_engine_requests_running", t)] == 0
     assert got[("guardian_engine_steps_per_second", t)] > 0
-    engine = (("pid", str(ENGINE)), ("role", "engine_core"), ("target", "vllm-8000"))
+    engine = (("index", "0"), ("role", "engine_core"), ("target", "vllm-8000"))  # no pid label
     assert ("guardian_process_cpu_ratio", engine) in got and ("guardian_process_threads", engine) in got
     assert (
         "guardian_process_resident_memory_bytes",
-        (("pid", str(API)), ("role", "api_server"), ("target", "vllm-8000")),
+        (("index", "0"), ("role", "api_server"), ("target", "vllm-8000")),
     ) in got
 
 

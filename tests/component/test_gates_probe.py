@@ -98,7 +98,9 @@ class World:
         return output_corruption.evaluate(view, self.cfg.detectors)
 
     def status(self):
-        return self.shared.status_of(NAME, self.now, self.cfg.detectors.output_corruption)
+        return self.shared.status_of(
+            NAME, self.now, self.cfg.detectors.output_corruption, output_corruption.health_score
+        )
 
 
 def test_a_healthy_server_passes_every_round_and_gets_a_complete_baseline(server, tmp_path):

@@ -78,9 +78,8 @@ class Cluster:
             }
         )
         seams = Seams(self.clock, self.proc.procfs(), self.http, FakeRunner(), self.control, [])
-        self.d = build_daemon(self.cfg, seams, log=logging.getLogger("test-kube-native"))
         client = KubeClient(self.api.url, None, None, NODE, token_file=str(token_file))
-        self.d.remediator.kube = client
+        self.d = build_daemon(self.cfg, seams, log=logging.getLogger("test-kube-native"), kube=client)
         self.publisher = KubePublisher(
             self.cfg, client, seams.proc, self.control.alive, wall=self.clock.wall, monotonic=self.clock.monotonic
         )
@@ -188,6 +187,8 @@ def test_readiness_goes_false_for_a_drain_and_restart_and_true_on_the_verified_r
     flips = [(uid, st) for i, (uid, st, _) in enumerate(history) if i == 0 or (uid, st) != history[i - 1][:2]]
     # warming, serving; out of rotation from the incident on; the replacement: warming, then serving
     assert flips == [(UID_A, "False"), (UID_A, "True"), (UID_A, "False"), (UID_B, "False"), (UID_B, "True")]
+    assert [r for uid, st, r in history if uid == UID_B][-1] == "Serving"
+    assert "IncidentOpen" not in [r for uid, st, r in history if uid == UID_B]  # resolved with the verified restart
     a_out = [r for uid, st, r in history[2:] if uid == UID_A]
     assert a_out[0] in ("IncidentOpen", "Draining") and "Draining" in a_out  # both open in one tick here
     assert all(s.authenticated for s in c.api.state.seen)

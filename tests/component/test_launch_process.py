@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from vllm_guardian.remediation.launch import build_launch_spec
+from vllm_guardian.host.launch import build_launch_spec
 from vllm_guardian.config.loader import parse_config
 from vllm_guardian.host.process_control import OsProcessControl
 from vllm_guardian.host.procfs import ProcFS

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from vllm_guardian.surface.cli import main
+from vllm_guardian.cli.main import main
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "npu_smi" / "310p3-na-power-lost-space.txt"
 

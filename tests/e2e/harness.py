@@ -282,7 +282,7 @@ class GuardianRun:
                 [
                     self.python,
                     "-m",
-                    "vllm_guardian.surface.cli",
+                    "vllm_guardian.cli.main",
                     "run",
                     *(["--dry-run"] if self.dry_run else []),
                     "-c",
@@ -335,7 +335,7 @@ class GuardianRun:
     def status(self) -> dict | None:
         try:
             out = subprocess.run(
-                [self.python, "-m", "vllm_guardian.surface.cli", "status", "--json", "-c", str(self.config_path)],
+                [self.python, "-m", "vllm_guardian.cli.main", "status", "--json", "-c", str(self.config_path)],
                 capture_output=True,
                 text=True,
                 timeout=30,

@@ -58,7 +58,7 @@ class GuardianProcess:
                 st = os.fstat(log.fileno())
                 env["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "vllm_guardian.surface.cli", "run", "-c", str(self.config_path), *args],
+                [sys.executable, "-m", "vllm_guardian.cli.main", "run", "-c", str(self.config_path), *args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -86,7 +86,7 @@ class GuardianProcess:
 
     def status(self) -> dict | None:
         out = subprocess.run(
-            [sys.executable, "-m", "vllm_guardian.surface.cli", "status", "--json", "-c", str(self.config_path)],
+            [sys.executable, "-m", "vllm_guardian.cli.main", "status", "--json", "-c", str(self.config_path)],
             capture_output=True,
             text=True,
             timeout=20,

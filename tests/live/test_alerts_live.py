@@ -109,7 +109,7 @@ def test_the_fleet_view_shows_two_guardians_sharing_one_redis(tmp_path, redis_se
         cli = [
             sys.executable,
             "-m",
-            "vllm_guardian.surface.cli",
+            "vllm_guardian.cli.main",
             "status",
             "--fleet",
             "--json",

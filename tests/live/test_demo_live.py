@@ -10,7 +10,7 @@ pytestmark = pytest.mark.live
 
 def test_the_demo_shows_detection_evidence_alert_restart_and_resolution():
     out = subprocess.run(
-        [sys.executable, "-m", "vllm_guardian.surface.cli", "demo", "--timeout", "150"],
+        [sys.executable, "-m", "vllm_guardian.cli.main", "demo", "--timeout", "150"],
         capture_output=True,
         text=True,
         timeout=240,

@@ -87,7 +87,7 @@ def test_an_invalid_config_is_refused_with_its_key_path_and_the_old_one_kept(gua
     assert guardian.proc is not None and guardian.proc.poll() is None
     assert [(i["id"], i["status"]) for i in guardian.incidents()] == [(inc["id"], "firing")]
     sock = str(guardian.state_dir / "guardian.sock")  # the CLI still answers with the socket named
-    cli = [sys.executable, "-m", "vllm_guardian.surface.cli", "status", "--json", "-c", str(guardian.config_path)]
+    cli = [sys.executable, "-m", "vllm_guardian.cli.main", "status", "--json", "-c", str(guardian.config_path)]
     res = subprocess.run([*cli, "--socket", sock], capture_output=True, text=True, timeout=30)
     assert res.returncode == 0 and json.loads(res.stdout)["config"]["last_reload"]["ok"] is False, res.stderr
 

@@ -203,7 +203,7 @@ def test_drain_and_undrain_from_the_cli_flip_readiness_and_signal_nothing(tmp_pa
     first.wait_ready(60)
     hp = free_port("127.0.0.1")
     g = GuardianProcess(tmp_path, port, extra=config(port, tmp_path, http_port=hp)).start()
-    cli = [sys.executable, "-m", "vllm_guardian.surface.cli"]
+    cli = [sys.executable, "-m", "vllm_guardian.cli.main"]
     try:
         assert g.wait_ready(30), g.log_text()
         assert poll(lambda: ready_code(hp) == 200, 10)

@@ -50,8 +50,9 @@ def world(tmp_path, api):
         restart={"mode": "kubernetes", "stop_timeout": 10, "namespace": "llm"},
         control=FakeControl({API, ENGINE}),
     )
-    w.rem.kube = KubeClient("https://k8s", "tok", None, "gpu-node-17", opener=api)
-    w.rem.procfs = proc.procfs()
+    w.rem = w.new_remediator(
+        kube=KubeClient("https://k8s", "tok", None, "gpu-node-17", opener=api), procfs=proc.procfs()
+    )
     return w, proc
 
 

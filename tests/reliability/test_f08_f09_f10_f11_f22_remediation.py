@@ -92,25 +92,12 @@ class Lease:
 
 def restarted(w, lease):
     """The guardian restarts: a new remediator on the same state dir, with the fleet lease."""
-    from vllm_guardian.remediation.machine import RemediationSettings, Remediator
-
-    return Remediator(
-        RemediationSettings.from_config(w.cfg),
-        w.clock,
-        w.control,
-        w.runner,
-        w.cmd,
-        w.incidents,
-        w.ledger,
-        procfs=None,
-        lease=lease,
-        publish_control=w.published.append,
-    )
+    return w.new_remediator(lease=lease)
 
 
 def leak_world(tmp_path, lease):
     w = World(tmp_path, restart=restart(tmp_path, owner_grace=0))
-    w.rem.lease = lease
+    w.rem = w.new_remediator(lease=lease)
     inc = w.open(Kind.HOST_MEMORY_LEAK)
     w.consider(inc)
     now = w.clock.monotonic()

@@ -15,7 +15,7 @@ from redis_procs import kill_all, servers_for, wait_for
 
 def guardian(config: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "vllm_guardian.surface.cli", "run", "-c", config],
+        [sys.executable, "-m", "vllm_guardian.cli.main", "run", "-c", config],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

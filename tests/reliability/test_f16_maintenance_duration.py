@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from vllm_guardian.surface.cli import main
+from vllm_guardian.cli.main import main
 
 
 @pytest.mark.parametrize("text", ["inf", "1e400", "nan", "infs", "nanm", "1e12d"])

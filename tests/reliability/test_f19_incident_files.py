@@ -8,7 +8,7 @@ import shutil
 import pytest
 import yaml
 
-from vllm_guardian.surface.cli import main
+from vllm_guardian.cli.main import main
 from vllm_guardian.incidents import IncidentStore
 from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef
 

@@ -7,8 +7,8 @@ import shlex
 
 import pytest
 
-from vllm_guardian.surface.cli import build_parser
-from vllm_guardian.surface.cli_help import COMMANDS, subcommands
+from vllm_guardian.cli.main import build_parser
+from vllm_guardian.cli.help import COMMANDS, subcommands
 
 PARSER = build_parser()
 SUBS = subcommands(PARSER)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from vllm_guardian.diagnosis.catalog_load import CatalogError
-from vllm_guardian.diagnosis.device_catalog import ACTIONS, SEVERITIES, load_text, shipped
+from vllm_guardian.detectors.device_catalog import ACTIONS, SEVERITIES, load_text, shipped
 
 
 def test_the_shipped_catalog_loads_and_every_entry_names_its_source():

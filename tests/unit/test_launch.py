@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from vllm_guardian.remediation.launch import (
+from vllm_guardian.host.launch import (
     MINIMAL_PATH,
     Accounts,
     LaunchError,

@@ -84,7 +84,7 @@ MODULES = all_modules()
             True,
             {"vllm_guardian.series.store", "vllm_guardian.series.store.X"},
         ),
-        ("import vllm_guardian.host.procfs as p", "vllm_guardian.surface.cli", False, {"vllm_guardian.host.procfs"}),
+        ("import vllm_guardian.host.procfs as p", "vllm_guardian.cli.main", False, {"vllm_guardian.host.procfs"}),
         (
             "from vllm_guardian import testing",
             "vllm_guardian.loop.daemon",
@@ -118,7 +118,7 @@ FORBIDDEN_FOR_PURE = (
     "vllm_guardian.host",
     "vllm_guardian.probes",
     "vllm_guardian.loop.daemon",
-    "vllm_guardian.surface.cli",
+    "vllm_guardian.cli.main",
 )
 
 

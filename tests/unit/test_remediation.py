@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 import pytest
 
-from vllm_guardian.remediation.launch import MINIMAL_PATH
-from vllm_guardian.remediation.machine import Phase, PhaseProgress, RemediationSettings, Remediator
+from vllm_guardian.host.launch import MINIMAL_PATH
+from vllm_guardian.remediation.methods import build_methods
+from vllm_guardian.remediation.parts import RemediationParts
+from vllm_guardian.remediation.remediator import Remediator
+from vllm_guardian.remediation.sequence import Phase, PhaseProgress
+from vllm_guardian.remediation.settings import RemediationSettings
 from vllm_guardian.config.loader import parse_config
 from vllm_guardian.config.schema import RestartConfig
 from vllm_guardian.config.schema import Mode
@@ -99,19 +104,29 @@ class World:
         self.tracker.canary_finished("llm", API, True, "m", self.clock.monotonic())
         self.series = SeriesStore()
         self.published = []
+        self.holding: set[str] = set()  # targets whose evidence is still being captured
         self.rem = self.new_remediator()
 
-    def new_remediator(self, **settings):
+    def new_remediator(self, *, lease=None, kube=None, procfs=None, device_check=None, **settings):
+        """A remediator on this world's state dir (a second one: the guardian restarted)."""
+        rs = replace(RemediationSettings.from_config(self.cfg), **settings)
         return Remediator(
-            replace(RemediationSettings.from_config(self.cfg), **settings),
-            self.clock,
-            self.control,
-            self.runner,
-            self.cmd,
-            self.incidents,
-            self.ledger,
-            procfs=None,
-            publish_control=self.published.append,
+            RemediationParts(
+                rs,
+                self.clock,
+                self.control,
+                self.runner,
+                self.cmd,
+                self.incidents,
+                self.ledger,
+                procfs,
+                build_methods(rs.units()),
+                logging.getLogger("test.remediation"),
+                lease=lease,
+                kube=kube,
+                publish_control=self.published.append,
+                device_check=device_check or (lambda target: None),
+            )
         )
 
     def open(self, kind=Kind.BUSY_LOOP):
@@ -131,7 +146,7 @@ class World:
         for _ in range(n):
             self.clock.advance(seconds)
             self.runner.deliver(self.clock.monotonic())
-            self.rem.tick(self.clock.monotonic(), self.tracker, self.series)
+            self.rem.tick(self.clock.monotonic(), self.tracker, self.series, self.holding)
 
     def new_server_comes_up(self):
         self.tracker.apply_discovery((target(NEW_API, (NEW_API,)),), (), self.clock.monotonic())
@@ -248,12 +263,11 @@ def test_a_dead_engine_is_not_drained_even_if_it_stepped_just_before_it_died(tmp
 
 def test_stopping_waits_for_the_evidence_while_draining_goes_on(tmp_path):
     w = World(tmp_path)
-    capturing = {"llm"}
-    w.rem.hold_stop = lambda target: target in capturing
+    w.holding.add("llm")
     w.consider(w.open())
     w.step(1, n=5)
     assert w.rem.phase("llm") == "draining" and w.control.signals == [] and not w.rem.serving("llm")
-    capturing.clear()
+    w.holding.clear()
     w.step()
     assert (API, 15) in w.control.signals
 
@@ -418,7 +432,7 @@ def test_a_guardian_restart_mid_sequence_resumes_safely(tmp_path, phase, expect_
     seq.phase = Phase(phase)
     if phase == "starting":  # the start was issued before the guardian died
         seq.history.append(PhaseProgress(Phase.STARTING, 0.0, start_issued=True))
-    w.rem._save(seq)
+    w.rem.store.save(seq)
     w.control.started.clear()
     again = w.new_remediator()
     assert again.sequences["llm"].phase == expect_phase
@@ -486,9 +500,11 @@ def test_kubernetes_mode_evicts_the_pod_or_deletes_it_when_configured(tmp_path, 
     w = World(
         tmp_path / "state", restart={"mode": "kubernetes", "stop_timeout": 10}, control=FakeControl({API, ENGINE})
     )
-    w.rem.kube = KubeClient("https://k8s", "tok", None, "gpu-node-17", opener=api)
-    w.rem.procfs = proc.procfs()
-    w.rem.pod_removal = pod_removal
+    w.rem = w.new_remediator(
+        kube=KubeClient("https://k8s", "tok", None, "gpu-node-17", opener=api),
+        procfs=proc.procfs(),
+        pod_removal=pod_removal,
+    )
     assert w.consider(w.open()) == "started"
     w.step(1, n=7)
     sent, url, body = api.requests[-1]
@@ -553,8 +569,9 @@ def test_an_eviction_a_disruption_budget_never_allows_fails_the_restart_without_
     w = World(
         tmp_path / "state", restart={"mode": "kubernetes", "stop_timeout": 10}, control=FakeControl({API, ENGINE})
     )
-    w.rem.kube = KubeClient("https://k8s", "tok", None, "gpu-node-17", opener=api)
-    w.rem.procfs = proc.procfs()
+    w.rem = w.new_remediator(
+        kube=KubeClient("https://k8s", "tok", None, "gpu-node-17", opener=api), procfs=proc.procfs()
+    )
     assert w.consider(w.open()) == "started"
     w.step(1, n=10)
     evictions = [r for r in api.requests if r[1].endswith("/eviction")]
@@ -618,17 +635,7 @@ def test_the_phase_of_a_drained_target_agrees_with_its_readiness(tmp_path):
 def test_a_restart_onto_a_device_with_an_uncorrectable_fault_is_refused_and_escalated(tmp_path):
     w = World(tmp_path)
     reason = "restart refused: device nvml:0 reported Xid 79 (GPU has fallen off the bus); a restart cannot help"
-    w.rem = Remediator(
-        RemediationSettings.from_config(w.cfg),
-        w.clock,
-        w.control,
-        w.runner,
-        w.cmd,
-        w.incidents,
-        w.ledger,
-        procfs=None,
-        device_check=lambda name: reason if name == "llm" else None,
-    )
+    w.rem = w.new_remediator(device_check=lambda name: reason if name == "llm" else None)
     inc = w.open()
     assert w.consider(inc) == f"escalated: {reason}"
     assert w.consider(inc) == f"escalated: {reason}"  # asked every tick, recorded once
@@ -641,34 +648,14 @@ def test_a_restart_onto_a_device_with_an_uncorrectable_fault_is_refused_and_esca
 
 def test_a_device_that_is_fine_does_not_hold_a_restart_back(tmp_path):
     w = World(tmp_path)
-    w.rem = Remediator(
-        RemediationSettings.from_config(w.cfg),
-        w.clock,
-        w.control,
-        w.runner,
-        w.cmd,
-        w.incidents,
-        w.ledger,
-        procfs=None,
-        device_check=lambda name: None,
-    )
+    w.rem = w.new_remediator(device_check=lambda name: None)
     assert w.consider(w.open()) == "started"
 
 
 def test_a_device_fault_seen_while_the_tree_stops_fails_the_sequence_before_anything_starts(tmp_path):
     w = World(tmp_path)
     broken: list[str] = []
-    w.rem = Remediator(
-        RemediationSettings.from_config(w.cfg),
-        w.clock,
-        w.control,
-        w.runner,
-        w.cmd,
-        w.incidents,
-        w.ledger,
-        procfs=None,
-        device_check=lambda name: broken[0] if broken else None,
-    )
+    w.rem = w.new_remediator(device_check=lambda name: broken[0] if broken else None)
     inc = w.open()
     assert w.consider(inc) == "started"
     broken.append("restart refused: device nvml:0 reported Xid 79 (GPU has fallen off the bus)")  # after the decision

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_guardian.config.schema import DetectorsConfig
-from vllm_guardian.diagnosis.device_catalog import FaultEntry
+from vllm_guardian.detectors.device_catalog import FaultEntry
 from vllm_guardian.model import Finding, Kind, Severity
 
 KIND = Kind.ACCEL_FAULT

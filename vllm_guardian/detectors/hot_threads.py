@@ -11,10 +11,12 @@ sibling, and each hand-back is a voluntary switch (~40/s measured at 100% CPU).
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 from vllm_guardian.config.schema import BusyLoopConfig
-from vllm_guardian.model import Role, Subject
+from vllm_guardian.model import Role, Subject, Target
 from vllm_guardian.series import metrics
 from vllm_guardian.series.window import coverage, mean, median, points_between, values
 from vllm_guardian.detectors.view import TargetView
@@ -116,6 +118,20 @@ _ROLE_NAMES = {
     Role.WORKER: "Worker",
     Role.OTHER: "process",
 }
+
+
+_RANK = re.compile(r"_(DP|TP|PP|EP)(\d+)")
+
+
+def process_title(target: Target, pid: int) -> str | None:
+    """The process's title as vLLM sets it (``VLLM::EngineCore_DP1``), or None when unknown."""
+    p = next((p for p in target.processes if p.pid == pid), None)
+    return p.cmdline[0] if p is not None and p.cmdline else None
+
+
+def rank_of(title: str | None) -> dict[str, int]:
+    """The ranks a vLLM process title names: ``EngineCore_DP1`` -> {"dp_rank": 1}."""
+    return {f"{kind.lower()}_rank": int(n) for kind, n in _RANK.findall(title or "")}
 
 
 def role_label(role: Role | None) -> str:

@@ -49,7 +49,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
-from vllm_guardian.errors import GuardianError
+from vllm_guardian.errors import CatalogError
 from vllm_guardian.model import Kind, Role
 from vllm_guardian.diagnosis.signature import (
     METRIC_OPS,
@@ -92,10 +92,6 @@ _SIG_KEYS = {
     "advice",
 }
 _TOP_KEYS = {"schema", "name", "version", "description", "signatures"}
-
-
-class CatalogError(GuardianError):
-    """A catalog file is not valid; the message lists every problem."""
 
 
 class _Problems:

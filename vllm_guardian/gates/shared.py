@@ -91,16 +91,22 @@ class GatesShared:
     def view(self, target: str) -> LedgerView:
         return self.ledger.view(target, self.interval)
 
-    def status_of(self, target: str, now: float, cfg: OutputCorruptionConfig) -> dict[str, Any] | None:
-        from vllm_guardian.detectors.output_corruption import health_score  # the score is the detector's reading
-
+    def status_of(
+        self,
+        target: str,
+        now: float,
+        cfg: OutputCorruptionConfig,
+        score: Callable[[LedgerView, float, OutputCorruptionConfig], int | None],
+    ) -> dict[str, Any] | None:
+        """The target's gates as status shows them; ``score``: the detector's health reading
+        (``detectors.output_corruption.health_score``: the gates do not judge)."""
         tg = self.targets.get(target)
         view = self.view(target)
         if tg is None and view.empty:
             return None
         tg = tg or TargetGates()
         return {
-            "health_score": health_score(view, now, cfg),
+            "health_score": score(view, now, cfg),
             "model": tg.model,
             "version": tg.version,
             "baseline": tg.baseline,

@@ -19,7 +19,7 @@ from vllm_guardian.model import ProcKey
 from vllm_guardian.host.procfs import ProcFS
 
 if TYPE_CHECKING:
-    from vllm_guardian.remediation.launch import LaunchSpec
+    from vllm_guardian.host.launch import LaunchSpec
 
 
 class ProcessControl(Protocol):
@@ -91,13 +91,13 @@ class OsProcessControl:
         return proc.pid
 
     def preflight(self, spec: LaunchSpec) -> list[str]:
-        """Why ``start_spec(spec)`` would fail on this host (``vllm_guardian.remediation.launch.preflight``)."""
-        from vllm_guardian.remediation.launch import preflight
+        """Why ``start_spec(spec)`` would fail on this host (``vllm_guardian.host.launch.preflight``)."""
+        from vllm_guardian.host.launch import preflight
 
         return preflight(spec)
 
     def start_spec(self, spec: LaunchSpec) -> int:
-        """Launch exactly ``spec`` (``vllm_guardian.remediation.launch``): its environment and nothing of the
+        """Launch exactly ``spec`` (``vllm_guardian.host.launch``): its environment and nothing of the
         guardian's, as its user and groups (needs CAP_SETUID/CAP_SETGID when they differ)."""
         if not spec.argv:
             raise ValueError("restart.command is empty")

@@ -20,9 +20,13 @@ from typing import TYPE_CHECKING
 
 from vllm_guardian.bundle.evidence import EvidenceCollector
 from vllm_guardian.remediation.policy import RestartLedger
-from vllm_guardian.remediation.machine import RemediationSettings, Remediator
+from vllm_guardian.remediation.methods import build_methods
+from vllm_guardian.remediation.parts import RemediationParts
+from vllm_guardian.remediation.remediator import Remediator
+from vllm_guardian.remediation.settings import RemediationSettings
 from vllm_guardian.loop.responder import Responder
 from vllm_guardian.config.schema import Config
+from vllm_guardian.detectors.kinds import series_store_for
 from vllm_guardian.detectors import accel_fault, evaluate_all
 from vllm_guardian.detectors.probe_failure import evaluate_episodes
 from vllm_guardian.detectors.view import TargetView
@@ -38,7 +42,6 @@ from vllm_guardian.probes.table import build_probes, probe_names
 from vllm_guardian.seams import Seams
 from vllm_guardian.state.device_faults import DeviceFaults
 from vllm_guardian.state.selfstats import SelfStats
-from vllm_guardian.series import SeriesStore
 from vllm_guardian.discovery.targets import NAME as TARGETS
 from vllm_guardian.discovery.targets import TargetsStage
 from vllm_guardian.state.tracker import Changes, Tracker
@@ -76,7 +79,7 @@ class Daemon:
         self.log = log or logging.getLogger("guardian")
         self.node = cfg.node or os.uname().nodename
         self.sinks: list[Sink] = [self._log_transition, *sinks]
-        self.series = SeriesStore.for_config(cfg)
+        self.series = series_store_for(cfg)
         self.tracker = Tracker.from_config(cfg)
         self.episodes = EpisodeLog(self.log)
         self.runner = runner or AsyncRunner(max_workers=8)
@@ -101,21 +104,25 @@ class Daemon:
         self.seen = Seen()
         self.incidents = IncidentManager(self.node, self.clock, store, cfg.detectors)
         self.ledger = RestartLedger(cfg.state_dir, keep=cfg.policy.budget.period)
+        settings = RemediationSettings.from_config(cfg)
         self.remediator = Remediator(
-            RemediationSettings.from_config(cfg),
-            self.clock,
-            seams.control,
-            self.runner,
-            seams.commands,
-            self.incidents,
-            self.ledger,
-            seams.proc,
-            lease=lease,
-            kube=kube,
-            publish_control=publish_control,
-            release_check=self.readings.device_memory_held,
-            device_check=self._restart_blocked_by_device,
-            log=self.log.getChild("remediation"),
+            RemediationParts(
+                settings,
+                self.clock,
+                seams.control,
+                self.runner,
+                seams.commands,
+                self.incidents,
+                self.ledger,
+                seams.proc,
+                build_methods(settings.units()),
+                self.log.getChild("remediation"),
+                lease=lease,
+                kube=kube,
+                publish_control=publish_control or (lambda msg: None),
+                release_check=self.readings.device_memory_held,
+                device_check=self._restart_blocked_by_device,
+            )
         )
         self.responder = Responder(
             cfg.detectors,

@@ -23,7 +23,7 @@ from vllm_guardian.discovery.platform_match import platform_for
 from vllm_guardian.model import Transition
 from vllm_guardian.probes.base import Probe, ProbeParts
 from vllm_guardian.probes.table import PROBE_TABLE
-from vllm_guardian.remediation.machine import RemediationSettings
+from vllm_guardian.remediation.settings import RemediationSettings
 
 if TYPE_CHECKING:
     from vllm_guardian.loop.daemon import Daemon
@@ -96,9 +96,8 @@ def apply_config(daemon: Daemon, new: Config) -> ReloadResult:
     stage.platform = platform_for(cfg, daemon.seams.proc, daemon.kube, daemon.seams.commands)
     parts = ProbeParts(cfg, daemon.seams, tracker, daemon.series, daemon.readings, daemon.log)
     daemon.probes.probes = rebuilt_probes(daemon.probes.probes, parts)
-    settings = RemediationSettings.from_config(cfg)
     rem = daemon.remediator
-    rem.settings, rem.policy, rem.pod_removal = settings, settings.policy, settings.pod_removal
+    rem.reconfigure(RemediationSettings.from_config(cfg))
     removed, transitions = [], []
     for name in sorted(old_names - new_names):
         tr = tracker.targets.get(name)

@@ -2,7 +2,7 @@
 
 - Evidence before action: when an incident opens, its bundle is captured off the loop
   (``incident_opened``); remediation may start draining meanwhile, but stops nothing until the
-  capture no longer needs the processes: /proc read and stacks dumped (``Remediator.hold_stop``;
+  capture no longer needs the processes: /proc read and stacks dumped (the ``holding`` of ``Remediator.tick``;
   a flame record still sampling ends with the tree, the rest of the bundle is written after).
 - Each tick (``act``): for every open incident, a decision (the detector's ``mode``, external
   evidence held to alert-only until confirmed (``remediation.external``), the policy
@@ -35,6 +35,7 @@ from vllm_guardian.config.schema import DetectorsConfig, Mode
 from vllm_guardian.errors import UnknownTarget
 from vllm_guardian.state.episodes import EpisodeLog
 from vllm_guardian.incidents import IncidentManager
+from vllm_guardian.detectors.kinds import KINDS
 from vllm_guardian.model import Action, Finding, Incident, Kind, Severity, Transition
 from vllm_guardian.state.async_runner import AsyncRunner, Done
 from vllm_guardian.probes.base import Readings
@@ -46,7 +47,8 @@ from vllm_guardian.diagnosis.service import Diagnoser, capture_then_diagnose
 from vllm_guardian.bundle.evidence import EvidenceCollector, EvidenceContext, EvidenceResult, series_windows
 from vllm_guardian.remediation.external import external_hold
 from vllm_guardian.remediation.policy import budget_left
-from vllm_guardian.remediation.machine import Outcome, Remediator, RestartSequence
+from vllm_guardian.remediation.remediator import Remediator
+from vllm_guardian.remediation.sequence import Outcome, RestartSequence
 
 
 class Responder:
@@ -88,8 +90,6 @@ class Responder:
         self.out_of_service: dict[str, tuple[str, str]] = {}
         self.evidence_pending: set[str] = set()  # incident ids whose bundle is being captured
         self.on_update: list[Callable[[Incident], None]] = []
-        remediator.on_finish.append(self._remediation_finished)
-        remediator.hold_stop = self._capturing
         self._evidence_of: dict[str, str] = {}  # incident id → target, while its bundle is captured
         self._live_done: set[str] = set()  # incident ids whose capture no longer needs the processes
         self._held: set[tuple[str, str]] = set()  # (incident id, why) held to alert-only, logged once
@@ -107,8 +107,8 @@ class Responder:
             tr = self.tracker.targets.get(inc.target.name)
             if tr is None or inc.kind is Kind.RESTART_BUDGET_EXHAUSTED:
                 continue
-            section = getattr(self.detectors, inc.kind.value, None)
-            mode = section.mode if section is not None else Mode.ALERT
+            row = KINDS.get(inc.kind)
+            mode = row.mode(self.detectors) if row is not None else Mode.ALERT
             if inc.signals.get("alert_only") and mode is Mode.REMEDIATE:
                 mode = Mode.ALERT  # e.g. two instances disagree and neither has a baseline: nobody to blame
             hold = self._external_hold(inc) if mode is Mode.REMEDIATE else None
@@ -127,7 +127,12 @@ class Responder:
             if inc.id in self.evidence_pending:
                 decision = f"capturing evidence; {decision}"
             self.decisions[inc.target.name] = decision
-        self.remediator.tick(now, self.tracker, self.series)
+        holding = {t for t in list(self._evidence_of.values()) if self._capturing(t)}
+        self.remediator.tick(now, self.tracker, self.series, holding)
+        for seq, outcome in self.remediator.take_finished():
+            self._remediation_finished(seq, outcome)
+        still_open = {i.id for i in self.incidents.open_incidents()}  # a verified restart resolved its incident
+        self.out_of_service = {t: v for t, v in self.out_of_service.items() if v[1] in still_open}
         self.remediator.refresh_budgets()
         return self._budget_incidents()
 
@@ -144,7 +149,7 @@ class Responder:
             mode is Mode.REMEDIATE
             and not self.remediator.policy.dry_run
             and inc.kind is not Kind.PROBE_FAILURE
-            and self.remediator.target_config(inc.target.name) is not None
+            and self.remediator.settings.configured(inc.target.name)
         )
 
     def _budget_incidents(self) -> list[Transition]:

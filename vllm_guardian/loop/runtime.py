@@ -20,7 +20,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_guardian.bundle.evidence import EvidenceCollector
 from vllm_guardian.remediation.lease import FleetLease
@@ -56,6 +56,9 @@ from vllm_guardian.gates.exchange import FingerprintExchange
 from vllm_guardian.gates.listener import ReportsListener
 from vllm_guardian.gates.trust import load_keys
 
+if TYPE_CHECKING:
+    from vllm_guardian.host.kube import KubeClient
+
 log = logging.getLogger("guardian")
 
 
@@ -86,13 +89,15 @@ def build_daemon(
     status_extras: dict[str, Callable[[], object]] | None = None,
     runner: AsyncRunner | None = None,
     log: logging.Logger | None = None,
+    kube: KubeClient | None = None,
 ) -> Daemon:
+    """The daemon and its parts; ``kube``: the Kubernetes API client to use (default: from the
+    environment, when a target restarts or is matched through Kubernetes)."""
     store = IncidentStore(cfg.state_dir)
     evidence = EvidenceCollector(
         cfg.evidence, store.dir_for, seams.commands, seams.proc, seams.clock, details=seams.process_details
     )
-    kube = None
-    if any(
+    if kube is None and any(
         t.restart.mode == "kubernetes" or (t.match.kubernetes is not None and t.match.kubernetes.namespace)
         for t in cfg.targets
     ):

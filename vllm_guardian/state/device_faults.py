@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from vllm_guardian.detectors.accel_fault import DeviceFaultView, FaultRecord, worst
-from vllm_guardian.diagnosis.device_catalog import DeviceCatalog, shipped
+from vllm_guardian.detectors.device_catalog import DeviceCatalog, shipped
 
 KEEP = 64
 

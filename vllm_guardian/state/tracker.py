@@ -12,12 +12,15 @@ gone (API server vanished) or forgotten (gone longer than ``forget_after``).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from vllm_guardian.detectors.view import TargetState
 from vllm_guardian.config.schema import Config, LifecycleConfig
 from vllm_guardian.model import Finding, Kind, ProcKey, ProcessInfo, Role, Target, TargetRef
-from vllm_guardian.probes.canary import CanaryResult
-from vllm_guardian.probes.vllm_http import HttpScrape
+
+if TYPE_CHECKING:  # the probes' readings, kept here for status: annotations only
+    from vllm_guardian.probes.canary import CanaryResult
+    from vllm_guardian.probes.vllm_http import HttpScrape
 
 
 @dataclass

@@ -7,7 +7,7 @@ decides ``GateWant`` per target and ``EventWant`` per thing that happened:
 - an incident opened: reason its kind in CamelCase (``BusyLoop``, ``EngineDead``, ...; an
   exhausted restart budget is ``RestartRefused``), Warning, message summary + incident id;
 - resolved: ``IncidentResolved``; its evidence bundle written: ``EvidenceCaptured``;
-- a restart refused (budget, backoff, lease, maintenance, node anomaly): ``RestartRefused`` —
+- a restart refused or held back (budget, backoff, fleet lease, maintenance, node anomaly): ``RestartRefused`` —
   a node-wide anomaly also as ``NodeAnomaly`` on the Node;
 - the remediation's phases: ``Draining``, ``Restarting`` (the stop), ``Restarted`` (verified),
   ``RestartFailed``.
@@ -69,7 +69,8 @@ def _incident_events(inc: Incident, key: tuple[int, int], before: tuple | None) 
         )
     seen = 0 if before is None else before[3]
     for action in inc.actions[seen:]:
-        if action.name == "restart" and action.status in REFUSED:
+        held = action.name == "fleet_lease" and action.status == "waiting"  # another node's restart holds the slot
+        if (action.name == "restart" and action.status in REFUSED) or held:
             out.append(EventWant(name, key, WARNING, "RestartRefused", f"{action.detail} (incident {inc.id})"))
             if action.detail.startswith(NODE_ANOMALY):
                 # about the node, not one incident: the repeats from each target count one Event up
@@ -84,7 +85,8 @@ def _phase_events(target: str, key: tuple[int, int], rem: dict, before: tuple | 
     about = f" (incident {rem['incident']})" if rem.get("incident") else ""
     detail = str(rem.get("detail") or "")
     if phase in ("lease", "draining") and (before is None or before[0] not in ("lease", "draining")):
-        return [EventWant(target, key, NORMAL, "Draining", f"taking {target} out of rotation{about}: {detail}")]
+        why = "drained by request" if rem.get("drain_only") else f"to restart it ({rem.get('reason')})"
+        return [EventWant(target, key, NORMAL, "Draining", f"taking {target} out of rotation {why}{about}")]
     if phase == "stopping":
         return [EventWant(target, key, NORMAL, "Restarting", f"stopping {target} to restart it{about}: {detail}")]
     if phase == "done" and outcome == "done" and not rem.get("drain_only"):

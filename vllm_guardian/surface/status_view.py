@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from vllm_guardian import __version__
+from vllm_guardian.detectors.output_corruption import health_score
 from vllm_guardian.remediation.policy import Maintenance, budget_left
 from vllm_guardian.bundle.redact import redact_argv
 from vllm_guardian.surface.readiness import readiness
@@ -115,7 +116,7 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
         return None if point is None else point[1]
 
     scrape, canary, accel = tr.last_scrape, tr.last_canary, d.readings.accel
-    remediation = d.remediator.status().get(name) or {}
+    sequence = d.remediator.sequence_status().get(name)
     verdict = readiness(
         name,
         phase=d.remediator.phase(name),
@@ -123,7 +124,7 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
         api_alive=tr.api_alive,
         ready=tr.ready,
         takes_out=d.responder.out_of_service.get(name),
-        incident_id=remediation.get("incident"),
+        incident_id=None if sequence is None else sequence.incident,
         hold=tr.hold,
     )
     return TargetStatus(
@@ -171,7 +172,7 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
         incidents=tuple(kinds),
         errors=d.episodes.current(f"{name}:"),
         gates=(
-            d.readings.gates.status_of(name, now, d.cfg.detectors.output_corruption)
+            d.readings.gates.status_of(name, now, d.cfg.detectors.output_corruption, health_score)
             if d.readings.gates is not None
             else None
         ),

@@ -46,7 +46,7 @@ class FakeControl:
     def preflight(self, spec) -> list[str]:
         """The real preflight (log file, cwd, user/group on this host), except that every program
         exists: this control starts none, so a made-up path such as /opt/vllm/bin/python is fine."""
-        from vllm_guardian.remediation.launch import preflight
+        from vllm_guardian.host.launch import preflight
 
         return preflight(spec, which=lambda program, path=None: program)
 

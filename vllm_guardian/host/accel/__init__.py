@@ -9,7 +9,7 @@ kernel-log ``NVRM: Xid`` lines) and device conditions (what is wrong with a
 device now: lost, uncorrectable ECC, a failed row remap, a throttle reason, an
 Ascend alarm). Nothing here touches the machine; ``nvml.py``, ``kmsg.py`` and
 ``npu_smi.py`` do. Codes name entries of the device-fault catalog
-(``vllm_guardian.diagnosis.device_catalog``).
+(``vllm_guardian.detectors.device_catalog``).
 """
 
 from __future__ import annotations

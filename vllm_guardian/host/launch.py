@@ -75,7 +75,7 @@ def _user(ref: str, acc: Accounts) -> Any:
 
 def _group(ref: str, acc: Accounts) -> int:
     try:
-        return (acc.group_by_id(int(ref)) if ref.isdigit() else acc.group_by_name(ref)).gr_gid
+        return int((acc.group_by_id(int(ref)) if ref.isdigit() else acc.group_by_name(ref)).gr_gid)
     except KeyError:
         raise LaunchError(f"restart.group: no group {ref!r} on this host") from None
 

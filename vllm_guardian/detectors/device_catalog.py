@@ -1,6 +1,6 @@
 """The device-fault catalog: what an accelerator fault code means and what to do about it.
 
-Reads the YAML files shipped in ``vllm_guardian/diagnosis/device_faults/`` (schema 1)::
+Reads the YAML files shipped in ``vllm_guardian/detectors/device_faults/`` (schema 1)::
 
     schema: 1
     name: nvidia-device-faults
@@ -33,7 +33,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from vllm_guardian.diagnosis.catalog_load import CatalogError
+from vllm_guardian.errors import CatalogError
 
 SEVERITIES = ("critical", "warning", "info")
 ACTIONS = ("restart_app", "reset_gpu", "reboot_node", "drain_node", "replace", "watch")

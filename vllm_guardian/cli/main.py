@@ -574,7 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--keep", action="store_true", help="keep the demo's state dir")
     sp.add_argument("--timeout", type=float, default=120.0)
     sp.set_defaults(fn=cmd_demo)
-    from vllm_guardian.surface.cli_help import decorate  # descriptions, examples and option help of every command
+    from vllm_guardian.cli.help import decorate  # descriptions, examples and option help of every command
 
     return decorate(p)
 

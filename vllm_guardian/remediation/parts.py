@@ -1,0 +1,65 @@
+"""What the remediation is built from (``RemediationParts``, handed in once), the counts it keeps
+for status (``Tally``) and the typed status section it contributes (``RemediationStatus``)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from vllm_guardian.clock import Clock
+from vllm_guardian.host.process_control import ProcessControl
+from vllm_guardian.host.runner import CommandRunner
+from vllm_guardian.remediation.jobs import Submitter
+from vllm_guardian.remediation.methods.base import RestartMethod
+from vllm_guardian.remediation.policy import RestartLedger
+from vllm_guardian.remediation.settings import RemediationSettings
+
+if TYPE_CHECKING:
+    from vllm_guardian.host.kube import KubeClient
+    from vllm_guardian.host.procfs import ProcFS
+    from vllm_guardian.incidents import IncidentManager
+    from vllm_guardian.remediation.lease import FleetLease
+
+PublishControl = Callable[[dict[str, Any]], object]
+ReleaseCheck = Callable[[set[int]], "bool | None"]  # still held (None: no accelerator backend)
+DeviceCheck = Callable[[str], "str | None"]  # target -> why its devices make a restart pointless (None: fine)
+
+
+@dataclass(frozen=True)
+class RemediationParts:
+    settings: RemediationSettings
+    clock: Clock
+    control: ProcessControl
+    async_runner: Submitter
+    cmd_runner: CommandRunner
+    incidents: IncidentManager
+    ledger: RestartLedger
+    procfs: ProcFS | None
+    methods: Mapping[str, RestartMethod]
+    log: logging.Logger
+    lease: FleetLease | None = None
+    kube: KubeClient | None = None
+    publish_control: PublishControl = lambda msg: None
+    release_check: ReleaseCheck = lambda pids: None
+    device_check: DeviceCheck = lambda target: None
+
+    def method(self, mode: str) -> RestartMethod:
+        """The method of ``restart.mode`` (the config admits only the table's names)."""
+        return self.methods.get(mode) or self.methods["signal"]
+
+
+@dataclass
+class Tally:
+    """Counts for status: actions by status, restarts by target and outcome."""
+
+    actions: dict[str, int] = field(default_factory=dict)
+    restarts: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def count(self, status: str) -> None:
+        self.actions[status] = self.actions.get(status, 0) + 1
+
+    def restart(self, target: str, outcome: str) -> None:
+        per = self.restarts.setdefault(target, {})
+        per[outcome] = per.get(outcome, 0) + 1

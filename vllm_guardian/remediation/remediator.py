@@ -1,0 +1,271 @@
+"""The face of remediation to the loop: may an incident's target be restarted (``consider``), a
+human's ``guardian drain|restart|undrain`` (``manual`` / ``undrain``), and what status shows.
+
+It reads the facts (``situation``), asks the pure ``decide``, records each refusal on the incident
+once, and begins a sequence (persisted first) that the ``Machine`` then steps each tick. One
+sequence per target at most. Readiness (``serving``) is False from draining until a verified
+restart; after a failure, until the target serves again (``recovered``) or ``guardian undrain``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from vllm_guardian.config.schema import Mode, PolicyConfig
+from vllm_guardian.model import Action, Incident, ProcKey
+from vllm_guardian.remediation.decide import ManualSituation, Situation, decide, decide_manual
+from vllm_guardian.remediation.machine import Machine
+from vllm_guardian.remediation.parts import RemediationParts, Tally
+from vllm_guardian.remediation.policy import Maintenance, RestartLedger, may_restart
+from vllm_guardian.remediation.sequence import PHASE_NAMES, TAKING_DOWN, Outcome, Phase, RestartSequence
+from vllm_guardian.remediation.methods import build_methods
+from vllm_guardian.remediation.settings import RemediationSettings, control_message, log_fields
+from vllm_guardian.remediation.store import SequenceStore
+
+if TYPE_CHECKING:
+    from vllm_guardian.series import SeriesStore
+    from vllm_guardian.state.tracker import TrackedTarget, Tracker
+
+
+@dataclass(frozen=True)
+class SequenceStatus:
+    """One target's sequence, as status shows it."""
+
+    phase: str
+    reason: str
+    incident: str | None
+    mode: str
+    since: float
+    detail: str
+    outcome: str | None
+    drain_only: bool
+
+
+class Remediator:
+    def __init__(self, parts: RemediationParts) -> None:
+        self.parts = parts
+        self.settings = parts.settings
+        self.policy: PolicyConfig = parts.settings.policy
+        self.ledger: RestartLedger = parts.ledger
+        self.clock = parts.clock
+        self.log = parts.log
+        self.maintenance = Maintenance(parts.settings.state_dir)
+        self.store = SequenceStore(parts.settings.state_dir, parts.log)
+        self.tally = Tally()
+        self.machine = Machine(parts, self.store, self.tally)
+        self.sequences: dict[str, RestartSequence] = self.machine.sequences
+        self.exhausted: set[str] = set()  # targets whose budget is spent: observe-only
+        self._noted: set[tuple[str, str]] = set()  # (incident id, refusal key) already recorded
+        self.machine.resume(self.store.load_all())
+
+    def reconfigure(self, settings: RemediationSettings) -> None:
+        """A reloaded config: new targets' restart specs, policy and pod removal; running sequences go on."""
+        self.parts = replace(self.parts, settings=settings, methods=build_methods(settings.units()))
+        self.settings, self.policy = settings, settings.policy
+        self.machine.reconfigure(self.parts)
+
+    # ------------------------------------------------------------------ queries
+    def active(self, name: str) -> bool:
+        s = self.sequences.get(name)
+        return s is not None and s.phase.active
+
+    def serving(self, name: str) -> bool:
+        """Readiness: False from drain start until a verified restart; False after a failed
+        restart; False after a manual drain until ``undrain``."""
+        s = self.sequences.get(name)
+        if s is None:
+            return True
+        if s.drain_only:
+            return not (s.phase.active or s.phase is Phase.DONE)
+        return not (s.phase.active or s.phase is Phase.FAILED)
+
+    def phase(self, name: str) -> str:
+        s = self.sequences.get(name)
+        if s is not None and s.drain_only and s.phase is Phase.DONE:
+            return "drained"  # out of rotation until `guardian undrain`: what serving() says
+        if s is None or s.phase in (Phase.DONE, Phase.UNDRAINED, Phase.RECOVERED, Phase.ABORTED):
+            return "serving"
+        return PHASE_NAMES.get(s.phase, s.phase.value)
+
+    def suppress_detection(self, name: str) -> bool:
+        """While the guardian itself takes a target down, its death is not news."""
+        s = self.sequences.get(name)
+        return s is not None and s.phase in TAKING_DOWN
+
+    def sequence_status(self) -> dict[str, SequenceStatus]:
+        return {
+            name: SequenceStatus(
+                s.phase.value,
+                s.reason,
+                s.incident_id,
+                s.mode,
+                s.phase_since_wall,
+                s.detail,
+                None if s.outcome is None else s.outcome.value,
+                s.drain_only,
+            )
+            for name, s in self.sequences.items()
+        }
+
+    def status(self) -> dict[str, dict[str, object]]:
+        return {name: dict(vars(st)) for name, st in self.sequence_status().items()}
+
+    @property
+    def action_counts(self) -> dict[str, int]:
+        return self.tally.actions
+
+    @property
+    def restart_counts(self) -> dict[str, dict[str, int]]:
+        return self.tally.restarts
+
+    # ------------------------------------------------------------------ the loop
+    def tick(self, now: float, tracker: Tracker, series: SeriesStore, holding: Collection[str] = ()) -> None:
+        self.machine.tick(now, tracker, series, holding)
+
+    def take_finished(self) -> list[tuple[RestartSequence, Outcome]]:
+        return self.machine.take_finished()
+
+    def begin(
+        self,
+        name: str,
+        reason: str,
+        incident_id: str | None,
+        api_key: ProcKey,
+        tree: list[ProcKey],
+        now: float,
+        *,
+        drain_only: bool = False,
+    ) -> RestartSequence | None:
+        """A new sequence, persisted first: one whose state cannot be written (a full disk) could
+        not be resumed after a crash, so it is not begun (None)."""
+        mode = self.settings.restart_config_for(name).mode if self.settings.configured(name) else "signal"
+        seq = RestartSequence(
+            name, reason, incident_id, mode, api_key, list(tree), drain_only=drain_only, started_wall=self.clock.wall()
+        )
+        self.sequences[name] = seq
+        if not self.store.save(seq):
+            del self.sequences[name]
+            return None
+        self.parts.method(mode).begin(seq, self.machine)
+        what = "drain" if drain_only else "restart"
+        pids = [k.pid for k in seq.tree]
+        self.machine.enter(seq, Phase.LEASE, now, f"{what} of {name} ({reason}), mode {mode}, tree {pids}")
+        return seq
+
+    # ------------------------------------------------------------------ decisions
+    def situation(
+        self, incident: Incident, tracked: TrackedTarget, *, mode: Mode, tripped: int, total: int
+    ) -> Situation:
+        """The facts ``decide`` looks at, read now."""
+        name = incident.target.name
+        prev = self.sequences.get(name)
+        rc = self.settings.restart_config_for(name) if self.settings.configured(name) else None
+        method = self.parts.method(rc.mode) if rc is not None else None
+        wall = self.clock.wall()
+        return Situation(
+            kind=incident.kind,
+            incident_id=incident.id,
+            mode=mode,
+            active=self.active(name),
+            previous=None if prev is None else (prev.incident_id, prev.phase),
+            restart=rc,
+            method_refusal=None if method is None or rc is None else method.refusal(rc, self.machine),
+            unstartable=None if method is None or rc is None else method.start_problem(rc, self.machine),
+            device_fault=self.parts.device_check(name) if rc is not None else None,
+            maintenance=self.maintenance.active(wall),
+            policy=self.policy,
+            tripped=tripped,
+            total=total,
+            ever_ready=tracked.ever_ready,
+            budget=may_restart(self.policy, self.ledger, name, wall),
+            pids=tuple(p.pid for p in tracked.target.processes),
+        )
+
+    def consider(
+        self, incident: Incident, tracked: TrackedTarget, now: float, *, mode: Mode, tripped: int, total: int
+    ) -> str:
+        """Decide whether an open incident gets a restart now. Returns the decision, for status;
+        each refusal is recorded on the incident once."""
+        name = incident.target.name
+        decision = decide(self.situation(incident, tracked, mode=mode, tripped=tripped, total=total))
+        if decision.budget_exhausted is True:
+            self.exhausted.add(name)
+        elif decision.budget_exhausted is False:
+            self.exhausted.discard(name)
+        refusal = decision.refusal
+        if refusal is not None:
+            if refusal.key is None:
+                return refusal.detail
+            return self._once(incident, refusal.key, refusal.status, refusal.detail)
+        tree = [p.key for p in tracked.target.processes]
+        if self.begin(name, incident.kind.value, incident.id, tracked.target.key, tree, now) is None:
+            return self._once(
+                incident,
+                "unsaved",
+                "escalated",
+                f"remediation state could not be written under {self.store.dir} (full disk?); "
+                "not starting a sequence that could not be resumed after a crash",
+            )
+        return "started"
+
+    def manual(self, name: str, tracked: TrackedTarget | None, now: float, action: str, dry_run: bool) -> str:
+        """``guardian drain|restart <target>``: the same machine and the same safety checks,
+        minus the detector mode and the node-wide anomaly (a human decided)."""
+        if tracked is None:
+            raise KeyError(f"unknown target {name!r}")
+        configured = self.settings.configured(name)
+        rc = self.settings.restart_config_for(name) if configured else None
+        restarting = action == "restart" and rc is not None
+        answer = decide_manual(
+            ManualSituation(
+                target=name,
+                action=action,
+                active_phase=self.phase(name) if self.active(name) else None,
+                restart=rc,
+                unstartable=self.parts.method(rc.mode).start_problem(rc, self.machine) if restarting and rc else None,
+                device_fault=self.parts.device_check(name) if restarting else None,
+                budget=may_restart(self.policy, self.ledger, name, self.clock.wall()),
+                dry_run=dry_run or self.policy.dry_run,
+                pids=tuple(p.pid for p in tracked.target.processes),
+            )
+        )
+        if answer is not None:
+            return answer
+        tree = [p.key for p in tracked.target.processes]
+        if self.begin(name, "manual", None, tracked.target.key, tree, now, drain_only=(action == "drain")) is None:
+            return f"{name}: refused: remediation state could not be written under {self.store.dir}"
+        return f"{name}: {action} started"
+
+    def undrain(self, name: str) -> str:
+        seq = self.sequences.get(name)
+        if seq is None or not (seq.drain_only or seq.phase is Phase.FAILED):
+            return f"{name}: not drained by the guardian"
+        if seq.phase.active or seq.phase in (Phase.DONE, Phase.FAILED):
+            seq.end(Outcome.UNDRAINED, "undrained by request")
+            self.parts.publish_control(control_message("undrain", name, self.settings.node))
+            self.store.save(seq)
+        return f"{name}: back in rotation"
+
+    def refresh_budgets(self) -> None:
+        """A target whose budget frees up leaves observe-only."""
+        wall = self.clock.wall()
+        for name in list(self.exhausted):
+            if not may_restart(self.policy, self.ledger, name, wall).exhausted:
+                self.exhausted.discard(name)
+
+    def _once(self, incident: Incident, key: str, status: str, detail: str) -> str:
+        mark = (incident.id, key)
+        if mark not in self._noted:
+            self._noted.add(mark)
+            self.tally.count(status)
+            if status == "dry_run":
+                self.tally.restart(incident.target.name, "dry_run")
+            try:
+                self.parts.incidents.add_action(incident.id, Action("restart", status, self.clock.wall(), detail))
+            except KeyError:
+                pass
+            fields = log_fields(incident.target.name, incident.kind.value, incident.id)
+            self.log.warning("remediation %s: %s: %s", incident.target.name, status, detail, extra=fields)
+        return f"{status}: {detail}"
