@@ -58,7 +58,9 @@ def _progress_rate(series: SeriesStore, name: str, now: float, window: float = 1
     return max(0.0, pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
 
 
-def _trend(series: SeriesStore, name: str, subjects: list[str], metric: str, now: float, window: float) -> MemoryTrend | None:
+def _trend(
+    series: SeriesStore, name: str, subjects: list[str], metric: str, now: float, window: float
+) -> MemoryTrend | None:
     """The current level and Theil–Sen slope (bytes/s) of a memory series summed over subjects."""
     totals: dict[float, float] = {}
     for subject in subjects:
