@@ -134,3 +134,27 @@ def test_unprivileged_when_nothing_can_be_read_the_first_started_is_followed_unv
     (t,) = result.targets
     assert (t.key.pid, t.socket) == (100, "unverified")
     assert [k.pid for k, _ in result.ignored] == [300]
+
+
+def test_once_its_owner_is_known_a_pass_checks_the_socket_without_reading_net_tcp(tree):
+    """The owner found by one pass still holds the socket: the next passes read its fds only (a
+    read of /proc/net/tcp walks the kernel's whole connection table)."""
+    from vllm_guardian.discovery.scan import DiscoveryCache
+
+    real_server(tree, 100)
+    procfs = tree.procfs()
+    reads: list[int] = []
+    original = procfs.listening_ports
+
+    def counted() -> dict[int, set[int]]:
+        reads.append(1)
+        return original()
+
+    procfs.listening_ports = counted
+    cache = DiscoveryCache()
+    for now in (0.0, 5.0, 10.0):
+        pass_cache = cache.for_pass(now, frozenset())
+        (t,) = discover(procfs, cfg(), cache=pass_cache).targets
+        assert t.socket == "owned"
+        cache = pass_cache
+    assert len(reads) == 1

@@ -292,6 +292,17 @@ class _Snapshot:
             self._listening = self.procfs.listening_ports()
         return bool(self._listening.get(port))
 
+    def listening_owners(self, port: int) -> set[int] | None:
+        """The owners of the sockets listening on ``port`` (``port_owners``), or None when nothing
+        listens there: the last pass's owners when still valid (one fd table read), else one read
+        of net/tcp; every process's fds are read only when a socket listens and its owner is new."""
+        held = self._cached_owners(self.cache.ports.get(port, ())) if self.cache is not None else None
+        if held is not None:
+            return held
+        if not self.listens(port):
+            return None
+        return self.port_owners(port)
+
     def readable_fds(self, pids: Iterable[int]) -> bool:
         """Can every one of these processes' fd tables be read (else an owner may hide there)?"""
         for pid in pids:
@@ -468,9 +479,9 @@ def _socket_state(snap: _Snapshot, root: int, port: int) -> tuple[str, str]:
     socket), "starting" (nothing listens on the port yet), "unverified" (a socket listens but
     neither its owner nor the candidate's fds can be read), or "" with why it is refused."""
     try:
-        if not snap.listens(port):
+        owners = snap.listening_owners(port)
+        if owners is None:
             return "starting", ""
-        owners = snap.port_owners(port)
     except (TargetGone, AccessDenied, ProbeFailed) as e:
         return "unverified", f"cannot read listening sockets: {e}"
     tree = set(snap.tree(root))
