@@ -107,12 +107,16 @@ USER_DIAGNOSTICS: tuple[dict[str, Any], ...] = tuple(
 )
 
 
-def whole_word_ids(model_dir: Path) -> list[int]:
+def whole_word_ids(h, model_dir: Path) -> list[int]:
+    """The model's whole-word token ids, as the fault plugin picks them (its module, from its folder)."""
+    import importlib
     import json
+    import sys
 
-    import guardian_vllm_fault_plugin as fp  # on sys.path with the e2e harness
-
-    return fp.whole_word_ids(json.loads((model_dir / "tokenizer.json").read_text()))
+    if str(h.PLUGIN_DIR) not in sys.path:
+        sys.path.insert(0, str(h.PLUGIN_DIR))
+    fp = importlib.import_module("guardian_vllm_fault_plugin")
+    return list(fp.whole_word_ids(json.loads((model_dir / "tokenizer.json").read_text())))
 
 
 def _incident_after(g, since: float):
@@ -120,7 +124,7 @@ def _incident_after(g, since: float):
 
 
 def fluent_section(h, server, work: Path, runs: int, say: Callable[[str], None], seed: int = 0) -> FluentSection:
-    ids = whole_word_ids(server.model_dir)
+    ids = whole_word_ids(h, server.model_dir)
     configs: dict[str, tuple[float, list[dict[str, Any]]]] = {
         "defaults": (DEFAULT_INTERVAL, [DIAGNOSTIC]),
         "user diagnostics": (USER_INTERVAL, [DIAGNOSTIC, *USER_DIAGNOSTICS]),

@@ -7,7 +7,10 @@ One server for the module, in this order:
    gate round costs the server: the numbers the L4/L5 design and the cost figure rest on;
 3. noise in the logits (fault plugin ``logits_noise``) -> output_corruption, opened by
    condition A (L1/L2) or D (L5), with the L2 perplexity failure among the gate failures;
-4. NaN logits (``logits_nan``) -> output_corruption, condition B, level L3.
+4. NaN logits (``logits_nan``) -> output_corruption, condition B, level L3;
+5. fluent but wrong (``logits_permute``: the model's whole-word tokens rotated by one place,
+   finite and as confident) -> output_corruption by condition C or D, confirmed by quick rounds,
+   its bundle holding the failing answers (``gates.json``) and no py-spy stack.
 
 The tiny random model cannot answer "1+1=": its diagnostic expects ``baseline``.
 Measured numbers go to the terminal summary (``results``).
@@ -27,6 +30,8 @@ from vllm_guardian.gates.cost import cost
 from vllm_guardian.gates.perplexity import BUILTIN_REFERENCE
 from vllm_guardian.sim.control import LoadGenerator
 from harness import E2E_PYTHON, FaultSwitch, GuardianRun, VllmServer, ensure_model, greedy, poll, reference_seconds
+
+import guardian_vllm_fault_plugin as fp
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
@@ -140,19 +145,24 @@ def test_2_greedy_answers_are_stable_sequentially_and_under_load(server, results
     assert max(len(v) for v in loaded.values()) == 1, loaded
 
 
+def whole_word_ids(model_dir) -> list[int]:
+    return fp.whole_word_ids(json.loads((model_dir / "tokenizer.json").read_text()))
+
+
 def _onset(switch: FaultSwitch, fault: str) -> float | None:
     got = poll(lambda: switch.onset(fault), 60)
     return got["t"] if got else None
 
 
-@pytest.mark.parametrize("fault", ["logits_noise", "logits_nan"])
+@pytest.mark.parametrize("fault", ["logits_noise", "logits_nan", "logits_permute"])
 def test_3_corrupted_logits_are_output_corruption(server, workdir, switch, results, fault):
     server.wait_ready(SERVER_READY_TIMEOUT)
     g = gates_guardian(workdir, f"g-{fault}", server.port)
     try:
         assert g.wait_ready(GUARDIAN_READY_TIMEOUT), g.log_text()
         assert poll(lambda: gates(g).get("baseline") == "complete", 120), (gates(g), g.log_text())
-        switch.on(fault)
+        content = " ".join(map(str, whole_word_ids(server.model_dir))) if fault == "logits_permute" else ""
+        switch.on(fault, content)
         inc = g.wait_incident("output_corruption", 120)
         assert inc is not None, (gates(g), g.log_text())
         onset = _onset(switch, fault)
@@ -164,6 +174,14 @@ def test_3_corrupted_logits_are_output_corruption(server, workdir, switch, resul
         results[f"gates_{fault}_failures_by_level"] = json.dumps(by_level, sort_keys=True)
         if fault == "logits_nan":
             assert sig["condition"] == "B" and sig["level"] == "L3", sig
+        elif fault == "logits_permute":
+            assert sig["condition"] in ("C", "D"), sig
+            assert gates(g)["confirmation_rounds"] >= 2, gates(g)
+            first = sig["evidence"][0]
+            assert first["output"] != first["baseline_answer"] and first["token_logprobs"], first
+            bundle = g.state_dir / "incidents" / inc["id"]
+            assert poll(lambda: (bundle / "gates.json").exists(), 60), sorted(p.name for p in bundle.glob("*"))
+            assert not list(bundle.glob("pyspy-*")) and not list(bundle.glob("flame-*"))
         else:
             assert sig["condition"] in ("A", "D"), sig
             assert by_level.get("L2", 0) > 0 and by_level.get("L5", 0) > 0, by_level

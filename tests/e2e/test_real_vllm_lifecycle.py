@@ -77,6 +77,29 @@ def test_paused_with_requests_queued_for_120_s_is_no_hang_and_the_requests_compl
         assert g.stop() == 0, g.log_text()
 
 
+def test_sleep_on_the_cpu_build_is_shown_as_it_is_and_never_a_hang(server, tmp_path, results):
+    """What /sleep does on vLLM's CPU build is recorded; whatever it does, the guardian's view
+    matches the server's word (asleep: phase sleeping; refused: serving) and nothing opens."""
+    g = GuardianRun(tmp_path / "g-sleep", server.port).start()
+    try:
+        assert g.wait_ready(GUARDIAN_READY_TIMEOUT), g.log_text()
+        status, body = server.request("POST", "/sleep?level=1&mode=keep", timeout=120)
+        asleep = server.is_sleeping() if status == 200 else False
+        results["sleep_on_cpu"] = f"HTTP {status} {body[:120]!r}; is_sleeping {asleep}"
+        want = "sleeping" if asleep else "serving"
+        assert poll(lambda: (t := g.target()) and t["phase"] == want, 30, every=1.0), (g.target(), body)
+        time.sleep(25)  # asleep longer than engine_stall's window
+        assert g.incidents() == [], g.log_text()
+        if asleep:
+            wake, wbody = server.request("POST", "/wake_up", timeout=120)
+            results["wake_up_on_cpu"] = f"HTTP {wake} {wbody[:120]!r}"
+        assert poll(lambda: server.serves(timeout=30), 120, every=2.0), server.log_tail()
+        assert poll(lambda: (t := g.target()) and t["phase"] == "serving", 60, every=1.0), g.target()
+        assert g.incidents() == [], g.log_text()
+    finally:
+        assert g.stop() == 0, g.log_text()
+
+
 def test_a_guardian_started_20_s_after_the_engine_hung_opens_busy_loop(server, tmp_path, results):
     switch = FaultSwitch(server.fault_dir)
     fire(server, switch, "busy_loop")

@@ -268,3 +268,32 @@ def test_a_spin_in_one_engine_of_a_data_parallel_server_names_the_process_and_it
     assert f is not None
     assert (f.signals["process_title"], f.signals["dp_rank"]) == ("VLLM::EngineCore_DP1", 1)
     assert f.summary.startswith("EngineCore_DP1 thread 201 spins")
+
+
+def dp_world(dp1_progress: bool, canary_answered: bool | None):
+    """A DP=2 server: DP0 serves (the server's counters advance), DP1's main thread spins."""
+    from detector_world import API, TARGET
+    from vllm_guardian.model import ProcessInfo, ProcKey
+
+    dp0 = ProcessInfo(ProcKey(200, 22), 100, Role.ENGINE_CORE, ("VLLM::EngineCore_DP0",))
+    dp1 = ProcessInfo(ProcKey(201, 23), 100, Role.ENGINE_CORE, ("VLLM::EngineCore_DP1",))
+    series = [thread(pid=201, tid=201), counters(True)]  # the whole server makes progress
+    for e, moving in (("engine:0", True), ("engine:1", dp1_progress)):
+        series.append(
+            [Sample(T, e, m.ITERATIONS, (t * 7 if moving else 4242.0), t) for t in seconds(NOW - 30, NOW)]
+            + [Sample(T, e, m.REQ_RUNNING, 2.0, t) for t in seconds(NOW - 30, NOW)]
+        )
+    if canary_answered is not None:
+        series.append(canary(NOW - 4, NOW - 3, answered=canary_answered))  # reached DP0, maybe
+    return view(*series, target=replace(TARGET, processes=(API, dp0, dp1)))
+
+
+@pytest.mark.parametrize("canary_answered", [None, True], ids=["no-canary", "canary-answered-by-the-other-rank"])
+def test_one_rank_spinning_while_the_other_serves_is_judged_on_its_own_counters(canary_answered):
+    f = busy_loop.evaluate(dp_world(dp1_progress=False, canary_answered=canary_answered), CFG)
+    assert f is not None and f.confirmed and f.signals["reason"] == "counters_frozen"
+    assert (f.signals["engine"], f.signals["dp_rank"], f.signals["pid"]) == ("engine:1", 1, 201)
+
+
+def test_a_hot_rank_whose_own_counters_advance_is_healthy_decode():
+    assert busy_loop.evaluate(dp_world(dp1_progress=True, canary_answered=None), CFG) is None

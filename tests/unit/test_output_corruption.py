@@ -73,6 +73,12 @@ def test_a_clean_round_ends_the_hold():
     assert conds(view, 70) == []
 
 
+def test_a_failure_after_a_clean_round_is_not_held_by_the_condition_before_it():
+    # D held at 120, a clean round at 130 resolved it; the failure at 190 is a new episode's first
+    view = LedgerView((rnd(0, "L5"), rnd(60, "L5"), rnd(120, "L5"), rnd(130), rnd(190, "L5")), (), 60.0)
+    assert conds(view, 190) == []
+
+
 def test_l4_rounds_that_were_only_ambiguous_are_alert_only():
     view = LedgerView(tuple(rnd(t, "L4", ambiguous=True) for t in (0, 60, 120)), (), 60.0)
     (c,) = output_corruption.active_conditions(view, 120, CFG)

@@ -51,6 +51,23 @@ def test_data_parallel_engines_sum_counts_and_take_the_fullest_kv_cache():
     assert values[m.KV_USAGE] == 0.7
 
 
+def test_data_parallel_engines_are_also_read_each_on_its_own():
+    engines: dict[str, dict[str, float]] = {}
+    parse_vllm_metrics((FIX / "vllm-dp2.txt").read_text(), engines)
+    assert engines == {
+        "0": {m.REQ_RUNNING: 2.0, m.ITERATIONS: 100.0},
+        "1": {m.REQ_RUNNING: 5.0, m.ITERATIONS: 50.0},
+    }
+
+
+def test_a_data_parallel_scrape_writes_each_engines_own_series():
+    http = FakeHttp({("GET", "/health"): ok(), ("GET", "/metrics"): ok((FIX / "vllm-dp2.txt").read_text())})
+    got = {(s.subject, s.metric): s.value for s in scrape(http, "t", URL, 2.0, clock).samples}
+    assert got[("engine:1", m.ITERATIONS)] == 50.0 and got[("", m.ITERATIONS)] == 150.0
+    single = FakeHttp({("GET", "/health"): ok(), ("GET", "/metrics"): ok((FIX / "vllm-0.32.txt").read_text())})
+    assert all(s.subject == "" for s in scrape(single, "t", URL, 2.0, clock).samples)  # one engine: nothing more
+
+
 @pytest.mark.parametrize(
     "page, why",
     [

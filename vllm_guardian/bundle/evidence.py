@@ -59,7 +59,8 @@ from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.host.runner import CommandResult, CommandRunner
 from vllm_guardian.incidents.ids import new_incident_id
 from vllm_guardian.incidents.store import jsonable
-from vllm_guardian.model import Incident, Kind, ProcessInfo, ProcKey, Role, Target
+from vllm_guardian.detectors.kinds import ANSWER_KINDS, GENTLE_EVIDENCE
+from vllm_guardian.model import Incident, ProcessInfo, ProcKey, Role, Target
 from vllm_guardian.series import metrics as m
 from vllm_guardian.series.store import SeriesStore
 from vllm_guardian.bundle import pyspy
@@ -70,20 +71,11 @@ from vllm_guardian.bundle.summary import SummaryFacts, build_summary
 
 
 # Kinds whose server is still serving: its stacks are read with ``--nonblocking`` only, so a
-# capture never pauses healthy request handling (a hang or a spin is paused on purpose, once).
-NONBLOCKING_KINDS = frozenset(
-    {
-        Kind.HOST_MEMORY_LEAK,
-        Kind.ACCEL_MEMORY_LEAK,
-        Kind.KV_CACHE_LEAK,
-        Kind.PROBE_FAILURE,
-        Kind.STARTUP_TIMEOUT,  # still loading or compiling: read, never paused
-        Kind.PAUSE_TOO_LONG,
-    }
-)
-# Kinds explained by the answers, not by stacks: no py-spy unless ``evidence.output_corruption_stacks``;
+# capture never pauses healthy request handling (a hang or a spin is paused on purpose, once);
+# kinds explained by the answers, not by stacks: no py-spy unless ``evidence.output_corruption_stacks``;
 # their bundle gets ``gates.json`` (the failing prompts, answers, logprobs, baseline, model, version).
-ANSWER_KINDS = frozenset({Kind.OUTPUT_CORRUPTION})
+# Both are columns of the kind table (``detectors/kinds.py``).
+NONBLOCKING_KINDS = GENTLE_EVIDENCE
 GATES_FILE = "gates.json"
 GATES_SIGNALS = ("model", "vllm_version", "condition", "conditions", "levels", "evidence", "failing_rounds", "reports")
 log = logging.getLogger(__name__)

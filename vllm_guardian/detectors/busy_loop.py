@@ -11,6 +11,11 @@ gauges and the canary results. Decides, for the hottest thread:
    (``canary_timeout``);
 4. otherwise a suspect (unconfirmed): the daemon sends a canary to decide.
 
+On a data-parallel server the hot thread's engine (``EngineCore_DP<k>``) is judged on its own
+counters and gauges (vLLM's ``engine="k"`` label) when the page has them: one rank that spins
+while the other serves shows no progress of its own, and a canary answered (by the other rank,
+maybe) clears nothing.
+
 A thread hot for less than ``min_coverage`` of the window is only ever a
 suspect: the confirming canary starts early, but no conclusion is drawn yet.
 "Early" is judged on the last ``SUSPECT_WINDOW`` seconds: over the whole window the
@@ -31,6 +36,7 @@ from vllm_guardian.model import Finding, Kind, Severity
 from vllm_guardian.detectors.hot_threads import HotThread, hot_threads_for, process_title, rank_of, role_label
 from vllm_guardian.detectors.progress import Canary, canaries, pending_samples, pending_throughout, progress_between
 from vllm_guardian.detectors.view import TargetView
+from vllm_guardian.series import metrics as m
 
 KIND = Kind.BUSY_LOOP
 SUSPECT_WINDOW = 3.0  # seconds: a thread hot over these is worth a confirming canary (no conclusion)
@@ -50,16 +56,17 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
             return None
     h = hot[0]
     name, now = st.target.name, st.now
-    progress = progress_between(view.series, name, h.first_t, now)
+    engine = own_engine(view, h.pid)  # a data-parallel rank: judged on its own counters
+    progress = progress_between(view.series, name, h.first_t, now, engine)
     if progress is True:
         return None
     if not covered:
-        sig = _signals(h, bl, progress, False, None, now)
+        sig = dict(_signals(h, bl, progress, False, None, now), engine=engine or None)
         return _finding(view, h, sig, "suspect", f"hot for {now - h.first_t:.1f}s, confirming", confirmed=False)
-    pending = pending_throughout(view.series, name, h.first_t, now)
-    pend_pts = pending_samples(view.series, name, h.first_t, now)
+    pending = pending_throughout(view.series, name, h.first_t, now, engine)
+    pend_pts = pending_samples(view.series, name, h.first_t, now, engine)
     pending_now = pend_pts[-1][1] if pend_pts else None
-    base = _signals(h, bl, progress, pending, pending_now, now)
+    base = dict(_signals(h, bl, progress, pending, pending_now, now), engine=engine or None)
 
     if pending and progress is False:
         what = f"counters frozen with {pending_now:g} requests pending for {now - h.first_t:.1f}s"
@@ -68,9 +75,9 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     recent = [c for c in canaries(view.series, name, h.first_t, now) if c.started >= h.first_t]
     if recent:
         c = recent[-1]
-        if c.ok:
-            return None
-        if c.timed_out and progress_between(view.series, name, c.started, c.ended) is not True:
+        if c.ok and not engine:
+            return None  # (a canary answered by another rank says nothing of this one)
+        if c.timed_out and progress_between(view.series, name, c.started, c.ended, engine) is not True:
             sig = dict(base, **_canary_signals(c))
             what = f"canary timed out after {c.ended - c.started:.1f}s"
             return _finding(view, h, sig, "canary_timeout", what, confirmed=True)
@@ -82,6 +89,16 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
         sig["canary_in_flight_s"] = round(now - st.canary_in_flight_since, 3)
     why = "progress unknown" if progress is None else "no work visibly pending"
     return _finding(view, h, sig, "suspect", f"{why}, confirming with a canary", confirmed=False)
+
+
+def own_engine(view: TargetView, pid: int) -> str:
+    """The subject of the engine a process is (``EngineCore_DP1`` -> ``engine:1``) when the
+    server reports that engine's own counters; "" (the whole server) otherwise."""
+    rank = rank_of(process_title(view.state.target, pid)).get("dp_rank")
+    if rank is None:
+        return ""
+    subject = m.engine_subject(rank)
+    return subject if view.series.latest(view.state.target.name, subject, m.ITERATIONS) is not None else ""
 
 
 def _signals(

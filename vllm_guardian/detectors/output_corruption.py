@@ -114,15 +114,17 @@ def _latest_failed(view: LedgerView) -> bool:
 
 
 def active_conditions(view: LedgerView, now: float, c: OutputCorruptionConfig) -> list[Condition]:
-    """The conditions now, or — while the newest record still fails — the latest that held
-    within the hold."""
+    """The conditions now, or — while the records since the last clean round all fail — the
+    latest that held within the hold. A clean round ends the hold: a failure after it starts
+    afresh (it must meet a condition on its own), whatever held before."""
     now_conds = conditions_at(view, now, c)
     if now_conds or not _latest_failed(view):
         return now_conds
     hold = hold_seconds(view, c)
+    clean = {r.t for r in view.rounds if not r.failures} - {r.t for r in view.reports}
     times = sorted({r.t for r in view.rounds} | {r.t for r in view.reports}, reverse=True)
     for t in times:
-        if t < now - hold:
+        if t < now - hold or t in clean:
             break
         held = conditions_at(view, t, c)
         if held:

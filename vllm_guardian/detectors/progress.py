@@ -34,12 +34,13 @@ def counter_moved(points: Sequence[Point], t0: float, t1: float) -> bool | None:
     return any(b[1] != a[1] for a, b in itertools.pairwise(seg))
 
 
-def progress_between(series: SeriesStore, target: str, t0: float, t1: float) -> bool | None:
+def progress_between(series: SeriesStore, target: str, t0: float, t1: float, subject: str = "") -> bool | None:
     """True if any progress counter moved in ``[t0, t1]``; False if some counter was
-    sampled across the interval and none moved; None if no counter covers it."""
+    sampled across the interval and none moved; None if no counter covers it. ``subject``:
+    one engine's own counters (``metrics.engine_subject``) instead of the whole server's."""
     sampled = False
     for metric in metrics.PROGRESS_COUNTERS:
-        moved = counter_moved(all_points(series, target, "", metric), t0, t1)
+        moved = counter_moved(all_points(series, target, subject, metric), t0, t1)
         if moved:
             return True
         if moved is False:
@@ -47,13 +48,13 @@ def progress_between(series: SeriesStore, target: str, t0: float, t1: float) -> 
     return False if sampled else None
 
 
-def pending_samples(series: SeriesStore, target: str, t0: float, t1: float) -> list[Point]:
+def pending_samples(series: SeriesStore, target: str, t0: float, t1: float, subject: str = "") -> list[Point]:
     """``running + waiting`` at every gauge sample time in ``[t0, t1]``.
 
     At each time, each gauge contributes its latest value at or before it (the two
     come from one scrape, so normally both are stamped at the same time).
     """
-    gauges = [all_points(series, target, "", m) for m in (metrics.REQ_RUNNING, metrics.REQ_WAITING)]
+    gauges = [all_points(series, target, subject, m) for m in (metrics.REQ_RUNNING, metrics.REQ_WAITING)]
     times = sorted({p[0] for pts in gauges for p in clip(pts, t0, t1)})
     out: list[Point] = []
     for t in times:
@@ -62,9 +63,9 @@ def pending_samples(series: SeriesStore, target: str, t0: float, t1: float) -> l
     return out
 
 
-def pending_throughout(series: SeriesStore, target: str, t0: float, t1: float) -> bool:
+def pending_throughout(series: SeriesStore, target: str, t0: float, t1: float, subject: str = "") -> bool:
     """``running + waiting > 0`` in every sample in ``[t0, t1]`` (and at least one sample)."""
-    pts = pending_samples(series, target, t0, t1)
+    pts = pending_samples(series, target, t0, t1, subject)
     return bool(pts) and all(v > 0 for _, v in pts)
 
 

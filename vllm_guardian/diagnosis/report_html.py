@@ -28,6 +28,7 @@ from typing import Any, Mapping, Sequence
 from vllm_guardian.incidents.runbooks import runbook_url
 from vllm_guardian.series import metrics as m
 from vllm_guardian.series.slope import theil_sen
+from vllm_guardian.detectors.kinds import spec
 from vllm_guardian.diagnosis.svg import Line, fmt_value, line_chart
 
 REPORT = "report.html"
@@ -164,15 +165,8 @@ def select_charts(series: Series, kind: str | None, signals: Mapping[str, Any]) 
     ]
     if health:
         charts["health"] = Chart("health", "/health and canary (1 = ok)", tuple(health))
-    fired_keys = {
-        "busy_loop": ("thread_cpu", "thread_vol", "progress", "accel_util"),
-        "engine_stall": ("progress", "requests", "health", "thread_cpu"),
-        "engine_dead": ("health", "progress", "requests"),
-        "kv_cache_leak": ("kv", "requests", "progress"),
-        "accel_memory_leak": ("accel_mem", "accel_util"),
-        "host_memory_leak": ("rss",),
-        "output_corruption": ("health", "progress"),
-    }.get(kind or "", ())
+    row = spec(kind) if kind else None
+    fired_keys = row.charts if row is not None else ()
     fired = [charts[k] for k in fired_keys if k in charts]
     rest = [c for k, c in charts.items() if k not in fired_keys]
     return fired, rest

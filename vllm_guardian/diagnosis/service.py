@@ -36,6 +36,7 @@ from vllm_guardian.incidents.store import incident_to_dict, jsonable
 from vllm_guardian.model import Incident
 from vllm_guardian.series import metrics as m
 from vllm_guardian.diagnosis.catalog_load import all_signatures, load_catalogs
+from vllm_guardian.detectors.kinds import spec
 from vllm_guardian.diagnosis.forensics import crash_report
 from vllm_guardian.diagnosis.log_tail import MAX_BYTES, LogTail, choose_source, read_tail
 from vllm_guardian.diagnosis.matcher import Crash, CrashFrame, Observation, device_idle_note, diagnose
@@ -161,7 +162,8 @@ class Diagnoser:
             log_lines=tuple(tail.lines) if tail is not None else (),
         )
         crash = None
-        if kind == "engine_dead":
+        row = spec(kind) if kind else None
+        if row is not None and row.forensics:
             crash = crash_report(tail or LogTail(None, (), "no log source"), self.signatures, base)
             base = replace(base, log_lines=())  # crash_report already saw them
         order = ([focus_pid] if focus_pid in threads else []) + [p for p in threads if p != focus_pid]

@@ -26,6 +26,7 @@ from vllm_guardian.remediation.remediator import Remediator
 from vllm_guardian.remediation.settings import RemediationSettings
 from vllm_guardian.loop.responder import Responder
 from vllm_guardian.config.schema import Config
+from vllm_guardian.detectors.kinds import series_store_for
 from vllm_guardian.detectors import accel_fault, evaluate_all
 from vllm_guardian.detectors.probe_failure import evaluate_episodes
 from vllm_guardian.detectors.view import TargetView
@@ -41,7 +42,6 @@ from vllm_guardian.probes.table import build_probes, probe_names
 from vllm_guardian.seams import Seams
 from vllm_guardian.state.device_faults import DeviceFaults
 from vllm_guardian.state.selfstats import SelfStats
-from vllm_guardian.series import SeriesStore
 from vllm_guardian.discovery.targets import NAME as TARGETS
 from vllm_guardian.discovery.targets import TargetsStage
 from vllm_guardian.state.tracker import Changes, Tracker
@@ -79,7 +79,7 @@ class Daemon:
         self.log = log or logging.getLogger("guardian")
         self.node = cfg.node or os.uname().nodename
         self.sinks: list[Sink] = [self._log_transition, *sinks]
-        self.series = SeriesStore.for_config(cfg)
+        self.series = series_store_for(cfg)
         self.tracker = Tracker.from_config(cfg)
         self.episodes = EpisodeLog(self.log)
         self.runner = runner or AsyncRunner(max_workers=8)

@@ -35,6 +35,7 @@ from vllm_guardian.config.schema import DetectorsConfig, Mode
 from vllm_guardian.errors import UnknownTarget
 from vllm_guardian.state.episodes import EpisodeLog
 from vllm_guardian.incidents import IncidentManager
+from vllm_guardian.detectors.kinds import KINDS
 from vllm_guardian.model import Action, Finding, Incident, Kind, Severity, Transition
 from vllm_guardian.state.async_runner import AsyncRunner, Done
 from vllm_guardian.probes.base import Readings
@@ -106,8 +107,8 @@ class Responder:
             tr = self.tracker.targets.get(inc.target.name)
             if tr is None or inc.kind is Kind.RESTART_BUDGET_EXHAUSTED:
                 continue
-            section = getattr(self.detectors, inc.kind.value, None)
-            mode = section.mode if section is not None else Mode.ALERT
+            row = KINDS.get(inc.kind)
+            mode = row.mode(self.detectors) if row is not None else Mode.ALERT
             if inc.signals.get("alert_only") and mode is Mode.REMEDIATE:
                 mode = Mode.ALERT  # e.g. two instances disagree and neither has a baseline: nobody to blame
             hold = self._external_hold(inc) if mode is Mode.REMEDIATE else None

@@ -25,6 +25,7 @@ from vllm_guardian.series import metrics as m
 from vllm_guardian.probes.canary import served_model
 from vllm_guardian.probes.base import Folded, Job, ProbeParts, Schedule, Seen
 from vllm_guardian.probes.vllm_metrics_parse import parse_vllm_metrics
+from vllm_guardian.series.metrics import engine_subject
 
 
 @dataclass(frozen=True)
@@ -67,9 +68,14 @@ def scrape(
         if r.status != 200:
             raise ProbeFailed(f"/metrics answered HTTP {r.status}")
         page = r.text
-        values = parse_vllm_metrics(page)
+        engines: dict[str, dict[str, float]] = {}
+        values = parse_vllm_metrics(page, engines)
         t = now()
         samples.extend(Sample(target, "", name, v, t) for name, v in values.items())
+        if len(engines) > 1:  # data parallel: each engine's own progress and pending work
+            samples.extend(
+                Sample(target, engine_subject(e), name, v, t) for e, vals in engines.items() for name, v in vals.items()
+            )
         samples.append(Sample(target, "", m.METRICS_OK, 1.0, t))
     except ProbeFailed as e:  # HttpError is a ProbeFailed too
         metrics_error = str(e)

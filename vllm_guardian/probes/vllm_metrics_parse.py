@@ -5,7 +5,10 @@ rest of a ~50 KB page is never split into lines nor parsed). Tolerates what chan
 versions (docs/design.md, Seeing: the probes): a metric that is absent is absent in
 the result (never 0); ``vllm:gpu_cache_usage_perc`` (≤ 0.11) stands in for
 ``vllm:kv_cache_usage_perc``. Values are summed over engines (data parallel),
-except the KV usage, which is the highest engine's.
+except the KV usage, which is the highest engine's. Given an ``engines`` dict, the parse also
+fills it with each engine's own progress counters and request gauges (vLLM labels them
+``engine="0"``, ``"1"`` …), so one rank of a data-parallel server that stops while the other
+serves can be judged on its own.
 """
 
 from __future__ import annotations
@@ -57,7 +60,13 @@ def _check_head(text: str) -> None:
                 return
 
 
-def _watched_samples(text: str) -> Iterator[tuple[str, str]]:
+_ENGINE = re.compile(r'engine="(\d+)"')
+PER_ENGINE = frozenset(
+    {m.REQ_RUNNING, m.REQ_WAITING, m.ITERATIONS, m.GEN_TOKENS, m.PROMPT_TOKENS, m.SUCCESS}
+)  # what progress and pending work are judged on, per engine
+
+
+def _watched_samples(text: str) -> Iterator[tuple[str, str, str]]:
     """``(sample name, value text)`` of every line of a watched sample.
 
     A real vLLM page is ~50 KB and the guardian reads it every second; the samples it watches
@@ -73,11 +82,12 @@ def _watched_samples(text: str) -> Iterator[tuple[str, str]]:
         rest = _REST.fullmatch(padded, match.end(), end)
         if rest is None:
             raise ProbeFailed(f"unparsable /metrics page: {padded[match.start() + 1 : end][:80]!r}")
-        yield match.group(1), rest.group(2)
+        yield match.group(1), rest.group(2), rest.group(1) or ""
 
 
-def parse_vllm_metrics(text: str) -> dict[str, float]:
-    """Return ``{series name: value}`` for the watched metrics present in ``text``.
+def parse_vllm_metrics(text: str, engines: dict[str, dict[str, float]] | None = None) -> dict[str, float]:
+    """Return ``{series name: value}`` for the watched metrics present in ``text``; ``engines``,
+    when given, gets ``{engine label: {series name: value}}`` of ``PER_ENGINE`` series.
 
     Raises ``ProbeFailed`` for a page that is not Prometheus text (HTML, truncated
     mid-line, binary) or whose watched lines are not samples.
@@ -92,12 +102,16 @@ def parse_vllm_metrics(text: str) -> dict[str, float]:
         raise ProbeFailed("/metrics page is truncated (no final newline)")
     _check_head(text)
     found: dict[str, list[float]] = {}
-    for name, raw in _watched_samples(text):
+    for name, raw, labels in _watched_samples(text):
         try:
             value = float(raw)
         except ValueError:
             raise ProbeFailed(f"unparsable /metrics page: {name} has value {raw[:40]!r}") from None
         found.setdefault(LEGACY.get(name, name), []).append(value)
+        series = WATCHED[LEGACY.get(name, name)][0]
+        if engines is not None and series in PER_ENGINE and (e := _ENGINE.search(labels)):
+            per = engines.setdefault(e.group(1), {})
+            per[series] = per.get(series, 0.0) + value  # one engine's labels may split a family
     out: dict[str, float] = {}
     for name, values in found.items():
         series, how = WATCHED[name]

@@ -18,12 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vllm_guardian.config.schema import Mode, PolicyConfig, RestartConfig
+from vllm_guardian.detectors.kinds import NEVER_RESTART
 from vllm_guardian.model import Kind
 from vllm_guardian.remediation.policy import Verdict, node_anomaly
 from vllm_guardian.remediation.sequence import FINISHED, Phase
 from vllm_guardian.remediation.steps import stop_grace
-
-NEVER_RESTART = frozenset({Kind.PROBE_FAILURE, Kind.RESTART_BUDGET_EXHAUSTED, Kind.PAUSE_TOO_LONG, Kind.ACCEL_FAULT})
 
 
 @dataclass(frozen=True)

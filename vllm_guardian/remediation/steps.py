@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vllm_guardian.config.schema import RestartConfig
+from vllm_guardian.detectors.kinds import HANG_KINDS as HANGS
 from vllm_guardian.model import Kind
 from vllm_guardian.series import metrics as m
 
 if TYPE_CHECKING:
     from vllm_guardian.series import SeriesStore
 
-HANG_KINDS = frozenset({Kind.BUSY_LOOP.value, Kind.ENGINE_STALL.value, Kind.ENGINE_DEAD.value})
+HANG_KINDS = frozenset(k.value for k in HANGS)  # the kind table's hangs (``detectors/kinds.py``), by name
 HANG_DRAIN_TIMEOUT = 5.0  # a hung engine has nothing to drain: the most a hang waits, if it still steps
 FRESH = 3.0  # queue gauges older than this say nothing about now
 

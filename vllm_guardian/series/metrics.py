@@ -33,6 +33,13 @@ SUCCESS = "vllm.request_success_total"  # summed over finished_reason
 # Counters that advance only when the engine makes progress.
 PROGRESS_COUNTERS = (ITERATIONS, GEN_TOKENS, PROMPT_TOKENS, SUCCESS)
 
+
+def engine_subject(engine: str | int) -> str:
+    """The subject of one engine's own counters and gauges (vLLM's ``engine`` label) on a
+    data-parallel server; written only when the page shows more than one engine."""
+    return f"engine:{engine}"
+
+
 # canary, per target (subject ""); one sample per finished canary, stamped at its end.
 CANARY_OK = "canary.ok"  # 1 = answered, 0 = timed out or failed
 CANARY_TIMEOUT = "canary.timed_out"  # 1 = timed out (a hang), 0 = answered or failed fast

@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from vllm_guardian.config.schema import Config, DetectorsConfig
+from vllm_guardian.config.schema import DetectorsConfig
 from vllm_guardian.model import Sample
 from vllm_guardian.series import metrics
 
@@ -26,21 +26,6 @@ class SeriesKey:
 
 
 class SeriesStore:
-    @classmethod
-    def for_config(cls, cfg: Config) -> SeriesStore:
-        """Long enough for twice the longest detector window (and canary interval), plus 30 s;
-        memory series since ready (``memory_horizons``)."""
-        d = cfg.detectors
-        longest = max(
-            d.busy_loop.window,
-            d.engine_stall.window,
-            d.kv_cache_leak.window,
-            d.accel_memory_leak.window,
-            d.host_memory_leak.window,
-            cfg.probes.canary.interval,
-        )
-        return cls(horizon=2 * longest + 30, horizons=cls.memory_horizons(d))
-
     @staticmethod
     def memory_horizons(d: DetectorsConfig) -> dict[str, float]:
         """The leak detectors judge warm-up from the curve since ready: keep memory that long."""

@@ -7,7 +7,7 @@ decides ``GateWant`` per target and ``EventWant`` per thing that happened:
 - an incident opened: reason its kind in CamelCase (``BusyLoop``, ``EngineDead``, ...; an
   exhausted restart budget is ``RestartRefused``), Warning, message summary + incident id;
 - resolved: ``IncidentResolved``; its evidence bundle written: ``EvidenceCaptured``;
-- a restart refused (budget, backoff, lease, maintenance, node anomaly): ``RestartRefused`` —
+- a restart refused or held back (budget, backoff, fleet lease, maintenance, node anomaly): ``RestartRefused`` —
   a node-wide anomaly also as ``NodeAnomaly`` on the Node;
 - the remediation's phases: ``Draining``, ``Restarting`` (the stop), ``Restarted`` (verified),
   ``RestartFailed``.
@@ -69,7 +69,8 @@ def _incident_events(inc: Incident, key: tuple[int, int], before: tuple | None) 
         )
     seen = 0 if before is None else before[3]
     for action in inc.actions[seen:]:
-        if action.name == "restart" and action.status in REFUSED:
+        held = action.name == "fleet_lease" and action.status == "waiting"  # another node's restart holds the slot
+        if (action.name == "restart" and action.status in REFUSED) or held:
             out.append(EventWant(name, key, WARNING, "RestartRefused", f"{action.detail} (incident {inc.id})"))
             if action.detail.startswith(NODE_ANOMALY):
                 # about the node, not one incident: the repeats from each target count one Event up
