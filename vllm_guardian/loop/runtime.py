@@ -141,9 +141,11 @@ def build_daemon(
 
 def kube_publisher(cfg: Config, seams: Seams, clock: SystemClock) -> KubePublisher | None:
     """The readiness gate, Events and NodeCondition publisher, when a target names its pod's
-    namespace and one of them is on; None (logged) when the Kubernetes API cannot be reached."""
+    namespace and one of them is on, or the Node's taint is on; None (logged) when the Kubernetes
+    API cannot be reached."""
     k = cfg.kubernetes
-    if not supervised_namespaces(cfg) or not (k.readiness_gate or k.events or k.node_condition):
+    pods = supervised_namespaces(cfg) and (k.readiness_gate or k.events or k.node_condition)
+    if not (pods or k.taint_on_device_fault):
         return None
     from vllm_guardian.host.kube import KubeClient
 
@@ -250,6 +252,8 @@ class Runtime:
             daemon, clock, sink, alerts, emitter, control, http, beat, decisions=decisions, config_state=config_state
         )
         rt.kube = kube_publisher(cfg, seams, clock)
+        if rt.kube is not None:
+            daemon.status_extras["kubernetes"] = rt.kube.stats
         try:
             rt._wire_gates(cfg)
             if http is not None:
