@@ -191,3 +191,50 @@ def test_a_taint_key_kubernetes_would_refuse_is_a_config_error(key):
 @pytest.mark.parametrize("key", ["vllm-guardian.io/accel-fault", "accel-fault", "nvidia.com/gpu.Broken_1"])
 def test_a_valid_taint_key_is_accepted(key):
     assert parse_config({"kubernetes": {"taint_key": key}}).kubernetes.taint_key == key
+
+
+KUBECONFIG = """
+apiVersion: v1
+kind: Config
+current-context: node
+contexts:
+  - name: node
+    context: {{cluster: local, user: guardian}}
+clusters:
+  - name: local
+    cluster: {{server: "{url}"}}
+users:
+  - name: guardian
+    user: {{token: tok}}
+"""
+
+
+@pytest.mark.parametrize("taint, built", [(True, True), (False, False)])
+def test_the_taint_alone_starts_the_publisher_without_a_supervised_pod(tmp_path, monkeypatch, taint, built):
+    """The taint is about the Node: no target needs to name its pod's namespace."""
+    from types import SimpleNamespace
+
+    from vllm_guardian.loop.runtime import kube_publisher
+
+    with FakeKubeApi(token=lambda: "tok") as api:
+        path = tmp_path / "kubeconfig"
+        path.write_text(KUBECONFIG.format(url=api.url))
+        monkeypatch.setenv("NODE_NAME", NODE)
+        cfg = parse_config(
+            {
+                "node": NODE,
+                "api": {"http": None},
+                "kubernetes": {"kubeconfig": str(path), "taint_on_device_fault": taint},
+            }
+        )
+        seams = SimpleNamespace(proc=None, control=SimpleNamespace(alive=lambda key: True))
+        clock = SimpleNamespace(wall=lambda: 0.0, monotonic=Clock())
+        pub = kube_publisher(cfg, seams, clock)  # type: ignore[arg-type]
+        assert (pub is not None) == built
+        if pub is not None:
+            api.state.add_node(NODE)
+            try:
+                step(pub, LOST)
+                assert taints(api) == [OURS] and all(s.authenticated for s in api.state.seen)
+            finally:
+                pub.close()
