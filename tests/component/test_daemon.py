@@ -51,7 +51,8 @@ class VllmPage:
 
 
 class World:
-    def __init__(self, tmp_path: Path, config: dict | None = None, accel_backends=(), clock=None) -> None:
+    def __init__(self, tmp_path: Path, config: dict | None = None, accel_backends=(), clock=None, on_update=()) -> None:
+        self.on_update = tuple(on_update)
         self.proc = FakeProcTree(tmp_path / "proc")
         self.proc.add_process(API, 1, ("python3", "-m", "vllm.entrypoints.openai.api_server", "--port", "8000"))
         self.proc.add_process(TRACKER, API, ("python3", "-c", "from multiprocessing.resource_tracker import main"))
@@ -79,7 +80,7 @@ class World:
         self.engine_ticks = 0
 
     def new_daemon(self):
-        return build_daemon(self.cfg, self.seams, log=self.log)
+        return build_daemon(self.cfg, self.seams, log=self.log, on_update=self.on_update)
 
     def step(self, seconds: int = 1, *, spin: bool = False, progress: bool = False) -> list:
         transitions = []
@@ -327,9 +328,8 @@ def test_a_probe_added_to_the_table_runs_and_annotates_an_incident_without_touch
             pass
 
     monkeypatch.setattr(table, "PROBE_TABLE", (*table.PROBE_TABLE, ("diagnosis", Diagnosis)))
-    w = World(tmp_path)
     updated: list[Incident] = []
-    w.d.responder.on_update.append(updated.append)
+    w = World(tmp_path, on_update=[updated.append])
     w.step(4)
     w.proc.remove(ENGINE)
     w.http.route("GET", "/health", ok(status=503))

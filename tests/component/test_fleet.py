@@ -312,3 +312,16 @@ def test_alerts_without_redis_is_backend_unavailable(server):
     server.kill()
     with pytest.raises(BackendUnavailable):
         run(c, "tail")
+
+
+def test_a_reader_gone_is_not_reported_as_redis_down(client):
+    """`guardian alerts tail | head`: the closed pipe ends the command quietly (the CLI exits 141),
+    it is not turned into "Redis not reachable"."""
+
+    class ClosedPipe(io.StringIO):
+        def write(self, s: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    add_events(client, 2)
+    with pytest.raises(BrokenPipeError):
+        alerts_main(client, "tail", stream=STREAM, out=ClosedPipe())

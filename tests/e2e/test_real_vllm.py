@@ -311,33 +311,55 @@ def test_busy_loop_is_remediated_in_command_mode_and_the_new_server_answers(work
                     pass
 
 
-def test_busy_loop_behind_an_api_key_is_caught_and_the_key_leaks_nowhere(workdir, results):
+def test_busy_loop_behind_an_api_key_beside_a_fake_vllm_naming_its_port_is_caught_and_the_key_leaks_nowhere(
+    workdir, results
+):
     """vLLM started with --api-key answers 401 to an unauthenticated canary: without the key a hang
-    looked like a fast 'not a hang'. The guardian reads the key from the server's command line
-    (/proc) and still catches the busy loop; the key is in none of its outputs."""
+    looked like a fast 'not a hang'. Beside it, a process whose argv says ``vllm serve --port <its
+    port>`` (started first, listening on nothing) once became a second target for the same URL and
+    took the key away. Autodiscovery follows the socket's owner: the real server is the one target
+    of its URL, its key is read from its command line (/proc), the busy loop is caught, and the key
+    is in none of the guardian's outputs."""
+    import subprocess
+    import sys
+
     from vllm_guardian.sim.control import free_port, http_request
 
     key = "sk-e2e-91b7c4d2f0"
     port = free_port("127.0.0.1")
     faults = workdir / "faults-api-key"
-    server = VllmServer(ensure_model(), faults, workdir / "vllm-api-key.log", port=port, api_key=key).start()
+    fake = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(900)", "vllm", "serve", "--port", str(port)]
+    )
+    server = VllmServer(ensure_model(), faults, workdir / "vllm-api-key.log", port=port, api_key=key)
     switch = FaultSwitch(faults)
+    name = f"vllm-{port}"
     g = None
     try:
+        server.start()
         server.wait_ready(SERVER_READY_TIMEOUT)
         assert http_request(server.host, port, "GET", "/v1/models")[0] == 401  # the key is enforced
-        g = GuardianRun(workdir / "g-api-key", port).start()
+        # autodiscovery (dry run): other servers on this machine may be found too; only ours is judged
+        g = GuardianRun(workdir / "g-api-key", port, name=name, extra={"autodiscover": True, "targets": []}).start()
         assert g.wait_ready(GUARDIAN_READY_TIMEOUT), g.log_text()
+        mine = [t for t in (g.status() or {}).get("targets", []) if t.get("port") == port]
+        assert [(t["name"], t["pid"]) for t in mine] == [(name, server.pid)], mine
         onset = fire(server, switch, "busy_loop")
-        inc = g.wait_incident("busy_loop", DETECT_TIMEOUT)
+        inc = poll(
+            lambda: next((i for i in g.incidents() if i["kind"] == "busy_loop" and i["target"]["name"] == name), None),
+            DETECT_TIMEOUT,
+        )
         assert inc is not None, g.log_text()
-        results["busy_loop_behind_api_key_onset_to_incident_s"] = inc["opened_at"] - onset
+        results["busy_loop_behind_api_key_beside_a_fake_onset_to_incident_s"] = inc["opened_at"] - onset
         assert inc["signals"]["role"] == "engine_core"
         status = str(g.status())
+        assert "not followed" in g.log_text() and str(fake.pid) in g.log_text()
     finally:
         switch.clear("busy_loop")
         if g is not None:
             assert g.stop() == 0, g.log_text()
         server.stop()
+        fake.kill()
+        fake.wait()
     assert key not in g.log_text() and key not in status
     assert all(key.encode() not in p.read_bytes() for p in g.state_dir.rglob("*") if p.is_file())

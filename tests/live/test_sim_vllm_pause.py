@@ -43,7 +43,8 @@ def queue_requests(sim: SimServer, n: int) -> tuple[list[threading.Thread], list
 def test_pause_keep_freezes_queued_requests_until_resume(sim):
     assert sim.pause("keep") == {"status": "paused"}
     try:
-        assert sim.is_paused() and not sim.is_sleeping()
+        assert sim.is_paused() and sim.is_sleeping()  # vLLM 0.32: a pause is its level-0 sleep
+        assert 'sleep_state="awake"} 1.0' in sim.metrics_text()
         threads, answers = queue_requests(sim, 3)
         assert poll(lambda: sim.state()["stats"]["waiting"] == 3, timeout=10)
         assert answers == []  # frozen, not refused
@@ -70,7 +71,8 @@ def test_pause_abort_or_wait_refuses_new_requests_with_503_until_resume(sim, mod
 def test_sleep_is_a_pause_that_says_it_is_asleep(sim):
     assert sim.sleep(level=1, mode="keep")["status"] == "sleeping"
     try:
-        assert sim.is_sleeping()
+        assert sim.is_sleeping() and sim.is_paused()
+        assert poll(lambda: 'sleep_state="awake"} 0.0' in sim.metrics_text(), 10)
     finally:
         sim.wake_up()
     assert not sim.is_sleeping()

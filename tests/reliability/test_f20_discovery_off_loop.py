@@ -72,7 +72,7 @@ class WedgedCmdline:
 
 
 class World:
-    def __init__(self, tmp_path: Path, discovery: dict | None = None) -> None:
+    def __init__(self, tmp_path: Path, discovery: dict | None = None, api_keys: bool = False) -> None:
         self.tree = FakeProcTree(tmp_path / "proc")
         self.tree.add_process(API, 1, SERVER)
         self.tree.add_process(ENGINE, API, ("VLLM::EngineCore",))
@@ -95,9 +95,15 @@ class World:
             }
         )
         seams = Seams(self.clock, self.tree.procfs(opener=self.proc.opener), http, FakeRunner(), FakeControl(set()), [])
-        self.d = build_daemon(cfg, seams, log=logging.getLogger("test-f20-discovery"))
         self.passes: list[set[str]] = []  # the target names each pass handed its hooks
-        self.d.targets.on_discovery.append(lambda targets, skip: self.passes.append({t.name for t in targets}))
+        hooks = [lambda targets, skip: self.passes.append({t.name for t in targets})]
+        self.keys = None
+        if api_keys:  # the lookup runtime.py hands the discovery stage, over the same ProcFS
+            from vllm_guardian.host.api_keys import ApiKeys
+
+            self.keys = ApiKeys(cfg, seams.proc, environ={})
+            hooks.insert(0, self.keys.update)
+        self.d = build_daemon(cfg, seams, log=logging.getLogger("test-f20-discovery"), on_discovery=hooks)
 
     def tick(self) -> None:
         """One tick, which must return: a tick that blocks fails the test instead of hanging it."""
@@ -240,13 +246,20 @@ def _wait_until(cond) -> None:
     pytest.fail("the released pass never returned")
 
 
-def test_a_server_whose_environ_read_blocked_a_pass_is_not_read_again_for_its_key(world):
+def test_a_server_whose_environ_read_blocked_a_pass_is_not_read_again_for_its_key(tmp_path):
     """The API-key lookup reads ``/proc/<pid>/environ`` of a server without ``--api-key``: a read
     that does not return gets that pass abandoned once; later passes skip it and complete."""
-    from vllm_guardian.host.api_keys import ApiKeys
+    world = World(tmp_path, api_keys=True)
+    keys = world.keys
+    assert keys is not None
+    try:
+        _environ_read_blocked(world, keys)
+    finally:
+        world.proc.release_all()
+        world.d.runner.shutdown()
 
-    keys = ApiKeys(world.d.cfg, world.d.targets.proc, environ={})  # the same ProcFS, as runtime.py wires it
-    world.d.targets.on_discovery.insert(0, keys.update)
+
+def _environ_read_blocked(world, keys):
     world.proc.wedge_environ(API)
     world.step()
     world.step(31)  # the first pass blocks in the key lookup and is abandoned

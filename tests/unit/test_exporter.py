@@ -184,6 +184,7 @@ FULL = status(
     },
     accelerators=[{"device": "nvml:0", "backend": "nvml", "fault_health": 0}],
     device_faults={"pci:0000:3b:00": {"health": 2}},
+    kubernetes={"failures": {"TaintWant": 3}, "queue_full": 0, "node_tainted": True},  # KubePublisher.stats()
 )
 MINIMAL: dict = {}  # before the first tick the daemon's status() is an empty dict
 
@@ -293,6 +294,7 @@ def test_describe_names_every_declared_family_without_reading_status():
         ("guardian_restarts_total", {"target": "llama", "outcome": "failed"}, 0.0),
         ("guardian_alerts_spooled", {}, 7.0),
         ("guardian_alerts_dropped_total", {}, 2.0),
+        ("guardian_kubernetes_failures_total", {"call": "TaintWant"}, 3.0),
     ],
 )
 def test_status_fields_map_to_metric_values(name, labels, expected):

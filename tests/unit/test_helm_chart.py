@@ -100,10 +100,17 @@ def test_the_defaults_grant_no_namespace_and_never_name_llm():
     assert not re.search(r"namespace: llm\b", yaml.safe_dump_all(docs))
 
 
-def test_no_cluster_wide_grant_but_the_opt_in_node_condition():
+def test_no_cluster_wide_grant_but_the_opt_in_node_condition_and_taint():
     assert "*" not in {ns for *_, ns in grants(render("remediate-values.yaml"))}
     wide = {g for g in grants(render("full-values.yaml")) if g[2] == "*"}
-    assert wide == {("patch", "nodes/status", "*")}
+    assert wide == {("patch", "nodes/status", "*"), ("get", "nodes", "*"), ("patch", "nodes", "*")}
+
+
+def test_the_taint_alone_grants_get_and_patch_nodes_and_reaches_the_config():
+    docs = render("taint-values.yaml")
+    assert {g for g in grants(docs) if g[2] == "*"} == {("get", "nodes", "*"), ("patch", "nodes", "*")}
+    k = config_of(docs).kubernetes
+    assert (k.taint_on_device_fault, k.taint_key, k.node_condition) == (True, "example.com/gpu-fault", False)
 
 
 def test_readiness_gate_and_events_off_grant_neither():

@@ -65,7 +65,7 @@ def test_a_pause_is_held_from_when_the_server_says_so_and_its_end_starts_the_gra
 
 def test_asleep_wins_over_paused_and_an_older_incarnation_says_nothing():
     tr = tracker()
-    tr.server_state("t", API, True, True, 10)
+    tr.server_state("t", API, True, True, 10)  # (the probe tells a vLLM pause from a sleep: held_as)
     assert tr.state("t", 11).hold == "sleeping"
     assert tr.server_state("t", ProcKey(100, 1), False, False, 12) is None  # a reused pid's old answer
     assert tr.state("t", 12).hold == "sleeping"
@@ -101,3 +101,22 @@ def test_a_pause_longer_than_max_pause_is_an_alert(held_s, fires):
 
 def test_pause_too_long_alerts_by_default():
     assert CFG.pause_too_long.mode.value == "alert"
+
+
+AWAKE = 'vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="awake"} %s\n'
+
+
+@pytest.mark.parametrize(
+    "paused, sleeping, page, held",
+    [
+        (True, True, AWAKE % "1.0", (True, False)),  # vLLM 0.32: a pause answers is_sleeping true too
+        (True, True, AWAKE % "0.0", (False, True)),  # asleep: the engine's own gauge says so
+        (True, True, None, (True, False)),  # no page: a pause (both stand the detectors down)
+        (False, True, None, (False, True)),  # an older server without /is_paused
+    ],
+    ids=["pause", "sleep", "no-metrics", "sleep-only-endpoint"],
+)
+def test_a_pause_and_a_sleep_are_told_apart_by_the_engines_sleep_state(paused, sleeping, page, held):
+    from vllm_guardian.probes.server_state import held_as
+
+    assert held_as(paused, sleeping, page) == held

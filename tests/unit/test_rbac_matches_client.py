@@ -37,6 +37,8 @@ DRIVERS = {
     "node_event": lambda c: c.create_event("default", {"metadata": {"name": "n"}}),
     "node_event_repeat": lambda c: c.patch_event("default", "n", {"count": 2}),
     "patch_node_condition": lambda c: c.patch_node_condition("node-a", {"type": "VllmGuardianProblem"}),
+    "read_node": lambda c: c.read_node("node-a"),
+    "set_node_taints": lambda c: c.set_node_taints("node-a", "7", []),
 }
 # Drivers that call one method with other arguments (the Node's Events).
 ALIASES = {"node_event": "create_event", "node_event_repeat": "patch_event"}
@@ -46,9 +48,11 @@ KNOWN_GAPS = {
     "find_pod": {("list", "pods", "*")},  # lists pods cluster-wide until it lists per namespace
 }
 # Which calls only remediation may make; which only a config option enables (kubernetes.pod_removal
-# delete; kubernetes.node_condition), granted by neither overlay nor the chart's defaults.
+# delete; kubernetes.node_condition; kubernetes.taint_on_device_fault), granted by neither overlay
+# nor the chart's defaults.
 REMEDIATE_ONLY = {("create", "pods/eviction"), ("delete", "pods")}
-OPT_IN = {("delete", "pods"), ("patch", "nodes/status")}
+NODE_TAINT = {("get", "nodes"), ("patch", "nodes")}
+OPT_IN = {("delete", "pods"), ("patch", "nodes/status")} | NODE_TAINT
 
 
 def authorization(method: str, path: str) -> tuple[str, str, str]:
@@ -187,7 +191,8 @@ def test_the_observe_only_overlay_grants_the_same_minus_evicting(needs):
 CHART_CASES = {
     "remediate-values.yaml": lambda n: n[:2] not in OPT_IN,
     "observe-values.yaml": lambda n: n[:2] not in REMEDIATE_ONLY | OPT_IN,
-    "full-values.yaml": lambda n: n[:2] != ("create", "pods/eviction"),  # pod_removal delete, NodeCondition on
+    "full-values.yaml": lambda n: n[:2] != ("create", "pods/eviction"),  # pod_removal delete, NodeCondition, taint
+    "taint-values.yaml": lambda n: n[:2] not in REMEDIATE_ONLY | OPT_IN - NODE_TAINT,  # observe + the taint
 }
 
 
@@ -198,6 +203,15 @@ def test_the_chart_grants_exactly_what_the_client_calls(needs, values):
     namespaces = {d["metadata"]["namespace"] for d in docs if d["kind"] == "RoleBinding"} - {"default"}
     got = {(v, r, NS if ns in namespaces else ns) for v, r, ns in granted_by(docs)}
     assert got == {n for n in _required(needs) if CHART_CASES[values](n)}
+
+
+def test_the_optional_node_taint_component_grants_exactly_what_tainting_calls(needs):
+    docs = kustomize(ROOT / "deploy" / "k8s" / "optional" / "node-taint")
+    (binding,) = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "vllm-guardian", "namespace": "guardian"}]
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    got = {(v, r, "*") for rule in role["rules"] for v in rule["verbs"] for r in rule["resources"]}
+    assert got == needs["read_node"] | needs["set_node_taints"] == {(v, r, "*") for v, r in NODE_TAINT}
 
 
 def test_nothing_about_pods_is_granted_cluster_wide():
@@ -220,6 +234,8 @@ def test_nothing_about_pods_is_granted_cluster_wide():
         ("POST", "/api/v1/namespaces/llm/events", ("create", "events", "llm")),
         ("PATCH", "/api/v1/namespaces/llm/events/e", ("patch", "events", "llm")),
         ("PATCH", "/api/v1/nodes/n/status", ("patch", "nodes/status", "*")),
+        ("GET", "/api/v1/nodes/n", ("get", "nodes", "*")),
+        ("PATCH", "/api/v1/nodes/n", ("patch", "nodes", "*")),
     ],
 )
 def test_requests_map_to_the_authorization_the_api_server_checks(method, path, expected):

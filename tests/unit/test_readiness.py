@@ -19,6 +19,8 @@ UP: dict[str, Any] = {"phase": "serving", "remediator_serving": True, "api_alive
         ({"ready": False}, False, "Warming"),
         ({"api_alive": False}, False, "NotServing"),
         ({"takes_out": ("busy_loop", "01ABC")}, False, "IncidentOpen"),
+        ({"hold": "paused"}, False, "Paused"),
+        ({"hold": "sleeping"}, False, "Sleeping"),
         ({"phase": "draining", "remediator_serving": False}, False, "Draining"),
         ({"phase": "stopping", "remediator_serving": False, "api_alive": False}, False, "Stopping"),
         ({"phase": "starting", "remediator_serving": False, "api_alive": False}, False, "Starting"),

@@ -145,3 +145,14 @@ def test_a_restart_starts_the_startup_clock_again():
     assert tr.state("vllm-8000", 3, 1.0).starting_since == 0
     tr.apply_discovery((target(ProcKey(200, 9000)),), (), 40)
     assert tr.state("vllm-8000", 41, 1.0).starting_since == 40
+
+
+def test_the_servers_word_makes_it_ready_but_only_a_canary_answered_verifies_a_restart():
+    tr = Tracker(60)
+    tr.apply_discovery((target(),), (), 0)
+    tr.server_says_ready("vllm-8000", API, "m", 1)
+    assert tr.targets["vllm-8000"].ready and not tr.targets["vllm-8000"].answered
+    tr.canary_finished("vllm-8000", API, ok=True, model="m", now=2)
+    assert tr.targets["vllm-8000"].answered
+    tr.apply_discovery((target(ProcKey(200, 9000)),), (), 5)  # a new incarnation starts unverified
+    assert not tr.targets["vllm-8000"].answered

@@ -110,6 +110,12 @@ def _regex_problem(value: str) -> str:
     return ""
 
 
+_TAINT_KEY = re.compile(
+    r"(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(?=.{1,63}$)[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
+)
+
+
 # check name -> (expectation, "{base}" = "a number" | "an integer"; predicate)
 _RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingProxyType(
     {
@@ -124,6 +130,10 @@ _RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingPr
         "log_format": _choice("text", "json", "logfmt"),
         "log_level": _choice("debug", "info", "warning", "error", "critical"),
         "pod_removal": _choice("evict", "delete"),
+        "taint_key": (
+            "a Kubernetes taint key ([prefix/]name: a DNS subdomain, a name of at most 63 letters, digits, '-_.')",
+            lambda v: _TAINT_KEY.fullmatch(v) is not None and len(v.rpartition("/")[0]) <= 253,
+        ),
         "regex": ("a valid regular expression", lambda v: not _regex_problem(v)),
         "expect": (
             'the word "baseline" or a valid regular expression',

@@ -5,7 +5,7 @@ it strictly: an unknown key or a wrong type is an error naming the key path).
 Field metadata ``check`` names a validation rule (see ``vllm_guardian.config.loader``):
 ``positive`` (> 0), ``nonneg`` (>= 0), ``ratio`` (0..1), ``mode``, ``onoff``
 (auto|off), ``restart_mode``, ``regex``, ``expect`` (regex or ``baseline``), ``port``,
-``hostport``, ``log_format``, ``log_level``.
+``hostport``, ``log_format``, ``log_level``, ``taint_key``.
 The top-level names are a contract: scripts and operators rely on them.
 """
 
@@ -474,6 +474,10 @@ class KubernetesConfig:
     readiness_gate: bool = _f(True, doc="patch the pod condition vllm-guardian.io/serving (the pod's readiness gate)")
     events: bool = _f(True, doc="Kubernetes Events on the pod, node-wide findings on the Node")
     node_condition: bool = _f(False, doc="a NodeCondition VllmGuardianProblem (needs nodes/status patch)")
+    taint_on_device_fault: bool = _f(
+        False, doc="taint this Node <taint_key>=vllm-guardian:NoSchedule while a device fault blocks restarts"
+    )
+    taint_key: str = _f("vllm-guardian.io/accel-fault", "taint_key", "the taint's key (needs nodes get + patch)")
     pod_removal: str = _f("evict", "pod_removal", "restart.mode kubernetes: evict (respects PDBs) | delete")
     event_burst: int = _f(25, "positive", "Events per object before rate limiting (the kubelet's burst)")
     event_refill: float = _f(300.0, "positive", "seconds per Event regained after the burst (the kubelet's)")

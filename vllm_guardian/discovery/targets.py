@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Callable
 
 from vllm_guardian.config.schema import Config
@@ -43,6 +44,9 @@ class PassOutcome:
     error: str = ""
 
 
+DiscoveryHook = Callable[[tuple[Target, ...], frozenset[ProcKey]], None]  # a pass's targets, keys never to read
+
+
 class TargetsStage:
     def __init__(
         self,
@@ -52,11 +56,12 @@ class TargetsStage:
         series: SeriesStore,
         log: logging.Logger,
         platform: PlatformMatcher | None = None,
+        on_discovery: Iterable[DiscoveryHook] = (),
     ) -> None:
         self.cfg = cfg
         self.platform = platform  # match.kubernetes / match.systemd_unit
-        # each pass's targets and the processes never to be read again (API keys)
-        self.on_discovery: list[Callable[[tuple[Target, ...], frozenset[ProcKey]], None]] = []
+        # each pass's targets and the processes never to be read again (API keys); handed in, fixed
+        self.on_discovery: tuple[DiscoveryHook, ...] = tuple(on_discovery)
         self.proc = proc
         self.tracker = tracker
         self.series = series

@@ -1,5 +1,6 @@
 """The Kubernetes API: find a process's pod, and tell the API server about it — its readiness
-gate condition, Events, an eviction (or a delete, when configured) — and read its logs.
+gate condition, Events, an eviction (or a delete, when configured) — and read its logs; on the
+Node, its condition and (opt-in) the guardian's own ``NoSchedule`` taint.
 
 Reads ``/proc/<pid>/cgroup`` (through ProcFS) for the pod UID — when the remediation begins,
 with the process's start time checked before and after the read, so a reused pid can never name
@@ -83,6 +84,7 @@ class EvictionBlocked(ApiError):
 
 CONDITION_PATCH = "application/strategic-merge-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 
 class KubeClient:
@@ -288,6 +290,21 @@ class KubeClient:
     def patch_node_condition(self, node: str, condition: Mapping[str, Any]) -> None:
         body = {"status": {"conditions": [dict(condition)]}}
         self._call("PATCH", f"/api/v1/nodes/{quote(node, safe='')}/status", body, content_type=CONDITION_PATCH)
+
+    def read_node(self, node: str) -> dict[str, Any]:
+        """The Node object (its ``spec.taints`` and ``metadata.resourceVersion``)."""
+        return self._call("GET", f"/api/v1/nodes/{quote(node, safe='')}")
+
+    def set_node_taints(self, node: str, resource_version: str, taints: list[dict[str, Any]]) -> None:
+        """Replace the Node's ``spec.taints`` with ``taints``, only if the Node is still at
+        ``resource_version`` (a JSON patch whose ``test`` fails with HTTP 422 otherwise): a taint
+        another writer added meanwhile is never overwritten; read the node again and retry.
+        (``spec.taints`` has no merge key, so a strategic merge would replace the list blindly.)"""
+        body = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
+            {"op": "add", "path": "/spec/taints", "value": taints},
+        ]
+        self._call("PATCH", f"/api/v1/nodes/{quote(node, safe='')}", body, content_type=JSON_PATCH)
 
     # ---------------------------------------------------------------- events
     def create_event(self, namespace: str, event: Mapping[str, Any]) -> dict[str, Any]:

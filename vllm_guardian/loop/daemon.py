@@ -43,7 +43,7 @@ from vllm_guardian.seams import Seams
 from vllm_guardian.state.device_faults import DeviceFaults
 from vllm_guardian.state.selfstats import SelfStats
 from vllm_guardian.discovery.targets import NAME as TARGETS
-from vllm_guardian.discovery.targets import TargetsStage
+from vllm_guardian.discovery.targets import DiscoveryHook, TargetsStage
 from vllm_guardian.state.tracker import Changes, Tracker
 
 if TYPE_CHECKING:
@@ -68,6 +68,7 @@ class Daemon:
         publish_control: Callable[[dict], object] | None = None,
         sinks: Iterable[Sink] = (),
         on_update: Iterable[Callable[[Incident], None]] = (),
+        on_discovery: Iterable[DiscoveryHook] = (),
         status_extras: dict[str, Callable[[], object]] | None = None,
         runner: AsyncRunner | None = None,
         log: logging.Logger | None = None,
@@ -91,6 +92,7 @@ class Daemon:
             self.series,
             self.log,
             platform=platform_for(cfg, seams.proc, kube, seams.commands),
+            on_discovery=on_discovery,
         )
         self.stats = SelfStats.for_probes(probe_names())
         self.probes = ProbeScheduler(
@@ -139,8 +141,8 @@ class Daemon:
             self.log,
             diagnoser=diagnoser,
             target_configs={t.name: t for t in cfg.targets},
+            on_update=on_update,
         )
-        self.responder.on_update.extend(on_update)
         self.status_extras = dict(status_extras or {})
         self.findings: dict[str, dict[Kind, Finding | None]] = {}
         self._status: StatusSnapshot | None = None

@@ -27,7 +27,7 @@ target's incidents). ``on_update`` hooks hear of an incident that changed withou
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from vllm_guardian.clock import Clock
@@ -69,6 +69,7 @@ class Responder:
         *,
         diagnoser: Diagnoser | None = None,
         target_configs: Mapping[str, Any] | None = None,
+        on_update: Iterable[Callable[[Incident], None]] = (),
     ) -> None:
         self.detectors = detectors
         self.clock = clock
@@ -89,7 +90,7 @@ class Responder:
         # rotation from the moment it opens (remediate mode only; surface/readiness.py)
         self.out_of_service: dict[str, tuple[str, str]] = {}
         self.evidence_pending: set[str] = set()  # incident ids whose bundle is being captured
-        self.on_update: list[Callable[[Incident], None]] = []
+        self.on_update: tuple[Callable[[Incident], None], ...] = tuple(on_update)  # handed in, fixed
         self._evidence_of: dict[str, str] = {}  # incident id → target, while its bundle is captured
         self._live_done: set[str] = set()  # incident ids whose capture no longer needs the processes
         self._held: set[tuple[str, str]] = set()  # (incident id, why) held to alert-only, logged once

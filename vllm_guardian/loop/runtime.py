@@ -27,6 +27,7 @@ from vllm_guardian.remediation.lease import FleetLease
 from vllm_guardian.clock import SystemClock
 from vllm_guardian.config.schema import Config
 from vllm_guardian.surface.control_socket import ControlSocket
+from vllm_guardian.discovery.targets import DiscoveryHook
 from vllm_guardian.loop.daemon import Daemon, Sink
 from vllm_guardian.loop.reload import apply_config
 from vllm_guardian.errors import ConfigError, GuardianError
@@ -90,6 +91,7 @@ def build_daemon(
     runner: AsyncRunner | None = None,
     log: logging.Logger | None = None,
     kube: KubeClient | None = None,
+    on_discovery: Iterable[DiscoveryHook] = (),
 ) -> Daemon:
     """The daemon and its parts; ``kube``: the Kubernetes API client to use (default: from the
     environment, when a target restarts or is matched through Kubernetes)."""
@@ -114,6 +116,10 @@ def build_daemon(
         node = cfg.node or os.uname().nodename
         lease = FleetLease(sink.client, node, f.max_concurrent_restarts, f.lease_ttl, f.when_redis_down)
     diagnoser = Diagnoser.from_config(cfg, runner=seams.commands, http=seams.http, kube=_kube_factory(kube, cfg))
+    hooks, extras = list(on_discovery), dict(status_extras or {})
+    if isinstance(seams.http, BearerHttpClient):  # the keys follow each discovery pass
+        hooks.insert(0, seams.http.keys.update)
+        extras["api_keys"] = seams.http.keys.origins
     daemon = Daemon(
         cfg,
         seams,
@@ -124,22 +130,22 @@ def build_daemon(
         publish_control=sink.control if sink is not None else None,
         sinks=sinks,
         on_update=on_update,
-        status_extras=status_extras,
+        on_discovery=hooks,
+        status_extras=extras,
         runner=runner,
         log=log,
         diagnoser=diagnoser,
     )
-    if isinstance(seams.http, BearerHttpClient):  # the keys follow each discovery pass
-        daemon.targets.on_discovery.append(seams.http.keys.update)
-        daemon.status_extras["api_keys"] = seams.http.keys.origins
     return daemon
 
 
 def kube_publisher(cfg: Config, seams: Seams, clock: SystemClock) -> KubePublisher | None:
     """The readiness gate, Events and NodeCondition publisher, when a target names its pod's
-    namespace and one of them is on; None (logged) when the Kubernetes API cannot be reached."""
+    namespace and one of them is on, or the Node's taint is on; None (logged) when the Kubernetes
+    API cannot be reached."""
     k = cfg.kubernetes
-    if not supervised_namespaces(cfg) or not (k.readiness_gate or k.events or k.node_condition):
+    pods = supervised_namespaces(cfg) and (k.readiness_gate or k.events or k.node_condition)
+    if not (pods or k.taint_on_device_fault):
         return None
     from vllm_guardian.host.kube import KubeClient
 
@@ -246,6 +252,8 @@ class Runtime:
             daemon, clock, sink, alerts, emitter, control, http, beat, decisions=decisions, config_state=config_state
         )
         rt.kube = kube_publisher(cfg, seams, clock)
+        if rt.kube is not None:
+            daemon.status_extras["kubernetes"] = rt.kube.stats
         try:
             rt._wire_gates(cfg)
             if http is not None:

@@ -8,12 +8,18 @@ both is not asked again until it restarts. Both calls reach the engine, so a hun
 answers neither: no answer (a timeout, 5xx, a body that says nothing) is "not known", never
 "paused": a hang is judged as usual. ``lifecycle.server_state: off`` turns it off.
 
+vLLM 0.32's ``/is_sleeping`` is true for a pause too (a pause is its level-0 sleep), and a sleep
+pauses the scheduler: both answer true either way. What tells them apart is the engine's
+``vllm:engine_sleep_state{sleep_state="awake"}`` gauge (0 only while asleep at level 1 or 2),
+read from the last ``/metrics`` page: both true and ``awake`` 0 is asleep, else paused.
+
 The fold hands the answer to the tracker (``Tracker.server_state``), which keeps the hold
 (``paused`` / ``sleeping``), since when, and when it ended (the resume grace).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import partial
 from typing import Callable
@@ -22,6 +28,7 @@ from vllm_guardian.host.http import HttpClient, HttpError
 from vllm_guardian.model import ProcKey
 from vllm_guardian.probes.base import Folded, Job, ProbeParts, Schedule, Seen
 
+_AWAKE = re.compile(r'^vllm:engine_sleep_state\{[^}]*sleep_state="awake"[^}]*\}\s+(\S+)', re.M)
 ENDPOINTS = (("paused", "/is_paused", "is_paused"), ("sleeping", "/is_sleeping", "is_sleeping"))
 
 
@@ -32,6 +39,25 @@ class ServerState:
     paused: bool | None  # None: not known (no answer, not exposed)
     sleeping: bool | None
     exposed: bool  # at least one of the endpoints exists (not a 404 on both)
+
+
+def asleep_by_metrics(page: str | None) -> bool:
+    """The /metrics page says an engine is asleep (``awake`` 0): vLLM's sleep, not a mere pause."""
+    for raw in _AWAKE.findall(page or ""):
+        try:
+            if float(raw) == 0.0:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def held_as(paused: bool | None, sleeping: bool | None, page: str | None) -> tuple[bool | None, bool | None]:
+    """``(paused, sleeping)`` as the tracker should hold them: when the server says both, the
+    /metrics page decides (asleep only when an engine reports ``awake`` 0)."""
+    if paused and sleeping:
+        return (False, True) if asleep_by_metrics(page) else (True, False)
+    return paused, sleeping
 
 
 def ask(http: HttpClient, base: str, path: str, field: str, timeout: float) -> tuple[bool | None, bool]:
@@ -89,7 +115,10 @@ class ServerStateProbe:
     def fold(self, res: ServerState, now: float) -> Folded:
         if not res.exposed:
             self._absent.add(res.key)
-        change = self.tracker.server_state(res.target, res.key, res.paused, res.sleeping, now)
+        tr = self.tracker.targets.get(res.target)
+        page = tr.last_scrape.page if tr is not None and tr.last_scrape is not None else None
+        paused, sleeping = held_as(res.paused, res.sleeping, page)
+        change = self.tracker.server_state(res.target, res.key, paused, sleeping, now)
         if change:
             self.log.info("target %s: %s", res.target, change)
         return Folded()

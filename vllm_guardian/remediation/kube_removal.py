@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from vllm_guardian.host.kube import EvictionBlocked, KubeClient, PodRef, pod_uid_of
+from vllm_guardian.host.procfs import ProcFS
+from vllm_guardian.model import ProcKey
 
 BACKOFF_FIRST_S = 2.0
 BACKOFF_MAX_S = 30.0
@@ -81,10 +83,17 @@ def remove_pod(
             wait = min(wait * 2, BACKOFF_MAX_S)
 
 
-def pod_of(kube: KubeClient, procfs, api, alive, uid: str | None, namespace: str | None) -> PodRef:
+def pod_of(
+    kube: KubeClient,
+    procfs: ProcFS | None,
+    api: ProcKey,
+    alive: Callable[[ProcKey], bool],
+    uid: str | None,
+    namespace: str | None,
+) -> PodRef:
     """The pod recorded when the sequence began; without a record, the pod of the API server only
     while its pid still is the snapshotted process (never a reused pid's pod)."""
-    if uid is None:
+    if uid is None and procfs is not None:
         uid = pod_uid_of(procfs, api, alive)
     if uid is None:
         raise RuntimeError(f"pid {api.pid} is not in a Kubernetes pod (no pod UID in its cgroup)")

@@ -10,6 +10,7 @@ configured fail-safe decides (``when_redis_down``: allow | deny).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 KEY = "guardian:lease:restart:{}"
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end"
@@ -23,7 +24,7 @@ class LeaseResult:
 
 
 class FleetLease:
-    def __init__(self, client, node: str, max_concurrent: int, ttl: float, when_redis_down: str) -> None:
+    def __init__(self, client: Any, node: str, max_concurrent: int, ttl: float, when_redis_down: str) -> None:
         self.client = client  # a redis.Redis with socket timeouts, or None when no Redis is configured
         self.node = node
         self.max_concurrent = max_concurrent

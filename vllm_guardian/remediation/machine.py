@@ -102,7 +102,7 @@ class Machine:
     def _new_server(self, seq: RestartSequence, tracker: Tracker, *, ready: bool) -> int | None:
         """The pid of a live API server of the target that is not the one the sequence took down."""
         tr = tracker.targets.get(seq.target)
-        if tr is None or not tr.api_alive or (ready and not tr.ready) or seq.is_old_server(tr.target.key):
+        if tr is None or not tr.api_alive or (ready and not tr.answered) or seq.is_old_server(tr.target.key):
             return None
         return tr.target.key.pid
 
@@ -258,7 +258,8 @@ class Machine:
     def _step_verifying(self, seq: RestartSequence, now: float, tracker: Tracker, series: SeriesStore) -> None:
         rc = self.rc(seq)
         tr = tracker.targets.get(seq.target)
-        if tr is not None and tr.target.key != seq.api_key and tr.ready and tr.api_alive:
+        # a canary answered, not only the server's word: a replacement that listens but hangs is no fix
+        if tr is not None and tr.target.key != seq.api_key and tr.answered and tr.api_alive:
             took = now - seq.phase_since
             why = f"healthy again: pid {tr.target.key.pid}, /health 200 and a canary answered {took:.1f}s after start"
             self.finish(seq, now, Outcome.DONE, why)

@@ -72,7 +72,7 @@ def backoff_seconds(cfg: PolicyConfig, restarts_in_period: int) -> float:
     """0 before the first restart, then initial, 2×initial, 4×… capped at max."""
     if restarts_in_period <= 0:
         return 0.0
-    return min(cfg.backoff.max, cfg.backoff.initial * 2 ** (restarts_in_period - 1))
+    return float(min(cfg.backoff.max, cfg.backoff.initial * 2 ** (restarts_in_period - 1)))
 
 
 def may_restart(cfg: PolicyConfig, ledger: RestartLedger, target: str, now_wall: float) -> Verdict:

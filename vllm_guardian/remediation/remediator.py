@@ -87,7 +87,7 @@ class Remediator:
             return "drained"  # out of rotation until `guardian undrain`: what serving() says
         if s is None or s.phase in (Phase.DONE, Phase.UNDRAINED, Phase.RECOVERED, Phase.ABORTED):
             return "serving"
-        return PHASE_NAMES.get(s.phase, s.phase.value)
+        return PHASE_NAMES.get(s.phase) or s.phase.value
 
     def suppress_detection(self, name: str) -> bool:
         """While the guardian itself takes a target down, its death is not news."""

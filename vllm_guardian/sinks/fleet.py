@@ -278,5 +278,7 @@ def alerts_main(
             if more:
                 last = more[-1][0]
         return 0
+    except BrokenPipeError:
+        raise  # our reader went away (`| head`): not Redis's fault; the CLI ends quietly
     except (redis.RedisError, OSError) as e:
         raise BackendUnavailable(f"Redis: {type(e).__name__}: {e}") from None

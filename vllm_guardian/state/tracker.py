@@ -31,6 +31,7 @@ class TrackedTarget:
     ready: bool = False
     ready_since: float | None = None
     ever_ready: bool = False
+    answered: bool = False  # this incarnation has answered a canary (what a restart is verified by)
     starting_since: float | None = None  # when this incarnation was first seen (startup limit)
     api_alive: bool = True
     gone_since: float | None = None
@@ -111,6 +112,7 @@ class Tracker:
                 tr.target = t
                 tr.ready, tr.ready_since = False, None
                 tr.starting_since = now
+                tr.answered = False
                 tr.hold, tr.hold_since, tr.hold_ended = None, None, None
                 tr.api_alive, tr.gone_since = True, None
                 tr.engine_seen = False
@@ -179,6 +181,8 @@ class Tracker:
             return  # an answer from the previous incarnation says nothing about this one
         if model and not tr.model:
             tr.model = model
+        if ok and tr.api_alive:
+            tr.answered = True
         if ok and not tr.ready and tr.api_alive:
             tr.ready, tr.ready_since, tr.ever_ready = True, now, True
 

@@ -29,7 +29,8 @@ Status fields read (all optional; a missing section means no samples):
   device, counted by kind only);
 - ``actions.outcomes.<outcome>`` (every action taken, by outcome) and
   ``actions.restarts.<target>.<outcome>``;
-- ``alerts.{spooled, dropped_total}`` (the alert sink's ``stats()``).
+- ``alerts.{spooled, dropped_total}`` (the alert sink's ``stats()``);
+- ``kubernetes.failures.<call>`` (the Kubernetes publisher's failed API calls).
 """
 
 from __future__ import annotations
@@ -175,6 +176,12 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("guardian_restarts_total", "counter", ("target", "outcome"), "Restarts of a target, by outcome."),
     ("guardian_alerts_spooled", "gauge", (), "Alert events waiting in the local spool (Redis unreachable)."),
     ("guardian_alerts_dropped_total", "counter", (), "Alert events the full spool had to drop."),
+    (
+        "guardian_kubernetes_failures_total",
+        "counter",
+        ("call",),
+        "Kubernetes API calls of the publisher that failed (GateWant, EventWant, NodeWant, TaintWant).",
+    ),
 )
 
 DECLARED: tuple[MetricSpec, ...] = tuple(MetricSpec(n, t, h) for n, t, _, h in _TABLE)
@@ -266,6 +273,8 @@ class GuardianCollector:
         alerts = _map(doc.get("alerts"))
         f.add("guardian_alerts_spooled", (), alerts.get("spooled"))
         f.add("guardian_alerts_dropped_total", (), alerts.get("dropped_total"))
+        for call, n in _map(_map(doc.get("kubernetes")).get("failures")).items():
+            f.add("guardian_kubernetes_failures_total", (call,), n)
         gates = _map(doc.get("gates"))
         for outcome, n in _map(gates.get("reports")).items():
             f.add("guardian_gate_reports_total", (outcome,), n)

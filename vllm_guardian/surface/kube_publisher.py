@@ -1,7 +1,11 @@
 """Tells the Kubernetes API what the guardian sees, off the loop: the readiness gate condition
 ``vllm-guardian.io/serving`` on each supervised pod, Events on the pods and the Node, and the
 optional NodeCondition ``VllmGuardianProblem`` (a node-wide anomaly, or a device with a fault a
-restart cannot help: an open critical ``accel_fault``).
+restart cannot help: an open critical ``accel_fault``), and the optional ``NoSchedule`` taint
+``kubernetes.taint_key`` on this Node while such a fault is open (``node_taint`` decides the list:
+other taints are kept, only the guardian's own is ever removed). A stale taint of the guardian's
+found at start is removed only after ``TAINT_SETTLE_S``, once the telemetry's first reads had
+the chance to see the fault again.
 
 The loop calls ``observe(snapshot)`` after each tick: ``kube_plan.plan`` decides (pure), and
 what changed is queued for one worker thread, which finds each process's pod — its pod UID
@@ -26,6 +30,7 @@ from vllm_guardian.host.kube import KubeClient, PodRef, pod_uid_of
 from vllm_guardian.host.kube_events import EventRecorder, ObjectRef, rfc3339
 from vllm_guardian.model import ProcKey
 from vllm_guardian.remediation.policy import node_anomaly
+from vllm_guardian.surface import node_taint
 from vllm_guardian.surface.kube_plan import EventWant, GateWant, PlanState, plan
 from vllm_guardian.surface.readiness import CONDITION_TYPE
 
@@ -36,6 +41,7 @@ if TYPE_CHECKING:
 NODE_CONDITION = "VllmGuardianProblem"
 RETRY_S = 10.0
 QUEUE_MAX = 1000
+TAINT_SETTLE_S = 30.0
 
 
 def supervised_namespaces(cfg: Config) -> dict[str, str]:
@@ -55,6 +61,11 @@ def supervised_namespaces(cfg: Config) -> dict[str, str]:
 class _NodeWant:
     problem: bool
     message: str
+
+
+@dataclass(frozen=True)
+class _TaintWant:
+    tainted: bool
 
 
 class KubePublisher:
@@ -87,6 +98,9 @@ class KubePublisher:
         self._status_since: dict[tuple[str, tuple[int, int]], tuple[bool, str]] = {}
         self._pods: dict[tuple[int, int], PodRef] = {}
         self._node_applied: _NodeWant | None = None
+        self._taint_applied: _TaintWant | None = None
+        self._started = monotonic()
+        self.failures: dict[str, int] = {}  # API calls that failed, by what was sent
         self._errors: set[str] = set()
         self.queue_full = 0
         self._thread: threading.Thread | None = None
@@ -114,15 +128,25 @@ class KubePublisher:
             want = self._node_want(snapshot)
             if want != self._node_applied and now - self._failed_at.get("node", -RETRY_S) >= RETRY_S:
                 self._put(want, "node")
+        if self.cfg.kubernetes.taint_on_device_fault:
+            taint = _TaintWant(bool(_broken_devices(snapshot)))
+            settled = taint.tainted or self._taint_applied is not None or now - self._started >= TAINT_SETTLE_S
+            if settled and taint != self._taint_applied and now - self._failed_at.get("taint", -RETRY_S) >= RETRY_S:
+                self._put(taint, "taint")
+
+    def stats(self) -> dict[str, Any]:
+        """For the status document's ``kubernetes`` section (and its failure counter metric)."""
+        applied = self._taint_applied
+        return {
+            "failures": dict(self.failures),
+            "queue_full": self.queue_full,
+            "node_tainted": None if applied is None else applied.tainted,
+        }
 
     def _node_want(self, snapshot: StatusSnapshot) -> _NodeWant:
         """A problem when many servers trip at once, or a device has a fault a restart cannot help
         (an open accel_fault rated critical with ``blocks_restart``: the node needs a human)."""
-        broken = [
-            i
-            for i in snapshot.incidents
-            if i.kind.value == "accel_fault" and i.severity.value == "critical" and i.signals.get("blocks_restart")
-        ]
+        broken = _broken_devices(snapshot)
         if broken:
             return _NodeWant(True, "; ".join(i.summary for i in broken)[:1024])
         tripped = len(
@@ -180,6 +204,7 @@ class KubePublisher:
                 if slot is not None:
                     self._failed_at[slot] = self.monotonic()
                 name = type(item).__name__
+                self.failures[name.strip("_")] = self.failures.get(name.strip("_"), 0) + 1
                 if name not in self._errors:
                     self._errors.add(name)
                     self.log.warning("kubernetes: %s not sent: %s (retried; logged once until it works)", name, e)
@@ -196,6 +221,8 @@ class KubePublisher:
             self._send_event(item)
         elif isinstance(item, _NodeWant):
             self._send_node(item)
+        elif isinstance(item, _TaintWant):
+            self._send_taint(item)
 
     def _pod(self, target: str, key: tuple[int, int]) -> PodRef:
         pod = self._pods.get(key)
@@ -247,3 +274,32 @@ class KubePublisher:
         }
         self.client.patch_node_condition(self.node, condition)
         self._node_applied = n
+
+    def _send_taint(self, t: _TaintWant) -> None:
+        """Read the Node, write its taints with ours added (or ours removed) unless that changes
+        nothing; the write holds only if the Node did not change since the read (else retried)."""
+        if not self.node:
+            raise RuntimeError("the node name is unknown (NODE_NAME unset): no taint")
+        key = self.cfg.kubernetes.taint_key
+        version, taints = node_taint.node_taints(self.client.read_node(self.node))
+        new = node_taint.with_taint(taints, key) if t.tainted else node_taint.without_taint(taints, key)
+        if new is not None:
+            self.client.set_node_taints(self.node, version, new)
+            self.log.warning(
+                "kubernetes: node %s %s %s=%s:%s",
+                self.node,
+                "tainted" if t.tainted else "untainted",
+                key,
+                node_taint.VALUE,
+                node_taint.EFFECT,
+            )
+        self._taint_applied = t
+
+
+def _broken_devices(snapshot: StatusSnapshot) -> list[Any]:
+    """The open accel_fault incidents rated critical whose fault a restart cannot help."""
+    return [
+        i
+        for i in snapshot.incidents
+        if i.kind.value == "accel_fault" and i.severity.value == "critical" and i.signals.get("blocks_restart")
+    ]

@@ -18,6 +18,7 @@ from vllm_guardian.surface.readiness import readiness
 from vllm_guardian.model import Incident, ProcessInfo, Subject
 from vllm_guardian.diagnosis.node_view import render_table as render_accelerators
 from vllm_guardian.diagnosis.node_view import with_faults
+from vllm_guardian.series import SeriesStore
 from vllm_guardian.series import metrics as m
 from vllm_guardian.series.slope import theil_sen
 from vllm_guardian.surface.status_snapshot import (
@@ -50,14 +51,16 @@ def _r(x: float | None, nd: int = 3) -> float | None:
     return None if x is None else round(float(x), nd)
 
 
-def _progress_rate(series, name: str, now: float, window: float = 10.0) -> float | None:
+def _progress_rate(series: SeriesStore, name: str, now: float, window: float = 10.0) -> float | None:
     pts = series.window(name, "", m.ITERATIONS, now - window)
     if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
         return None
     return max(0.0, pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
 
 
-def _trend(series, name: str, subjects: list[str], metric: str, now: float, window: float) -> MemoryTrend | None:
+def _trend(
+    series: SeriesStore, name: str, subjects: list[str], metric: str, now: float, window: float
+) -> MemoryTrend | None:
     """The current level and Theil–Sen slope (bytes/s) of a memory series summed over subjects."""
     totals: dict[float, float] = {}
     for subject in subjects:

@@ -12,7 +12,9 @@ guardian makes, answered the way the real API server answers them.
   counts one down), else the pod is removed (201); the UID precondition is checked (409).
 - ``DELETE .../pods/<name>`` with a UID precondition; ``GET .../pods/<name>/log``.
 - ``POST .../events`` (409 when the name exists) and ``PATCH .../events/<name>`` (merge patch).
-- ``PATCH /api/v1/nodes/<name>/status``.
+- ``PATCH /api/v1/nodes/<name>/status``; ``GET /api/v1/nodes/<name>`` and ``PATCH
+  /api/v1/nodes/<name>`` as a JSON patch (``test``, ``add``, ``replace``, ``remove`` on object
+  paths): a failed ``test`` is 422 and changes nothing; every write moves ``resourceVersion``.
 """
 
 from __future__ import annotations
@@ -59,6 +61,15 @@ class ApiState:
             "status": {"phase": "Running", "podIP": "10.0.0.7", "conditions": []},
         }
 
+    def add_node(self, name: str, taints: list[dict[str, Any]] | None = None) -> None:
+        self.nodes[name] = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "resourceVersion": "1"},
+            "spec": {"taints": list(taints)} if taints is not None else {},
+            "status": {"conditions": []},
+        }
+
     def condition(self, namespace: str, name: str, ctype: str) -> dict[str, Any] | None:
         pod = self.pods.get((namespace, name))
         for c in (pod or {}).get("status", {}).get("conditions", []):
@@ -87,6 +98,39 @@ def _merge_conditions(current: list[dict], patch: list[dict]) -> list[dict]:
                 break
         else:
             out.append(dict(c))
+    return out
+
+
+def _bump(obj: dict[str, Any]) -> None:
+    md = obj.setdefault("metadata", {})
+    md["resourceVersion"] = str(int(md.get("resourceVersion") or 0) + 1)
+
+
+class _PatchTestFailed(ValueError):
+    pass
+
+
+def _json_patch(doc: dict[str, Any], ops: list[Any]) -> dict[str, Any]:
+    """RFC 6902 on object members (what the guardian sends); all or nothing."""
+    out = copy.deepcopy(doc)
+    for op in ops:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        where = out
+        for p in parents:
+            where = where[p]
+        if op["op"] == "test":
+            if where.get(last) != op["value"]:
+                raise _PatchTestFailed(f"testing value {op['path']} failed")
+        elif op["op"] == "add":
+            where[last] = copy.deepcopy(op["value"])
+        elif op["op"] == "replace":
+            if last not in where:
+                raise KeyError(last)
+            where[last] = copy.deepcopy(op["value"])
+        elif op["op"] == "remove":
+            del where[last]
+        else:
+            raise ValueError(f"op {op['op']!r} not supported by this fake")
     return out
 
 
@@ -138,7 +182,10 @@ class _Handler(BaseHTTPRequestHandler):
         if rest[:1] == ["nodes"] and len(rest) == 3 and rest[2] == "status" and self.command == "PATCH":
             node = st.nodes.setdefault(rest[1], {"status": {"conditions": []}})
             node["status"]["conditions"] = _merge_conditions(node["status"]["conditions"], body["status"]["conditions"])
+            _bump(node)
             return 200, node, json_
+        if rest[:1] == ["nodes"] and len(rest) == 2:
+            return self._node(rest[1], body)
         namespace = None
         if rest[:1] == ["namespaces"]:
             namespace, rest = rest[1], rest[2:]
@@ -197,6 +244,28 @@ class _Handler(BaseHTTPRequestHandler):
             del st.pods[(ns, name)]
             return 200, pod, json_
         return 405, _status(405, "MethodNotAllowed", f"{self.command} pods/{sub}"), json_
+
+    def _node(self, name: str, body: Any) -> tuple[int, Any, str]:
+        st, json_ = self.state, "application/json"
+        node = st.nodes.get(name)
+        if node is None:
+            return 404, _status(404, "NotFound", f'nodes "{name}" not found'), json_
+        if self.command == "GET":
+            return 200, copy.deepcopy(node), json_
+        if self.command != "PATCH":
+            return 405, _status(405, "MethodNotAllowed", f"{self.command} nodes"), json_
+        if self.headers.get("Content-Type") != "application/json-patch+json" or not isinstance(body, list):
+            return 415, _status(415, "UnsupportedMediaType", "this fake takes JSON patches on nodes"), json_
+        try:
+            patched = _json_patch(node, body)
+        except _PatchTestFailed as e:
+            message = f"the server rejected our request due to an error in our request: {e}"
+            return 422, _status(422, "Invalid", message), json_
+        except (KeyError, TypeError, ValueError) as e:
+            return 400, _status(400, "BadRequest", f"bad JSON patch: {e}"), json_
+        _bump(patched)
+        st.nodes[name] = patched
+        return 200, copy.deepcopy(patched), json_
 
     def _event(self, ns: str, name: str | None, body: Any) -> tuple[int, Any, str]:
         st, json_ = self.state, "application/json"

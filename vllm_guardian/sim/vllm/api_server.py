@@ -162,7 +162,19 @@ def metric_families(stats: EngineStats, model: str) -> list:
         ),
         success,
         hist,
+        _sleep_state(stats.asleep, labels, values),
     ]
+
+
+def _sleep_state(asleep: bool, labels: list[str], values: list[str]):
+    """``vllm:engine_sleep_state``: awake 1 unless asleep (a pause leaves it awake, as in vLLM)."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    fam = GaugeMetricFamily("vllm:engine_sleep_state", "Engine sleep state.", labels=labels + ["sleep_state"])
+    fam.add_metric(values + ["awake"], 0.0 if asleep else 1.0)
+    fam.add_metric(values + ["weights_offloaded"], 1.0 if asleep else 0.0)
+    fam.add_metric(values + ["discard_all"], 0.0)
+    return fam
 
 
 class _StatsCollector:

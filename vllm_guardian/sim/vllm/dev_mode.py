@@ -7,7 +7,9 @@ logs a security warning); otherwise they answer 404:
   and running requests (they finish after ``/resume``), ``wait`` waits for in-flight requests
   to finish, ``abort`` ends them at once; in ``abort`` / ``wait`` new completions get HTTP 503
   until ``/resume`` (in ``keep`` they queue);
-- ``POST /resume``; ``GET /is_paused`` -> ``{"is_paused": bool}``;
+- ``POST /resume``; ``GET /is_paused`` -> ``{"is_paused": bool}``; ``GET /is_sleeping`` is true
+  during a pause too (vLLM 0.32: a pause is its level-0 sleep); only a ``/sleep`` sets
+  ``vllm:engine_sleep_state{sleep_state="awake"}`` to 0;
 - ``POST /sleep?level=1|2&mode=...`` (a pause in that mode, default ``abort``, and asleep);
   ``POST /wake_up``; ``GET /is_sleeping`` -> ``{"is_sleeping": bool}``.
 

@@ -165,6 +165,7 @@ class EngineStats:
     faults: tuple[str, ...] = ()
     leaked_bytes: int = 0
     leaked_blocks: int = 0
+    asleep: bool = False  # /sleep (not a mere /pause): vllm:engine_sleep_state awake 0
 
     @property
     def kv_usage(self) -> float:
@@ -366,6 +367,7 @@ class EngineCore:
             faults=tuple(faults),
             leaked_bytes=self._leaked_bytes,
             leaked_blocks=self._leaked_blocks,
+            asleep=self._sleeping,
             **self._counters,
         )
 
@@ -393,8 +395,10 @@ class EngineCore:
             if msg.paused and msg.abort:
                 self._abort_all()
             self._paused, self._sleeping = msg.paused, msg.sleeping
-        elif isinstance(msg, AskPaused):
-            self._send(PauseState(msg.request_id, self._paused, self._sleeping))
+        elif isinstance(msg, AskPaused):  # vLLM: is_sleeping = paused (a level-0 sleep) or asleep
+            self._send(PauseState(msg.request_id, self._paused, self._paused or self._sleeping))
+        if isinstance(msg, SetPaused):
+            self._send(self.stats())
 
     def _abort_all(self) -> None:
         for req in list(self._running) + list(self._waiting):
