@@ -218,3 +218,28 @@ def test_the_restart_row_gives_each_phase_and_the_guardians_share():
         "| busy_loop | `busy_loop` | 9.0 | 3.0 | 0.0 | 3.5 | 0.1 | 1.0 | 60.0 "
         "| 4.6 | 74.6 | 70.0 | 13.6 | verifying ok |"
     )
+
+
+def test_the_fluent_wrong_table_has_one_row_per_guardian_config():
+    from benchmarks.report_gates import FluentConfig, FluentSection, GateRun, render_fluent
+
+    runs = [
+        GateRun("logits_permute", 30.0, condition="D", level="L5", resolved_after_clear_s=5.0, config="defaults"),
+        GateRun("logits_permute", 50.0, condition="D", level="L5", resolved_after_clear_s=61.0, config="defaults"),
+        GateRun("logits_permute", None, config="user diagnostics"),
+    ]
+    configs = (
+        FluentConfig("defaults", 60.0, ("1+1=",), 2, 0),
+        FluentConfig("user diagnostics", 30.0, ("a", "b"), 3, 1),
+    )
+    text = "\n".join(render_fluent(FluentSection(configs, tuple(runs), 41)))
+    assert "41 whole-word tokens" in text
+    assert (
+        "| defaults (1 configured diagnostic(s) + the built-in checks) | 60 s | 2/2 | 40.0 s | 50.0 s | 30.0, 50.0 |"
+        in text
+    )
+    assert "| D/L5 | 2/2, 61.0 s max | 2 (0) |" in text
+    assert (
+        "| user diagnostics (2 configured diagnostic(s) + the built-in checks) | 30 s | 0/1 |" in text
+        and "| 3 (1) |" in text
+    )

@@ -27,6 +27,7 @@ import pytest
 
 from vllm_guardian.config.schema import GatesConfig
 from vllm_guardian.gates.cost import cost
+from vllm_guardian.gates.known_answers import BUILTIN_CHECKS
 from vllm_guardian.gates.perplexity import BUILTIN_REFERENCE
 from vllm_guardian.sim.control import LoadGenerator
 from harness import E2E_PYTHON, FaultSwitch, GuardianRun, VllmServer, ensure_model, greedy, poll, reference_seconds
@@ -44,7 +45,12 @@ GATES = {
     "diagnostics": [{"prompt": "1+1=", "expect": "baseline", "max_tokens": 4}],
 }
 SHADOW = GatesConfig().shadow_prompts
-PROMPTS = (("1+1=", 4),) + tuple((p, GatesConfig().shadow_max_tokens) for p in SHADOW)
+# a round at the defaults: the diagnostic, the built-in checks, the shadow prompts (and the reference)
+PROMPTS = (
+    (("1+1=", 4),)
+    + tuple((d.prompt, d.max_tokens) for d in BUILTIN_CHECKS)
+    + tuple((p, GatesConfig().shadow_max_tokens) for p in SHADOW)
+)
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +140,7 @@ def test_2_greedy_answers_are_stable_sequentially_and_under_load(server, results
     results["gates_greedy_distinct_sequential"] = max(len(v) for v in seq.values())
     results["gates_greedy_distinct_under_load"] = max(len(v) for v in loaded.values())
     results["gates_greedy_logprob_max_drift_under_load"] = round(drift[0], 6)
-    # one round at the defaults, measured idle: 1 diagnostic + 3 shadow prompts + the reference text
+    # one round at the defaults, measured idle: 1 diagnostic, 3 built-in checks, 3 shadow prompts, the reference text
     per_round = statistics.median(round_s)
     c = cost(GatesConfig(), per_round)
     results["gates_round_server_s_median"] = round(per_round, 4)
