@@ -215,7 +215,7 @@ def test_drain_and_undrain_from_the_cli_flip_readiness_and_signal_nothing(tmp_pa
         assert poll(lambda: ready_code(hp) == 200, 10)
         assert first.poll() is None and first.health() == 200  # nothing was signalled
         out = subprocess.run(cli + ["restart", "nope", "-c", str(g.config_path)], capture_output=True, text=True)
-        assert out.returncode == 1 and "unknown target" in out.stderr
+        assert out.returncode == 1 and "no target named 'nope'" in out.stderr
     finally:
         first.stop()
         assert g.stop() == 0
