@@ -55,10 +55,11 @@ class HttpClient(Protocol):
     ) -> HttpResponse: ...
 
 
-class _DeadlineReader(io.RawIOBase):
-    """The response side of a socket with one deadline for the whole exchange: before every
-    read the socket timeout is set to what is left, so a server dripping a byte at a time
-    cannot hold the call past ``timeout`` (a per-read timeout would let it run forever)."""
+class DeadlineReader(io.RawIOBase):
+    """One side of a socket with one deadline for the whole exchange: before every read the
+    socket timeout is set to what is left, so a peer dripping a byte at a time cannot hold the
+    call past its deadline (a per-read timeout would let it run forever). Used for the client's
+    responses here and for the HTTP listener's requests."""
 
     def __init__(self, sock: socket.socket, deadline: float) -> None:
         self._sock = sock
@@ -83,7 +84,7 @@ class _DeadlineSocket:
         self._deadline = deadline
 
     def makefile(self, mode: str, *args: Any, **kwargs: Any) -> io.BufferedReader:
-        return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
+        return io.BufferedReader(DeadlineReader(self._sock, self._deadline))
 
 
 class StdlibHttpClient:

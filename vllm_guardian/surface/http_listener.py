@@ -39,6 +39,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from vllm_guardian.errors import CannotStart, ConfigError
+from vllm_guardian.host.http import DeadlineReader
 from vllm_guardian.surface.exporter import serving
 
 JSON = "application/json"
@@ -120,25 +121,6 @@ class _Server(ThreadingHTTPServer):
             self.answering.discard(request)
 
 
-class _DeadlineReader(io.RawIOBase):
-    """The request side of a connection with one deadline for all of it: before every read the
-    socket's timeout is set to what is left, so a trickling client runs out of time."""
-
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        self._sock = sock
-        self._deadline = deadline
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("request deadline passed")
-        self._sock.settimeout(left)
-        return self._sock.recv_into(b)
-
-
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     server_version = "vllm-guardian"
@@ -152,7 +134,7 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         deadline = time.monotonic() + self.server.api.request_deadline
-        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline))
+        self.rfile = io.BufferedReader(DeadlineReader(self.connection, deadline))
 
     # ---------------------------------------------------------------- methods
     def do_GET(self) -> None:
