@@ -10,8 +10,8 @@ from vllm_guardian.config.schema import DetectorsConfig, EngineStallConfig
 from vllm_guardian.detectors import engine_stall
 from vllm_guardian.model import Kind, Sample, Severity, Subject
 from vllm_guardian.series import metrics as m
-from detector_world import NOW, T, canary, gauges, seconds
-from detector_world import make_view as view
+from tests.support.detector_world import NOW, T, canary, gauges, seconds
+from tests.support.detector_world import make_view as view
 
 CFG = DetectorsConfig()  # engine_stall window 20 s
 
