@@ -189,7 +189,8 @@ def wait_all_ready(gs: list[Guardian], n: int, timeout: float) -> None:
     for g in gs:
         while not g.all_ready(n):
             if time.time() > deadline or g.proc.poll() is not None:
-                raise RuntimeError(f"{g.label}: not all {n} targets ready:\n{(g.dir / 'guardian.log').read_text()[-3000:]}")
+                log = (g.dir / "guardian.log").read_text()[-3000:]
+                raise RuntimeError(f"{g.label}: not all {n} targets ready:\n{log}")
             time.sleep(1.0)
 
 
