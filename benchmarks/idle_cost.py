@@ -129,10 +129,8 @@ def imported_from(src: Path | None) -> str:
 
 
 def _harness() -> Any:
-    e2e = str(ROOT / "tests" / "e2e")
-    if e2e not in sys.path:
-        sys.path.insert(0, e2e)
-    import harness
+    """The e2e harness module, imported only for ``--server vllm``."""
+    from tests.e2e import harness
 
     return harness
 
