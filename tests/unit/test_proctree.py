@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_guardian.host.proctree import children_by_parent, walk
+from vllm_guardian.proctree import children_by_parent, walk
 
 # pid -> ppid: 10 is the root; 11 and 12 its children; 13 a grandchild; 20 elsewhere
 LINKS = {10: 1, 12: 10, 11: 10, 13: 11, 20: 1}

@@ -1,14 +1,14 @@
 """A target for a bare pid (``guardian snapshot <pid>``): the process and all its descendants.
 
 Reads every process's parent link and start time once through ``ProcFS`` and walks the tree
-(``host.proctree``); each member's role comes from its command line, as discovery gives it.
+(``proctree``); each member's role comes from its command line, as discovery gives it.
 """
 
 from __future__ import annotations
 
 from vllm_guardian.discovery.scan import classify, is_api_server
 from vllm_guardian.errors import GuardianError
-from vllm_guardian.host import proctree
+from vllm_guardian import proctree
 from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.model import ProcessInfo, ProcKey, Role, Target
 

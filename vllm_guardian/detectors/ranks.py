@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from vllm_guardian.detectors.hot_threads import rank_of
 from vllm_guardian.detectors.view import TargetView
-from vllm_guardian.host import proctree
+from vllm_guardian import proctree
 from vllm_guardian.model import ProcessInfo, Role, Target
 from vllm_guardian.series import metrics as m
 

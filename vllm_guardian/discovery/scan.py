@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 
 from vllm_guardian.config.schema import Config, TargetConfig
 from vllm_guardian.errors import AccessDenied, ProbeFailed, TargetGone
-from vllm_guardian.host import proctree
+from vllm_guardian import proctree
 from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.model import ProcessInfo, ProcKey, Role, Target
 

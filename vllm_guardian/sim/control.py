@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from vllm_guardian.host import proctree
+from vllm_guardian import proctree
 from vllm_guardian.netaddr import free_port
 
 API_SERVER_MODULE = "vllm_guardian.sim.vllm.api_server"

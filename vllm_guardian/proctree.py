@@ -1,8 +1,9 @@
 """The process tree, walked one way: children by parent, and a tree's members root first. Pure.
 
 Discovery (``discovery/scan.py``: a target's tree from one pass over /proc), ``guardian snapshot
-<pid>`` (``bundle/pid_target.py``) and the simulator's leftover-process sweep (``sim/control.py``,
-from /proc/<pid>/task/*/children) each read the parent links their own way and walk them here.
+<pid>`` (``bundle/pid_target.py``), the per-rank engine trees (``detectors/ranks.py``) and the
+simulator's leftover-process sweep (``sim/control.py``, from /proc/<pid>/task/*/children) each
+read the parent links their own way and walk them here.
 """
 
 from __future__ import annotations
