@@ -21,7 +21,7 @@ from vllm_guardian.host.runner import SubprocessRunner
 from vllm_guardian.incidents.store import IncidentStore
 from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef
 
-from test_diagnosis_real_pyspy import lru_program  # noqa: F401  (the fixture: a real spinning LRU program)
+from tests.component.test_diagnosis_real_pyspy import lru_program  # noqa: F401  (the fixture: a real spinning LRU program)
 
 
 def hot_tid(pid: int) -> int:

@@ -10,8 +10,8 @@ from vllm_guardian.config.schema import DetectorsConfig, EngineStallConfig
 from vllm_guardian.detectors import engine_stall
 from vllm_guardian.model import Kind, Sample, Severity, Subject
 from vllm_guardian.series import metrics as m
-from detector_world import NOW, T, canary, gauges, seconds
-from detector_world import make_view as view
+from tests.support.detector_world import NOW, T, canary, gauges, seconds
+from tests.support.detector_world import make_view as view
 
 CFG = DetectorsConfig()  # engine_stall window 20 s
 
@@ -167,7 +167,7 @@ def test_a_canary_timeout_while_a_thread_has_been_hot_only_a_few_seconds_is_busy
 def dp_world(*series, rank1_moving=False, rank1_pending=2.0, rank1_pending_since=NOW - 30):
     """A DP=2 server (API server, coordinator, EngineCore_DP0 pid 200, EngineCore_DP1 pid 201):
     rank 0 serves (its and the server's counters advance), rank 1 as told."""
-    from detector_world import API, TARGET
+    from tests.support.detector_world import API, TARGET
     from vllm_guardian.model import ProcessInfo, ProcKey, Role
 
     coordinator = ProcessInfo(ProcKey(300, 33), 100, Role.OTHER, ("VLLM::DPCoordinator",))
