@@ -14,7 +14,7 @@ import time
 import pytest
 
 from vllm_guardian.sim.control import LoadGenerator, SimServer, metric_value, read_cmdline
-from guardian_harness import GuardianProcess
+from tests.support.guardian_process import GuardianProcess
 
 pytestmark = pytest.mark.live
 
