@@ -316,6 +316,10 @@ class SimServer:
     def worker_pid(self) -> int | None:
         return self._titled(WORKER_TITLE)
 
+    def rank_pid(self, rank: int) -> int | None:
+        """The engine of one data-parallel rank (``VLLM::EngineCore_DP<rank>``)."""
+        return self._titled(f"{ENGINE_TITLE}_DP{rank}")
+
     def _titled(self, title: str) -> int | None:
         self._remember_tree()
         for ref in self._seen.values():
