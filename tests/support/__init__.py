@@ -7,5 +7,6 @@
 - ``guardian_process``: a real ``guardian run`` beside the simulated vLLM (live and chaos tiers);
 - ``redis_procs``, ``slow_drip``, ``file_limits``: real redis-servers, a byte-at-a-time server,
   a file-size ceiling (reliability and chaos tiers);
+- ``spinning_programs``: real processes spinning like vLLM bugs, for real py-spy dumps;
 - ``report_page``, ``k8s_schemas``: the incident page and the Kubernetes schemas tests check against.
 """
