@@ -187,6 +187,9 @@ def classify(cmdline: tuple[str, ...], prefix: str) -> Role:
 
 # ---------------------------------------------------------------- the snapshot
 CMDLINE_SETTLE_S = 30.0  # vLLM retitles its children (VLLM::EngineCore …) right after they start
+# a process seen by the last pass is taken as it was (its stat not read again) for this long, unless
+# it is watched or its parent is gone; every other pass reads one stat per *new* pid, not per pid
+STAT_REFRESH_S = 30.0
 
 
 @dataclass
@@ -208,11 +211,24 @@ class DiscoveryCache:
     skip: frozenset[ProcKey] = frozenset()
     # this pass's identities by pid, filled as it reads (who a pass stuck in a read blocked on)
     keys: dict[int, ProcKey] = field(default_factory=dict)
+    # pid -> (identity, ppid, state, when its stat was read): a pid listed again within
+    # STAT_REFRESH_S is the same process (a pid is reused only once its holder is gone and the
+    # kernel's pids wrapped around) with the same parent (re-read when that parent is gone)
+    stats: dict[int, tuple[ProcKey, int, str, float]] = field(default_factory=dict)
+    # pids whose stat every pass reads (the last targets' trees and the orphans: what the loop
+    # acts on; set by the caller)
+    watched: frozenset[int] = frozenset()
 
     def for_pass(self, now: float, skip: frozenset[ProcKey]) -> DiscoveryCache:
         """A copy for one pass: a pass abandoned mid-read never touches the cache of the next."""
         return DiscoveryCache(
-            owners=dict(self.owners), ports=dict(self.ports), cmdlines=dict(self.cmdlines), now=now, skip=skip
+            owners=dict(self.owners),
+            ports=dict(self.ports),
+            cmdlines=dict(self.cmdlines),
+            now=now,
+            skip=skip,
+            stats=dict(self.stats),
+            watched=self.watched,
         )
 
 
@@ -227,11 +243,22 @@ class _Snapshot:
         now = cache.now if cache is not None else 0.0
         skip = cache.skip if cache is not None else frozenset()
         keys = cache.keys if cache is not None else {}
+        stats = cache.stats if cache is not None else {}
+        watched = cache.watched if cache is not None else frozenset()
+        fresh: dict[int, tuple[ProcKey, int, str, float]] = {}
         seen: dict[ProcKey, tuple[tuple[str, ...], float]] = {}
-        for pid in procfs.pids():
+        listed = procfs.pids()
+        alive = set(listed)
+        for pid in listed:
             try:
-                st = procfs.stat(pid)
-                key = ProcKey(pid, st.starttime)
+                was = stats.get(pid)
+                same = was is not None and pid not in watched and now - was[3] < STAT_REFRESH_S
+                if was is not None and same and (was[1] in alive or was[1] == 0):  # 0: no parent in this pid ns
+                    key, ppid, state, _ = fresh[pid] = was
+                else:
+                    st = procfs.stat(pid)
+                    key, ppid, state = ProcKey(pid, st.starttime), st.ppid, st.state
+                    fresh[pid] = (key, ppid, state, now)
                 keys[pid] = key
                 cached = known.get(key)
                 if cached is not None and (now - cached[1] >= CMDLINE_SETTLE_S or key in skip):
@@ -244,9 +271,10 @@ class _Snapshot:
             except (TargetGone, AccessDenied, ProbeFailed):
                 continue
             seen[key] = cached
-            self.procs[pid] = _Proc(key, st.ppid, st.state, cmdline)
+            self.procs[pid] = _Proc(key, ppid, state, cmdline)
         if cache is not None:
             cache.cmdlines = seen  # only processes alive now: the cache never grows unbounded
+            cache.stats = fresh
         self.children = proctree.children_by_parent((p.key.pid, p.ppid) for p in self.procs.values())
         self._listening: dict[int, set[int]] | None = None
         self._owners: dict[int, set[int]] | None = None

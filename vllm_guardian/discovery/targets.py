@@ -116,6 +116,8 @@ class TargetsStage:
             for hook in self.on_discovery:
                 if current():
                     hook(result.targets, no_environ)
+        # what the loop acts on is read afresh by every pass; the rest of the node once per STAT_REFRESH_S
+        cache.watched = frozenset(p.pid for t in result.targets for p in t.processes) | {o.pid for o in result.orphans}
         return result, cache
 
     def _settle(
