@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -300,6 +301,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # SIGTERM (a timeout, an impatient lock holder) unwinds like an exception: servers, guardians and
+    # the baseline worktree are cleaned up by the finally blocks
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     text = run(args)
     print(text)
     args.out.write_text(text)
