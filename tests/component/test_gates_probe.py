@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from vllm_guardian.surface.status_codec import plain
 from vllm_guardian.clock import SystemClock
 from vllm_guardian.config.schema import Config, DetectorsConfig, DiagnosticPromptConfig, GatesConfig
 from vllm_guardian.detectors import output_corruption
@@ -98,8 +99,9 @@ class World:
         return output_corruption.evaluate(view, self.cfg.detectors)
 
     def status(self):
-        return self.shared.status_of(
-            NAME, self.now, self.cfg.detectors.output_corruption, output_corruption.health_score
+        """The target's gates section as the status document shows it."""
+        return plain(
+            self.shared.status_of(NAME, self.now, self.cfg.detectors.output_corruption, output_corruption.health_score)
         )
 
 
@@ -422,4 +424,4 @@ def test_without_a_trust_key_the_guardian_says_once_that_external_evidence_never
         w = World("http://127.0.0.1:1", tmp_path)
     said = [r.getMessage() for r in caplog.records if "never a restart" in r.getMessage()]
     assert len(said) == 1 and "gates.trust" in said[0]
-    assert not w.shared.trusted and w.shared.summary()["trust"] == "unsigned"
+    assert not w.shared.trusted and w.shared.summary().trust == "unsigned"

@@ -109,7 +109,8 @@ def _run_locked(args, cfg) -> int:
 
 def cmd_status(args) -> int:
     from vllm_guardian.surface.control_socket import request
-    from vllm_guardian.surface.status_view import render_status
+    from vllm_guardian.surface.status_render import render_status
+    from vllm_guardian.surface.status_snapshot import StatusSnapshot
 
     if args.fleet:
         from vllm_guardian.sinks.fleet import fleet_status, render_fleet
@@ -129,7 +130,15 @@ def cmd_status(args) -> int:
     except (OSError, RuntimeError, ValueError) as e:
         print(_not_reachable(path, e), file=sys.stderr)
         return 1
-    print(json.dumps(doc, indent=2) if args.json else render_status(doc))
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    try:
+        snapshot = StatusSnapshot.from_dict(doc)
+    except ValueError as e:
+        print(f"guardian status: the guardian at {path} answered a status this CLI cannot read ({e})", file=sys.stderr)
+        return 1
+    print(render_status(snapshot))
     return 0
 
 
@@ -154,7 +163,7 @@ def cmd_check_config(args) -> int:
 
 
 def cmd_probe(args) -> int:
-    from vllm_guardian.surface.status_view import render_status
+    from vllm_guardian.surface.status_render import render_status
 
     cfg = _load(args.config)
     _setup_logging(args, cfg)
@@ -172,9 +181,9 @@ def cmd_probe(args) -> int:
         daemon.tick()
     finally:
         daemon.runner.shutdown()
-    doc = daemon.status().to_dict()
-    print(json.dumps(doc, indent=2) if args.json else render_status(doc))
-    return 0 if doc["targets"] else 1
+    snapshot = daemon.status()
+    print(json.dumps(snapshot.to_dict(), indent=2) if args.json else render_status(snapshot))
+    return 0 if snapshot.targets else 1
 
 
 def cmd_incidents(args) -> int:
