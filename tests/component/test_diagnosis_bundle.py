@@ -21,8 +21,6 @@ from vllm_guardian.host.runner import SubprocessRunner
 from vllm_guardian.incidents.store import IncidentStore
 from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef
 
-from test_diagnosis_real_pyspy import lru_program  # noqa: F401  (the fixture: a real spinning LRU program)
-
 
 def hot_tid(pid: int) -> int:
     """The thread whose CPU time grows: read twice from /proc."""
@@ -45,7 +43,7 @@ def hot_tid(pid: int) -> int:
     return max(b, key=lambda t: b[t] - a.get(t, 0))
 
 
-def test_a_captured_bundle_of_the_real_lru_spin_is_diagnosed(lru_program, tmp_path):  # noqa: F811 (the fixture)
+def test_a_captured_bundle_of_the_real_lru_spin_is_diagnosed(lru_program, tmp_path):
     if default_locate("py-spy") is None:
         pytest.skip("py-spy is not installed next to this Python")
     pid = lru_program.pid

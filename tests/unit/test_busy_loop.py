@@ -11,8 +11,8 @@ from vllm_guardian.detectors import busy_loop
 from vllm_guardian.detectors.hot_threads import hot_threads_for
 from vllm_guardian.model import Kind, Role, Sample, Severity, Subject
 from vllm_guardian.series import metrics as m
-from detector_world import NOW, T, canary, gauges, seconds
-from detector_world import make_view as view
+from tests.support.detector_world import NOW, T, canary, gauges, seconds
+from tests.support.detector_world import make_view as view
 
 CFG = DetectorsConfig()
 
@@ -257,7 +257,7 @@ def test_a_thread_that_neither_runs_nor_waits_to_run_is_not_hot():
 
 
 def test_a_spin_in_one_engine_of_a_data_parallel_server_names_the_process_and_its_rank():
-    from detector_world import API, TARGET
+    from tests.support.detector_world import API, TARGET
     from vllm_guardian.model import ProcessInfo, ProcKey
 
     dp0 = ProcessInfo(ProcKey(200, 22), 100, Role.ENGINE_CORE, ("VLLM::EngineCore_DP0",))
@@ -272,7 +272,7 @@ def test_a_spin_in_one_engine_of_a_data_parallel_server_names_the_process_and_it
 
 def dp_world(dp1_progress: bool, canary_answered: bool | None):
     """A DP=2 server: DP0 serves (the server's counters advance), DP1's main thread spins."""
-    from detector_world import API, TARGET
+    from tests.support.detector_world import API, TARGET
     from vllm_guardian.model import ProcessInfo, ProcKey
 
     dp0 = ProcessInfo(ProcKey(200, 22), 100, Role.ENGINE_CORE, ("VLLM::EngineCore_DP0",))
