@@ -15,6 +15,7 @@ Status fields read (all optional; a missing section means no samples):
 
 - ``node``, ``version``;
   ``guardian.{ticks, last_tick_s, max_tick_s, tick_p50_s, tick_p99_s, cpu_seconds, max_rss_bytes}``;
+  ``capabilities.missing[].capability`` (what the guardian lacks: ``host.capabilities``);
 - ``probes.<name>.{runs, failures, overruns, last_duration_s, mean_duration_s}``;
 - ``targets[]``: ``name``, ``model``, ``source``, ``phase``, ``ready``, ``serving`` (bool;
   when absent: ``phase == "serving"``), ``health.status``,
@@ -61,6 +62,13 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("guardian_tick_duration_max_seconds", "gauge", (), "Longest tick of the main loop since start."),
     ("guardian_self_cpu_seconds_total", "counter", (), "CPU time (user + system) the guardian process used."),
     ("guardian_self_max_resident_memory_bytes", "gauge", (), "Peak resident memory of the guardian process."),
+    (
+        "guardian_capability_missing",
+        "gauge",
+        ("capability",),
+        "1 for each capability the guardian lacks here (read_other_users_sockets, ptrace, signal_other_users, "
+        "kmsg, nvml); absent when it has it.",
+    ),
     # probes
     ("guardian_probe_runs_total", "counter", ("probe",), "Runs of a probe (successful or not)."),
     (
@@ -294,6 +302,9 @@ class GuardianCollector:
         f.add("guardian_tick_duration_max_seconds", (), g.get("max_tick_s"))
         f.add("guardian_self_cpu_seconds_total", (), g.get("cpu_seconds"))
         f.add("guardian_self_max_resident_memory_bytes", (), g.get("max_rss_bytes"))
+        for c in _list(_map(doc.get("capabilities")).get("missing")):
+            if isinstance(c, Mapping) and c.get("capability"):
+                f.add("guardian_capability_missing", (str(c["capability"]),), 1)
 
     @staticmethod
     def _probe_metrics(f: _Families, doc: Mapping[str, Any]) -> None:

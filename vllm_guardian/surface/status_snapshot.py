@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from vllm_guardian.host.capabilities import MissingCapability
 from vllm_guardian.incidents import incident_to_dict
 from vllm_guardian.model import Incident
 
@@ -110,6 +111,9 @@ class TargetStatus:
     gates: Mapping[str, Any] | None = None  # output-correctness gates: health score, baseline, notes
     serving_reason: str = ""  # why (not) serving, CamelCase (surface/readiness.py; the readiness gate's reason)
     serving_message: str = ""
+    socket: str = ""  # how its claim on its port was checked (model.Target.socket); "argv": not verified
+    port_verified: bool = True  # False: matched by its command line alone, never restarted automatically
+    auto_remediation: str = "on"  # or "off (<why>)": maintenance, autodiscovered, port not verified
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,7 @@ class StatusSnapshot:
     extras: Mapping[str, Any] = field(default_factory=dict)  # sections wired in by runtime (alerts)
     accelerators: tuple[Mapping[str, Any], ...] = ()  # every device of the node (diagnosis.node_view)
     errors: Mapping[str, str] = field(default_factory=dict)
+    capabilities_missing: tuple[MissingCapability, ...] = ()  # what the guardian cannot do here
     schema: int = SCHEMA
 
     def target(self, name: str) -> TargetStatus | None:
@@ -172,6 +177,7 @@ class StatusSnapshot:
             "actions": _plain(self.actions),
             "maintenance_until": self.maintenance_until,
             "accelerators": _plain(self.accelerators),
+            "capabilities": {"missing": _plain(self.capabilities_missing)},
             **{k: _plain(v) for k, v in self.extras.items()},
             "errors": dict(self.errors),
         }

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_guardian import __version__
 from vllm_guardian.detectors.output_corruption import health_score
+from vllm_guardian.discovery.argv import NOT_VERIFIED
 from vllm_guardian.remediation.policy import Maintenance, budget_left
 from vllm_guardian.bundle.redact import redact_argv
 from vllm_guardian.surface.readiness import readiness
@@ -179,7 +180,24 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
             if d.readings.gates is not None
             else None
         ),
+        socket=tr.target.socket,
+        port_verified=tr.target.port_verified,
+        auto_remediation=_auto_remediation(d, tr),
     )
+
+
+def _auto_remediation(d: Daemon, tr: TrackedTarget) -> str:
+    """Whether an incident of this target may restart it: "on", or "off (why)". Detection and
+    alerts go on either way (maintenance stops remediation only, never hides a hang)."""
+    if d.remediator.maintenance.active(d.clock.wall()):
+        return "off (maintenance)"
+    if not d.remediator.settings.configured(tr.name):
+        return "off (autodiscovered: no restart configured)"
+    if not tr.target.port_verified:
+        return "off (port not verified)"
+    if tr.name in d.remediator.exhausted:
+        return "off (restart budget spent)"
+    return "on"
 
 
 def build_status(d: Daemon, now: float) -> StatusSnapshot:
@@ -228,6 +246,7 @@ def build_status(d: Daemon, now: float) -> StatusSnapshot:
         },
         errors=dict(d.episodes.current()),
         accelerators=tuple(with_faults(d.readings.accel.node if d.readings.accel is not None else [], faults)),
+        capabilities_missing=d.capabilities.missing(),
     )
 
 
@@ -329,6 +348,11 @@ def render_status(doc: dict[str, Any]) -> str:
                 f"  device {dev.get('device')}: {_fmt_bytes(dev.get('memory_used_bytes'))} of "
                 f"{_fmt_bytes(dev.get('memory_total_bytes'))}, util {_fmt_pct(dev.get('utilization_ratio'))}"
             )
+        if not t.get("port_verified", True):
+            lines.append(f"  port {t['port']} not verified: {NOT_VERIFIED.split(': ', 1)[1]}")
+        auto = t.get("auto_remediation")
+        if auto and auto != "on":
+            lines.append(f"  remediation: {auto}; detection and alerts go on")
         rem = t.get("remediation")
         if rem:
             lines.append(f"  remediation: {rem['phase']} ({rem['reason']}, mode {rem['mode']}): {rem['detail']}")
@@ -356,6 +380,11 @@ def render_status(doc: dict[str, Any]) -> str:
         for i in doc["incidents"]:
             opened = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(i["opened_at"]))
             lines.append(f"  {i['id']}  {i['kind']:<14} {i['target']['name']:<14} since {opened}  {i['summary']}")
+    missing = (doc.get("capabilities") or {}).get("missing") or []
+    if missing:
+        lines.append("")
+        lines.append("CAPABILITIES MISSING")
+        lines.extend(f"  {c['capability']}: {c['why']}; {c['consequence']}" for c in missing)
     node_errors = {k: v for k, v in doc["errors"].items() if ":" not in k or k.startswith(("procfs", "sink"))}
     for key, msg in node_errors.items():
         lines.append(f"error {key}: {msg}")
