@@ -52,7 +52,6 @@ from typing import Any, Callable, Mapping
 
 from vllm_guardian.clock import Clock
 from vllm_guardian.config.schema import EvidenceConfig
-from vllm_guardian.discovery.scan import classify, is_api_server
 from vllm_guardian.errors import AccessDenied, BackendUnavailable, GuardianError, TargetGone
 from vllm_guardian.host.process_details import ProcessDetails
 from vllm_guardian.host.procfs import ProcFS
@@ -60,7 +59,7 @@ from vllm_guardian.host.runner import CommandResult, CommandRunner
 from vllm_guardian.incidents.ids import new_incident_id
 from vllm_guardian.incidents.store import jsonable
 from vllm_guardian.detectors.kinds import ANSWER_KINDS, GENTLE_EVIDENCE
-from vllm_guardian.model import Incident, ProcessInfo, ProcKey, Role, Target
+from vllm_guardian.model import Incident, ProcessInfo, Role, Target
 from vllm_guardian.series import metrics as m
 from vllm_guardian.series.store import SeriesStore
 from vllm_guardian.bundle import pyspy
@@ -132,30 +131,6 @@ def series_windows(store: SeriesStore, target: str, since: float) -> dict[str, d
 def read_summary(bundle_dir: str | os.PathLike[str]) -> str:
     """The bundle's ``summary.txt``. ``FileNotFoundError`` when the bundle has none."""
     return (Path(bundle_dir) / SUMMARY).read_text(encoding="utf-8")
-
-
-def target_for_pid(procfs: ProcFS, pid: int, prefix: str = "VLLM") -> Target:
-    """A Target for a bare pid (``guardian snapshot <pid>``): it and all its descendants.
-    Raises ``TargetGone`` when the pid does not exist."""
-    root = procfs.stat(pid)
-    children: dict[int, list[tuple[int, int]]] = {}
-    for p in procfs.pids():
-        try:
-            st = procfs.stat(p)
-        except GuardianError:
-            continue
-        children.setdefault(st.ppid, []).append((p, st.starttime))
-    procs, todo = [], [(pid, root.ppid, root.starttime)]
-    while todo:
-        p, ppid, start = todo.pop(0)
-        try:
-            cmd = procfs.cmdline(p)
-        except GuardianError:
-            cmd = ()
-        role = Role.API_SERVER if is_api_server(cmd) else classify(cmd, prefix)
-        procs.append(ProcessInfo(ProcKey(p, start), ppid, role, cmd))
-        todo += [(c, p, s) for c, s in sorted(children.get(p, ())) if c != p]
-    return Target(f"pid-{pid}", ProcKey(pid, root.starttime), tuple(procs), source="snapshot")
 
 
 def choose_hottest(ctx: EvidenceContext) -> int | None:

@@ -50,6 +50,7 @@ from vllm_guardian.state.tracker import Changes, Tracker
 
 if TYPE_CHECKING:
     from vllm_guardian.diagnosis.service import Diagnoser
+    from vllm_guardian.gates.exchange import RedisHashes
     from vllm_guardian.remediation.lease import FleetLease
     from vllm_guardian.host.kube import KubeClient
     from vllm_guardian.surface.status_snapshot import StatusSnapshot
@@ -75,9 +76,10 @@ class Daemon:
         runner: AsyncRunner | None = None,
         log: logging.Logger | None = None,
         diagnoser: Diagnoser | None = None,
+        redis: RedisHashes | None = None,
     ) -> None:
         self.cfg = cfg
-        self.seams, self.kube = seams, kube  # kept for a config reload (``loop.reload``)
+        self.seams, self.kube, self.redis = seams, kube, redis  # kept for a config reload (``loop.reload``)
         self.clock = seams.clock
         self.log = log or logging.getLogger("guardian")
         self.node = cfg.node or os.uname().nodename
@@ -105,7 +107,7 @@ class Daemon:
         )
         self.stats = SelfStats.for_probes(probe_names())
         self.probes = ProbeScheduler(
-            build_probes(ProbeParts(cfg, seams, self.tracker, self.series, self.readings, self.log)),
+            build_probes(ProbeParts(cfg, seams, self.tracker, self.series, self.readings, self.log, redis)),
             self.runner,
             self.stats,
             self.episodes,

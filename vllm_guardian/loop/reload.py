@@ -94,7 +94,7 @@ def apply_config(daemon: Daemon, new: Config) -> ReloadResult:
     stage = daemon.targets
     stage.cfg = cfg
     stage.platform = platform_for(cfg, daemon.seams.proc, daemon.kube, daemon.seams.commands)
-    parts = ProbeParts(cfg, daemon.seams, tracker, daemon.series, daemon.readings, daemon.log)
+    parts = ProbeParts(cfg, daemon.seams, tracker, daemon.series, daemon.readings, daemon.log, daemon.redis)
     daemon.probes.probes = rebuilt_probes(daemon.probes.probes, parts)
     rem = daemon.remediator
     rem.reconfigure(RemediationSettings.from_config(cfg))

@@ -3,8 +3,8 @@
 - ``real_seams(cfg)``: the real OS contacts (clock, /proc under the configured root, HTTP,
   subprocesses, process control, the accelerator backends ``accelerators:`` asks for).
 - ``build_daemon(cfg, seams, ...)``: the daemon with its incident store, evidence collector,
-  fleet lease (on the alert sink's Redis) and Kubernetes client (when a target restarts
-  through it).
+  the alert sink's Redis (the fleet lease and the gates' fingerprint exchange use it) and
+  Kubernetes client (when a target restarts through it).
 - ``Runtime.start(cfg)``: all of it as ``guardian run`` and ``guardian demo`` run it: the alert
   sink (embedded Redis by default), alert events for incident transitions and updates,
   re-notification and the node heartbeat, the control socket, the HTTP listener (``/metrics``,
@@ -53,7 +53,6 @@ from vllm_guardian.sinks.events import AlertEmitter, IncidentAlerts
 from vllm_guardian.sinks.fleet import node_summary
 from vllm_guardian.sinks.gate_decisions import GateDecisions
 from vllm_guardian.sinks.redis_sink import AlertSink
-from vllm_guardian.gates.exchange import FingerprintExchange
 from vllm_guardian.gates.listener import ReportsListener
 from vllm_guardian.gates.trust import load_keys
 
@@ -135,6 +134,7 @@ def build_daemon(
         runner=runner,
         log=log,
         diagnoser=diagnoser,
+        redis=sink.client if sink is not None else None,
     )
     return daemon
 
@@ -265,15 +265,12 @@ class Runtime:
         return rt
 
     def _wire_gates(self, cfg: Config) -> None:
-        """The gates' Redis side: greedy-answer fingerprints across nodes (L4) and the listener of
-        external reports; the decisions sink was handed to the daemon with the others."""
+        """The gates' Redis side: the listener of external reports (the probe shares fingerprints
+        across nodes on the Redis connection it was built with); the decisions sink was handed to
+        the daemon with the others."""
         gates = self.daemon.readings.gates
         if gates is None:
             return
-        trust = cfg.gates.trust
-        gates.exchange = FingerprintExchange(
-            self.sink.client, cfg.node or "", self.clock.wall, gates.keys, trust.max_skew, trust.min_peer_nodes
-        )
         if self.decisions is not None:
             self.decisions.keys = gates.keys  # decisions out are signed with the same keys
         self.listener = ReportsListener(
