@@ -8,12 +8,12 @@ import logging
 
 import pytest
 
-from test_daemon import API, World
 from vllm_guardian.config.schema import Config, DiscoveryConfig, MatchConfig, TargetConfig
 from vllm_guardian.discovery.scan import discover
 from vllm_guardian.surface.exporter import GuardianCollector
 from vllm_guardian.surface.status_view import render_status
 from vllm_guardian.testing.fake_proc import FakeProcTree
+from tests.support.daemon_world import API, World
 
 SERVE = ("/opt/venv/bin/vllm", "serve", "m", "--port", "8001")
 

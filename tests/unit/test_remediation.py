@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 
 import pytest
 
@@ -14,7 +15,7 @@ from vllm_guardian.remediation.policy import Maintenance, RestartLedger
 from vllm_guardian.series import metrics as m
 from vllm_guardian.testing.fake_control import FakeControl
 from vllm_guardian.testing.fake_runner import FakeRunner, result
-from tests.support.remediation_world import API, ARGV, ENGINE, WORKER, World
+from tests.support.remediation_world import API, ARGV, ENGINE, WORKER, World, target
 
 
 def test_a_busy_loop_is_drained_stopped_restarted_and_verified(tmp_path):
