@@ -11,7 +11,7 @@ import pytest
 from vllm_guardian.config.schema import Config, DiscoveryConfig, MatchConfig, TargetConfig
 from vllm_guardian.discovery.scan import discover
 from vllm_guardian.surface.exporter import GuardianCollector
-from vllm_guardian.surface.status_view import render_status
+from vllm_guardian.surface.status_render import render_status
 from vllm_guardian.testing.fake_proc import FakeProcTree
 from tests.support.daemon_world import API, World
 
@@ -85,7 +85,8 @@ def test_status_and_metrics_list_the_unverified_port_and_the_missing_capabilitie
         w.d = w.new_daemon()
         try:
             w.step(30)
-            doc = w.d.status().to_dict()
+            snapshot = w.d.status()
+            doc = snapshot.to_dict()
         finally:
             w.d.runner.shutdown()
     t = doc["targets"][0]
@@ -93,10 +94,10 @@ def test_status_and_metrics_list_the_unverified_port_and_the_missing_capabilitie
     assert t["auto_remediation"] == "off (port not verified)"
     missing = [c["capability"] for c in doc["capabilities"]["missing"]]
     assert missing == ["ptrace", "read_other_users_sockets", "signal_other_users"]
-    table = render_status(doc)
+    table = render_status(snapshot)
     assert "port 8000 not verified: the guardian cannot read this process's sockets" in table
     assert "CAPABILITIES MISSING" in table and "read_other_users_sockets" in table
-    fams = {f.name: f for f in GuardianCollector(lambda: doc).collect()}
+    fams = {f.name: f for f in GuardianCollector(lambda: snapshot).collect()}
     exported = sorted(s.labels["capability"] for s in fams["guardian_capability_missing"].samples)
     assert exported == missing
     said = [r.getMessage() for r in caplog.records]
