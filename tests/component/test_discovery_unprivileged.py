@@ -12,6 +12,7 @@ from vllm_guardian.config.schema import Config, DiscoveryConfig, MatchConfig, Ta
 from vllm_guardian.discovery.scan import discover
 from vllm_guardian.surface.exporter import GuardianCollector
 from vllm_guardian.surface.status_render import render_status
+from vllm_guardian.surface.status_snapshot import StatusSnapshot
 from vllm_guardian.testing.fake_proc import FakeProcTree
 from tests.support.daemon_world import API, World
 
@@ -94,7 +95,7 @@ def test_status_and_metrics_list_the_unverified_port_and_the_missing_capabilitie
     assert t["auto_remediation"] == "off (port not verified)"
     missing = [c["capability"] for c in doc["capabilities"]["missing"]]
     assert missing == ["ptrace", "read_other_users_sockets", "signal_other_users"]
-    table = render_status(snapshot)
+    table = render_status(StatusSnapshot.from_dict(doc))  # as `guardian status` reads the control socket's
     assert "port 8000 not verified: the guardian cannot read this process's sockets" in table
     assert "CAPABILITIES MISSING" in table and "read_other_users_sockets" in table
     fams = {f.name: f for f in GuardianCollector(lambda: snapshot).collect()}
