@@ -25,8 +25,11 @@ from vllm_guardian.model import Incident
 from vllm_guardian.probes.accel import TargetDevice
 from vllm_guardian.remediation.parts import ActionCounts
 from vllm_guardian.remediation.remediator import SequenceStatus
+from vllm_guardian.series.status import EngineStatus, MemoryStatus
 from vllm_guardian.sinks.redis_sink import AlertsStatus
 from vllm_guardian.state.device_faults import DeviceFaultStatus
+from vllm_guardian.state.selfstats import GuardianSelf, ProbeCounters
+from vllm_guardian.state.tracker import CanaryStatus, HealthStatus
 from vllm_guardian.surface.kube_publisher import KubernetesStatus
 from vllm_guardian.surface.status_codec import decode, plain
 
@@ -56,43 +59,6 @@ class ProcessStatus:
     rss_bytes: int | None
     threads: int | None
     hottest_thread: HottestThread | None
-
-
-@dataclass(frozen=True)
-class HealthStatus:
-    status: int | None  # HTTP status of /health, None when it did not answer
-    error: str | None
-    latency_s: float | None
-
-
-@dataclass(frozen=True)
-class EngineStatus:
-    requests_running: float | None
-    requests_waiting: float | None
-    kv_cache_usage: float | None
-    steps_per_s: float | None
-
-
-@dataclass(frozen=True)
-class CanaryStatus:
-    ok: bool
-    timed_out: bool
-    latency_s: float | None
-    error: str | None
-    age_s: float | None
-
-
-@dataclass(frozen=True)
-class MemoryTrend:
-    bytes: int
-    slope_bytes_per_s: float | None
-    window_s: float
-
-
-@dataclass(frozen=True)
-class MemoryStatus:
-    accelerator: MemoryTrend | None
-    rss: MemoryTrend | None
 
 
 @dataclass(frozen=True)
@@ -126,28 +92,6 @@ class TargetStatus:
     socket: str = ""  # how its claim on its port was checked (model.Target.socket); "argv": not verified
     port_verified: bool = True  # False: matched by its command line alone, never restarted automatically
     auto_remediation: str = "on"  # or "off (<why>)": maintenance, autodiscovered, port not verified, budget
-
-
-@dataclass(frozen=True)
-class ProbeCounters:
-    runs: int
-    failures: int
-    overruns: int
-    last_duration_s: float | None
-    mean_duration_s: float | None
-
-
-@dataclass(frozen=True)
-class GuardianSelf:
-    pid: int
-    ticks: int
-    last_tick_s: float | None
-    max_tick_s: float | None
-    cpu_seconds: float | None
-    max_rss_bytes: int
-    ticks_failed: int = 0  # ticks that raised (they feed neither /healthz nor the watchdog)
-    tick_p50_s: float | None = None  # over the last ticks kept (SelfStats.tick_times)
-    tick_p99_s: float | None = None
 
 
 @dataclass(frozen=True)
