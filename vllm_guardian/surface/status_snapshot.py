@@ -20,6 +20,7 @@ from typing import Any
 from vllm_guardian.config.status import ConfigStatus
 from vllm_guardian.diagnosis.node_view import DeviceRow
 from vllm_guardian.gates.status import GatesSummary, TargetGatesStatus
+from vllm_guardian.host.capabilities import MissingCapability
 from vllm_guardian.model import Incident
 from vllm_guardian.probes.accel import TargetDevice
 from vllm_guardian.remediation.parts import ActionCounts
@@ -88,12 +89,20 @@ class TargetStatus:
     gates: TargetGatesStatus | None = None  # output-correctness gates: health score, baseline, notes
     serving_reason: str = ""  # why (not) serving, CamelCase (surface/readiness.py; the readiness gate's reason)
     serving_message: str = ""
+    socket: str = ""  # how its claim on its port was checked (model.Target.socket); "argv": not verified
+    port_verified: bool = True  # False: matched by its command line alone, never restarted automatically
+    auto_remediation: str = "on"  # or "off (<why>)": maintenance, autodiscovered, port not verified, budget
 
 
 @dataclass(frozen=True)
 class Unmatched:
     target: str  # a configured target
     reason: str  # why it was not found
+
+
+@dataclass(frozen=True)
+class CapabilitiesStatus:
+    missing: tuple[MissingCapability, ...] = ()  # what the guardian cannot do here (host.capabilities)
 
 
 #: Node sections of parts that may not be wired (no gates, no Kubernetes, ``guardian probe``):
@@ -122,6 +131,7 @@ class StatusSnapshot:
     config: ConfigStatus | None = None  # reloads
     api_keys: Mapping[str, str] | None = None  # target -> where its API key came from
     kubernetes: KubernetesStatus | None = None  # the Kubernetes publisher
+    capabilities: CapabilitiesStatus = field(default_factory=CapabilitiesStatus)
     schema: int = SCHEMA
 
     def target(self, name: str) -> TargetStatus | None:

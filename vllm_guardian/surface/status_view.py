@@ -31,7 +31,14 @@ from vllm_guardian.sinks.redis_sink import AlertsStatus
 from vllm_guardian.surface.kube_publisher import KubernetesStatus
 from vllm_guardian.series import metrics as m
 from vllm_guardian.series.status import engine_section, latest, memory_section
-from vllm_guardian.surface.status_snapshot import HottestThread, ProcessStatus, StatusSnapshot, TargetStatus, Unmatched
+from vllm_guardian.surface.status_snapshot import (
+    CapabilitiesStatus,
+    HottestThread,
+    ProcessStatus,
+    StatusSnapshot,
+    TargetStatus,
+    Unmatched,
+)
 
 if TYPE_CHECKING:
     from vllm_guardian.loop.daemon import Daemon
@@ -153,7 +160,24 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
         incidents=tuple(kinds),
         errors=d.episodes.current(f"{name}:"),
         gates=gates.status_of(name, now, det.output_corruption, health_score) if gates is not None else None,
+        socket=tr.target.socket,
+        port_verified=tr.target.port_verified,
+        auto_remediation=_auto_remediation(d, tr),
     )
+
+
+def _auto_remediation(d: Daemon, tr: TrackedTarget) -> str:
+    """Whether an incident of this target may restart it: "on", or "off (why)". Detection and
+    alerts go on either way (maintenance stops remediation only, never hides a hang)."""
+    if d.remediator.maintenance.active(d.clock.wall()):
+        return "off (maintenance)"
+    if not d.remediator.settings.configured(tr.name):
+        return "off (autodiscovered: no restart configured)"
+    if not tr.target.port_verified:
+        return "off (port not verified)"
+    if tr.name in d.remediator.exhausted:
+        return "off (restart budget spent)"
+    return "on"
 
 
 def build_status(d: Daemon, now: float) -> StatusSnapshot:
@@ -184,6 +208,7 @@ def build_status(d: Daemon, now: float) -> StatusSnapshot:
         config=_section(src.config),
         api_keys=_section(src.api_keys),
         kubernetes=_section(src.kubernetes),
+        capabilities=CapabilitiesStatus(d.capabilities.missing()),
     )
 
 
