@@ -7,7 +7,8 @@ listener and ``guardian probe`` read the snapshot itself; only the control socke
 (``to_dict``: the JSON document ``guardian status --json`` prints and other tools read), and the
 CLI reads that document back with ``from_dict`` (``from_dict(to_dict(s)) == s``). Field names are
 the document's keys; ``None`` is ``null``; a node section that is ``None`` (a part not wired) is
-left out of the document.
+left out of the document. Each section's type lives with the part that makes it (imported
+below); the types here are the target row and the snapshot itself.
 """
 
 from __future__ import annotations
