@@ -41,7 +41,7 @@ from vllm_guardian.model import Incident
 from vllm_guardian.series import metrics as m
 from vllm_guardian.diagnosis.catalog_load import all_signatures, load_catalogs
 from vllm_guardian.detectors.kinds import spec
-from vllm_guardian.diagnosis.forensics import crash_report
+from vllm_guardian.diagnosis.forensics import CrashReport, crash_report
 from vllm_guardian.diagnosis.log_tail import MAX_BYTES, LogTail, choose_source, read_tail
 from vllm_guardian.diagnosis.matcher import Observation, device_idle_note, diagnose
 from vllm_guardian.diagnosis.node_view import target_utilization
@@ -61,11 +61,21 @@ MAX_MATCHES = 5
 
 @dataclass(frozen=True)
 class DiagnosisResult:
-    diagnosis: tuple[dict[str, Any], ...] = ()
-    crash: dict[str, Any] | None = None
+    """What the diagnosis found; ``diagnosis`` and ``crash`` are the incident's documents of it."""
+
+    matches: tuple[Match, ...] = ()  # best first, at most MAX_MATCHES
+    report: CrashReport | None = None  # crash forensics, for a kind that has them
     notes: tuple[str, ...] = ()
     vllm_version: str | None = None
     accelerators: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+
+    @property
+    def diagnosis(self) -> tuple[dict[str, Any], ...]:
+        return tuple(mt.to_dict() for mt in self.matches)
+
+    @property
+    def crash(self) -> dict[str, Any] | None:
+        return self.report.to_dict() if self.report is not None else None
 
 
 def _read_json(path: Path) -> Any:
@@ -238,8 +248,8 @@ class Diagnoser:
         ranked = sorted(found.values(), key=lambda mt: (-_shown(mt), -len(mt.matched), mt.id))
         note = device_idle_note(kind, util)
         return DiagnosisResult(
-            tuple(mt.to_dict() for mt in ranked[:MAX_MATCHES]),
-            report.to_dict() if report is not None else None,
+            tuple(ranked[:MAX_MATCHES]),
+            report,
             (note,) if note else (),
             version,
             tuple(dict(r) for r in accelerators),
@@ -282,10 +292,11 @@ class Diagnoser:
 
     @staticmethod
     def write(bundle: Path, incident: Incident, res: DiagnosisResult) -> None:
+        diagnosis, crash = list(res.diagnosis), res.crash
         doc = {
             "schema": 1,
-            "diagnosis": list(res.diagnosis),
-            "crash": res.crash,
+            "diagnosis": diagnosis,
+            "crash": crash,
             "notes": list(res.notes),
             "vllm_version": res.vllm_version,
             "accelerators": list(res.accelerators),
@@ -296,10 +307,10 @@ class Diagnoser:
             if summary.exists():
                 text = summary.read_text(encoding="utf-8")
                 if "\nDiagnosis: " not in text:
-                    block = diagnosis_lines(res.diagnosis, res.crash, res.notes)
+                    block = diagnosis_lines(diagnosis, crash, res.notes)
                     atomic_write(summary, redact_text(insert_into_summary(text, block)))
             inc = incident_to_dict(incident)
-            inc.update({"diagnosis": list(res.diagnosis), "crash": res.crash})
+            inc.update({"diagnosis": diagnosis, "crash": crash})
             write_report(bundle, inc)
         except OSError as e:
             log.warning("diagnosis files for %s not written: %s", bundle, e)

@@ -35,6 +35,8 @@ from vllm_guardian.incidents import IncidentManager, IncidentStore
 from vllm_guardian.loop.run import run_loop
 from vllm_guardian.model import Finding, Incident, Kind, TargetRef, Transition
 from vllm_guardian.discovery.platform_match import platform_for
+from vllm_guardian.host.capabilities import Capabilities, from_privileges, read_own_mask
+from vllm_guardian.probes.accel import missing_backends
 from vllm_guardian.state.async_runner import AsyncRunner
 from vllm_guardian.probes.base import ProbeParts, Readings, Seen
 from vllm_guardian.probes.scheduler import ProbeScheduler
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
     from vllm_guardian.remediation.lease import FleetLease
     from vllm_guardian.host.kube import KubeClient
     from vllm_guardian.surface.status_snapshot import StatusSnapshot
+    from vllm_guardian.surface.status_view import StatusSources
 
 Sink = Callable[[Transition], None]
 
@@ -70,7 +73,7 @@ class Daemon:
         sinks: Iterable[Sink] = (),
         on_update: Iterable[Callable[[Incident], None]] = (),
         on_discovery: Iterable[DiscoveryHook] = (),
-        status_extras: dict[str, Callable[[], object]] | None = None,
+        status_sources: StatusSources | None = None,
         runner: AsyncRunner | None = None,
         log: logging.Logger | None = None,
         diagnoser: Diagnoser | None = None,
@@ -87,6 +90,12 @@ class Daemon:
         self.episodes = EpisodeLog(self.log)
         self.runner = runner or AsyncRunner(max_workers=8)
         self.readings = Readings(device_faults=DeviceFaults(cfg.detectors.accel_fault.window))
+        self.capabilities = Capabilities(self.log)  # what it cannot do here, each said once
+        for lack in (
+            *from_privileges(read_own_mask(seams.proc)),
+            *missing_backends(cfg.accelerators, seams.accel_backends),
+        ):
+            self.capabilities.note(lack)
         self.targets = TargetsStage(
             cfg,
             seams.proc,
@@ -95,6 +104,7 @@ class Daemon:
             self.log,
             platform=platform_for(cfg, seams.proc, kube, seams.commands),
             on_discovery=on_discovery,
+            capabilities=self.capabilities,
         )
         self.stats = SelfStats.for_probes(probe_names())
         self.probes = ProbeScheduler(
@@ -145,7 +155,7 @@ class Daemon:
             target_configs={t.name: t for t in cfg.targets},
             on_update=on_update,
         )
-        self.status_extras = dict(status_extras or {})
+        self.status_sources = status_sources  # sections of the parts wired around the daemon (None: none)
         self.findings: dict[str, dict[Kind, Finding | None]] = {}
         self._status: StatusSnapshot | None = None
         self._status_tick = -1
