@@ -315,3 +315,17 @@ def test_a_hot_rank_showing_nothing_pending_is_decided_by_the_canary_sent_to_it(
     assert (f.signals["reason"] if f is not None else None) == reason
     if f is not None:
         assert f.confirmed == (reason == "canary_timeout") and f.signals["dp_rank"] == 1
+
+
+OVERLAPPING = {
+    "the thread seen hot for the last 3 s of the canary's flight: this spin's timeout": ((NOW - 8, NOW - 3), True),
+    "the thread seen hot for only 1.5 s of it: says nothing yet": ((NOW - 9, NOW - 4.5), False),
+}
+
+
+@pytest.mark.parametrize("flight, confirms", OVERLAPPING.values(), ids=OVERLAPPING.keys())
+def test_a_canary_timed_out_that_started_just_before_the_thread_was_seen_hot(flight, confirms):
+    # a spinner starved of CPU is read only once seen runnable twice: the canary in flight then is its
+    series = [thread(since=NOW - 6), counters(False), gauges(running=0), canary(flight[0], flight[1], answered=False)]
+    f = busy_loop.evaluate(view(*series), CFG)
+    assert f is not None and f.confirmed is confirms

@@ -8,7 +8,8 @@ gauges and the canary results. Decides, for the hottest thread:
 2. work pending throughout and counters frozen -> confirmed (``counters_frozen``);
 3. a canary started after it became hot: answered -> nothing (a benign busy-poll
    that still serves); timed out without progress during its flight -> confirmed
-   (``canary_timeout``);
+   (``canary_timeout``); a timeout whose flight saw the thread hot for its last
+   ``SUSPECT_WINDOW`` seconds counts as well (it started just before the thread was read);
 4. otherwise a suspect (unconfirmed): the daemon sends a canary to decide.
 
 On a data-parallel server the hot thread's engine (``EngineCore_DP<k>``) is judged on its own
@@ -75,11 +76,11 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
         return _finding(view, h, base, "counters_frozen", what, confirmed=True)
 
     rank = rank_of(process_title(view.state.target, h.pid)).get("dp_rank") if engine else None
-    recent = [
-        c
-        for c in canaries(view.series, name, h.first_t, now)
-        if c.started >= h.first_t and (c.rank is None or c.rank == rank)  # (not another rank's)
-    ]
+    mine = [c for c in canaries(view.series, name, h.first_t, now) if c.rank is None or c.rank == rank]
+    # started after the thread was seen hot; or a timeout whose last SUSPECT_WINDOW the thread was
+    # seen hot (a spinner starved of CPU is followed only once seen runnable twice: the canary that
+    # reached it just before that is this spin's too, and the confirming one would queue behind it)
+    recent = [c for c in mine if c.started >= h.first_t or (c.timed_out and c.ended - h.first_t >= SUSPECT_WINDOW)]
     if recent:
         c = recent[-1]
         if c.ok and (not engine or c.rank == rank):
