@@ -24,8 +24,8 @@ wins over the whole server's; a hot thread stands a rank down only when it is in
 process tree or in a process every rank shares (the API server, the coordinator): the other
 rank's busy decode is not its excuse.
 
-Never while paused or asleep on purpose (nor in the resume grace after it), never during
-startup grace nor once the API server is gone (engine_dead's case),
+Never while paused or asleep on purpose or drained by the operator (nor in the resume grace
+after it: ``TargetState.on_purpose``), never during startup grace nor once the API server is gone (engine_dead's case),
 nor while a process of the target is hot but its threads are not read yet (the
 first tick of a spin: whether it is busy_loop's case is not known).
 """

@@ -215,6 +215,9 @@ class Daemon:
         suspected: set[str] = set()
         open_episodes = {k: (e.count, e.message, e.since) for k, e in self.episodes.open.items()}
         for name, tr in list(self.tracker.targets.items()):
+            change = self.tracker.operator_drain(name, self.remediator.operator_drained(name), now)
+            if change:
+                self.log.info("target %s: %s", name, change, extra={"target": name})
             if self.remediator.suppress_detection(name):
                 continue  # the guardian is taking it down itself: its death is not news
             gates = self.readings.gates.view(name) if self.readings.gates is not None else None

@@ -90,6 +90,12 @@ class Remediator:
             return "serving"
         return PHASE_NAMES.get(s.phase) or s.phase.value
 
+    def operator_drained(self, name: str) -> bool:
+        """Out of rotation by ``guardian drain`` (draining or drained) until ``guardian undrain``:
+        on purpose, as a pause is (the hang detectors stand down)."""
+        s = self.sequences.get(name)
+        return s is not None and s.drain_only and (s.phase.active or s.phase is Phase.DONE)
+
     def suppress_detection(self, name: str) -> bool:
         """While the guardian itself takes a target down, its death is not news."""
         s = self.sequences.get(name)
