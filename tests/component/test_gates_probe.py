@@ -22,6 +22,7 @@ from vllm_guardian.detectors.view import TargetView
 from vllm_guardian.host.http import HttpClient, HttpError, HttpResponse, StdlibHttpClient
 from vllm_guardian.gates.known_answers import BUILTIN_CHECKS
 from vllm_guardian.gates.shared import GatesShared
+from vllm_guardian.loop.assemble import gates_shared
 from vllm_guardian.host.process_control import OsProcessControl
 from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.host.runner import SubprocessRunner
@@ -62,7 +63,7 @@ class World:
         api = ProcessInfo(KEY, 1, Role.API_SERVER, ("python", "-m", "sim"))
         self.tracker.apply_discovery((Target(NAME, KEY, (api,), port=0, api_url=url),), (), 0.0)
         self.tracker.canary_finished(NAME, KEY, True, None, 0.0)
-        self.readings = Readings()
+        self.readings = Readings(gates=gates_shared(self.cfg, None, None, time.time, logging.getLogger("t")))
         proc = ProcFS("/proc")  # real seams; the gates probe only uses the clock and HTTP
         seams = Seams(SystemClock(), proc, http or StdlibHttpClient(), SubprocessRunner(), OsProcessControl(proc))
         self.probe = GatesProbe(

@@ -84,8 +84,7 @@ def cmd_run(args) -> int:
 def _run_locked(args, cfg) -> int:
     from vllm_guardian.loop.runtime import Runtime
 
-    rt = Runtime.start(cfg)
-    rt.load_config = lambda: _load(args.config, args.dry_run)
+    rt = Runtime.start(cfg, load_config=lambda: _load(args.config, args.dry_run))
     stop = threading.Event()
 
     def on_signal(signum, frame):

@@ -1,7 +1,8 @@
 """What the gates share with the rest of the guardian: the ledger, per-target status lines,
 the intake of external reports, rebaseline and confirmation requests.
 
-Built by the gates probe and published in the loop's ``Readings``; the detector reads
+Built by the assembler (``loop/assemble.py``) and handed in through the loop's ``Readings``;
+the gates probe keeps its books in it and takes the confirmation requests; the detector reads
 ``view``, the status document ``status_of``, the report listener calls ``accept_report``
 (from its own thread; ``gates.intake`` decides what is let in) and remediation
 ``request_rebaseline`` after a verified restart. ``keys`` are the trust keys
@@ -53,6 +54,7 @@ class GatesShared:
         log: logging.Logger,
         trust: TrustConfig | None = None,
         keys: Keys | None = None,
+        exchange: Any = None,
     ) -> None:
         self.node, self.interval, self.log = node, interval, log
         self.keys = keys or Keys()
@@ -62,15 +64,22 @@ class GatesShared:
         self.report_counts = self.intake.counts
         self._rebaseline: set[str] = set()
         self._lock = threading.Lock()
-        self.exchange: Any = None  # a FingerprintExchange when Redis is wired (L4 across nodes)
-        self.confirmer: Callable[[str, str], None] | None = None  # the gates probe's request_confirmation
+        self.exchange: Any = exchange  # a FingerprintExchange when Redis is wired (L4 across nodes)
+        self._asked: dict[str, str] = {}  # target -> why a confirmation round was requested (any thread)
+        self._asked_lock = threading.Lock()
         self.intake.confirm = self.request_confirmation  # an accepted report asks for a round of our own
 
     # ---------------------------------------------------------------- confirmation
     def request_confirmation(self, target: str, reason: str) -> None:
-        """A quick own gate round for ``target`` (the probe's ``request_confirmation``). Any thread."""
-        if self.confirmer is not None:
-            self.confirmer(target, reason)
+        """A quick own gate round for ``target``, taken by the gates probe on its next tick. Any thread."""
+        with self._asked_lock:
+            self._asked.setdefault(target, reason)
+
+    def take_confirmations(self) -> dict[str, str]:
+        """The confirmation rounds requested since the last call (target -> why)."""
+        with self._asked_lock:
+            asked, self._asked = self._asked, {}
+        return asked
 
     @property
     def trusted(self) -> bool:

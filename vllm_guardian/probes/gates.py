@@ -23,14 +23,14 @@ instance agrees) is marked ``source="peers"``: external evidence, a hint that ne
 restarts alone (``remediation/external.py``). Requested confirmations come at most one
 every ``CONFIRM_GAP_S`` (a report flood is not a load on the server).
 
-The trust keys (``gates.trust``) are loaded here, once; a bad key file is a
-``ConfigError`` at start. Without keys the guardian says once that external evidence
-can raise an alert, never a restart.
+The shared state (``GatesShared``: ledger, intake, status lines), the trust keys
+(``gates.trust``) and the fingerprint exchange are built once by the assembler
+(``loop/assemble.py``) and handed in through ``parts.readings.gates``; a bad key file is a
+``ConfigError`` at start. Without keys the guardian says once that external evidence can
+raise an alert, never a restart.
 """
 
 from __future__ import annotations
-
-import threading
 
 from vllm_guardian.gates import agreement
 from vllm_guardian.gates.baseline import Baseline, BaselineStore
@@ -42,7 +42,6 @@ from vllm_guardian.gates.evidence import failure_evidence
 from vllm_guardian.gates.ledger import RoundRecord
 from vllm_guardian.gates.round import run_round
 from vllm_guardian.gates.shared import GatesShared, TargetGates
-from vllm_guardian.gates.trust import load_keys
 from vllm_guardian.model import ProcKey
 from vllm_guardian.probes.base import Folded, Job, ProbeParts, Schedule, Seen
 
@@ -54,24 +53,13 @@ class GatesProbe:
     name = "gates"
     inline = False
 
-    def __init__(self, parts: ProbeParts, exchange: FingerprintExchange | None = None) -> None:
+    def __init__(self, parts: ProbeParts) -> None:
         self.cfg = parts.cfg.gates
         self.http, self.clock = parts.seams.http, parts.seams.clock
         self.tracker, self.log = parts.tracker, parts.log
-        keys = load_keys(self.cfg.trust.keys_file, self.cfg.trust.key_env)
-        glog = parts.log.getChild("gates")
-        self.shared = GatesShared(parts.cfg.node or "", self.cfg.interval, glog, self.cfg.trust, keys)
-        if keys.enabled:
-            glog.info(
-                "gates: trust keys from %s (%d key(s)): unsigned messages are dropped", keys.source, len(keys.secrets)
-            )
-        else:
-            glog.warning(
-                "gates: no trust key (gates.trust.keys_file / key_env): external reports and other nodes' "
-                "fingerprints can raise an alert, never a restart"
-            )
-        self.shared.exchange = exchange  # the runtime sets it when Redis is wired
-        parts.readings.gates = self.shared
+        if parts.readings.gates is None:
+            raise ValueError("the gates probe needs the gates' shared state in the readings (loop/assemble.py)")
+        self.shared: GatesShared = parts.readings.gates  # built by the assembler, with its keys and exchange
         self.store = BaselineStore(parts.cfg.state_dir)
         self.schedule = Schedule(self.cfg.interval)
         self._baselines: dict[_BKey, Baseline | None] = {}
@@ -81,21 +69,15 @@ class GatesProbe:
         self.n_confirm = confirmations(self.cfg, parts.cfg.detectors.output_corruption)
         self._confirm_left: dict[str, int] = {}  # target -> quick rounds left in its failing episode
         self._quick: set[str] = set()  # targets whose next round is a confirmation
-        self._asked: dict[str, str] = {}  # target -> why a confirmation was requested (any thread)
-        self._asked_lock = threading.Lock()
         self._requested_at: dict[str, float] = {}  # target -> when its latest requested round was due
-        self.shared.confirmer = self.request_confirmation
 
     # ---------------------------------------------------------------- confirmation
     def request_confirmation(self, target: str, reason: str) -> None:
         """Schedule a quick own round for ``target`` (e.g. an external report named it). Any thread."""
-        with self._asked_lock:
-            self._asked.setdefault(target, reason)
+        self.shared.request_confirmation(target, reason)
 
     def _take_requests(self, now: float) -> None:
-        with self._asked_lock:
-            asked, self._asked = self._asked, {}
-        for name, reason in asked.items():
+        for name, reason in self.shared.take_confirmations().items():
             if name not in self.tracker.targets:
                 continue
             if name not in self._confirm_left:
