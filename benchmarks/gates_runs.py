@@ -109,13 +109,10 @@ USER_DIAGNOSTICS: tuple[dict[str, Any], ...] = tuple(
 
 def whole_word_ids(h, model_dir: Path) -> list[int]:
     """The model's whole-word token ids, as the fault plugin picks them (its module, from its folder)."""
-    import importlib
     import json
-    import sys
 
-    if str(h.PLUGIN_DIR) not in sys.path:
-        sys.path.insert(0, str(h.PLUGIN_DIR))
-    fp = importlib.import_module("guardian_vllm_fault_plugin")
+    from tests.e2e.vllm_fault_plugin import guardian_vllm_fault_plugin as fp
+
     return list(fp.whole_word_ids(json.loads((model_dir / "tokenizer.json").read_text())))
 
 

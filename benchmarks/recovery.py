@@ -33,12 +33,9 @@ PHASES = ("detection", "evidence", "drain", "stop", "release", "start", "ready")
 
 
 def _harness():
-    live = str(ROOT / "tests" / "live")
-    if live not in sys.path:
-        sys.path.insert(0, live)
-    import guardian_harness
+    from tests.support import guardian_process
 
-    return guardian_harness
+    return guardian_process
 
 
 def phases(inc: dict, onset: float, evidence_s: float | None) -> dict[str, float | None]:

@@ -13,8 +13,10 @@ import pytest
 
 from vllm_guardian.gates.baseline import Baseline, BaselineStore
 
-from guardian_world import GuardianProcess, SimServer, free_port, poll, sweep
-from redis_procs import kill_all, servers_for
+from tests.support.guardian_process import GuardianProcess, sweep
+from vllm_guardian.sim.control import SimServer, free_port
+from tests.support.wait import poll
+from tests.support.redis_procs import kill_all, servers_for
 
 DAMAGE = {
     "garbage": (b"{not json at all", "corrupted"),

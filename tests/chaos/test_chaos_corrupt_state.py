@@ -10,8 +10,10 @@ import json
 from vllm_guardian.sinks.embedded_redis import EmbeddedRedis
 from vllm_guardian.sinks.redis_sink import make_client
 
-from guardian_world import GuardianProcess, SimServer, free_port, poll, sweep
-from redis_procs import kill_all, servers_for
+from tests.support.guardian_process import GuardianProcess, sweep
+from vllm_guardian.sim.control import SimServer, free_port
+from tests.support.wait import poll
+from tests.support.redis_procs import kill_all, servers_for
 
 
 def seed(state):

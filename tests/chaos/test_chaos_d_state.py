@@ -16,7 +16,8 @@ import time
 
 import pytest
 
-from guardian_world import GuardianProcess, poll
+from tests.support.guardian_process import GuardianProcess
+from tests.support.wait import poll
 
 VFORK_C = r"""
 #include <stdlib.h>

@@ -12,8 +12,10 @@ import pytest
 
 from vllm_guardian.testing.redis_server import RedisServer
 
-from chaos_util import needs_root
-from guardian_world import GuardianProcess, SimServer, free_port, poll, sweep
+from tests.chaos.chaos_util import needs_root
+from tests.support.guardian_process import GuardianProcess, sweep
+from vllm_guardian.sim.control import SimServer, free_port
+from tests.support.wait import poll
 
 
 def fill(path) -> None:

@@ -16,7 +16,9 @@ import threading
 import time
 import urllib.request
 
-from guardian_world import GuardianProcess, SimServer, command_restart, free_port, poll, sims_on, sweep
+from tests.support.guardian_process import GuardianProcess, command_restart, sims_on, sweep
+from vllm_guardian.sim.control import SimServer, free_port
+from tests.support.wait import poll
 from vllm_guardian.config.schema import GatesConfig
 from vllm_guardian.gates.exchange import key_for
 from vllm_guardian.gates.trust import Keys, sign

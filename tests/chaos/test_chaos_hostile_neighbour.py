@@ -19,7 +19,8 @@ import threading
 import time
 import urllib.request
 
-from guardian_world import GuardianProcess, SimServer, command_restart, free_port
+from tests.support.guardian_process import GuardianProcess, command_restart
+from vllm_guardian.sim.control import SimServer, free_port
 
 KEY = "sk-chaos-Neighbour0123456789"
 SLEEPER = "import time; time.sleep(300)"

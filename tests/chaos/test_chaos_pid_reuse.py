@@ -17,7 +17,7 @@ from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.host.process_control import OsProcessControl
 from vllm_guardian.model import ProcKey
 
-from chaos_util import needs_root
+from tests.chaos.chaos_util import needs_root
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 

@@ -15,7 +15,8 @@ from vllm_guardian.sinks.embedded_redis import EmbeddedRedis
 from vllm_guardian.sinks.redis_sink import AlertSink, make_client
 from vllm_guardian.testing.redis_server import RedisServer
 
-from redis_procs import kill_all, servers_for, wait_for
+from tests.support.redis_procs import kill_all, servers_for
+from tests.support.wait import wait_for
 
 N = 200
 KILLS = 4

@@ -18,7 +18,9 @@ import pytest
 from vllm_guardian.sim.control import LoadGenerator
 from vllm_guardian.testing.redis_server import RedisServer
 
-from guardian_world import GuardianProcess, SimServer, command_restart, free_port, poll, sims_on, sweep
+from tests.support.guardian_process import GuardianProcess, command_restart, sims_on, sweep
+from vllm_guardian.sim.control import SimServer, free_port
+from tests.support.wait import poll
 
 
 KIND = {"busy_loop": "busy_loop", "die": "engine_dead", "repeat_chars": "output_corruption"}

@@ -6,26 +6,26 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from guardian_world import GuardianProcess, SimServer, free_port, poll, sweep
+from tests.support.guardian_process import GuardianProcess, sweep
+from vllm_guardian.sim.control import SimServer, free_port
+from tests.support.wait import poll
 
 DRIPPERS = 8
+ROOT = Path(__file__).resolve().parents[2]
 DRIP = """
 import sys, time
-sys.path.insert(0, sys.argv[1])
-from slow_drip import SlowDripServer
-servers = [SlowDripServer(interval=0.5, duration=3600) for _ in range(int(sys.argv[2]))]
+from tests.support.slow_drip import SlowDripServer
+servers = [SlowDripServer(interval=0.5, duration=3600) for _ in range(int(sys.argv[1]))]
 print(" ".join(str(s.port) for s in servers), flush=True)
 time.sleep(3600)
 """
 
 
 def test_slow_drip_servers_cannot_starve_the_healthy_target_or_block_shutdown(tmp_path):
-    import os
-
-    here = os.path.join(os.path.dirname(__file__), "..", "reliability")
-    drips = [
-        subprocess.Popen([sys.executable, "-c", DRIP, here, "1"], stdout=subprocess.PIPE, text=True)
+    drips = [  # ``python -c`` imports from its working directory: the repository root
+        subprocess.Popen([sys.executable, "-c", DRIP, "1"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
         for _ in range(DRIPPERS)
     ]  # one process each: a target is a process tree
     ports = [int(d.stdout.readline()) for d in drips if d.stdout is not None]

@@ -7,7 +7,8 @@ import json
 import pytest
 import yaml
 
-from vllm_guardian.cli.main import main, parse_duration
+from vllm_guardian.cli.control import parse_duration
+from vllm_guardian.cli.main import main
 from vllm_guardian.incidents import IncidentStore
 from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef
 

@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from vllm_guardian.errors import UnknownTarget
-from vllm_guardian.cli.main import EXIT_CODES, build_parser, main
+from vllm_guardian.cli.main import EXIT_CODES, main
+from vllm_guardian.cli.parser import build_parser
 from vllm_guardian.cli.help import subcommands
 from vllm_guardian.surface.control_socket import ControlSocket
 

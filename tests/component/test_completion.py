@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from vllm_guardian.cli.main import build_parser, completion_script
+from vllm_guardian.cli.parser import build_parser, completion_script
 from vllm_guardian.cli.help import COMPLETION_NOTE, subcommands
 
 

@@ -9,7 +9,7 @@ from vllm_guardian.host.http import HttpError
 from vllm_guardian.incidents import IncidentStore
 from vllm_guardian.model import Kind
 
-from test_daemon import API, ENGINE, TRACKER, World
+from tests.support.daemon_world import API, ENGINE, TRACKER, World
 
 LOG = """\
 (APIServer pid=100) INFO 12-01 05:54:40 [loggers.py:123] Engine 000: Avg prompt throughput: 1.0 tokens/s

@@ -13,7 +13,7 @@ from vllm_guardian.incidents import IncidentStore
 from vllm_guardian.model import Kind
 from vllm_guardian.testing.fake_runner import result
 
-from test_daemon import ENGINE, World
+from tests.support.daemon_world import ENGINE, World
 
 SITE = "/opt/venv/lib/python3.11/site-packages"
 INPUT_TID = 111

@@ -10,7 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from vllm_guardian.bundle.evidence import EvidenceCollector, EvidenceContext, default_locate, target_for_pid
+from vllm_guardian.bundle.evidence import EvidenceCollector, EvidenceContext, default_locate
+from vllm_guardian.bundle.pid_target import target_for_pid
 from vllm_guardian.clock import SystemClock
 from vllm_guardian.config.schema import EvidenceConfig
 from vllm_guardian.diagnosis.catalog_load import all_signatures, load_catalogs
@@ -20,8 +21,6 @@ from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.host.runner import SubprocessRunner
 from vllm_guardian.incidents.store import IncidentStore
 from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef
-
-from test_diagnosis_real_pyspy import lru_program  # noqa: F401  (the fixture: a real spinning LRU program)
 
 
 def hot_tid(pid: int) -> int:
@@ -45,7 +44,7 @@ def hot_tid(pid: int) -> int:
     return max(b, key=lambda t: b[t] - a.get(t, 0))
 
 
-def test_a_captured_bundle_of_the_real_lru_spin_is_diagnosed(lru_program, tmp_path):  # noqa: F811 (the fixture)
+def test_a_captured_bundle_of_the_real_lru_spin_is_diagnosed(lru_program, tmp_path):
     if default_locate("py-spy") is None:
         pytest.skip("py-spy is not installed next to this Python")
     pid = lru_program.pid

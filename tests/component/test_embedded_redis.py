@@ -4,7 +4,6 @@ used through the same sink code as a central Redis, and gone when stopped."""
 from __future__ import annotations
 
 import os
-import time
 
 from types import SimpleNamespace
 
@@ -14,6 +13,7 @@ from vllm_guardian.config.schema import AlertsConfig
 from vllm_guardian.errors import BackendUnavailable
 from vllm_guardian.sinks.embedded_redis import EmbeddedRedis, find_redis_server, render_config, spawn_process
 from vllm_guardian.sinks.redis_sink import AlertSink, make_client
+from tests.support.wait import wait_for
 
 STREAM = "guardian:alerts"
 
@@ -28,16 +28,6 @@ def embedded(state_dir):
     e = EmbeddedRedis(state_dir)
     yield e
     e.stop()
-
-
-def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def alive(pid: int) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from test_daemon import ENGINE, World
+from tests.support.daemon_world import ENGINE, World
 
 from vllm_guardian.surface.exporter import build_registry
 from vllm_guardian.host.http import HttpError

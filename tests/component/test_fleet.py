@@ -25,6 +25,7 @@ from vllm_guardian.sinks.fleet import (
 from vllm_guardian.sinks.redis_sink import AlertSink, make_client
 from vllm_guardian.sinks.spool import Spool
 from vllm_guardian.testing.redis_server import RedisServer
+from tests.support.wait import wait_for
 
 STREAM = "test:alerts"
 
@@ -38,16 +39,6 @@ def server():
 @pytest.fixture
 def client(server):
     return server.client()
-
-
-def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def nodes(client) -> list[str]:

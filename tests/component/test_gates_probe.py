@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from vllm_guardian.config.schema import Config, DetectorsConfig, DiagnosticPromp
 from vllm_guardian.detectors import output_corruption
 from vllm_guardian.detectors.view import TargetView
 from vllm_guardian.host.http import HttpClient, HttpError, HttpResponse, StdlibHttpClient
+from vllm_guardian.gates.exchange import REASONS, PeerFingerprints, RedisHashes, key_for
 from vllm_guardian.gates.known_answers import BUILTIN_CHECKS
 from vllm_guardian.gates.shared import GatesShared
 from vllm_guardian.loop.assemble import gates_shared
@@ -28,7 +30,7 @@ from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.host.runner import SubprocessRunner
 from vllm_guardian.model import ProcessInfo, ProcKey, Role, Target
 from vllm_guardian.probes.base import ProbeParts, Readings, Seen
-from vllm_guardian.probes.gates import GatesProbe
+from vllm_guardian.probes.gates import make
 from vllm_guardian.seams import Seams
 from vllm_guardian.series import SeriesStore
 from vllm_guardian.sim.control import SimServer
@@ -55,7 +57,17 @@ def healthy(server):
 class World:
     """One gates probe over one tracked target: rounds run synchronously, as the pool would."""
 
-    def __init__(self, url: str, tmp_path, http: HttpClient | None = None, **gates) -> None:
+    def __init__(
+        self,
+        url: str,
+        tmp_path,
+        http: HttpClient | None = None,
+        exchange: PeerFingerprints | None = None,
+        redis: RedisHashes | None = None,
+        **gates,
+    ) -> None:
+        """``exchange``: handed to the gates' shared state; else the assembler's ``gates_shared``
+        builds one on ``redis``."""
         g: dict[str, Any] = dict(enabled=True, interval=1.0, diagnostics=DIAG)
         g.update(gates)
         self.cfg = Config(node="n1", state_dir=str(tmp_path), gates=GatesConfig(**g), detectors=DetectorsConfig())
@@ -63,12 +75,14 @@ class World:
         api = ProcessInfo(KEY, 1, Role.API_SERVER, ("python", "-m", "sim"))
         self.tracker.apply_discovery((Target(NAME, KEY, (api,), port=0, api_url=url),), (), 0.0)
         self.tracker.canary_finished(NAME, KEY, True, None, 0.0)
-        self.readings = Readings(gates=gates_shared(self.cfg, None, None, time.time, logging.getLogger("t")))
+        shared = gates_shared(self.cfg, None, redis, time.time, logging.getLogger("t"), exchange=exchange)
+        self.readings = Readings(gates=shared)
         proc = ProcFS("/proc")  # real seams; the gates probe only uses the clock and HTTP
         seams = Seams(SystemClock(), proc, http or StdlibHttpClient(), SubprocessRunner(), OsProcessControl(proc))
-        self.probe = GatesProbe(
-            ProbeParts(self.cfg, seams, self.tracker, SeriesStore(), self.readings, logging.getLogger("t"))
-        )
+        parts = ProbeParts(self.cfg, seams, self.tracker, SeriesStore(), self.readings, logging.getLogger("t"))
+        probe = make(parts)
+        assert probe is not None
+        self.probe = probe
         self.now = 0.0
 
     def round(self):
@@ -228,24 +242,69 @@ def test_a_corrupted_baseline_file_is_a_status_line_then_a_new_baseline(server, 
     assert w2.status()["baseline"] == "complete" and w2.finding() is None
 
 
+class Exchange:
+    """Other nodes' fingerprints, as ``answer(fps)`` makes them (none until it is set)."""
+
+    def __init__(self) -> None:
+        self.answer: Callable[[Mapping[str, str]], list[dict[str, str]]] = lambda fps: []
+
+    def share(self, model, version, target, fps, ttl, max_age):
+        return self.answer(fps), None
+
+    def dropped(self) -> dict[str, int]:
+        return {}
+
+
 def test_l4_the_instance_disagreeing_with_agreeing_peers_is_the_suspect(server, tmp_path):
-    w = World(server.url, tmp_path, diagnostics=())
+    exchange = Exchange()
+    w = World(server.url, tmp_path, exchange=exchange, diagnostics=())
     w.round()  # baseline for the local answers
-    peers = [dict(fps) for _, _, fps, _ in w.probe._local.values()]
     # two remote peers agree with a different answer to every shadow prompt
-    other = {p: "0" * 16 for p in peers[0]}
-
-    class Exchange:
-        def share(self, *a, **k):
-            return [other, other], None
-
-    w.shared.exchange = Exchange()
+    exchange.answer = lambda fps: [{p: "0" * 16 for p in fps}] * 2
     for _ in range(3):
         w.round()
     f = w.finding()
     assert f.signals["condition"] == "C" and f.signals["level"] == "L4" and not f.signals["alert_only"]
     # judged without the other nodes it agrees with its baseline: it rests on peers, a hint only
     assert f.signals["own_conditions"] == [] and f.signals["external"] == ["peers"]
+
+
+class RecordingRedis:
+    """The hashes the exchange writes, kept in memory."""
+
+    def __init__(self) -> None:
+        self.hashes: dict[str, dict[str, str]] = {}
+
+    def hset(self, name: str, key: str, value: str) -> int:
+        self.hashes.setdefault(name, {})[key] = value
+        return 1
+
+    def expire(self, name: str, time: int) -> bool:
+        return True
+
+    def hlen(self, name: str) -> int:
+        return len(self.hashes.get(name, {}))
+
+    def hgetall(self, name: str) -> dict[str, str]:
+        return dict(self.hashes.get(name, {}))
+
+    def hdel(self, name: str, *keys: str) -> int:
+        return 0
+
+
+def test_built_by_the_table_on_a_redis_connection_the_probe_shares_its_fingerprints_there(server, tmp_path):
+    redis = RecordingRedis()
+    w = World(server.url, tmp_path, redis=redis, diagnostics=())
+    tg = w.round()
+    assert list(redis.hashes) == [key_for(tg.model or "", tg.version or "")]
+    assert list(redis.hashes[key_for(tg.model or "", tg.version or "")]) == [f"n1/{NAME}"]
+    assert w.shared.summary()["fingerprints_dropped"] == dict.fromkeys(REASONS, 0)
+
+
+def test_built_by_the_table_without_redis_the_probe_judges_l4_on_this_node_only(server, tmp_path):
+    w = World(server.url, tmp_path, diagnostics=())
+    w.round()
+    assert w.shared.exchange is None and "fingerprints_dropped" not in w.shared.summary()
 
 
 def test_an_accepted_report_makes_a_confirming_round_of_its_own_due_at_once(server, tmp_path):
@@ -266,13 +325,9 @@ def test_an_accepted_report_makes_a_confirming_round_of_its_own_due_at_once(serv
 
 
 def test_l4_two_instances_split_without_baseline_is_alert_only(server, tmp_path, monkeypatch):
-    w = World(server.url, tmp_path, diagnostics=())
-
-    class Exchange:  # one remote peer, answering differently
-        def share(self, model, version, target, fps, ttl, max_age):
-            return [{p: "0" * 16 for p in fps}], None
-
-    w.shared.exchange = Exchange()
+    exchange = Exchange()
+    exchange.answer = lambda fps: [{p: "0" * 16 for p in fps}]  # one remote peer, answering differently
+    w = World(server.url, tmp_path, exchange=exchange, diagnostics=())
     # neither instance ever had a healthy reference: no baseline is taken
     monkeypatch.setattr("vllm_guardian.probes.gates.next_baseline", lambda *a: None)
     for _ in range(3):

@@ -17,6 +17,7 @@ from vllm_guardian.gates.trust import Keys, check
 from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef, Transition
 from vllm_guardian.sinks.gate_decisions import GateDecisions
 from vllm_guardian.testing.redis_server import RedisServer
+from tests.support.wait import poll
 
 LOG = logging.getLogger("test")
 
@@ -32,15 +33,6 @@ def client(redis_server):
     c = redis_server.client()
     c.flushall()
     return c
-
-
-def wait(pred, timeout=10.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_peers_come_from_other_nodes_only_and_fresh(client):
@@ -97,7 +89,9 @@ def test_the_listener_feeds_reports_into_the_ledger(client):
             ),
         )
         client.publish("vllm_health_alert", b"\xff garbage")
-        assert wait(lambda: shared.report_counts["accepted"] == 1 and shared.report_counts["malformed"] == 1)
+        assert poll(
+            lambda: shared.report_counts["accepted"] == 1 and shared.report_counts["malformed"] == 1, 10.0, every=0.05
+        )
         (rep,) = shared.view("t").reports
         assert rep.failure.level == "L3" and rep.source == "r1"
     finally:
@@ -167,7 +161,7 @@ def test_the_listener_survives_deep_json_keeps_its_subscription_and_counts_every
         client.publish("vllm_health_alert", '{"a":' * 100_000)
         for i in range(15, 30):
             client.publish("vllm_health_alert", _valid(i))
-        assert wait(lambda: shared.report_counts["accepted"] == 30), shared.report_counts
+        assert poll(lambda: shared.report_counts["accepted"] == 30, 10.0, every=0.05), shared.report_counts
         assert shared.report_counts["malformed"] == 2
         assert listener.subscribed.is_set() and client.pubsub_numsub("vllm_health_alert")[0][1] == 1
     finally:

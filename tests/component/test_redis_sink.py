@@ -24,6 +24,7 @@ from vllm_guardian.sinks.redis_sink import (
 )
 from vllm_guardian.sinks.spool import Spool
 from vllm_guardian.testing.redis_server import RedisServer
+from tests.support.wait import wait_for
 
 STREAM = "test:alerts"
 CHANNEL = "test:alerts:live"
@@ -44,16 +45,6 @@ def sinks():
     yield made
     for s in made:
         s.close()
-
-
-def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def events(n: int, start: float = 1_700_000_000.0) -> list[dict]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_daemon import World
+from tests.support.daemon_world import World
 from vllm_guardian.config.loader import parse_config
 from vllm_guardian.loop.reload import apply_config, changed_sections
 from vllm_guardian.config.schema import Mode

@@ -10,15 +10,13 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import tempfile
 import zlib
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from test_report_html import page
+from tests.support.report_page import page
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 

@@ -21,7 +21,7 @@ from vllm_guardian.sinks.events import event_from_incident
 from vllm_guardian.surface.exporter import build_registry
 from vllm_guardian.testing.secret_shapes import NAMED_SHAPES, secrets
 
-from test_daemon import API, ENGINE, TRACKER, World
+from tests.support.daemon_world import API, ENGINE, TRACKER, World
 
 TRACEBACK = """\
 (EngineCore_DP0 pid=110) ERROR 12-01 05:54:41 [core.py:1010] EngineCore encountered a fatal error.

@@ -1,26 +1,20 @@
 """The e2e tier: a real vLLM (``.e2e/venv``, built by ``make e2e-vllm``) against the real guardian.
 
-Registers the ``e2e`` marker (every test here carries it), puts the fault plugin's
-module on ``sys.path`` for its own unit tests, and collects the measured numbers
+Registers the ``e2e`` marker (every test here carries it) and collects the measured numbers
 (``results`` fixture) into the terminal summary and ``.e2e/results/e2e-latest.json``.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 HERE = Path(__file__).resolve().parent
-PLUGIN_DIR = HERE / "vllm_fault_plugin"
 RESULTS_FILE = HERE.parents[1] / ".e2e" / "results" / "e2e-latest.json"
 RESULTS_KEY = pytest.StashKey[dict]()
-
-if str(PLUGIN_DIR) not in sys.path:
-    sys.path.insert(0, str(PLUGIN_DIR))
 
 
 def pytest_configure(config):

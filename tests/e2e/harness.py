@@ -34,6 +34,8 @@ import yaml
 from vllm_guardian.incidents import IncidentStore, incident_to_dict
 from vllm_guardian.sim.control import SimServer, http_request, proc_ref
 
+from tests.support.wait import poll
+
 ROOT = Path(__file__).resolve().parents[2]
 E2E_DIR = ROOT / ".e2e"
 E2E_PYTHON = E2E_DIR / "venv" / "bin" / "python"
@@ -43,18 +45,6 @@ PLUGIN_DIR = Path(__file__).resolve().parent / "vllm_fault_plugin"
 SERVED_MODEL = "tiny-llama"
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 FAULT_ENV = "GUARDIAN_FAULT_DIR"
-
-
-def poll(pred, timeout: float, every: float = 0.25):
-    """The first truthy value of ``pred()`` before ``timeout`` seconds, else None."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = pred()
-        if got:
-            return got
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(every)
 
 
 def ensure_model(out: Path = MODEL_DIR, python: Path = E2E_PYTHON, timeout: float = 600.0) -> Path:

@@ -17,7 +17,7 @@ from benchmarks.report import (
     render_markdown,
     summarize,
 )
-from harness import Probe, liveness_fired_at
+from tests.e2e.harness import Probe, liveness_fired_at
 
 STAT = (
     "4242 (py thon) (x) S 1 4242 4242 0 -1 4194560 2000 0 0 0 150 25 0 0 20 0 3 0 208880 1000 200 18446744073709551615"

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-import guardian_vllm_fault_plugin as fp
-from harness import poll
+from tests.e2e.vllm_fault_plugin import guardian_vllm_fault_plugin as fp
+from tests.support.wait import poll
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-import guardian_vllm_fault_plugin as fp
+from tests.e2e.vllm_fault_plugin import guardian_vllm_fault_plugin as fp
 
 
 class LogitsProcessor:

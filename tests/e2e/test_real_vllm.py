@@ -22,7 +22,7 @@ import pytest
 
 from benchmarks.report import parse_vmrss
 from vllm_guardian.sim.control import LoadGenerator
-from harness import (
+from tests.e2e.harness import (
     E2E_PYTHON,
     FaultSwitch,
     GuardianRun,
@@ -32,9 +32,9 @@ from harness import (
     command_restart,
     ensure_model,
     fire,
-    poll,
     py_spy_dump,
 )
+from tests.support.wait import poll
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 

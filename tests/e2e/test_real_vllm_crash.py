@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import FaultSwitch, GuardianRun, VllmServer, cmdline_match, ensure_model, fire, poll
+from tests.e2e.harness import FaultSwitch, GuardianRun, VllmServer, cmdline_match, ensure_model, fire
+from tests.support.wait import poll
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 

@@ -30,9 +30,10 @@ from vllm_guardian.gates.cost import cost
 from vllm_guardian.gates.known_answers import BUILTIN_CHECKS
 from vllm_guardian.gates.perplexity import BUILTIN_REFERENCE
 from vllm_guardian.sim.control import LoadGenerator
-from harness import E2E_PYTHON, FaultSwitch, GuardianRun, VllmServer, ensure_model, greedy, poll, reference_seconds
+from tests.e2e.harness import E2E_PYTHON, FaultSwitch, GuardianRun, VllmServer, ensure_model, greedy, reference_seconds
+from tests.support.wait import poll
 
-import guardian_vllm_fault_plugin as fp
+from tests.e2e.vllm_fault_plugin import guardian_vllm_fault_plugin as fp
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 

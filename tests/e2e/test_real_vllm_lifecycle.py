@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from harness import E2E_PYTHON, FaultSwitch, GuardianRun, VllmServer, ensure_model, fire, poll
+from tests.e2e.harness import E2E_PYTHON, FaultSwitch, GuardianRun, VllmServer, ensure_model, fire
+from tests.support.wait import poll
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 

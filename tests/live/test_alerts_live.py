@@ -6,14 +6,16 @@ import json
 import subprocess
 import sys
 import threading
+from functools import partial
 
 import pytest
 
 from vllm_guardian.testing.redis_server import RedisServer
 from vllm_guardian.netaddr import free_port
 from vllm_guardian.sim.control import SimServer
-from guardian_harness import GuardianProcess, poll
-from test_remediation_live import config, sweep, trip
+from tests.support.guardian_process import GuardianProcess
+from tests.support.wait import poll
+from tests.support.guardian_process import config, sweep, trip
 
 pytestmark = pytest.mark.live
 
@@ -152,7 +154,7 @@ def test_two_guardians_with_a_fleet_cap_of_one_never_restart_at_the_same_time(tm
         def done(g):
             return next((i for i in g.incidents() if i["kind"] == "busy_loop" and i["status"] == "resolved"), None)
 
-        incs = [poll(lambda g=g: done(g), 180) for g in guards]
+        incs = [poll(partial(done, g), 180) or {} for g in guards]
         assert all(incs), [g.log_text() for g in guards]
 
         def window(inc):  # from the lease being granted to the verified restart

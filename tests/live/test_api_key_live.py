@@ -13,8 +13,8 @@ import urllib.request
 import pytest
 
 from vllm_guardian.sim.control import SimServer, free_port, http_request
-from guardian_harness import GuardianProcess
-from test_guardian_live import fire
+from tests.support.guardian_process import GuardianProcess
+from tests.support.guardian_process import fire
 
 pytestmark = pytest.mark.live
 

@@ -13,11 +13,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from tests.support.wait import poll
 
 pytestmark = pytest.mark.live
 
@@ -37,17 +37,12 @@ def doc_lines(prefix: str) -> list[str]:
     ]
 
 
-def wait_health(port: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return True
-        except OSError:
-            pass
-        time.sleep(0.3)
-    return False
+def healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
 
 
 @pytest.fixture
@@ -57,7 +52,7 @@ def server():
     argv = shlex.split(start.replace("--port 8000", f"--port {port}"))
     proc = subprocess.Popen([sys.executable, *argv[1:]], start_new_session=True)
     try:
-        assert wait_health(port, 60), "the documented command did not bring a server up"
+        assert poll(lambda: healthy(port), 60, every=0.3), "the documented command did not bring a server up"
         yield port
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -15,7 +15,8 @@ import pytest
 from vllm_guardian.gates.gateway import Reporter, check_text
 from vllm_guardian.testing.redis_server import RedisServer
 from vllm_guardian.sim.control import SimServer, free_port
-from guardian_harness import GuardianProcess, poll
+from tests.support.guardian_process import GuardianProcess
+from tests.support.wait import poll
 
 pytestmark = pytest.mark.live
 

@@ -7,13 +7,13 @@ the README. The deadlines are generous failure bounds, not performance claims.
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 
 from vllm_guardian.sim.control import LoadGenerator, SimServer
-from guardian_harness import GuardianProcess, poll
+from tests.support.guardian_process import GuardianProcess, fire
+from tests.support.wait import poll
 
 pytestmark = pytest.mark.live
 
@@ -36,21 +36,6 @@ def guardian(tmp_path, sim):
         yield g
     finally:
         assert g.stop() == 0, g.log_text()  # a clean shutdown on SIGTERM
-
-
-def fire(sim: SimServer, fault: str) -> float:
-    """Switch the fault on and send the request that trips it; returns the onset wall time."""
-    sim.set_fault(fault)
-    onset = time.time()
-
-    def request():
-        try:
-            sim.complete("trip the fault", max_tokens=4, timeout=60)
-        except Exception:  # noqa: BLE001 - a hung or dead engine fails the request
-            pass  # a hung or dead engine: the request fails, which is the point
-
-    threading.Thread(target=request, daemon=True).start()
-    return onset
 
 
 def test_busy_loop_in_the_engine_opens_busy_loop_naming_the_engine_thread(sim, guardian):
@@ -91,6 +76,7 @@ def test_status_shows_the_tree_with_roles_and_the_open_incident(sim, guardian):
     fire(sim, "busy_loop")
     assert guardian.wait_incident("busy_loop", timeout=40)
     t = poll(lambda: (t := guardian.target()) and t["incidents"] and t, timeout=10)
+    assert t is not None, guardian.log_text()
     roles = {p["pid"]: p["role"] for p in t["processes"]}
     assert roles[sim.pid] == "api_server" and roles[sim.engine_pid()] == "engine_core"
     # a configured target drains while the evidence is captured (nothing is stopped before the bundle)

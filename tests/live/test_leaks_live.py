@@ -14,7 +14,8 @@ import pytest
 
 from vllm_guardian.testing.fake_npu_smi import write_fake_npu_smi
 from vllm_guardian.sim.control import LoadGenerator, SimServer
-from guardian_harness import GuardianProcess, poll
+from tests.support.guardian_process import GuardianProcess
+from tests.support.wait import poll
 
 pytestmark = pytest.mark.live
 

@@ -12,8 +12,8 @@ import time
 import pytest
 
 from vllm_guardian.sim.control import SimServer
-from guardian_harness import GuardianProcess
-from test_guardian_live import fire
+from tests.support.guardian_process import GuardianProcess
+from tests.support.guardian_process import fire
 
 pytestmark = pytest.mark.live
 
@@ -58,7 +58,7 @@ def test_a_server_paused_on_purpose_is_shown_paused_never_a_hang_and_its_request
     import os
     import threading
 
-    from guardian_harness import poll
+    from tests.support.wait import poll
 
     env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")
     with SimServer(startup_delay=1.0, env=env) as sim:

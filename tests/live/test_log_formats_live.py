@@ -13,7 +13,7 @@ import re
 import pytest
 
 from vllm_guardian.sim.control import SimServer
-from guardian_harness import GuardianProcess
+from tests.support.guardian_process import GuardianProcess
 
 pytestmark = pytest.mark.live
 

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from typing import Callable, TypeVar
+
 
 import psutil
 import pytest
@@ -27,10 +27,10 @@ from vllm_guardian.discovery.scan import discover
 from vllm_guardian.errors import TargetGone
 from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.model import Role
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.live
 
-T = TypeVar("T")
 FUTEX_NR = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}
 
 SPINNER = textwrap.dedent(
@@ -64,18 +64,6 @@ FAKE_API_SERVER = textwrap.dedent(
     time.sleep(600)
     """
 )
-
-
-def poll(fn: Callable[[], T | None], deadline_s: float, what: str, interval: float = 0.05) -> T:
-    """Call ``fn`` until it returns something truthy, or fail after ``deadline_s``."""
-    end = time.monotonic() + deadline_s
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > end:
-            pytest.fail(f"timed out after {deadline_s}s waiting for {what}")
-        time.sleep(interval)
 
 
 def read_line(proc: subprocess.Popen, deadline_s: float = 20.0) -> str:
@@ -132,11 +120,13 @@ def test_spinning_thread_rises_while_the_main_threads_status_stays_flat(spawn, p
     pid = child.pid
     t0 = procfs.thread_stat(pid, tid).utime
     # settle: by the time the spinner burnt 10 ticks, the main thread is parked in Event.wait
-    poll(lambda: procfs.thread_stat(pid, tid).utime >= t0 + 10, 20, "the spinner to start burning CPU")
+    wait_for(lambda: procfs.thread_stat(pid, tid).utime >= t0 + 10, 20, "the spinner to start burning CPU", every=0.05)
     main0 = procfs.status(pid)
     spin0 = procfs.thread_stat(pid, tid).utime
     need = max(30, procfs.clk_tck // 3)
-    poll(lambda: procfs.thread_stat(pid, tid).utime >= spin0 + need, 30, f"{need} more ticks of spinner CPU")
+    wait_for(
+        lambda: procfs.thread_stat(pid, tid).utime >= spin0 + need, 30, f"{need} more ticks of spinner CPU", every=0.05
+    )
     main1 = procfs.status(pid)
     assert main1.voluntary_ctxt_switches - main0.voluntary_ctxt_switches <= 2
     assert main1.nonvoluntary_ctxt_switches - main0.nonvoluntary_ctxt_switches <= 2
@@ -166,9 +156,9 @@ def test_thread_blocked_on_a_lock_sits_in_futex_with_a_wchan(spawn, procfs):
             return None
         return sc if expected is None or sc.nr == expected else None
 
-    sc = poll(in_futex, 20, f"thread {tid} to block in futex ({expected})")
+    sc = wait_for(in_futex, 20, f"thread {tid} to block in futex ({expected})", every=0.05)
     assert not sc.blocked_outside_syscall
-    wchan = poll(lambda: procfs.thread_wchan(child.pid, tid), 5, "a wchan symbol")
+    wchan = wait_for(lambda: procfs.thread_wchan(child.pid, tid), 5, "a wchan symbol", every=0.05)
     assert "futex" in wchan
     st = procfs.thread_stat(child.pid, tid)
     assert st.state == "S"
@@ -193,7 +183,7 @@ def test_discovery_finds_a_real_api_server_and_its_engine_core(spawn, procfs, tm
                 return target
         return None
 
-    target = poll(found, 30, "the server and its VLLM::EngineCore child", interval=0.2)
+    target = wait_for(found, 30, "the server and its VLLM::EngineCore child", every=0.2)
     assert (target.name, target.port, target.api_url) == ("vllm-18123", 18123, "http://127.0.0.1:18123")
     assert target.api_server is not None and target.api_server.role is Role.API_SERVER
     (core,) = target.by_role(Role.ENGINE_CORE)

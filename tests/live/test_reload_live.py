@@ -15,7 +15,8 @@ import yaml
 
 from vllm_guardian.sim.control import SimServer
 from vllm_guardian.surface.control_socket import request
-from guardian_harness import GuardianProcess, poll
+from tests.support.guardian_process import GuardianProcess
+from tests.support.wait import poll
 
 pytestmark = pytest.mark.live
 

@@ -6,33 +6,18 @@ cleanup sweeps every session whose leader serves our port.
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
-import threading
 import time
-from typing import Any
 
 import psutil
 import pytest
 
 from vllm_guardian.netaddr import free_port
 from vllm_guardian.sim.control import SimServer
-from guardian_harness import GuardianProcess, poll
+from tests.support.guardian_process import SIM, GuardianProcess, config, sweep, trip
+from tests.support.wait import poll
 
 pytestmark = pytest.mark.live
-SIM = "vllm_guardian.sim.vllm.api_server"
-
-
-def sweep(port: int) -> None:
-    """Kill every simulated server on ``port`` (and its session: engine, worker) left running."""
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        cmd = p.info["cmdline"] or []
-        if SIM in cmd and str(port) in cmd:
-            try:
-                os.killpg(os.getsid(p.pid), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
 
 
 def ready_code(http_port: int, name: str = "sim") -> int | None:
@@ -46,44 +31,6 @@ def ready_code(http_port: int, name: str = "sim") -> int | None:
         return e.code
     except OSError:
         return None
-
-
-def config(port: int, tmp_path, *, command=None, stop_timeout=5, ready_timeout=60, policy=None, http_port=None) -> dict:
-    argv = command or [sys.executable, "-m", SIM, "--port", str(port), "--startup-delay", "1"]
-    extra: dict[str, Any] = {
-        "targets": [
-            {
-                "name": "sim",
-                "match": {"port": port},
-                "restart": {
-                    "mode": "command",
-                    "command": argv,
-                    "stop_timeout": stop_timeout,
-                    "ready_timeout": ready_timeout,
-                    "log_file": str(tmp_path / "restarted.log"),
-                },
-                "drain": {"timeout": 10},
-            }
-        ]
-    }
-    if policy:
-        extra["policy"] = policy
-    if http_port:
-        extra["api"] = {"http": f"127.0.0.1:{http_port}"}
-    return extra
-
-
-def trip(port: int, fault: str) -> None:
-    sim = SimServer(port=port)  # not started: a client of whichever server holds the port now
-    sim.set_fault(fault)
-    threading.Thread(target=lambda: _quiet(lambda: sim.complete("x", max_tokens=4, timeout=60)), daemon=True).start()
-
-
-def _quiet(fn):
-    try:
-        fn()
-    except Exception:  # noqa: BLE001 - background traffic: its failure is not the test's
-        pass
 
 
 def resolved(g: GuardianProcess, kind: str):

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from vllm_guardian.sim.control import SimRequestError, SimServer
-from guardian_harness import poll
+from tests.support.wait import poll
 
 pytestmark = pytest.mark.live
 

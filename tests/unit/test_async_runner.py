@@ -4,15 +4,7 @@ import threading
 import time
 
 from vllm_guardian.state.async_runner import AsyncRunner, Done
-
-
-def wait_for(pred, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.005)
-    return False
+from tests.support.wait import poll
 
 
 def collected(r: AsyncRunner, done: list[Done]) -> list[Done]:
@@ -28,7 +20,7 @@ def test_a_second_job_for_a_busy_key_is_refused_until_the_first_is_collected():
     assert not r.submit("k", lambda: 1, deadline=10)
     gate.set()
     done: list[Done] = []
-    assert wait_for(lambda: collected(r, done))
+    assert poll(lambda: collected(r, done), 5.0, every=0.005)
     assert done[0].key == "k" and done[0].result is True
     assert r.submit("k", lambda: 2, deadline=10)
     r.shutdown()
@@ -38,7 +30,7 @@ def test_a_job_that_raises_comes_back_as_an_error():
     r = AsyncRunner(1)
     r.submit("k", lambda: 1 / 0, deadline=10)
     done: list[Done] = []
-    assert wait_for(lambda: collected(r, done))
+    assert poll(lambda: collected(r, done), 5.0, every=0.005)
     assert isinstance(done[0].error, ZeroDivisionError)
     r.shutdown()
 
@@ -64,7 +56,7 @@ def test_a_finished_job_reports_how_long_it_ran():
 
     r.submit("k", slow_x, deadline=10)
     done: list[Done] = []
-    assert wait_for(lambda: collected(r, done))
+    assert poll(lambda: collected(r, done), 5.0, every=0.005)
     assert done[0].result == "x" and done[0].duration >= 0.04
     r.shutdown()
 

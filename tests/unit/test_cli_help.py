@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from vllm_guardian.cli.main import build_parser
+from vllm_guardian.cli.parser import build_parser
 from vllm_guardian.cli.help import COMMANDS, subcommands
 
 PARSER = build_parser()

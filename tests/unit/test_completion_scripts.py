@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_guardian.cli.main import completion_script
+from vllm_guardian.cli.parser import completion_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = {"bash": ROOT / "completions" / "guardian", "zsh": ROOT / "completions" / "_guardian"}

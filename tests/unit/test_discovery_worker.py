@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import threading
 
-import pytest
 
 from vllm_guardian.discovery.worker import Abandoned, DiscoveryWorker, Finished
+from tests.support.wait import poll
 
 T0 = 1000.0
 DEADLINE = 30.0  # how long a test waits for a thread it released; never reached when all is well
@@ -163,9 +163,4 @@ def test_waiting_for_a_pass_returns_false_while_it_still_runs():
 
 
 def _wait_until(cond) -> None:
-    done = threading.Event()
-    for _ in range(int(DEADLINE / 0.01)):
-        if cond():
-            return
-        done.wait(0.01)
-    pytest.fail("the released thread never returned")
+    assert poll(cond, DEADLINE, every=0.01), "the released thread never returned"

@@ -22,7 +22,7 @@ import yaml
 
 from vllm_guardian.config.schema import Config, DetectorsConfig, TargetConfig
 from vllm_guardian.sinks.events import EVENT_FIELDS
-from vllm_guardian.cli.main import build_parser
+from vllm_guardian.cli.parser import build_parser
 from vllm_guardian.surface.exporter import DECLARED
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from vllm_guardian.detectors import engine_dead
 from vllm_guardian.detectors.view import TargetView
 from vllm_guardian.model import Kind, Sample, Severity
 from vllm_guardian.series import metrics as m
-from detector_world import NOW, T, make_view
+from tests.support.detector_world import NOW, T, make_view
 
 CFG = DetectorsConfig()
 

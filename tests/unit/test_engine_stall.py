@@ -10,8 +10,8 @@ from vllm_guardian.config.schema import DetectorsConfig, EngineStallConfig
 from vllm_guardian.detectors import engine_stall
 from vllm_guardian.model import Kind, Sample, Severity, Subject
 from vllm_guardian.series import metrics as m
-from detector_world import NOW, T, canary, gauges, seconds
-from detector_world import make_view as view
+from tests.support.detector_world import NOW, T, canary, gauges, seconds
+from tests.support.detector_world import make_view as view
 
 CFG = DetectorsConfig()  # engine_stall window 20 s
 
@@ -161,3 +161,107 @@ def test_a_canary_timeout_while_a_thread_has_been_hot_only_a_few_seconds_is_busy
     from vllm_guardian.detectors import busy_loop
 
     assert busy_loop.evaluate(view(*series), CFG) is not None  # ...a busy_loop suspect
+
+
+# ------------------------------------------------------------------ data parallel: each rank on its own
+def dp_world(*series, rank1_moving=False, rank1_pending=2.0, rank1_pending_since=NOW - 30):
+    """A DP=2 server (API server, coordinator, EngineCore_DP0 pid 200, EngineCore_DP1 pid 201):
+    rank 0 serves (its and the server's counters advance), rank 1 as told."""
+    from tests.support.detector_world import API, TARGET
+    from vllm_guardian.model import ProcessInfo, ProcKey, Role
+
+    coordinator = ProcessInfo(ProcKey(300, 33), 100, Role.OTHER, ("VLLM::DPCoordinator",))
+    dp0 = ProcessInfo(ProcKey(200, 22), 100, Role.ENGINE_CORE, ("VLLM::EngineCore_DP0",))
+    dp1 = ProcessInfo(ProcKey(201, 23), 100, Role.ENGINE_CORE, ("VLLM::EngineCore_DP1",))
+    per_engine = []
+    for e, moving, pending, since in (
+        ("engine:0", True, 2.0, NOW - 40),
+        ("engine:1", rank1_moving, rank1_pending, rank1_pending_since),
+    ):
+        per_engine += [Sample(T, e, m.ITERATIONS, (t * 7 if moving else 4242.0), t) for t in seconds(NOW - 40, NOW)]
+        per_engine += [
+            s
+            for t in seconds(NOW - 40, NOW)
+            for s in (
+                Sample(T, e, m.REQ_RUNNING, pending if t >= since else 0.0, t),
+                Sample(T, e, m.REQ_WAITING, 0.0, t),
+            )
+        ]
+    world = [counters(True), gauges(running=2 + rank1_pending), per_engine, *series]
+    return view(*world, target=replace(TARGET, processes=(API, coordinator, dp0, dp1)))
+
+
+COOL_DP1 = thread(cpu=0.0, pid=201, tid=201)  # rank 1's threads read, and none is hot
+
+RANK_STALLS = {
+    "rank 1 frozen with work pending while rank 0 serves": (dp_world(), "counters_frozen"),
+    "...while rank 0's decode thread is hot (the other rank's load is not rank 1's excuse)": (
+        dp_world(thread(cpu=1.0, pid=200, tid=200)),
+        "counters_frozen",
+    ),
+    "rank 1 frozen, its work pending for less than the window, a canary timed out meanwhile": (
+        dp_world(canary(NOW - 7, NOW - 2, answered=False), COOL_DP1, rank1_pending_since=NOW - 8),
+        "canary_timeout",
+    ),
+    "rank 1 frozen showing nothing pending (it hung before reporting), a canary sent to it timed out": (
+        dp_world(canary(NOW - 7, NOW - 2, answered=False, rank=1), COOL_DP1, rank1_pending=0.0),
+        "canary_timeout",
+    ),
+}
+
+
+@pytest.mark.parametrize("v, reason", RANK_STALLS.values(), ids=RANK_STALLS.keys())
+def test_one_rank_stalled_while_the_other_serves_is_a_stall_of_that_rank(v, reason):
+    f = engine_stall.evaluate(v, CFG)
+    assert f is not None and f.confirmed and f.signals["reason"] == reason
+    assert (f.signals["engine"], f.signals["dp_rank"], f.signals["pid"], f.subject) == ("engine:1", 1, 201, "p201")
+    assert f.signals["process_title"] == "VLLM::EngineCore_DP1"
+
+
+def test_a_stalled_rank_is_named_in_the_summary():
+    f = engine_stall.evaluate(dp_world(), CFG)
+    assert f is not None
+    assert f.summary.startswith(
+        "EngineCore_DP1 makes no progress and no thread is hot: counters frozen with 2 requests"
+    )
+
+
+RANK_QUIET = {
+    "both ranks serve": dp_world(rank1_moving=True),
+    "rank 1 idle (nothing pending) while rank 0 serves": dp_world(rank1_pending=0.0),
+    "rank 1 idle and a canary timed out (it reached rank 0, which serves)": dp_world(
+        canary(NOW - 7, NOW - 2, answered=False), rank1_pending=0.0
+    ),
+    "rank 1 frozen with a hot thread of its own (busy_loop's case)": dp_world(thread(cpu=1.0, pid=201, tid=201)),
+    "rank 1 frozen while the API server spins (shared by every rank: busy_loop's case)": dp_world(
+        thread(cpu=1.0, pid=100, tid=100)
+    ),
+    "rank 1 frozen while the coordinator spins (shared by every rank)": dp_world(thread(cpu=1.0, pid=300, tid=300)),
+    "rank 1 idle, a canary sent to rank 0 timed out (rank 0's business, and rank 0 moves)": dp_world(
+        canary(NOW - 7, NOW - 2, answered=False, rank=0), rank1_pending=0.0
+    ),
+}
+
+
+@pytest.mark.parametrize("v", RANK_QUIET.values(), ids=RANK_QUIET.keys())
+def test_a_rank_is_not_a_stall(v):
+    assert engine_stall.evaluate(v, CFG) is None
+
+
+def test_a_rank_frozen_with_work_for_a_few_seconds_only_is_a_suspect_of_that_rank():
+    f = engine_stall.evaluate(dp_world(rank1_pending_since=NOW - 4), CFG)
+    assert f is not None and not f.confirmed
+    assert (f.signals["reason"], f.signals["dp_rank"]) == ("suspect", 1)
+
+
+def test_a_canary_sent_to_another_rank_does_not_confirm_a_frozen_rank():
+    v = dp_world(canary(NOW - 7, NOW - 2, answered=False, rank=0), rank1_pending_since=NOW - 8)
+    f = engine_stall.evaluate(v, CFG)
+    assert f is not None and not f.confirmed and f.signals["dp_rank"] == 1
+
+
+def test_a_canary_timeout_on_a_rank_whose_threads_are_not_read_yet_is_only_a_suspect():
+    """A spinner starved of CPU on a busy node reads cool as a process, so its threads are read
+    only once the target is suspected: until they are, the timeout may be busy_loop's case."""
+    f = engine_stall.evaluate(dp_world(canary(NOW - 7, NOW - 2, answered=False, rank=1), rank1_pending=0.0), CFG)
+    assert f is not None and not f.confirmed and f.signals["dp_rank"] == 1

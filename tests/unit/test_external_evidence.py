@@ -13,7 +13,7 @@ from vllm_guardian.gates.judge import GateFailure
 from vllm_guardian.gates.ledger import LedgerView, ReportRecord, RoundRecord
 from vllm_guardian.remediation.external import external_hold
 
-from detector_world import make_view
+from tests.support.detector_world import make_view
 
 CFG = OutputCorruptionConfig()
 ALL = frozenset({"L1", "L2", "L3", "L4", "L5"})

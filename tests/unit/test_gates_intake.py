@@ -16,7 +16,7 @@ from vllm_guardian.gates.shared import GatesShared
 from vllm_guardian.gates.trust import Keys, sign
 from vllm_guardian.incidents.store import jsonable
 
-from detector_world import make_view
+from tests.support.detector_world import make_view
 
 NOW = 1767225600.0
 KEYS = Keys({"gw": b"0123456789abcdef0123"}, "gw")

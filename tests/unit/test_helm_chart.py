@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from k8s_schemas import VERSIONS, split, validate
+from tests.support.k8s_schemas import VERSIONS, split, validate
 
 from tools.k8s_render import CHART, ToolFailed, helm_lint, helm_template
 from vllm_guardian.config.loader import parse_config

@@ -118,7 +118,7 @@ FORBIDDEN_FOR_PURE = (
     "vllm_guardian.host",
     "vllm_guardian.probes",
     "vllm_guardian.loop.daemon",
-    "vllm_guardian.cli.main",
+    "vllm_guardian.cli",
 )
 
 

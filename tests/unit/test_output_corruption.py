@@ -12,7 +12,7 @@ from vllm_guardian.gates.judge import GateFailure
 from vllm_guardian.gates.ledger import LedgerView, ReportRecord, RoundRecord
 from vllm_guardian.model import Kind
 
-from detector_world import make_view
+from tests.support.detector_world import make_view
 
 CFG = OutputCorruptionConfig()  # A: 5 in 60 s, C: 3 rounds, D: 3 rounds
 ALL = frozenset({"L1", "L2", "L3", "L4", "L5"})

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from detector_world import NOW, T, gauges, make_view, seconds
+from tests.support.detector_world import NOW, T, gauges, make_view, seconds
 from vllm_guardian.config.schema import DetectorsConfig, LifecycleConfig
 from vllm_guardian.detectors import busy_loop, engine_stall, pause_too_long
 from vllm_guardian.host.http import HttpError

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from detector_world import NOW, make_view
+from tests.support.detector_world import NOW, make_view
 from vllm_guardian.config.schema import DetectorsConfig, LifecycleConfig
 from vllm_guardian.detectors import startup_timeout
 from vllm_guardian.model import Kind

@@ -1,7 +1,7 @@
 """The help of every ``guardian`` subcommand: what it does, what it needs, examples to copy.
 
 ``decorate(parser)`` fills each subcommand's description and examples and gives every option
-without a help text one, after ``vllm_guardian.cli.main.build_parser`` built the commands. Kept apart
+without a help text one, after ``vllm_guardian.cli.parser.build_parser`` built the commands. Kept apart
 from the parsing so the wording can be read (and tested) in one place: a test checks that
 every subcommand has a description, examples that parse, and help for every option.
 """

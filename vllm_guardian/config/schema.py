@@ -2,7 +2,7 @@
 
 The YAML file maps 1:1 onto these classes (``vllm_guardian.config.loader`` loads and validates
 it strictly: an unknown key or a wrong type is an error naming the key path).
-Field metadata ``check`` names a validation rule (see ``vllm_guardian.config.loader``):
+Field metadata ``check`` names a validation rule (see ``vllm_guardian.config.rules``):
 ``positive`` (> 0), ``nonneg`` (>= 0), ``ratio`` (0..1), ``mode``, ``onoff``
 (auto|off), ``restart_mode``, ``regex``, ``expect`` (regex or ``baseline``), ``port``,
 ``hostport``, ``log_format``, ``log_level``, ``taint_key``.

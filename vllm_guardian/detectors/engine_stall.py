@@ -11,6 +11,19 @@ Decides:
 - a suspect (unconfirmed, so the daemon sends a canary) when work was pending
   and counters frozen over the last few seconds only.
 
+On a data-parallel server (vLLM's ``engine="k"`` label, ``ranks``) each engine is also judged on
+its own counters and gauges: one rank frozen with work pending while the other serves is a
+stall of that rank (``engine``, ``dp_rank`` and its ``EngineCore_DP<k>`` process named), though
+the server as a whole makes progress. A canary timeout counts against a rank when it was sent to
+that rank (``X-data-parallel-rank``: the canary probe asks each rank in turn), or, routed by the
+server, when that rank had work pending during its flight (it may have reached it); and only
+once the rank's threads have been read (a spinner starved of CPU on a busy node reads cool as a
+process, so its threads are read only once the target is suspected: until then the timeout is a
+suspect, not a stall — it may be busy_loop's case). A rank's own finding
+wins over the whole server's; a hot thread stands a rank down only when it is in that rank's
+process tree or in a process every rank shares (the API server, the coordinator): the other
+rank's busy decode is not its excuse.
+
 Never while paused or asleep on purpose (nor in the resume grace after it), never during
 startup grace nor once the API server is gone (engine_dead's case),
 nor while a process of the target is hot but its threads are not read yet (the
@@ -29,6 +42,7 @@ from vllm_guardian.series.window import span
 from vllm_guardian.detectors.busy_loop import SUSPECT_WINDOW
 from vllm_guardian.detectors.hot_threads import hot_threads_for
 from vllm_guardian.detectors.progress import canaries, pending_samples, pending_throughout, progress_between
+from vllm_guardian.detectors.ranks import Rank, ranks, shared_pids
 from vllm_guardian.detectors.view import TargetView
 
 KIND = Kind.ENGINE_STALL
@@ -37,71 +51,120 @@ SUSPECT_AFTER = 3.0  # seconds of pending work with frozen counters before askin
 
 
 def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
-    st, es = view.state, cfg.engine_stall
+    st = view.state
     if not st.ready or not st.api_alive or st.on_purpose:
         return None
-    if (
-        hot_threads_for(view, cfg.busy_loop)
-        or _hot_lately(view, cfg)
-        or _hot_process_unread(view, cfg.busy_loop.cpu_ratio)
-    ):
-        return None
-    name, now, series = st.target.name, st.now, view.series
+    busy = _busy_pids(view, cfg)
+    engines = ranks(view)
+    shared = shared_pids(st.target, engines)
+    found = [_judge_rank(view, cfg, r) for r in engines if not busy & (r.tree | shared)]
+    if not busy:
+        found.append(_judge(view, cfg, "", _whole_server(view)))
+    findings = [f for f in found if f is not None]
+    return next((f for f in findings if f.confirmed), findings[0] if findings else None)
+
+
+def _whole_server(view: TargetView) -> dict[str, Any]:
+    engines = view.state.target.by_role(Role.ENGINE_CORE)
+    return {"pid": engines[0].pid, "role": Role.ENGINE_CORE.value} if engines else {}
+
+
+def _judge_rank(view: TargetView, cfg: DetectorsConfig, r: Rank) -> Finding | None:
+    who: dict[str, Any] = {"engine": r.subject, "dp_rank": r.rank}
+    if r.process is not None:
+        who.update(pid=r.process.pid, role=Role.ENGINE_CORE.value, process_title=r.process.cmdline[0])
+    return _judge(view, cfg, r.subject, who)
+
+
+def _judge(view: TargetView, cfg: DetectorsConfig, engine: str, who: dict[str, Any]) -> Finding | None:
+    """One engine (``engine``: its subject) or the whole server (``""``) judged on its own series."""
+    st, es, series = view.state, cfg.engine_stall, view.series
+    name, now = st.target.name, st.now
     t0 = now - es.window
-    pend = pending_samples(series, name, t0, now)
+    pend = pending_samples(series, name, t0, now, engine)
     spans = span(pend, st.probe_interval) >= MIN_WINDOW_SPAN * es.window
     pending = bool(pend) and all(v > 0 for _, v in pend)
-    progress = progress_between(series, name, t0, now)
+    progress = progress_between(series, name, t0, now, engine)
     base: dict[str, Any] = {
         "window": es.window,
         "pending": pending,
         "pending_requests": pend[-1][1] if pend else None,
         "progress": progress,
         "threshold_window_span": MIN_WINDOW_SPAN,
+        **who,
     }
-    engines = st.target.by_role(Role.ENGINE_CORE)
-    if engines:
-        base.update(pid=engines[0].pid, role=Role.ENGINE_CORE.value)
-    subject = Subject(engines[0].pid).key if engines else ""
+
+    def finding(reason: str, what: str, confirmed: bool, **extra: Any) -> Finding:
+        return _finding(view, dict(base, reason=reason, **extra), what, confirmed)
 
     if pending and spans and progress is False:
-        what = f"counters frozen with {pend[-1][1]:g} requests pending for {es.window:g}s"
-        return _finding(name, subject, dict(base, reason="counters_frozen"), what, True)
+        return finding(
+            "counters_frozen", f"counters frozen with {pend[-1][1]:g} requests pending for {es.window:g}s", True
+        )
 
-    done = canaries(series, name, t0, now)
+    rank = who.get("dp_rank") if engine else None
+    done = [c for c in canaries(series, name, t0, now) if not engine or c.rank in (None, rank)]
     if done:
         c = done[-1]
-        flight = progress_between(series, name, c.started, c.ended)
+        flight = progress_between(series, name, c.started, c.ended, engine)
         # ...and the engine has not moved since: a recovered engine (a spin that ended, a lock
         # released) works through its backlog at once, which must clear the old timeout
-        since = progress_between(series, name, c.started, now)
-        if c.timed_out and flight is not True and since is not True:
-            sig = dict(base, reason="canary_timeout", canary_latency_s=c.latency, canary_progress=flight)
+        since = progress_between(series, name, c.started, now, engine)
+        # a rank is blamed only if the canary was sent to it, or may have reached it (work in the flight)
+        reached = (
+            not engine
+            or c.rank == rank
+            or any(v > 0 for _, v in pending_samples(series, name, c.started, c.ended, engine))
+        )
+        if c.timed_out and flight is not True and since is not True and reached:
             what = f"canary timed out after {c.ended - c.started:.1f}s"
-            return _finding(name, subject, sig, what, True)
+            if engine and not _threads_read(view, who.get("pid")):
+                return finding("suspect", f"{what}, reading its threads", False, canary_latency_s=c.latency)
+            return finding("canary_timeout", what, True, canary_latency_s=c.latency, canary_progress=flight)
 
     recent = now - SUSPECT_AFTER
-    if pending_throughout(series, name, recent, now) and progress_between(series, name, recent, now) is False:
-        what = f"counters frozen with requests pending for {SUSPECT_AFTER:g}s, confirming with a canary"
-        return _finding(name, subject, dict(base, reason="suspect"), what, False)
+    if (
+        pending_throughout(series, name, recent, now, engine)
+        and progress_between(series, name, recent, now, engine) is False
+    ):
+        return finding(
+            "suspect", f"counters frozen with requests pending for {SUSPECT_AFTER:g}s, confirming with a canary", False
+        )
     return None
 
 
-def _hot_lately(view: TargetView, cfg: DetectorsConfig) -> bool:
-    """A thread hot over busy_loop's suspect window, though not yet for its whole window: a spin
-    that started less than a window ago, or that a guardian started beside it has watched only
-    that long (its first canary times out before the window fills): busy_loop's case."""
+def _busy_pids(view: TargetView, cfg: DetectorsConfig) -> frozenset[int]:
+    """Processes with a hot thread (busy_loop's case), over its window or only its suspect
+    window (a spin that started less than a window ago, or that a guardian started beside it
+    has watched only that long: its first canary times out before the window fills), and
+    processes hot whose threads are not read yet (``_hot_unread``)."""
     bl = cfg.busy_loop
-    return bool(hot_threads_for(view, replace(bl, min_coverage=0.0, window=min(bl.window, SUSPECT_WINDOW))))
+    lately = replace(bl, min_coverage=0.0, window=min(bl.window, SUSPECT_WINDOW))
+    hot = {h.pid for h in (*hot_threads_for(view, bl), *hot_threads_for(view, lately))}
+    return frozenset(hot | _hot_unread(view, bl.cpu_ratio))
 
 
-def _hot_process_unread(view: TargetView, cpu_ratio: float) -> bool:
-    """A process that just turned hot, whose threads are not read yet or whose hottest thread
+def _threads_read(view: TargetView, pid: int | None) -> bool:
+    """Have the threads of process ``pid`` been read lately (two samples of a thread within the
+    last 3 probe intervals: what a hot-thread verdict needs)? True when the process is unknown."""
+    if pid is None:
+        return True
+    st = view.state
+    name, recent = st.target.name, st.now - 3 * st.probe_interval - 1e-9
+    for t in view.series.subjects(name, m.THREAD_CPU, Subject(pid).threads_prefix):
+        if len(view.series.window(name, t, m.THREAD_CPU, recent)) >= 2:
+            return True
+    return False
+
+
+def _hot_unread(view: TargetView, cpu_ratio: float) -> set[int]:
+    """Processes that just turned hot, whose threads are not read yet or whose hottest thread
     reads hot on its latest sample: whether a thread spins (busy_loop's case) is not ruled
     out yet, so a stall cannot be concluded."""
     st = view.state
     recent = st.now - 2 * st.probe_interval
     name = st.target.name
+    out: set[int] = set()
     for p in st.target.processes:
         last = view.series.latest(name, Subject(p.pid).key, m.PROC_CPU)
         if last is None or last[0] < recent or last[1] < cpu_ratio:
@@ -112,17 +175,19 @@ def _hot_process_unread(view: TargetView, cpu_ratio: float) -> bool:
         ]
         latest = [pt for pt in threads if pt is not None and pt[0] >= recent]
         if not latest or max(v for _, v in latest) >= cpu_ratio:
-            return True
-    return False
+            out.add(p.pid)
+    return out
 
 
-def _finding(target: str, subject: str, signals: dict[str, Any], what: str, confirmed: bool) -> Finding:
+def _finding(view: TargetView, signals: dict[str, Any], what: str, confirmed: bool) -> Finding:
+    pid, title = signals.get("pid"), signals.get("process_title")
+    who = f"{title.removeprefix('VLLM::')} makes" if title else "engine makes"
     return Finding(
         kind=KIND,
-        target=target,
+        target=view.state.target.name,
         severity=Severity.CRITICAL,
-        summary=f"engine makes no progress and no thread is hot: {what}",
+        summary=f"{who} no progress and no thread is hot: {what}",
         signals=signals,
         confirmed=confirmed,
-        subject=subject,
+        subject=Subject(pid).key if pid is not None else "",
     )

@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from vllm_guardian.bundle.pyspy import ThreadStack, parse_dump_json
 from vllm_guardian.bundle.redact import redact_text
+from vllm_guardian.fsutil import atomic_write
 from vllm_guardian.host.http import HttpClient
 from vllm_guardian.host.runner import CommandRunner
 from vllm_guardian.incidents.store import incident_to_dict, jsonable
@@ -255,25 +256,18 @@ class Diagnoser:
             "accelerators": list(res.accelerators),
         }
         try:
-            _atomic(bundle / DIAGNOSIS_FILE, redact_text(json.dumps(jsonable(doc), indent=2)) + "\n")
+            atomic_write(bundle / DIAGNOSIS_FILE, redact_text(json.dumps(jsonable(doc), indent=2)) + "\n")
             summary = bundle / "summary.txt"
             if summary.exists():
                 text = summary.read_text(encoding="utf-8")
                 if "\nDiagnosis: " not in text:
                     block = diagnosis_lines(res.diagnosis, res.crash, res.notes)
-                    _atomic(summary, redact_text(insert_into_summary(text, block)))
+                    atomic_write(summary, redact_text(insert_into_summary(text, block)))
             inc = incident_to_dict(incident)
             inc.update({"diagnosis": list(res.diagnosis), "crash": res.crash})
             write_report(bundle, inc)
         except OSError as e:
             log.warning("diagnosis files for %s not written: %s", bundle, e)
-
-
-def _atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.chmod(tmp, 0o640)
-    os.replace(tmp, path)
 
 
 def capture_then_diagnose(

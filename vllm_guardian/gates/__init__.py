@@ -10,11 +10,11 @@ The levels, each a small pure module (no I/O):
 - ``known_answers``  L5: configured prompts with a regex or the baseline answer.
 
 Around them: ``vllm_answers`` parses vLLM's completion shapes, ``judge`` turns one round of
-answers plus the baseline into failures, ``baseline`` persists baselines under the state
-dir, ``ledger`` keeps each target's recent verdicts for the ``output_corruption``
-detector, ``reports`` parses reports from gates elsewhere (within ``bounds``), ``intake``
-decides which of them are let in, ``trust`` signs and checks messages (reports,
-decisions, ``exchange``'s L4 fingerprints), ``round`` asks a target (the only module here
-that does I/O, through the HTTP seam) and ``gateway`` is the small library a gateway
-imports to check live traffic and report.
+answers plus the baseline into failures (``l4_judge``: L4 from the peers' fingerprints),
+``baseline`` persists baselines under the state dir, ``ledger`` keeps each target's recent
+verdicts for the ``output_corruption`` detector, ``reports`` parses reports from gates
+elsewhere (within ``bounds``), ``intake`` decides which of them are let in, ``trust`` signs
+and checks messages (reports, decisions, ``exchange``'s L4 fingerprints), ``round`` asks a
+target (the only module here that does I/O, through the HTTP seam) and ``gateway`` is the
+small library a gateway imports to check live traffic and report.
 """

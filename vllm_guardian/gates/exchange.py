@@ -28,7 +28,7 @@ import hashlib
 import json
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 from vllm_guardian.gates.trust import Keys, check, sign
 
@@ -46,6 +46,30 @@ class Vote:
     fps: dict[str, str]
 
 
+class RedisHashes(Protocol):
+    """The Redis calls the exchange makes (a redis-py client has them)."""
+
+    def hset(self, name: str, key: str, value: str) -> object: ...
+
+    def expire(self, name: str, time: int) -> object: ...
+
+    def hlen(self, name: str) -> int: ...
+
+    def hgetall(self, name: str) -> Mapping[Any, Any]: ...
+
+    def hdel(self, name: str, *keys: Any) -> object: ...
+
+
+class PeerFingerprints(Protocol):
+    """What the gates probe asks of an exchange (``FingerprintExchange``; tests hand in fakes)."""
+
+    def share(
+        self, model: str, version: str, target: str, fps: Mapping[str, str], ttl: float, max_age: float
+    ) -> tuple[list[dict[str, str]], str | None]: ...
+
+    def dropped(self) -> dict[str, int]: ...
+
+
 def key_for(model: str, version: str) -> str:
     return PREFIX + hashlib.sha256(f"{model}\x1f{version}".encode()).hexdigest()[:16]
 
@@ -53,7 +77,7 @@ def key_for(model: str, version: str) -> str:
 class FingerprintExchange:
     def __init__(
         self,
-        client: Any,
+        client: RedisHashes,
         node: str,
         wall: Callable[[], float],
         keys: Keys | None = None,

@@ -1,13 +1,13 @@
 """What the gates share with the rest of the guardian: the ledger, per-target status lines,
 the intake of external reports, rebaseline and confirmation requests.
 
-Built by the assembler (``loop/assemble.py``) and handed in through the loop's ``Readings``;
-the gates probe keeps its books in it and takes the confirmation requests; the detector reads
+Built by the gates probe and published in the loop's ``Readings``; the detector reads
 ``view``, the status document ``status_of``, the report listener calls ``accept_report``
 (from its own thread; ``gates.intake`` decides what is let in) and remediation
 ``request_rebaseline`` after a verified restart. ``keys`` are the trust keys
 (``gates.trust``): without them external reports and peers' fingerprints may raise an
-alert, never a restart (``remediation/external.py``).
+alert, never a restart (``remediation/external.py``). ``exchange`` (L4 across nodes) is handed
+in built, or None without Redis; its dropped entries are counted in ``summary``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from vllm_guardian.config.schema import OutputCorruptionConfig, TrustConfig
+from vllm_guardian.gates.exchange import PeerFingerprints
 from vllm_guardian.gates.intake import ReportIntake
 from vllm_guardian.gates.judge import GateFailure
 from vllm_guardian.gates.ledger import GateLedger, LedgerView
@@ -54,30 +55,31 @@ class GatesShared:
         log: logging.Logger,
         trust: TrustConfig | None = None,
         keys: Keys | None = None,
-        exchange: Any = None,
+        exchange: PeerFingerprints | None = None,
     ) -> None:
         self.node, self.interval, self.log = node, interval, log
         self.keys = keys or Keys()
         self.ledger = GateLedger()
         self.targets: dict[str, TargetGates] = {}
-        self.intake = ReportIntake(node, trust or TrustConfig(), self.keys, self.ledger.add_report, log)
-        self.report_counts = self.intake.counts
         self._rebaseline: set[str] = set()
+        self._asked: dict[str, str] = {}  # target -> why a confirmation round was requested
         self._lock = threading.Lock()
-        self.exchange: Any = exchange  # a FingerprintExchange when Redis is wired (L4 across nodes)
-        self._asked: dict[str, str] = {}  # target -> why a confirmation round was requested (any thread)
-        self._asked_lock = threading.Lock()
-        self.intake.confirm = self.request_confirmation  # an accepted report asks for a round of our own
+        self.exchange = exchange  # L4 across nodes, when Redis is wired
+        # an accepted report asks for a round of our own
+        self.intake = ReportIntake(
+            node, trust or TrustConfig(), self.keys, self.ledger.add_report, log, confirm=self.request_confirmation
+        )
+        self.report_counts = self.intake.counts
 
     # ---------------------------------------------------------------- confirmation
     def request_confirmation(self, target: str, reason: str) -> None:
-        """A quick own gate round for ``target``, taken by the gates probe on its next tick. Any thread."""
-        with self._asked_lock:
+        """Ask for a quick own gate round of ``target`` (the probe takes it next tick). Any thread."""
+        with self._lock:
             self._asked.setdefault(target, reason)
 
     def take_confirmations(self) -> dict[str, str]:
-        """The confirmation rounds requested since the last call (target -> why)."""
-        with self._asked_lock:
+        """The confirmation rounds asked for since the last call: target -> why."""
+        with self._lock:
             asked, self._asked = self._asked, {}
         return asked
 

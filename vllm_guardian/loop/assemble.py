@@ -42,7 +42,7 @@ from vllm_guardian.diagnosis.service import Diagnoser
 from vllm_guardian.discovery.platform_match import platform_for
 from vllm_guardian.discovery.targets import DiscoveryHook, TargetsStage
 from vllm_guardian.errors import GuardianError
-from vllm_guardian.gates.exchange import FingerprintExchange
+from vllm_guardian.gates.exchange import FingerprintExchange, PeerFingerprints, RedisHashes
 from vllm_guardian.gates.shared import GatesShared
 from vllm_guardian.gates.trust import Keys, load_keys
 from vllm_guardian.host.api_keys import BearerHttpClient
@@ -119,7 +119,7 @@ def assemble(
     stats = SelfStats.for_probes(probe_names())
     readings = Readings(
         device_faults=DeviceFaults(cfg.detectors.accel_fault.window),
-        gates=gates_shared(cfg, keys, redis, clock.wall, log) if cfg.gates.enabled else None,
+        gates=gates_shared(cfg, keys, redis.client if redis else None, clock.wall, log) if cfg.gates.enabled else None,
     )
     # 3. the stages of the tick; the two ports back up the order are bound before returning
     record_action: Port[[str, Action], None] = Port("record_action")
@@ -205,12 +205,14 @@ def assemble(
 def gates_shared(
     cfg: Config,
     keys: Keys | None,
-    redis: RedisConnection | None,
+    redis: RedisHashes | None,
     wall: Callable[[], float],
     log: logging.Logger,
+    exchange: PeerFingerprints | None = None,
 ) -> GatesShared:
     """What the gates share (ledger, intake, status lines), with the trust keys (``gates.trust``,
-    loaded here unless handed in) and, on Redis, the fingerprint exchange (L4 across nodes)."""
+    loaded here unless handed in) and the fingerprint exchange (L4 across nodes): ``exchange``
+    when handed in, else one on ``redis`` (the Redis connection's client), else none."""
     g = cfg.gates
     keys = keys if keys is not None else load_keys(g.trust.keys_file, g.trust.key_env)
     glog = log.getChild("gates")
@@ -223,11 +225,8 @@ def gates_shared(
             "gates: no trust key (gates.trust.keys_file / key_env): external reports and other nodes' "
             "fingerprints can raise an alert, never a restart"
         )
-    exchange = (
-        FingerprintExchange(redis.client, cfg.node or "", wall, keys, g.trust.max_skew, g.trust.min_peer_nodes)
-        if redis is not None
-        else None
-    )
+    if exchange is None and redis is not None:
+        exchange = FingerprintExchange(redis, cfg.node or "", wall, keys, g.trust.max_skew, g.trust.min_peer_nodes)
     return GatesShared(cfg.node or "", g.interval, glog, g.trust, keys, exchange=exchange)
 
 

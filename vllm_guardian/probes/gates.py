@@ -2,12 +2,12 @@
 
 Every ``gates.interval`` seconds per ready target a job runs ``gates.round.run_round``
 (diagnostic and shadow prompts greedily with logprobs, the reference text with
-prompt logprobs) and, when a fingerprint exchange is wired, shares the shadow
-fingerprints with other nodes. ``fold`` (on the loop) judges the round
-(``gates.judge``), adds L4 against this node's other instances of the same model and
-version plus the remote peers (``gates.agreement``), grows or loads the baseline
-(``gates.baseline``), records the verdict in the ledger the ``output_corruption``
-detector reads and updates the status lines. A new API server for a target clears
+prompt logprobs) and, when the shared state has a fingerprint exchange (built by the assembler
+on the one Redis connection), shares the shadow fingerprints with other nodes.
+``fold`` (on the loop) keeps the books: it has the round judged (``gates.judge``, and L4
+against this node's other instances of the same model and version plus the remote peers:
+``gates.l4_judge``), grows or loads the baseline (``gates.baseline``), records the verdict in
+the ledger the ``output_corruption`` detector reads and updates the status lines. A new API server for a target clears
 its history; a verified restart (``GatesShared.request_rebaseline``) drops its
 baseline so it is taken again.
 
@@ -32,13 +32,13 @@ raise an alert, never a restart.
 
 from __future__ import annotations
 
-from vllm_guardian.gates import agreement
 from vllm_guardian.gates.baseline import Baseline, BaselineStore
 from vllm_guardian.gates.cost import confirmations
-from vllm_guardian.gates.exchange import FingerprintExchange
-from vllm_guardian.gates.judge import GateFailure, RoundAnswers, judge_round, next_baseline
+from vllm_guardian.gates.exchange import PeerFingerprints
+from vllm_guardian.gates.judge import RoundAnswers, judge_round, next_baseline
 from vllm_guardian.gates.known_answers import diagnostics_of
 from vllm_guardian.gates.evidence import failure_evidence
+from vllm_guardian.gates.l4_judge import LocalPeer, fresh_local_peers, judge_l4, shared_fingerprints
 from vllm_guardian.gates.ledger import RoundRecord
 from vllm_guardian.gates.round import run_round
 from vllm_guardian.gates.shared import GatesShared, TargetGates
@@ -60,11 +60,12 @@ class GatesProbe:
         if parts.readings.gates is None:
             raise ValueError("the gates probe needs the gates' shared state in the readings (loop/assemble.py)")
         self.shared: GatesShared = parts.readings.gates  # built by the assembler, with its keys and exchange
+        self.exchange: PeerFingerprints | None = self.shared.exchange
         self.store = BaselineStore(parts.cfg.state_dir)
         self.schedule = Schedule(self.cfg.interval)
         self._baselines: dict[_BKey, Baseline | None] = {}
         self._keys: dict[str, ProcKey] = {}
-        self._local: dict[str, tuple[str, str, dict[str, str], float]] = {}  # target -> model, version, fps, t
+        self._local: dict[str, LocalPeer] = {}  # target -> its latest shadow fingerprints
         self.max_age = self.cfg.peer_max_age or 3 * self.cfg.interval
         self.n_confirm = confirmations(self.cfg, parts.cfg.detectors.output_corruption)
         self._confirm_left: dict[str, int] = {}  # target -> quick rounds left in its failing episode
@@ -124,7 +125,7 @@ class GatesProbe:
 
     def _job(self, name: str, url: str, model: str | None, key: ProcKey) -> Job:
         cfg, http, wall = self.cfg, self.http, self.clock.wall
-        exchange: FingerprintExchange | None = self.shared.exchange
+        exchange = self.exchange
         n_requests = len(diagnostics_of(cfg)) + (len(cfg.shadow_prompts) if cfg.shadow else 0) + 4
 
         def run() -> tuple[ProcKey, RoundAnswers, list[dict[str, str]], str | None]:
@@ -132,11 +133,7 @@ class GatesProbe:
             remote: list[dict[str, str]] = []
             note = None
             if exchange is not None and cfg.shadow and ra.complete and ra.answers:
-                own = {
-                    a.prompt: agreement.fingerprint(ra.model, ra.version, a.prompt, a.text)
-                    for a in ra.answers
-                    if a.role == "shadow"
-                }
+                own = shared_fingerprints(ra)
                 remote, note = exchange.share(ra.model, ra.version, name, own, 2 * self.max_age, self.max_age)
             return key, ra, remote, note
 
@@ -182,44 +179,14 @@ class GatesProbe:
         failures, judged = list(verdict.failures), set(verdict.judged)
         ambiguous = False
         if self.cfg.shadow:
-            own = {
-                a.prompt: verdict.fingerprints[a.prompt]
-                for a in ra.answers
-                if a.role == "shadow" and a.prompt not in verdict.tie_flips
-            }  # a near-tie flip does not vote
-            local = [
-                fps
-                for name, (m, v, fps, t) in self._local.items()
-                if name != ra.target and (m, v) == (ra.model, ra.version) and now - t <= self.max_age
-            ]
-            base_fps = {p: baseline.fingerprints[p] for p in own if baseline and p in baseline.fingerprints} or None
-            v4 = agreement.judge(own, local + remote, base_fps)
-            tg.agreement = f"{v4.status} ({v4.peers} peer(s))"
-            if v4.status != agreement.UNJUDGED:
+            local = fresh_local_peers(self._local, ra.target, ra.model, ra.version, now, self.max_age)
+            l4 = judge_l4(ra, verdict, baseline, local, remote)
+            tg.agreement = l4.agreement
+            if l4.judged:
                 judged.add("L4")
-            if v4.failed:
-                ambiguous = v4.status == agreement.AMBIGUOUS
-                texts = {a.prompt: a.text for a in ra.answers}
-                # without the other nodes' fingerprints, does this instance still fail the prompt?
-                on_own = set(agreement.judge(own, local, base_fps).disagreeing) if remote else None
-                for prompt in v4.disagreeing:
-                    expected = (
-                        "the answer of the agreeing peers"
-                        if v4.status == agreement.DISAGREE and v4.peers
-                        else (baseline.answers.get(prompt, "?") if baseline else "?")
-                    )
-                    failures.append(
-                        GateFailure(
-                            "L4",
-                            v4.status,
-                            prompt,
-                            texts.get(prompt, "")[:120],
-                            expected,
-                            {"peers": v4.peers, "detail": v4.detail},
-                            source="own" if on_own is None or prompt in on_own else "peers",
-                        )
-                    )
-            self._local[ra.target] = (ra.model, ra.version, own, now)
+            failures += l4.failures
+            ambiguous = l4.ambiguous
+            self._local[ra.target] = LocalPeer(ra.model, ra.version, l4.own, now)
         nb = next_baseline(ra, verdict, baseline, self.cfg)
         if nb is not None:
             problem = self.store.save(nb)
@@ -267,5 +234,6 @@ class GatesProbe:
 
 
 def make(parts: ProbeParts) -> GatesProbe | None:
-    """The table's entry: the probe only when gates are enabled."""
+    """The table's entry: the probe only when gates are enabled (its shared state, trust keys and
+    fingerprint exchange are in ``parts.readings.gates``, built by the assembler)."""
     return GatesProbe(parts) if parts.cfg.gates.enabled else None

@@ -10,25 +10,11 @@ from __future__ import annotations
 
 import errno
 import json
-import resource
-import signal
-from contextlib import contextmanager
 
 import pytest
 
 from vllm_guardian.sinks.spool import FILE_NAME, Spool
-
-
-@contextmanager
-def file_size_limit(limit: int):
-    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, old_handler)
+from tests.support.file_limits import file_size_limit
 
 
 def ev(n: int, pad: str = "") -> dict:

@@ -20,7 +20,7 @@ from vllm_guardian.model import Finding, Kind, Sample, Severity, TargetRef
 from vllm_guardian.series import metrics as m
 from vllm_guardian.testing.fake_control import FakeControl
 
-from test_remediation import API, ARGV, ENGINE, WORKER, World
+from tests.support.remediation_world import API, ARGV, ENGINE, WORKER, World
 
 
 def restart(tmp_path, **kw):
@@ -135,7 +135,7 @@ def test_a_resumed_sequence_whose_server_is_gone_is_aborted_and_its_lease_releas
 
 # ---------------------------------------------------------------- 10
 def test_a_ledger_write_failure_fails_closed_without_any_signal(tmp_path):
-    from test_f04_spool_short_write import file_size_limit
+    from tests.support.file_limits import file_size_limit
 
     w = World(tmp_path)
     inc = w.open()

@@ -31,6 +31,7 @@ from vllm_guardian.testing.fake_control import FakeControl
 from vllm_guardian.testing.fake_http import FakeHttp, ok
 from vllm_guardian.testing.fake_proc import FakeProcTree
 from vllm_guardian.testing.fake_runner import FakeRunner
+from tests.support.wait import poll
 
 API, ENGINE = 100, 110
 WEDGED = 666
@@ -240,12 +241,7 @@ def test_the_loop_stops_without_waiting_for_a_blocked_pass(world):
 
 
 def _wait_until(cond) -> None:
-    pause = threading.Event()
-    for _ in range(int(DEADLINE / 0.01)):
-        if cond():
-            return
-        pause.wait(0.01)
-    pytest.fail("the released pass never returned")
+    assert poll(cond, DEADLINE, every=0.01), "the released pass never returned"
 
 
 def test_a_server_whose_environ_read_blocked_a_pass_is_not_read_again_for_its_key(tmp_path):

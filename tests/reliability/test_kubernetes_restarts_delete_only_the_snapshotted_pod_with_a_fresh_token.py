@@ -12,7 +12,7 @@ from vllm_guardian.host.kube import KubeClient
 from vllm_guardian.testing.fake_control import FakeControl
 from vllm_guardian.testing.fake_proc import FakeProcTree
 
-from test_remediation import API, ENGINE, World  # the remediation world of the unit tier
+from tests.support.remediation_world import API, ENGINE, World  # the remediation world of the unit tier
 
 UID_A = "3f8e2a1c-7b4d-4e9a-9c1f-2d6b8e0a5f71"
 UID_B = "99999999-7b4d-4e9a-9c1f-2d6b8e0a5f71"

@@ -17,7 +17,7 @@ from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.host.process_control import OsProcessControl
 from vllm_guardian.model import Kind, ProcKey
 
-from test_evidence import World as EvidenceWorld  # the component tier's evidence world
+from tests.support.evidence_world import World as EvidenceWorld  # the component tier's evidence world
 
 
 @pytest.mark.parametrize(

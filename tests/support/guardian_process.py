@@ -2,7 +2,9 @@
 
 Real parts only: a real kernel, real child processes, real /proc, real HTTP.
 Observation is through the guardian's own outputs: the incident files under its
-state dir and ``guardian status --json`` over its control socket.
+state dir and ``guardian status --json`` over its control socket. The live and chaos tiers
+share it, with the helpers around it: a command-mode restart target, faults tripped on the
+simulated server, and the sweep of every simulated server left on a port.
 """
 
 from __future__ import annotations
@@ -12,23 +14,19 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
+import psutil
 import yaml
 
 from vllm_guardian.incidents import IncidentStore, incident_to_dict
+from vllm_guardian.sim.control import SimServer
+from tests.support.wait import poll
 
-
-def poll(pred, timeout: float, every: float = 0.2):
-    """Return the first truthy value of ``pred()`` before ``timeout``, else None."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(every)
-    return None
+SIM = "vllm_guardian.sim.vllm.api_server"
 
 
 class GuardianProcess:
@@ -110,3 +108,93 @@ class GuardianProcess:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+def sweep(port: int) -> None:
+    """Kill every simulated server on ``port`` (and its session: engine, worker) left running."""
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if SIM in cmd and str(port) in cmd:
+            try:
+                os.killpg(os.getsid(p.pid), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def sims_on(port: int) -> list[int]:
+    """Pids of API servers of the simulated vLLM serving ``port`` (one = no double start)."""
+    out = []
+    for p in psutil.process_iter(["pid", "cmdline", "status"]):
+        cmd = p.info["cmdline"] or []
+        if SIM in cmd and str(port) in cmd and p.info["status"] != psutil.STATUS_ZOMBIE:
+            out.append(p.info["pid"])
+    return out
+
+
+def command_restart(port: int, tmp_path, **restart) -> dict:
+    """The target ``sim`` on ``port``, restarted by the guardian itself (``restart.mode: command``)."""
+    argv = [sys.executable, "-m", SIM, "--port", str(port), "--startup-delay", "1"]
+    return {
+        "name": "sim",
+        "match": {"port": port},
+        "restart": {
+            "mode": "command",
+            "command": argv,
+            "stop_timeout": 5,
+            "ready_timeout": 60,
+            "log_file": str(tmp_path / "restarted.log"),
+            **restart,
+        },
+        "drain": {"timeout": 5},
+    }
+
+
+def config(port: int, tmp_path, *, command=None, stop_timeout=5, ready_timeout=60, policy=None, http_port=None) -> dict:
+    """The ``extra`` config of a guardian restarting ``sim`` on ``port`` by command (drain 10 s)."""
+    argv = command or [sys.executable, "-m", SIM, "--port", str(port), "--startup-delay", "1"]
+    extra: dict[str, Any] = {
+        "targets": [
+            {
+                "name": "sim",
+                "match": {"port": port},
+                "restart": {
+                    "mode": "command",
+                    "command": argv,
+                    "stop_timeout": stop_timeout,
+                    "ready_timeout": ready_timeout,
+                    "log_file": str(tmp_path / "restarted.log"),
+                },
+                "drain": {"timeout": 10},
+            }
+        ]
+    }
+    if policy:
+        extra["policy"] = policy
+    if http_port:
+        extra["api"] = {"http": f"127.0.0.1:{http_port}"}
+    return extra
+
+
+def fire(sim: SimServer, fault: str) -> float:
+    """Switch the fault on and send the request that trips it; returns the onset wall time."""
+    sim.set_fault(fault)
+    onset = time.time()
+    _in_background(lambda: sim.complete("trip the fault", max_tokens=4, timeout=60))
+    return onset
+
+
+def trip(port: int, fault: str) -> None:
+    """``fire`` on whichever server holds ``port`` now (a client only: nothing is started)."""
+    sim = SimServer(port=port)
+    sim.set_fault(fault)
+    _in_background(lambda: sim.complete("x", max_tokens=4, timeout=60))
+
+
+def _in_background(request) -> None:
+    def quiet():
+        try:
+            request()
+        except Exception:  # noqa: BLE001 - a hung or dead engine fails the request, which is the point
+            pass
+
+    threading.Thread(target=quiet, daemon=True).start()

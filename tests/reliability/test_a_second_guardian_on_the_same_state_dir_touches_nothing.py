@@ -10,7 +10,8 @@ import sys
 
 import yaml
 
-from redis_procs import kill_all, servers_for, wait_for
+from tests.support.redis_procs import kill_all, servers_for
+from tests.support.wait import wait_for
 
 
 def guardian(config: str) -> subprocess.Popen:

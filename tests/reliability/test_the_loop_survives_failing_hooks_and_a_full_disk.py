@@ -27,7 +27,7 @@ from vllm_guardian.testing.fake_control import FakeControl
 from vllm_guardian.testing.fake_runner import FakeRunner
 from vllm_guardian.testing.redis_server import RedisServer
 
-from redis_procs import wait_for
+from tests.support.wait import wait_for
 
 
 def daemon(tmp_path) -> tuple[Daemon, FakeClock]:
@@ -125,7 +125,7 @@ def test_alerts_published_while_the_spool_disk_is_full_still_reach_redis_in_orde
 
 
 def test_remediation_state_that_cannot_be_written_refuses_the_sequence_and_raises_nothing(tmp_path):
-    from test_remediation import World
+    from tests.support.remediation_world import World
 
     (tmp_path / "remediation").write_text("")  # the folder cannot be made: every save fails
     w = World(tmp_path)

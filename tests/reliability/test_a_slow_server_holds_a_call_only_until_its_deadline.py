@@ -15,7 +15,7 @@ import pytest
 from vllm_guardian.host.http import HttpError, StdlibHttpClient
 from vllm_guardian.state.async_runner import AsyncRunner
 
-from slow_drip import SlowDripServer
+from tests.support.slow_drip import SlowDripServer
 
 
 @pytest.fixture

@@ -1,11 +1,11 @@
-"""Helpers for the embedded-Redis fault tests: which redis-servers serve a state dir."""
+"""Helpers for the embedded-Redis fault tests: which redis-servers serve a state dir, and a holder
+process that keeps one running."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 
@@ -24,16 +24,6 @@ def servers_for(state_dir) -> list[int]:
         if "redis-server" in cmd and state != "Z" and any(m in cmd for m in marks):
             out.append(int(entry))
     return sorted(out)
-
-
-def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 HOLDER = """

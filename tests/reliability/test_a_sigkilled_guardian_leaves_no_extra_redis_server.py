@@ -8,7 +8,7 @@ import signal
 
 from vllm_guardian.sinks.embedded_redis import EmbeddedRedis
 
-from redis_procs import kill_all, servers_for, start_holder
+from tests.support.redis_procs import kill_all, servers_for, start_holder
 
 
 def test_nine_killed_guardians_leave_at_most_the_last_server(tmp_path):

@@ -9,7 +9,8 @@ from vllm_guardian.config.schema import AlertsConfig
 from vllm_guardian.sinks.embedded_redis import EmbeddedRedis
 from vllm_guardian.sinks.redis_sink import AlertSink, make_client
 
-from redis_procs import kill_all, servers_for, wait_for
+from tests.support.redis_procs import kill_all, servers_for
+from tests.support.wait import wait_for
 
 
 def ev(n: int) -> dict:

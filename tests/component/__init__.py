@@ -1,0 +1,1 @@
+"""Component tier: several real parts together on a fake /proc, a scripted HTTP server and a fake clock."""

@@ -1,0 +1,1 @@
+"""Fuzz tier: the parsers against generated hostile input."""

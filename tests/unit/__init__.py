@@ -1,0 +1,1 @@
+"""Unit tier: pure parsers, detectors and state machines on fake seams."""

@@ -1,0 +1,91 @@
+"""The commands that run the guardian on this node: ``run`` (the daemon, until SIGTERM), ``probe`` (one
+round of every probe, printed), ``check-config`` and ``demo``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+
+from vllm_guardian.cli.common import load_config, setup_logging
+
+
+def cmd_run(args) -> int:
+    cfg = load_config(args.config, args.dry_run)
+    setup_logging(args, cfg)
+    os.makedirs(cfg.state_dir, mode=0o750, exist_ok=True)
+    from vllm_guardian.surface.instance_lock import InstanceLock
+
+    with InstanceLock(cfg.state_dir):  # before anything starts: a second guardian touches nothing
+        return _run_locked(args, cfg)
+
+
+def _run_locked(args, cfg) -> int:
+    from vllm_guardian.loop.runtime import Runtime
+
+    rt = Runtime.start(cfg)
+    rt.load_config = lambda: load_config(args.config, args.dry_run)
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        logging.getLogger("guardian").info("signal %d: shutting down", signum)
+        stop.set()
+        rt.clock.wake()
+
+    def on_hup(signum, frame):  # systemctl reload (ExecReload=kill -HUP $MAINPID)
+        logging.getLogger("guardian").info("SIGHUP: re-reading the config after this tick")
+        rt.request_reload()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_hup)
+    try:
+        rt.run(stop)
+    finally:
+        rt.close()
+    return 0
+
+
+def cmd_probe(args) -> int:
+    from vllm_guardian.surface.status_view import render_status
+
+    cfg = load_config(args.config)
+    setup_logging(args, cfg)
+    from vllm_guardian.loop.runtime import build_daemon, real_seams
+
+    daemon = build_daemon(cfg, real_seams(cfg))
+    budget = cfg.probes.vllm_http.timeout * 2 + cfg.probes.canary.timeout + 1
+    try:
+        daemon.tick()  # discovery + first /proc reading (rates need two)
+        time.sleep(cfg.probes.procfs.interval)
+        daemon.tick()  # rates, HTTP scrapes start
+        daemon.runner.wait_idle(budget)
+        daemon.tick()  # scrapes folded in; canaries start where /health is 200
+        daemon.runner.wait_idle(budget)
+        daemon.tick()
+    finally:
+        daemon.runner.shutdown()
+    doc = daemon.status().to_dict()
+    print(json.dumps(doc, indent=2) if args.json else render_status(doc))
+    return 0 if doc["targets"] else 1
+
+
+def cmd_check_config(args) -> int:
+    from vllm_guardian.config.loader import render_check
+
+    cfg = load_config(args.config)
+    if cfg.gates.enabled:  # the trust keys are read as `guardian run` reads them (never printed)
+        from vllm_guardian.gates.trust import load_keys
+
+        load_keys(cfg.gates.trust.keys_file, cfg.gates.trust.key_env)
+    print(render_check(cfg))
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from vllm_guardian.sim.demo import run_demo  # the demo drives the shipped simulated vLLM server
+
+    return run_demo(keep=args.keep, timeout=args.timeout)

@@ -1,0 +1,163 @@
+"""The rules a config value must meet, by name: the ``check`` of a schema field (``RULES``; the fields
+whose rule is kept out of the schema are in ``EXTRA_CHECKS``), the keys refused with a reason of
+their own (``FORBIDDEN_KEYS``), and the upper bounds judged by a number's size (``range_problem``).
+Also how a value reads in a problem line (``show``). Pure: data in, words out."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import types
+import typing
+from typing import Any, Callable
+
+from vllm_guardian.config.schema import AlertsConfig, Config, DiscoveryConfig, FleetConfig, TargetConfig
+from vllm_guardian.netaddr import is_hostport
+
+# Rules for fields whose schema metadata carries no 'check' (kept out of the schema).
+EXTRA_CHECKS: typing.Mapping[tuple[type, str], str] = types.MappingProxyType(
+    {
+        (TargetConfig, "name"): "target_name",
+        (FleetConfig, "when_redis_down"): "allow_deny",
+        (AlertsConfig, "redis_url"): "redis_url",
+    }
+)
+
+
+# Keys refused with a message of their own (instead of "unknown key"): (class, key) -> why.
+FORBIDDEN_KEYS: typing.Mapping[tuple[type, str], str] = types.MappingProxyType(
+    {
+        (TargetConfig, "api_key"): "an API key is never written in the config (it would leak through "
+        "check-config, backups and version control); name where to read it: "
+        "api_key_env (a variable of the guardian's environment) or api_key_file "
+        "(a file readable by the guardian); when neither is set the key is read "
+        "from the server's own --api-key / VLLM_API_KEY",
+    }
+)
+
+
+_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def show(value: Any) -> str:
+    """The value as it would read in YAML/JSON, shortened."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except ValueError:  # a self-referencing structure built with YAML anchors
+        text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def join_path(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _choice(*options: str) -> tuple[str, Callable[[Any], bool]]:
+    return "one of " + ", ".join(options), lambda v: v in options
+
+
+def regex_problem(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        return str(exc)
+    return ""
+
+
+_TAINT_KEY = re.compile(
+    r"(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(?=.{1,63}$)[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
+)
+
+
+# check name -> (expectation, "{base}" = "a number" | "an integer"; predicate)
+RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingProxyType(
+    {
+        "positive": ("{base} > 0", lambda v: v > 0),
+        "nonneg": ("{base} >= 0", lambda v: v >= 0),
+        "ratio": ("a number between 0 and 1", lambda v: 0 <= v <= 1),
+        "port": ("a port number (1..65535)", lambda v: 1 <= v <= 65535),
+        "mode": _choice("observe", "alert", "remediate"),
+        "onoff": _choice("auto", "off"),
+        "restart_mode": _choice("systemd", "command", "kubernetes", "signal"),
+        "allow_deny": _choice("allow", "deny"),
+        "log_format": _choice("text", "json", "logfmt"),
+        "log_level": _choice("debug", "info", "warning", "error", "critical"),
+        "pod_removal": _choice("evict", "delete"),
+        "taint_key": (
+            "a Kubernetes taint key ([prefix/]name: a DNS subdomain, a name of at most 63 letters, digits, '-_.')",
+            lambda v: _TAINT_KEY.fullmatch(v) is not None and len(v.rpartition("/")[0]) <= 253,
+        ),
+        "regex": ("a valid regular expression", lambda v: not regex_problem(v)),
+        "expect": (
+            'the word "baseline" or a valid regular expression',
+            lambda v: v == "baseline" or not regex_problem(v),
+        ),
+        "hostport": ('a "host:port" address', is_hostport),
+        "target_name": ("a name of letters, digits, '_', '.', '-'", lambda v: _NAME_RE.fullmatch(v) is not None),
+        "redis_url": (
+            '"embedded" or a redis://, rediss:// or unix:// URL',
+            lambda v: v == "embedded" or v.startswith(_REDIS_SCHEMES),
+        ),
+    }
+)
+
+
+def describe(tp: Any, check: str | None) -> str:
+    if check:
+        return RULES[check][0].format(base="an integer" if tp is int else "a number")
+    origin = typing.get_origin(tp)
+    if origin is tuple:
+        item = typing.get_args(tp)[0]
+        return "a list of " + ("strings" if item is str else "mappings" if dataclasses.is_dataclass(item) else "values")
+    if origin is dict:
+        return "a mapping of strings to strings"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[tp]
+
+
+MAX_NUMBER = 10**12  # no count, size or rate of this product comes near it
+MAX_SECONDS = 30 * 86400.0  # no duration of this product is longer than a month
+MIN_INTERVAL = 0.05  # a shorter loop or probe interval only spins a core
+MAX_TICK = 3600.0
+MAX_PASS_WAIT = 5.0  # the loop waits this long for a discovery pass: longer would stall the tick
+_DURATION_NAMES = frozenset(
+    {
+        "window",
+        "period",
+        "initial",
+        "max",
+        "warmup",
+        "forget_after",
+        "record_seconds",
+        "deadline",
+        "confirm_cooldown",
+        "pass_wait",
+        "stuck_after",
+    }
+)
+
+
+def range_problem(cls: Any, name: str, value: Any) -> str:
+    """What is wrong with a number that passed its type and rule, judged by its size."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return ""
+    if abs(value) > MAX_NUMBER:
+        return f"at most {MAX_NUMBER:.0e}"
+    if not isinstance(value, float):
+        return ""
+    if cls is Config and name == "interval" and not MIN_INTERVAL <= value <= MAX_TICK:
+        return f"between {MIN_INTERVAL:g} and {MAX_TICK:g} seconds"
+    if (name == "interval" or name.endswith("_interval")) and value < MIN_INTERVAL:
+        return f"at least {MIN_INTERVAL:g} seconds"
+    if cls is DiscoveryConfig and name == "pass_wait" and value > MAX_PASS_WAIT:
+        return f"at most {MAX_PASS_WAIT:g} seconds (the loop waits that long)"
+    if cls is DiscoveryConfig and name == "stuck_after" and value < 1.0:
+        return "at least 1 second (a pass of a busy node takes tens of milliseconds)"
+    is_duration = name == "interval" or name.endswith(("_interval", "timeout", "_ttl")) or name in _DURATION_NAMES
+    if is_duration and value > MAX_SECONDS:
+        return f"at most {MAX_SECONDS:g} seconds (30 days)"
+    return ""
