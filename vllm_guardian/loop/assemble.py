@@ -41,7 +41,7 @@ from vllm_guardian.detectors.kinds import series_store_for
 from vllm_guardian.diagnosis.service import Diagnoser
 from vllm_guardian.discovery.platform_match import platform_for
 from vllm_guardian.discovery.targets import DiscoveryHook, TargetsStage
-from vllm_guardian.errors import GuardianError
+from vllm_guardian.errors import ConfigError, GuardianError
 from vllm_guardian.gates.exchange import FingerprintExchange, PeerFingerprints, RedisHashes
 from vllm_guardian.gates.shared import GatesShared
 from vllm_guardian.gates.trust import Keys, load_keys
@@ -50,13 +50,14 @@ from vllm_guardian.incidents import IncidentManager, IncidentStore
 from vllm_guardian.loop.daemon import Daemon, DaemonParts
 from vllm_guardian.loop.fanout import Sink, TransitionFanout
 from vllm_guardian.loop.ports import Port
+from vllm_guardian.loop.tables import DEFAULT_TABLES, Tables
 from vllm_guardian.loop.responder import Responder
 from vllm_guardian.model import Action, Incident
 from vllm_guardian.probes.base import ProbeParts, Readings
 from vllm_guardian.probes.scheduler import ProbeScheduler
 from vllm_guardian.probes.table import build_probes, probe_names
 from vllm_guardian.remediation.lease import FleetLease
-from vllm_guardian.remediation.methods import build_methods
+from vllm_guardian.remediation.methods import build_methods, restart_mode_problems
 from vllm_guardian.remediation.parts import PublishControl, RemediationParts
 from vllm_guardian.remediation.policy import RestartLedger
 from vllm_guardian.remediation.remediator import Remediator
@@ -86,11 +87,16 @@ def assemble(
     log: logging.Logger | None = None,
     kube: KubeClient | None = None,
     on_discovery: Iterable[DiscoveryHook] = (),
+    tables: Tables = DEFAULT_TABLES,
 ) -> Daemon:
     """The daemon with every part built. ``redis``: the one Redis connection (None: no lease, no
     control messages, no fingerprint exchange); ``keys``: the gates' trust keys when already loaded
     (None: loaded here when gates are on); ``kube``: the Kubernetes API client (default: from the
-    environment, when a target restarts or is matched through Kubernetes)."""
+    environment, when a target restarts or is matched through Kubernetes); ``tables``: the probes,
+    kinds and restart methods (default: the package's own; ``loop/tables.py``). A ``restart.mode``
+    that names no method of the table is a ``ConfigError``."""
+    if problems := restart_mode_problems(cfg, tables.methods):
+        raise ConfigError(problems)
     log = log or logging.getLogger("guardian")
     node = cfg.node or os.uname().nodename
     clock = seams.clock
@@ -116,7 +122,7 @@ def assemble(
     tracker = Tracker.from_config(cfg)
     episodes = EpisodeLog(log)
     runner = runner or AsyncRunner(max_workers=8)
-    stats = SelfStats.for_probes(probe_names())
+    stats = SelfStats.for_probes(probe_names(tables.probes))
     readings = Readings(
         device_faults=DeviceFaults(cfg.detectors.accel_fault.window),
         gates=gates_shared(cfg, keys, redis.client if redis else None, clock.wall, log) if cfg.gates.enabled else None,
@@ -134,7 +140,9 @@ def assemble(
         on_discovery=hooks,
     )
     probe_parts = ProbeParts(cfg, seams, tracker, series, readings, log)
-    probes = ProbeScheduler(build_probes(probe_parts), runner, stats, episodes, series, record=record_action)
+    probes = ProbeScheduler(
+        build_probes(probe_parts, tables.probes), runner, stats, episodes, series, record=record_action
+    )
     incidents = IncidentManager(node, clock, store, cfg.detectors)
     ledger = RestartLedger(cfg.state_dir, keep=cfg.policy.budget.period)
     settings = RemediationSettings.from_config(cfg)
@@ -148,13 +156,14 @@ def assemble(
             incidents,
             ledger,
             seams.proc,
-            build_methods(settings.units()),
+            build_methods(settings.units(), tables.methods),
             log.getChild("remediation"),
             lease=lease,
             kube=kube,
             publish_control=publish_control,
             release_check=readings.device_memory_held,
             device_check=DeviceBlock(readings, clock.monotonic),
+            method_table=tables.methods,
         )
     )
     fanout = TransitionFanout(incident_opened, sinks, stats, episodes, clock, log)
@@ -174,6 +183,7 @@ def assemble(
         diagnoser=diagnoser,
         target_configs={t.name: t for t in cfg.targets},
         on_update=on_update,
+        kinds=tables.kinds,
     )
     record_action.bind(responder.record_action)
     incident_opened.bind(responder.incident_opened)
@@ -198,6 +208,7 @@ def assemble(
             fanout=fanout,
             responder=responder,
             status_extras=extras,
+            tables=tables,
         )
     )
 

@@ -29,6 +29,7 @@ from vllm_guardian.incidents import IncidentManager
 from vllm_guardian.loop.fanout import Sink, TransitionFanout
 from vllm_guardian.loop.responder import Responder
 from vllm_guardian.loop.run import run_loop
+from vllm_guardian.loop.tables import DEFAULT_TABLES, Tables
 from vllm_guardian.model import Finding, Kind, TargetRef, Transition
 from vllm_guardian.probes.base import Readings, Seen
 from vllm_guardian.probes.scheduler import ProbeScheduler
@@ -71,6 +72,7 @@ class DaemonParts:
     fanout: TransitionFanout
     responder: Responder
     status_extras: Mapping[str, Callable[[], object]]
+    tables: Tables = DEFAULT_TABLES  # the probes, kinds and restart methods it was assembled from
 
 
 class Daemon:
@@ -85,6 +87,7 @@ class Daemon:
         self.targets, self.probes, self.incidents = parts.targets, parts.probes, parts.incidents
         self.ledger, self.remediator, self.responder = parts.ledger, parts.remediator, parts.responder
         self.status_extras = parts.status_extras
+        self.detectors = parts.tables.detectors()
         self._emit = parts.fanout.emit
         self.seen = Seen()
         self.findings: dict[str, dict[Kind, Finding | None]] = {}
@@ -149,7 +152,8 @@ class Daemon:
             if self.remediator.suppress_detection(name):
                 continue  # the guardian is taking it down itself: its death is not news
             gates = self.readings.gates.view(name) if self.readings.gates is not None else None
-            findings = evaluate_all(TargetView(self.tracker.state(name, now), self.series, gates), self.cfg.detectors)
+            view = TargetView(self.tracker.state(name, now), self.series, gates)
+            findings = evaluate_all(view, self.cfg.detectors, self.detectors)
             findings[Kind.PROBE_FAILURE] = evaluate_episodes(
                 name, {k: v for k, v in open_episodes.items() if k.startswith(f"{name}:")}, self.cfg.detectors, now
             )
