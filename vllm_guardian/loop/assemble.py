@@ -50,7 +50,7 @@ from vllm_guardian.incidents import IncidentManager, IncidentStore
 from vllm_guardian.loop.daemon import Daemon, DaemonParts
 from vllm_guardian.loop.fanout import Sink, TransitionFanout
 from vllm_guardian.loop.ports import Port
-from vllm_guardian.loop.tables import DEFAULT_TABLES, Tables
+from vllm_guardian.loop.tables import Tables
 from vllm_guardian.loop.responder import Responder
 from vllm_guardian.model import Action, Incident
 from vllm_guardian.probes.base import ProbeParts, Readings
@@ -87,7 +87,7 @@ def assemble(
     log: logging.Logger | None = None,
     kube: KubeClient | None = None,
     on_discovery: Iterable[DiscoveryHook] = (),
-    tables: Tables = DEFAULT_TABLES,
+    tables: Tables | None = None,
 ) -> Daemon:
     """The daemon with every part built. ``redis``: the one Redis connection (None: no lease, no
     control messages, no fingerprint exchange); ``keys``: the gates' trust keys when already loaded
@@ -95,6 +95,7 @@ def assemble(
     environment, when a target restarts or is matched through Kubernetes); ``tables``: the probes,
     kinds and restart methods (default: the package's own; ``loop/tables.py``). A ``restart.mode``
     that names no method of the table is a ``ConfigError``."""
+    tables = tables or Tables()
     if problems := restart_mode_problems(cfg, tables.methods):
         raise ConfigError(problems)
     log = log or logging.getLogger("guardian")

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from vllm_guardian.config.schema import Config
@@ -29,7 +29,7 @@ from vllm_guardian.incidents import IncidentManager
 from vllm_guardian.loop.fanout import Sink, TransitionFanout
 from vllm_guardian.loop.responder import Responder
 from vllm_guardian.loop.run import run_loop
-from vllm_guardian.loop.tables import DEFAULT_TABLES, Tables
+from vllm_guardian.loop.tables import Tables
 from vllm_guardian.model import Finding, Kind, TargetRef, Transition
 from vllm_guardian.probes.base import Readings, Seen
 from vllm_guardian.probes.scheduler import ProbeScheduler
@@ -72,7 +72,7 @@ class DaemonParts:
     fanout: TransitionFanout
     responder: Responder
     status_extras: Mapping[str, Callable[[], object]]
-    tables: Tables = DEFAULT_TABLES  # the probes, kinds and restart methods it was assembled from
+    tables: Tables = field(default_factory=Tables)  # the probes, kinds and restart methods it was assembled from
 
 
 class Daemon:

@@ -12,21 +12,33 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from vllm_guardian.detectors.kinds import KINDS, Detector, KindSpec
+from vllm_guardian.detectors import kinds as kind_table
+from vllm_guardian.detectors.kinds import Detector, KindSpec
 from vllm_guardian.model import Kind
-from vllm_guardian.probes.table import PROBE_TABLE, ProbeRow
-from vllm_guardian.remediation.methods import METHODS, MethodRow
+from vllm_guardian.probes import table as probe_table
+from vllm_guardian.probes.table import ProbeRow
+from vllm_guardian.remediation import methods as method_table
+from vllm_guardian.remediation.methods import MethodRow
+
+
+def _probes() -> Sequence[ProbeRow]:
+    return probe_table.PROBE_TABLE  # read when a daemon is assembled, not when this is imported
+
+
+def _kinds() -> Mapping[Kind, KindSpec]:
+    return kind_table.KINDS
+
+
+def _methods() -> Sequence[MethodRow]:
+    return method_table.METHODS
 
 
 @dataclass(frozen=True)
 class Tables:
-    probes: Sequence[ProbeRow] = PROBE_TABLE  # (name, make(parts)), in the order they run
-    kinds: Mapping[Kind, KindSpec] = field(default_factory=lambda: KINDS)  # one row per incident kind
-    methods: Sequence[MethodRow] = METHODS  # (restart.mode, make(unit_for))
+    probes: Sequence[ProbeRow] = field(default_factory=_probes)  # (name, make(parts)), in the order they run
+    kinds: Mapping[Kind, KindSpec] = field(default_factory=_kinds)  # one row per incident kind
+    methods: Sequence[MethodRow] = field(default_factory=_methods)  # (restart.mode, make(unit_for))
 
     def detectors(self) -> dict[Kind, Detector]:
         """The per-target detectors of the kind rows, in table order."""
         return {kind: row.evaluate for kind, row in self.kinds.items() if row.evaluate is not None}
-
-
-DEFAULT_TABLES = Tables()

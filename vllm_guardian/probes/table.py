@@ -32,11 +32,11 @@ PROBE_TABLE: tuple[ProbeRow, ...] = (
 )
 
 
-def probe_names(table: Sequence[ProbeRow] = PROBE_TABLE) -> tuple[str, ...]:
-    return tuple(name for name, _ in table)
+def probe_names(table: Sequence[ProbeRow] | None = None) -> tuple[str, ...]:
+    return tuple(name for name, _ in (PROBE_TABLE if table is None else table))
 
 
-def build_probes(parts: ProbeParts, table: Sequence[ProbeRow] = PROBE_TABLE) -> list[Probe]:
-    """The probes of the table that have something to probe, in table order."""
-    probes = [make(parts) for _, make in table]
+def build_probes(parts: ProbeParts, table: Sequence[ProbeRow] | None = None) -> list[Probe]:
+    """The probes of ``table`` (default: ``PROBE_TABLE``) that have something to probe, in order."""
+    probes = [make(parts) for _, make in (PROBE_TABLE if table is None else table)]
     return [p for p in probes if p is not None]
