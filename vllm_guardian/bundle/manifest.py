@@ -63,7 +63,7 @@ def build_manifest(
         "files": [{"name": n, "bytes": s} for n, s in sorted(bundle.files.items())],
         "failures": dict(sorted(bundle.failures.items())),
         "notes": dict(sorted(bundle.notes.items())),
-        "steps": list(bundle.steps),
+        "steps": [call.to_dict() for call in bundle.steps],
         "retention_removed": removed,
     }
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from vllm_guardian.bundle import pyspy
 from vllm_guardian.bundle.redact import redact_argv, redact_text
-from vllm_guardian.bundle.writer import FILE_MODE, BundleWriter
+from vllm_guardian.bundle.writer import FILE_MODE, BundleWriter, PySpyCall
 from vllm_guardian.config.schema import EvidenceConfig
 from vllm_guardian.errors import BackendUnavailable
 from vllm_guardian.host.runner import CommandResult, CommandRunner
@@ -53,21 +53,11 @@ class StackReader:
             res = self._runner.run(argv, timeout)
         except BackendUnavailable as e:
             missing = pyspy.Failure("missing", f"{pyspy.MISSING_REASON} ({e})")
-            bundle.step({"what": what, "pid": pid, "mode": mode, "argv": argv, "error": missing.reason})
+            bundle.step(PySpyCall(what, pid, mode, tuple(argv), missing.reason, ran=False))
             return None, missing
         fail = pyspy.classify(res.returncode, res.error_text, res.timed_out, timeout)
-        bundle.step(
-            {
-                "what": what,
-                "pid": pid,
-                "mode": mode,
-                "argv": argv,
-                "rc": res.returncode,
-                "duration_s": round(res.duration, 3),
-                "timed_out": res.timed_out,
-                "error": fail.reason if fail else None,
-            }
-        )
+        error = fail.reason if fail else None
+        bundle.step(PySpyCall(what, pid, mode, tuple(argv), error, True, res.returncode, res.duration, res.timed_out))
         return res, fail
 
     def dump(self, exe: str, p: ProcessInfo, bundle: BundleWriter, gentle: bool = False) -> DumpOutcome:

@@ -29,9 +29,10 @@ are rebuilt through ``build_probes`` with the same ``ProbeParts``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from vllm_guardian.bundle.evidence import EvidenceCollector
@@ -64,6 +65,7 @@ from vllm_guardian.remediation.remediator import Remediator
 from vllm_guardian.remediation.settings import RemediationSettings
 from vllm_guardian.seams import Seams
 from vllm_guardian.sinks.redis_conn import ControlPublisher, RedisConnection
+from vllm_guardian.surface.status_view import StatusSources
 from vllm_guardian.state.async_runner import AsyncRunner
 from vllm_guardian.state.device_faults import DeviceFaults
 from vllm_guardian.state.episodes import EpisodeLog
@@ -82,7 +84,7 @@ def assemble(
     keys: Keys | None = None,
     sinks: Iterable[Sink] = (),
     on_update: Iterable[Callable[[Incident], None]] = (),
-    status_extras: Mapping[str, Callable[[], object]] | None = None,
+    status_sources: StatusSources | None = None,
     runner: AsyncRunner | None = None,
     log: logging.Logger | None = None,
     kube: KubeClient | None = None,
@@ -114,10 +116,10 @@ def assemble(
         f = cfg.policy.fleet
         lease = FleetLease(redis.client, node, f.max_concurrent_restarts, f.lease_ttl, f.when_redis_down)
         publish_control = ControlPublisher(redis, cfg.alerts.control_channel)
-    hooks, extras = list(on_discovery), dict(status_extras or {})
+    hooks, sources = list(on_discovery), status_sources or StatusSources()
     if isinstance(seams.http, BearerHttpClient):  # the keys follow each discovery pass
         hooks.insert(0, seams.http.keys.update)
-        extras["api_keys"] = seams.http.keys.origins
+        sources = dataclasses.replace(sources, api_keys=seams.http.keys)
     # 2. the state probes write and detectors read
     series = series_store_for(cfg)
     tracker = Tracker.from_config(cfg)
@@ -208,7 +210,7 @@ def assemble(
             remediator=remediator,
             fanout=fanout,
             responder=responder,
-            status_extras=extras,
+            status_sources=sources,
             tables=tables,
         )
     )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -45,6 +45,7 @@ from vllm_guardian.state.tracker import Changes, Tracker
 if TYPE_CHECKING:
     from vllm_guardian.host.kube import KubeClient
     from vllm_guardian.surface.status_snapshot import StatusSnapshot
+    from vllm_guardian.surface.status_view import StatusSources
 
 __all__ = ["Daemon", "DaemonParts", "Sink"]
 
@@ -71,7 +72,7 @@ class DaemonParts:
     remediator: Remediator
     fanout: TransitionFanout
     responder: Responder
-    status_extras: Mapping[str, Callable[[], object]]
+    status_sources: StatusSources | None  # the node sections of the parts around the daemon (None: none)
     tables: Tables = field(default_factory=Tables)  # the probes, kinds and restart methods it was assembled from
 
 
@@ -86,7 +87,7 @@ class Daemon:
         self.runner, self.stats, self.readings = parts.runner, parts.stats, parts.readings
         self.targets, self.probes, self.incidents = parts.targets, parts.probes, parts.incidents
         self.ledger, self.remediator, self.responder = parts.ledger, parts.remediator, parts.responder
-        self.status_extras = parts.status_extras
+        self.status_sources = parts.status_sources
         self.detectors = parts.tables.detectors()
         self._emit = parts.fanout.emit
         self.seen = Seen()

@@ -30,6 +30,7 @@ from vllm_guardian.surface.control_socket import ControlSocket
 from vllm_guardian.discovery.targets import DiscoveryHook
 from vllm_guardian.loop.assemble import assemble
 from vllm_guardian.loop.daemon import Daemon, Sink
+from vllm_guardian.config.status import ReloadBook, ReloadOutcome
 from vllm_guardian.loop.reload import apply_config
 from vllm_guardian.errors import ConfigError, GuardianError
 from vllm_guardian.host.accel import AccelBackend
@@ -46,6 +47,7 @@ from vllm_guardian.netaddr import parse_hostport
 from vllm_guardian.probes.accel import make_backends
 from vllm_guardian.state.async_runner import AsyncRunner
 from vllm_guardian.surface.sdnotify import SdNotify
+from vllm_guardian.surface.status_view import StatusSources
 from vllm_guardian.surface.kube_publisher import KubePublisher, supervised_namespaces
 from vllm_guardian.seams import Seams
 from vllm_guardian.sinks.events import AlertEmitter, IncidentAlerts
@@ -87,7 +89,7 @@ def build_daemon(
     keys: Keys | None = None,
     sinks: Iterable[Sink] = (),
     on_update: Iterable[Callable[[Incident], None]] = (),
-    status_extras: dict[str, Callable[[], object]] | None = None,
+    status_sources: StatusSources | None = None,
     runner: AsyncRunner | None = None,
     log: logging.Logger | None = None,
     kube: KubeClient | None = None,
@@ -101,7 +103,7 @@ def build_daemon(
         keys=keys,
         sinks=sinks,
         on_update=on_update,
-        status_extras=status_extras,
+        status_sources=status_sources,
         runner=runner,
         log=log,
         kube=kube,
@@ -145,7 +147,7 @@ class Runtime:
     kube: KubePublisher | None = None
     load_config: Callable[[], Config] | None = None  # re-reads the config file (SIGHUP); None: no reload
     reload_requested: threading.Event = field(default_factory=threading.Event)
-    config_state: dict = field(default_factory=lambda: {"reloads": 0, "last_reload": None})
+    reloads: ReloadBook = field(default_factory=ReloadBook)
 
     @classmethod
     def start(
@@ -162,7 +164,7 @@ class Runtime:
         if cfg.gates.enabled:  # a bad trust key file is a config error before anything is started
             keys = load_keys(cfg.gates.trust.keys_file, cfg.gates.trust.key_env)
         clock = SystemClock()
-        config_state: dict = {"reloads": 0, "last_reload": None}
+        reloads = ReloadBook()
         node = cfg.node or os.uname().nodename  # parse_config fills it; a Config built by hand may not
         redis = RedisConnection.from_config(cfg.alerts, cfg.state_dir)  # the one connection, handed to all
         try:
@@ -195,9 +197,6 @@ class Runtime:
                 b.close()
             seams = dataclasses.replace(seams, accel_backends=tuple(accel_backends))
         kube = kube_publisher(cfg, seams, clock)
-        extras: dict[str, Callable[[], object]] = {"alerts": sink.stats, "config": lambda: dict(config_state)}
-        if kube is not None:
-            extras["kubernetes"] = kube.stats
         daemon = build_daemon(
             cfg,
             seams,
@@ -205,7 +204,7 @@ class Runtime:
             keys=keys,
             sinks=[alerts] + ([decisions] if decisions is not None else []),
             on_update=[republish],
-            status_extras=extras,
+            status_sources=StatusSources(alerts=sink, config=reloads, kubernetes=kube),
         )
         gates = daemon.readings.gates
         listener = (  # external reports about this node's instances (started with the rest below)
@@ -223,7 +222,7 @@ class Runtime:
         control = ControlSocket(
             cfg.socket_path(),
             {
-                "status": lambda req: daemon.status().to_dict(),
+                "status": lambda req: daemon.status().to_dict(),  # the one place the status is serialised
                 "ping": lambda req: "pong",
                 "drain": daemon.control_request,
                 "restart": daemon.control_request,
@@ -235,8 +234,8 @@ class Runtime:
         if cfg.api.http:
             http = HttpListener(
                 parse_hostport(cfg.api.http),
-                registry=build_registry(lambda: daemon.status().to_dict(), lambda: daemon.stats),
-                status=lambda: daemon.status().to_dict(),
+                registry=build_registry(daemon.status, lambda: daemon.stats),
+                status=daemon.status,
                 tick_age=beat.age,
                 max_tick_age=3 * cfg.interval,
             )
@@ -254,7 +253,7 @@ class Runtime:
             listener=listener,
             kube=kube,
             load_config=load_config,
-            config_state=config_state,
+            reloads=reloads,
         )
         try:
             if listener is not None:
@@ -279,30 +278,29 @@ class Runtime:
         self.reload_requested.set()
         self.clock.wake()
 
-    def reload(self) -> dict:
+    def reload(self) -> ReloadOutcome:
         """Re-read the config; apply it when valid (``loop.reload``), else keep the old one and
         say why (the key path of each problem). Incidents, episodes, the restart ledger and what
         the tracker knows are kept either way. The outcome is in ``guardian status`` (``config``)."""
         self.reload_requested.clear()
         at = self.clock.wall()
         if self.load_config is None:
-            outcome = {"at": at, "ok": False, "message": "no config file to re-read"}
+            outcome = ReloadOutcome(at, False, "no config file to re-read")
         else:
             try:
                 new = self.load_config()
             except ConfigError as e:
                 msg = "; ".join(e.problems)
                 log.error("config reload refused, the running config is kept: %s", msg)
-                outcome = {"at": at, "ok": False, "message": f"refused, the running config is kept: {msg}"}
+                outcome = ReloadOutcome(at, False, f"refused, the running config is kept: {msg}")
             else:
                 with self.daemon._lock:
                     res = apply_config(self.daemon, new)
                 for tr in res.transitions:
                     self.daemon._emit(tr)
                 log.info("config reloaded: %s", res.summary())
-                outcome = {"at": at, "ok": True, "message": res.summary(), "needs_restart": list(res.needs_restart)}
-        self.config_state["reloads"] += 1
-        self.config_state["last_reload"] = outcome
+                outcome = ReloadOutcome(at, True, res.summary(), tuple(res.needs_restart))
+        self.reloads.record(outcome)
         return outcome
 
     def after_tick(self) -> None:
@@ -316,7 +314,7 @@ class Runtime:
         now = self.clock.monotonic()
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + self.daemon.cfg.alerts.heartbeat_ttl / 3
-            self.sink.heartbeat(node_summary(self.daemon.status().to_dict(), self.sink.stats()))
+            self.sink.heartbeat(node_summary(self.daemon.status(), self.sink.status_section()))
         if self.kube is not None:
             self.kube.observe(self.daemon.status())  # only queues: its thread talks to the API server
         self.sd.after_tick(f"{len(self.daemon.tracker.targets)} targets")
