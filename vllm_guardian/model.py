@@ -111,8 +111,14 @@ class Target:
     api_url: str | None = None
     source: str = "autodiscover"  # or "config"
     # autodiscovered: "owned" (its tree holds the URL's listening socket), "starting" (nothing
-    # listens on the port yet), "unverified" (no permission to tell); "" when not checked (config)
+    # listens on the port yet), "unverified" (no permission to tell); "" when not checked (config);
+    # "argv": a ``match.port`` target found by the port its command line names, its fds unreadable
     socket: str = ""
+
+    @property
+    def port_verified(self) -> bool:
+        """Is its claim on its port seen in its sockets (not taken from its argv alone)?"""
+        return self.socket not in ("argv", "unverified")
 
     @property
     def api_server(self) -> ProcessInfo | None:

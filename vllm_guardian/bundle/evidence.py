@@ -51,7 +51,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from vllm_guardian.clock import Clock
 from vllm_guardian.config.schema import EvidenceConfig
@@ -86,6 +86,7 @@ GATES_SIGNALS = ("model", "vllm_version", "condition", "conditions", "levels", "
 log = logging.getLogger(__name__)
 
 SUMMARY = "summary.txt"
+SeriesWindows = Mapping[str, Mapping[str, Sequence[Sequence[float]]]]  # metric -> subject -> [[t, v], ...]
 MAX_DUMP_WORKERS = 4
 SLACK_S = 5.0
 
@@ -97,7 +98,7 @@ class EvidenceContext:
     incident: Incident | None  # None for a manual snapshot
     target: Target  # the tree snapshotted when the incident opened
     hottest_pid: int | None = None  # from the incident's signals or process CPU; chosen when None
-    series: Mapping[str, Any] = field(default_factory=dict)  # from series_windows()
+    series: SeriesWindows = field(default_factory=dict)  # from series_windows()
     metrics_text: str | None = None
     accelerators: Mapping[str, Any] | None = None
     bundle_id: str | None = None  # default: the incident's id
@@ -143,7 +144,7 @@ def choose_hottest(ctx: EvidenceContext) -> int | None:
     for cand in (ctx.hottest_pid, signal_pid):
         if isinstance(cand, int) and cand in pids:
             return cand
-    cpu = ctx.series.get(m.PROC_CPU, {}) if isinstance(ctx.series, Mapping) else {}
+    cpu = ctx.series.get(m.PROC_CPU, {})
     best = max(
         (
             (pts[-1][1], int(s[1:]))
@@ -243,7 +244,7 @@ class EvidenceCollector:
         *,
         record_seconds: float | None = None,
         hottest_pid: int | None = None,
-        series: Mapping[str, Any] | None = None,
+        series: SeriesWindows | None = None,
         metrics_text: str | None = None,
         accelerators: Mapping[str, Any] | None = None,
     ) -> EvidenceResult:

@@ -9,7 +9,7 @@ nothing and only ticks):
    gates' fingerprint exchange;
 2. the state the probes write and the detectors read: series store, tracker, episode log, the
    runner of off-loop jobs, self-stats, the readings (device-fault ledger, the gates' shared
-   state with its trust keys and exchange);
+   state with its trust keys and exchange), the capabilities it lacks here (each said once);
 3. the stages of the tick: discovery (``TargetsStage``), the probes of the table
    (``ProbeScheduler``), the incident manager, the restart ledger and the remediator (its
    restart methods from the methods table), the transition fan-out (log line + sinks) and the
@@ -47,6 +47,7 @@ from vllm_guardian.gates.exchange import FingerprintExchange, PeerFingerprints, 
 from vllm_guardian.gates.shared import GatesShared
 from vllm_guardian.gates.trust import Keys, load_keys
 from vllm_guardian.host.api_keys import BearerHttpClient
+from vllm_guardian.host.capabilities import Capabilities, from_privileges, read_own_mask
 from vllm_guardian.incidents import IncidentManager, IncidentStore
 from vllm_guardian.loop.daemon import Daemon, DaemonParts
 from vllm_guardian.loop.fanout import Sink, TransitionFanout
@@ -54,6 +55,7 @@ from vllm_guardian.loop.ports import Port
 from vllm_guardian.loop.tables import Tables
 from vllm_guardian.loop.responder import Responder
 from vllm_guardian.model import Action, Incident
+from vllm_guardian.probes.accel import missing_backends
 from vllm_guardian.probes.base import ProbeParts, Readings
 from vllm_guardian.probes.scheduler import ProbeScheduler
 from vllm_guardian.probes.table import build_probes, probe_names
@@ -130,6 +132,12 @@ def assemble(
         device_faults=DeviceFaults(cfg.detectors.accel_fault.window),
         gates=gates_shared(cfg, keys, redis.client if redis else None, clock.wall, log) if cfg.gates.enabled else None,
     )
+    capabilities = Capabilities(log)  # what it cannot do here, each said once
+    for lack in (
+        *from_privileges(read_own_mask(seams.proc)),
+        *missing_backends(cfg.accelerators, seams.accel_backends),
+    ):
+        capabilities.note(lack)
     # 3. the stages of the tick; the two ports back up the order are bound before returning
     record_action: Port[[str, Action], None] = Port("record_action")
     incident_opened: Port[[Incident], None] = Port("incident_opened")
@@ -141,6 +149,7 @@ def assemble(
         log,
         platform=platform_for(cfg, seams.proc, kube, seams.commands),
         on_discovery=hooks,
+        capabilities=capabilities,
     )
     probe_parts = ProbeParts(cfg, seams, tracker, series, readings, log)
     probes = ProbeScheduler(
@@ -203,6 +212,7 @@ def assemble(
             runner=runner,
             stats=stats,
             readings=readings,
+            capabilities=capabilities,
             targets=targets,
             probes=probes,
             incidents=incidents,

@@ -25,6 +25,7 @@ from vllm_guardian.detectors.probe_failure import evaluate_episodes
 from vllm_guardian.detectors.view import TargetView
 from vllm_guardian.discovery.targets import NAME as TARGETS
 from vllm_guardian.discovery.targets import TargetsStage
+from vllm_guardian.host.capabilities import Capabilities
 from vllm_guardian.incidents import IncidentManager
 from vllm_guardian.loop.fanout import Sink, TransitionFanout
 from vllm_guardian.loop.responder import Responder
@@ -65,6 +66,7 @@ class DaemonParts:
     runner: AsyncRunner
     stats: SelfStats
     readings: Readings
+    capabilities: Capabilities  # what it cannot do here, each said once
     targets: TargetsStage
     probes: ProbeScheduler
     incidents: IncidentManager
@@ -85,6 +87,7 @@ class Daemon:
         self.log, self.node = parts.log, parts.node
         self.series, self.tracker, self.episodes = parts.series, parts.tracker, parts.episodes
         self.runner, self.stats, self.readings = parts.runner, parts.stats, parts.readings
+        self.capabilities = parts.capabilities
         self.targets, self.probes, self.incidents = parts.targets, parts.probes, parts.incidents
         self.ledger, self.remediator, self.responder = parts.ledger, parts.remediator, parts.responder
         self.status_sources = parts.status_sources

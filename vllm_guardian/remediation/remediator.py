@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from vllm_guardian.config.schema import Mode, PolicyConfig
+from vllm_guardian.discovery.argv import NOT_VERIFIED
 from vllm_guardian.model import Action, Incident, ProcKey
 from vllm_guardian.remediation.decide import ManualSituation, Situation, decide, decide_manual
 from vllm_guardian.remediation.machine import Machine
@@ -171,6 +172,7 @@ class Remediator:
             ever_ready=tracked.ever_ready,
             budget=may_restart(self.policy, self.ledger, name, wall),
             pids=tuple(p.pid for p in tracked.target.processes),
+            port_unverified=None if tracked.target.port_verified else NOT_VERIFIED,
         )
 
     def consider(
