@@ -221,6 +221,7 @@ def assemble(
             fanout=fanout,
             responder=responder,
             status_sources=sources,
+            detectors=tables.detectors(),
             tables=tables,
         )
     )

@@ -15,12 +15,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from vllm_guardian.config.schema import Config
 from vllm_guardian.detectors import accel_fault, evaluate_all
+from vllm_guardian.detectors.kinds import Detector
 from vllm_guardian.detectors.probe_failure import evaluate_episodes
 from vllm_guardian.detectors.view import TargetView
 from vllm_guardian.discovery.targets import NAME as TARGETS
@@ -75,6 +76,7 @@ class DaemonParts:
     fanout: TransitionFanout
     responder: Responder
     status_sources: StatusSources | None  # the node sections of the parts around the daemon (None: none)
+    detectors: Mapping[Kind, Detector]  # the kind table's per-target detectors, in table order
     tables: Tables = field(default_factory=Tables)  # the probes, kinds and restart methods it was assembled from
 
 
@@ -91,7 +93,7 @@ class Daemon:
         self.targets, self.probes, self.incidents = parts.targets, parts.probes, parts.incidents
         self.ledger, self.remediator, self.responder = parts.ledger, parts.remediator, parts.responder
         self.status_sources = parts.status_sources
-        self.detectors = parts.tables.detectors()
+        self.detectors = parts.detectors
         self._emit = parts.fanout.emit
         self.seen = Seen()
         self.findings: dict[str, dict[Kind, Finding | None]] = {}

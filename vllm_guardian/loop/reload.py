@@ -85,18 +85,12 @@ def apply_config(daemon: Daemon, new: Config) -> ReloadResult:
     new_names = {t.name for t in cfg.targets}
     daemon.cfg = cfg
     daemon.incidents.reconfigure(cfg.detectors)
-    daemon.responder.detectors = cfg.detectors
-    daemon.responder.target_configs = {t.name: t for t in cfg.targets}
+    daemon.responder.reconfigure(cfg.detectors, {t.name: t for t in cfg.targets})
     tracker = daemon.tracker
-    tracker.forget_after = cfg.discovery.forget_after
-    tracker.configured_models = {t.name: t.model for t in cfg.targets if t.model}
-    tracker.probe_interval = cfg.probes.procfs.interval
-    tracker.lifecycle = cfg.lifecycle
-    stage = daemon.targets
-    stage.cfg = cfg
-    stage.platform = platform_for(cfg, daemon.seams.proc, daemon.kube, daemon.seams.commands)
+    tracker.reconfigure(cfg)
+    daemon.targets.reconfigure(cfg, platform_for(cfg, daemon.seams.proc, daemon.kube, daemon.seams.commands))
     parts = ProbeParts(cfg, daemon.seams, tracker, daemon.series, daemon.readings, daemon.log)
-    daemon.probes.probes = rebuilt_probes(daemon.probes.probes, parts, daemon.parts.tables.probes)
+    daemon.probes.replace_probes(rebuilt_probes(daemon.probes.probes, parts, daemon.parts.tables.probes))
     rem = daemon.remediator
     rem.reconfigure(RemediationSettings.from_config(cfg))
     removed, transitions = [], []

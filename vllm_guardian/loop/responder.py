@@ -97,6 +97,11 @@ class Responder:
         self._live_done: set[str] = set()  # incident ids whose capture no longer needs the processes
         self._held: set[tuple[str, str]] = set()  # (incident id, why) held to alert-only, logged once
 
+    def reconfigure(self, detectors: DetectorsConfig, target_configs: Mapping[str, Any]) -> None:
+        """A config reload: the detectors' modes and the targets' log sources."""
+        self.detectors = detectors
+        self.target_configs = dict(target_configs)
+
     # ------------------------------------------------------------------ each tick
     def act(self, now: float) -> list[Transition]:
         open_incidents = self.incidents.open_incidents()
