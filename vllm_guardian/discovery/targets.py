@@ -88,6 +88,11 @@ class TargetsStage:
         self._unverified_said: set[tuple[str, ProcKey]] = set()
         self._argv_said: set[tuple[str, ProcKey]] = set()
 
+    def reconfigure(self, cfg: Config, platform: PlatformMatcher | None) -> None:
+        """A config reload: the next discovery pass matches with the new config and platform."""
+        self.cfg = cfg
+        self.platform = platform
+
     def step(self, now: float) -> list[PassOutcome]:
         """Every tick: a finished pass applied, a stuck one abandoned; a new one started when due."""
         outcomes = []

@@ -63,7 +63,9 @@ class Remediator:
 
     def reconfigure(self, settings: RemediationSettings) -> None:
         """A reloaded config: new targets' restart specs, policy and pod removal; running sequences go on."""
-        self.parts = replace(self.parts, settings=settings, methods=build_methods(settings.units()))
+        self.parts = replace(
+            self.parts, settings=settings, methods=build_methods(settings.units(), self.parts.method_table)
+        )
         self.settings, self.policy = settings, settings.policy
         self.machine.reconfigure(self.parts)
 

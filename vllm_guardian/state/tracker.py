@@ -138,6 +138,13 @@ class Tracker:
             cfg.lifecycle,
         )
 
+    def reconfigure(self, cfg: Config) -> None:
+        """A config reload: the settings ``from_config`` reads; what is tracked stays."""
+        self.forget_after = cfg.discovery.forget_after
+        self.configured_models = {t.name: t.model for t in cfg.targets if t.model}
+        self.probe_interval = cfg.probes.procfs.interval
+        self.lifecycle = cfg.lifecycle
+
     # ------------------------------------------------------------------ discovery
     def apply_discovery(self, targets: tuple[Target, ...], orphans: tuple[ProcessInfo, ...], now: float) -> Changes:
         new, restarted, vanished, forgotten = [], [], [], []

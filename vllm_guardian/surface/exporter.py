@@ -47,7 +47,8 @@ from vllm_guardian.model import Kind
 
 if TYPE_CHECKING:
     from vllm_guardian.state.selfstats import SelfStats
-    from vllm_guardian.surface.status_snapshot import ProcessStatus, StatusSnapshot, TargetStatus
+    from vllm_guardian.probes.procfs_status import ProcessStatus
+    from vllm_guardian.surface.status_snapshot import StatusSnapshot, TargetStatus
 
 
 class MetricSpec(NamedTuple):

@@ -9,7 +9,8 @@ from vllm_guardian.diagnosis.node_view import render_table as render_accelerator
 from vllm_guardian.discovery.argv import NOT_VERIFIED
 from vllm_guardian.gates.status import GatesSummary, TargetGatesStatus
 from vllm_guardian.state.tracker import CanaryStatus
-from vllm_guardian.surface.status_snapshot import HottestThread, StatusSnapshot, TargetStatus
+from vllm_guardian.probes.procfs_status import HottestThread
+from vllm_guardian.surface.status_snapshot import StatusSnapshot, TargetStatus
 
 
 def _fmt_pct(x: float | None) -> str:

@@ -7,7 +7,8 @@ listener and ``guardian probe`` read the snapshot itself; only the control socke
 (``to_dict``: the JSON document ``guardian status --json`` prints and other tools read), and the
 CLI reads that document back with ``from_dict`` (``from_dict(to_dict(s)) == s``). Field names are
 the document's keys; ``None`` is ``null``; a node section that is ``None`` (a part not wired) is
-left out of the document.
+left out of the document. Each section's type lives with the part that makes it (imported
+below); the types here are the target row and the snapshot itself.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from vllm_guardian.gates.status import GatesSummary, TargetGatesStatus
 from vllm_guardian.host.capabilities import MissingCapability
 from vllm_guardian.model import Incident
 from vllm_guardian.probes.accel import TargetDevice
+from vllm_guardian.probes.procfs_status import ProcessStatus
 from vllm_guardian.remediation.parts import ActionCounts
 from vllm_guardian.remediation.remediator import SequenceStatus
 from vllm_guardian.series.status import EngineStatus, MemoryStatus
@@ -34,31 +36,6 @@ from vllm_guardian.surface.kube_publisher import KubernetesStatus
 from vllm_guardian.surface.status_codec import decode, plain
 
 SCHEMA = 1
-
-
-@dataclass(frozen=True)
-class HottestThread:
-    tid: int
-    comm: str
-    cpu_ratio: float | None
-    voluntary_per_s: float | None
-    involuntary_per_s: float | None
-    cpu_demand: float | None
-    syscall: str | None
-    wchan: str | None
-
-
-@dataclass(frozen=True)
-class ProcessStatus:
-    pid: int
-    starttime: int
-    role: str
-    cmdline: str
-    state: str | None
-    cpu_ratio: float | None
-    rss_bytes: int | None
-    threads: int | None
-    hottest_thread: HottestThread | None
 
 
 @dataclass(frozen=True)
