@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from vllm_guardian.surface.status_codec import plain
 from vllm_guardian.clock import SystemClock
 from vllm_guardian.config.schema import Config, DetectorsConfig, DiagnosticPromptConfig, GatesConfig
 from vllm_guardian.detectors import output_corruption
@@ -24,12 +25,13 @@ from vllm_guardian.host.http import HttpClient, HttpError, HttpResponse, StdlibH
 from vllm_guardian.gates.exchange import REASONS, PeerFingerprints, RedisHashes, key_for
 from vllm_guardian.gates.known_answers import BUILTIN_CHECKS
 from vllm_guardian.gates.shared import GatesShared
+from vllm_guardian.loop.assemble import gates_shared
 from vllm_guardian.host.process_control import OsProcessControl
 from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.host.runner import SubprocessRunner
 from vllm_guardian.model import ProcessInfo, ProcKey, Role, Target
 from vllm_guardian.probes.base import ProbeParts, Readings, Seen
-from vllm_guardian.probes.gates import GatesProbe, make
+from vllm_guardian.probes.gates import make
 from vllm_guardian.seams import Seams
 from vllm_guardian.series import SeriesStore
 from vllm_guardian.sim.control import SimServer
@@ -65,7 +67,8 @@ class World:
         redis: RedisHashes | None = None,
         **gates,
     ) -> None:
-        """``exchange``: handed to the probe; else the table's ``make`` builds it (on ``redis``)."""
+        """``exchange``: handed to the gates' shared state; else the assembler's ``gates_shared``
+        builds one on ``redis``."""
         g: dict[str, Any] = dict(enabled=True, interval=1.0, diagnostics=DIAG)
         g.update(gates)
         self.cfg = Config(node="n1", state_dir=str(tmp_path), gates=GatesConfig(**g), detectors=DetectorsConfig())
@@ -73,11 +76,12 @@ class World:
         api = ProcessInfo(KEY, 1, Role.API_SERVER, ("python", "-m", "sim"))
         self.tracker.apply_discovery((Target(NAME, KEY, (api,), port=0, api_url=url),), (), 0.0)
         self.tracker.canary_finished(NAME, KEY, True, None, 0.0)
-        self.readings = Readings()
+        shared = gates_shared(self.cfg, None, redis, time.time, logging.getLogger("t"), exchange=exchange)
+        self.readings = Readings(gates=shared)
         proc = ProcFS("/proc")  # real seams; the gates probe only uses the clock and HTTP
         seams = Seams(SystemClock(), proc, http or StdlibHttpClient(), SubprocessRunner(), OsProcessControl(proc))
-        parts = ProbeParts(self.cfg, seams, self.tracker, SeriesStore(), self.readings, logging.getLogger("t"), redis)
-        probe = GatesProbe(parts, exchange=exchange) if exchange is not None else make(parts)
+        parts = ProbeParts(self.cfg, seams, self.tracker, SeriesStore(), self.readings, logging.getLogger("t"))
+        probe = make(parts)
         assert probe is not None
         self.probe = probe
         self.now = 0.0
@@ -110,8 +114,9 @@ class World:
         return output_corruption.evaluate(view, self.cfg.detectors)
 
     def status(self):
-        return self.shared.status_of(
-            NAME, self.now, self.cfg.detectors.output_corruption, output_corruption.health_score
+        """The target's gates section as the status document shows it."""
+        return plain(
+            self.shared.status_of(NAME, self.now, self.cfg.detectors.output_corruption, output_corruption.health_score)
         )
 
 
@@ -295,13 +300,13 @@ def test_built_by_the_table_on_a_redis_connection_the_probe_shares_its_fingerpri
     tg = w.round()
     assert list(redis.hashes) == [key_for(tg.model or "", tg.version or "")]
     assert list(redis.hashes[key_for(tg.model or "", tg.version or "")]) == [f"n1/{NAME}"]
-    assert w.shared.summary()["fingerprints_dropped"] == dict.fromkeys(REASONS, 0)
+    assert w.shared.summary().fingerprints_dropped == dict.fromkeys(REASONS, 0)
 
 
 def test_built_by_the_table_without_redis_the_probe_judges_l4_on_this_node_only(server, tmp_path):
     w = World(server.url, tmp_path, diagnostics=())
     w.round()
-    assert w.shared.exchange is None and "fingerprints_dropped" not in w.shared.summary()
+    assert w.shared.exchange is None and w.shared.summary().fingerprints_dropped is None
 
 
 def test_an_accepted_report_makes_a_confirming_round_of_its_own_due_at_once(server, tmp_path):
@@ -475,4 +480,4 @@ def test_without_a_trust_key_the_guardian_says_once_that_external_evidence_never
         w = World("http://127.0.0.1:1", tmp_path)
     said = [r.getMessage() for r in caplog.records if "never a restart" in r.getMessage()]
     assert len(said) == 1 and "gates.trust" in said[0]
-    assert not w.shared.trusted and w.shared.summary()["trust"] == "unsigned"
+    assert not w.shared.trusted and w.shared.summary().trust == "unsigned"

@@ -25,8 +25,9 @@ suspect: the confirming canary starts early, but no conclusion is drawn yet.
 cold samples from before the onset hold the median under the ratio for half of it,
 which delayed the canary (and so the incident) by ~5 s after a spin began.
 
-Never while paused or asleep on purpose (nor in the resume grace after it), never during startup
-grace (model load, graph capture) nor once the API server is gone.
+Never while paused or asleep on purpose or drained by the operator (nor in the resume grace after
+it: ``TargetState.on_purpose``), never during startup grace (model load, graph capture) nor once
+the API server is gone.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ rank's busy decode is not its excuse. When the whole server is found frozen (eve
 behind the hung rank, say) before the rank's own verdict is in, the finding names the one rank in
 trouble (a suspect of its own), else no engine: never the first engine by default.
 
-Never while paused or asleep on purpose (nor in the resume grace after it), never during
-startup grace nor once the API server is gone (engine_dead's case),
+Never while paused or asleep on purpose or drained by the operator (nor in the resume grace
+after it: ``TargetState.on_purpose``), never during startup grace nor once the API server is gone (engine_dead's case),
 nor while a process of the target is hot but its threads are not read yet (the
 first tick of a spin: whether it is busy_loop's case is not known).
 """

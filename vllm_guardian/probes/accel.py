@@ -20,7 +20,8 @@ message per failing backend (log once per episode, key ``accel:<backend>``).
 timeout), one read at a time, and keeps the latest full reading in ``Readings.accel``.
 
 ``make_backends(cfg, runner, log)`` builds the backends ``accelerators:`` asks for:
-``auto`` tries and, when absent, logs one line and skips; ``off`` skips.
+``auto`` tries and, when absent, logs one line and skips; ``off`` skips. ``missing_backends``
+says which of them the guardian lacks where an NVIDIA driver is loaded (its capabilities).
 
 The fold also feeds the fault ledger (``Readings.device_faults``): device conditions,
 events (NVML, kernel log) and which server runs on which device.
@@ -40,10 +41,24 @@ from vllm_guardian.host.accel import AccelBackend, AccelEvent, AccelSnapshot, De
 from vllm_guardian.host.accel.kmsg import KmsgBackend
 from vllm_guardian.host.accel.npu_smi import MAX_HEALTH_CALLS, NpuSmiBackend
 from vllm_guardian.host.accel.nvml import NvmlBackend
+from vllm_guardian.host.capabilities import Capability, MissingCapability, missing
 from vllm_guardian.host.runner import CommandRunner
 from vllm_guardian.model import Sample, Target, Subject
 from vllm_guardian.series import metrics as m
 from vllm_guardian.probes.base import Folded, Job, ProbeParts, Readings, Seen
+
+
+@dataclass(frozen=True)
+class TargetDevice:
+    """A device a target's processes hold memory on, in the target's ``accelerators`` status section."""
+
+    device: str
+    backend: str
+    memory_used_bytes: float | None
+    memory_total_bytes: float | None
+    utilization_ratio: float | None
+    health: str | None
+    target_memory_bytes: float | None  # the target's own processes on the device
 
 
 @dataclass
@@ -57,6 +72,21 @@ class AccelResult:
     process_memory: dict[int, int] = field(default_factory=dict)  # pid -> bytes, latest read of all backends
     notes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # backend -> what it cannot see (latest read)
     node: list[dict[str, Any]] = field(default_factory=list)  # every device of the node, owners named (node_view)
+
+    def target_section(self, target: str) -> tuple[TargetDevice, ...]:
+        """The target's ``accelerators`` status section."""
+        return tuple(
+            TargetDevice(
+                r["device"],
+                r["backend"],
+                r["memory_used_bytes"],
+                r["memory_total_bytes"],
+                r["utilization_ratio"],
+                r["health"],
+                r["target_memory_bytes"],
+            )
+            for r in self.per_target.get(target, ())
+        )
 
 
 def device_dict(d: DeviceReading, read_at: float, pids: Sequence[int]) -> dict[str, Any]:
@@ -269,4 +299,17 @@ def make_backends(
             out.append(factory())
         except BackendUnavailable as e:
             log.info("accelerators.%s: %s; probe disabled", key, e)
+    return out
+
+
+def missing_backends(cfg: AcceleratorsConfig, backends: Iterable[AccelBackend]) -> list[MissingCapability]:
+    """Where an NVIDIA driver is loaded: NVML or the kernel log asked for (not ``off``) that
+    could not be opened (no libnvidia-ml, ``dmesg_restrict``): capabilities the guardian lacks."""
+    if not nvidia_driver_loaded(cfg.kmsg_root):
+        return []
+    have = {b.name for b in backends}
+    out = []
+    for name, mode, cap in (("nvml", cfg.nvml, Capability.NVML), ("kmsg", cfg.kmsg, Capability.KMSG)):
+        if mode != "off" and name not in have:
+            out.append(missing(cap, f"accelerators.{name} is {mode} but its backend could not be opened"))
     return out

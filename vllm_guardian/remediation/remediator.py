@@ -14,10 +14,11 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from vllm_guardian.config.schema import Mode, PolicyConfig
+from vllm_guardian.discovery.argv import NOT_VERIFIED
 from vllm_guardian.model import Action, Incident, ProcKey
 from vllm_guardian.remediation.decide import ManualSituation, Situation, decide, decide_manual
 from vllm_guardian.remediation.machine import Machine
-from vllm_guardian.remediation.parts import RemediationParts, Tally
+from vllm_guardian.remediation.parts import ActionCounts, RemediationParts, Tally
 from vllm_guardian.remediation.policy import Maintenance, RestartLedger, may_restart
 from vllm_guardian.remediation.sequence import PHASE_NAMES, TAKING_DOWN, Outcome, Phase, RestartSequence
 from vllm_guardian.remediation.methods import build_methods
@@ -62,7 +63,9 @@ class Remediator:
 
     def reconfigure(self, settings: RemediationSettings) -> None:
         """A reloaded config: new targets' restart specs, policy and pod removal; running sequences go on."""
-        self.parts = replace(self.parts, settings=settings, methods=build_methods(settings.units()))
+        self.parts = replace(
+            self.parts, settings=settings, methods=build_methods(settings.units(), self.parts.method_table)
+        )
         self.settings, self.policy = settings, settings.policy
         self.machine.reconfigure(self.parts)
 
@@ -89,36 +92,30 @@ class Remediator:
             return "serving"
         return PHASE_NAMES.get(s.phase) or s.phase.value
 
+    def operator_drained(self, name: str) -> bool:
+        """Out of rotation by ``guardian drain`` (draining or drained) until ``guardian undrain``:
+        on purpose, as a pause is (the hang detectors stand down)."""
+        s = self.sequences.get(name)
+        return s is not None and s.drain_only and (s.phase.active or s.phase is Phase.DONE)
+
     def suppress_detection(self, name: str) -> bool:
         """While the guardian itself takes a target down, its death is not news."""
         s = self.sequences.get(name)
         return s is not None and s.phase in TAKING_DOWN
 
-    def sequence_status(self) -> dict[str, SequenceStatus]:
-        return {
-            name: SequenceStatus(
-                s.phase.value,
-                s.reason,
-                s.incident_id,
-                s.mode,
-                s.phase_since_wall,
-                s.detail,
-                None if s.outcome is None else s.outcome.value,
-                s.drain_only,
-            )
-            for name, s in self.sequences.items()
-        }
+    def status_section(self, name: str) -> SequenceStatus | None:
+        """The target's ``remediation`` status section (None: no sequence)."""
+        s = self.sequences.get(name)
+        if s is None:
+            return None
+        outcome = None if s.outcome is None else s.outcome.value
+        return SequenceStatus(
+            s.phase.value, s.reason, s.incident_id, s.mode, s.phase_since_wall, s.detail, outcome, s.drain_only
+        )
 
-    def status(self) -> dict[str, dict[str, object]]:
-        return {name: dict(vars(st)) for name, st in self.sequence_status().items()}
-
-    @property
-    def action_counts(self) -> dict[str, int]:
-        return self.tally.actions
-
-    @property
-    def restart_counts(self) -> dict[str, dict[str, int]]:
-        return self.tally.restarts
+    def actions_section(self) -> ActionCounts:
+        """The node's ``actions`` status section."""
+        return self.tally.section()
 
     # ------------------------------------------------------------------ the loop
     def tick(self, now: float, tracker: Tracker, series: SeriesStore, holding: Collection[str] = ()) -> None:
@@ -181,6 +178,7 @@ class Remediator:
             ever_ready=tracked.ever_ready,
             budget=may_restart(self.policy, self.ledger, name, wall),
             pids=tuple(p.pid for p in tracked.target.processes),
+            port_unverified=None if tracked.target.port_verified else NOT_VERIFIED,
         )
 
     def consider(

@@ -6,7 +6,9 @@ and canary results (readiness). It keeps the *snapshotted tree* of a target:
 processes that were in the tree stay in it while they live, even after being
 re-parented (their API server SIGKILLed), so a later stop reaches them.
 It decides: a target is new, restarted (same name, new API-server identity),
-gone (API server vanished) or forgotten (gone longer than ``forget_after``).
+gone (API server vanished) or forgotten (gone longer than ``forget_after``); and it keeps what is
+on purpose: a pause or sleep the server reports, an operator's drain the loop hands it
+(``operator_drain``), each with when it ended (the resume grace).
 """
 
 from __future__ import annotations
@@ -18,9 +20,34 @@ from vllm_guardian.detectors.view import TargetState
 from vllm_guardian.config.schema import Config, LifecycleConfig
 from vllm_guardian.model import Finding, Kind, ProcKey, ProcessInfo, Role, Target, TargetRef
 
+
+def _r(x: float | None, nd: int) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
 if TYPE_CHECKING:  # the probes' readings, kept here for status: annotations only
     from vllm_guardian.probes.canary import CanaryResult
     from vllm_guardian.probes.vllm_http import HttpScrape
+
+
+@dataclass(frozen=True)
+class HealthStatus:
+    """A target's ``health`` status section: its latest ``/health`` answer."""
+
+    status: int | None  # HTTP status of /health, None when it did not answer
+    error: str | None
+    latency_s: float | None
+
+
+@dataclass(frozen=True)
+class CanaryStatus:
+    """A target's ``canary`` status section: its latest canary completion."""
+
+    ok: bool
+    timed_out: bool
+    latency_s: float | None
+    error: str | None
+    age_s: float | None
 
 
 @dataclass
@@ -44,10 +71,26 @@ class TrackedTarget:
     hold: str | None = None  # "paused" / "sleeping": on purpose, said by the server (/is_paused, /is_sleeping)
     hold_since: float | None = None
     hold_ended: float | None = None  # when the last hold ended (the resume grace runs from it)
+    drained_since: float | None = None  # out of rotation by the operator (`guardian drain`) since
+    drain_ended: float | None = None  # when the operator's last drain ended (`guardian undrain`)
 
     @property
     def name(self) -> str:
         return self.target.name
+
+    def health_section(self, latency_s: float | None) -> HealthStatus | None:
+        """The latest ``/health`` answer (None before the first scrape); ``latency_s`` from the series."""
+        scrape = self.last_scrape
+        if scrape is None:
+            return None
+        return HealthStatus(scrape.health_status, scrape.health_error, _r(latency_s, 4))
+
+    def canary_section(self, now: float) -> CanaryStatus | None:
+        """The latest canary answer (None before the first)."""
+        c = self.last_canary
+        if c is None:
+            return None
+        return CanaryStatus(c.ok, c.timed_out, _r(c.latency, 4), c.error, _r(now - c.ended, 1))
 
     def ref(self, findings: dict[Kind, Finding | None]) -> TargetRef:
         """The target as an incident records it; ``role``: of the process a finding points at."""
@@ -94,6 +137,13 @@ class Tracker:
             cfg.probes.procfs.interval,
             cfg.lifecycle,
         )
+
+    def reconfigure(self, cfg: Config) -> None:
+        """A config reload: the settings ``from_config`` reads; what is tracked stays."""
+        self.forget_after = cfg.discovery.forget_after
+        self.configured_models = {t.name: t.model for t in cfg.targets if t.model}
+        self.probe_interval = cfg.probes.procfs.interval
+        self.lifecycle = cfg.lifecycle
 
     # ------------------------------------------------------------------ discovery
     def apply_discovery(self, targets: tuple[Target, ...], orphans: tuple[ProcessInfo, ...], now: float) -> Changes:
@@ -219,6 +269,18 @@ class Tracker:
             )
         return f"{hold} on purpose (the server says so): hang detectors stand down"
 
+    def operator_drain(self, name: str, drained: bool, now: float) -> str | None:
+        """Whether the operator has the target drained (``guardian drain``, until ``guardian
+        undrain``); a change, in words, or None."""
+        tr = self.targets.get(name)
+        if tr is None or drained == (tr.drained_since is not None):
+            return None
+        if drained:
+            tr.drained_since = now
+            return "drained by the operator (guardian drain): hang detectors stand down until undrained"
+        since, tr.drained_since, tr.drain_ended = tr.drained_since or now, None, now
+        return f"undrained after {now - since:.0f}s (hang detectors wait {self.lifecycle.resume_grace:g}s)"
+
     def state(self, name: str, now: float, probe_interval: float | None = None) -> TargetState:
         tr = self.targets[name]
         return TargetState(
@@ -237,6 +299,8 @@ class Tracker:
             hold=tr.hold,
             hold_since=tr.hold_since,
             hold_ended=tr.hold_ended,
+            drained=tr.drained_since is not None,
+            drain_ended=tr.drain_ended,
         )
 
     def live_targets(self) -> list[Target]:
