@@ -199,10 +199,10 @@ class TargetsStage:
                     t.api_url,
                 )
         self._unverified_said = {(t.name, t.key) for t in unverified}
-        if result.sockets_denied:
-            self.capabilities.note(
-                missing(Capability.READ_SOCKETS, "reading another user's /proc/<pid>/fd answered EACCES")
-            )
+        if result.fds_denied:
+            pid = result.fds_denied[0]
+            why = f"reading /proc/{pid}/fd answered EACCES (another user's process, or one it may not ptrace)"
+            self.capabilities.note(missing(Capability.READ_SOCKETS, why))
         by_argv = [t for t in result.targets if t.socket == ARGV]
         for t in by_argv:
             if (t.name, t.key) not in self._argv_said:
