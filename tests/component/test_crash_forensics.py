@@ -142,12 +142,13 @@ def dying_child_log(tmp_path_factory, request):
 
 def test_a_real_dying_childs_traceback_is_named_from_its_log_file(dying_child_log):
     tail = read_tail(LogSource("file", str(dying_child_log)))
-    doc = crash_report(tail, SIGS, Observation("engine_dead"))
+    report = crash_report(tail, SIGS, Observation("engine_dead"))
+    doc = report.to_dict()
     assert doc["exception"] == "AssertionError" and doc["process"] == "EngineCore_DP0"
     assert doc["message"] == "request r2 rescheduled while preempted"
     assert doc["frames"][-1]["file"].endswith("vllm/v1/core/sched/scheduler.py")
     assert doc["frames"][-1]["function"] == "schedule"
-    assert doc["diagnosis"][0]["id"] == "vllm-scheduler-assertion"
+    assert report.matches[0].id == "vllm-scheduler-assertion"
     assert crash_headline(doc).startswith(
         "AssertionError: request r2 rescheduled while preempted (EngineCore_DP0, at scheduler.py:"
     )
@@ -169,7 +170,7 @@ def test_journalctl_is_read_through_the_command_runner(dying_child_log, tmp_path
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
     tail = read_tail(LogSource("journal", "vllm.service"), runner=SubprocessRunner())
-    doc = crash_report(tail, SIGS, Observation("engine_dead"))
+    doc = crash_report(tail, SIGS, Observation("engine_dead")).to_dict()
     assert doc["source"] == "journalctl -u vllm.service" and doc["exception"] == "AssertionError"
 
 
@@ -193,11 +194,12 @@ def test_the_previous_containers_log_comes_from_the_kubernetes_api(dying_child_l
     try:
         client = KubeClient(f"http://127.0.0.1:{server.server_address[1]}", "tok", None, "node-1")
         src = LogSource("kubernetes", "llm/vllm-0/vllm", "llm", "vllm-0", "vllm")
-        doc = crash_report(read_tail(src, kube=lambda: client), SIGS, Observation("engine_dead"))
+        report = crash_report(read_tail(src, kube=lambda: client), SIGS, Observation("engine_dead"))
     finally:
         server.shutdown()
     assert seen == ["/api/v1/namespaces/llm/pods/vllm-0/log?previous=true&limitBytes=262144&container=vllm"]
-    assert doc["exception"] == "AssertionError" and doc["diagnosis"][0]["id"] == "vllm-scheduler-assertion"
+    assert report.crash is not None and report.crash.exception == "AssertionError"
+    assert report.matches[0].id == "vllm-scheduler-assertion"
 
 
 def _tc(**kw):
@@ -230,5 +232,6 @@ def test_the_log_source_follows_the_targets_config(cfg, expected):
 def test_no_source_and_unreadable_sources_say_why(tmp_path):
     assert "set log_path" in (read_tail(None).error or "")
     assert "no such file" in (read_tail(LogSource("file", str(tmp_path / "nope.log"))).error or "")
-    doc = crash_report(read_tail(LogSource("file", str(Path(__file__)))), SIGS, Observation("engine_dead"))
-    assert doc["exception"] is None and doc["error"].startswith("no Python traceback in the last")
+    report = crash_report(read_tail(LogSource("file", str(Path(__file__)))), SIGS, Observation("engine_dead"))
+    assert report.crash is None and (report.error or "").startswith("no Python traceback in the last")
+    assert report.to_dict()["exception"] is None

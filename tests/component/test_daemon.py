@@ -197,10 +197,10 @@ def test_a_probe_failing_for_long_opens_probe_failure_and_never_a_restart(tmp_pa
 
 
 def test_the_status_table_reads_at_a_glance(world):
-    from vllm_guardian.surface.status_view import render_status
+    from vllm_guardian.surface.status_render import render_status
 
     world.step(4)
-    text = render_status(world.d.status().to_dict())
+    text = render_status(world.d.status())
     assert "TARGET vllm-8000  [SERVING]" in text
     assert "engine_core" in text and "api_server" in text
     assert "serving: yes, restart budget left: 3" in text
@@ -208,21 +208,21 @@ def test_the_status_table_reads_at_a_glance(world):
 
 def test_the_status_table_shows_maintenance_mode(world):
     from vllm_guardian.remediation.policy import Maintenance
-    from vllm_guardian.surface.status_view import render_status
+    from vllm_guardian.surface.status_render import render_status
 
     world.step(2)
-    assert "MAINTENANCE" not in render_status(world.d.status().to_dict())
+    assert "MAINTENANCE" not in render_status(world.d.status())
     Maintenance(world.d.cfg.state_dir).turn_on(time.time(), 3600)
     world.step(1)
-    assert "MAINTENANCE until" in render_status(world.d.status().to_dict())
+    assert "MAINTENANCE until" in render_status(world.d.status())
 
 
 def test_a_configured_target_that_is_not_found_is_shown_with_the_reason(tmp_path):
-    from vllm_guardian.surface.status_view import render_status
+    from vllm_guardian.surface.status_render import render_status
 
     w = World(tmp_path, {"targets": [{"name": "llama", "match": {"pid_file": str(tmp_path / "none.pid")}}]})
     w.step(2)
-    assert "configured target llama not found" in render_status(w.d.status().to_dict())
+    assert "configured target llama not found" in render_status(w.d.status())
     w.d.runner.shutdown()
 
 
@@ -300,14 +300,15 @@ def test_an_xid_79_during_a_busy_loop_opens_accel_fault_and_the_busy_loop_names_
         assert "a restart will not help" in busy.summary
         devices = json.loads((Path(busy.evidence_dir) / "accelerators.json").read_text())
         assert devices["nvml:0"]["faults"][0]["code"] == "xid:79"
-        status = w.d.status().to_dict()
+        snapshot = w.d.status()
+        status = snapshot.to_dict()
         assert status["device_faults"]["nvml:0"]["health"] == 2
-        from vllm_guardian.surface.status_view import render_status
+        from vllm_guardian.surface.status_render import render_status
         from vllm_guardian.surface.exporter import build_registry
         from prometheus_client import generate_latest
 
-        assert "FAULT: Xid 79 (GPU has fallen off the bus); a restart will not help" in render_status(status)
-        page = generate_latest(build_registry(lambda: status)).decode()
+        assert "FAULT: Xid 79 (GPU has fallen off the bus); a restart will not help" in render_status(snapshot)
+        page = generate_latest(build_registry(lambda: snapshot)).decode()
         assert 'guardian_accelerator_health{backend="nvml",device="nvml:0"} 2.0' in page
         assert 'guardian_accelerator_health{backend="nvml",device="nvml:1"} 0.0' in page
     finally:

@@ -10,7 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from vllm_guardian.bundle.evidence import EvidenceCollector, EvidenceContext, default_locate, target_for_pid
+from vllm_guardian.bundle.evidence import EvidenceCollector, EvidenceContext, default_locate
+from vllm_guardian.bundle.pid_target import target_for_pid
 from vllm_guardian.clock import SystemClock
 from vllm_guardian.config.schema import EvidenceConfig
 from vllm_guardian.diagnosis.catalog_load import all_signatures, load_catalogs

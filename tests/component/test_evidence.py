@@ -20,8 +20,8 @@ from vllm_guardian.bundle.evidence import (
     choose_hottest,
     read_summary,
     series_windows,
-    target_for_pid,
 )
+from vllm_guardian.bundle.pid_target import target_for_pid
 from vllm_guardian.config.schema import EvidenceConfig, RetentionConfig
 from vllm_guardian.incidents.ids import new_incident_id
 from vllm_guardian.model import Incident, Kind, ProcessInfo, Role, Sample, Target

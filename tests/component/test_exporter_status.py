@@ -15,7 +15,7 @@ from vllm_guardian.probes.table import probe_names
 
 def metrics(world: World) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     d = world.d
-    text = generate_latest(build_registry(lambda: d.status().to_dict(), lambda: d.stats)).decode()
+    text = generate_latest(build_registry(d.status, lambda: d.stats)).decode()
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for fam in text_string_to_metric_families(text)

@@ -22,7 +22,8 @@ from vllm_guardian.sinks.fleet import (
     render_fleet,
     tail,
 )
-from vllm_guardian.sinks.redis_sink import AlertSink, make_client
+from vllm_guardian.sinks.redis_sink import AlertSink, AlertsStatus, make_client
+from vllm_guardian.surface.status_snapshot import StatusSnapshot
 from vllm_guardian.sinks.spool import Spool
 from vllm_guardian.testing.redis_server import RedisServer
 from tests.support.wait import wait_for
@@ -148,16 +149,30 @@ STATUS = {
             "id": "I1",
             "kind": "busy_loop",
             "severity": "critical",
-            "target": {"name": "llama"},
+            "status": "firing",
+            "node": "gpu-1",
+            "target": {"name": "llama", "pid": 42, "starttime": 1},
             "opened_at": 1_699_999_990.0,
             "signals": {"big": "x" * 1000},
         }
     ],
 }
 
+ALERTS = AlertsStatus(
+    spooled=2,
+    delivered_total=0,
+    duplicates_total=0,
+    dropped_total=0,
+    held_in_memory=0,
+    spool_error=None,
+    redis_up=True,
+    last_error=None,
+    url=None,
+)
+
 
 def test_the_node_summary_is_a_compact_status():
-    s = node_summary(STATUS, {"spooled": 2, "dropped_total": 0, "redis_up": True, "last_error": None})
+    s = node_summary(StatusSnapshot.from_dict(STATUS), ALERTS)
     assert s["targets"][0] == {
         "name": "llama",
         "phase": "incident",
@@ -174,7 +189,7 @@ def test_the_node_summary_is_a_compact_status():
 
 
 def test_the_fleet_table_shows_each_node_and_its_troubled_targets():
-    row = dict(node_summary(STATUS, {"spooled": 2}), ttl_s=25.0)
+    row = dict(node_summary(StatusSnapshot.from_dict(STATUS), ALERTS), ttl_s=25.0)
     text = render_fleet([row], now_wall=1_700_000_005.0)
     lines = text.splitlines()
     assert lines[0].split() == ["NODE", "VERSION", "SEEN", "TARGETS", "SERVING", "INCIDENTS", "SPOOL"]

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from vllm_guardian.surface.status_codec import plain
 from vllm_guardian.clock import SystemClock
 from vllm_guardian.config.schema import Config, DetectorsConfig, DiagnosticPromptConfig, GatesConfig
 from vllm_guardian.detectors import output_corruption
@@ -110,8 +111,9 @@ class World:
         return output_corruption.evaluate(view, self.cfg.detectors)
 
     def status(self):
-        return self.shared.status_of(
-            NAME, self.now, self.cfg.detectors.output_corruption, output_corruption.health_score
+        """The target's gates section as the status document shows it."""
+        return plain(
+            self.shared.status_of(NAME, self.now, self.cfg.detectors.output_corruption, output_corruption.health_score)
         )
 
 
@@ -295,13 +297,13 @@ def test_built_by_the_table_on_a_redis_connection_the_probe_shares_its_fingerpri
     tg = w.round()
     assert list(redis.hashes) == [key_for(tg.model or "", tg.version or "")]
     assert list(redis.hashes[key_for(tg.model or "", tg.version or "")]) == [f"n1/{NAME}"]
-    assert w.shared.summary()["fingerprints_dropped"] == dict.fromkeys(REASONS, 0)
+    assert w.shared.summary().fingerprints_dropped == dict.fromkeys(REASONS, 0)
 
 
 def test_built_by_the_table_without_redis_the_probe_judges_l4_on_this_node_only(server, tmp_path):
     w = World(server.url, tmp_path, diagnostics=())
     w.round()
-    assert w.shared.exchange is None and "fingerprints_dropped" not in w.shared.summary()
+    assert w.shared.exchange is None and w.shared.summary().fingerprints_dropped is None
 
 
 def test_an_accepted_report_makes_a_confirming_round_of_its_own_due_at_once(server, tmp_path):
@@ -475,4 +477,4 @@ def test_without_a_trust_key_the_guardian_says_once_that_external_evidence_never
         w = World("http://127.0.0.1:1", tmp_path)
     said = [r.getMessage() for r in caplog.records if "never a restart" in r.getMessage()]
     assert len(said) == 1 and "gates.trust" in said[0]
-    assert not w.shared.trusted and w.shared.summary()["trust"] == "unsigned"
+    assert not w.shared.trusted and w.shared.summary().trust == "unsigned"

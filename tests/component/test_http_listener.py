@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from vllm_guardian.errors import ConfigError
 from vllm_guardian.surface.exporter import DECLARED, build_registry
 from vllm_guardian.surface.http_listener import HttpListener, LastTick
+from vllm_guardian.surface.status_snapshot import StatusSnapshot
 from vllm_guardian.testing.clock import FakeClock
 import time
 
@@ -21,7 +22,14 @@ INTERVAL = 1.0
 
 def status_doc() -> dict:
     def t(name, phase, **extra):
-        return {"name": name, "phase": phase, "ready": phase == "serving", "processes": [], **extra}
+        return {
+            "name": name,
+            "phase": phase,
+            "ready": phase == "serving",
+            "serving": phase == "serving",
+            "processes": [],
+            **extra,
+        }
 
     return {
         "node": "n1",
@@ -42,15 +50,18 @@ class Harness:
     def __init__(self) -> None:
         self.clock = FakeClock()
         self.heartbeat = LastTick(self.clock.monotonic)
-        self.doc = status_doc()
+        self.doc: dict | None = status_doc()
         self.api = HttpListener(
             ("127.0.0.1", 0),
-            registry=build_registry(lambda: self.doc),
-            status=lambda: self.doc,
+            registry=build_registry(self.snapshot),
+            status=self.snapshot,
             tick_age=self.heartbeat.age,
             max_tick_age=3 * INTERVAL,
             poll_interval=0.02,
         )
+
+    def snapshot(self) -> StatusSnapshot | None:
+        return None if self.doc is None else StatusSnapshot.from_dict(self.doc)
 
     def request(self, method: str, path: str) -> tuple[int, dict, bytes]:
         host, port = self.api.address
@@ -210,7 +221,13 @@ def test_stop_closes_the_port():
 
 def test_a_non_positive_max_tick_age_is_refused():
     with pytest.raises(ConfigError, match="max_tick_age"):
-        HttpListener(("127.0.0.1", 0), registry=build_registry(dict), status=dict, tick_age=lambda: 0.0, max_tick_age=0)
+        HttpListener(
+            ("127.0.0.1", 0),
+            registry=build_registry(lambda: None),
+            status=lambda: None,
+            tick_age=lambda: 0.0,
+            max_tick_age=0,
+        )
 
 
 # ------------------------------------------------------------------ clients that misbehave

@@ -217,7 +217,7 @@ def test_in_observe_mode_an_open_incident_leaves_the_pod_in_rotation(tmp_path, t
         listener = HttpListener(
             ("127.0.0.1", 0),
             registry=CollectorRegistry(),
-            status=lambda: c.d.status().to_dict(),
+            status=c.d.status,
             tick_age=lambda: 0.0,
             max_tick_age=3.0,
         )

@@ -84,7 +84,7 @@ def test_a_blocking_fault_taints_the_node_keeping_other_taints_and_resolving_rem
             assert [m for m, _ in node_calls(api)] == ["GET", "PATCH"]
             step(pub)  # resolved
             assert taints(api) == [OPERATOR]
-            assert pub.stats()["node_tainted"] is False and pub.stats()["failures"] == {}
+            assert pub.status_section().node_tainted is False and pub.status_section().failures == {}
             assert all(s.authenticated for s in api.state.seen)
         finally:
             pub.close()
@@ -159,7 +159,7 @@ def test_a_failed_call_is_counted_logged_once_and_retried(caplog):
             step(pub, LOST)  # within the retry pause: not sent
             clock.t += 10.0
             step(pub, LOST)
-            assert pub.stats()["failures"] == {"TaintWant": 2}
+            assert pub.status_section().failures == {"TaintWant": 2}
             assert sum("TaintWant not sent" in r.getMessage() for r in caplog.records) == 1
             api.state.add_node(NODE)
             clock.t += 10.0

@@ -231,14 +231,22 @@ def test_a_full_spool_keeps_the_newest_while_redis_is_down(server, sinks, tmp_pa
 
 
 def test_the_exporter_counts_the_drops_the_sink_reports(server, sinks, tmp_path):
-    """guardian_alerts_dropped_total reads the key stats() writes (it once read another and stayed empty)."""
+    """guardian_alerts_dropped_total reads the sink's status section (it once read another key and stayed empty)."""
+    import dataclasses
+
     from vllm_guardian.surface.exporter import GuardianCollector
+    from vllm_guardian.surface.status_snapshot import StatusSnapshot
 
     sink = make_sink(sinks, server, tmp_path, max_events=3)
     server.kill()
     for ev in events(5):
         sink.publish(ev)
-    fams = {m.name: m for m in GuardianCollector(lambda: {"alerts": sink.stats()}).collect()}
+    fams = {
+        m.name: m
+        for m in GuardianCollector(
+            lambda: dataclasses.replace(StatusSnapshot.from_dict({}), alerts=sink.status_section())
+        ).collect()
+    }
     assert [s.value for s in fams["guardian_alerts_dropped"].samples] == [2.0]
     assert [s.value for s in fams["guardian_alerts_spooled"].samples] == [3.0]
 

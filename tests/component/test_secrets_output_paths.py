@@ -49,12 +49,13 @@ def _every_output(world: World, caplog) -> dict[str, str]:
             if n.endswith((".json", ".txt", ".html", ".jsonl")):
                 with open(os.path.join(root, n), encoding="utf-8", errors="replace") as fh:
                     files[os.path.relpath(os.path.join(root, n), path)] = fh.read()
-    doc = world.d.status().to_dict()
+    snapshot = world.d.status()
+    doc = snapshot.to_dict()
     report = write_report(inc.evidence_dir, incident_to_dict(inc)) if inc.evidence_dir else None
     return {
         **files,
         "status": json.dumps(doc),
-        "metrics": generate_latest(build_registry(lambda: doc)).decode(),
+        "metrics": generate_latest(build_registry(lambda: snapshot)).decode(),
         "alert event": json.dumps(event_from_incident(inc, "n1", 1.7e9, reason="opened")),
         "report.html": report.read_text() if report else "",
         "crash": json.dumps(inc.crash),

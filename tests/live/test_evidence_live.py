@@ -13,7 +13,8 @@ import time
 import pytest
 
 from vllm_guardian.bundle import pyspy
-from vllm_guardian.bundle.evidence import EvidenceCollector, EvidenceContext, read_summary, target_for_pid
+from vllm_guardian.bundle.evidence import EvidenceCollector, EvidenceContext, read_summary
+from vllm_guardian.bundle.pid_target import target_for_pid
 from vllm_guardian.clock import SystemClock
 from vllm_guardian.config.schema import EvidenceConfig
 from vllm_guardian.host.procfs import ProcFS

@@ -27,13 +27,14 @@ def gauges(running: float, waiting: float = 0.0, since: float = NOW - 30, until:
     ]
 
 
-def canary(start: float, end: float, answered: bool) -> list[Sample]:
+def canary(start: float, end: float, answered: bool, rank: int | None = None) -> list[Sample]:
+    """One finished canary; ``rank``: the data-parallel rank it was sent to (None: the server chose)."""
     return [
         Sample(T, "", m.CANARY_OK, 1.0 if answered else 0.0, end),
         Sample(T, "", m.CANARY_TIMEOUT, 0.0 if answered else 1.0, end),
         Sample(T, "", m.CANARY_LATENCY, end - start, end),
         Sample(T, "", m.CANARY_STARTED, start, end),
-    ]
+    ] + ([Sample(T, "", m.CANARY_RANK, float(rank), end)] if rank is not None else [])
 
 
 def make_view(

@@ -270,7 +270,7 @@ def test_a_spin_in_one_engine_of_a_data_parallel_server_names_the_process_and_it
     assert f.summary.startswith("EngineCore_DP1 thread 201 spins")
 
 
-def dp_world(dp1_progress: bool, canary_answered: bool | None):
+def dp_world(dp1_progress: bool, canary_answered: bool | None, canary_rank: int | None = None, dp1_pending=2.0):
     """A DP=2 server: DP0 serves (the server's counters advance), DP1's main thread spins."""
     from tests.support.detector_world import API, TARGET
     from vllm_guardian.model import ProcessInfo, ProcKey
@@ -281,10 +281,10 @@ def dp_world(dp1_progress: bool, canary_answered: bool | None):
     for e, moving in (("engine:0", True), ("engine:1", dp1_progress)):
         series.append(
             [Sample(T, e, m.ITERATIONS, (t * 7 if moving else 4242.0), t) for t in seconds(NOW - 30, NOW)]
-            + [Sample(T, e, m.REQ_RUNNING, 2.0, t) for t in seconds(NOW - 30, NOW)]
+            + [Sample(T, e, m.REQ_RUNNING, 2.0 if e == "engine:0" else dp1_pending, t) for t in seconds(NOW - 30, NOW)]
         )
     if canary_answered is not None:
-        series.append(canary(NOW - 4, NOW - 3, answered=canary_answered))  # reached DP0, maybe
+        series.append(canary(NOW - 7, NOW - 2, answered=canary_answered, rank=canary_rank))  # reached DP0, maybe
     return view(*series, target=replace(TARGET, processes=(API, dp0, dp1)))
 
 
@@ -297,3 +297,21 @@ def test_one_rank_spinning_while_the_other_serves_is_judged_on_its_own_counters(
 
 def test_a_hot_rank_whose_own_counters_advance_is_healthy_decode():
     assert busy_loop.evaluate(dp_world(dp1_progress=True, canary_answered=None), CFG) is None
+
+
+RANK_CANARIES = {
+    "sent to the hot rank and answered: a busy-poll that still serves": (1, True, None),
+    "sent to the hot rank and timed out: confirmed": (1, False, "canary_timeout"),
+    "sent to the other rank and timed out: says nothing of this one": (0, False, "suspect"),
+    "routed by the server and timed out: it reached no serving rank": (None, False, "canary_timeout"),
+    "routed by the server and answered: maybe by the other rank": (None, True, "suspect"),
+}
+
+
+@pytest.mark.parametrize("rank, answered, reason", RANK_CANARIES.values(), ids=RANK_CANARIES.keys())
+def test_a_hot_rank_showing_nothing_pending_is_decided_by_the_canary_sent_to_it(rank, answered, reason):
+    v = dp_world(dp1_progress=False, canary_answered=answered, canary_rank=rank, dp1_pending=0.0)
+    f = busy_loop.evaluate(v, CFG)
+    assert (f.signals["reason"] if f is not None else None) == reason
+    if f is not None:
+        assert f.confirmed == (reason == "canary_timeout") and f.signals["dp_rank"] == 1

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from vllm_guardian.config.schema import CanaryProbeConfig
 from vllm_guardian.host.http import HttpError
 from vllm_guardian.probes.canary import run_canary
@@ -69,3 +71,78 @@ def test_models_endpoint_garbage_is_a_failure_naming_the_endpoint():
     http = FakeHttp({("GET", "/v1/models"): ok('{"data": []}')})
     res = run_canary(http, "t", URL, None, CFG, Ticker(1.0, 1.0))
     assert not res.ok and "/v1/models" in str(res.error)
+
+
+# ---------------------------------------------------------------- data parallel: one rank at a time
+def test_a_canary_for_one_rank_names_it_in_vllms_header_and_in_its_samples():
+    http = FakeHttp({("POST", "/v1/completions"): HttpError("timeout", "no answer within 5s")})
+    res = run_canary(http, "t", URL, "m", CFG, Ticker(100.0, 105.0), dp_rank=1)
+    assert http.headers[0]["X-data-parallel-rank"] == "1"
+    assert res.timed_out and res.dp_rank == 1
+    assert {s.metric: s.value for s in res.samples()}[m.CANARY_RANK] == 1.0
+
+
+def test_a_canary_the_server_routes_itself_sends_no_rank():
+    http = FakeHttp({("POST", "/v1/completions"): COMPLETION})
+    res = run_canary(http, "t", URL, "m", CFG, Ticker(1.0, 1.1))
+    assert "X-data-parallel-rank" not in http.headers[0]
+    assert m.CANARY_RANK not in {s.metric for s in res.samples()}
+
+
+def rank_probe(engines: int):
+    """A canary probe over one ready target whose /metrics showed ``engines`` engines."""
+    import logging
+    from types import SimpleNamespace
+
+    from vllm_guardian.config.schema import Config
+    from vllm_guardian.model import Sample
+    from vllm_guardian.probes.canary import CanaryProbe
+    from vllm_guardian.series.store import SeriesStore
+
+    series = SeriesStore()
+    for e in range(engines if engines > 1 else 0):
+        series.add(Sample("t", m.engine_subject(e), m.ITERATIONS, 1.0, 1.0))
+    parts = SimpleNamespace(
+        cfg=Config(), seams=SimpleNamespace(http=None, clock=None), tracker=None, series=series, log=logging.getLogger()
+    )
+    return CanaryProbe(parts), SimpleNamespace(name="t", ready=True)  # type: ignore[arg-type]
+
+
+def suspect(rank: int | None, engine: str | None, confirmed: bool = False):
+    from vllm_guardian.model import Finding, Kind, Severity
+    from vllm_guardian.probes.base import Seen
+
+    f = Finding(Kind.BUSY_LOOP, "t", Severity.CRITICAL, "", {"dp_rank": rank, "engine": engine}, confirmed)
+    return Seen(findings={"t": {Kind.BUSY_LOOP: f}})
+
+
+def test_on_a_data_parallel_server_each_periodic_canary_asks_the_next_rank():
+    probe, tr = rank_probe(engines=2)
+    from vllm_guardian.probes.base import Seen
+
+    assert [probe._rank(tr, Seen()) for _ in range(4)] == [0, 1, 0, 1]
+
+
+def test_a_suspect_rank_gets_the_confirming_canary():
+    probe, tr = rank_probe(engines=2)
+    assert [probe._rank(tr, suspect(1, "engine:1")) for _ in range(3)] == [1, 1, 1]
+
+
+RANKLESS = {
+    "one engine": (1, suspect(None, None)),
+    "a rank named by a finding judged on the whole server (no per-engine counters)": (1, suspect(1, None)),
+}
+
+
+@pytest.mark.parametrize("engines, seen", RANKLESS.values(), ids=RANKLESS.keys())
+def test_a_canary_is_left_to_the_server(engines, seen):
+    probe, tr = rank_probe(engines)
+    assert probe._rank(tr, seen) is None
+
+
+def test_a_target_not_ready_yet_gets_no_rank():
+    probe, tr = rank_probe(engines=2)
+    tr.ready = False
+    from vllm_guardian.probes.base import Seen
+
+    assert probe._rank(tr, Seen()) is None

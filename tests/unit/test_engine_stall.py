@@ -191,6 +191,8 @@ def dp_world(*series, rank1_moving=False, rank1_pending=2.0, rank1_pending_since
     return view(*world, target=replace(TARGET, processes=(API, coordinator, dp0, dp1)))
 
 
+COOL_DP1 = thread(cpu=0.0, pid=201, tid=201)  # rank 1's threads read, and none is hot
+
 RANK_STALLS = {
     "rank 1 frozen with work pending while rank 0 serves": (dp_world(), "counters_frozen"),
     "...while rank 0's decode thread is hot (the other rank's load is not rank 1's excuse)": (
@@ -198,7 +200,11 @@ RANK_STALLS = {
         "counters_frozen",
     ),
     "rank 1 frozen, its work pending for less than the window, a canary timed out meanwhile": (
-        dp_world(canary(NOW - 7, NOW - 2, answered=False), rank1_pending_since=NOW - 8),
+        dp_world(canary(NOW - 7, NOW - 2, answered=False), COOL_DP1, rank1_pending_since=NOW - 8),
+        "canary_timeout",
+    ),
+    "rank 1 frozen showing nothing pending (it hung before reporting), a canary sent to it timed out": (
+        dp_world(canary(NOW - 7, NOW - 2, answered=False, rank=1), COOL_DP1, rank1_pending=0.0),
         "canary_timeout",
     ),
 }
@@ -231,6 +237,9 @@ RANK_QUIET = {
         thread(cpu=1.0, pid=100, tid=100)
     ),
     "rank 1 frozen while the coordinator spins (shared by every rank)": dp_world(thread(cpu=1.0, pid=300, tid=300)),
+    "rank 1 idle, a canary sent to rank 0 timed out (rank 0's business, and rank 0 moves)": dp_world(
+        canary(NOW - 7, NOW - 2, answered=False, rank=0), rank1_pending=0.0
+    ),
 }
 
 
@@ -243,3 +252,16 @@ def test_a_rank_frozen_with_work_for_a_few_seconds_only_is_a_suspect_of_that_ran
     f = engine_stall.evaluate(dp_world(rank1_pending_since=NOW - 4), CFG)
     assert f is not None and not f.confirmed
     assert (f.signals["reason"], f.signals["dp_rank"]) == ("suspect", 1)
+
+
+def test_a_canary_sent_to_another_rank_does_not_confirm_a_frozen_rank():
+    v = dp_world(canary(NOW - 7, NOW - 2, answered=False, rank=0), rank1_pending_since=NOW - 8)
+    f = engine_stall.evaluate(v, CFG)
+    assert f is not None and not f.confirmed and f.signals["dp_rank"] == 1
+
+
+def test_a_canary_timeout_on_a_rank_whose_threads_are_not_read_yet_is_only_a_suspect():
+    """A spinner starved of CPU on a busy node reads cool as a process, so its threads are read
+    only once the target is suspected: until they are, the timeout may be busy_loop's case."""
+    f = engine_stall.evaluate(dp_world(canary(NOW - 7, NOW - 2, answered=False, rank=1), rank1_pending=0.0), CFG)
+    assert f is not None and not f.confirmed and f.signals["dp_rank"] == 1

@@ -91,7 +91,7 @@ def test_reports_for_thousands_of_unknown_targets_keep_memory_and_log_bounded(ca
     grown = sum(st.size_diff for st in tracemalloc.take_snapshot().compare_to(before, "filename"))
     tracemalloc.stop()
     assert s.report_counts["unknown_target"] == 4000
-    assert len(s.intake.unknown) <= 32 and s.intake.summary()["unknown_targets"][-1] == "ghost-3999"
+    assert len(s.intake.unknown) <= 32 and s.intake.summary().unknown_targets[-1] == "ghost-3999"
     assert len([r for r in caplog.records if "unknown_target" in r.getMessage()]) == 1
     assert grown < 2 * 1024 * 1024  # nothing kept per name (it was +459 MiB for 4000 before)
 
@@ -148,7 +148,7 @@ def test_each_drop_reason_is_logged_once_per_episode(caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert len([x for x in lines if "gate report unsigned" in x]) == 2
     assert len([x for x in lines if "gate report malformed" in x]) == 1
-    assert s.intake.summary()["reports_dropped"]["unsigned"] == 101
+    assert s.intake.summary().reports_dropped["unsigned"] == 101
 
 
 def test_an_accepted_report_asks_for_a_confirming_round_of_its_own():

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from vllm_guardian.remediation.remediator import SequenceStatus
 from vllm_guardian.model import Action, Incident, Kind, Severity, Status, TargetRef
 from vllm_guardian.surface.kube_plan import PlanState, camel, plan
 
@@ -23,7 +24,7 @@ class Target:
     serving: bool = True
     serving_reason: str = "Serving"
     serving_message: str = "llama: serving"
-    remediation: dict[str, Any] | None = None
+    remediation: SequenceStatus | None = None
 
 
 @dataclass
@@ -102,14 +103,16 @@ def rem(phase, outcome=None, drain_only=False):
     return Snap(
         targets=[
             Target(
-                remediation={
-                    "phase": phase,
-                    "outcome": outcome,
-                    "incident": "inc1",
-                    "reason": "busy_loop",
-                    "drain_only": drain_only,
-                    "detail": "",
-                }
+                remediation=SequenceStatus(
+                    phase=phase,
+                    reason="busy_loop",
+                    incident="inc1",
+                    mode="signal",
+                    since=0.0,
+                    detail="",
+                    outcome=outcome,
+                    drain_only=drain_only,
+                )
             )
         ]
     )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_guardian.diagnosis.node_view import accelerator_rows, render_table, target_utilization
+from vllm_guardian.diagnosis.node_view import accelerator_rows, device_rows, render_table, target_utilization
 from vllm_guardian.host.accel import MIB, AccelSnapshot, DeviceReading, ProcessUsage
 from vllm_guardian.host.accel.npu_smi import snapshot_of
 from vllm_guardian.host.accel.npu_smi_parse import parse_info
@@ -38,7 +38,7 @@ def test_a_310p_without_hbm_shows_its_ddr_memory_and_the_processes_on_it():
     assert {r["memory_kind"] for r in rows} == {"ddr"}
     assert all(r["memory_total_bytes"] for r in rows)
     assert any(r["processes"] for r in rows)
-    assert "DDR" in render_table(rows) and "no target" in render_table(rows)
+    assert "DDR" in render_table(device_rows(rows)) and "no target" in render_table(device_rows(rows))
 
 
 def _target(name, pids):

@@ -30,7 +30,10 @@ at all unless ``evidence.output_corruption_stacks`` asks: its bundle holds ``gat
 instead — the failing prompts, answers, logprobs, the baseline they were judged against,
 the model and the vLLM version, from the incident's signals.
 
-Never raises out of ``capture``: whatever failed is a reason in ``failures``.
+The steps are ``EvidenceCollector._plan`` (``bundle.plan``), ``_read_live`` (py-spy through
+``bundle.stacks``, /proc through ``bundle.proc_copy``), ``_write_context``, ``_write_summary``
+and the manifest (``bundle.manifest``). Never raises out of ``capture``: whatever failed is a
+reason in ``failures``.
 Files ``0640``, folders ``0750``; ``incident.json`` belongs to the IncidentStore
 and is never written here; command lines and text are redacted (``redact``);
 py-spy ``--locals`` only when configured.
@@ -45,27 +48,29 @@ import os
 import shutil
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from vllm_guardian.clock import Clock
 from vllm_guardian.config.schema import EvidenceConfig
-from vllm_guardian.discovery.scan import classify, is_api_server
-from vllm_guardian.errors import AccessDenied, BackendUnavailable, GuardianError, TargetGone
 from vllm_guardian.host.process_details import ProcessDetails
 from vllm_guardian.host.procfs import ProcFS
-from vllm_guardian.host.runner import CommandResult, CommandRunner
+from vllm_guardian.host.runner import CommandRunner
 from vllm_guardian.incidents.ids import new_incident_id
 from vllm_guardian.incidents.store import jsonable
 from vllm_guardian.detectors.kinds import ANSWER_KINDS, GENTLE_EVIDENCE
-from vllm_guardian.model import Incident, ProcessInfo, ProcKey, Role, Target
+from vllm_guardian.model import Incident, Role, Target
 from vllm_guardian.series import metrics as m
 from vllm_guardian.series.store import SeriesStore
 from vllm_guardian.bundle import pyspy
-from vllm_guardian.bundle.writer import FILE_MODE, BundleWriter
-from vllm_guardian.bundle.redact import redact_argv, redact_text
+from vllm_guardian.bundle.manifest import MANIFEST, build_manifest
+from vllm_guardian.bundle.plan import RECORDS, CapturePlan
+from vllm_guardian.bundle.proc_copy import ProcTexts, check_identity, copy_process
+from vllm_guardian.bundle.stacks import DumpOutcome, StackReader, dump_name, settle
+from vllm_guardian.bundle.writer import BundleWriter
+from vllm_guardian.bundle.redact import redact_text
 from vllm_guardian.bundle.retention import apply_retention
 from vllm_guardian.bundle.summary import SummaryFacts, build_summary
 
@@ -80,11 +85,8 @@ GATES_FILE = "gates.json"
 GATES_SIGNALS = ("model", "vllm_version", "condition", "conditions", "levels", "evidence", "failing_rounds", "reports")
 log = logging.getLogger(__name__)
 
-MANIFEST = "capture.json"
 SUMMARY = "summary.txt"
-PROCESS_FILES = ("status", "stat")
-THREAD_FILES = ("stat", "status", "syscall", "wchan", "stack")
-RECORDS = (("flamegraph", "svg"), ("speedscope", "speedscope.json"))
+SeriesWindows = Mapping[str, Mapping[str, Sequence[Sequence[float]]]]  # metric -> subject -> [[t, v], ...]
 MAX_DUMP_WORKERS = 4
 SLACK_S = 5.0
 
@@ -96,7 +98,7 @@ class EvidenceContext:
     incident: Incident | None  # None for a manual snapshot
     target: Target  # the tree snapshotted when the incident opened
     hottest_pid: int | None = None  # from the incident's signals or process CPU; chosen when None
-    series: Mapping[str, Any] = field(default_factory=dict)  # from series_windows()
+    series: SeriesWindows = field(default_factory=dict)  # from series_windows()
     metrics_text: str | None = None
     accelerators: Mapping[str, Any] | None = None
     bundle_id: str | None = None  # default: the incident's id
@@ -134,30 +136,6 @@ def read_summary(bundle_dir: str | os.PathLike[str]) -> str:
     return (Path(bundle_dir) / SUMMARY).read_text(encoding="utf-8")
 
 
-def target_for_pid(procfs: ProcFS, pid: int, prefix: str = "VLLM") -> Target:
-    """A Target for a bare pid (``guardian snapshot <pid>``): it and all its descendants.
-    Raises ``TargetGone`` when the pid does not exist."""
-    root = procfs.stat(pid)
-    children: dict[int, list[tuple[int, int]]] = {}
-    for p in procfs.pids():
-        try:
-            st = procfs.stat(p)
-        except GuardianError:
-            continue
-        children.setdefault(st.ppid, []).append((p, st.starttime))
-    procs, todo = [], [(pid, root.ppid, root.starttime)]
-    while todo:
-        p, ppid, start = todo.pop(0)
-        try:
-            cmd = procfs.cmdline(p)
-        except GuardianError:
-            cmd = ()
-        role = Role.API_SERVER if is_api_server(cmd) else classify(cmd, prefix)
-        procs.append(ProcessInfo(ProcKey(p, start), ppid, role, cmd))
-        todo += [(c, p, s) for c, s in sorted(children.get(p, ())) if c != p]
-    return Target(f"pid-{pid}", ProcKey(pid, root.starttime), tuple(procs), source="snapshot")
-
-
 def choose_hottest(ctx: EvidenceContext) -> int | None:
     """The process to record: the context's choice, else the incident's signals pid, else the
     highest latest CPU ratio in the series, else the EngineCore, else the API server."""
@@ -166,7 +144,7 @@ def choose_hottest(ctx: EvidenceContext) -> int | None:
     for cand in (ctx.hottest_pid, signal_pid):
         if isinstance(cand, int) and cand in pids:
             return cand
-    cpu = ctx.series.get(m.PROC_CPU, {}) if isinstance(ctx.series, Mapping) else {}
+    cpu = ctx.series.get(m.PROC_CPU, {})
     best = max(
         (
             (pts[-1][1], int(s[1:]))
@@ -192,13 +170,12 @@ def default_locate(name: str) -> str | None:
     return str(sibling) if os.access(sibling, os.X_OK) else None
 
 
-@dataclass
-class _Dump:
-    """What the dump of one process produced (for the summary)."""
+@dataclass(frozen=True)
+class _LiveReads:
+    """What the capture read from the live processes, for the summary."""
 
-    threads: tuple[pyspy.ThreadStack, ...] = ()
-    mode: str = ""
-    error: str = ""
+    dumps: Mapping[int, DumpOutcome]  # pid -> its dump, for the dumps done by the deadline
+    proc: ProcTexts
 
 
 class EvidenceCollector:
@@ -224,6 +201,7 @@ class EvidenceCollector:
         self._workers = max(1, min(MAX_DUMP_WORKERS, max_workers))
         self._slack = slack
         self._details = details  # psutil's per-process details (processes.json), when wired
+        self._stacks = StackReader(cfg, runner)
 
     # ------------------------------------------------------------ public
     def deadline(self, n_processes: int, record_seconds: float | None = None) -> float:
@@ -266,7 +244,7 @@ class EvidenceCollector:
         *,
         record_seconds: float | None = None,
         hottest_pid: int | None = None,
-        series: Mapping[str, Any] | None = None,
+        series: SeriesWindows | None = None,
         metrics_text: str | None = None,
         accelerators: Mapping[str, Any] | None = None,
     ) -> EvidenceResult:
@@ -283,10 +261,21 @@ class EvidenceCollector:
         )
         return self.capture(ctx)
 
-    # ------------------------------------------------------------ the capture
+    # ------------------------------------------------------------ the capture, step by step
     def _capture(self, ctx: EvidenceContext, bundle_id: str, bundle: BundleWriter, start: float) -> list[str]:
+        plan = self._plan(ctx, bundle_id, bundle, start)
+        live = self._read_live(ctx, plan, bundle)
+        self._write_context(ctx, plan, bundle)
+        self._write_summary(ctx, plan, live, bundle)
+        removed = self._retention(bundle.root, bundle_id)
+        doc = build_manifest(plan, ctx.incident, ctx.target, bundle, removed, self._clock.monotonic() - start)
+        bundle.write(MANIFEST, redact_text(json.dumps(jsonable(doc), indent=2)) + "\n")
+        return removed
+
+    def _plan(self, ctx: EvidenceContext, bundle_id: str, bundle: BundleWriter, start: float) -> CapturePlan:
+        """Which processes are still themselves, whether and how to read stacks, the deadline."""
         wall = self._clock.wall()
-        alive = [p for p in ctx.target.processes if self._check_identity(p, bundle)]
+        alive = tuple(p for p in ctx.target.processes if check_identity(self._procfs, p, bundle))
         answers = ctx.incident is not None and ctx.incident.kind in ANSWER_KINDS
         stacks = not answers or self.cfg.output_corruption_stacks
         exe = self._locate(self.cfg.pyspy) if stacks else None
@@ -297,48 +286,76 @@ class EvidenceCollector:
         hottest = choose_hottest(ctx)
         seconds = self.cfg.record_seconds if ctx.record_seconds is None else ctx.record_seconds
         recorded = hottest if (exe and seconds > 0 and any(p.pid == hottest for p in alive)) else None
-        dumps: dict[int, _Dump] = {p.pid: _Dump() for p in alive}
         # a leak or a blind probe leaves the server serving: never pause it for a stack
         gentle = ctx.incident is not None and ctx.incident.kind in NONBLOCKING_KINDS
         deadline = self.deadline(len(alive), seconds)
         until = time.monotonic() + deadline  # a real wait on real threads, whatever the clock seam says
-        proc_texts: dict[tuple[int, int, str], str] = {}
-        pool = None
-        records: dict = {}
+        return CapturePlan(
+            bundle_id, wall, start, alive, answers, exe, hottest, seconds, recorded, gentle, deadline, until
+        )
+
+    def _read_live(self, ctx: EvidenceContext, plan: CapturePlan, bundle: BundleWriter) -> _LiveReads:
+        """Everything that needs the processes alive: records started first (they sample while
+        the rest is read), /proc before any dump (a blocking dump would hide the syscall and
+        wchan), the psutil details, then the dumps; ``on_live_done`` once they are in hand."""
+        proc_texts: ProcTexts = {}
+        dumps: dict[int, DumpOutcome] = {}
+        exe, pool = plan.exe, None
+        records: dict[Future[None], str] = {}
         try:
             if exe:
-                n_rec = len(RECORDS) if recorded is not None else 0
+                n_rec = len(RECORDS) if plan.recorded is not None else 0
                 pool = ThreadPoolExecutor(
-                    max_workers=min(self._workers, max(1, len(alive))) + n_rec,
-                    thread_name_prefix=f"evidence-{bundle_id[-6:]}",
+                    max_workers=min(self._workers, max(1, len(plan.alive))) + n_rec,
+                    thread_name_prefix=f"evidence-{plan.bundle_id[-6:]}",
                 )
-                if recorded is not None:  # non-blocking samplers: they run while /proc is read
-                    for fmt, suffix in RECORDS:
-                        rel = f"flame-{recorded}.{suffix}"
-                        records[pool.submit(self._record, exe, recorded, seconds, fmt, rel, bundle)] = rel
-            for p in alive:
-                self._read_proc(p.pid, bundle, proc_texts)
-            if self._details is not None and alive:
-                try:
-                    details = self._details.read([p.key for p in alive])
-                    bundle.write("processes.json", json.dumps(jsonable(details), indent=2) + "\n")
-                except Exception as e:  # noqa: BLE001 - optional evidence: a failure is recorded, the bundle goes on
-                    bundle.fail("processes.json", f"{type(e).__name__}: {e}")
+                records = self._start_records(pool, exe, plan, bundle)
+            for p in plan.alive:
+                copy_process(self._procfs, p.pid, bundle, proc_texts)
+            self._write_details(plan, bundle)
             if pool is not None and exe:
-                dumping = {
-                    pool.submit(self._dump, exe, p, bundle, dumps[p.pid], gentle): _dump_name(p, "json") for p in alive
-                }
-                self._settle(dumping, until, deadline, bundle)
+                dumps = self._dump_all(pool, exe, plan, bundle)
         finally:
             # everything that needs the processes alive is in hand: the stop may go on; a record
             # still sampling keeps what it saw until the tree dies (py-spy writes it then)
             if ctx.on_live_done is not None:
                 ctx.on_live_done()
         if pool is not None:
-            self._settle(records, until, deadline, bundle)
+            settle(records, plan.until, plan.deadline, bundle)
             pool.shutdown(wait=False, cancel_futures=True)
+        return _LiveReads(dumps, proc_texts)
 
-        if answers and ctx.incident is not None:
+    def _start_records(
+        self, pool: ThreadPoolExecutor, exe: str, plan: CapturePlan, bundle: BundleWriter
+    ) -> dict[Future[None], str]:
+        records: dict[Future[None], str] = {}
+        if plan.recorded is None:
+            return records
+        for fmt, suffix in RECORDS:  # non-blocking samplers: they run while /proc is read
+            rel = f"flame-{plan.recorded}.{suffix}"
+            records[pool.submit(self._stacks.record, exe, plan.recorded, plan.seconds, fmt, rel, bundle)] = rel
+        return records
+
+    def _write_details(self, plan: CapturePlan, bundle: BundleWriter) -> None:
+        if self._details is None or not plan.alive:
+            return
+        try:
+            details = self._details.read([p.key for p in plan.alive])
+            bundle.write("processes.json", json.dumps(jsonable(details), indent=2) + "\n")
+        except Exception as e:  # noqa: BLE001 - optional evidence: a failure is recorded, the bundle goes on
+            bundle.fail("processes.json", f"{type(e).__name__}: {e}")
+
+    def _dump_all(
+        self, pool: ThreadPoolExecutor, exe: str, plan: CapturePlan, bundle: BundleWriter
+    ) -> dict[int, DumpOutcome]:
+        """One dump per live process on the pool; those done by the deadline."""
+        futures = {p.pid: pool.submit(self._stacks.dump, exe, p, bundle, plan.gentle) for p in plan.alive}
+        settle({futures[p.pid]: dump_name(p, "json") for p in plan.alive}, plan.until, plan.deadline, bundle)
+        return {pid: f.result() for pid, f in futures.items() if f.done() and not f.cancelled() and not f.exception()}
+
+    def _write_context(self, ctx: EvidenceContext, plan: CapturePlan, bundle: BundleWriter) -> None:
+        """What the loop knew: the gates' failing rounds (an answers kind), series, metrics, accelerators."""
+        if plan.answers and ctx.incident is not None:
             sig = ctx.incident.signals
             gates = {k: sig[k] for k in GATES_SIGNALS if k in sig}
             bundle.write(GATES_FILE, redact_text(json.dumps(jsonable(gates), indent=1, ensure_ascii=False)) + "\n")
@@ -349,11 +366,11 @@ class EvidenceCollector:
         if ctx.accelerators is not None:
             bundle.write("accelerators.json", redact_text(json.dumps(jsonable(ctx.accelerators), indent=2)) + "\n")
 
-        focus = _focus_pid(ctx, hottest)
-        duration = self._clock.monotonic() - start
-        dump = dumps.get(focus) if focus is not None else None
+    def _write_summary(self, ctx: EvidenceContext, plan: CapturePlan, live: _LiveReads, bundle: BundleWriter) -> None:
+        focus = _focus_pid(ctx, plan.hottest)
+        dump = live.dumps.get(focus) if focus is not None else None
         facts = SummaryFacts(
-            bundle_id,
+            plan.bundle_id,
             ctx.incident,
             ctx.target,
             focus,
@@ -362,61 +379,14 @@ class EvidenceCollector:
             dump_error=(dump.error if dump else "")
             or bundle.failures.get("py-spy", "")
             or bundle.failures.get(f"proc/{focus}", ""),
-            proc={(tid, name): text for (pid, tid, name), text in proc_texts.items() if pid == focus and tid},
+            proc={(tid, name): text for (pid, tid, name), text in live.proc.items() if pid == focus and tid},
             record_files=sorted(n for n in bundle.files if n.startswith("flame-")),
-            record_seconds=pyspy.record_seconds_arg(seconds) if recorded is not None else 0,
+            record_seconds=pyspy.record_seconds_arg(plan.seconds) if plan.recorded is not None else 0,
             file_count=len(bundle.files),
             failures=dict(bundle.failures),
-            duration=duration,
+            duration=self._clock.monotonic() - plan.start,
         )
         bundle.write(SUMMARY, redact_text(build_summary(facts)))
-        removed = self._retention(bundle.root, bundle_id)
-        manifest = {
-            "schema": 1,
-            "id": bundle_id,
-            "incident": None
-            if ctx.incident is None
-            else {
-                "id": ctx.incident.id,
-                "kind": ctx.incident.kind.value,
-                "status": ctx.incident.status.value,
-                "summary": ctx.incident.summary,
-                "signals": jsonable(ctx.incident.signals),
-            },
-            "target": {
-                "name": ctx.target.name,
-                "pid": ctx.target.key.pid,
-                "starttime": ctx.target.key.starttime,
-                "port": ctx.target.port,
-            },
-            "processes": [
-                {
-                    "pid": p.pid,
-                    "starttime": p.key.starttime,
-                    "role": p.role.value,
-                    "cmdline": list(redact_argv(p.cmdline)),
-                    "captured": p in alive,
-                }
-                for p in ctx.target.processes
-            ],
-            "pyspy": exe,
-            "hottest_pid": hottest,
-            "record": None
-            if recorded is None
-            else {"pid": recorded, "seconds": pyspy.record_seconds_arg(seconds), "formats": [f for f, _ in RECORDS]},
-            "started_at": wall,
-            "monotonic_at_start": start,
-            "deadline_s": deadline,
-            "duration_s": round(self._clock.monotonic() - start, 3),
-            "complete": not bundle.failures,
-            "files": [{"name": n, "bytes": s} for n, s in sorted(bundle.files.items())],
-            "failures": dict(sorted(bundle.failures.items())),
-            "notes": dict(sorted(bundle.notes.items())),
-            "steps": list(bundle.steps),
-            "retention_removed": removed,
-        }
-        bundle.write(MANIFEST, redact_text(json.dumps(jsonable(manifest), indent=2)) + "\n")
-        return removed
 
     def _retention(self, root: Path, bundle_id: str) -> list[str]:
         r = self.cfg.retention
@@ -425,159 +395,6 @@ class EvidenceCollector:
         except OSError as e:
             log.warning("evidence retention failed: %s", e)
             return []
-
-    # ------------------------------------------------------------ /proc
-    def _check_identity(self, p: ProcessInfo, bundle: BundleWriter) -> bool:
-        """Same process as in the snapshot (pid AND starttime) and not a zombie; else a reason."""
-        try:
-            st = self._procfs.stat(p.pid)
-        except TargetGone as e:
-            bundle.fail(f"proc/{p.pid}", f"process gone before capture: {e}")
-            return False
-        except GuardianError as e:
-            bundle.fail(f"proc/{p.pid}/stat", f"identity not verifiable: {e}")
-            return True
-        if st.starttime != p.key.starttime:
-            bundle.fail(
-                f"proc/{p.pid}",
-                f"pid {p.pid} now belongs to another process "
-                f"(starttime {st.starttime} != {p.key.starttime}): not captured",
-            )
-            return False
-        if st.state in ("Z", "X"):
-            bundle.fail(f"proc/{p.pid}", "process exited (zombie): no stacks to take")
-            return False
-        return True
-
-    def _read_proc(self, pid: int, bundle: BundleWriter, texts: dict[tuple[int, int, str], str]) -> None:
-        for name in PROCESS_FILES:
-            self._copy(f"{pid}/{name}", bundle, texts, (pid, 0, name))
-        try:
-            tids = self._procfs.tids(pid)
-        except GuardianError as e:
-            bundle.fail(f"proc/{pid}/task", _proc_reason(e))
-            return
-        for tid in tids:
-            for name in THREAD_FILES:
-                if not self._copy(f"{pid}/task/{tid}/{name}", bundle, texts, (pid, tid, name)) and name == "stat":
-                    break  # the thread is gone: its other files are too
-
-    def _copy(self, rel: str, bundle: BundleWriter, texts: dict, key: tuple[int, int, str]) -> bool:
-        try:
-            text = self._procfs.read_text(rel)
-        except GuardianError as e:
-            bundle.fail(f"proc/{rel}", _proc_reason(e))
-            return False
-        texts[key] = text
-        bundle.write(f"proc/{rel}", text)
-        return True
-
-    # ------------------------------------------------------------ py-spy
-    def _run(
-        self, argv: list[str], timeout: float, what: str, pid: int, mode: str, bundle: BundleWriter
-    ) -> tuple[CommandResult | None, pyspy.Failure | None]:
-        try:
-            res = self._runner.run(argv, timeout)
-        except BackendUnavailable as e:
-            missing = pyspy.Failure("missing", f"{pyspy.MISSING_REASON} ({e})")
-            bundle.step({"what": what, "pid": pid, "mode": mode, "argv": argv, "error": missing.reason})
-            return None, missing
-        fail = pyspy.classify(res.returncode, res.error_text, res.timed_out, timeout)
-        bundle.step(
-            {
-                "what": what,
-                "pid": pid,
-                "mode": mode,
-                "argv": argv,
-                "rc": res.returncode,
-                "duration_s": round(res.duration, 3),
-                "timed_out": res.timed_out,
-                "error": fail.reason if fail else None,
-            }
-        )
-        return res, fail
-
-    def _dump(self, exe: str, p: ProcessInfo, bundle: BundleWriter, out: _Dump, gentle: bool = False) -> None:
-        timeout = self.cfg.dump_timeout
-        if gentle:  # --nonblocking only: the process keeps running while it is read
-            argv = pyspy.dump_argv(exe, p.pid, nonblocking=True, with_locals=self.cfg.locals)
-            res, fail = self._run(argv, timeout, "dump", p.pid, "nonblocking", bundle)
-            mode, note = "nonblocking", ""
-        else:
-            argv = pyspy.dump_argv(exe, p.pid, native=self.cfg.native, with_locals=self.cfg.locals)
-            res, fail = self._run(argv, timeout, "dump", p.pid, "blocking", bundle)
-            mode, note = "blocking", ""
-        if fail is not None and fail.retry_nonblocking and not gentle:
-            note = f"blocking dump failed: {fail.reason}; retried with --nonblocking"
-            argv = pyspy.dump_argv(exe, p.pid, nonblocking=True, with_locals=self.cfg.locals)
-            res, fail = self._run(argv, timeout, "dump", p.pid, "nonblocking", bundle)
-            mode = "nonblocking"
-        as_text = False
-        if fail is not None and fail.kind == "usage" and "--json" in (res.error_text if res else ""):
-            argv = [a for a in argv if a != "--json"]  # a py-spy without --json: text mode, parsed
-            res, fail = self._run(argv, timeout, "dump", p.pid, mode + "-text", bundle)
-            as_text = True
-        if fail is not None or res is None:
-            reason = fail.reason if fail else "no result"
-            out.error = f"{note}; then: {reason}" if note else reason
-            bundle.fail(_dump_name(p, "json"), out.error)
-            return
-        try:
-            threads = pyspy.parse_dump_text(res.text) if as_text else pyspy.parse_dump_json(res.text)
-        except ValueError as e:
-            out.error = f"unparsable py-spy output: {e}"
-            bundle.fail(_dump_name(p, "json"), out.error)
-            bundle.write(_dump_name(p, "txt"), redact_text(res.text))
-            return
-        out.threads, out.mode = threads, mode
-        if note:
-            bundle.note(_dump_name(p, "json"), note)
-        mode_line = f"Mode: {mode}" + (f" ({note})" if note else "") + "\n"
-        if as_text:
-            bundle.write(_dump_name(p, "txt"), mode_line + redact_text(res.text))
-        else:
-            header = f"Process {p.pid}: {' '.join(redact_argv(p.cmdline))}\n{mode_line}\n"
-            bundle.write(_dump_name(p, "json"), pyspy.scrub_dump_json(res.text))
-            bundle.write(_dump_name(p, "txt"), redact_text(header + pyspy.render_text(threads)))
-
-    @staticmethod
-    def _settle(futures: dict, until: float, deadline: float, bundle: BundleWriter) -> None:
-        """Wait for these py-spy calls until ``until`` (time.monotonic), the capture's overall
-        ``deadline`` seconds after it began; what is late or broke is a failure."""
-        done, pending = wait(futures, timeout=max(0.0, until - time.monotonic()))
-        for f in pending:
-            f.cancel()
-            bundle.fail(futures[f], f"overall capture deadline of {deadline:g} s passed")
-        for f in done:
-            if f.exception() is not None:
-                bundle.fail(futures[f], f"{type(f.exception()).__name__}: {f.exception()}")
-
-    def _record(self, exe: str, pid: int, seconds: float, fmt: str, rel: str, bundle: BundleWriter) -> None:
-        path = bundle.root / rel
-        argv = pyspy.record_argv(exe, pid, seconds, fmt, str(path))
-        timeout = pyspy.record_seconds_arg(seconds) + self.cfg.dump_timeout
-        _res, fail = self._run(argv, timeout, "record", pid, "nonblocking", bundle)
-        size = path.stat().st_size if path.is_file() else 0
-        if fail is None and size == 0:
-            fail = pyspy.Failure("error", "py-spy record wrote no output")
-        if fail is not None:
-            path.unlink(missing_ok=True)
-            bundle.fail(rel, fail.reason)
-            return
-        os.chmod(path, FILE_MODE)
-        bundle.adopt(rel, size)
-
-
-def _dump_name(p: ProcessInfo, ext: str) -> str:
-    return f"pyspy-{p.pid}-{p.role.value}.{ext}"
-
-
-def _proc_reason(e: GuardianError) -> str:
-    if isinstance(e, TargetGone):
-        return f"gone: {e}"
-    if isinstance(e, AccessDenied):
-        return f"not permitted (needs root or CAP_SYS_PTRACE): {e}"
-    return str(e)
 
 
 def _focus_pid(ctx: EvidenceContext, hottest: int | None) -> int | None:

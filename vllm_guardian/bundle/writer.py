@@ -1,16 +1,40 @@
 """Writes one evidence bundle folder: files ``0640`` (atomically: temporary name, then rename),
 folders ``0750`` whatever the umask, and the manifest's bookkeeping (files and sizes, failures
-and their reasons, notes, py-spy calls). Safe to use from the capture's pool threads.
+and their reasons, notes, py-spy calls as ``PySpyCall``). Safe to use from the capture's pool threads.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vllm_guardian.fsutil import atomic_write
+
+
+@dataclass(frozen=True)
+class PySpyCall:
+    """One py-spy call of the capture, as the manifest lists it under ``steps``."""
+
+    what: str  # dump | record
+    pid: int
+    mode: str  # blocking | nonblocking | ...-text
+    argv: tuple[str, ...]
+    error: str | None  # why it failed; None: it worked
+    ran: bool = True  # False: py-spy could not be started (then no rc, duration, timeout)
+    rc: int | None = None
+    duration_s: float = 0.0
+    timed_out: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"what": self.what, "pid": self.pid, "mode": self.mode, "argv": list(self.argv)}
+        if self.ran:
+            doc.update(rc=self.rc, duration_s=round(self.duration_s, 3), timed_out=self.timed_out)
+        doc["error"] = self.error
+        return doc
+
 
 FILE_MODE = 0o640
 DIR_MODE = 0o750
@@ -23,7 +47,7 @@ class BundleWriter:
         self.root = root
         self.files: dict[str, int] = {}
         self.failures: dict[str, str] = {}
-        self.steps: list[dict[str, Any]] = []
+        self.steps: list[PySpyCall] = []
         self.notes: dict[str, str] = {}
         self._lock = threading.Lock()
 
@@ -58,6 +82,6 @@ class BundleWriter:
         with self._lock:
             self.notes[key] = text
 
-    def step(self, entry: dict[str, Any]) -> None:
+    def step(self, call: PySpyCall) -> None:
         with self._lock:
-            self.steps.append(entry)
+            self.steps.append(call)

@@ -50,7 +50,7 @@ def _run_locked(args, cfg) -> int:
 
 
 def cmd_probe(args) -> int:
-    from vllm_guardian.surface.status_view import render_status
+    from vllm_guardian.surface.status_render import render_status
 
     cfg = load_config(args.config)
     setup_logging(args, cfg)
@@ -68,9 +68,9 @@ def cmd_probe(args) -> int:
         daemon.tick()
     finally:
         daemon.runner.shutdown()
-    doc = daemon.status().to_dict()
-    print(json.dumps(doc, indent=2) if args.json else render_status(doc))
-    return 0 if doc["targets"] else 1
+    snapshot = daemon.status()
+    print(json.dumps(snapshot.to_dict(), indent=2) if args.json else render_status(snapshot))
+    return 0 if snapshot.targets else 1
 
 
 def cmd_check_config(args) -> int:

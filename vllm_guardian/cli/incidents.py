@@ -117,7 +117,8 @@ def _show_html(d: dict) -> int:
 
 
 def cmd_snapshot(args) -> int:
-    from vllm_guardian.bundle.evidence import EvidenceCollector, target_for_pid
+    from vllm_guardian.bundle.evidence import EvidenceCollector
+    from vllm_guardian.bundle.pid_target import target_for_pid
     from vllm_guardian.clock import SystemClock
     from vllm_guardian.discovery.scan import discover
     from vllm_guardian.host.process_details import PsutilDetails

@@ -12,7 +12,8 @@ from vllm_guardian.cli.common import load_config, not_reachable, redis_client, r
 
 def cmd_status(args) -> int:
     from vllm_guardian.surface.control_socket import request
-    from vllm_guardian.surface.status_view import render_status
+    from vllm_guardian.surface.status_render import render_status
+    from vllm_guardian.surface.status_snapshot import StatusSnapshot
 
     if args.fleet:
         from vllm_guardian.sinks.fleet import fleet_status, render_fleet
@@ -32,5 +33,13 @@ def cmd_status(args) -> int:
     except (OSError, RuntimeError, ValueError) as e:
         print(not_reachable(path, e), file=sys.stderr)
         return 1
-    print(json.dumps(doc, indent=2) if args.json else render_status(doc))
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    try:
+        snapshot = StatusSnapshot.from_dict(doc)
+    except ValueError as e:
+        print(f"guardian status: the guardian at {path} answered a status this CLI cannot read ({e})", file=sys.stderr)
+        return 1
+    print(render_status(snapshot))
     return 0

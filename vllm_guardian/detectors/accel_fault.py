@@ -25,6 +25,27 @@ KIND = Kind.ACCEL_FAULT
 
 
 @dataclass(frozen=True)
+class FaultStatus:
+    """One fault in the status's ``device_faults`` section (the catalog entry's words beside it)."""
+
+    device: str
+    code: str
+    title: str
+    severity: str
+    restart_can_help: bool
+    blocks_restart: bool
+    action: str
+    what_to_do: str
+    meaning: str
+    source: str  # where the catalog entry comes from
+    detail: str
+    seen_by: str  # nvml | kmsg | npu_smi
+    condition: bool
+    at_wall: float
+    pid: int | None = None
+
+
+@dataclass(frozen=True)
 class FaultRecord:
     """One fault of one device: an event (``at`` when seen) or a condition (``at`` first seen)."""
 
@@ -41,6 +62,27 @@ class FaultRecord:
     def label(self) -> str:
         code = f"Xid {self.code[4:]}" if self.code.startswith("xid:") else self.code
         return f"{code} ({self.entry.title})"
+
+    def status(self) -> FaultStatus:
+        """As status shows it (``to_dict``'s keys; ``pid`` None when no process was named)."""
+        e = self.entry
+        return FaultStatus(
+            self.device,
+            self.code,
+            e.title,
+            e.severity,
+            e.restart_can_help,
+            e.blocks_restart,
+            e.action,
+            e.what_to_do,
+            e.meaning,
+            e.source,
+            self.detail,
+            self.source,
+            self.condition,
+            self.wall,
+            self.pid,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -13,8 +13,10 @@ gauges and the canary results. Decides, for the hottest thread:
 
 On a data-parallel server the hot thread's engine (``EngineCore_DP<k>``) is judged on its own
 counters and gauges (vLLM's ``engine="k"`` label) when the page has them: one rank that spins
-while the other serves shows no progress of its own, and a canary answered (by the other rank,
-maybe) clears nothing.
+while the other serves shows no progress of its own. A canary sent to that rank (the canary
+probe names the suspect's rank in ``X-data-parallel-rank``) decides as above; one sent to another
+rank decides nothing, and one the server routed itself confirms only by timing out (answered, it
+may have reached the other rank).
 
 A thread hot for less than ``min_coverage`` of the window is only ever a
 suspect: the confirming canary starts early, but no conclusion is drawn yet.
@@ -72,11 +74,16 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
         what = f"counters frozen with {pending_now:g} requests pending for {now - h.first_t:.1f}s"
         return _finding(view, h, base, "counters_frozen", what, confirmed=True)
 
-    recent = [c for c in canaries(view.series, name, h.first_t, now) if c.started >= h.first_t]
+    rank = rank_of(process_title(view.state.target, h.pid)).get("dp_rank") if engine else None
+    recent = [
+        c
+        for c in canaries(view.series, name, h.first_t, now)
+        if c.started >= h.first_t and (c.rank is None or c.rank == rank)  # (not another rank's)
+    ]
     if recent:
         c = recent[-1]
-        if c.ok and not engine:
-            return None  # (a canary answered by another rank says nothing of this one)
+        if c.ok and (not engine or c.rank == rank):
+            return None  # (answered where the server chose: maybe by another rank, nothing of this one)
         if c.timed_out and progress_between(view.series, name, c.started, c.ended, engine) is not True:
             sig = dict(base, **_canary_signals(c))
             what = f"canary timed out after {c.ended - c.started:.1f}s"

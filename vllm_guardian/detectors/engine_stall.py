@@ -14,8 +14,12 @@ Decides:
 On a data-parallel server (vLLM's ``engine="k"`` label, ``ranks``) each engine is also judged on
 its own counters and gauges: one rank frozen with work pending while the other serves is a
 stall of that rank (``engine``, ``dp_rank`` and its ``EngineCore_DP<k>`` process named), though
-the server as a whole makes progress. A canary timeout counts against a rank only when that
-rank had work pending during its flight (the canary may have reached it). A rank's own finding
+the server as a whole makes progress. A canary timeout counts against a rank when it was sent to
+that rank (``X-data-parallel-rank``: the canary probe asks each rank in turn), or, routed by the
+server, when that rank had work pending during its flight (it may have reached it); and only
+once the rank's threads have been read (a spinner starved of CPU on a busy node reads cool as a
+process, so its threads are read only once the target is suspected: until then the timeout is a
+suspect, not a stall — it may be busy_loop's case). A rank's own finding
 wins over the whole server's; a hot thread stands a rank down only when it is in that rank's
 process tree or in a process every rank shares (the API server, the coordinator): the other
 rank's busy decode is not its excuse.
@@ -98,17 +102,24 @@ def _judge(view: TargetView, cfg: DetectorsConfig, engine: str, who: dict[str, A
             "counters_frozen", f"counters frozen with {pend[-1][1]:g} requests pending for {es.window:g}s", True
         )
 
-    done = canaries(series, name, t0, now)
+    rank = who.get("dp_rank") if engine else None
+    done = [c for c in canaries(series, name, t0, now) if not engine or c.rank in (None, rank)]
     if done:
         c = done[-1]
         flight = progress_between(series, name, c.started, c.ended, engine)
         # ...and the engine has not moved since: a recovered engine (a spin that ended, a lock
         # released) works through its backlog at once, which must clear the old timeout
         since = progress_between(series, name, c.started, now, engine)
-        # a rank is blamed only if the canary may have reached it: it had work in the flight
-        reached = not engine or any(v > 0 for _, v in pending_samples(series, name, c.started, c.ended, engine))
+        # a rank is blamed only if the canary was sent to it, or may have reached it (work in the flight)
+        reached = (
+            not engine
+            or c.rank == rank
+            or any(v > 0 for _, v in pending_samples(series, name, c.started, c.ended, engine))
+        )
         if c.timed_out and flight is not True and since is not True and reached:
             what = f"canary timed out after {c.ended - c.started:.1f}s"
+            if engine and not _threads_read(view, who.get("pid")):
+                return finding("suspect", f"{what}, reading its threads", False, canary_latency_s=c.latency)
             return finding("canary_timeout", what, True, canary_latency_s=c.latency, canary_progress=flight)
 
     recent = now - SUSPECT_AFTER
@@ -131,6 +142,19 @@ def _busy_pids(view: TargetView, cfg: DetectorsConfig) -> frozenset[int]:
     lately = replace(bl, min_coverage=0.0, window=min(bl.window, SUSPECT_WINDOW))
     hot = {h.pid for h in (*hot_threads_for(view, bl), *hot_threads_for(view, lately))}
     return frozenset(hot | _hot_unread(view, bl.cpu_ratio))
+
+
+def _threads_read(view: TargetView, pid: int | None) -> bool:
+    """Have the threads of process ``pid`` been read lately (two samples of a thread within the
+    last 3 probe intervals: what a hot-thread verdict needs)? True when the process is unknown."""
+    if pid is None:
+        return True
+    st = view.state
+    name, recent = st.target.name, st.now - 3 * st.probe_interval - 1e-9
+    for t in view.series.subjects(name, m.THREAD_CPU, Subject(pid).threads_prefix):
+        if len(view.series.window(name, t, m.THREAD_CPU, recent)) >= 2:
+            return True
+    return False
 
 
 def _hot_unread(view: TargetView, cpu_ratio: float) -> set[int]:

@@ -78,6 +78,7 @@ class Canary:
     ok: bool  # answered
     timed_out: bool  # a hang, not a fast failure
     latency: float | None
+    rank: int | None = None  # the data-parallel rank it was sent to; None: the server chose
 
 
 def canaries(series: SeriesStore, target: str, since: float, until: float) -> list[Canary]:
@@ -91,7 +92,7 @@ def canaries(series: SeriesStore, target: str, since: float, until: float) -> li
         return {t: v for t, v in clip(all_points(series, target, "", metric), since, until)}
 
     ok, timed_out = at(metrics.CANARY_OK), at(metrics.CANARY_TIMEOUT)
-    latency, started = at(metrics.CANARY_LATENCY), at(metrics.CANARY_STARTED)
+    latency, started, rank = at(metrics.CANARY_LATENCY), at(metrics.CANARY_STARTED), at(metrics.CANARY_RANK)
     out: list[Canary] = []
     for t in sorted(set(ok) | set(timed_out)):
         lat = latency.get(t)
@@ -105,6 +106,7 @@ def canaries(series: SeriesStore, target: str, since: float, until: float) -> li
                 ok=ok.get(t) == 1.0,
                 timed_out=timed_out.get(t) == 1.0,
                 latency=lat,
+                rank=int(rank[t]) if t in rank else None,
             )
         )
     return out

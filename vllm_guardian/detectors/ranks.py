@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from vllm_guardian.detectors.hot_threads import rank_of
 from vllm_guardian.detectors.view import TargetView
+from vllm_guardian import proctree
 from vllm_guardian.model import ProcessInfo, Role, Target
 from vllm_guardian.series import metrics as m
 
@@ -56,13 +57,5 @@ def _engine_process(target: Target, rank: int) -> ProcessInfo | None:
 
 
 def _tree(target: Target, root: int) -> frozenset[int]:
-    children: dict[int, list[int]] = {}
-    for p in target.processes:
-        children.setdefault(p.ppid, []).append(p.pid)
-    seen, todo = {root}, [root]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in seen:
-                seen.add(child)
-                todo.append(child)
-    return frozenset(seen)
+    children = proctree.children_by_parent((p.pid, p.ppid) for p in target.processes)
+    return frozenset(proctree.walk(root, children))

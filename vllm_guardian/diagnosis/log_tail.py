@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from vllm_guardian.bundle.redact import redact_text
+from vllm_guardian.config.schema import TargetConfig
 from vllm_guardian.errors import BackendUnavailable, GuardianError
 from vllm_guardian.host.runner import CommandRunner
 
@@ -53,21 +54,19 @@ class LogTail:
     truncated: bool = False  # the source held more than was read
 
 
-def choose_source(target_cfg: Any) -> LogSource | None:
-    """The log of a configured target (``TargetConfig``-shaped), or None when nothing names one."""
+def choose_source(target_cfg: TargetConfig | None) -> LogSource | None:
+    """The log of a configured target, or None when nothing names one."""
     if target_cfg is None:
         return None
-    log_path = getattr(target_cfg, "log_path", None)
-    if log_path:
-        return LogSource("file", str(log_path))
-    restart = getattr(target_cfg, "restart", None)
-    if restart is not None and getattr(restart, "log_file", None):
+    restart, match = target_cfg.restart, target_cfg.match
+    if target_cfg.log_path:
+        return LogSource("file", str(target_cfg.log_path))
+    if restart.log_file:
         return LogSource("file", str(restart.log_file))
-    match = getattr(target_cfg, "match", None)
-    unit = (getattr(restart, "unit", None) if restart is not None else None) or getattr(match, "systemd_unit", None)
+    unit = restart.unit or match.systemd_unit
     if unit:
         return LogSource("journal", str(unit))
-    kube = getattr(match, "kubernetes", None)
+    kube = match.kubernetes
     if kube is not None and (kube.pod or kube.pod_uid):
         where = "/".join(x for x in (kube.namespace or "?", kube.pod or kube.pod_uid, kube.container) if x)
         return LogSource("kubernetes", where, kube.namespace, kube.pod, kube.container, kube.pod_uid)

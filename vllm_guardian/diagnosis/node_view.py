@@ -19,12 +19,83 @@ named; ``render_table`` writes the same rows as text for ``guardian status`` /
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from vllm_guardian.host.accel import AccelSnapshot
 from vllm_guardian.model import Target
 
 GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class DeviceProcess:
+    pid: int
+    name: str | None
+    memory_bytes: float | None
+    target: str | None  # the target the process belongs to; None: no target
+    role: str | None
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    """One device of the status's node ``accelerators`` table (a row only the fault ledger knows
+    has its fault columns and ``None`` for what no backend read)."""
+
+    device: str
+    backend: str
+    name: str | None = None
+    health: str | None = None
+    utilization_pct: float | None = None
+    utilization_label: str | None = None
+    memory_kind: str | None = None  # ddr | hbm | vram
+    memory_used_bytes: float | None = None
+    memory_total_bytes: float | None = None
+    power_w: float | None = None
+    temperature_c: float | None = None
+    processes: tuple[DeviceProcess, ...] = ()
+    read_age_s: float | None = None
+    fault_health: int = 0  # 0 ok, 1 warning, 2 critical
+    fault: str | None = None  # the worst fault in words
+    fault_codes: tuple[str, ...] = ()
+
+
+def _num(v: Any) -> float | None:
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _str(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
+def device_rows(rows: Sequence[Mapping[str, Any]]) -> tuple[DeviceRow, ...]:
+    """The rows of ``with_faults`` as typed status rows."""
+    return tuple(
+        DeviceRow(
+            str(r["device"]),
+            str(r.get("backend") or ""),
+            _str(r.get("name")),
+            _str(r.get("health")),
+            _num(r.get("utilization_pct")),
+            _str(r.get("utilization_label")),
+            _str(r.get("memory_kind")),
+            _num(r.get("memory_used_bytes")),
+            _num(r.get("memory_total_bytes")),
+            _num(r.get("power_w")),
+            _num(r.get("temperature_c")),
+            tuple(
+                DeviceProcess(
+                    int(p["pid"]), _str(p.get("name")), _num(p.get("memory_bytes")), p.get("target"), p.get("role")
+                )
+                for p in r.get("processes") or ()
+            ),
+            _num(r.get("read_age_s")),
+            int(r.get("fault_health") or 0),
+            _str(r.get("fault")),
+            tuple(str(c) for c in r.get("fault_codes") or ()),
+        )
+        for r in rows
+    )
 
 
 def _owners(targets: Iterable[Target]) -> dict[int, tuple[str, str]]:
@@ -123,27 +194,24 @@ def _gib(v: Any) -> str:
     return "?" if v is None else f"{v / GIB:.1f}"
 
 
-def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
+def render_table(rows: Sequence[DeviceRow]) -> str:
     """The rows as an aligned text table (empty list → one line saying so)."""
     if not rows:
         return "accelerators: none reported (no NVML device, no npu-smi)\n"
     out = ["accelerators:"]
     for r in rows:
-        util = "?" if r.get("utilization_pct") is None else f"{r['utilization_pct']:g} %"
-        mem = (
-            f"{r.get('memory_kind', '').upper() or 'mem'} {_gib(r.get('memory_used_bytes'))}/"
-            f"{_gib(r.get('memory_total_bytes'))} GiB"
-        )
+        util = "?" if r.utilization_pct is None else f"{r.utilization_pct:g} %"
+        mem = f"{(r.memory_kind or '').upper() or 'mem'} {_gib(r.memory_used_bytes)}/{_gib(r.memory_total_bytes)} GiB"
         out.append(
-            f"  {r['device']:<10} {r.get('name') or '?':<14} health {r.get('health') or '?':<8} "
-            f"{r.get('utilization_label', 'util')} {util:<7} {mem}"
+            f"  {r.device:<10} {r.name or '?':<14} health {r.health or '?':<8} "
+            f"{r.utilization_label or 'util'} {util:<7} {mem}"
         )
-        if r.get("fault"):
-            level = {2: "FAULT", 1: "warning"}.get(int(r.get("fault_health") or 0), "info")
-            out.append(f"      {level}: {r['fault']}")
-        for p in r.get("processes") or ():
-            owner = f"target {p['target']} ({p['role']})" if p.get("target") else "no target"
-            out.append(f"      pid {p['pid']:<8} {p.get('name') or '':<16} {_gib(p.get('memory_bytes'))} GiB  {owner}")
+        if r.fault:
+            level = {2: "FAULT", 1: "warning"}.get(r.fault_health, "info")
+            out.append(f"      {level}: {r.fault}")
+        for p in r.processes:
+            owner = f"target {p.target} ({p.role})" if p.target else "no target"
+            out.append(f"      pid {p.pid:<8} {p.name or '':<16} {_gib(p.memory_bytes)} GiB  {owner}")
     return "\n".join(out) + "\n"
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from vllm_guardian.fsutil import atomic_write
 from vllm_guardian.incidents.runbooks import runbook_url
 from vllm_guardian.series import metrics as m
 from vllm_guardian.series.slope import theil_sen
@@ -439,8 +440,5 @@ def read_bundle(bundle_dir: str | os.PathLike[str], incident: Mapping[str, Any] 
 def write_report(bundle_dir: str | os.PathLike[str], incident: Mapping[str, Any] | None) -> Path:
     """(Re)writes ``report.html`` in the bundle from what the bundle holds; mode 0640."""
     path = Path(bundle_dir) / REPORT
-    tmp = path.with_suffix(".html.tmp")
-    tmp.write_text(render_report(read_bundle(bundle_dir, incident)), encoding="utf-8")
-    os.chmod(tmp, 0o640)
-    os.replace(tmp, path)
+    atomic_write(path, render_report(read_bundle(bundle_dir, incident)))
     return path

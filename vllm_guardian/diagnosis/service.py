@@ -26,10 +26,14 @@ import logging
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from vllm_guardian.bundle.evidence import EvidenceCollector, EvidenceContext, EvidenceResult
+from vllm_guardian.bundle.manifest import MANIFEST
 from vllm_guardian.bundle.pyspy import ThreadStack, parse_dump_json
 from vllm_guardian.bundle.redact import redact_text
+from vllm_guardian.fsutil import atomic_write
+from vllm_guardian.config.schema import Config, TargetConfig
 from vllm_guardian.host.http import HttpClient
 from vllm_guardian.host.runner import CommandRunner
 from vllm_guardian.incidents.store import incident_to_dict, jsonable
@@ -37,14 +41,17 @@ from vllm_guardian.model import Incident
 from vllm_guardian.series import metrics as m
 from vllm_guardian.diagnosis.catalog_load import all_signatures, load_catalogs
 from vllm_guardian.detectors.kinds import spec
-from vllm_guardian.diagnosis.forensics import crash_report
+from vllm_guardian.diagnosis.forensics import CrashReport, crash_report
 from vllm_guardian.diagnosis.log_tail import MAX_BYTES, LogTail, choose_source, read_tail
-from vllm_guardian.diagnosis.matcher import Crash, CrashFrame, Observation, device_idle_note, diagnose
+from vllm_guardian.diagnosis.matcher import Observation, device_idle_note, diagnose
 from vllm_guardian.diagnosis.node_view import target_utilization
 from vllm_guardian.diagnosis.report_html import DIAGNOSIS_FILE, write_report
-from vllm_guardian.diagnosis.signature import Signature
+from vllm_guardian.diagnosis.signature import Match, Signature
 from vllm_guardian.diagnosis.text import diagnosis_lines, insert_into_summary
 from vllm_guardian.diagnosis.version import is_version
+
+if TYPE_CHECKING:
+    from vllm_guardian.host.kube import KubeClient
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +61,21 @@ MAX_MATCHES = 5
 
 @dataclass(frozen=True)
 class DiagnosisResult:
-    diagnosis: tuple[dict[str, Any], ...] = ()
-    crash: dict[str, Any] | None = None
+    """What the diagnosis found; ``diagnosis`` and ``crash`` are the incident's documents of it."""
+
+    matches: tuple[Match, ...] = ()  # best first, at most MAX_MATCHES
+    report: CrashReport | None = None  # crash forensics, for a kind that has them
     notes: tuple[str, ...] = ()
     vllm_version: str | None = None
     accelerators: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+
+    @property
+    def diagnosis(self) -> tuple[dict[str, Any], ...]:
+        return tuple(mt.to_dict() for mt in self.matches)
+
+    @property
+    def crash(self) -> dict[str, Any] | None:
+        return self.report.to_dict() if self.report is not None else None
 
 
 def _read_json(path: Path) -> Any:
@@ -92,13 +109,47 @@ def metric_values(series: Mapping[str, Any]) -> dict[str, list[float]]:
     return out
 
 
+@dataclass(frozen=True)
+class CapturedProcesses:
+    """What the bundle's manifest (``capture.json``) says of the processes: pid -> role, pid ->
+    command line, and the process the capture chose as the hottest."""
+
+    roles: Mapping[int, str] = field(default_factory=dict)
+    cmdlines: Mapping[int, str] = field(default_factory=dict)
+    hottest_pid: int | None = None
+
+    @classmethod
+    def from_manifest(cls, doc: Any) -> CapturedProcesses:
+        """From the parsed manifest; what is missing or malformed is left out."""
+        if not isinstance(doc, Mapping):
+            return cls()
+        procs = [p for p in doc.get("processes") or () if isinstance(p, Mapping) and isinstance(p.get("pid"), int)]
+        hottest = doc.get("hottest_pid")
+        return cls(
+            {p["pid"]: str(p.get("role")) for p in procs},
+            {p["pid"]: " ".join(p.get("cmdline") or ()) for p in procs},
+            hottest if isinstance(hottest, int) else None,
+        )
+
+
+def _shown(mt: Match) -> float:
+    """The confidence as the incident shows it (two decimals): what ranks the matches."""
+    return round(mt.confidence, 2)
+
+
+def _keep_best(found: dict[str, Match], mt: Match) -> None:
+    """Keep ``mt`` unless a match of the same signature is already there with a higher confidence."""
+    if mt.id not in found or _shown(found[mt.id]) < _shown(mt):
+        found[mt.id] = mt
+
+
 class Diagnoser:
     def __init__(
         self,
         signatures: Sequence[Signature],
         *,
         runner: CommandRunner | None = None,
-        kube: Callable[[], Any] | None = None,
+        kube: Callable[[], KubeClient] | None = None,
         http: HttpClient | None = None,
         log_max_bytes: int = MAX_BYTES,
         version_timeout: float = VERSION_TIMEOUT_S,
@@ -111,12 +162,23 @@ class Diagnoser:
         self._version_timeout = version_timeout
 
     @classmethod
-    def from_config(cls, cfg: Any, **seams: Any) -> Diagnoser:
+    def from_config(
+        cls,
+        cfg: Config,
+        *,
+        runner: CommandRunner | None = None,
+        kube: Callable[[], KubeClient] | None = None,
+        http: HttpClient | None = None,
+    ) -> Diagnoser:
         """The shipped catalogs plus ``diagnosis.catalogs``; ``CatalogError`` at startup when one is bad."""
-        d = getattr(cfg, "diagnosis", None)
-        extra = tuple(getattr(d, "catalogs", ()) or ())
-        max_bytes = getattr(d, "log_max_bytes", MAX_BYTES) if d is not None else MAX_BYTES
-        return cls(all_signatures(load_catalogs(extra)), log_max_bytes=max_bytes, **seams)
+        d = cfg.diagnosis
+        return cls(
+            all_signatures(load_catalogs(d.catalogs)),
+            runner=runner,
+            kube=kube,
+            http=http,
+            log_max_bytes=d.log_max_bytes,
+        )
 
     # ------------------------------------------------------------ inputs through seams
     def vllm_version(self, api_url: str | None) -> str | None:
@@ -129,7 +191,7 @@ class Diagnoser:
             return None
         return v if isinstance(v, str) and is_version(v) else None
 
-    def log_tail(self, target_cfg: Any) -> LogTail:
+    def log_tail(self, target_cfg: TargetConfig | None) -> LogTail:
         return read_tail(choose_source(target_cfg), runner=self._runner, kube=self._kube, max_bytes=self._max_bytes)
 
     # ------------------------------------------------------------ the decision
@@ -161,13 +223,13 @@ class Diagnoser:
             cmdline=" ; ".join(cmdlines.values()),
             log_lines=tuple(tail.lines) if tail is not None else (),
         )
-        crash = None
+        report = None
         row = spec(kind) if kind else None
         if row is not None and row.forensics:
-            crash = crash_report(tail or LogTail(None, (), "no log source"), self.signatures, base)
-            base = replace(base, log_lines=())  # crash_report already saw them
+            report = crash_report(tail or LogTail(None, (), "no log source"), self.signatures, base)
+            base = replace(base, log_lines=(), crash=report.crash)  # crash_report already saw the lines
         order = ([focus_pid] if focus_pid in threads else []) + [p for p in threads if p != focus_pid]
-        found: dict[str, dict[str, Any]] = {}
+        found: dict[str, Match] = {}
         for pid in order or [None]:
             obs = replace(
                 base,
@@ -175,35 +237,22 @@ class Diagnoser:
                 hot_tid=tid if isinstance(tid, int) and pid == focus_pid else None,
                 role=roles.get(pid) if pid is not None else incident.target.role,
             )
-            if crash is not None and crash.get("exception"):
-                obs = replace(
-                    obs,
-                    crash=Crash(
-                        crash["exception"],
-                        crash.get("message") or "",
-                        tuple(
-                            CrashFrame(f["file"], f["line"], f["function"], f.get("code", ""))
-                            for f in crash.get("frames") or ()
-                        ),
-                    ),
-                )
             for mt in diagnose(self.signatures, obs):
-                d = mt.to_dict()
                 if pid is not None and pid != focus_pid:
-                    d["matched"] = [f"in process {pid} ({roles.get(pid, '?')})"] + d["matched"]
-                if mt.id not in found or found[mt.id]["confidence"] < d["confidence"]:
-                    found[mt.id] = d
+                    mt = replace(mt, matched=(f"in process {pid} ({roles.get(pid, '?')})", *mt.matched))
+                _keep_best(found, mt)
             if found and pid == focus_pid:
                 break
-        if crash is not None:
-            for d in crash.get("diagnosis") or ():
-                if d["id"] not in found or found[d["id"]]["confidence"] < d["confidence"]:
-                    found[d["id"]] = d
-            crash = {k: v for k, v in crash.items() if k != "diagnosis"}
-        ranked = sorted(found.values(), key=lambda d: (-d["confidence"], -len(d["matched"]), d["id"]))
+        for mt in report.matches if report is not None else ():
+            _keep_best(found, mt)
+        ranked = sorted(found.values(), key=lambda mt: (-_shown(mt), -len(mt.matched), mt.id))
         note = device_idle_note(kind, util)
         return DiagnosisResult(
-            tuple(ranked[:MAX_MATCHES]), crash, (note,) if note else (), version, tuple(dict(r) for r in accelerators)
+            tuple(ranked[:MAX_MATCHES]),
+            report,
+            (note,) if note else (),
+            version,
+            tuple(dict(r) for r in accelerators),
         )
 
     # ------------------------------------------------------------ the bundle
@@ -212,27 +261,24 @@ class Diagnoser:
         bundle_dir: str | os.PathLike[str],
         incident: Incident,
         *,
-        target_cfg: Any = None,
+        target_cfg: TargetConfig | None = None,
         api_url: str | None = None,
         accelerators: Sequence[Mapping[str, Any]] = (),
     ) -> DiagnosisResult:
         """Reads the bundle, diagnoses, writes diagnosis.json / summary.txt / report.html. Never raises."""
         bundle = Path(bundle_dir)
         try:
-            capture = _read_json(bundle / "capture.json") or {}
-            procs = capture.get("processes") or []
-            roles = {int(p["pid"]): str(p.get("role")) for p in procs if isinstance(p.get("pid"), int)}
-            cmdlines = {int(p["pid"]): " ".join(p.get("cmdline") or ()) for p in procs if isinstance(p.get("pid"), int)}
+            captured = CapturedProcesses.from_manifest(_read_json(bundle / MANIFEST))
             sig_pid = incident.signals.get("pid")
-            focus = sig_pid if isinstance(sig_pid, int) else capture.get("hottest_pid")
+            focus = sig_pid if isinstance(sig_pid, int) else captured.hottest_pid
             series = _read_json(bundle / "series.json") or {}
             tail = self.log_tail(target_cfg)
             res = self.diagnose(
                 incident,
                 threads=bundle_threads(bundle),
                 focus_pid=focus,
-                roles=roles,
-                cmdlines=cmdlines,
+                roles=captured.roles,
+                cmdlines=captured.cmdlines,
                 series=series,
                 accelerators=accelerators,
                 tail=tail,
@@ -246,49 +292,43 @@ class Diagnoser:
 
     @staticmethod
     def write(bundle: Path, incident: Incident, res: DiagnosisResult) -> None:
+        diagnosis, crash = list(res.diagnosis), res.crash
         doc = {
             "schema": 1,
-            "diagnosis": list(res.diagnosis),
-            "crash": res.crash,
+            "diagnosis": diagnosis,
+            "crash": crash,
             "notes": list(res.notes),
             "vllm_version": res.vllm_version,
             "accelerators": list(res.accelerators),
         }
         try:
-            _atomic(bundle / DIAGNOSIS_FILE, redact_text(json.dumps(jsonable(doc), indent=2)) + "\n")
+            atomic_write(bundle / DIAGNOSIS_FILE, redact_text(json.dumps(jsonable(doc), indent=2)) + "\n")
             summary = bundle / "summary.txt"
             if summary.exists():
                 text = summary.read_text(encoding="utf-8")
                 if "\nDiagnosis: " not in text:
-                    block = diagnosis_lines(res.diagnosis, res.crash, res.notes)
-                    _atomic(summary, redact_text(insert_into_summary(text, block)))
+                    block = diagnosis_lines(diagnosis, crash, res.notes)
+                    atomic_write(summary, redact_text(insert_into_summary(text, block)))
             inc = incident_to_dict(incident)
-            inc.update({"diagnosis": list(res.diagnosis), "crash": res.crash})
+            inc.update({"diagnosis": diagnosis, "crash": crash})
             write_report(bundle, inc)
         except OSError as e:
             log.warning("diagnosis files for %s not written: %s", bundle, e)
 
 
-def _atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.chmod(tmp, 0o640)
-    os.replace(tmp, path)
-
-
 def capture_then_diagnose(
-    collector: Any,
-    ctx: Any,
+    collector: EvidenceCollector,
+    ctx: EvidenceContext,
     diagnoser: Diagnoser | None,
     *,
-    target_cfg: Any = None,
+    target_cfg: TargetConfig | None = None,
     api_url: str | None = None,
     accelerators: Sequence[Mapping[str, Any]] = (),
-) -> tuple[Any, DiagnosisResult | None]:
+) -> tuple[EvidenceResult, DiagnosisResult | None]:
     """One off-loop job: the evidence capture, then (for an incident) its diagnosis on the bundle.
     Returns (EvidenceResult, DiagnosisResult or None); the diagnosis never breaks the capture."""
     res = collector.capture(ctx)
-    if diagnoser is None or ctx.incident is None or not getattr(res, "dir", None) or not Path(res.dir).is_dir():
+    if diagnoser is None or ctx.incident is None or not res.dir.is_dir():
         return res, None
     return res, diagnoser.diagnose_bundle(
         res.dir, ctx.incident, target_cfg=target_cfg, api_url=api_url, accelerators=accelerators

@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 
 from vllm_guardian.config.schema import Config, TargetConfig
 from vllm_guardian.errors import AccessDenied, ProbeFailed, TargetGone
+from vllm_guardian import proctree
 from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.model import ProcessInfo, ProcKey, Role, Target
 
@@ -246,12 +247,7 @@ class _Snapshot:
             self.procs[pid] = _Proc(key, st.ppid, st.state, cmdline)
         if cache is not None:
             cache.cmdlines = seen  # only processes alive now: the cache never grows unbounded
-        self.children: dict[int, list[int]] = {}
-        for p in self.procs.values():
-            if p.ppid != p.key.pid:
-                self.children.setdefault(p.ppid, []).append(p.key.pid)
-        for kids in self.children.values():
-            kids.sort()
+        self.children = proctree.children_by_parent((p.key.pid, p.ppid) for p in self.procs.values())
         self._listening: dict[int, set[int]] | None = None
         self._owners: dict[int, set[int]] | None = None
         self.addresses: dict[int, tuple[str | None, int | None]] = {}  # root -> (host, port) from a pod
@@ -268,16 +264,7 @@ class _Snapshot:
 
     def tree(self, root: int) -> list[int]:
         """root first, then every descendant breadth-first."""
-        order = [root]
-        seen = {root}
-        i = 0
-        while i < len(order):
-            for kid in self.children.get(order[i], ()):
-                if kid not in seen:
-                    seen.add(kid)
-                    order.append(kid)
-            i += 1
-        return order
+        return proctree.walk(root, self.children)
 
     def topmost(self, pids: set[int]) -> int | None:
         """The member with no ancestor in the set; the earliest started when there are several."""

@@ -4,7 +4,7 @@ A baseline is what the target answered when first seen healthy: the diagnostic a
 shadow answers (text, fingerprint, the L1 problem codes they already had — a model
 whose healthy answers contain control characters is judged against itself), and
 the first ``baseline_samples`` reference perplexities (their median is the L2
-baseline). One JSON file per key, written atomically (temp file, fsync, rename).
+baseline). One JSON file per key, written atomically (``fsutil.atomic_write``), mode 0600.
 
 A file that cannot be read or parsed (garbage, binary, a JSON nest too deep for the parser, the
 wrong schema) is reported as a problem line and treated as absent: the target is re-baselined
@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from vllm_guardian.fsutil import atomic_write
+
 FORMAT = 1
+FILE_MODE = 0o600  # a baseline holds the model's answers: the guardian's own
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -120,19 +121,7 @@ class BaselineStore:
         p = self.path(b.target, b.model, b.version)
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=p.name, suffix=".tmp", dir=p.parent)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    json.dump(b.to_dict(), fh, ensure_ascii=False, indent=1)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, p)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
+            atomic_write(p, json.dumps(b.to_dict(), ensure_ascii=False, indent=1), mode=FILE_MODE)
         except OSError as e:
             return f"cannot write baseline {p}: {e}"
         return None

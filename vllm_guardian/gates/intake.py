@@ -25,11 +25,12 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+
 
 from vllm_guardian.config.schema import TrustConfig
 from vllm_guardian.gates.ledger import ReportRecord
 from vllm_guardian.gates.reports import ReportError, parse_message, report_from
+from vllm_guardian.gates.status import GatesSummary
 from vllm_guardian.gates.trust import Keys, RateLimit, ReplayGuard, check
 
 ACCEPTED = "accepted"
@@ -71,14 +72,14 @@ class ReportIntake:
         self._lock = threading.Lock()
 
     # ---------------------------------------------------------------- status
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> GatesSummary:
         with self._lock:
-            return {
-                "reports": dict(self.counts),
-                "reports_dropped": {r: self.counts[r] for r in DROP_REASONS},
-                "unknown_targets": list(self.unknown),
-                "trust": "signed" if self.keys.enabled else "unsigned",
-            }
+            return GatesSummary(
+                reports=dict(self.counts),
+                reports_dropped={r: self.counts[r] for r in DROP_REASONS},
+                unknown_targets=tuple(self.unknown),
+                trust="signed" if self.keys.enabled else "unsigned",
+            )
 
     # ---------------------------------------------------------------- intake
     def accept(self, raw: bytes | str, mono: float, wall: float) -> str:

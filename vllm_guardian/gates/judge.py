@@ -67,6 +67,10 @@ class GateFailure:
     # is a hint, never a reason to restart alone (remediation/external.py)
     source: str = "own"
 
+    def excerpt(self) -> GateFailure:
+        """As status shows it: prompt and output cut to ``EXCERPT`` characters."""
+        return replace(self, prompt=self.prompt[:EXCERPT], output=self.output[:EXCERPT], figures=dict(self.figures))
+
     def to_dict(self) -> dict:
         return {
             "level": self.level,

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass, field, replace
+from typing import Callable
 
 from vllm_guardian.config.schema import OutputCorruptionConfig, TrustConfig
 from vllm_guardian.gates.exchange import PeerFingerprints
 from vllm_guardian.gates.intake import ReportIntake
 from vllm_guardian.gates.judge import GateFailure
 from vllm_guardian.gates.ledger import GateLedger, LedgerView
+from vllm_guardian.gates.status import GatesSummary, TargetGatesStatus
 from vllm_guardian.gates.trust import Keys
 
 
@@ -108,7 +109,7 @@ class GatesShared:
         now: float,
         cfg: OutputCorruptionConfig,
         score: Callable[[LedgerView, float, OutputCorruptionConfig], int | None],
-    ) -> dict[str, Any] | None:
+    ) -> TargetGatesStatus | None:
         """The target's gates as status shows them; ``score``: the detector's health reading
         (``detectors.output_corruption.health_score``: the gates do not judge)."""
         tg = self.targets.get(target)
@@ -116,31 +117,30 @@ class GatesShared:
         if tg is None and view.empty:
             return None
         tg = tg or TargetGates()
-        return {
-            "health_score": score(view, now, cfg),
-            "model": tg.model,
-            "version": tg.version,
-            "baseline": tg.baseline,
-            "agreement": tg.agreement,
-            "rounds": tg.rounds,
-            "requests": tg.requests,
-            "failed_rounds": tg.failed_rounds,
-            "incomplete_rounds": tg.incomplete_rounds,
-            "tie_flips": tg.tie_flips,
-            "confirmation_rounds": tg.confirmation_rounds,
-            "confirming": tg.confirming,
-            "failures_by_level": dict(tg.failures_by_level),
-            "last_round_age_s": None if tg.last_round_mono is None else round(now - tg.last_round_mono, 1),
-            "failures": [f.to_dict() for f in tg.failures],
-            "reports": len(view.reports),
-            "notes": list(tg.notes),
-        }
+        return TargetGatesStatus(
+            health_score=score(view, now, cfg),
+            model=tg.model,
+            version=tg.version,
+            baseline=tg.baseline,
+            agreement=tg.agreement,
+            rounds=tg.rounds,
+            requests=tg.requests,
+            failed_rounds=tg.failed_rounds,
+            incomplete_rounds=tg.incomplete_rounds,
+            tie_flips=tg.tie_flips,
+            confirmation_rounds=tg.confirmation_rounds,
+            confirming=tg.confirming,
+            failures_by_level=dict(tg.failures_by_level),
+            last_round_age_s=None if tg.last_round_mono is None else round(now - tg.last_round_mono, 1),
+            failures=tuple(f.excerpt() for f in tg.failures),
+            reports=len(view.reports),
+            notes=tuple(tg.notes),
+        )
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> GatesSummary:
+        """The node's ``gates`` status section."""
         out = self.intake.summary()
-        if self.exchange is not None:
-            out["fingerprints_dropped"] = self.exchange.dropped()
-        return out
+        return out if self.exchange is None else replace(out, fingerprints_dropped=self.exchange.dropped())
 
     # ---------------------------------------------------------------- rebaseline
     def request_rebaseline(self, target: str) -> None:

@@ -250,6 +250,10 @@ class ApiKeys:
         """target name -> where its key came from ("none" when it has none): safe for status."""
         return {name: s.origin for name, (_, s) in self._by_target.items()}
 
+    def status_section(self) -> dict[str, str]:
+        """The status's ``api_keys`` section: ``origins``."""
+        return self.origins()
+
 
 class BearerHttpClient:
     """An ``HttpClient`` that adds ``Authorization: Bearer <key>`` to ``/v1/*`` requests of servers

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from vllm_guardian.remediation.lease import FleetLease
     from vllm_guardian.host.kube import KubeClient
     from vllm_guardian.surface.status_snapshot import StatusSnapshot
+    from vllm_guardian.surface.status_view import StatusSources
 
 Sink = Callable[[Transition], None]
 
@@ -70,7 +71,7 @@ class Daemon:
         sinks: Iterable[Sink] = (),
         on_update: Iterable[Callable[[Incident], None]] = (),
         on_discovery: Iterable[DiscoveryHook] = (),
-        status_extras: dict[str, Callable[[], object]] | None = None,
+        status_sources: StatusSources | None = None,
         runner: AsyncRunner | None = None,
         log: logging.Logger | None = None,
         diagnoser: Diagnoser | None = None,
@@ -145,7 +146,7 @@ class Daemon:
             target_configs={t.name: t for t in cfg.targets},
             on_update=on_update,
         )
-        self.status_extras = dict(status_extras or {})
+        self.status_sources = status_sources  # sections of the parts wired around the daemon (None: none)
         self.findings: dict[str, dict[Kind, Finding | None]] = {}
         self._status: StatusSnapshot | None = None
         self._status_tick = -1

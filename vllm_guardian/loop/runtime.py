@@ -29,6 +29,7 @@ from vllm_guardian.config.schema import Config
 from vllm_guardian.surface.control_socket import ControlSocket
 from vllm_guardian.discovery.targets import DiscoveryHook
 from vllm_guardian.loop.daemon import Daemon, Sink
+from vllm_guardian.config.status import ReloadBook, ReloadOutcome
 from vllm_guardian.loop.reload import apply_config
 from vllm_guardian.errors import ConfigError, GuardianError
 from vllm_guardian.host.accel import AccelBackend
@@ -47,6 +48,7 @@ from vllm_guardian.probes.accel import make_backends
 from vllm_guardian.state.async_runner import AsyncRunner
 from vllm_guardian.diagnosis.service import Diagnoser
 from vllm_guardian.surface.sdnotify import SdNotify
+from vllm_guardian.surface.status_view import StatusSources
 from vllm_guardian.surface.kube_publisher import KubePublisher, supervised_namespaces
 from vllm_guardian.seams import Seams
 from vllm_guardian.sinks.events import AlertEmitter, IncidentAlerts
@@ -86,7 +88,7 @@ def build_daemon(
     sink: AlertSink | None = None,
     sinks: Iterable[Sink] = (),
     on_update: Iterable[Callable[[Incident], None]] = (),
-    status_extras: dict[str, Callable[[], object]] | None = None,
+    status_sources: StatusSources | None = None,
     runner: AsyncRunner | None = None,
     log: logging.Logger | None = None,
     kube: KubeClient | None = None,
@@ -115,10 +117,10 @@ def build_daemon(
         node = cfg.node or os.uname().nodename
         lease = FleetLease(sink.client, node, f.max_concurrent_restarts, f.lease_ttl, f.when_redis_down)
     diagnoser = Diagnoser.from_config(cfg, runner=seams.commands, http=seams.http, kube=_kube_factory(kube, cfg))
-    hooks, extras = list(on_discovery), dict(status_extras or {})
+    hooks, sources = list(on_discovery), status_sources or StatusSources()
     if isinstance(seams.http, BearerHttpClient):  # the keys follow each discovery pass
         hooks.insert(0, seams.http.keys.update)
-        extras["api_keys"] = seams.http.keys.origins
+        sources = dataclasses.replace(sources, api_keys=seams.http.keys)
     daemon = Daemon(
         cfg,
         seams,
@@ -130,7 +132,7 @@ def build_daemon(
         sinks=sinks,
         on_update=on_update,
         on_discovery=hooks,
-        status_extras=extras,
+        status_sources=sources,
         runner=runner,
         log=log,
         diagnoser=diagnoser,
@@ -185,7 +187,7 @@ class Runtime:
     kube: KubePublisher | None = None
     load_config: Callable[[], Config] | None = None  # re-reads the config file (SIGHUP); None: no reload
     reload_requested: threading.Event = field(default_factory=threading.Event)
-    config_state: dict = field(default_factory=lambda: {"reloads": 0, "last_reload": None})
+    reloads: ReloadBook = field(default_factory=ReloadBook)
 
     @classmethod
     def start(cls, cfg: Config, *, accel_backends: Sequence[AccelBackend] | None = None) -> Runtime:
@@ -194,7 +196,7 @@ class Runtime:
         if cfg.gates.enabled:  # a bad trust key file is a config error before anything is started
             load_keys(cfg.gates.trust.keys_file, cfg.gates.trust.key_env)
         clock = SystemClock()
-        config_state: dict = {"reloads": 0, "last_reload": None}
+        reloads = ReloadBook()
         node = cfg.node or os.uname().nodename  # parse_config fills it; a Config built by hand may not
         sink = AlertSink.from_config(cfg.alerts, cfg.state_dir, node)
         emitter = AlertEmitter(node, cfg.alerts.renotify_interval)
@@ -226,12 +228,12 @@ class Runtime:
             sink=sink,
             sinks=[alerts] + ([decisions] if decisions is not None else []),
             on_update=[republish],
-            status_extras={"alerts": sink.stats, "config": lambda: dict(config_state)},
+            status_sources=StatusSources(alerts=sink, config=reloads),
         )
         control = ControlSocket(
             cfg.socket_path(),
             {
-                "status": lambda req: daemon.status().to_dict(),
+                "status": lambda req: daemon.status().to_dict(),  # the one place the status is serialised
                 "ping": lambda req: "pong",
                 "drain": daemon.control_request,
                 "restart": daemon.control_request,
@@ -243,17 +245,15 @@ class Runtime:
         if cfg.api.http:
             http = HttpListener(
                 parse_hostport(cfg.api.http),
-                registry=build_registry(lambda: daemon.status().to_dict(), lambda: daemon.stats),
-                status=lambda: daemon.status().to_dict(),
+                registry=build_registry(daemon.status, lambda: daemon.stats),
+                status=daemon.status,
                 tick_age=beat.age,
                 max_tick_age=3 * cfg.interval,
             )
-        rt = cls(
-            daemon, clock, sink, alerts, emitter, control, http, beat, decisions=decisions, config_state=config_state
-        )
+        rt = cls(daemon, clock, sink, alerts, emitter, control, http, beat, decisions=decisions, reloads=reloads)
         rt.kube = kube_publisher(cfg, seams, clock)
         if rt.kube is not None:
-            daemon.status_extras["kubernetes"] = rt.kube.stats
+            daemon.status_sources = dataclasses.replace(daemon.status_sources or StatusSources(), kubernetes=rt.kube)
         try:
             rt._wire_gates(cfg)
             if http is not None:
@@ -294,30 +294,29 @@ class Runtime:
         self.reload_requested.set()
         self.clock.wake()
 
-    def reload(self) -> dict:
+    def reload(self) -> ReloadOutcome:
         """Re-read the config; apply it when valid (``loop.reload``), else keep the old one and
         say why (the key path of each problem). Incidents, episodes, the restart ledger and what
         the tracker knows are kept either way. The outcome is in ``guardian status`` (``config``)."""
         self.reload_requested.clear()
         at = self.clock.wall()
         if self.load_config is None:
-            outcome = {"at": at, "ok": False, "message": "no config file to re-read"}
+            outcome = ReloadOutcome(at, False, "no config file to re-read")
         else:
             try:
                 new = self.load_config()
             except ConfigError as e:
                 msg = "; ".join(e.problems)
                 log.error("config reload refused, the running config is kept: %s", msg)
-                outcome = {"at": at, "ok": False, "message": f"refused, the running config is kept: {msg}"}
+                outcome = ReloadOutcome(at, False, f"refused, the running config is kept: {msg}")
             else:
                 with self.daemon._lock:
                     res = apply_config(self.daemon, new)
                 for tr in res.transitions:
                     self.daemon._emit(tr)
                 log.info("config reloaded: %s", res.summary())
-                outcome = {"at": at, "ok": True, "message": res.summary(), "needs_restart": list(res.needs_restart)}
-        self.config_state["reloads"] += 1
-        self.config_state["last_reload"] = outcome
+                outcome = ReloadOutcome(at, True, res.summary(), tuple(res.needs_restart))
+        self.reloads.record(outcome)
         return outcome
 
     def after_tick(self) -> None:
@@ -331,7 +330,7 @@ class Runtime:
         now = self.clock.monotonic()
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + self.daemon.cfg.alerts.heartbeat_ttl / 3
-            self.sink.heartbeat(node_summary(self.daemon.status().to_dict(), self.sink.stats()))
+            self.sink.heartbeat(node_summary(self.daemon.status(), self.sink.status_section()))
         if self.kube is not None:
             self.kube.observe(self.daemon.status())  # only queues: its thread talks to the API server
         self.sd.after_tick(f"{len(self.daemon.tracker.targets)} targets")

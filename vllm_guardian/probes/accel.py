@@ -46,6 +46,19 @@ from vllm_guardian.series import metrics as m
 from vllm_guardian.probes.base import Folded, Job, ProbeParts, Readings, Seen
 
 
+@dataclass(frozen=True)
+class TargetDevice:
+    """A device a target's processes hold memory on, in the target's ``accelerators`` status section."""
+
+    device: str
+    backend: str
+    memory_used_bytes: float | None
+    memory_total_bytes: float | None
+    utilization_ratio: float | None
+    health: str | None
+    target_memory_bytes: float | None  # the target's own processes on the device
+
+
 @dataclass
 class AccelResult:
     samples: list[Sample] = field(default_factory=list)
@@ -57,6 +70,21 @@ class AccelResult:
     process_memory: dict[int, int] = field(default_factory=dict)  # pid -> bytes, latest read of all backends
     notes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # backend -> what it cannot see (latest read)
     node: list[dict[str, Any]] = field(default_factory=list)  # every device of the node, owners named (node_view)
+
+    def target_section(self, target: str) -> tuple[TargetDevice, ...]:
+        """The target's ``accelerators`` status section."""
+        return tuple(
+            TargetDevice(
+                r["device"],
+                r["backend"],
+                r["memory_used_bytes"],
+                r["memory_total_bytes"],
+                r["utilization_ratio"],
+                r["health"],
+                r["target_memory_bytes"],
+            )
+            for r in self.per_target.get(target, ())
+        )
 
 
 def device_dict(d: DeviceReading, read_at: float, pids: Sequence[int]) -> dict[str, Any]:

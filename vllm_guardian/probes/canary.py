@@ -11,11 +11,17 @@ failure (HTTP 500, refused) is *not* a hang and is reported as such. A 401/403
 sent) sets ``auth_status`` and the episode ``<target>:auth``, whatever the
 readiness: until it is fixed no canary can ever confirm a hang. No canary is sent to a
 server paused or asleep on purpose (it would queue behind the pause, or be refused).
+
+On a data-parallel server (its ``/metrics`` page labels more than one engine) the canary names
+the rank it is for in vLLM's ``X-data-parallel-rank`` header: the rank a suspect names (a hot
+``EngineCore_DP<k>``, a rank frozen with work), else each rank in turn. Left to the server, a
+canary goes to the least-loaded rank, which is never the hung one (its stuck requests count
+against it): a rank that spins or stalls while the other serves would never be asked.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
 from vllm_guardian.config.schema import CanaryProbeConfig
@@ -29,6 +35,7 @@ if TYPE_CHECKING:
     from vllm_guardian.state.tracker import TrackedTarget
 
 WARMUP_RETRY = 2.0  # seconds between canaries while a target warms up (/health already 200)
+RANK_HEADER = "X-data-parallel-rank"  # vLLM routes a request with it to that data-parallel rank
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,7 @@ class CanaryResult:
     model: str | None
     error: str | None = None
     auth_status: int | None = None  # 401/403 from a /v1 endpoint
+    dp_rank: int | None = None  # the data-parallel rank it was sent to (None: the server chose)
 
     @property
     def latency(self) -> float:
@@ -55,6 +63,8 @@ class CanaryResult:
         ]
         if self.ok or self.timed_out:
             out.append(Sample(self.target, "", m.CANARY_LATENCY, self.latency, t))
+        if self.dp_rank is not None:
+            out.append(Sample(self.target, "", m.CANARY_RANK, float(self.dp_rank), t))
         return out
 
 
@@ -85,7 +95,28 @@ def served_model(http: HttpClient, api_url: str, timeout: float) -> str:
 
 
 def run_canary(
-    http: HttpClient, target: str, api_url: str, model: str | None, cfg: CanaryProbeConfig, now: Callable[[], float]
+    http: HttpClient,
+    target: str,
+    api_url: str,
+    model: str | None,
+    cfg: CanaryProbeConfig,
+    now: Callable[[], float],
+    dp_rank: int | None = None,
+) -> CanaryResult:
+    """One canary; ``dp_rank``: the data-parallel rank to send it to (vLLM's header)."""
+    headers = {RANK_HEADER: str(dp_rank)} if dp_rank is not None else None
+    res = _canary(http, target, api_url, model, cfg, now, headers)
+    return res if dp_rank is None else replace(res, dp_rank=dp_rank)
+
+
+def _canary(
+    http: HttpClient,
+    target: str,
+    api_url: str,
+    model: str | None,
+    cfg: CanaryProbeConfig,
+    now: Callable[[], float],
+    headers: dict[str, str] | None,
 ) -> CanaryResult:
     started = now()
     try:
@@ -93,7 +124,7 @@ def run_canary(
             model = served_model(http, api_url, cfg.timeout)
         body = {"model": model, "prompt": cfg.prompt, "max_tokens": cfg.max_tokens, "temperature": 0}
         url = api_url.rstrip("/") + "/v1/completions"
-        r = http.request("POST", url, cfg.timeout, body=body)
+        r = http.request("POST", url, cfg.timeout, body=body, headers=headers)
     except AuthRefused as e:
         return CanaryResult(target, started, now(), False, False, model, e.detail, e.status)
     except HttpError as e:
@@ -125,10 +156,11 @@ class CanaryProbe:
         self.tracker = parts.tracker
         self.series = parts.series
         self.log = parts.log
+        self._turn: dict[str, int] = {}  # per target: the next rank of a data-parallel server to ask
 
     def jobs(self, now: float, seen: Seen) -> list[Job]:
         return [
-            self._job(tr)
+            self._job(tr, self._rank(tr, seen))
             for tr in self.tracker.targets.values()
             if tr.target.api_url and tr.api_alive and self._due(tr, now, seen)
         ]
@@ -150,11 +182,32 @@ class CanaryProbe:
         pace = self.cfg.interval if any(f.kind in already_open for f in unconfirmed) else self.cfg.confirm_cooldown
         return last is None or now - last >= pace
 
-    def _job(self, tr: TrackedTarget) -> Job:
+    def _rank(self, tr: TrackedTarget, seen: Seen) -> int | None:
+        """The data-parallel rank this canary is for: the one an unconfirmed finding names, else
+        the next in turn; None for a server with one engine, or one not ready yet."""
+        if not tr.ready:
+            return None
+        for f in seen.findings.get(tr.name, {}).values():
+            rank = f.signals.get("dp_rank") if f is not None and not f.confirmed else None
+            if isinstance(rank, int) and f is not None and f.signals.get("engine"):
+                return rank
+        prefix = m.engine_subject("")
+        labels = sorted(
+            int(s.removeprefix(prefix))
+            for s in self.series.subjects(tr.name, m.ITERATIONS, prefix)
+            if s.removeprefix(prefix).isdigit()
+        )
+        if len(labels) < 2:
+            return None
+        turn = self._turn.get(tr.name, 0)
+        self._turn[tr.name] = turn + 1
+        return labels[turn % len(labels)]
+
+    def _job(self, tr: TrackedTarget, dp_rank: int | None = None) -> Job:
         name, url, model, key, cfg = tr.name, tr.target.api_url or "", tr.model, tr.target.key, self.cfg
 
         def run() -> tuple[ProcKey, CanaryResult]:
-            return key, run_canary(self.http, name, url, model, cfg, self.clock.monotonic)
+            return key, run_canary(self.http, name, url, model, cfg, self.clock.monotonic, dp_rank)
 
         return Job(name, run, 2 * cfg.timeout + 1, on_start=lambda now: self.tracker.canary_started(name, now))
 

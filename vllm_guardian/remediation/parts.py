@@ -1,5 +1,5 @@
 """What the remediation is built from (``RemediationParts``, handed in once), the counts it keeps
-for status (``Tally``) and the typed status section it contributes (``RemediationStatus``)."""
+for status (``Tally``) and the typed status section they make (``ActionCounts``)."""
 
 from __future__ import annotations
 
@@ -63,3 +63,15 @@ class Tally:
     def restart(self, target: str, outcome: str) -> None:
         per = self.restarts.setdefault(target, {})
         per[outcome] = per.get(outcome, 0) + 1
+
+    def section(self) -> ActionCounts:
+        """A copy for the status (the counts go on changing)."""
+        return ActionCounts(dict(self.actions), {k: dict(v) for k, v in self.restarts.items()})
+
+
+@dataclass(frozen=True)
+class ActionCounts:
+    """The status's ``actions`` section: actions by outcome, restarts by target and outcome."""
+
+    outcomes: Mapping[str, int]
+    restarts: Mapping[str, Mapping[str, int]]

@@ -17,7 +17,7 @@ from vllm_guardian.config.schema import Mode, PolicyConfig
 from vllm_guardian.model import Action, Incident, ProcKey
 from vllm_guardian.remediation.decide import ManualSituation, Situation, decide, decide_manual
 from vllm_guardian.remediation.machine import Machine
-from vllm_guardian.remediation.parts import RemediationParts, Tally
+from vllm_guardian.remediation.parts import ActionCounts, RemediationParts, Tally
 from vllm_guardian.remediation.policy import Maintenance, RestartLedger, may_restart
 from vllm_guardian.remediation.sequence import PHASE_NAMES, TAKING_DOWN, Outcome, Phase, RestartSequence
 from vllm_guardian.remediation.methods import build_methods
@@ -94,31 +94,19 @@ class Remediator:
         s = self.sequences.get(name)
         return s is not None and s.phase in TAKING_DOWN
 
-    def sequence_status(self) -> dict[str, SequenceStatus]:
-        return {
-            name: SequenceStatus(
-                s.phase.value,
-                s.reason,
-                s.incident_id,
-                s.mode,
-                s.phase_since_wall,
-                s.detail,
-                None if s.outcome is None else s.outcome.value,
-                s.drain_only,
-            )
-            for name, s in self.sequences.items()
-        }
+    def status_section(self, name: str) -> SequenceStatus | None:
+        """The target's ``remediation`` status section (None: no sequence)."""
+        s = self.sequences.get(name)
+        if s is None:
+            return None
+        outcome = None if s.outcome is None else s.outcome.value
+        return SequenceStatus(
+            s.phase.value, s.reason, s.incident_id, s.mode, s.phase_since_wall, s.detail, outcome, s.drain_only
+        )
 
-    def status(self) -> dict[str, dict[str, object]]:
-        return {name: dict(vars(st)) for name, st in self.sequence_status().items()}
-
-    @property
-    def action_counts(self) -> dict[str, int]:
-        return self.tally.actions
-
-    @property
-    def restart_counts(self) -> dict[str, dict[str, int]]:
-        return self.tally.restarts
+    def actions_section(self) -> ActionCounts:
+        """The node's ``actions`` status section."""
+        return self.tally.section()
 
     # ------------------------------------------------------------------ the loop
     def tick(self, now: float, tracker: Tracker, series: SeriesStore, holding: Collection[str] = ()) -> None:

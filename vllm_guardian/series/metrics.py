@@ -45,6 +45,8 @@ CANARY_OK = "canary.ok"  # 1 = answered, 0 = timed out or failed
 CANARY_TIMEOUT = "canary.timed_out"  # 1 = timed out (a hang), 0 = answered or failed fast
 CANARY_LATENCY = "canary.latency_s"  # end - start, for answered and timed-out canaries
 CANARY_STARTED = "canary.started_at"  # value = monotonic start time of the canary that just ended
+CANARY_RANK = "canary.dp_rank"  # the data-parallel rank the canary was sent to (X-data-parallel-rank);
+# absent for a canary the server routed itself
 
 # accelerators (NVML / npu-smi), per target: subject "" = summed over the target's processes,
 # p<pid> = one process (memory only); written only when a backend was read (npu-smi: every ~5 s).

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from vllm_guardian import proctree
 from vllm_guardian.netaddr import free_port
 
 API_SERVER_MODULE = "vllm_guardian.sim.vllm.api_server"
@@ -141,12 +142,7 @@ def child_pids(pid: int) -> list[int]:
 
 
 def descendant_pids(pid: int) -> list[int]:
-    out, todo = [], child_pids(pid)
-    while todo:
-        child = todo.pop()
-        out.append(child)
-        todo.extend(child_pids(child))
-    return out
+    return proctree.walk(pid, child_pids)[1:]
 
 
 def _session_members(sid: int, not_before: int) -> list[ProcRef]:
@@ -319,6 +315,10 @@ class SimServer:
 
     def worker_pid(self) -> int | None:
         return self._titled(WORKER_TITLE)
+
+    def rank_pid(self, rank: int) -> int | None:
+        """The engine of one data-parallel rank (``VLLM::EngineCore_DP<rank>``)."""
+        return self._titled(f"{ENGINE_TITLE}_DP{rank}")
 
     def _titled(self, title: str) -> int | None:
         self._remember_tree()

@@ -17,13 +17,15 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 
 from vllm_guardian.config.loader import parse_config
 from vllm_guardian.loop.runtime import Runtime
-from vllm_guardian.surface.status_view import render_status
+from vllm_guardian.surface.status_render import render_status
+from vllm_guardian.surface.status_snapshot import TargetStatus
 from vllm_guardian.sim.control import API_SERVER_MODULE as SIM_MODULE, SimServer
 
 
@@ -92,14 +94,14 @@ def run_demo(keep: bool = False, timeout: float = 120.0) -> int:
         loop.start()
 
         deadline = time.monotonic() + timeout
-        target = _wait(lambda: _target(rt, lambda t: t["ready"] and t["canary"]), deadline)
+        target = _wait(lambda: _target(rt, lambda t: t.ready and t.canary is not None), deadline)
         if not target:
             out("FAILED: the target never became ready")
             return 1
-        old_pid = target["pid"]
+        old_pid = target.pid
         out(
             f"target demo-llm ready: its first canary completion answered in "
-            f"{1000 * target['canary']['latency_s']:.0f} ms (startup grace over)"
+            f"{1000 * (target.canary.latency_s or 0):.0f} ms (startup grace over)"
         )
 
         out(
@@ -122,7 +124,7 @@ def run_demo(keep: bool = False, timeout: float = 120.0) -> int:
             if "resolved" in shown:
                 break
             if (
-                t["phase"] in ("warming", "serving", "incident")
+                t.phase in ("warming", "serving", "incident")
                 and time.monotonic() - last_print >= 2.0
                 and "incident" not in shown
             ):
@@ -134,10 +136,13 @@ def run_demo(keep: bool = False, timeout: float = 120.0) -> int:
         time.sleep(1.2)
         new = _target(rt, lambda t: True)
         print()
-        print(render_status(rt.daemon.status().to_dict()))
+        print(render_status(rt.daemon.status()))
         print()
         inc = next(iter(rt.daemon.incidents.recent(1)), None)
-        out(f"the server now runs as pid {new['pid']} (was {old_pid}) and answers again: /health {server.health()}")
+        out(
+            f"the server now runs as pid {new.pid if new else '?'} (was {old_pid}) and answers again: "
+            f"/health {server.health()}"
+        )
         if inc is not None:
             out(
                 f"incident {inc.id}: {cfg.state_dir}/incidents/{inc.id}/ (incident.json, summary.txt, "
@@ -170,7 +175,7 @@ def run_demo(keep: bool = False, timeout: float = 120.0) -> int:
 REMEDIATION_PHASES = ("lease", "draining", "stopping", "releasing", "starting", "verifying")
 
 
-def _progress(rt: Runtime, t: dict, shown: set[str], onset: float):
+def _progress(rt: Runtime, t: TargetStatus, shown: set[str], onset: float):
     """Lines for each stage the first time it is seen."""
     now = time.monotonic()
     incs = rt.daemon.incidents.recent(5)
@@ -227,11 +232,8 @@ def _wait(pred, deadline: float):
     return None
 
 
-def _target(rt: Runtime, pred):
-    for t in rt.daemon.status().to_dict()["targets"]:
-        if pred(t):
-            return t
-    return None
+def _target(rt: Runtime, pred: Callable[[TargetStatus], bool]) -> TargetStatus | None:
+    return next((t for t in rt.daemon.status().targets if pred(t)), None)
 
 
 def _hang_one(server: SimServer) -> None:
@@ -241,19 +243,19 @@ def _hang_one(server: SimServer) -> None:
         pass  # the engine is spinning: this request never completes
 
 
-def _one_line(t: dict, server: SimServer) -> str:
-    engine = next((p for p in t["processes"] if p["role"] == "engine_core"), None)
-    hot = engine and engine["hottest_thread"]
+def _one_line(t: TargetStatus, server: SimServer) -> str:
+    engine = next((p for p in t.processes if p.role == "engine_core"), None)
+    hot = engine.hottest_thread if engine is not None else None
     seen = (
         "engine thread: no per-thread reading yet"
         if not hot
         else (
-            f"engine thread {hot['tid']}: CPU {100 * (hot['cpu_ratio'] or 0):.0f}%, "
-            f"voluntary switches/s {hot['voluntary_per_s']}, syscall {hot['syscall']}"
+            f"engine thread {hot.tid}: CPU {100 * (hot.cpu_ratio or 0):.0f}%, "
+            f"voluntary switches/s {hot.voluntary_per_s}, syscall {hot.syscall}"
         )
     )
-    suspect = next(iter(t["suspects"].values()), None)
-    return f"vLLM /health={server.health()}  steps/s={t['engine']['steps_per_s']}  {seen}" + (
+    suspect = next(iter(t.suspects.values()), None)
+    return f"vLLM /health={server.health()}  steps/s={t.engine.steps_per_s}  {seen}" + (
         f"\n           suspect: {suspect}" if suspect else ""
     )
 

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Callable, Iterable, Mapping, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TextIO
 
 from vllm_guardian.errors import BackendUnavailable
+
+if TYPE_CHECKING:
+    from vllm_guardian.sinks.redis_sink import AlertsStatus
+    from vllm_guardian.surface.status_snapshot import StatusSnapshot
 
 NODE_PREFIX = "guardian:node:"
 Entry = tuple[str, dict[str, Any]]
@@ -45,39 +49,37 @@ class NodeHeartbeat:
         self.client.set(node_key(node, self.prefix), json.dumps(doc, separators=(",", ":")), px=max(1, int(ttl * 1000)))
 
 
-def node_summary(status: Mapping[str, Any], alerts: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A compact heartbeat from the status document (``guardian status --json``) and sink stats."""
-    targets = [
-        {
-            "name": t.get("name"),
-            "phase": t.get("phase"),
-            "pid": t.get("pid"),
-            "port": t.get("port"),
-            "model": t.get("model"),
-            "incidents": list(t.get("incidents") or []),
-        }
-        for t in status.get("targets") or []
-    ]
-    incidents = [
-        {
-            "id": i.get("id"),
-            "kind": i.get("kind"),
-            "severity": i.get("severity"),
-            "target": (i.get("target") or {}).get("name"),
-            "opened_at": i.get("opened_at"),
-        }
-        for i in status.get("incidents") or []
-    ]
+def node_summary(status: StatusSnapshot, alerts: AlertsStatus | None = None) -> dict[str, Any]:
+    """A compact heartbeat from the status snapshot and the alert sink's section."""
     out: dict[str, Any] = {
-        "node": status.get("node"),
-        "version": status.get("version"),
-        "time": status.get("time"),
-        "uptime_s": status.get("uptime_s"),
-        "targets": targets,
-        "incidents": incidents,
+        "node": status.node,
+        "version": status.version,
+        "time": status.time,
+        "uptime_s": status.uptime_s,
+        "targets": [
+            {
+                "name": t.name,
+                "phase": t.phase,
+                "pid": t.pid,
+                "port": t.port,
+                "model": t.model,
+                "incidents": list(t.incidents),
+            }
+            for t in status.targets
+        ],
+        "incidents": [
+            {
+                "id": i.id,
+                "kind": i.kind.value,
+                "severity": i.severity.value,
+                "target": i.target.name,
+                "opened_at": i.opened_at,
+            }
+            for i in status.incidents
+        ],
     }
     if alerts is not None:
-        out["alerts"] = {k: alerts.get(k) for k in ("spooled", "dropped_total", "redis_up")}
+        out["alerts"] = {"spooled": alerts.spooled, "dropped_total": alerts.dropped_total, "redis_up": alerts.redis_up}
     return out
 
 

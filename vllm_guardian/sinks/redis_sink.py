@@ -23,6 +23,7 @@ import logging
 import os
 import threading
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -163,6 +164,21 @@ class RedisDelivery:
 
 
 # ---------------------------------------------------------------- the sink
+@dataclass(frozen=True)
+class AlertsStatus:
+    """The status's ``alerts`` section: what waits, what was delivered or dropped, Redis reachable."""
+
+    spooled: int
+    delivered_total: int
+    duplicates_total: int
+    dropped_total: int
+    held_in_memory: int
+    spool_error: str | None
+    redis_up: bool
+    last_error: str | None
+    url: str | None
+
+
 class AlertSink:
     """Spool-first alert publisher with a background flusher thread (see module doc)."""
 
@@ -347,6 +363,10 @@ class AlertSink:
     def control(self, payload: Mapping[str, Any]) -> bool:
         """Live control message on the control channel; best effort, bounded by the timeout."""
         return publish_control(self.client, self.control_channel, payload)
+
+    def status_section(self) -> AlertsStatus:
+        """The status's ``alerts`` section."""
+        return AlertsStatus(**self.stats())
 
     def stats(self) -> dict[str, Any]:
         with self._lock:

@@ -17,12 +17,26 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
+import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
-from vllm_guardian.detectors.accel_fault import DeviceFaultView, FaultRecord, worst
+from vllm_guardian.detectors.accel_fault import DeviceFaultView, FaultRecord, FaultStatus, worst
 from vllm_guardian.detectors.device_catalog import DeviceCatalog, shipped
 
 KEEP = 64
+
+
+@dataclass(frozen=True)
+class DeviceFaultStatus:
+    """One device in the status's ``device_faults`` section."""
+
+    device: str
+    name: str
+    health: int  # 0 ok, 1 warning, 2 critical
+    worst: FaultStatus | None
+    faults: tuple[FaultStatus, ...]  # the latest 10, oldest first
+    targets: tuple[str, ...]  # servers on the device
 
 
 class DeviceFaults:
@@ -110,17 +124,21 @@ class DeviceFaults:
         return 0 if top is None else top.entry.rank
 
     def status(self, now: float) -> dict[str, dict[str, Any]]:
-        """Per device with anything recorded: health and its faults (status, metrics, report)."""
-        out: dict[str, dict[str, Any]] = {}
+        """``status_section`` as plain data (evidence, the report, the node table's fault columns)."""
+        return {dev: dataclasses.asdict(st) for dev, st in self.status_section(now).items()}
+
+    def status_section(self, now: float) -> dict[str, DeviceFaultStatus]:
+        """The status's ``device_faults`` section: per device with anything recorded, health and faults."""
+        out: dict[str, DeviceFaultStatus] = {}
         for dev in self.devices():
             faults = self.faults(dev, now)
             top = worst(faults)
-            out[dev] = {
-                "device": dev,
-                "name": self.names.get(dev, ""),
-                "health": 0 if top is None else top.entry.rank,
-                "worst": None if top is None else top.to_dict(),
-                "faults": [f.to_dict() for f in faults[-10:]],
-                "targets": sorted(t for t, devs in self.target_devices.items() if dev in devs),
-            }
+            out[dev] = DeviceFaultStatus(
+                dev,
+                self.names.get(dev, ""),
+                0 if top is None else top.entry.rank,
+                None if top is None else top.status(),
+                tuple(f.status() for f in faults[-10:]),
+                tuple(sorted(t for t, devs in self.target_devices.items() if dev in devs)),
+            )
         return out

@@ -18,9 +18,34 @@ from vllm_guardian.detectors.view import TargetState
 from vllm_guardian.config.schema import Config, LifecycleConfig
 from vllm_guardian.model import Finding, Kind, ProcKey, ProcessInfo, Role, Target, TargetRef
 
+
+def _r(x: float | None, nd: int) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
 if TYPE_CHECKING:  # the probes' readings, kept here for status: annotations only
     from vllm_guardian.probes.canary import CanaryResult
     from vllm_guardian.probes.vllm_http import HttpScrape
+
+
+@dataclass(frozen=True)
+class HealthStatus:
+    """A target's ``health`` status section: its latest ``/health`` answer."""
+
+    status: int | None  # HTTP status of /health, None when it did not answer
+    error: str | None
+    latency_s: float | None
+
+
+@dataclass(frozen=True)
+class CanaryStatus:
+    """A target's ``canary`` status section: its latest canary completion."""
+
+    ok: bool
+    timed_out: bool
+    latency_s: float | None
+    error: str | None
+    age_s: float | None
 
 
 @dataclass
@@ -48,6 +73,20 @@ class TrackedTarget:
     @property
     def name(self) -> str:
         return self.target.name
+
+    def health_section(self, latency_s: float | None) -> HealthStatus | None:
+        """The latest ``/health`` answer (None before the first scrape); ``latency_s`` from the series."""
+        scrape = self.last_scrape
+        if scrape is None:
+            return None
+        return HealthStatus(scrape.health_status, scrape.health_error, _r(latency_s, 4))
+
+    def canary_section(self, now: float) -> CanaryStatus | None:
+        """The latest canary answer (None before the first)."""
+        c = self.last_canary
+        if c is None:
+            return None
+        return CanaryStatus(c.ok, c.timed_out, _r(c.latency, 4), c.error, _r(now - c.ended, 1))
 
     def ref(self, findings: dict[Kind, Finding | None]) -> TargetRef:
         """The target as an incident records it; ``role``: of the process a finding points at."""

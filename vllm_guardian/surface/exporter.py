@@ -1,49 +1,52 @@
-"""Prometheus exporter: a custom collector over the daemon's latest status document.
+"""Prometheus exporter: a custom collector over the daemon's latest status snapshot.
 
 Reads memory only (a scrape never touches /proc or the network; docs/design.md, Operating surface):
-``status()`` returns the immutable dict the loop publishes after each tick
+``status()`` returns the immutable ``StatusSnapshot`` the loop publishes after each tick
 (``vllm_guardian.surface.status_view.build_status``) and ``stats()`` the daemon's ``SelfStats``
-(for the incident open/resolve totals, which the status document does not carry).
+(for the tick histogram and the incident open/resolve totals, which the snapshot does not carry).
 Every family is declared in ``DECLARED`` (name, type, help) with its label names in
 ``LABELS``; the collector can only emit declared families, and always emits all of
 them (a family with no samples still shows its HELP/TYPE), so a dashboard or a rule
-never meets an undeclared name. A value the status does not have is *absent* (no
-sample), never 0 — except the totals the spec wants present from the start: every
-incident ``Kind`` and the standard action/restart outcomes start at 0.
+never meets an undeclared name. A value the status does not have (``None``, a section not
+wired) is *absent* (no sample), never 0 — except the totals the spec wants present from the
+start: every incident ``Kind`` and the standard action/restart outcomes start at 0.
 
-Status fields read (all optional; a missing section means no samples):
+Snapshot fields read:
 
-- ``node``, ``version``;
-  ``guardian.{ticks, last_tick_s, max_tick_s, tick_p50_s, tick_p99_s, cpu_seconds, max_rss_bytes}``;
-- ``probes.<name>.{runs, failures, overruns, last_duration_s, mean_duration_s}``;
-- ``targets[]``: ``name``, ``model``, ``source``, ``phase``, ``ready``, ``serving`` (bool;
-  when absent: ``phase == "serving"``), ``health.status``,
+- ``node``, ``version``; ``guardian.{ticks, max_tick_s, cpu_seconds, max_rss_bytes}``;
+- ``probes[name].{runs, failures, overruns, last_duration_s, mean_duration_s}``;
+- ``targets[]``: ``name``, ``model``, ``source``, ``phase``, ``ready``, ``serving``,
+  ``health.status``, ``gates.health_score``,
   ``engine.{steps_per_s, requests_running, requests_waiting, kv_cache_usage}``,
   ``canary.{ok, latency_s}``, ``processes[].{pid, role, cpu_ratio, rss_bytes, threads,
   hottest_thread.{cpu_ratio, voluntary_per_s, involuntary_per_s}}``,
-  ``accelerators[]`` (or a mapping device → entry) with ``device``, ``backend``,
-  ``memory_used_bytes``, ``memory_total_bytes``, ``utilization_ratio``, ``target_memory_bytes``;
-- ``accelerators[].{device, backend, fault_health}`` and ``device_faults.<device>.health``
+  ``accelerators[].{device, backend, memory_used_bytes, memory_total_bytes, utilization_ratio,
+  target_memory_bytes}``;
+- ``accelerators[].{device, backend, fault_health}`` and ``device_faults[device].health``
   (the health gauge per device);
 - ``incidents[].{kind, target.name}`` (the open incidents; an ``accel_fault``'s target is a
   device, counted by kind only);
-- ``actions.outcomes.<outcome>`` (every action taken, by outcome) and
-  ``actions.restarts.<target>.<outcome>``;
-- ``alerts.{spooled, dropped_total}`` (the alert sink's ``stats()``);
-- ``kubernetes.failures.<call>`` (the Kubernetes publisher's failed API calls).
+- ``actions.outcomes[outcome]`` and ``actions.restarts[target][outcome]``;
+- ``alerts.{spooled, dropped_total}`` (the alert sink's section);
+- ``kubernetes.failures[call]`` (the Kubernetes publisher's failed API calls);
+- ``gates.{reports, reports_dropped, fingerprints_dropped}`` (external gate reports).
 """
 
 from __future__ import annotations
 
 import math
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
 from vllm_guardian.model import Kind
+
+if TYPE_CHECKING:
+    from vllm_guardian.state.selfstats import SelfStats
+    from vllm_guardian.surface.status_snapshot import ProcessStatus, StatusSnapshot, TargetStatus
 
 
 class MetricSpec(NamedTuple):
@@ -192,29 +195,13 @@ ACTION_OUTCOMES: tuple[str, ...] = ("ok", "failed", "skipped", "dry_run")
 RESTART_OUTCOMES: tuple[str, ...] = ("ok", "failed", "dry_run")
 
 
-def serving(target: Mapping[str, Any]) -> bool:
-    """Should this status target take traffic? Its ``serving`` field, else ``phase == "serving"``."""
-    value = target.get("serving")
-    if value is None:
-        return target.get("phase") == "serving"
-    return bool(value)
-
-
-def _num(value: Any) -> float | None:
+def _num(value: float | int | bool | None) -> float | None:
     """A finite number from the status, or None (absent). Booleans become 1/0."""
     if isinstance(value, bool):
         return 1.0 if value else 0.0
     if isinstance(value, (int, float)) and math.isfinite(value):
         return float(value)
     return None
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, (list, tuple)) else []
 
 
 class _Families:
@@ -226,7 +213,7 @@ class _Families:
         for name, typ, labels, help_ in _TABLE:
             self._fams[name] = kinds[typ](name, help_, labels=list(labels))
 
-    def histogram(self, name: str, hist: Any) -> None:
+    def histogram(self, name: str, hist: tuple[list[tuple[str, int]], float] | None) -> None:
         """A histogram without labels from ``(cumulative (le, count) pairs, sum)``; None: no samples."""
         if hist is not None:
             buckets, total = hist
@@ -234,7 +221,7 @@ class _Families:
             assert isinstance(fam, HistogramMetricFamily)
             fam.add_metric([], buckets=[(le, float(n)) for le, n in buckets], sum_value=total)
 
-    def add(self, name: str, labels: Iterable[Any], value: Any) -> None:
+    def add(self, name: str, labels: Iterable[str], value: float | int | bool | None) -> None:
         v = _num(value)
         if v is None:
             return
@@ -249,7 +236,9 @@ class _Families:
 class GuardianCollector:
     """A ``prometheus_client`` collector over ``status()`` (and optionally ``stats()``)."""
 
-    def __init__(self, status: Callable[[], Mapping[str, Any] | None], stats: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self, status: Callable[[], StatusSnapshot | None], stats: Callable[[], SelfStats] | None = None
+    ) -> None:
         self._status = status
         self._stats = stats
 
@@ -257,173 +246,168 @@ class GuardianCollector:
         return _Families().all()
 
     def collect(self) -> list[Metric]:
-        doc = _map(self._status())
+        snap = self._status()
         stats = self._stats() if self._stats is not None else None
         f = _Families()
-        self._self_metrics(f, doc)
-        ticks = getattr(stats, "tick_times", None)  # every tick since start, not only the last ones
-        f.histogram("guardian_tick_duration_seconds", ticks.histogram() if ticks is not None else None)
-        self._probe_metrics(f, doc)
-        names = [t for t in (_map(x) for x in _list(doc.get("targets"))) if isinstance(t.get("name"), str)]
-        for t in names:
-            self._target_metrics(f, t)
-        self._device_metrics(f, doc)
-        self._incident_metrics(f, doc, [t["name"] for t in names], stats)
-        self._action_metrics(f, doc, [t["name"] for t in names])
-        alerts = _map(doc.get("alerts"))
-        f.add("guardian_alerts_spooled", (), alerts.get("spooled"))
-        f.add("guardian_alerts_dropped_total", (), alerts.get("dropped_total"))
-        for call, n in _map(_map(doc.get("kubernetes")).get("failures")).items():
-            f.add("guardian_kubernetes_failures_total", (call,), n)
-        gates = _map(doc.get("gates"))
-        for outcome, n in _map(gates.get("reports")).items():
-            f.add("guardian_gate_reports_total", (outcome,), n)
-        for reason, n in _map(gates.get("reports_dropped")).items():
-            f.add("guardian_gate_reports_dropped_total", (reason,), n)
-        for reason, n in _map(gates.get("fingerprints_dropped")).items():
-            f.add("guardian_gate_fingerprints_dropped_total", (reason,), n)
+        f.histogram("guardian_tick_duration_seconds", stats.tick_times.histogram() if stats is not None else None)
+        if snap is not None:
+            _snapshot_metrics(f, snap)
+        _incident_totals(f, stats)
         return f.all()
 
-    # ---------------------------------------------------------------- sections
-    @staticmethod
-    def _self_metrics(f: _Families, doc: Mapping[str, Any]) -> None:
-        if doc.get("version") is not None or doc.get("node") is not None:
-            f.add("guardian_build_info", (doc.get("version") or "", doc.get("node") or ""), 1)
-        g = _map(doc.get("guardian"))
-        f.add("guardian_ticks_total", (), g.get("ticks"))
-        f.add("guardian_tick_duration_max_seconds", (), g.get("max_tick_s"))
-        f.add("guardian_self_cpu_seconds_total", (), g.get("cpu_seconds"))
-        f.add("guardian_self_max_resident_memory_bytes", (), g.get("max_rss_bytes"))
 
-    @staticmethod
-    def _probe_metrics(f: _Families, doc: Mapping[str, Any]) -> None:
-        for probe, s in sorted(_map(doc.get("probes")).items()):
-            s = _map(s)
-            f.add("guardian_probe_runs_total", (probe,), s.get("runs"))
-            f.add("guardian_probe_failures_total", (probe,), s.get("failures"))
-            f.add("guardian_probe_overruns_total", (probe,), s.get("overruns"))
-            f.add("guardian_probe_duration_seconds", (probe,), s.get("last_duration_s"))
-            f.add("guardian_probe_duration_mean_seconds", (probe,), s.get("mean_duration_s"))
-
-    @staticmethod
-    def _target_metrics(f: _Families, t: Mapping[str, Any]) -> None:
-        name = t["name"]
-        tl = (name,)
-        f.add("guardian_target_info", (name, t.get("model") or "", t.get("source") or ""), 1)
-        f.add("guardian_target_up", tl, serving(t))
-        f.add("guardian_target_ready", tl, bool(t.get("ready")))
-        if t.get("phase"):
-            f.add("guardian_target_phase", (name, str(t["phase"])), 1)
-        health = t.get("health")
-        if isinstance(health, Mapping):
-            f.add("guardian_target_health_ok", tl, health.get("status") == 200)
-        f.add("guardian_target_health_score", tl, _map(t.get("gates")).get("health_score"))
-        eng = _map(t.get("engine"))
-        f.add("guardian_engine_steps_per_second", tl, eng.get("steps_per_s"))
-        f.add("guardian_engine_requests_running", tl, eng.get("requests_running"))
-        f.add("guardian_engine_requests_waiting", tl, eng.get("requests_waiting"))
-        f.add("guardian_engine_kv_cache_usage_ratio", tl, eng.get("kv_cache_usage"))
-        canary = t.get("canary")
-        if isinstance(canary, Mapping):
-            f.add("guardian_canary_latency_seconds", tl, canary.get("latency_s"))
-            f.add("guardian_canary_ok", tl, canary.get("ok"))
-        for pl, p in _process_labels(name, t.get("processes")):
-            f.add("guardian_process_cpu_ratio", pl, p.get("cpu_ratio"))
-            f.add("guardian_process_resident_memory_bytes", pl, p.get("rss_bytes"))
-            f.add("guardian_process_threads", pl, p.get("threads"))
-            hot = _map(p.get("hottest_thread"))
-            f.add("guardian_hottest_thread_cpu_ratio", pl, hot.get("cpu_ratio"))
-            f.add("guardian_hottest_thread_voluntary_switches_per_second", pl, hot.get("voluntary_per_s"))
-            f.add("guardian_hottest_thread_involuntary_switches_per_second", pl, hot.get("involuntary_per_s"))
-        for dev in _accelerators(t.get("accelerators")):
-            al = (name, dev.get("device"), dev.get("backend") or "")
-            f.add("guardian_accelerator_memory_used_bytes", al, dev.get("memory_used_bytes"))
-            f.add("guardian_accelerator_memory_total_bytes", al, dev.get("memory_total_bytes"))
-            f.add("guardian_accelerator_utilization_ratio", al, dev.get("utilization_ratio"))
-            f.add("guardian_target_accelerator_memory_bytes", al, dev.get("target_memory_bytes"))
-
-    @staticmethod
-    def _device_metrics(f: _Families, doc: Mapping[str, Any]) -> None:
-        """A health gauge for every device of the node table, and for any device with a fault."""
-        seen = set()
-        for row in (_map(x) for x in _list(doc.get("accelerators"))):
-            dev = row.get("device")
-            if dev is None:
-                continue
-            seen.add(dev)
-            f.add("guardian_accelerator_health", (dev, row.get("backend") or ""), row.get("fault_health", 0))
-        for dev, st in sorted(_map(doc.get("device_faults")).items()):
-            if dev not in seen:
-                f.add("guardian_accelerator_health", (dev, ""), _map(st).get("health", 0))
-
-    @staticmethod
-    def _incident_metrics(f: _Families, doc: Mapping[str, Any], targets: list[str], stats: Any) -> None:
-        kinds = [k.value for k in Kind]
-        open_by_kind = dict.fromkeys(kinds, 0)
-        open_by_target: dict[tuple[str, str], int] = {(t, k): 0 for t in targets for k in kinds}
-        for inc in (_map(x) for x in _list(doc.get("incidents"))):
-            kind = inc.get("kind")
-            if not isinstance(kind, str):
-                continue
-            open_by_kind[kind] = open_by_kind.get(kind, 0) + 1
-            target = _map(inc.get("target")).get("name")
-            if isinstance(target, str) and kind != Kind.ACCEL_FAULT.value:  # a device, not a server
-                for k in kinds:  # a target known only from its incident still gets every kind
-                    open_by_target.setdefault((target, k), 0)
-                open_by_target[(target, kind)] = open_by_target.get((target, kind), 0) + 1
-        for kind, n in open_by_kind.items():
-            f.add("guardian_incidents_open", (kind,), n)
-        for (target, kind), n in sorted(open_by_target.items()):
-            f.add("guardian_target_incidents_open", (target, kind), n)
-        for attr, metric in (
-            ("incidents_opened", "guardian_incidents_opened_total"),
-            ("incidents_resolved", "guardian_incidents_resolved_total"),
-        ):
-            counts = dict.fromkeys(kinds, 0)
-            counts.update(dict(getattr(stats, attr, None) or {}))  # dict() copies atomically
-            for kind, n in counts.items():
-                f.add(metric, (kind,), n)
-
-    @staticmethod
-    def _action_metrics(f: _Families, doc: Mapping[str, Any], targets: list[str]) -> None:
-        actions = _map(doc.get("actions"))
-        outcomes = dict.fromkeys(ACTION_OUTCOMES, 0)
-        outcomes.update({str(k): v for k, v in _map(actions.get("outcomes")).items()})
-        for outcome, n in outcomes.items():
-            f.add("guardian_actions_total", (outcome,), n)
-        restarts: dict[tuple[str, str], Any] = {(t, o): 0 for t in targets for o in RESTART_OUTCOMES}
-        for target, by_outcome in _map(actions.get("restarts")).items():
-            for o in RESTART_OUTCOMES:
-                restarts.setdefault((str(target), o), 0)
-            for outcome, n in _map(by_outcome).items():
-                restarts[(str(target), str(outcome))] = n
-        for (target, outcome), n in sorted(restarts.items()):
-            f.add("guardian_restarts_total", (target, outcome), n)
+def _snapshot_metrics(f: _Families, s: StatusSnapshot) -> None:
+    _self_metrics(f, s)
+    _probe_metrics(f, s)
+    for t in s.targets:
+        _target_metrics(f, t)
+    _device_metrics(f, s)
+    _incident_metrics(f, s)
+    _action_metrics(f, s)
+    if s.alerts is not None:
+        f.add("guardian_alerts_spooled", (), s.alerts.spooled)
+        f.add("guardian_alerts_dropped_total", (), s.alerts.dropped_total)
+    if s.kubernetes is not None:
+        for call, n in s.kubernetes.failures.items():
+            f.add("guardian_kubernetes_failures_total", (call,), n)
+    if s.gates is not None:
+        for outcome, n in s.gates.reports.items():
+            f.add("guardian_gate_reports_total", (outcome,), n)
+        for reason, n in s.gates.reports_dropped.items():
+            f.add("guardian_gate_reports_dropped_total", (reason,), n)
+        for reason, n in (s.gates.fingerprints_dropped or {}).items():
+            f.add("guardian_gate_fingerprints_dropped_total", (reason,), n)
 
 
-def _process_labels(target: str, processes: Any) -> list[tuple[tuple[str, str, str], Mapping[str, Any]]]:
+def _self_metrics(f: _Families, s: StatusSnapshot) -> None:
+    if s.version or s.node:  # a snapshot read from an empty document names neither
+        f.add("guardian_build_info", (s.version, s.node), 1)
+    g = s.guardian
+    f.add("guardian_ticks_total", (), g.ticks)
+    f.add("guardian_tick_duration_max_seconds", (), g.max_tick_s)
+    f.add("guardian_self_cpu_seconds_total", (), g.cpu_seconds)
+    f.add("guardian_self_max_resident_memory_bytes", (), g.max_rss_bytes)
+
+
+def _probe_metrics(f: _Families, s: StatusSnapshot) -> None:
+    for probe, c in sorted(s.probes.items()):
+        f.add("guardian_probe_runs_total", (probe,), c.runs)
+        f.add("guardian_probe_failures_total", (probe,), c.failures)
+        f.add("guardian_probe_overruns_total", (probe,), c.overruns)
+        f.add("guardian_probe_duration_seconds", (probe,), c.last_duration_s)
+        f.add("guardian_probe_duration_mean_seconds", (probe,), c.mean_duration_s)
+
+
+def _target_metrics(f: _Families, t: TargetStatus) -> None:
+    name = t.name
+    tl = (name,)
+    f.add("guardian_target_info", (name, t.model or "", t.source or ""), 1)
+    f.add("guardian_target_up", tl, t.serving)
+    f.add("guardian_target_ready", tl, t.ready)
+    if t.phase:
+        f.add("guardian_target_phase", (name, t.phase), 1)
+    if t.health is not None:
+        f.add("guardian_target_health_ok", tl, t.health.status == 200)
+    if t.gates is not None:
+        f.add("guardian_target_health_score", tl, t.gates.health_score)
+    eng = t.engine
+    f.add("guardian_engine_steps_per_second", tl, eng.steps_per_s)
+    f.add("guardian_engine_requests_running", tl, eng.requests_running)
+    f.add("guardian_engine_requests_waiting", tl, eng.requests_waiting)
+    f.add("guardian_engine_kv_cache_usage_ratio", tl, eng.kv_cache_usage)
+    if t.canary is not None:
+        f.add("guardian_canary_latency_seconds", tl, t.canary.latency_s)
+        f.add("guardian_canary_ok", tl, t.canary.ok)
+    for pl, p in _process_labels(name, t.processes):
+        f.add("guardian_process_cpu_ratio", pl, p.cpu_ratio)
+        f.add("guardian_process_resident_memory_bytes", pl, p.rss_bytes)
+        f.add("guardian_process_threads", pl, p.threads)
+        hot = p.hottest_thread
+        if hot is not None:
+            f.add("guardian_hottest_thread_cpu_ratio", pl, hot.cpu_ratio)
+            f.add("guardian_hottest_thread_voluntary_switches_per_second", pl, hot.voluntary_per_s)
+            f.add("guardian_hottest_thread_involuntary_switches_per_second", pl, hot.involuntary_per_s)
+    for dev in t.accelerators:
+        al = (name, dev.device, dev.backend or "")
+        f.add("guardian_accelerator_memory_used_bytes", al, dev.memory_used_bytes)
+        f.add("guardian_accelerator_memory_total_bytes", al, dev.memory_total_bytes)
+        f.add("guardian_accelerator_utilization_ratio", al, dev.utilization_ratio)
+        f.add("guardian_target_accelerator_memory_bytes", al, dev.target_memory_bytes)
+
+
+def _device_metrics(f: _Families, s: StatusSnapshot) -> None:
+    """A health gauge for every device of the node table, and for any device with a fault."""
+    seen = set()
+    for row in s.accelerators:
+        seen.add(row.device)
+        f.add("guardian_accelerator_health", (row.device, row.backend or ""), row.fault_health)
+    for dev, st in sorted((s.device_faults or {}).items()):
+        if dev not in seen:
+            f.add("guardian_accelerator_health", (dev, ""), st.health)
+
+
+def _incident_metrics(f: _Families, s: StatusSnapshot) -> None:
+    kinds = [k.value for k in Kind]
+    open_by_kind = dict.fromkeys(kinds, 0)
+    open_by_target: dict[tuple[str, str], int] = {(t.name, k): 0 for t in s.targets for k in kinds}
+    for inc in s.incidents:
+        kind = inc.kind.value
+        open_by_kind[kind] = open_by_kind.get(kind, 0) + 1
+        if inc.kind is not Kind.ACCEL_FAULT:  # a device, not a server
+            target = inc.target.name
+            for k in kinds:  # a target known only from its incident still gets every kind
+                open_by_target.setdefault((target, k), 0)
+            open_by_target[(target, kind)] += 1
+    for kind, n in open_by_kind.items():
+        f.add("guardian_incidents_open", (kind,), n)
+    for (target, kind), n in sorted(open_by_target.items()):
+        f.add("guardian_target_incidents_open", (target, kind), n)
+
+
+def _incident_totals(f: _Families, stats: SelfStats | None) -> None:
+    kinds = [k.value for k in Kind]
+    for counted, metric in (
+        (None if stats is None else stats.incidents_opened, "guardian_incidents_opened_total"),
+        (None if stats is None else stats.incidents_resolved, "guardian_incidents_resolved_total"),
+    ):
+        counts = dict.fromkeys(kinds, 0)
+        counts.update(dict(counted or {}))  # dict() copies atomically
+        for kind, n in counts.items():
+            f.add(metric, (kind,), n)
+
+
+def _action_metrics(f: _Families, s: StatusSnapshot) -> None:
+    outcomes: dict[str, int] = dict.fromkeys(ACTION_OUTCOMES, 0)
+    outcomes.update(s.actions.outcomes)
+    for outcome, n in outcomes.items():
+        f.add("guardian_actions_total", (outcome,), n)
+    restarts: dict[tuple[str, str], int] = {(t.name, o): 0 for t in s.targets for o in RESTART_OUTCOMES}
+    for target, by_outcome in s.actions.restarts.items():
+        for o in RESTART_OUTCOMES:
+            restarts.setdefault((target, o), 0)
+        for outcome, n in by_outcome.items():
+            restarts[(target, outcome)] = n
+    for (target, outcome), n in sorted(restarts.items()):
+        f.add("guardian_restarts_total", (target, outcome), n)
+
+
+def _process_labels(
+    target: str, processes: Iterable[ProcessStatus]
+) -> list[tuple[tuple[str, str, str], ProcessStatus]]:
     """(target, role, index) for each process: ``index`` counts the processes of one role in pid
     order. No pid label: a pid makes new series at every restart of the server (unbounded
     cardinality over time); which pid it is today is in ``guardian status``."""
-    procs = [p for p in (_map(x) for x in _list(processes)) if isinstance(p.get("pid"), int)]
     seen: dict[str, int] = {}
     out = []
-    for p in sorted(procs, key=lambda p: p["pid"]):
-        role = str(p.get("role") or "other")
+    for p in sorted(processes, key=lambda p: p.pid):
+        role = p.role or "other"
         out.append(((target, role, str(seen.get(role, 0))), p))
         seen[role] = seen.get(role, 0) + 1
     return out
 
 
-def _accelerators(value: Any) -> list[Mapping[str, Any]]:
-    """Accelerator entries as a list; a mapping device → entry is accepted too."""
-    if isinstance(value, Mapping):
-        return [{"device": dev, **_map(entry)} for dev, entry in sorted(value.items(), key=lambda kv: str(kv[0]))]
-    return [d for d in (_map(x) for x in _list(value)) if d.get("device") is not None]
-
-
 def build_registry(
-    status: Callable[[], Mapping[str, Any] | None], stats: Callable[[], Any] | None = None
+    status: Callable[[], StatusSnapshot | None], stats: Callable[[], SelfStats] | None = None
 ) -> CollectorRegistry:
     """A fresh registry (never the global default): the guardian's collector and prometheus-client's
     process collector (``process_cpu_seconds_total``, ``process_resident_memory_bytes``, ... of the
@@ -442,5 +426,4 @@ __all__ = [
     "GuardianCollector",
     "MetricSpec",
     "build_registry",
-    "serving",
 ]

@@ -6,10 +6,10 @@ Routes (GET, and HEAD for load-balancer checks; any other method is 405, any oth
 - ``GET /healthz`` — the guardian's *own* liveness: 200 while the main loop's last tick is
   younger than ``max_tick_age`` (3 × interval), else 503 (also before the first tick);
 - ``GET /targets/<name>/ready`` — 200 when the target's status entry says it should take
-  traffic (``exporter.serving``), 503 when it should not (warming, incident, gone,
+  traffic (the status snapshot's ``serving``), 503 when it should not (warming, incident, gone,
   draining), 404 when the guardian does not know the target. Body: JSON with the phase.
 
-It reads only what the loop published (the status dict, the heartbeat), on its own
+It reads only what the loop published (the status snapshot, the heartbeat), on its own
 threads, so a slow client can never stall a tick. Every handler answers from memory.
 
 Bounded against clients that misbehave: each connection has one deadline for its whole request
@@ -32,7 +32,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 from urllib.parse import unquote, urlsplit
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -40,7 +40,9 @@ from prometheus_client.registry import CollectorRegistry
 
 from vllm_guardian.errors import CannotStart, ConfigError
 from vllm_guardian.host.http import DeadlineReader
-from vllm_guardian.surface.exporter import serving
+
+if TYPE_CHECKING:
+    from vllm_guardian.surface.status_snapshot import StatusSnapshot
 
 JSON = "application/json"
 
@@ -208,7 +210,7 @@ class HttpListener:
     - ``address``: ``(host, port)`` to bind (``vllm_guardian.netaddr.parse_hostport`` reads the config's
       ``"host:port"``; port 0 = any free port, see ``address`` once started);
     - ``registry``: the exporter's ``CollectorRegistry`` (``exporter.build_registry``);
-    - ``status``: returns the latest status document;
+    - ``status``: returns the latest status snapshot (None before the first tick);
     - ``tick_age``: seconds since the loop's last tick, None before the first (``LastTick.age``);
     - ``max_tick_age``: ``/healthz`` turns 503 at or past this age (3 × interval);
     - ``poll_interval``: how often the serving thread checks for ``stop()`` (seconds);
@@ -221,7 +223,7 @@ class HttpListener:
         address: tuple[str, int],
         *,
         registry: CollectorRegistry,
-        status: Callable[[], Mapping[str, Any] | None],
+        status: Callable[[], StatusSnapshot | None],
         tick_age: Callable[[], float | None],
         max_tick_age: float,
         log: logging.Logger | None = None,
@@ -263,12 +265,11 @@ class HttpListener:
         return (200 if ok else 503), doc
 
     def target_ready(self, name: str) -> tuple[int, dict[str, Any]]:
-        doc = self.status() or {}
-        for t in doc.get("targets") or ():
-            if isinstance(t, Mapping) and t.get("name") == name:
-                ready = serving(t)
-                return (200 if ready else 503), {"target": name, "ready": ready, "phase": t.get("phase")}
-        return 404, {"target": name, "error": "unknown target"}
+        snapshot = self.status()
+        t = None if snapshot is None else snapshot.target(name)
+        if t is None:
+            return 404, {"target": name, "error": "unknown target"}
+        return (200 if t.serving else 503), {"target": name, "ready": t.serving, "phase": t.phase}
 
     # ---------------------------------------------------------------- lifecycle
     @property

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from vllm_guardian.model import Incident
+    from vllm_guardian.remediation.remediator import SequenceStatus
     from vllm_guardian.surface.status_snapshot import StatusSnapshot
 
 NORMAL, WARNING = "Normal", "Warning"
@@ -78,18 +79,20 @@ def _incident_events(inc: Incident, key: tuple[int, int], before: tuple | None) 
     return out
 
 
-def _phase_events(target: str, key: tuple[int, int], rem: dict, before: tuple | None) -> list[EventWant]:
-    phase, outcome = rem.get("phase"), rem.get("outcome")
+def _phase_events(
+    target: str, key: tuple[int, int], rem: SequenceStatus, before: tuple[str | None, str | None] | None
+) -> list[EventWant]:
+    phase, outcome = rem.phase, rem.outcome
     if before == (phase, outcome):
         return []
-    about = f" (incident {rem['incident']})" if rem.get("incident") else ""
-    detail = str(rem.get("detail") or "")
+    about = f" (incident {rem.incident})" if rem.incident else ""
+    detail = rem.detail
     if phase in ("lease", "draining") and (before is None or before[0] not in ("lease", "draining")):
-        why = "drained by request" if rem.get("drain_only") else f"to restart it ({rem.get('reason')})"
+        why = "drained by request" if rem.drain_only else f"to restart it ({rem.reason})"
         return [EventWant(target, key, NORMAL, "Draining", f"taking {target} out of rotation {why}{about}")]
     if phase == "stopping":
         return [EventWant(target, key, NORMAL, "Restarting", f"stopping {target} to restart it{about}: {detail}")]
-    if phase == "done" and outcome == "done" and not rem.get("drain_only"):
+    if phase == "done" and outcome == "done" and not rem.drain_only:
         return [EventWant(target, key, NORMAL, "Restarted", f"{target} restarted and verified{about}: {detail}")]
     if phase == "failed":
         return [EventWant(target, key, WARNING, "RestartFailed", f"{target}: restart failed{about}: {detail}")]
@@ -114,11 +117,11 @@ def plan(snapshot: StatusSnapshot, state: PlanState) -> tuple[list[GateWant], li
             key = key_of.get(target) or state.keys[iid]
             events.append(EventWant(target, key, NORMAL, "IncidentResolved", f"{kind} incident {iid} resolved"))
     for t in snapshot.targets:
-        rem = dict(t.remediation or {})
+        rem = t.remediation
         before = state.phases.get(t.name)
-        if rem:
+        if rem is not None:
             events += _phase_events(t.name, (t.pid, t.starttime), rem, before)
-            new.phases[t.name] = (rem.get("phase"), rem.get("outcome"))
+            new.phases[t.name] = (rem.phase, rem.outcome)
         elif before is not None:
             new.phases[t.name] = before
     return gates, events, new

@@ -24,6 +24,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
 from vllm_guardian.host.kube import KubeClient, PodRef, pod_uid_of
@@ -66,6 +67,15 @@ class _NodeWant:
 @dataclass(frozen=True)
 class _TaintWant:
     tainted: bool
+
+
+@dataclass(frozen=True)
+class KubernetesStatus:
+    """The status's ``kubernetes`` section (and its failure counter metric)."""
+
+    failures: Mapping[str, int]  # failed API calls by what was sent (GateWant, EventWant, NodeWant, TaintWant)
+    queue_full: int
+    node_tainted: bool | None  # None: no taint decided yet
 
 
 class KubePublisher:
@@ -134,14 +144,10 @@ class KubePublisher:
             if settled and taint != self._taint_applied and now - self._failed_at.get("taint", -RETRY_S) >= RETRY_S:
                 self._put(taint, "taint")
 
-    def stats(self) -> dict[str, Any]:
-        """For the status document's ``kubernetes`` section (and its failure counter metric)."""
+    def status_section(self) -> KubernetesStatus:
+        """The status's ``kubernetes`` section."""
         applied = self._taint_applied
-        return {
-            "failures": dict(self.failures),
-            "queue_full": self.queue_full,
-            "node_tainted": None if applied is None else applied.tainted,
-        }
+        return KubernetesStatus(dict(self.failures), self.queue_full, None if applied is None else applied.tainted)
 
     def _node_want(self, snapshot: StatusSnapshot) -> _NodeWant:
         """A problem when many servers trip at once, or a device has a fault a restart cannot help

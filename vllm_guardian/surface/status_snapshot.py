@@ -1,21 +1,36 @@
-"""The status of the guardian as of one tick: frozen values, turned into JSON only at the edges.
+"""The status of the guardian as of one tick: frozen values, typed all the way down, turned into
+JSON only at the edge.
 
-``status_view.build_status`` builds a ``StatusSnapshot`` from the daemon's state (at most once
-per tick, when first asked for); the control socket, ``guardian probe``, the node heartbeat, the
-HTTP listener and the exporter read ``to_dict()``, the JSON document other tools read
-(``guardian status --json``). Field names are the document's keys; ``None`` is ``null``.
+``status_view.build_status`` composes a ``StatusSnapshot`` from the sections the parts contribute
+(at most once per tick, when first asked for). The exporter, the node heartbeat, the HTTP
+listener and ``guardian probe`` read the snapshot itself; only the control socket serialises it
+(``to_dict``: the JSON document ``guardian status --json`` prints and other tools read), and the
+CLI reads that document back with ``from_dict`` (``from_dict(to_dict(s)) == s``). Field names are
+the document's keys; ``None`` is ``null``; a node section that is ``None`` (a part not wired) is
+left out of the document.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
-from vllm_guardian.incidents import incident_to_dict
+from vllm_guardian.config.status import ConfigStatus
+from vllm_guardian.diagnosis.node_view import DeviceRow
+from vllm_guardian.gates.status import GatesSummary, TargetGatesStatus
 from vllm_guardian.model import Incident
+from vllm_guardian.probes.accel import TargetDevice
+from vllm_guardian.remediation.parts import ActionCounts
+from vllm_guardian.remediation.remediator import SequenceStatus
+from vllm_guardian.series.status import EngineStatus, MemoryStatus
+from vllm_guardian.sinks.redis_sink import AlertsStatus
+from vllm_guardian.state.device_faults import DeviceFaultStatus
+from vllm_guardian.state.selfstats import GuardianSelf, ProbeCounters
+from vllm_guardian.state.tracker import CanaryStatus, HealthStatus
+from vllm_guardian.surface.kube_publisher import KubernetesStatus
+from vllm_guardian.surface.status_codec import decode, plain
 
 SCHEMA = 1
 
@@ -46,43 +61,6 @@ class ProcessStatus:
 
 
 @dataclass(frozen=True)
-class HealthStatus:
-    status: int | None  # HTTP status of /health, None when it did not answer
-    error: str | None
-    latency_s: float | None
-
-
-@dataclass(frozen=True)
-class EngineStatus:
-    requests_running: float | None
-    requests_waiting: float | None
-    kv_cache_usage: float | None
-    steps_per_s: float | None
-
-
-@dataclass(frozen=True)
-class CanaryStatus:
-    ok: bool
-    timed_out: bool
-    latency_s: float | None
-    error: str | None
-    age_s: float | None
-
-
-@dataclass(frozen=True)
-class MemoryTrend:
-    bytes: int
-    slope_bytes_per_s: float | None
-    window_s: float
-
-
-@dataclass(frozen=True)
-class MemoryStatus:
-    accelerator: MemoryTrend | None
-    rss: MemoryTrend | None
-
-
-@dataclass(frozen=True)
 class TargetStatus:
     name: str
     source: str
@@ -94,7 +72,7 @@ class TargetStatus:
     phase: str  # serving | warming | paused | sleeping | incident | gone | draining | drained | stopping | starting
     # | verifying | failed
     serving: bool  # should take traffic (the readiness endpoint answers 200)
-    remediation: Mapping[str, Any] | None
+    remediation: SequenceStatus | None
     decision: str | None
     budget_left: int
     ready: bool
@@ -102,36 +80,25 @@ class TargetStatus:
     engine: EngineStatus
     canary: CanaryStatus | None
     processes: tuple[ProcessStatus, ...]
-    accelerators: tuple[Mapping[str, Any], ...]
+    accelerators: tuple[TargetDevice, ...]
     memory: MemoryStatus
     suspects: Mapping[str, str]  # kind -> summary of an unconfirmed finding
     incidents: tuple[str, ...]  # kinds of the open incidents
     errors: Mapping[str, str]  # episode key -> message
-    gates: Mapping[str, Any] | None = None  # output-correctness gates: health score, baseline, notes
+    gates: TargetGatesStatus | None = None  # output-correctness gates: health score, baseline, notes
     serving_reason: str = ""  # why (not) serving, CamelCase (surface/readiness.py; the readiness gate's reason)
     serving_message: str = ""
 
 
 @dataclass(frozen=True)
-class ProbeCounters:
-    runs: int
-    failures: int
-    overruns: int
-    last_duration_s: float | None
-    mean_duration_s: float | None
+class Unmatched:
+    target: str  # a configured target
+    reason: str  # why it was not found
 
 
-@dataclass(frozen=True)
-class GuardianSelf:
-    pid: int
-    ticks: int
-    last_tick_s: float | None
-    max_tick_s: float | None
-    cpu_seconds: float | None
-    max_rss_bytes: int
-    ticks_failed: int = 0  # ticks that raised (they feed neither /healthz nor the watchdog)
-    tick_p50_s: float | None = None  # over the last ticks kept (SelfStats.tick_times)
-    tick_p99_s: float | None = None
+#: Node sections of parts that may not be wired (no gates, no Kubernetes, ``guardian probe``):
+#: ``None`` leaves the key out of the document.
+OPTIONAL_SECTIONS = frozenset({"gates", "device_faults", "alerts", "config", "api_keys", "kubernetes"})
 
 
 @dataclass(frozen=True)
@@ -143,13 +110,18 @@ class StatusSnapshot:
     guardian: GuardianSelf
     probes: Mapping[str, ProbeCounters]
     targets: tuple[TargetStatus, ...]
-    unmatched: tuple[tuple[str, str], ...]  # (configured target, why it was not found)
+    unmatched: tuple[Unmatched, ...]
     incidents: tuple[Incident, ...]  # open
-    actions: Mapping[str, Any]  # {"outcomes": {...}, "restarts": {target: {...}}}
+    actions: ActionCounts
     maintenance_until: float | None
-    extras: Mapping[str, Any] = field(default_factory=dict)  # sections wired in by runtime (alerts)
-    accelerators: tuple[Mapping[str, Any], ...] = ()  # every device of the node (diagnosis.node_view)
+    accelerators: tuple[DeviceRow, ...] = ()  # every device of the node (diagnosis.node_view)
     errors: Mapping[str, str] = field(default_factory=dict)
+    gates: GatesSummary | None = None  # external gate reports (gates.shared)
+    device_faults: Mapping[str, DeviceFaultStatus] | None = None  # devices with a fault recorded
+    alerts: AlertsStatus | None = None  # the alert sink
+    config: ConfigStatus | None = None  # reloads
+    api_keys: Mapping[str, str] | None = None  # target -> where its API key came from
+    kubernetes: KubernetesStatus | None = None  # the Kubernetes publisher
     schema: int = SCHEMA
 
     def target(self, name: str) -> TargetStatus | None:
@@ -159,32 +131,17 @@ class StatusSnapshot:
     def document(self) -> dict[str, Any]:
         """The JSON document (built once per snapshot; treat it as read-only)."""
         return {
-            "schema": self.schema,
-            "node": self.node,
-            "version": self.version,
-            "time": self.time,
-            "uptime_s": self.uptime_s,
-            "guardian": _plain(self.guardian),
-            "probes": _plain(self.probes),
-            "targets": _plain(self.targets),
-            "unmatched": [{"target": n, "reason": r} for n, r in self.unmatched],
-            "incidents": [incident_to_dict(i) for i in self.incidents],
-            "actions": _plain(self.actions),
-            "maintenance_until": self.maintenance_until,
-            "accelerators": _plain(self.accelerators),
-            **{k: _plain(v) for k, v in self.extras.items()},
-            "errors": dict(self.errors),
+            f.name: plain(getattr(self, f.name))
+            for f in fields(self)
+            if not (f.name in OPTIONAL_SECTIONS and getattr(self, f.name) is None)
         }
 
     def to_dict(self) -> dict[str, Any]:
         return self.document
 
-
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return [_plain(v) for v in value]
-    return value
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> StatusSnapshot:
+        """The snapshot a ``to_dict`` document holds; raises ``StatusDocumentError`` (a ``ValueError``)
+        naming the first key of the wrong shape."""
+        snapshot: StatusSnapshot = decode(cls, doc)
+        return snapshot

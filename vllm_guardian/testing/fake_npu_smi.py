@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from vllm_guardian.fsutil import atomic_write
 from vllm_guardian.testing.curves import curve
 
 LAYOUTS = ("a2", "a3", "310p", "950")
@@ -265,9 +266,7 @@ class FakeNpuSmi:
 
     def set_time(self, t: float) -> None:
         """Move the fake's clock to ``t`` seconds since the scenario started (atomic write)."""
-        tmp = self.state.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"t": t}), encoding="utf-8")
-        os.replace(tmp, self.state)
+        atomic_write(self.state, json.dumps({"t": t}), fsync=False)
 
 
 def write_fake_npu_smi(

@@ -34,7 +34,7 @@ from vllm_guardian.loop.runtime import Runtime
 from vllm_guardian.model import Incident, Kind
 from vllm_guardian.sim.control import API_SERVER_MODULE as SIM_MODULE, SimServer
 from vllm_guardian.sim.demo import _hang_one, _Out, _print_alerts, _sweep, _target, _wait
-from vllm_guardian.surface.status_view import render_status
+from vllm_guardian.surface.status_render import render_status
 from vllm_guardian.testing.fake_nvml import FakeNvmlBackend
 
 
@@ -104,11 +104,11 @@ def run_xid_demo(keep: bool = False, timeout: float = 120.0) -> int:
         loop = threading.Thread(target=rt.run, args=(stop,), daemon=True)
         loop.start()
         deadline = time.monotonic() + timeout
-        target = _wait(lambda: _target(rt, lambda t: t["ready"] and t["canary"]), deadline)
+        target = _wait(lambda: _target(rt, lambda t: t.ready and t.canary is not None), deadline)
         if not target:
             out("FAILED: the target never became ready")
             return 1
-        old_pid = target["pid"]
+        old_pid = target.pid
         out("target demo-llm ready; injecting at once: the engine thread spins (as in a CUDA synchronise on a")
         out("dead GPU) and GPU nvml:0 reports Xid 79 and falls off the bus (NVML answers GpuIsLost from now on)")
         server.set_fault("busy_loop")
@@ -144,9 +144,9 @@ def run_xid_demo(keep: bool = False, timeout: float = 120.0) -> int:
         check(act.detail.startswith("restart refused"), "the restart was refused and escalated")
         seq = rt.daemon.remediator.sequences.get("demo-llm")
         now = _target(rt, lambda t: True)
-        check(seq is None and now is not None and now["pid"] == old_pid, f"nothing restarted (pid {old_pid})")
+        check(seq is None and now is not None and now.pid == old_pid, f"nothing restarted (pid {old_pid})")
         print()
-        print(render_status(rt.daemon.status().to_dict()))
+        print(render_status(rt.daemon.status()))
         print()
         out(f"incidents in {cfg.state_dir}/incidents/" + ("" if keep else " — run with --keep to look at them"))
         out("PASSED: the fault was named, the restart refused, the node alerted" if not failed else "FAILED")

@@ -54,6 +54,7 @@ from urllib.parse import urlsplit
 
 from vllm_guardian.sim.vllm.full_page import full_page_tail
 from vllm_guardian.sim.vllm import dev_mode, lm
+from vllm_guardian.sim.vllm.data_parallel import EngineGroup
 from vllm_guardian.sim.vllm.engine import (
     FAULTS,
     HANG_FAULTS,
@@ -87,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--startup-delay", type=float, default=2.0, help="seconds of hot model loading")
     p.add_argument("--step-ms", type=float, default=5.0, help="CPU burnt per engine step")
     p.add_argument("--with-worker", action="store_true", help="engine spawns an idle VLLM::Worker")
+    p.add_argument(
+        "--data-parallel-size",
+        type=int,
+        default=1,
+        help="engines (VLLM::EngineCore_DP<k>) behind this API server, with a VLLM::DPCoordinator",
+    )
     p.add_argument("--exit-on-engine-death", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--death-exit-delay", type=float, default=5.0)
     p.add_argument("--ignore-sigterm", action="store_true")
@@ -111,69 +118,86 @@ def build_parser() -> argparse.ArgumentParser:
 # ---- metrics ----------------------------------------------------------------
 
 
-def metric_families(stats: EngineStats, model: str) -> list:
-    """vLLM's scheduler metrics for one engine, as prometheus_client families."""
+def metric_families(engines: list[tuple[str, EngineStats]], model: str) -> list:
+    """vLLM's scheduler metrics, one labelled sample per engine (``engine="0"``, ``"1"`` … on a
+    data-parallel server), as prometheus_client families."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
     from prometheus_client.utils import floatToGoString
 
-    labels, values = ["model_name", "engine"], [model, "0"]
+    labels = ["model_name", "engine"]
 
-    def one(cls, name: str, doc: str, value: float):
+    def family(cls, name: str, doc: str, value) -> object:
         fam = cls(name, doc, labels=labels)
-        fam.add_metric(values, value)
+        for engine, stats in engines:
+            fam.add_metric([model, engine], value(stats))
         return fam
 
     success = CounterMetricFamily(
         "vllm:request_success", "Count of successfully processed requests.", labels=labels + ["finished_reason"]
     )
-    success.add_metric(values + ["stop"], stats.success_stop)
-    success.add_metric(values + ["length"], stats.success_length)
-    cumulative = list(itertools.accumulate(stats.iteration_token_counts))
-    bounds = [floatToGoString(b) for b in ITERATION_TOKEN_BUCKETS] + ["+Inf"]
     hist = HistogramMetricFamily(
         "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", labels=labels
     )
-    hist.add_metric(values, buckets=list(zip(bounds, cumulative, strict=True)), sum_value=stats.iteration_tokens_sum)
+    bounds = [floatToGoString(b) for b in ITERATION_TOKEN_BUCKETS] + ["+Inf"]
+    for engine, stats in engines:
+        success.add_metric([model, engine, "stop"], stats.success_stop)
+        success.add_metric([model, engine, "length"], stats.success_length)
+        cumulative = list(itertools.accumulate(stats.iteration_token_counts))
+        hist.add_metric(
+            [model, engine], buckets=list(zip(bounds, cumulative, strict=True)), sum_value=stats.iteration_tokens_sum
+        )
     return [
-        one(
+        family(
             GaugeMetricFamily,
             "vllm:num_requests_running",
             "Number of requests in model execution batches.",
-            stats.running,
+            lambda st: st.running,
         ),
-        one(
-            GaugeMetricFamily, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", stats.waiting
+        family(
+            GaugeMetricFamily,
+            "vllm:num_requests_waiting",
+            "Number of requests waiting to be processed.",
+            lambda st: st.waiting,
         ),
-        one(
-            GaugeMetricFamily, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", stats.kv_usage
+        family(
+            GaugeMetricFamily,
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage. 1 means 100 percent usage.",
+            lambda st: st.kv_usage,
         ),
-        one(
+        family(
             CounterMetricFamily,
             "vllm:num_preemptions",
             "Cumulative number of preemption from the engine.",
-            stats.num_preemptions,
+            lambda st: st.num_preemptions,
         ),
-        one(CounterMetricFamily, "vllm:prompt_tokens", "Number of prefill tokens processed.", stats.prompt_tokens),
-        one(
+        family(
+            CounterMetricFamily,
+            "vllm:prompt_tokens",
+            "Number of prefill tokens processed.",
+            lambda st: st.prompt_tokens,
+        ),
+        family(
             CounterMetricFamily,
             "vllm:generation_tokens",
             "Number of generation tokens processed.",
-            stats.generation_tokens,
+            lambda st: st.generation_tokens,
         ),
         success,
         hist,
-        _sleep_state(stats.asleep, labels, values),
+        _sleep_state(engines, labels, model),
     ]
 
 
-def _sleep_state(asleep: bool, labels: list[str], values: list[str]):
+def _sleep_state(engines: list[tuple[str, EngineStats]], labels: list[str], model: str):
     """``vllm:engine_sleep_state``: awake 1 unless asleep (a pause leaves it awake, as in vLLM)."""
     from prometheus_client.core import GaugeMetricFamily
 
     fam = GaugeMetricFamily("vllm:engine_sleep_state", "Engine sleep state.", labels=labels + ["sleep_state"])
-    fam.add_metric(values + ["awake"], 0.0 if asleep else 1.0)
-    fam.add_metric(values + ["weights_offloaded"], 1.0 if asleep else 0.0)
-    fam.add_metric(values + ["discard_all"], 0.0)
+    for engine, stats in engines:
+        fam.add_metric([model, engine, "awake"], 0.0 if stats.asleep else 1.0)
+        fam.add_metric([model, engine, "weights_offloaded"], 1.0 if stats.asleep else 0.0)
+        fam.add_metric([model, engine, "discard_all"], 0.0)
     return fam
 
 
@@ -182,7 +206,7 @@ class _StatsCollector:
         self._app = app
 
     def collect(self):
-        return metric_families(self._app.engine.stats, self._app.model)
+        return metric_families(self._app.engine.per_engine_stats(), self._app.model)
 
 
 # ---- the engine, seen from the API server -----------------------------------
@@ -201,7 +225,8 @@ class EngineClient:
     def __init__(self, config: EngineConfig, on_dead) -> None:
         ctx = multiprocessing.get_context("spawn")
         self._conn, self._child_conn = ctx.Pipe()
-        self._proc = ctx.Process(target=engine_main, args=(self._child_conn, config), name="EngineCore")
+        name = config.title.removeprefix("VLLM::")  # EngineCore, EngineCore_DP<k>: vLLM's process names
+        self._proc = ctx.Process(target=engine_main, args=(self._child_conn, config), name=name)
         self._on_dead = on_dead
         self._send_lock = threading.Lock()
         self._lock = threading.Lock()
@@ -217,6 +242,10 @@ class EngineClient:
     @property
     def alive(self) -> bool:
         return not self._dead.is_set()
+
+    def per_engine_stats(self) -> list[tuple[str, EngineStats]]:
+        """``[(engine label, stats)]``: one engine, labelled "0" as vLLM labels it."""
+        return [("0", self.stats)]
 
     def start(self) -> None:
         self._proc.start()
@@ -241,8 +270,9 @@ class EngineClient:
     def start_output_thread(self) -> None:
         threading.Thread(target=self._read_outputs, name="engine-output", daemon=True).start()
 
-    def submit(self, prompt: str, max_tokens: int, temperature: float) -> RequestDone | None:
-        """The finished request, or None when the engine is (or becomes) dead. Never times out."""
+    def submit(self, prompt: str, max_tokens: int, temperature: float, rank: int | None = None) -> RequestDone | None:
+        """The finished request, or None when the engine is (or becomes) dead. Never times out.
+        ``rank`` (an ``X-data-parallel-rank`` header): one engine serves every rank."""
         pending, request_id = _Pending(), f"cmpl-{uuid.uuid4().hex}"
         with self._lock:
             if self._dead.is_set():
@@ -252,7 +282,7 @@ class EngineClient:
         pending.done.wait()
         return pending.result
 
-    def set_fault(self, name: str, rate_mb_s: float) -> None:
+    def set_fault(self, name: str, rate_mb_s: float, rank: int | None = None) -> None:
         self._send(SetFault(name, rate_mb_s))
 
     def pause(self, paused: bool, abort: bool = False, sleeping: bool = False) -> None:
@@ -347,7 +377,9 @@ def _error(status: int, kind: str, message: str, param: str | None = None) -> tu
 class SimApp:
     """Request → (status, body) decisions; the handler only moves bytes."""
 
-    def __init__(self, model: str, engine: EngineClient, config: EngineConfig, full_metrics: bool = False) -> None:
+    def __init__(
+        self, model: str, engine: EngineClient | EngineGroup, config: EngineConfig, full_metrics: bool = False
+    ) -> None:
         from prometheus_client import CollectorRegistry
 
         self.model = model
@@ -392,7 +424,8 @@ class SimApp:
             page += full_page_tail(self.model, stats.success_stop + stats.success_length).encode()
         return page
 
-    def complete(self, body) -> tuple[int, dict]:
+    def complete(self, body, rank: int | None = None) -> tuple[int, dict]:
+        """A completion; ``rank``: the data-parallel rank its ``X-data-parallel-rank`` header names."""
         if not isinstance(body, dict):
             return _error(400, "BadRequestError", "Request body must be a JSON object.")
         model = body.get("model", self.model)
@@ -426,7 +459,7 @@ class SimApp:
                 f"This model's maximum context length is {self._config.max_model_len} tokens. "
                 f"However, you requested {count_tokens(prompt) + max_tokens} tokens.",
             )
-        done = self.engine.submit(prompt, max_tokens, float(temperature))
+        done = self.engine.submit(prompt, max_tokens, float(temperature), rank=rank)
         if done is None:
             return _error(
                 500, "EngineDeadError", "EngineCore encountered an issue. See stack trace for the root cause."
@@ -486,6 +519,9 @@ class SimApp:
         rate = body.get("rate_mb_s", 8.0)
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0:
             return _error(400, "BadRequestError", "rate_mb_s must be a positive number.", "rate_mb_s")
+        rank = body.get("rank")  # one engine of a data-parallel server; all when absent
+        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.dp_size):
+            return _error(400, "BadRequestError", f"rank must be an integer in [0, {self.dp_size}).", "rank")
         with self._lock:
             self._fault = name
             if name in HANG_FAULTS or name in LEAK_FAULTS:
@@ -494,14 +530,21 @@ class SimApp:
                 self._faults -= set(LEAK_FAULTS)
                 self._output_faults = frozenset()  # "none" also ends the garbage
             faults = sorted(self._faults | self._output_faults)
-        LOG.warning("sim fault ordered: %s", name)
-        self.engine.set_fault(name, float(rate))
-        return 200, {"fault": name, "faults": faults}
+        LOG.warning("sim fault ordered: %s%s", name, "" if rank is None else f" (rank {rank})")
+        self.engine.set_fault(name, float(rate), rank=rank)
+        return 200, {"fault": name, "faults": faults, "rank": rank}
+
+    @property
+    def dp_size(self) -> int:
+        return len(self.engine.engines) if isinstance(self.engine, EngineGroup) else 1
 
     def state(self) -> dict:
         with self._lock:
             fault, faults = self._fault, sorted(self._faults | self._output_faults)
+        group = self.engine if isinstance(self.engine, EngineGroup) else None
+        ranks = {} if group is None else {"coordinator_pid": group.coordinator_pid, "engines": _ranks(group)}
         return {
+            **ranks,
             "api_pid": os.getpid(),
             "engine_pid": self.engine.pid,
             "worker_pid": self.engine.worker_pid,
@@ -511,6 +554,12 @@ class SimApp:
             "faults": faults,
             "stats": self.engine.stats.to_dict(),
         }
+
+
+def _ranks(group: EngineGroup) -> list[dict]:
+    return [
+        {"rank": k, "pid": e.pid, "alive": e.alive, "stats": e.stats.to_dict()} for k, e in enumerate(group.engines)
+    ]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -563,7 +612,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         url = urlsplit(self.path)
         path = url.path
-        routes = {"/v1/completions": self.app.complete, "/sim/fault": self.app.set_fault}
+        routes = {"/v1/completions": self._complete, "/sim/fault": self.app.set_fault}
         if not self._authorized(path):
             return
         if path not in routes and self.app.dev is not None:
@@ -582,6 +631,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(*_error(400, "BadRequestError", "Invalid JSON body."))
             return
         self._json(*routes[path](body))
+
+    def _complete(self, body) -> tuple[int, dict]:
+        rank = (self.headers.get("X-data-parallel-rank") or "").strip()  # vLLM's header
+        return self.app.complete(body, rank=int(rank) if rank.isdigit() else None)
 
     def _json(self, status: int, obj) -> None:
         self._send(status, json.dumps(obj).encode(), "application/json")
@@ -641,9 +694,14 @@ def main(argv: list[str] | None = None) -> int:
         idle_threads=args.idle_threads - api_threads,
     )
     start_idle_threads(api_threads, stop)
-    engine = EngineClient(config, on_engine_dead)
+    engine: EngineClient | EngineGroup = (
+        EngineGroup(config, args.data_parallel_size, EngineClient, on_engine_dead)
+        if args.data_parallel_size > 1
+        else EngineClient(config, on_engine_dead)
+    )
     engine.start()
-    LOG.info("started EngineCore pid=%s; loading model %s", engine.pid, args.model)
+    pids = engine.pids if isinstance(engine, EngineGroup) else [engine.pid]
+    LOG.info("started EngineCore pid=%s; loading model %s", ",".join(map(str, pids)), args.model)
     if not engine.wait_ready(stop):
         engine.shutdown()
         if stop.is_set():

@@ -96,6 +96,13 @@ class EngineConfig:
     kv_blocks: int = 64
     block_tokens: int = 16
     max_num_seqs: int = 16
+    dp_rank: int | None = None  # one engine of a data-parallel server: titled EngineCore_DP<k>
+
+    @property
+    def title(self) -> str:
+        """The process title vLLM sets: ``VLLM::EngineCore``, or ``VLLM::EngineCore_DP<k>`` for a
+        rank of a data-parallel server (``set_process_title`` in vLLM's ``run_engine_core``)."""
+        return ENGINE_TITLE if self.dp_rank is None else f"{ENGINE_TITLE}_DP{self.dp_rank}"
 
     @property
     def max_model_len(self) -> int:
@@ -522,11 +529,12 @@ class EngineCore:
 # ---- process entry points ---------------------------------------------------
 
 
-def worker_main(death_conn) -> None:
-    """An idle ``VLLM::Worker``: lives exactly as long as its engine's end of the pipe."""
+def worker_main(death_conn, title: str = WORKER_TITLE) -> None:
+    """An idle ``VLLM::Worker`` (or another idle helper titled ``title``, such as the data-parallel
+    coordinator): lives exactly as long as its parent's end of the pipe."""
     import setproctitle
 
-    setproctitle.setproctitle(WORKER_TITLE)
+    setproctitle.setproctitle(title)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
@@ -548,7 +556,7 @@ def engine_main(conn, config: EngineConfig) -> None:
     """Target of the spawned engine process."""
     import setproctitle
 
-    setproctitle.setproctitle(ENGINE_TITLE)
+    setproctitle.setproctitle(config.title)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API server handles Ctrl-C for the tree
     worker, death_pipe = _start_worker() if config.with_worker else (None, None)

@@ -1,0 +1,128 @@
+"""The table a person reads at a glance (``guardian status``, ``guardian probe``), from the typed
+snapshot (the CLI reads the control socket's document back with ``StatusSnapshot.from_dict``)."""
+
+from __future__ import annotations
+
+import time
+
+from vllm_guardian.diagnosis.node_view import render_table as render_accelerators
+from vllm_guardian.gates.status import GatesSummary, TargetGatesStatus
+from vllm_guardian.state.tracker import CanaryStatus
+from vllm_guardian.surface.status_snapshot import HottestThread, StatusSnapshot, TargetStatus
+
+
+def _fmt_pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def _fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if x < 1024 or unit == "GiB":
+            return f"{x:.0f}{unit}" if unit == "B" else f"{x:.1f}{unit}"
+        x /= 1024
+    return str(x)
+
+
+def _canary(c: CanaryStatus | None) -> str:
+    if c is None:
+        return "-"
+    if c.ok:
+        return "ok %.0fms" % (1000 * (c.latency_s or 0.0))
+    return "TIMEOUT" if c.timed_out else "failed"
+
+
+def _hot(h: HottestThread | None) -> str:
+    if h is None:
+        return "-"
+    return f"{h.tid} {h.comm} {_fmt_pct(h.cpu_ratio)} vol/s {h.voluntary_per_s} {h.syscall or ''}"
+
+
+def _gates_lines(g: TargetGatesStatus | None) -> list[str]:
+    if g is None:
+        return []
+    score = "-" if g.health_score is None else str(g.health_score)
+    age = "never" if g.last_round_age_s is None else f"{g.last_round_age_s:.0f}s ago"
+    out = [
+        f"  gates: health {score}/100, last round {age}, baseline {g.baseline}, "
+        f"L4 {g.agreement or '-'}, {g.reports} report(s)"
+    ]
+    out += [f"  gate failure {f.level} {f.check}: {f.prompt[:30]!r} -> {f.output[:40]!r}" for f in g.failures[:3]]
+    out += [f"  gate note: {n}" for n in g.notes]
+    return out
+
+
+def _target_lines(t: TargetStatus) -> list[str]:
+    eng = t.engine
+    lines = [
+        "",
+        f"TARGET {t.name}  [{t.phase.upper()}]  pid {t.pid}  {t.api_url or ''}  model {t.model or '?'}",
+        f"  engine: running {eng.requests_running}, waiting {eng.requests_waiting}, "
+        f"kv {_fmt_pct(eng.kv_cache_usage)}, steps/s {eng.steps_per_s}, canary {_canary(t.canary)}",
+        f"  {'PID':>8} {'ROLE':<12} {'STATE':<5} {'CPU':>5} {'RSS':>9}  HOTTEST THREAD",
+    ]
+    for p in t.processes:
+        lines.append(
+            f"  {p.pid:>8} {p.role:<12} {p.state or '?':<5} "
+            f"{_fmt_pct(p.cpu_ratio):>5} {_fmt_bytes(p.rss_bytes):>9}  {_hot(p.hottest_thread)}"
+        )
+    for label, trend in (("accelerator memory", t.memory.accelerator), ("RSS (tree)", t.memory.rss)):
+        if trend is not None:
+            slope = trend.slope_bytes_per_s
+            words = "-" if slope is None else f"{slope / 1e6:+.2f} MB/s over {trend.window_s:.0f}s"
+            lines.append(f"  {label}: {_fmt_bytes(trend.bytes)}, trend {words}")
+    for dev in t.accelerators:
+        lines.append(
+            f"  device {dev.device}: {_fmt_bytes(dev.memory_used_bytes)} of "
+            f"{_fmt_bytes(dev.memory_total_bytes)}, util {_fmt_pct(dev.utilization_ratio)}"
+        )
+    rem = t.remediation
+    if rem is not None:
+        lines.append(f"  remediation: {rem.phase} ({rem.reason}, mode {rem.mode}): {rem.detail}")
+    if t.decision:
+        lines.append(f"  decision: {t.decision}")
+    lines.append(f"  serving: {'yes' if t.serving else 'NO'}, restart budget left: {t.budget_left}")
+    lines.extend(_gates_lines(t.gates))
+    lines.extend(f"  suspect {kind}: {summary}" for kind, summary in t.suspects.items())
+    lines.extend(f"  error {key}: {msg}" for key, msg in t.errors.items())
+    return lines
+
+
+def _reports_line(g: GatesSummary) -> str:
+    dropped = sum(g.reports_dropped.values())
+    trust = "signed" if g.trust == "signed" else "no trust key: reports and peers alert, never restart"
+    return f"gate reports: {g.reports.get('accepted', 0)} accepted, {dropped} dropped (trust: {trust})"
+
+
+def render_status(s: StatusSnapshot) -> str:
+    """The table a person reads at a glance."""
+    g = s.guardian
+    lines = [
+        f"guardian {s.version} on {s.node} — up {s.uptime_s or 0:.0f}s, "
+        f"{g.ticks} ticks, last tick {1000 * (g.last_tick_s or 0):.1f} ms, "
+        f"guardian CPU {g.cpu_seconds or 0:.1f}s"
+    ]
+    until = s.maintenance_until
+    if until is not None and until > time.time():
+        lines.append(
+            f"MAINTENANCE until {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(until))}: "
+            "no automatic remediation (detection and alerts go on; `guardian maintenance off` ends it)"
+        )
+    if not s.targets:
+        lines.append("no vLLM targets found")
+    lines.extend(f"configured target {u.target} not found: {u.reason}" for u in s.unmatched)
+    for t in s.targets:
+        lines.extend(_target_lines(t))
+    if s.gates is not None:
+        lines += ["", _reports_line(s.gates)]
+    lines += ["", render_accelerators(s.accelerators).rstrip("\n")]
+    if s.incidents:
+        lines += ["", "OPEN INCIDENTS"]
+        for i in s.incidents:
+            opened = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(i.opened_at))
+            lines.append(f"  {i.id}  {i.kind.value:<14} {i.target.name:<14} since {opened}  {i.summary}")
+    node_errors = {k: v for k, v in s.errors.items() if ":" not in k or k.startswith(("procfs", "sink"))}
+    lines.extend(f"error {key}: {msg}" for key, msg in node_errors.items())
+    return "\n".join(lines)
