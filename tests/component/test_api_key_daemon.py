@@ -116,6 +116,14 @@ def test_the_canary_sends_the_key_from_the_servers_command_line_and_the_target_g
     )  # /health and /metrics never carry it
 
 
+def test_the_status_says_where_each_key_came_from_never_the_key(make_world):
+    w = make_world(server_key=SECRET)
+    w.step(4)
+    snapshot = w.d.status()
+    assert snapshot.api_keys == {"vllm-8000": "--api-key of pid 100"}
+    assert snapshot.to_dict()["api_keys"] == {"vllm-8000": "--api-key of pid 100"}
+
+
 def test_a_hang_behind_an_api_key_is_still_confirmed_as_a_busy_loop(make_world, caplog):
     caplog.set_level(logging.DEBUG)
     w = make_world(server_key=SECRET)

@@ -58,6 +58,50 @@ def test_status_without_a_running_guardian_says_so_and_exits_1(tmp_path, capsys)
     assert "not reachable" in capsys.readouterr().err
 
 
+STATUS_DOC = {
+    "node": "gpu-1",
+    "version": "9.9",
+    "targets": [{"name": "llama", "phase": "serving", "serving": True, "pid": 42, "model": "m"}],
+    "unmatched": [{"target": "mistral", "reason": "no process matches"}],
+}
+
+
+@pytest.fixture
+def serving_status(tmp_path):
+    """A control socket answering ``status`` with whatever document ``doc`` holds."""
+    from vllm_guardian.surface.control_socket import ControlSocket
+
+    doc: dict = {"value": STATUS_DOC}
+    sock = ControlSocket(str(tmp_path / "g.sock"), {"status": lambda req: doc["value"]})
+    sock.start()
+    try:
+        yield sock.path, doc
+    finally:
+        sock.stop()
+
+
+def test_status_reads_the_socket_document_back_into_the_table(serving_status, capsys):
+    path, _ = serving_status
+    assert main(["status", "--socket", path]) == 0
+    out = capsys.readouterr().out
+    assert "guardian 9.9 on gpu-1" in out and "TARGET llama  [SERVING]  pid 42" in out
+    assert "configured target mistral not found: no process matches" in out
+
+
+def test_status_json_prints_the_document_as_the_socket_sent_it(serving_status, capsys):
+    path, _ = serving_status
+    assert main(["status", "--json", "--socket", path]) == 0
+    assert json.loads(capsys.readouterr().out) == STATUS_DOC
+
+
+def test_a_status_document_of_the_wrong_shape_is_one_line_naming_the_key(serving_status, capsys):
+    path, doc = serving_status
+    doc["value"] = {"targets": [{"name": "llama", "pid": "forty-two"}]}
+    assert main(["status", "--socket", path]) == 1
+    err = capsys.readouterr().err
+    assert "cannot read" in err and "status.targets[0].pid: expected int" in err
+
+
 def test_incidents_list_json_has_the_contract_fields(tmp_path, capsys):
     cfg = write_config(tmp_path)
     store = IncidentStore(str(tmp_path / "state"))

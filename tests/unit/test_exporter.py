@@ -188,6 +188,7 @@ FULL = status(
     accelerators=[{"device": "nvml:0", "backend": "nvml", "fault_health": 0}],
     device_faults={"pci:0000:3b:00": {"health": 2}},
     kubernetes={"failures": {"TaintWant": 3}, "queue_full": 0, "node_tainted": True},  # KubePublisher.stats()
+    capabilities={"missing": [{"capability": "ptrace", "why": "no CAP_SYS_PTRACE", "consequence": "no py-spy"}]},
 )
 MINIMAL: dict = {}  # before the first tick the daemon's status() is an empty dict
 

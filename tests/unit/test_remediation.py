@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 
 import pytest
 
@@ -14,7 +15,7 @@ from vllm_guardian.remediation.policy import Maintenance, RestartLedger
 from vllm_guardian.series import metrics as m
 from vllm_guardian.testing.fake_control import FakeControl
 from vllm_guardian.testing.fake_runner import FakeRunner, result
-from tests.support.remediation_world import API, ARGV, ENGINE, WORKER, World
+from tests.support.remediation_world import API, ARGV, ENGINE, WORKER, World, target
 
 
 def test_a_busy_loop_is_drained_stopped_restarted_and_verified(tmp_path):
@@ -233,6 +234,20 @@ def test_maintenance_pauses_remediation(tmp_path):
     Maintenance(str(tmp_path)).turn_on(w.clock.wall(), 3600)
     assert w.consider(w.open()).startswith("skipped: maintenance")
     assert w.control.signals == []
+
+
+def test_a_target_matched_by_its_argv_port_is_never_restarted_and_the_alert_says_why(tmp_path):
+    """Unprivileged: its sockets could not be read, its port is its command line's word only."""
+    w = World(tmp_path)
+    w.tracker.apply_discovery((replace(target(), socket="argv"),), (), w.clock.monotonic())
+    inc = w.open()
+    answer = w.consider(inc)
+    w.consider(inc)
+    assert answer.startswith("escalated: port not verified: the guardian cannot read this process's sockets")
+    assert "CAP_SYS_PTRACE/CAP_DAC_READ_SEARCH" in answer
+    assert w.actions(inc) == [("restart", "escalated")]  # recorded once
+    w.step(1, n=5)
+    assert w.control.signals == [] and w.rem.phase("llm") == "serving"
 
 
 def test_an_autodiscovered_target_is_alert_only(tmp_path):

@@ -98,6 +98,7 @@ def test_the_document_keeps_the_keys_its_readers_use():
         "maintenance_until",
         "accelerators",
         "errors",
+        "capabilities",
         *OPTIONAL_SECTIONS,
     }
     assert set(doc["actions"]) == {"outcomes", "restarts"}

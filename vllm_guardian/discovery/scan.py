@@ -3,7 +3,10 @@
 Reads /proc through ``ProcFS`` (one pass: stat + cmdline of every pid; the fd
 scan only when a ``port`` matcher is configured, once per pass) and decides:
 - explicit ``targets:`` from config, matched by ``port`` (owner of the LISTEN
-  socket's inode; the top-most ancestor when several processes hold it),
+  socket's inode; the top-most ancestor when several processes hold it; where a socket listens
+  on the port but its owner's fds cannot be read (another user's, unprivileged): the vLLM API
+  server whose argv names the port, ``socket="argv"``, never restarted on that word:
+  ``vllm_guardian.discovery.argv``),
   ``pid_file`` or ``cmdline_regex`` (the top-most matching ancestor), or
   ``kubernetes`` / ``systemd_unit`` (their cgroups: ``vllm_guardian.discovery.platform_match``);
 - autodiscovered servers (``vllm serve …``, ``python -m …api_server``,
@@ -37,6 +40,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from urllib.parse import urlsplit
 
 from vllm_guardian.config.schema import Config, TargetConfig
+from vllm_guardian.discovery.argv import ARGV, DEFAULT_PORT, argv_candidates, is_api_server, option_value
 from vllm_guardian.errors import AccessDenied, ProbeFailed, TargetGone
 from vllm_guardian import proctree
 from vllm_guardian.host.procfs import ProcFS
@@ -45,9 +49,7 @@ from vllm_guardian.model import ProcessInfo, ProcKey, Role, Target
 if TYPE_CHECKING:
     from vllm_guardian.discovery.platform_match import PlatformMatcher
 
-DEFAULT_PORT = 8000
 _ANY_HOSTS = ("", "0.0.0.0", "::", "[::]")
-_PY_OPTS_WITH_VALUE = ("-W", "-X", "-Q")
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,12 @@ class DiscoveryResult:
     unmatched: tuple[tuple[str, str], ...]  # (target name, why)
     # autodiscovery candidates not followed: (their identity, why); reported once by the caller
     ignored: tuple[tuple[ProcKey, str], ...] = ()
+    # pids whose fd table answered EACCES (another user's): the guardian cannot read every socket
+    fds_denied: tuple[int, ...] = ()
+
+    @property
+    def sockets_denied(self) -> bool:
+        return bool(self.fds_denied)
 
     def target(self, name: str) -> Target | None:
         for t in self.targets:
@@ -74,18 +82,6 @@ class _Proc:
 
 
 # ---------------------------------------------------------------- pure helpers
-def option_value(cmdline: Iterable[str], name: str) -> str | None:
-    """The value of ``--name V`` or ``--name=V`` (the last one wins, as argparse does)."""
-    args = list(cmdline)
-    found: str | None = None
-    for i, arg in enumerate(args):
-        if arg == name and i + 1 < len(args):
-            found = args[i + 1]
-        elif arg.startswith(name + "="):
-            found = arg[len(name) + 1 :]
-    return found
-
-
 def server_port(cmdline: Iterable[str]) -> int:
     value = option_value(cmdline, "--port")
     try:
@@ -148,32 +144,6 @@ def url_for(host: str, port: int) -> str:
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     return f"http://{host}:{port}"
-
-
-def is_api_server(cmdline: tuple[str, ...]) -> bool:
-    """``… vllm serve …``, ``python -m <…api_server> …`` or ``python …/…api_server.py …``."""
-    for i, arg in enumerate(cmdline[:-1]):
-        if os.path.basename(arg) == "vllm" and cmdline[i + 1] == "serve":
-            return True
-    if not cmdline or not os.path.basename(cmdline[0]).startswith("python"):
-        return False
-    i = 1
-    while i < len(cmdline):
-        arg = cmdline[i]
-        if arg == "-m":
-            return i + 1 < len(cmdline) and cmdline[i + 1].endswith("api_server")
-        if arg.startswith("-m"):
-            return arg[2:].endswith("api_server")
-        if arg.startswith("-c"):
-            return False
-        if arg in _PY_OPTS_WITH_VALUE:
-            i += 2
-            continue
-        if arg.startswith("-"):
-            i += 1
-            continue
-        return arg.endswith("api_server.py")  # the script
-    return False
 
 
 def classify(cmdline: tuple[str, ...], prefix: str) -> Role:
@@ -250,6 +220,8 @@ class _Snapshot:
         self.children = proctree.children_by_parent((p.key.pid, p.ppid) for p in self.procs.values())
         self._listening: dict[int, set[int]] | None = None
         self._owners: dict[int, set[int]] | None = None
+        self.denied: set[int] = set()  # pids whose fd table answered EACCES this pass
+        self.by_argv: set[int] = set()  # roots matched by the port their argv names (not verified)
         self.addresses: dict[int, tuple[str | None, int | None]] = {}  # root -> (host, port) from a pod
 
     def ancestors(self, pid: int) -> list[int]:
@@ -297,7 +269,10 @@ class _Snapshot:
                 self.procfs.socket_inodes(pid)
             except TargetGone:
                 continue
-            except (AccessDenied, ProbeFailed):
+            except AccessDenied:
+                self.denied.add(pid)
+                return False
+            except ProbeFailed:
                 return False
         return True
 
@@ -317,7 +292,10 @@ class _Snapshot:
             for pid in self.procs:
                 try:
                     inodes = self.procfs.socket_inodes(pid)
-                except (TargetGone, AccessDenied, ProbeFailed):
+                except AccessDenied:
+                    self.denied.add(pid)
+                    continue
+                except (TargetGone, ProbeFailed):
                     continue
                 for inode in inodes:
                     self._owners.setdefault(inode, set()).add(pid)
@@ -396,9 +374,22 @@ def _match(
             owners = snap.port_owners(m.port)
         except (TargetGone, AccessDenied, ProbeFailed) as e:
             return None, f"cannot read listening sockets: {e}"
-        if not owners:
+        if owners:
+            return snap.topmost(owners), ""
+        if not snap.listens(m.port):
             return None, f"no process listens on port {m.port}"
-        return snap.topmost(owners), ""
+        by_argv = argv_candidates(m.port, snap.denied, {pid: p.cmdline for pid, p in snap.procs.items()})
+        if by_argv:  # another user's server: its argv names the port, its fds cannot be read
+            root = snap.topmost(by_argv)
+            if root is not None:
+                snap.by_argv.add(root)
+            return root, ""
+        if snap.denied:
+            return None, (
+                f"a socket listens on port {m.port}, the guardian cannot read its owner's fds "
+                "(another user's process) and no vLLM command line names the port"
+            )
+        return None, f"no process listens on port {m.port}"
     if m.pid_file is not None:
         try:
             text = read_file(m.pid_file)
@@ -571,7 +562,8 @@ def discover(
         pod_host, pod_port = snap.addresses.get(root, (None, None))
         port = tc.match.port or _port_from_url(tc.api_url) or pod_port or server_port(cmdline)
         api_url = tc.api_url or url_for(pod_host or server_host(cmdline), port)
-        target = _build(snap, root, tc.name, prefix, port, api_url, "config")
+        socket_state = ARGV if root in snap.by_argv else ""
+        target = _build(snap, root, tc.name, prefix, port, api_url, "config", socket_state)
         targets.append(target)
         for p in target.processes:
             claimed.setdefault(p.pid, tc.name)
@@ -600,7 +592,7 @@ def discover(
         for pid, p in sorted(snap.procs.items())
         if pid not in claimed and p.cmdline and p.cmdline[0].startswith(marker)
     )
-    return DiscoveryResult(tuple(targets), orphans, tuple(unmatched), tuple(ignored))
+    return DiscoveryResult(tuple(targets), orphans, tuple(unmatched), tuple(ignored), tuple(sorted(snap.denied)))
 
 
 __all__ = [

@@ -9,7 +9,9 @@ dropped series) happens on the loop thread only. A pass still running after
 blocked on never read again by later passes, and a fresh pass with a fresh copy of the cache
 started; meanwhile the targets of the last good pass keep being probed. A restarted target's
 per-process series are dropped (the pids are new); a target gone for ``forget_after`` is
-returned as forgotten, for the loop to drop everything it keeps about it.
+returned as forgotten, for the loop to drop everything it keeps about it. A target matched by
+its argv's port (fds unreadable) is said once per incarnation; the first refused fd table notes
+the missing capability (``host.capabilities``).
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Callable
 
 from vllm_guardian.config.schema import Config
+from vllm_guardian.discovery.argv import ARGV, NOT_VERIFIED
 from vllm_guardian.discovery.scan import DiscoveryCache, DiscoveryResult, discover
 from vllm_guardian.discovery.worker import Abandoned, DiscoveryWorker
+from vllm_guardian.host.capabilities import Capabilities, Capability, missing
 from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.model import ProcKey, Subject, Target
 from vllm_guardian.series import SeriesStore
@@ -57,8 +61,10 @@ class TargetsStage:
         log: logging.Logger,
         platform: PlatformMatcher | None = None,
         on_discovery: Iterable[DiscoveryHook] = (),
+        capabilities: Capabilities | None = None,
     ) -> None:
         self.cfg = cfg
+        self.capabilities = capabilities or Capabilities(log)  # an fd table refused: noted (and said) once
         self.platform = platform  # match.kubernetes / match.systemd_unit
         # each pass's targets and the processes never to be read again (API keys); handed in, fixed
         self.on_discovery: tuple[DiscoveryHook, ...] = tuple(on_discovery)
@@ -80,6 +86,12 @@ class TargetsStage:
         self._next = float("-inf")
         self._stopped_said = False
         self._unverified_said: set[tuple[str, ProcKey]] = set()
+        self._argv_said: set[tuple[str, ProcKey]] = set()
+
+    def reconfigure(self, cfg: Config, platform: PlatformMatcher | None) -> None:
+        """A config reload: the next discovery pass matches with the new config and platform."""
+        self.cfg = cfg
+        self.platform = platform
 
     def step(self, now: float) -> list[PassOutcome]:
         """Every tick: a finished pass applied, a stuck one abandoned; a new one started when due."""
@@ -187,6 +199,23 @@ class TargetsStage:
                     t.api_url,
                 )
         self._unverified_said = {(t.name, t.key) for t in unverified}
+        if result.fds_denied:
+            pid = result.fds_denied[0]
+            why = f"reading /proc/{pid}/fd answered EACCES (another user's process, or one it may not ptrace)"
+            self.capabilities.note(missing(Capability.READ_SOCKETS, why))
+        by_argv = [t for t in result.targets if t.socket == ARGV]
+        for t in by_argv:
+            if (t.name, t.key) not in self._argv_said:
+                self.log.warning(
+                    "target %s: matched by the port its command line names (%s): the guardian cannot read the "
+                    "sockets of %s; %s; detection and alerts go on, no automatic restart",
+                    t.name,
+                    t.port,
+                    t.key,
+                    NOT_VERIFIED,
+                    extra={"target": t.name},
+                )
+        self._argv_said = {(t.name, t.key) for t in by_argv}
         changes = self.tracker.apply_discovery(result.targets, result.orphans, now)
         for name in changes.new:
             self.log.info(

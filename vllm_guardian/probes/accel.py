@@ -20,7 +20,8 @@ message per failing backend (log once per episode, key ``accel:<backend>``).
 timeout), one read at a time, and keeps the latest full reading in ``Readings.accel``.
 
 ``make_backends(cfg, runner, log)`` builds the backends ``accelerators:`` asks for:
-``auto`` tries and, when absent, logs one line and skips; ``off`` skips.
+``auto`` tries and, when absent, logs one line and skips; ``off`` skips. ``missing_backends``
+says which of them the guardian lacks where an NVIDIA driver is loaded (its capabilities).
 
 The fold also feeds the fault ledger (``Readings.device_faults``): device conditions,
 events (NVML, kernel log) and which server runs on which device.
@@ -40,6 +41,7 @@ from vllm_guardian.host.accel import AccelBackend, AccelEvent, AccelSnapshot, De
 from vllm_guardian.host.accel.kmsg import KmsgBackend
 from vllm_guardian.host.accel.npu_smi import MAX_HEALTH_CALLS, NpuSmiBackend
 from vllm_guardian.host.accel.nvml import NvmlBackend
+from vllm_guardian.host.capabilities import Capability, MissingCapability, missing
 from vllm_guardian.host.runner import CommandRunner
 from vllm_guardian.model import Sample, Target, Subject
 from vllm_guardian.series import metrics as m
@@ -297,4 +299,17 @@ def make_backends(
             out.append(factory())
         except BackendUnavailable as e:
             log.info("accelerators.%s: %s; probe disabled", key, e)
+    return out
+
+
+def missing_backends(cfg: AcceleratorsConfig, backends: Iterable[AccelBackend]) -> list[MissingCapability]:
+    """Where an NVIDIA driver is loaded: NVML or the kernel log asked for (not ``off``) that
+    could not be opened (no libnvidia-ml, ``dmesg_restrict``): capabilities the guardian lacks."""
+    if not nvidia_driver_loaded(cfg.kmsg_root):
+        return []
+    have = {b.name for b in backends}
+    out = []
+    for name, mode, cap in (("nvml", cfg.nvml, Capability.NVML), ("kmsg", cfg.kmsg, Capability.KMSG)):
+        if mode != "off" and name not in have:
+            out.append(missing(cap, f"accelerators.{name} is {mode} but its backend could not be opened"))
     return out

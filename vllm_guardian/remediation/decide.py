@@ -2,9 +2,10 @@
 
 The ladder, in order (the first clause that holds decides): a sequence already running; a detector
 in alert mode; a kind that is never a reason to restart; a sequence already finished for this
-incident; no restart configured; a restart method that cannot run here; a start that would fail;
-a broken device under the target; maintenance; a node-wide anomaly; a target never seen ready;
-the budget; the backoff; dry run.
+incident; no restart configured; a port not verified (a target matched by the port its argv
+names, its sockets unreadable: a restart never rests on that word); a restart method that
+cannot run here; a start that would fail; a broken device under the target; maintenance; a
+node-wide anomaly; a target never seen ready; the budget; the backoff; dry run.
 Everything else starts a sequence. A refusal that names a ``key`` is recorded on the incident once
 (``Remediator``); one without is only shown in status.
 
@@ -64,6 +65,8 @@ class Situation:
     ever_ready: bool
     budget: Verdict  # the restart budget and backoff (``policy.may_restart``)
     pids: tuple[int, ...]  # the target's processes (for the dry-run message)
+    # why its claim on its port is not verified (matched by its argv, its sockets unreadable); None: verified
+    port_unverified: str | None = None
 
 
 def _refuse(detail: str, key: str | None = None, status: str = "skipped", exhausted: bool | None = None) -> Decision:
@@ -84,6 +87,8 @@ def decide(s: Situation) -> Decision:
         return _refuse(f"already {s.previous[1].value} for this incident")
     if s.restart is None:
         return _refuse("autodiscovered target: no restart configured (add it under targets: to remediate)", "no_config")
+    if s.port_unverified:
+        return _refuse(s.port_unverified, "port_unverified", "escalated")
     if s.method_refusal is not None:
         return Decision(s.method_refusal)
     if s.unstartable:

@@ -14,6 +14,7 @@ start: every incident ``Kind`` and the standard action/restart outcomes start at
 Snapshot fields read:
 
 - ``node``, ``version``; ``guardian.{ticks, max_tick_s, cpu_seconds, max_rss_bytes}``;
+  ``capabilities.missing[].capability`` (what the guardian lacks: ``host.capabilities``);
 - ``probes[name].{runs, failures, overruns, last_duration_s, mean_duration_s}``;
 - ``targets[]``: ``name``, ``model``, ``source``, ``phase``, ``ready``, ``serving``,
   ``health.status``, ``gates.health_score``,
@@ -46,7 +47,8 @@ from vllm_guardian.model import Kind
 
 if TYPE_CHECKING:
     from vllm_guardian.state.selfstats import SelfStats
-    from vllm_guardian.surface.status_snapshot import ProcessStatus, StatusSnapshot, TargetStatus
+    from vllm_guardian.probes.procfs_status import ProcessStatus
+    from vllm_guardian.surface.status_snapshot import StatusSnapshot, TargetStatus
 
 
 class MetricSpec(NamedTuple):
@@ -64,6 +66,13 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("guardian_tick_duration_max_seconds", "gauge", (), "Longest tick of the main loop since start."),
     ("guardian_self_cpu_seconds_total", "counter", (), "CPU time (user + system) the guardian process used."),
     ("guardian_self_max_resident_memory_bytes", "gauge", (), "Peak resident memory of the guardian process."),
+    (
+        "guardian_capability_missing",
+        "gauge",
+        ("capability",),
+        "1 for each capability the guardian lacks here (read_other_users_sockets, ptrace, signal_other_users, "
+        "kmsg, nvml); absent when it has it.",
+    ),
     # probes
     ("guardian_probe_runs_total", "counter", ("probe",), "Runs of a probe (successful or not)."),
     (
@@ -287,6 +296,8 @@ def _self_metrics(f: _Families, s: StatusSnapshot) -> None:
     f.add("guardian_tick_duration_max_seconds", (), g.max_tick_s)
     f.add("guardian_self_cpu_seconds_total", (), g.cpu_seconds)
     f.add("guardian_self_max_resident_memory_bytes", (), g.max_rss_bytes)
+    for c in s.capabilities.missing:
+        f.add("guardian_capability_missing", (c.capability,), 1)
 
 
 def _probe_metrics(f: _Families, s: StatusSnapshot) -> None:

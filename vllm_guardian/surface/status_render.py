@@ -6,9 +6,11 @@ from __future__ import annotations
 import time
 
 from vllm_guardian.diagnosis.node_view import render_table as render_accelerators
+from vllm_guardian.discovery.argv import NOT_VERIFIED
 from vllm_guardian.gates.status import GatesSummary, TargetGatesStatus
 from vllm_guardian.state.tracker import CanaryStatus
-from vllm_guardian.surface.status_snapshot import HottestThread, StatusSnapshot, TargetStatus
+from vllm_guardian.probes.procfs_status import HottestThread
+from vllm_guardian.surface.status_snapshot import StatusSnapshot, TargetStatus
 
 
 def _fmt_pct(x: float | None) -> str:
@@ -78,6 +80,10 @@ def _target_lines(t: TargetStatus) -> list[str]:
             f"  device {dev.device}: {_fmt_bytes(dev.memory_used_bytes)} of "
             f"{_fmt_bytes(dev.memory_total_bytes)}, util {_fmt_pct(dev.utilization_ratio)}"
         )
+    if not t.port_verified:
+        lines.append(f"  port {t.port} not verified: {NOT_VERIFIED.split(': ', 1)[1]}")
+    if t.auto_remediation != "on":
+        lines.append(f"  remediation: {t.auto_remediation}; detection and alerts go on")
     rem = t.remediation
     if rem is not None:
         lines.append(f"  remediation: {rem.phase} ({rem.reason}, mode {rem.mode}): {rem.detail}")
@@ -123,6 +129,9 @@ def render_status(s: StatusSnapshot) -> str:
         for i in s.incidents:
             opened = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(i.opened_at))
             lines.append(f"  {i.id}  {i.kind.value:<14} {i.target.name:<14} since {opened}  {i.summary}")
+    if s.capabilities.missing:
+        lines += ["", "CAPABILITIES MISSING"]
+        lines.extend(f"  {c.capability}: {c.why}; {c.consequence}" for c in s.capabilities.missing)
     node_errors = {k: v for k, v in s.errors.items() if ":" not in k or k.startswith(("procfs", "sink"))}
     lines.extend(f"error {key}: {msg}" for key, msg in node_errors.items())
     return "\n".join(lines)

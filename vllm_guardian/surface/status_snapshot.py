@@ -7,7 +7,8 @@ listener and ``guardian probe`` read the snapshot itself; only the control socke
 (``to_dict``: the JSON document ``guardian status --json`` prints and other tools read), and the
 CLI reads that document back with ``from_dict`` (``from_dict(to_dict(s)) == s``). Field names are
 the document's keys; ``None`` is ``null``; a node section that is ``None`` (a part not wired) is
-left out of the document.
+left out of the document. Each section's type lives with the part that makes it (imported
+below); the types here are the target row and the snapshot itself.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from typing import Any
 from vllm_guardian.config.status import ConfigStatus
 from vllm_guardian.diagnosis.node_view import DeviceRow
 from vllm_guardian.gates.status import GatesSummary, TargetGatesStatus
+from vllm_guardian.host.capabilities import MissingCapability
 from vllm_guardian.model import Incident
 from vllm_guardian.probes.accel import TargetDevice
+from vllm_guardian.probes.procfs_status import ProcessStatus
 from vllm_guardian.remediation.parts import ActionCounts
 from vllm_guardian.remediation.remediator import SequenceStatus
 from vllm_guardian.series.status import EngineStatus, MemoryStatus
@@ -33,31 +36,6 @@ from vllm_guardian.surface.kube_publisher import KubernetesStatus
 from vllm_guardian.surface.status_codec import decode, plain
 
 SCHEMA = 1
-
-
-@dataclass(frozen=True)
-class HottestThread:
-    tid: int
-    comm: str
-    cpu_ratio: float | None
-    voluntary_per_s: float | None
-    involuntary_per_s: float | None
-    cpu_demand: float | None
-    syscall: str | None
-    wchan: str | None
-
-
-@dataclass(frozen=True)
-class ProcessStatus:
-    pid: int
-    starttime: int
-    role: str
-    cmdline: str
-    state: str | None
-    cpu_ratio: float | None
-    rss_bytes: int | None
-    threads: int | None
-    hottest_thread: HottestThread | None
 
 
 @dataclass(frozen=True)
@@ -88,12 +66,20 @@ class TargetStatus:
     gates: TargetGatesStatus | None = None  # output-correctness gates: health score, baseline, notes
     serving_reason: str = ""  # why (not) serving, CamelCase (surface/readiness.py; the readiness gate's reason)
     serving_message: str = ""
+    socket: str = ""  # how its claim on its port was checked (model.Target.socket); "argv": not verified
+    port_verified: bool = True  # False: matched by its command line alone, never restarted automatically
+    auto_remediation: str = "on"  # or "off (<why>)": maintenance, autodiscovered, port not verified, budget
 
 
 @dataclass(frozen=True)
 class Unmatched:
     target: str  # a configured target
     reason: str  # why it was not found
+
+
+@dataclass(frozen=True)
+class CapabilitiesStatus:
+    missing: tuple[MissingCapability, ...] = ()  # what the guardian cannot do here (host.capabilities)
 
 
 #: Node sections of parts that may not be wired (no gates, no Kubernetes, ``guardian probe``):
@@ -122,6 +108,7 @@ class StatusSnapshot:
     config: ConfigStatus | None = None  # reloads
     api_keys: Mapping[str, str] | None = None  # target -> where its API key came from
     kubernetes: KubernetesStatus | None = None  # the Kubernetes publisher
+    capabilities: CapabilitiesStatus = field(default_factory=CapabilitiesStatus)
     schema: int = SCHEMA
 
     def target(self, name: str) -> TargetStatus | None:

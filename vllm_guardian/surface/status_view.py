@@ -7,7 +7,8 @@ Each part contributes its own typed section: the loop's counters (``SelfStats.se
 gates (``status_of``, ``summary``), the accelerator readings (``target_section``, the node table
 of ``diagnosis.node_view``), the fault ledger (``status_section``) and the parts wired around the
 daemon (``StatusSources``: the alert sink, the config reloads, the API keys, the Kubernetes
-publisher). What is left here is the target's phase, readiness verdict and process rows. The
+publisher), the procfs readings (``process_section``). What is left here is the target's phase
+and readiness verdict. The
 table a person reads is ``status_render.render_status``.
 """
 
@@ -22,20 +23,24 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from vllm_guardian import __version__
 from vllm_guardian.detectors.output_corruption import health_score
 from vllm_guardian.remediation.policy import Maintenance, budget_left
-from vllm_guardian.bundle.redact import redact_argv
 from vllm_guardian.surface.readiness import readiness
-from vllm_guardian.model import Incident, ProcessInfo, Subject
+from vllm_guardian.model import Incident, Subject
 from vllm_guardian.config.status import ConfigStatus
 from vllm_guardian.diagnosis.node_view import device_rows, with_faults
 from vllm_guardian.sinks.redis_sink import AlertsStatus
 from vllm_guardian.surface.kube_publisher import KubernetesStatus
 from vllm_guardian.series import metrics as m
+from vllm_guardian.probes.procfs_status import process_section
 from vllm_guardian.series.status import engine_section, latest, memory_section
-from vllm_guardian.surface.status_snapshot import HottestThread, ProcessStatus, StatusSnapshot, TargetStatus, Unmatched
+from vllm_guardian.surface.status_snapshot import (
+    CapabilitiesStatus,
+    StatusSnapshot,
+    TargetStatus,
+    Unmatched,
+)
 
 if TYPE_CHECKING:
     from vllm_guardian.loop.daemon import Daemon
-    from vllm_guardian.probes.procfs import ProcessState
     from vllm_guardian.state.tracker import TrackedTarget
 
 
@@ -80,32 +85,6 @@ def _phase(tr: TrackedTarget, open_kinds: list[str], remediation: str) -> str:
     return "serving" if tr.ready else "warming"
 
 
-def _process(p: ProcessInfo, ps: ProcessState | None) -> ProcessStatus:
-    hot = ps.hottest if ps is not None else None
-    return ProcessStatus(
-        p.pid,
-        p.key.starttime,
-        p.role.value,
-        " ".join(redact_argv(p.cmdline))[:200],  # never an --api-key
-        None if ps is None else ps.state,
-        None if ps is None else _r(ps.cpu_ratio),
-        None if ps is None else ps.rss_bytes,
-        None if ps is None else ps.num_threads,
-        None
-        if hot is None
-        else HottestThread(
-            hot.tid,
-            hot.comm,
-            _r(hot.cpu_ratio),
-            _r(hot.voluntary_per_s, 1),
-            _r(hot.involuntary_per_s, 1),
-            _r(hot.cpu_demand),
-            hot.syscall,
-            hot.wchan,
-        ),
-    )
-
-
 def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incident], now: float) -> TargetStatus:
     kinds = [i.kind.value for i in open_incidents if i.target.name == name]
     sequence, phase = d.remediator.status_section(name), d.remediator.phase(name)
@@ -139,7 +118,7 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
         health=tr.health_section(latest(d.series, name, m.HEALTH_LATENCY)),
         engine=engine_section(d.series, name, now),
         canary=tr.canary_section(now),
-        processes=tuple(_process(p, d.readings.processes.get(p.key)) for p in tr.target.processes),
+        processes=tuple(process_section(p, d.readings.processes.get(p.key)) for p in tr.target.processes),
         accelerators=accel.target_section(name) if accel is not None else (),
         memory=memory_section(
             d.series,
@@ -153,7 +132,24 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
         incidents=tuple(kinds),
         errors=d.episodes.current(f"{name}:"),
         gates=gates.status_of(name, now, det.output_corruption, health_score) if gates is not None else None,
+        socket=tr.target.socket,
+        port_verified=tr.target.port_verified,
+        auto_remediation=_auto_remediation(d, tr),
     )
+
+
+def _auto_remediation(d: Daemon, tr: TrackedTarget) -> str:
+    """Whether an incident of this target may restart it: "on", or "off (why)". Detection and
+    alerts go on either way (maintenance stops remediation only, never hides a hang)."""
+    if d.remediator.maintenance.active(d.clock.wall()):
+        return "off (maintenance)"
+    if not d.remediator.settings.configured(tr.name):
+        return "off (autodiscovered: no restart configured)"
+    if not tr.target.port_verified:
+        return "off (port not verified)"
+    if tr.name in d.remediator.exhausted:
+        return "off (restart budget spent)"
+    return "on"
 
 
 def build_status(d: Daemon, now: float) -> StatusSnapshot:
@@ -184,6 +180,7 @@ def build_status(d: Daemon, now: float) -> StatusSnapshot:
         config=_section(src.config),
         api_keys=_section(src.api_keys),
         kubernetes=_section(src.kubernetes),
+        capabilities=CapabilitiesStatus(d.capabilities.missing()),
     )
 
 
