@@ -15,7 +15,9 @@ with the e2e harness (``tests/e2e/harness.py``):
 4. on server 1 after its busy loops and stalls, the correctness gates: what a round costs
    at the defaults, and corruption inside vLLM → ``output_corruption`` (``gates_runs``);
 5. per hang kind, a fresh server the guardian restarts itself (command mode, not dry-run):
-   each phase from the incident's actions, beside vLLM's own start (``restart_runs``).
+   each phase from the incident's actions, beside vLLM's own start (``restart_runs``);
+6. a data-parallel server (``--data-parallel-size 2``): ``--dp-runs`` busy loops and stalls in
+   one rank while the other serves the load (``dp_runs``); ``--only-dp`` measures this alone.
 
 Prints the Markdown table and writes it to ``benchmarks/latest.md`` (and the raw
 numbers to ``.e2e/results/bench-latest.json``).
@@ -49,6 +51,8 @@ from .report import (
     summarize,
 )
 from .report_gates import GatesSection, render_gates
+from .dp_runs import DP_ARGS, DP_FAULTS, RankRun, rank_hang_run
+from .report_dp import render_dp
 from .report_restart import RestartRun
 from .restart_runs import restart_run
 
@@ -100,6 +104,8 @@ class Bench:
         self.overhead: Overhead | None = None
         self.gates: GatesSection | None = None
         self.restart_runs: list[RestartRun] = []
+        self.dp_runs: list[RankRun] = []
+        self.dp_start: float | None = None
         self.rng = random.Random(args.seed)
         self._n = 0
 
@@ -249,6 +255,25 @@ class Bench:
             total = run.phases.get("onset_to_serving")
             self.say(f"restart after {fault}: onset → serving {total} s ({run.outcome}); {run.phases}")
 
+    def data_parallel(self, model: Path) -> None:
+        """One DP=2 server; per fault, ``--dp-runs`` hangs in rank 1 while rank 0 serves."""
+        h, a = self.h, self.args
+        d = self._dir("server-dp2")
+        server = h.VllmServer(model, d / "faults", d / "vllm.log", extra_args=DP_ARGS).start()
+        try:
+            self.dp_start = server.wait_ready(a.server_timeout)
+            self.starts.append(self.dp_start)
+            self.say(f"DP=2 server ready in {self.dp_start:.1f} s (port {server.port})")
+            for fault, kind in DP_FAULTS:
+                if fault in a.dp_faults:
+                    for i in range(a.dp_runs):
+                        run_dir = self._dir(f"dp-{fault}{i}")
+                        self.dp_runs.append(
+                            rank_hang_run(h, server, run_dir, fault, kind, 1, a.detect_timeout, self.say)
+                        )
+        finally:
+            server.stop()
+
     # ------------------------------------------------------------ one fault
     def fault_run(self, server, fault: str, kind: str, i: int) -> None:
         h, a = self.h, self.args
@@ -349,6 +374,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="measure only the restarts (no detection, negatives or gates); the report says so",
     )
+    p.add_argument("--dp-runs", type=int, default=3, help="runs per fault in one rank of a DP=2 server (0: none)")
+    p.add_argument("--dp-faults", nargs="*", default=[f for f, _ in DP_FAULTS], help="faults injected in one DP rank")
+    p.add_argument(
+        "--only-dp",
+        action="store_true",
+        help="measure only the data-parallel section (one DP=2 server); writes dp-latest.md beside the full report",
+    )
     p.add_argument(
         "--restart-faults",
         nargs="*",
@@ -371,6 +403,8 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()[0]
     model = h.ensure_model()
     bench.say(f"work dir {bench.work}")
+    if args.only_dp:
+        return only_dp(bench, args, load_before, model)
     if args.only_gates:
         bench.only_gates(model)
         assert bench.gates is not None
@@ -395,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     for index in range(0 if args.only_restarts else args.runs):
         bench.serve(index, model)
     bench.restarts(model)
+    if args.dp_runs:
+        bench.data_parallel(model)
     report = Report(
         runs=args.runs,
         vllm_version=vllm_version(h.E2E_PYTHON),
@@ -416,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
             "shows what /health alone says.",
         ),
     )
-    text = render_markdown(report)
+    text = render_markdown(report) + "\n".join(render_dp(tuple(bench.dp_runs), bench.dp_start)).rstrip() + "\n"
     print(text)
     out = restarts_out(args)
     out.write_text(text)
@@ -432,7 +468,31 @@ def main(argv: list[str] | None = None) -> int:
         f"wrote {out} and {RAW_OUT}; {det.n}/{len(bench.fault_runs)} faults detected, "
         f"{gate_misses} corruptions missed, {failed_restarts} restarts that did not serve again"
     )
-    return 0 if det.n == len(bench.fault_runs) and not gate_misses and not failed_restarts else 1
+    dp_misses = sum(r.onset_to_incident_s is None for r in bench.dp_runs)
+    ok = det.n == len(bench.fault_runs) and not gate_misses and not failed_restarts and not dp_misses
+    return 0 if ok else 1
+
+
+def only_dp(bench: Bench, args: argparse.Namespace, load_before: float, model: Path) -> int:
+    """``--only-dp``: one DP=2 server, the data-parallel section alone (``dp-latest.md``)."""
+    bench.data_parallel(model)
+    text = (
+        "\n".join(
+            [
+                f"Data parallel only (`make bench BENCH_ARGS=--only-dp`), vLLM {vllm_version(bench.h.E2E_PYTHON)}, "
+                f"{os.cpu_count()} CPUs, load average {load_before:.1f} at the start, "
+                f"{time.time() - bench.t0:.0f} s."
+            ]
+            + render_dp(tuple(bench.dp_runs), bench.dp_start)
+        )
+        + "\n"
+    )
+    print(text)
+    out = args.out.with_name("dp-latest.md") if args.out == DEFAULT_OUT else args.out
+    out.write_text(text)
+    misses = sum(r.onset_to_incident_s is None for r in bench.dp_runs)
+    bench.say(f"wrote {out}; {misses} hangs missed")
+    return 0 if not misses else 1
 
 
 def restarts_out(args: argparse.Namespace) -> Path:

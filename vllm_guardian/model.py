@@ -18,7 +18,8 @@ from typing import Any, Mapping
 
 
 class Kind(str, Enum):
-    """The closed set of incident kinds (config keys, metric labels, alert kinds)."""
+    """The incident kinds (config keys, metric labels, alert kinds): the built-in ones below, and
+    any a detector's own file declares (``Kind.declare``) for its row of ``detectors/kinds.py``."""
 
     BUSY_LOOP = "busy_loop"
     ENGINE_STALL = "engine_stall"
@@ -32,6 +33,20 @@ class Kind(str, Enum):
     RESTART_BUDGET_EXHAUSTED = "restart_budget_exhausted"
     STARTUP_TIMEOUT = "startup_timeout"
     PAUSE_TOO_LONG = "pause_too_long"
+
+    @classmethod
+    def declare(cls, value: str) -> Kind:
+        """The kind named ``value``, declared once by the file of the detector that finds it (the
+        same object on every call, and ``Kind(value)`` finds it, as it finds a built-in one)."""
+        if value in cls._value2member_map_:
+            return cls(value)
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", value):
+            raise ValueError(f"a kind is a lowercase name, got {value!r}")
+        member = str.__new__(cls, value)
+        member._name_ = value.upper()
+        member._value_ = value
+        cls._value2member_map_[value] = member
+        return member
 
 
 class Severity(str, Enum):

@@ -47,7 +47,7 @@ def test_a_port_target_whose_sockets_are_unreadable_is_found_by_its_argv_and_mar
     (t,) = result.targets
     assert (t.key.pid, t.port, t.socket, t.port_verified) == (100, 8001, "argv", False)
     assert [p.pid for p in t.processes] == [100, 101]
-    assert result.sockets_denied
+    assert result.fds_denied == (100,)
 
 
 def test_a_readable_process_naming_the_port_is_not_taken_for_the_unreadable_owner(tree):
@@ -104,3 +104,4 @@ def test_status_and_metrics_list_the_unverified_port_and_the_missing_capabilitie
     said = [r.getMessage() for r in caplog.records]
     assert sum("matched by the port its command line names" in m for m in said) == 1
     assert sum("capability missing: read_other_users_sockets" in m for m in said) == 1
+    assert f"/proc/{API}/fd answered EACCES" in doc["capabilities"]["missing"][1]["why"]

@@ -25,12 +25,13 @@ from vllm_guardian.host.http import HttpClient, HttpError, HttpResponse, StdlibH
 from vllm_guardian.gates.exchange import REASONS, PeerFingerprints, RedisHashes, key_for
 from vllm_guardian.gates.known_answers import BUILTIN_CHECKS
 from vllm_guardian.gates.shared import GatesShared
+from vllm_guardian.loop.assemble import gates_shared
 from vllm_guardian.host.process_control import OsProcessControl
 from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.host.runner import SubprocessRunner
 from vllm_guardian.model import ProcessInfo, ProcKey, Role, Target
 from vllm_guardian.probes.base import ProbeParts, Readings, Seen
-from vllm_guardian.probes.gates import GatesProbe, make
+from vllm_guardian.probes.gates import make
 from vllm_guardian.seams import Seams
 from vllm_guardian.series import SeriesStore
 from vllm_guardian.sim.control import SimServer
@@ -66,7 +67,8 @@ class World:
         redis: RedisHashes | None = None,
         **gates,
     ) -> None:
-        """``exchange``: handed to the probe; else the table's ``make`` builds it (on ``redis``)."""
+        """``exchange``: handed to the gates' shared state; else the assembler's ``gates_shared``
+        builds one on ``redis``."""
         g: dict[str, Any] = dict(enabled=True, interval=1.0, diagnostics=DIAG)
         g.update(gates)
         self.cfg = Config(node="n1", state_dir=str(tmp_path), gates=GatesConfig(**g), detectors=DetectorsConfig())
@@ -74,11 +76,12 @@ class World:
         api = ProcessInfo(KEY, 1, Role.API_SERVER, ("python", "-m", "sim"))
         self.tracker.apply_discovery((Target(NAME, KEY, (api,), port=0, api_url=url),), (), 0.0)
         self.tracker.canary_finished(NAME, KEY, True, None, 0.0)
-        self.readings = Readings()
+        shared = gates_shared(self.cfg, None, redis, time.time, logging.getLogger("t"), exchange=exchange)
+        self.readings = Readings(gates=shared)
         proc = ProcFS("/proc")  # real seams; the gates probe only uses the clock and HTTP
         seams = Seams(SystemClock(), proc, http or StdlibHttpClient(), SubprocessRunner(), OsProcessControl(proc))
-        parts = ProbeParts(self.cfg, seams, self.tracker, SeriesStore(), self.readings, logging.getLogger("t"), redis)
-        probe = GatesProbe(parts, exchange=exchange) if exchange is not None else make(parts)
+        parts = ProbeParts(self.cfg, seams, self.tracker, SeriesStore(), self.readings, logging.getLogger("t"))
+        probe = make(parts)
         assert probe is not None
         self.probe = probe
         self.now = 0.0

@@ -119,3 +119,24 @@ def test_a_cool_thread_of_a_hot_process_costs_one_schedstat_read_and_gives_its_c
     res = probe.collect([t], set(), 14.0)
     assert samples(res, m.THREAD_VOL_RATE, "p110/t111") == {"p110/t111": 0.0}
     assert samples(res, m.THREAD_CPU, "p110/t111") == {"p110/t111": 1.0}
+
+
+def test_a_process_whose_main_thread_wants_a_core_gets_thread_reads_though_starved_of_cpu(tree):
+    """A spinner on a saturated node gets a sliver of a core (cool as a process), and waits on the
+    runqueue for the rest: its schedstat says it wants a whole core."""
+    probe = ProcfsReader(tree.procfs(), ProcfsProbeConfig(hot_cpu_ratio=0.5), page_size=4096)
+    t = target(tree)
+    probe.collect([t], set(), 10.0)
+    tree.set_thread(ENGINE, ENGINE, utime=20, state="R", wait_ns=800_000_000)  # 20 % on a CPU, 80 % waiting
+    res = probe.collect([t], set(), 11.0)
+    assert samples(res, m.PROC_CPU)["p110"] == pytest.approx(0.2)  # cool as a process
+    assert res.processes[t.processes[1].key].threads  # but it wants a core: its threads are read
+
+
+def test_a_process_that_only_sips_cpu_is_not_followed(tree):
+    probe = ProcfsReader(tree.procfs(), ProcfsProbeConfig(hot_cpu_ratio=0.5), page_size=4096)
+    t = target(tree)
+    probe.collect([t], set(), 10.0)
+    tree.set_thread(ENGINE, ENGINE, utime=20, wait_ns=50_000_000)  # 20 % on a CPU, 5 % waiting
+    res = probe.collect([t], set(), 11.0)
+    assert not res.processes[t.processes[1].key].threads

@@ -68,6 +68,9 @@ def e2e_env(fault_dir: Path, base: dict[str, str] | None = None) -> dict[str, st
         env.pop(key, None)  # the server runs from .e2e/venv, not from the guardian's venv
     env.update(
         {
+            # the fault plugin's source in this tree wins over the copy installed in .e2e/venv
+            # (its entry point names the module; a stale install is then never what runs)
+            "PYTHONPATH": str(PLUGIN_DIR),
             "VLLM_CPU_KVCACHE_SPACE": "1",
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",

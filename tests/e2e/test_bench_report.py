@@ -243,3 +243,20 @@ def test_the_fluent_wrong_table_has_one_row_per_guardian_config():
         "| user diagnostics (2 configured diagnostic(s) + the built-in checks) | 30 s | 0/1 |" in text
         and "| 3 (1) |" in text
     )
+
+
+def test_the_data_parallel_table_shows_detections_the_named_rank_and_the_other_ranks_service():
+    from benchmarks.dp_runs import RankRun
+    from benchmarks.report_dp import render_dp
+
+    sig = {"dp_rank": 1, "pid": 42, "process_title": "VLLM::EngineCore_DP1", "reason": "canary_timeout"}
+    runs = (
+        RankRun("busy_loop", "busy_loop", 1, 8.0, ("busy_loop",), sig, 42, 30),
+        RankRun("busy_loop", "busy_loop", 1, 12.0, ("busy_loop",), dict(sig, dp_rank=0), 42, 25),
+        RankRun("busy_loop", "busy_loop", 1, None, ("engine_stall",), {}, 42, 40),
+    )
+    text = "\n".join(render_dp(runs, start_s=240.0))
+    row = next(line for line in text.splitlines() if line.startswith("| busy loop in one rank"))
+    assert "| 2/3 | 10.0 s | 12.0 s | 8.0, 12.0, miss | 1/3 | canary_timeout | 30, 25, 40 | engine_stall |" in row
+    assert "240.0 s" in text
+    assert "blocked on a lock" not in text  # no stall runs: no stall row

@@ -195,3 +195,37 @@ def test_sched_assert_raises_an_assertion_error_inside_the_schedulers_path(fdir)
     assert json.loads((fdir.path / "sched_assert.onset").read_text()) == {"fault": "sched_assert", "t": 9.0, "pid": 77}
     assert "sched_assert" in fp.read_triggers(["sched_assert"])
     fp.register()  # returns before importing vllm, which this venv does not have
+
+
+# ---------------------------------------------------------------- one data-parallel rank
+@pytest.mark.parametrize(
+    "text, expected", [("", None), ("dp_rank=1", 1), ("dp_rank = 0\n", 0), ("rank 1", None), ("dp_rank=x", None)]
+)
+def test_a_blocking_trigger_names_its_rank_as_dp_rank_k(text, expected):
+    assert fp.parse_dp_rank(text) == expected
+
+
+@pytest.mark.parametrize(
+    "title, expected",
+    [("VLLM::EngineCore_DP1", 1), ("VLLM::EngineCore_DP0", 0), ("VLLM::EngineCore", None), ("python", None)],
+)
+def test_an_engine_knows_its_rank_from_the_title_vllm_gave_it(title, expected):
+    assert fp.rank_of_title(title) == expected
+
+
+@pytest.mark.parametrize(
+    "content, my_rank, fires",
+    [
+        ("dp_rank=1", 1, True),
+        ("dp_rank=1", 0, False),  # the other rank goes on serving
+        ("dp_rank=1", None, False),  # an engine that is no rank of a data-parallel server
+        ("", 0, True),  # no rank named: whichever engine steps first
+    ],
+)
+def test_a_fault_for_one_rank_starts_only_in_that_ranks_engine(fdir, content, my_rank, fires):
+    exits: list[int] = []
+    inj = fp.FaultInjector(fdir, exit=exits.append, rank=lambda: my_rank)
+    (fdir.path / "die").write_text(content)
+    assert (inj.before_step() == "die") is fires
+    assert (exits == [fp.DIE_EXIT_CODE]) is fires
+    assert (fdir.path / "die.onset").exists() is fires

@@ -23,21 +23,11 @@ from vllm_guardian.incidents.ids import new_incident_id
 from vllm_guardian.incidents.store import IncidentStore
 from vllm_guardian.model import Incident, Kind, ProcessInfo, Role, Severity, Status, Target, TargetRef
 from vllm_guardian.sim.control import SimServer
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.live
 
 FUTEX = {"x86_64": "202", "aarch64": "98"}
-
-
-def poll_until(predicate, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def thread_fields(pid: int) -> list[str]:
@@ -107,7 +97,7 @@ def test_busy_loop_bundle_names_the_spinning_frame_and_has_a_flame_graph(server,
     sim.set_fault("busy_loop")
     send_in_background(sim)
     start = cpu_ticks(engine)
-    poll_until(lambda: cpu_ticks(engine) >= start + 20, what="the engine main thread spinning")
+    wait_for(lambda: cpu_ticks(engine) >= start + 20, what="the engine main thread spinning")
     target = target_for_pid(ProcFS(), sim.pid)
     assert {p.role for p in target.processes} >= {Role.API_SERVER, Role.ENGINE_CORE}
     c, _ = collector(tmp_path, record_seconds=2)
@@ -139,7 +129,7 @@ def test_stall_bundle_shows_the_lock_wait_and_the_futex_in_proc(server, tmp_path
     sim.set_fault("stall")
     send_in_background(sim)
     futex = FUTEX[platform.machine()]
-    poll_until(
+    wait_for(
         lambda: thread_fields(engine)[0] == "S" and syscall_nr(engine) == futex,
         what="the engine main thread in a futex wait",
     )
@@ -181,7 +171,7 @@ def test_a_child_that_exits_during_capture_leaves_a_partial_bundle_with_the_reas
     leaver = subprocess.Popen([sys.executable, "-c", code])
     try:
         procfs = ProcFS()
-        poll_until(
+        wait_for(
             lambda: all(procfs.cmdline(p.pid)[:1] == (sys.executable,) for p in (keeper, leaver)),
             what="both children exec'd",
         )

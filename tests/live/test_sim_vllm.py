@@ -23,6 +23,7 @@ from vllm_guardian.sim.control import (
     proc_ref,
     read_cmdline,
 )
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.live
 
@@ -32,17 +33,6 @@ ITERATIONS = "vllm:iteration_tokens_total_count"
 
 
 # ---- helpers ----------------------------------------------------------------
-
-
-def poll_until(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 def thread_stat(pid: int, tid: int | None = None) -> tuple[str, int]:
@@ -102,6 +92,12 @@ def metrics(server: SimServer) -> dict[str, float]:
     return {name: v for name, v in values.items() if v is not None}
 
 
+def idle_metrics(server: SimServer) -> dict[str, float] | None:
+    """The metrics, once no request runs or waits; None before."""
+    m = metrics(server)
+    return m if m["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0 else None
+
+
 @pytest.fixture
 def make_server():
     servers: list[SimServer] = []
@@ -152,9 +148,9 @@ def test_sim_state_names_the_engine(sim):
 
 def test_port_refused_while_engine_loads_hot_then_health_200(make_server):
     server = make_server(startup_delay=1.5, ready=False)
-    engine = poll_until(server.engine_pid, what="engine child")
+    engine = wait_for(server.engine_pid, what="engine child", timeout=10.0, every=0.05)
     _, ticks0 = thread_stat(engine)
-    poll_until(lambda: thread_stat(engine)[1] >= ticks0 + 20, timeout=5, what="engine hot while loading")
+    wait_for(lambda: thread_stat(engine)[1] >= ticks0 + 20, timeout=5, what="engine hot while loading", every=0.05)
     assert server.health() is None  # connection refused, like vLLM during load
     server.wait_ready(20)
     assert server.health() == 200
@@ -215,9 +211,11 @@ def test_metrics_carry_vllm_labels(sim):
 
 def test_kv_usage_returns_to_zero_when_idle_without_leak(sim):
     sim.complete("free my blocks", max_tokens=8)
-    idle = poll_until(
-        lambda: (m := metrics(sim))["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0 and m,
+    idle = wait_for(
+        lambda: idle_metrics(sim),
         what="idle engine",
+        timeout=10.0,
+        every=0.05,
     )
     assert idle["vllm:kv_cache_usage_perc"] == 0
 
@@ -253,7 +251,7 @@ def test_unknown_path_is_404(sim):
 def test_load_generator_drives_healthy_progress(sim):
     iterations = metrics(sim)[ITERATIONS]
     with LoadGenerator(sim.url, sim.model, clients=2, max_tokens=(1, 16)) as load:
-        poll_until(lambda: load.ok >= 6, what="six answered completions")
+        wait_for(lambda: load.ok >= 6, what="six answered completions", timeout=10.0, every=0.05)
     stats = load.stop()
     assert stats.errors == 0 and not load.running
     assert metrics(sim)[ITERATIONS] > iterations
@@ -261,13 +259,13 @@ def test_load_generator_drives_healthy_progress(sim):
 
 def test_load_generator_stops_by_itself_at_its_request_bound(sim):
     load = LoadGenerator(sim.url, sim.model, clients=2, max_requests=3, max_tokens=(1, 4)).start()
-    poll_until(lambda: not load.running, what="load generator to finish")
+    wait_for(lambda: not load.running, what="load generator to finish", timeout=10.0, every=0.05)
     assert (load.ok, load.errors) == (3, 0)
 
 
 def test_load_generator_counts_refused_requests_as_errors():
     load = LoadGenerator("http://127.0.0.1:9", "sim-model", clients=1, max_requests=2).start()
-    poll_until(lambda: not load.running, what="load generator to finish")
+    wait_for(lambda: not load.running, what="load generator to finish", timeout=10.0, every=0.05)
     assert (load.ok, load.errors) == (0, 2)
 
 
@@ -293,10 +291,12 @@ def test_busy_loop_spins_the_engine_main_thread_while_health_says_200(make_serve
     server.set_fault("busy_loop")
     send_in_background(server)
     _, ticks = thread_stat(engine)
-    poll_until(lambda: thread_stat(engine)[1] >= ticks + 30, what="engine main thread hot")
+    wait_for(lambda: thread_stat(engine)[1] >= ticks + 30, what="engine main thread hot", timeout=10.0, every=0.05)
     frozen = metrics(server)[ITERATIONS]
     _, ticks = thread_stat(engine)
-    poll_until(lambda: thread_stat(engine)[1] >= ticks + 30, what="engine main thread still hot")
+    wait_for(
+        lambda: thread_stat(engine)[1] >= ticks + 30, what="engine main thread still hot", timeout=10.0, every=0.05
+    )
     assert thread_syscall(engine) == "running"
     assert metrics(server)[ITERATIONS] == frozen
     assert server.health() == 200
@@ -308,7 +308,7 @@ def test_busy_loop_frame_is_named_by_py_spy(make_server):
     server.set_fault("busy_loop")
     send_in_background(server)
     _, ticks = thread_stat(engine)
-    poll_until(lambda: thread_stat(engine)[1] >= ticks + 10, what="engine main thread hot")
+    wait_for(lambda: thread_stat(engine)[1] >= ticks + 10, what="engine main thread hot", timeout=10.0, every=0.05)
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     dump = subprocess.run([py_spy, "dump", "--pid", str(engine)], capture_output=True, text=True, timeout=30)
     assert "VLLM::EngineCore" in dump.stdout
@@ -320,9 +320,11 @@ def test_stall_blocks_the_engine_main_thread_in_a_futex_without_cpu(make_server)
     engine = server.engine_pid()
     server.set_fault("stall")
     send_in_background(server)
-    poll_until(
+    wait_for(
         lambda: thread_stat(engine)[0] == "S" and thread_syscall(engine) == FUTEX_X86_64,
         what="engine main thread in futex wait",
+        timeout=10.0,
+        every=0.05,
     )
     _, ticks = thread_stat(engine)
     window_end = time.monotonic() + 0.5
@@ -335,7 +337,7 @@ def test_die_turns_health_503_then_the_api_server_exits_0(make_server):
     server = make_server()
     server.set_fault("die")
     send_in_background(server)
-    poll_until(lambda: server.health() == 503, what="/health 503")
+    wait_for(lambda: server.health() == 503, what="/health 503", timeout=10.0, every=0.05)
     assert server.wait(timeout=10) == 0
 
 
@@ -343,7 +345,7 @@ def test_no_exit_on_engine_death_keeps_the_api_server_up(make_server):
     server = make_server("--no-exit-on-engine-death", "--death-exit-delay", "0.2")
     server.set_fault("die")
     send_in_background(server)
-    poll_until(lambda: server.health() == 503, what="/health 503")
+    wait_for(lambda: server.health() == 503, what="/health 503", timeout=10.0, every=0.05)
     with pytest.raises(subprocess.TimeoutExpired):
         server.wait(timeout=1.0)
 
@@ -353,9 +355,11 @@ def test_kv_leak_keeps_usage_up_while_nothing_runs(make_server):
     server.set_fault("kv_leak")
     for _ in range(3):
         server.complete("hi", max_tokens=8)
-    idle = poll_until(
-        lambda: (m := metrics(server))["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0 and m,
+    idle = wait_for(
+        lambda: idle_metrics(server),
         what="idle engine",
+        timeout=10.0,
+        every=0.05,
     )
     assert idle["vllm:kv_cache_usage_perc"] == pytest.approx(3 / 64)
 
@@ -365,7 +369,7 @@ def test_rss_leak_grows_engine_rss_at_about_the_rate(make_server):
     engine = server.engine_pid()
     rss0, t0 = rss_bytes(engine), time.monotonic()
     server.set_fault("rss_leak", rate_mb_s=32)
-    poll_until(lambda: rss_bytes(engine) >= rss0 + 24 * 2**20, what="engine RSS +24 MiB")
+    wait_for(lambda: rss_bytes(engine) >= rss0 + 24 * 2**20, what="engine RSS +24 MiB", timeout=10.0, every=0.05)
     rate = (rss_bytes(engine) - rss0) / (time.monotonic() - t0) / 2**20
     assert 10 <= rate <= 64
     assert server.metric(ITERATIONS) is not None and server.health() == 200
@@ -376,7 +380,9 @@ def test_rss_leak_grows_engine_rss_at_about_the_rate(make_server):
 
 def test_stop_takes_the_whole_tree_down_gracefully(make_server):
     server = make_server("--with-worker")
-    worker = poll_until(server.worker_pid, what="the worker to be spawned")  # slow on a busy machine
+    worker = wait_for(
+        server.worker_pid, what="the worker to be spawned", timeout=10.0, every=0.05
+    )  # slow on a busy machine
     assert worker is not None and read_cmdline(worker).startswith("VLLM::Worker")
     tree = server.tracked()
     assert len(tree) >= 3  # API server, engine, worker (+ multiprocessing's resource tracker)
@@ -399,7 +405,7 @@ def test_sigkilled_api_server_leaves_idle_engine_that_exits_on_pipe_eof(make_ser
     engine = engine_ref(server)
     os.kill(server.pid, signal.SIGKILL)
     server.wait(timeout=5)
-    poll_until(lambda: not is_running(engine), what="orphaned idle engine to exit")
+    wait_for(lambda: not is_running(engine), what="orphaned idle engine to exit", timeout=10.0, every=0.05)
 
 
 def test_sigkilled_api_server_leaves_hung_engine_orphaned_until_stop(make_server):
@@ -408,7 +414,7 @@ def test_sigkilled_api_server_leaves_hung_engine_orphaned_until_stop(make_server
     server.set_fault("busy_loop")
     send_in_background(server)
     _, ticks = thread_stat(engine.pid)
-    poll_until(lambda: thread_stat(engine.pid)[1] >= ticks + 10, what="engine spinning")
+    wait_for(lambda: thread_stat(engine.pid)[1] >= ticks + 10, what="engine spinning", timeout=10.0, every=0.05)
     os.kill(server.pid, signal.SIGKILL)
     server.wait(timeout=5)
     with open(f"/proc/{engine.pid}/stat") as fh:

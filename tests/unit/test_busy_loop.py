@@ -315,3 +315,30 @@ def test_a_hot_rank_showing_nothing_pending_is_decided_by_the_canary_sent_to_it(
     assert (f.signals["reason"] if f is not None else None) == reason
     if f is not None:
         assert f.confirmed == (reason == "canary_timeout") and f.signals["dp_rank"] == 1
+
+
+OVERLAPPING = {
+    "the thread seen hot for the last 3 s of the canary's flight: this spin's timeout": ((NOW - 8, NOW - 3), True),
+    "the thread seen hot for only 1.5 s of it: says nothing yet": ((NOW - 9, NOW - 4.5), False),
+}
+
+
+@pytest.mark.parametrize("flight, confirms", OVERLAPPING.values(), ids=OVERLAPPING.keys())
+def test_a_canary_timed_out_that_started_just_before_the_thread_was_seen_hot(flight, confirms):
+    # a spinner starved of CPU is read only once seen runnable twice: the canary in flight then is its
+    series = [thread(since=NOW - 6), counters(False), gauges(running=0), canary(flight[0], flight[1], answered=False)]
+    f = busy_loop.evaluate(view(*series), CFG)
+    assert f is not None and f.confirmed is confirms
+
+
+def test_a_last_step_reported_late_does_not_hold_the_verdict_off_for_a_whole_window():
+    """The server reports an engine's last steps a moment after they ran: counters moved 2 s after
+    the thread was seen hot, then froze. Frozen for the last half window with work pending is enough."""
+    late = [Sample(T, "", m.ITERATIONS, 100.0 if t < NOW - 7 else 107.0, t) for t in seconds(NOW - 30, NOW)]
+    f = busy_loop.evaluate(view(thread(since=NOW - 9), late, gauges(running=2)), CFG)
+    assert f is not None and f.confirmed and f.signals["reason"] == "counters_frozen"
+
+
+def test_counters_that_moved_within_the_last_half_window_are_progress():
+    moving = [Sample(T, "", m.ITERATIONS, 100.0 if t < NOW - 3 else 107.0, t) for t in seconds(NOW - 30, NOW)]
+    assert busy_loop.evaluate(view(thread(since=NOW - 9), moving, gauges(running=2)), CFG) is None

@@ -146,3 +146,15 @@ def test_a_target_not_ready_yet_gets_no_rank():
     from vllm_guardian.probes.base import Seen
 
     assert probe._rank(tr, Seen()) is None
+
+
+@pytest.mark.parametrize("engines, due_after", [(1, 10.0), (2, 5.0), (4, 2.5)])
+def test_periodic_canaries_ask_each_rank_every_interval(engines, due_after):
+    from types import SimpleNamespace
+
+    from vllm_guardian.probes.base import Seen
+
+    probe, tr = rank_probe(engines)
+    tr = SimpleNamespace(name="t", ready=True, hold=None, last_canary_start=100.0)
+    assert not probe._due(tr, 100.0 + due_after - 0.1, Seen())
+    assert probe._due(tr, 100.0 + due_after, Seen())

@@ -114,9 +114,9 @@ ERROR_CASES = {
         {"accelerators": {"npu_smi": False}},
         "accelerators.npu_smi: expected one of auto, off, got false",
     ),
-    "bad restart mode": (
-        {"targets": [target(restart={"mode": "reboot"})]},
-        'targets[0].restart.mode: expected one of systemd, command, kubernetes, signal, got "reboot"',
+    "restart mode that is no name": (  # which names exist: the methods table (test_restart_methods_table)
+        {"targets": [target(restart={"mode": "Re-boot"})]},
+        "targets[0].restart.mode: expected a restart method's name (lowercase letters, digits, '_'), got \"Re-boot\"",
     ),
     "bad when_redis_down": (
         {"policy": {"fleet": {"when_redis_down": "maybe"}}},

@@ -164,7 +164,7 @@ def test_a_canary_timeout_while_a_thread_has_been_hot_only_a_few_seconds_is_busy
 
 
 # ------------------------------------------------------------------ data parallel: each rank on its own
-def dp_world(*series, rank1_moving=False, rank1_pending=2.0, rank1_pending_since=NOW - 30):
+def dp_world(*series, rank1_moving=False, rank1_pending=2.0, rank1_pending_since=NOW - 30, server_moving=True):
     """A DP=2 server (API server, coordinator, EngineCore_DP0 pid 200, EngineCore_DP1 pid 201):
     rank 0 serves (its and the server's counters advance), rank 1 as told."""
     from tests.support.detector_world import API, TARGET
@@ -187,7 +187,7 @@ def dp_world(*series, rank1_moving=False, rank1_pending=2.0, rank1_pending_since
                 Sample(T, e, m.REQ_WAITING, 0.0, t),
             )
         ]
-    world = [counters(True), gauges(running=2 + rank1_pending), per_engine, *series]
+    world = [counters(server_moving), gauges(running=2 + rank1_pending), per_engine, *series]
     return view(*world, target=replace(TARGET, processes=(API, coordinator, dp0, dp1)))
 
 
@@ -265,3 +265,13 @@ def test_a_canary_timeout_on_a_rank_whose_threads_are_not_read_yet_is_only_a_sus
     only once the target is suspected: until they are, the timeout may be busy_loop's case."""
     f = engine_stall.evaluate(dp_world(canary(NOW - 7, NOW - 2, answered=False, rank=1), rank1_pending=0.0), CFG)
     assert f is not None and not f.confirmed and f.signals["dp_rank"] == 1
+
+
+def test_a_whole_server_frozen_behind_one_rank_in_trouble_is_named_after_that_rank():
+    """Every client stuck behind the hung rank: the server's canary verdict comes before the rank's
+    own (its threads not read yet); the finding names the rank that is a suspect, not rank 0."""
+    v = dp_world(canary(NOW - 7, NOW - 2, answered=False, rank=1), rank1_pending_since=NOW - 8, server_moving=False)
+    f = engine_stall.evaluate(v, CFG)
+    assert f is not None and f.confirmed and "engine" not in f.signals  # the server's own verdict
+    assert (f.signals["dp_rank"], f.signals["pid"], f.subject) == (1, 201, "p201")
+    assert f.summary.startswith("EngineCore_DP1 makes no progress")

@@ -78,7 +78,7 @@ def test_a_json_document_stays_json_whatever_it_holds():
 @settings(max_examples=150, deadline=None, database=None)
 @given(secret=secrets(), shape=st.sampled_from(NAMED_SHAPES), left=st.text(max_size=40), right=st.text(max_size=40))
 def test_no_generated_secret_survives_any_named_shape_in_any_surrounding_text(secret, shape, left, right):
-    assume(secret not in left + right)
+    assume(secret not in left + right + shape.replace("{s}", ""))  # 'password' in 'password={s}' is no leak
     text = left + " " + shape.format(s=secret) + "\n" + right
     assert secret not in redact_text(text)
 

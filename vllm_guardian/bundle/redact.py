@@ -178,8 +178,8 @@ def redact_text(text: str) -> str:
         return text
     text = _PEM.sub(lambda m: m.group("head") + REDACTED, text)
     text = _SHAPES.sub(REDACTED, text)
+    text = _OPT_SP.sub(_opt, text)  # before key=value: '--api-key =x' is an option's value, not 'key = x'
     text = _sub_kv(text)
-    text = _OPT_SP.sub(_opt, text)
     text = _BEARER.sub(lambda m: m.group("head") + REDACTED, text)
     text = _LOCAL.sub(_local, text)
     return redact_url(text)

@@ -13,7 +13,7 @@ CONFIG_ENV = "GUARDIAN_CONFIG"  # the config file when -c is not given (as syste
 
 def load_config(path: str | None, dry_run: bool = False):
     """The config of ``path`` (else ``$GUARDIAN_CONFIG``, else the default) with its signature catalogs
-    checked; ``dry_run`` forces ``policy.dry_run``."""
+    and restart modes checked; ``dry_run`` forces ``policy.dry_run``."""
     from dataclasses import replace
 
     from vllm_guardian.config.loader import load_config as read_config
@@ -29,6 +29,10 @@ def load_config(path: str | None, dry_run: bool = False):
         load_catalogs(cfg.diagnosis.catalogs)
     except CatalogError as e:
         raise ConfigError([f"diagnosis.catalogs: {line}" for line in str(e).splitlines()]) from None
+    from vllm_guardian.remediation.methods import restart_mode_problems
+
+    if problems := restart_mode_problems(cfg):  # a restart mode names a method of the methods table
+        raise ConfigError(problems)
     if dry_run:
         cfg = replace(cfg, policy=replace(cfg.policy, dry_run=True))
     return cfg

@@ -72,6 +72,10 @@ _TAINT_KEY = re.compile(
 )
 
 
+def _is_method_name(v: Any) -> bool:
+    return isinstance(v, str) and re.fullmatch(r"[a-z][a-z0-9_]*", v) is not None
+
+
 # check name -> (expectation, "{base}" = "a number" | "an integer"; predicate)
 RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingProxyType(
     {
@@ -81,7 +85,8 @@ RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingPro
         "port": ("a port number (1..65535)", lambda v: 1 <= v <= 65535),
         "mode": _choice("observe", "alert", "remediate"),
         "onoff": _choice("auto", "off"),
-        "restart_mode": _choice("systemd", "command", "kubernetes", "signal"),
+        # which names exist is the methods table's to say (remediation/methods: restart_mode_problems)
+        "restart_mode": ("a restart method's name (lowercase letters, digits, '_')", _is_method_name),
         "allow_deny": _choice("allow", "deny"),
         "log_format": _choice("text", "json", "logfmt"),
         "log_level": _choice("debug", "info", "warning", "error", "critical"),

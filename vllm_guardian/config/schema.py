@@ -447,7 +447,9 @@ class LifecycleConfig:
     )
     server_state: str = _f("auto", "onoff", "ask GET /is_paused and /is_sleeping where the server exposes them")
     max_pause: float = _f(600.0, "positive", "a pause or sleep on purpose longer than this: an alert, never a restart")
-    resume_grace: float = _f(30.0, "nonneg", "seconds after a resume or wake-up the hang detectors stay down")
+    resume_grace: float = _f(
+        30.0, "nonneg", "seconds after a resume, a wake-up or an undrain the hang detectors stay down"
+    )
 
 
 @dataclass(frozen=True)

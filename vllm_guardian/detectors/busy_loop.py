@@ -3,12 +3,13 @@
 Reads the hot threads (``hot_threads``), the progress counters, the request
 gauges and the canary results. Decides, for the hottest thread:
 
-1. counters advanced since it became hot -> nothing (busy decode under load,
-   CPU-heavy tokenisation that still makes progress);
-2. work pending throughout and counters frozen -> confirmed (``counters_frozen``);
+1. counters advanced since it became hot (over the last ``min_coverage`` of the window at most)
+   -> nothing (busy decode under load, CPU-heavy tokenisation that still makes progress);
+2. work pending throughout and counters frozen over that span -> confirmed (``counters_frozen``);
 3. a canary started after it became hot: answered -> nothing (a benign busy-poll
    that still serves); timed out without progress during its flight -> confirmed
-   (``canary_timeout``);
+   (``canary_timeout``); a timeout whose flight saw the thread hot for its last
+   ``SUSPECT_WINDOW`` seconds counts as well (it started just before the thread was read);
 4. otherwise a suspect (unconfirmed): the daemon sends a canary to decide.
 
 On a data-parallel server the hot thread's engine (``EngineCore_DP<k>``) is judged on its own
@@ -24,8 +25,9 @@ suspect: the confirming canary starts early, but no conclusion is drawn yet.
 cold samples from before the onset hold the median under the ratio for half of it,
 which delayed the canary (and so the incident) by ~5 s after a spin began.
 
-Never while paused or asleep on purpose (nor in the resume grace after it), never during startup
-grace (model load, graph capture) nor once the API server is gone.
+Never while paused or asleep on purpose or drained by the operator (nor in the resume grace after
+it: ``TargetState.on_purpose``), never during startup grace (model load, graph capture) nor once
+the API server is gone.
 """
 
 from __future__ import annotations
@@ -59,14 +61,18 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     h = hot[0]
     name, now = st.target.name, st.now
     engine = own_engine(view, h.pid)  # a data-parallel rank: judged on its own counters
-    progress = progress_between(view.series, name, h.first_t, now, engine)
+    # judged over the last min_coverage of the window (at most since the thread was seen hot): the
+    # server reports an engine's last steps a moment after they ran (2-3 s on the loaded test host,
+    # a data-parallel rank), which must not hold the verdict off until the window has slid past it
+    since = max(h.first_t, now - bl.min_coverage * bl.window)
+    progress = progress_between(view.series, name, since, now, engine)
     if progress is True:
         return None
     if not covered:
         sig = dict(_signals(h, bl, progress, False, None, now), engine=engine or None)
         return _finding(view, h, sig, "suspect", f"hot for {now - h.first_t:.1f}s, confirming", confirmed=False)
-    pending = pending_throughout(view.series, name, h.first_t, now, engine)
-    pend_pts = pending_samples(view.series, name, h.first_t, now, engine)
+    pending = pending_throughout(view.series, name, since, now, engine)
+    pend_pts = pending_samples(view.series, name, since, now, engine)
     pending_now = pend_pts[-1][1] if pend_pts else None
     base = dict(_signals(h, bl, progress, pending, pending_now, now), engine=engine or None)
 
@@ -75,11 +81,11 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
         return _finding(view, h, base, "counters_frozen", what, confirmed=True)
 
     rank = rank_of(process_title(view.state.target, h.pid)).get("dp_rank") if engine else None
-    recent = [
-        c
-        for c in canaries(view.series, name, h.first_t, now)
-        if c.started >= h.first_t and (c.rank is None or c.rank == rank)  # (not another rank's)
-    ]
+    mine = [c for c in canaries(view.series, name, h.first_t, now) if c.rank is None or c.rank == rank]
+    # started after the thread was seen hot; or a timeout whose last SUSPECT_WINDOW the thread was
+    # seen hot (a spinner starved of CPU is followed only once seen runnable twice: the canary that
+    # reached it just before that is this spin's too, and the confirming one would queue behind it)
+    recent = [c for c in mine if c.started >= h.first_t or (c.timed_out and c.ended - h.first_t >= SUSPECT_WINDOW)]
     if recent:
         c = recent[-1]
         if c.ok and (not engine or c.rank == rank):

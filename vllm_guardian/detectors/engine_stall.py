@@ -22,10 +22,12 @@ process, so its threads are read only once the target is suspected: until then t
 suspect, not a stall — it may be busy_loop's case). A rank's own finding
 wins over the whole server's; a hot thread stands a rank down only when it is in that rank's
 process tree or in a process every rank shares (the API server, the coordinator): the other
-rank's busy decode is not its excuse.
+rank's busy decode is not its excuse. When the whole server is found frozen (every client stuck
+behind the hung rank, say) before the rank's own verdict is in, the finding names the one rank in
+trouble (a suspect of its own), else no engine: never the first engine by default.
 
-Never while paused or asleep on purpose (nor in the resume grace after it), never during
-startup grace nor once the API server is gone (engine_dead's case),
+Never while paused or asleep on purpose or drained by the operator (nor in the resume grace
+after it: ``TargetState.on_purpose``), never during startup grace nor once the API server is gone (engine_dead's case),
 nor while a process of the target is hot but its threads are not read yet (the
 first tick of a spin: whether it is busy_loop's case is not known).
 """
@@ -57,9 +59,13 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     busy = _busy_pids(view, cfg)
     engines = ranks(view)
     shared = shared_pids(st.target, engines)
-    found = [_judge_rank(view, cfg, r) for r in engines if not busy & (r.tree | shared)]
+    judged = [(r, _judge(view, cfg, r.subject, dict(_who(r), engine=r.subject))) for r in engines]
+    found: list[Finding | None] = [f for r, f in judged if not busy & (r.tree | shared)]
     if not busy:
-        found.append(_judge(view, cfg, "", _whole_server(view)))
+        # the server as a whole: on a data-parallel server, named after the one rank in trouble
+        troubled = [r for r, f in judged if f is not None]
+        who = _who(troubled[0]) if len(troubled) == 1 else {} if engines else _whole_server(view)
+        found.append(_judge(view, cfg, "", who))
     findings = [f for f in found if f is not None]
     return next((f for f in findings if f.confirmed), findings[0] if findings else None)
 
@@ -69,11 +75,11 @@ def _whole_server(view: TargetView) -> dict[str, Any]:
     return {"pid": engines[0].pid, "role": Role.ENGINE_CORE.value} if engines else {}
 
 
-def _judge_rank(view: TargetView, cfg: DetectorsConfig, r: Rank) -> Finding | None:
-    who: dict[str, Any] = {"engine": r.subject, "dp_rank": r.rank}
+def _who(r: Rank) -> dict[str, Any]:
+    who: dict[str, Any] = {"dp_rank": r.rank}
     if r.process is not None:
         who.update(pid=r.process.pid, role=Role.ENGINE_CORE.value, process_title=r.process.cmdline[0])
-    return _judge(view, cfg, r.subject, who)
+    return who
 
 
 def _judge(view: TargetView, cfg: DetectorsConfig, engine: str, who: dict[str, Any]) -> Finding | None:

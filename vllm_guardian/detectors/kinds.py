@@ -9,7 +9,9 @@ kill grace, nothing to drain), whether its evidence must be read gently (py-spy 
 the process keeps running), whether a restart can ever help it, which charts of the incident page
 are the ones that fired, and whether its bundle gets crash forensics.
 
-Adding a kind: its detector file, one ``Kind`` member, one row here (and its config section).
+Adding a kind: its detector file (which declares its kind: ``KIND = Kind.declare("name")``) and one
+row here; a config section under ``detectors:`` (for ``mode`` and thresholds) is optional: without
+one the kind alerts, opens on the first finding and resolves on the first quiet tick.
 """
 
 from __future__ import annotations
@@ -140,7 +142,7 @@ ANSWER_KINDS = frozenset(row.kind for row in _ROWS if row.answers_evidence)
 def spec(kind: Kind | str) -> KindSpec | None:
     """The row of ``kind`` (a ``Kind`` or its value); None for a name that is no kind."""
     try:
-        return KINDS[Kind(kind)]
+        return KINDS.get(Kind(kind))
     except ValueError:
         return None
 

@@ -33,14 +33,18 @@ class TargetState:
     hold: str | None = None  # "paused" / "sleeping" on purpose, as the server says
     hold_since: float | None = None
     hold_ended: float | None = None  # when the last pause or sleep ended
+    drained: bool = False  # taken out of rotation by the operator (`guardian drain`), until `guardian undrain`
+    drain_ended: float | None = None  # when the operator's last drain ended
 
     @property
     def on_purpose(self) -> bool:
-        """Paused or asleep on purpose, or within the resume grace after it: no hang is judged
-        (a paused engine makes no progress by design; a resumed one works through its queue)."""
-        if self.hold is not None:
+        """Paused or asleep on purpose, drained by the operator, or within the resume grace after
+        either: no hang is judged (a paused engine makes no progress by design; a drained one may
+        be under an operator's hands; a resumed one works through its queue)."""
+        if self.hold is not None or self.drained:
             return True
-        return self.hold_ended is not None and self.now - self.hold_ended < self.lifecycle.resume_grace
+        ends = [t for t in (self.hold_ended, self.drain_ended) if t is not None]
+        return bool(ends) and self.now - max(ends) < self.lifecycle.resume_grace
 
 
 @dataclass(frozen=True)

@@ -59,8 +59,12 @@ class DiscoveryResult:
     unmatched: tuple[tuple[str, str], ...]  # (target name, why)
     # autodiscovery candidates not followed: (their identity, why); reported once by the caller
     ignored: tuple[tuple[ProcKey, str], ...] = ()
-    # some process's fd table answered EACCES (another user's): the guardian cannot read every socket
-    sockets_denied: bool = False
+    # pids whose fd table answered EACCES (another user's): the guardian cannot read every socket
+    fds_denied: tuple[int, ...] = ()
+
+    @property
+    def sockets_denied(self) -> bool:
+        return bool(self.fds_denied)
 
     def target(self, name: str) -> Target | None:
         for t in self.targets:
@@ -616,7 +620,7 @@ def discover(
         for pid, p in sorted(snap.procs.items())
         if pid not in claimed and p.cmdline and p.cmdline[0].startswith(marker)
     )
-    return DiscoveryResult(tuple(targets), orphans, tuple(unmatched), tuple(ignored), bool(snap.denied))
+    return DiscoveryResult(tuple(targets), orphans, tuple(unmatched), tuple(ignored), tuple(sorted(snap.denied)))
 
 
 __all__ = [

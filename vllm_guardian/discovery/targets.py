@@ -88,6 +88,11 @@ class TargetsStage:
         self._unverified_said: set[tuple[str, ProcKey]] = set()
         self._argv_said: set[tuple[str, ProcKey]] = set()
 
+    def reconfigure(self, cfg: Config, platform: PlatformMatcher | None) -> None:
+        """A config reload: the next discovery pass matches with the new config and platform."""
+        self.cfg = cfg
+        self.platform = platform
+
     def step(self, now: float) -> list[PassOutcome]:
         """Every tick: a finished pass applied, a stuck one abandoned; a new one started when due."""
         outcomes = []
@@ -196,10 +201,10 @@ class TargetsStage:
                     t.api_url,
                 )
         self._unverified_said = {(t.name, t.key) for t in unverified}
-        if result.sockets_denied:
-            self.capabilities.note(
-                missing(Capability.READ_SOCKETS, "reading another user's /proc/<pid>/fd answered EACCES")
-            )
+        if result.fds_denied:
+            pid = result.fds_denied[0]
+            why = f"reading /proc/{pid}/fd answered EACCES (another user's process, or one it may not ptrace)"
+            self.capabilities.note(missing(Capability.READ_SOCKETS, why))
         by_argv = [t for t in result.targets if t.socket == ARGV]
         for t in by_argv:
             if (t.name, t.key) not in self._argv_said:

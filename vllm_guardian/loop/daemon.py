@@ -5,157 +5,97 @@ refreshes the targets every few seconds; every probe of the table (``vllm_guardi
 runs the same way: inline probes on the loop thread before detection, the others on a bounded
 pool after it, folded in on a later tick. Detection is pure (``detectors/``); incidents open and
 resolve with hysteresis; the ``Responder`` acts (evidence, remediation). ``run()`` sleeps through
-the injected clock (``vllm_guardian.loop.run``). The daemon is handed its seams built (``Seams``);
-``runtime.py`` builds the real ones. The status is built on demand, at most once per tick.
+the injected clock (``vllm_guardian.loop.run``). The daemon builds nothing: it is handed its parts built
+(``DaemonParts``, by ``loop/assemble.py``); ``runtime.py`` builds the real seams. The status is
+built on demand, at most once per tick.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from vllm_guardian.bundle.evidence import EvidenceCollector
-from vllm_guardian.remediation.policy import RestartLedger
-from vllm_guardian.remediation.methods import build_methods
-from vllm_guardian.remediation.parts import RemediationParts
-from vllm_guardian.remediation.remediator import Remediator
-from vllm_guardian.remediation.settings import RemediationSettings
-from vllm_guardian.loop.responder import Responder
 from vllm_guardian.config.schema import Config
-from vllm_guardian.detectors.kinds import series_store_for
 from vllm_guardian.detectors import accel_fault, evaluate_all
+from vllm_guardian.detectors.kinds import Detector
 from vllm_guardian.detectors.probe_failure import evaluate_episodes
 from vllm_guardian.detectors.view import TargetView
-from vllm_guardian.state.episodes import EpisodeLog
-from vllm_guardian.incidents import IncidentManager, IncidentStore
-from vllm_guardian.loop.run import run_loop
-from vllm_guardian.model import Finding, Incident, Kind, TargetRef, Transition
-from vllm_guardian.discovery.platform_match import platform_for
-from vllm_guardian.host.capabilities import Capabilities, from_privileges, read_own_mask
-from vllm_guardian.probes.accel import missing_backends
-from vllm_guardian.state.async_runner import AsyncRunner
-from vllm_guardian.probes.base import ProbeParts, Readings, Seen
-from vllm_guardian.probes.scheduler import ProbeScheduler
-from vllm_guardian.probes.table import build_probes, probe_names
-from vllm_guardian.seams import Seams
-from vllm_guardian.state.device_faults import DeviceFaults
-from vllm_guardian.state.selfstats import SelfStats
 from vllm_guardian.discovery.targets import NAME as TARGETS
-from vllm_guardian.discovery.targets import DiscoveryHook, TargetsStage
+from vllm_guardian.discovery.targets import TargetsStage
+from vllm_guardian.host.capabilities import Capabilities
+from vllm_guardian.incidents import IncidentManager
+from vllm_guardian.loop.fanout import Sink, TransitionFanout
+from vllm_guardian.loop.responder import Responder
+from vllm_guardian.loop.run import run_loop
+from vllm_guardian.loop.tables import Tables
+from vllm_guardian.model import Finding, Kind, TargetRef, Transition
+from vllm_guardian.probes.base import Readings, Seen
+from vllm_guardian.probes.scheduler import ProbeScheduler
+from vllm_guardian.remediation.policy import RestartLedger
+from vllm_guardian.remediation.remediator import Remediator
+from vllm_guardian.seams import Seams
+from vllm_guardian.series import SeriesStore
+from vllm_guardian.state.async_runner import AsyncRunner
+from vllm_guardian.state.episodes import EpisodeLog
+from vllm_guardian.state.selfstats import SelfStats
 from vllm_guardian.state.tracker import Changes, Tracker
 
 if TYPE_CHECKING:
-    from vllm_guardian.diagnosis.service import Diagnoser
-    from vllm_guardian.gates.exchange import RedisHashes
-    from vllm_guardian.remediation.lease import FleetLease
     from vllm_guardian.host.kube import KubeClient
     from vllm_guardian.surface.status_snapshot import StatusSnapshot
     from vllm_guardian.surface.status_view import StatusSources
 
-Sink = Callable[[Transition], None]
+__all__ = ["Daemon", "DaemonParts", "Sink"]
+
+
+@dataclass(frozen=True)
+class DaemonParts:
+    """Every part of the daemon, built once by the assembler (``loop/assemble.py``)."""
+
+    cfg: Config
+    seams: Seams
+    kube: KubeClient | None
+    log: logging.Logger
+    node: str
+    series: SeriesStore
+    tracker: Tracker
+    episodes: EpisodeLog
+    runner: AsyncRunner
+    stats: SelfStats
+    readings: Readings
+    capabilities: Capabilities  # what it cannot do here, each said once
+    targets: TargetsStage
+    probes: ProbeScheduler
+    incidents: IncidentManager
+    ledger: RestartLedger
+    remediator: Remediator
+    fanout: TransitionFanout
+    responder: Responder
+    status_sources: StatusSources | None  # the node sections of the parts around the daemon (None: none)
+    detectors: Mapping[Kind, Detector]  # the kind table's per-target detectors, in table order
+    tables: Tables = field(default_factory=Tables)  # the probes, kinds and restart methods it was assembled from
 
 
 class Daemon:
-    def __init__(
-        self,
-        cfg: Config,
-        seams: Seams,
-        *,
-        store: IncidentStore | None = None,
-        evidence: EvidenceCollector | None = None,
-        lease: FleetLease | None = None,
-        kube: KubeClient | None = None,
-        publish_control: Callable[[dict], object] | None = None,
-        sinks: Iterable[Sink] = (),
-        on_update: Iterable[Callable[[Incident], None]] = (),
-        on_discovery: Iterable[DiscoveryHook] = (),
-        status_sources: StatusSources | None = None,
-        runner: AsyncRunner | None = None,
-        log: logging.Logger | None = None,
-        diagnoser: Diagnoser | None = None,
-        redis: RedisHashes | None = None,
-    ) -> None:
-        self.cfg = cfg
-        self.seams, self.kube, self.redis = seams, kube, redis  # kept for a config reload (``loop.reload``)
-        self.clock = seams.clock
-        self.log = log or logging.getLogger("guardian")
-        self.node = cfg.node or os.uname().nodename
-        self.sinks: list[Sink] = [self._log_transition, *sinks]
-        self.series = series_store_for(cfg)
-        self.tracker = Tracker.from_config(cfg)
-        self.episodes = EpisodeLog(self.log)
-        self.runner = runner or AsyncRunner(max_workers=8)
-        self.readings = Readings(device_faults=DeviceFaults(cfg.detectors.accel_fault.window))
-        self.capabilities = Capabilities(self.log)  # what it cannot do here, each said once
-        for lack in (
-            *from_privileges(read_own_mask(seams.proc)),
-            *missing_backends(cfg.accelerators, seams.accel_backends),
-        ):
-            self.capabilities.note(lack)
-        self.targets = TargetsStage(
-            cfg,
-            seams.proc,
-            self.tracker,
-            self.series,
-            self.log,
-            platform=platform_for(cfg, seams.proc, kube, seams.commands),
-            on_discovery=on_discovery,
-            capabilities=self.capabilities,
-        )
-        self.stats = SelfStats.for_probes(probe_names())
-        self.probes = ProbeScheduler(
-            build_probes(ProbeParts(cfg, seams, self.tracker, self.series, self.readings, self.log, redis)),
-            self.runner,
-            self.stats,
-            self.episodes,
-            self.series,
-            record=lambda incident_id, action: self.responder.record_action(incident_id, action),
-        )
+    def __init__(self, parts: DaemonParts) -> None:
+        self.parts = parts
+        self.cfg = parts.cfg  # replaced by a config reload (``loop.reload``)
+        self.seams, self.kube = parts.seams, parts.kube  # kept for a config reload
+        self.clock = parts.seams.clock
+        self.log, self.node = parts.log, parts.node
+        self.series, self.tracker, self.episodes = parts.series, parts.tracker, parts.episodes
+        self.runner, self.stats, self.readings = parts.runner, parts.stats, parts.readings
+        self.capabilities = parts.capabilities
+        self.targets, self.probes, self.incidents = parts.targets, parts.probes, parts.incidents
+        self.ledger, self.remediator, self.responder = parts.ledger, parts.remediator, parts.responder
+        self.status_sources = parts.status_sources
+        self.detectors = parts.detectors
+        self._emit = parts.fanout.emit
         self.seen = Seen()
-        self.incidents = IncidentManager(self.node, self.clock, store, cfg.detectors)
-        self.ledger = RestartLedger(cfg.state_dir, keep=cfg.policy.budget.period)
-        settings = RemediationSettings.from_config(cfg)
-        self.remediator = Remediator(
-            RemediationParts(
-                settings,
-                self.clock,
-                seams.control,
-                self.runner,
-                seams.commands,
-                self.incidents,
-                self.ledger,
-                seams.proc,
-                build_methods(settings.units()),
-                self.log.getChild("remediation"),
-                lease=lease,
-                kube=kube,
-                publish_control=publish_control or (lambda msg: None),
-                release_check=self.readings.device_memory_held,
-                device_check=self._restart_blocked_by_device,
-            )
-        )
-        self.responder = Responder(
-            cfg.detectors,
-            self.clock,
-            self.runner,
-            self.tracker,
-            self.series,
-            self.readings,
-            self.incidents,
-            self.remediator,
-            evidence,
-            self.episodes,
-            self._emit,
-            self.log,
-            diagnoser=diagnoser,
-            target_configs={t.name: t for t in cfg.targets},
-            on_update=on_update,
-        )
-        self.status_sources = status_sources  # sections of the parts wired around the daemon (None: none)
         self.findings: dict[str, dict[Kind, Finding | None]] = {}
         self._status: StatusSnapshot | None = None
         self._status_tick = -1
@@ -215,10 +155,14 @@ class Daemon:
         suspected: set[str] = set()
         open_episodes = {k: (e.count, e.message, e.since) for k, e in self.episodes.open.items()}
         for name, tr in list(self.tracker.targets.items()):
+            change = self.tracker.operator_drain(name, self.remediator.operator_drained(name), now)
+            if change:
+                self.log.info("target %s: %s", name, change, extra={"target": name})
             if self.remediator.suppress_detection(name):
                 continue  # the guardian is taking it down itself: its death is not news
             gates = self.readings.gates.view(name) if self.readings.gates is not None else None
-            findings = evaluate_all(TargetView(self.tracker.state(name, now), self.series, gates), self.cfg.detectors)
+            view = TargetView(self.tracker.state(name, now), self.series, gates)
+            findings = evaluate_all(view, self.cfg.detectors, self.detectors)
             findings[Kind.PROBE_FAILURE] = evaluate_episodes(
                 name, {k: v for k, v in open_episodes.items() if k.startswith(f"{name}:")}, self.cfg.detectors, now
             )
@@ -251,44 +195,6 @@ class Daemon:
             finding = accel_fault.evaluate(ledger.view(dev, now), self.cfg.detectors)
             out += self.incidents.update(dev, TargetRef(dev, 0, 0), {Kind.ACCEL_FAULT: finding})
         return out
-
-    def _restart_blocked_by_device(self, target: str) -> str | None:
-        """Why a restart of this server would land on a broken device (None: it would not)."""
-        ledger = self.readings.device_faults
-        if ledger is None:
-            return None
-        faults = ledger.blocking(target, self.clock.monotonic())
-        if not faults:
-            return None
-        f = max(faults, key=accel_fault.precedence)
-        devices = sorted({r.device for r in faults})
-        return (
-            f"restart refused: device {', '.join(devices)} reported {f.label()}; a restart cannot help "
-            f"({f.entry.action.replace('_', ' ')}: {f.entry.what_to_do}); escalated to the node alert accel_fault"
-        )
-
-    def _emit(self, tr: Transition) -> None:
-        if tr.previous is None:
-            self.responder.incident_opened(tr.incident)
-        counter = self.stats.incidents_opened if tr.previous is None else self.stats.incidents_resolved
-        counter[tr.incident.kind.value] = counter.get(tr.incident.kind.value, 0) + 1
-        for sink in self.sinks:
-            try:
-                sink(tr)
-            except Exception as e:  # noqa: BLE001 - a sink must never take the loop down: logged once
-                self.episodes.fail(
-                    f"sink:{getattr(sink, '__name__', type(sink).__name__)}", repr(e), self.clock.monotonic()
-                )
-
-    def _log_transition(self, tr: Transition) -> None:
-        inc = tr.incident
-        fields = {"target": inc.target.name, "incident": inc.id, "kind": inc.kind.value}  # json/logfmt keys
-        if tr.previous is None:
-            self.log.warning(
-                "INCIDENT %s %s on %s: %s", inc.id, inc.kind.value, inc.target.name, inc.summary, extra=fields
-            )
-            return
-        self.log.warning("RESOLVED %s %s on %s", inc.id, inc.kind.value, inc.target.name, extra=fields)
 
     def status(self) -> StatusSnapshot:
         """The status as of the last tick (built when first asked for after it)."""

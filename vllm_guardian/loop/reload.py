@@ -15,6 +15,7 @@ directory at start-up (``NEEDS_RESTART``) are kept as they were and named in the
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,7 +23,7 @@ from vllm_guardian.config.schema import Config
 from vllm_guardian.discovery.platform_match import platform_for
 from vllm_guardian.model import Transition
 from vllm_guardian.probes.base import Probe, ProbeParts
-from vllm_guardian.probes.table import PROBE_TABLE
+from vllm_guardian.probes.table import PROBE_TABLE, ProbeRow
 from vllm_guardian.remediation.settings import RemediationSettings
 
 if TYPE_CHECKING:
@@ -55,12 +56,12 @@ class ReloadResult:
         return "; ".join(parts)
 
 
-def rebuilt_probes(current: list[Probe], parts: ProbeParts) -> list[Probe]:
+def rebuilt_probes(current: list[Probe], parts: ProbeParts, table: Sequence[ProbeRow] = PROBE_TABLE) -> list[Probe]:
     """The probes of the table built from the new config, in table order; those holding what was
     built at start-up (``KEPT_PROBES``) are kept as they are (never built twice)."""
     kept = {p.name: p for p in current if p.name in KEPT_PROBES}
     out: list[Probe] = []
-    for name, make in PROBE_TABLE:
+    for name, make in table:
         probe = kept.get(name) if name in KEPT_PROBES else make(parts)
         if probe is not None:
             out.append(probe)
@@ -84,18 +85,12 @@ def apply_config(daemon: Daemon, new: Config) -> ReloadResult:
     new_names = {t.name for t in cfg.targets}
     daemon.cfg = cfg
     daemon.incidents.reconfigure(cfg.detectors)
-    daemon.responder.detectors = cfg.detectors
-    daemon.responder.target_configs = {t.name: t for t in cfg.targets}
+    daemon.responder.reconfigure(cfg.detectors, {t.name: t for t in cfg.targets})
     tracker = daemon.tracker
-    tracker.forget_after = cfg.discovery.forget_after
-    tracker.configured_models = {t.name: t.model for t in cfg.targets if t.model}
-    tracker.probe_interval = cfg.probes.procfs.interval
-    tracker.lifecycle = cfg.lifecycle
-    stage = daemon.targets
-    stage.cfg = cfg
-    stage.platform = platform_for(cfg, daemon.seams.proc, daemon.kube, daemon.seams.commands)
-    parts = ProbeParts(cfg, daemon.seams, tracker, daemon.series, daemon.readings, daemon.log, daemon.redis)
-    daemon.probes.probes = rebuilt_probes(daemon.probes.probes, parts)
+    tracker.reconfigure(cfg)
+    daemon.targets.reconfigure(cfg, platform_for(cfg, daemon.seams.proc, daemon.kube, daemon.seams.commands))
+    parts = ProbeParts(cfg, daemon.seams, tracker, daemon.series, daemon.readings, daemon.log)
+    daemon.probes.replace_probes(rebuilt_probes(daemon.probes.probes, parts, daemon.parts.tables.probes))
     rem = daemon.remediator
     rem.reconfigure(RemediationSettings.from_config(cfg))
     removed, transitions = [], []

@@ -35,7 +35,7 @@ from vllm_guardian.config.schema import DetectorsConfig, Mode
 from vllm_guardian.errors import UnknownTarget
 from vllm_guardian.state.episodes import EpisodeLog
 from vllm_guardian.incidents import IncidentManager
-from vllm_guardian.detectors.kinds import KINDS
+from vllm_guardian.detectors.kinds import KINDS, KindSpec
 from vllm_guardian.model import Action, Finding, Incident, Kind, Severity, Transition
 from vllm_guardian.state.async_runner import AsyncRunner, Done
 from vllm_guardian.probes.base import Readings
@@ -70,6 +70,7 @@ class Responder:
         diagnoser: Diagnoser | None = None,
         target_configs: Mapping[str, Any] | None = None,
         on_update: Iterable[Callable[[Incident], None]] = (),
+        kinds: Mapping[Kind, KindSpec] = KINDS,
     ) -> None:
         self.detectors = detectors
         self.clock = clock
@@ -84,6 +85,7 @@ class Responder:
         self.emit = emit
         self.log = log
         self.diagnoser = diagnoser
+        self.kinds = kinds  # the kind table: each kind's mode
         self.target_configs = dict(target_configs or {})  # name -> TargetConfig (log sources)
         self.decisions: dict[str, str] = {}  # target -> what was decided this tick (status)
         # target -> (kind, incident id) of an open incident it will be remediated for: out of
@@ -94,6 +96,11 @@ class Responder:
         self._evidence_of: dict[str, str] = {}  # incident id → target, while its bundle is captured
         self._live_done: set[str] = set()  # incident ids whose capture no longer needs the processes
         self._held: set[tuple[str, str]] = set()  # (incident id, why) held to alert-only, logged once
+
+    def reconfigure(self, detectors: DetectorsConfig, target_configs: Mapping[str, Any]) -> None:
+        """A config reload: the detectors' modes and the targets' log sources."""
+        self.detectors = detectors
+        self.target_configs = dict(target_configs)
 
     # ------------------------------------------------------------------ each tick
     def act(self, now: float) -> list[Transition]:
@@ -108,7 +115,7 @@ class Responder:
             tr = self.tracker.targets.get(inc.target.name)
             if tr is None or inc.kind is Kind.RESTART_BUDGET_EXHAUSTED:
                 continue
-            row = KINDS.get(inc.kind)
+            row = self.kinds.get(inc.kind)
             mode = row.mode(self.detectors) if row is not None else Mode.ALERT
             if inc.signals.get("alert_only") and mode is Mode.REMEDIATE:
                 mode = Mode.ALERT  # e.g. two instances disagree and neither has a baseline: nobody to blame

@@ -2,14 +2,16 @@
 
 - ``real_seams(cfg)``: the real OS contacts (clock, /proc under the configured root, HTTP,
   subprocesses, process control, the accelerator backends ``accelerators:`` asks for).
-- ``build_daemon(cfg, seams, ...)``: the daemon with its incident store, evidence collector,
-  the alert sink's Redis (the fleet lease and the gates' fingerprint exchange use it) and
-  Kubernetes client (when a target restarts through it).
-- ``Runtime.start(cfg)``: all of it as ``guardian run`` and ``guardian demo`` run it: the alert
-  sink (embedded Redis by default), alert events for incident transitions and updates,
+- ``build_daemon(cfg, seams, ...)``: the daemon with every part, built by the assembler
+  (``loop/assemble.py``: incident store, evidence collector, fleet lease on the Redis
+  connection, Kubernetes client when a target restarts through it, ...).
+- ``Runtime.start(cfg)``: all of it as ``guardian run`` and ``guardian demo`` run it, built once
+  in order and nothing written into a part afterwards: the one Redis connection
+  (``sinks/redis_conn.py``, embedded Redis by default) handed to every Redis user, the alert
+  sink, alert events for incident transitions and updates,
   re-notification and the node heartbeat, the control socket, the HTTP listener (``/metrics``,
-  ``/healthz``, readiness) and sd_notify. ``run(stop)`` runs the loop until ``stop`` is set;
-  ``close()`` stops everything.
+  ``/healthz``, readiness), the gates' report listener and decisions, and sd_notify.
+  ``run(stop)`` runs the loop until ``stop`` is set; ``close()`` stops everything.
 """
 
 from __future__ import annotations
@@ -20,14 +22,13 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from vllm_guardian.bundle.evidence import EvidenceCollector
-from vllm_guardian.remediation.lease import FleetLease
 from vllm_guardian.clock import SystemClock
 from vllm_guardian.config.schema import Config
 from vllm_guardian.surface.control_socket import ControlSocket
 from vllm_guardian.discovery.targets import DiscoveryHook
+from vllm_guardian.loop.assemble import assemble
 from vllm_guardian.loop.daemon import Daemon, Sink
 from vllm_guardian.config.status import ReloadBook, ReloadOutcome
 from vllm_guardian.loop.reload import apply_config
@@ -41,12 +42,10 @@ from vllm_guardian.host.process_details import PsutilDetails
 from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.host.runner import SubprocessRunner
 from vllm_guardian.surface.http_listener import HttpListener, LastTick
-from vllm_guardian.incidents import IncidentStore
 from vllm_guardian.model import Incident, Status, Transition
 from vllm_guardian.netaddr import parse_hostport
 from vllm_guardian.probes.accel import make_backends
 from vllm_guardian.state.async_runner import AsyncRunner
-from vllm_guardian.diagnosis.service import Diagnoser
 from vllm_guardian.surface.sdnotify import SdNotify
 from vllm_guardian.surface.status_view import StatusSources
 from vllm_guardian.surface.kube_publisher import KubePublisher, supervised_namespaces
@@ -54,9 +53,10 @@ from vllm_guardian.seams import Seams
 from vllm_guardian.sinks.events import AlertEmitter, IncidentAlerts
 from vllm_guardian.sinks.fleet import node_summary
 from vllm_guardian.sinks.gate_decisions import GateDecisions
+from vllm_guardian.sinks.redis_conn import RedisConnection
 from vllm_guardian.sinks.redis_sink import AlertSink
 from vllm_guardian.gates.listener import ReportsListener
-from vllm_guardian.gates.trust import load_keys
+from vllm_guardian.gates.trust import Keys, load_keys
 
 if TYPE_CHECKING:
     from vllm_guardian.host.kube import KubeClient
@@ -85,7 +85,8 @@ def build_daemon(
     cfg: Config,
     seams: Seams,
     *,
-    sink: AlertSink | None = None,
+    redis: RedisConnection | None = None,
+    keys: Keys | None = None,
     sinks: Iterable[Sink] = (),
     on_update: Iterable[Callable[[Incident], None]] = (),
     status_sources: StatusSources | None = None,
@@ -94,51 +95,20 @@ def build_daemon(
     kube: KubeClient | None = None,
     on_discovery: Iterable[DiscoveryHook] = (),
 ) -> Daemon:
-    """The daemon and its parts; ``kube``: the Kubernetes API client to use (default: from the
-    environment, when a target restarts or is matched through Kubernetes)."""
-    store = IncidentStore(cfg.state_dir)
-    evidence = EvidenceCollector(
-        cfg.evidence, store.dir_for, seams.commands, seams.proc, seams.clock, details=seams.process_details
-    )
-    if kube is None and any(
-        t.restart.mode == "kubernetes" or (t.match.kubernetes is not None and t.match.kubernetes.namespace)
-        for t in cfg.targets
-    ):
-        from vllm_guardian.host.kube import KubeClient
-
-        try:
-            k = cfg.kubernetes
-            kube = KubeClient.from_environment(dict(os.environ), k.kubeconfig, k.context, k.timeout)
-        except GuardianError as e:
-            logging.getLogger("guardian").warning("%s", e)
-    lease = None
-    if sink is not None:
-        f = cfg.policy.fleet
-        node = cfg.node or os.uname().nodename
-        lease = FleetLease(sink.client, node, f.max_concurrent_restarts, f.lease_ttl, f.when_redis_down)
-    diagnoser = Diagnoser.from_config(cfg, runner=seams.commands, http=seams.http, kube=_kube_factory(kube, cfg))
-    hooks, sources = list(on_discovery), status_sources or StatusSources()
-    if isinstance(seams.http, BearerHttpClient):  # the keys follow each discovery pass
-        hooks.insert(0, seams.http.keys.update)
-        sources = dataclasses.replace(sources, api_keys=seams.http.keys)
-    daemon = Daemon(
+    """The daemon and its parts, built by the assembler (``loop/assemble.py``)."""
+    return assemble(
         cfg,
         seams,
-        store=store,
-        evidence=evidence,
-        lease=lease,
-        kube=kube,
-        publish_control=sink.control if sink is not None else None,
+        redis=redis,
+        keys=keys,
         sinks=sinks,
         on_update=on_update,
-        on_discovery=hooks,
-        status_sources=sources,
+        status_sources=status_sources,
         runner=runner,
         log=log,
-        diagnoser=diagnoser,
-        redis=sink.client if sink is not None else None,
+        kube=kube,
+        on_discovery=on_discovery,
     )
-    return daemon
 
 
 def kube_publisher(cfg: Config, seams: Seams, clock: SystemClock) -> KubePublisher | None:
@@ -159,21 +129,11 @@ def kube_publisher(cfg: Config, seams: Seams, clock: SystemClock) -> KubePublish
     return KubePublisher(cfg, client, seams.proc, seams.control.alive, wall=clock.wall, monotonic=clock.monotonic)
 
 
-def _kube_factory(kube: Any, cfg: Config) -> Callable[[], Any]:
-    """The Kubernetes client crash forensics reads previous container logs with: the one remediation
-    built, else one made when first needed (in-cluster or the kubeconfig; BackendUnavailable without)."""
-    if kube is not None:
-        return lambda: kube
-    from vllm_guardian.host.kube import KubeClient
-
-    k = cfg.kubernetes
-    return lambda: KubeClient.from_environment(dict(os.environ), k.kubeconfig, k.context, k.timeout)
-
-
 @dataclass
 class Runtime:
     daemon: Daemon
     clock: SystemClock
+    redis: RedisConnection  # the one Redis connection every Redis user was handed
     sink: AlertSink
     alerts: IncidentAlerts
     emitter: AlertEmitter
@@ -190,15 +150,28 @@ class Runtime:
     reloads: ReloadBook = field(default_factory=ReloadBook)
 
     @classmethod
-    def start(cls, cfg: Config, *, accel_backends: Sequence[AccelBackend] | None = None) -> Runtime:
+    def start(
+        cls,
+        cfg: Config,
+        *,
+        accel_backends: Sequence[AccelBackend] | None = None,
+        load_config: Callable[[], Config] | None = None,
+    ) -> Runtime:
         """Everything wired and listening. ``accel_backends``: given, they replace the ones
-        ``accelerators:`` asks for (the demo's fake NVML); None, the real ones."""
+        ``accelerators:`` asks for (the demo's fake NVML); None, the real ones. ``load_config``:
+        re-reads the config file on a reload (None: no reload)."""
+        keys = Keys()
         if cfg.gates.enabled:  # a bad trust key file is a config error before anything is started
-            load_keys(cfg.gates.trust.keys_file, cfg.gates.trust.key_env)
+            keys = load_keys(cfg.gates.trust.keys_file, cfg.gates.trust.key_env)
         clock = SystemClock()
         reloads = ReloadBook()
         node = cfg.node or os.uname().nodename  # parse_config fills it; a Config built by hand may not
-        sink = AlertSink.from_config(cfg.alerts, cfg.state_dir, node)
+        redis = RedisConnection.from_config(cfg.alerts, cfg.state_dir)  # the one connection, handed to all
+        try:
+            sink = AlertSink.on_connection(redis, cfg.alerts, cfg.state_dir, node)
+        except BaseException:
+            redis.close()
+            raise
         emitter = AlertEmitter(node, cfg.alerts.renotify_interval)
         alerts = IncidentAlerts(emitter, sink.publish, clock)
 
@@ -207,12 +180,13 @@ class Runtime:
 
         decisions = (
             GateDecisions(
-                sink.client,
+                redis.client,
                 cfg.gates.control_channel,
                 cfg.node or "",
                 lambda: cfg.detectors.output_corruption.mode,
                 clock.wall,
                 log.getChild("gates"),
+                keys=keys,  # decisions out are signed with the gates' trust keys
             )
             if cfg.gates.enabled
             else None
@@ -222,13 +196,28 @@ class Runtime:
             for b in seams.accel_backends:
                 b.close()
             seams = dataclasses.replace(seams, accel_backends=tuple(accel_backends))
+        kube = kube_publisher(cfg, seams, clock)
         daemon = build_daemon(
             cfg,
             seams,
-            sink=sink,
+            redis=redis,
+            keys=keys,
             sinks=[alerts] + ([decisions] if decisions is not None else []),
             on_update=[republish],
-            status_sources=StatusSources(alerts=sink, config=reloads),
+            status_sources=StatusSources(alerts=sink, config=reloads, kubernetes=kube),
+        )
+        gates = daemon.readings.gates
+        listener = (  # external reports about this node's instances (started with the rest below)
+            ReportsListener(
+                redis.client,
+                cfg.gates.reports_channel,
+                gates.accept_report,
+                clock.monotonic,
+                clock.wall,
+                log.getChild("gates"),
+            )
+            if gates is not None
+            else None
         )
         control = ControlSocket(
             cfg.socket_path(),
@@ -250,12 +239,25 @@ class Runtime:
                 tick_age=beat.age,
                 max_tick_age=3 * cfg.interval,
             )
-        rt = cls(daemon, clock, sink, alerts, emitter, control, http, beat, decisions=decisions, reloads=reloads)
-        rt.kube = kube_publisher(cfg, seams, clock)
-        if rt.kube is not None:
-            daemon.status_sources = dataclasses.replace(daemon.status_sources or StatusSources(), kubernetes=rt.kube)
+        rt = cls(
+            daemon,
+            clock,
+            redis,
+            sink,
+            alerts,
+            emitter,
+            control,
+            http,
+            beat,
+            decisions=decisions,
+            listener=listener,
+            kube=kube,
+            load_config=load_config,
+            reloads=reloads,
+        )
         try:
-            rt._wire_gates(cfg)
+            if listener is not None:
+                listener.start()
             if http is not None:
                 http.start()
             control.start()
@@ -263,24 +265,6 @@ class Runtime:
             rt.close()
             raise
         return rt
-
-    def _wire_gates(self, cfg: Config) -> None:
-        """The gates' Redis side: the listener of external reports (the probe shares fingerprints
-        across nodes on the Redis connection it was built with); the decisions sink was handed to
-        the daemon with the others."""
-        gates = self.daemon.readings.gates
-        if gates is None:
-            return
-        if self.decisions is not None:
-            self.decisions.keys = gates.keys  # decisions out are signed with the same keys
-        self.listener = ReportsListener(
-            self.sink.client,
-            cfg.gates.reports_channel,
-            gates.accept_report,
-            self.clock.monotonic,
-            self.clock.wall,
-            log.getChild("gates"),
-        ).start()
 
     def run(self, stop: threading.Event) -> None:
         """The loop, until ``stop`` is set (then ``clock.wake()`` ends the current sleep)."""
@@ -347,3 +331,4 @@ class Runtime:
         if self.decisions is not None:
             self.decisions.close()
         self.sink.close()
+        self.redis.close()  # after every user of it stopped

@@ -14,8 +14,7 @@ same way for every probe: it times each run, counts runs, failures and overruns 
 targets are suspect, the findings, the open incidents). A probe that confirms a suspicion
 (the canary), or acts on an open incident (a diagnosis), reads it there.
 
-``ProbeParts`` are the built parts a probe may be made from (seams, shared state, config, the
-Redis connection when there is one);
+``ProbeParts`` are the built parts a probe may be made from (seams, shared state, config);
 ``Readings`` holds the latest readings that are not series (process table, accelerators),
 read by the status document, evidence and remediation.
 """
@@ -34,7 +33,6 @@ from vllm_guardian.seams import Seams
 if TYPE_CHECKING:  # only for annotations: the probes import this module
     from vllm_guardian.series import SeriesStore
     from vllm_guardian.state.tracker import Tracker
-    from vllm_guardian.gates.exchange import RedisHashes
     from vllm_guardian.gates.shared import GatesShared
     from vllm_guardian.probes.accel import AccelResult
     from vllm_guardian.probes.procfs import ProcessState
@@ -127,7 +125,6 @@ class ProbeParts:
     series: SeriesStore
     readings: Readings
     log: logging.Logger
-    redis: RedisHashes | None = None  # the one Redis connection (the alert sink's); None: no Redis
 
 
 class Schedule:

@@ -14,7 +14,8 @@ server paused or asleep on purpose (it would queue behind the pause, or be refus
 
 On a data-parallel server (its ``/metrics`` page labels more than one engine) the canary names
 the rank it is for in vLLM's ``X-data-parallel-rank`` header: the rank a suspect names (a hot
-``EngineCore_DP<k>``, a rank frozen with work), else each rank in turn. Left to the server, a
+``EngineCore_DP<k>``, a rank frozen with work), else each rank in turn, each asked every
+``interval`` (the periodic pace divided by the ranks). Left to the server, a
 canary goes to the least-loaded rank, which is never the hung one (its stuck requests count
 against it): a rank that spins or stalls while the other serves would never be asked.
 """
@@ -170,7 +171,7 @@ class CanaryProbe:
             return False  # paused or asleep on purpose: a canary would only queue (keep) or be refused
         last = tr.last_canary_start
         if tr.ready:
-            if last is None or now - last >= self.cfg.interval:
+            if last is None or now - last >= self.cfg.interval / max(1, len(self._engines(tr.name))):
                 return True
         else:  # warming up: try to establish readiness once /health answers 200
             health = self.series.latest(tr.name, "", m.HEALTH_OK)
@@ -191,17 +192,18 @@ class CanaryProbe:
             rank = f.signals.get("dp_rank") if f is not None and not f.confirmed else None
             if isinstance(rank, int) and f is not None and f.signals.get("engine"):
                 return rank
-        prefix = m.engine_subject("")
-        labels = sorted(
-            int(s.removeprefix(prefix))
-            for s in self.series.subjects(tr.name, m.ITERATIONS, prefix)
-            if s.removeprefix(prefix).isdigit()
-        )
+        labels = self._engines(tr.name)
         if len(labels) < 2:
             return None
         turn = self._turn.get(tr.name, 0)
         self._turn[tr.name] = turn + 1
         return labels[turn % len(labels)]
+
+    def _engines(self, target: str) -> list[int]:
+        """The engine labels the server's ``/metrics`` shows one by one (data parallel), else []."""
+        prefix = m.engine_subject("")
+        subjects = self.series.subjects(target, m.ITERATIONS, prefix)
+        return sorted(int(s.removeprefix(prefix)) for s in subjects if s.removeprefix(prefix).isdigit())
 
     def _job(self, tr: TrackedTarget, dp_rank: int | None = None) -> Job:
         name, url, model, key, cfg = tr.name, tr.target.api_url or "", tr.model, tr.target.key, self.cfg

@@ -2,8 +2,8 @@
 
 Every ``gates.interval`` seconds per ready target a job runs ``gates.round.run_round``
 (diagnostic and shadow prompts greedily with logprobs, the reference text with
-prompt logprobs) and, when a fingerprint exchange is handed in (``make`` builds one on the
-Redis connection of ``ProbeParts``), shares the shadow fingerprints with other nodes.
+prompt logprobs) and, when the shared state has a fingerprint exchange (built by the assembler
+on the one Redis connection), shares the shadow fingerprints with other nodes.
 ``fold`` (on the loop) keeps the books: it has the round judged (``gates.judge``, and L4
 against this node's other instances of the same model and version plus the remote peers:
 ``gates.l4_judge``), grows or loads the baseline (``gates.baseline``), records the verdict in
@@ -23,16 +23,18 @@ instance agrees) is marked ``source="peers"``: external evidence, a hint that ne
 restarts alone (``remediation/external.py``). Requested confirmations come at most one
 every ``CONFIRM_GAP_S`` (a report flood is not a load on the server).
 
-The trust keys (``gates.trust``) are loaded here, once; a bad key file is a
-``ConfigError`` at start. Without keys the guardian says once that external evidence
-can raise an alert, never a restart.
+The shared state (``GatesShared``: ledger, intake, status lines), the trust keys
+(``gates.trust``) and the fingerprint exchange are built once by the assembler
+(``loop/assemble.py``) and handed in through ``parts.readings.gates``; a bad key file is a
+``ConfigError`` at start. Without keys the guardian says once that external evidence can
+raise an alert, never a restart.
 """
 
 from __future__ import annotations
 
 from vllm_guardian.gates.baseline import Baseline, BaselineStore
 from vllm_guardian.gates.cost import confirmations
-from vllm_guardian.gates.exchange import FingerprintExchange, PeerFingerprints
+from vllm_guardian.gates.exchange import PeerFingerprints
 from vllm_guardian.gates.judge import RoundAnswers, judge_round, next_baseline
 from vllm_guardian.gates.known_answers import diagnostics_of
 from vllm_guardian.gates.evidence import failure_evidence
@@ -40,7 +42,6 @@ from vllm_guardian.gates.l4_judge import LocalPeer, fresh_local_peers, judge_l4,
 from vllm_guardian.gates.ledger import RoundRecord
 from vllm_guardian.gates.round import run_round
 from vllm_guardian.gates.shared import GatesShared, TargetGates
-from vllm_guardian.gates.trust import Keys, load_keys
 from vllm_guardian.model import ProcKey
 from vllm_guardian.probes.base import Folded, Job, ProbeParts, Schedule, Seen
 
@@ -52,26 +53,14 @@ class GatesProbe:
     name = "gates"
     inline = False
 
-    def __init__(self, parts: ProbeParts, keys: Keys | None = None, exchange: PeerFingerprints | None = None) -> None:
-        """``keys``: the trust keys (None: loaded from ``gates.trust``); ``exchange``: L4 across
-        nodes (None: this node's instances only)."""
+    def __init__(self, parts: ProbeParts) -> None:
         self.cfg = parts.cfg.gates
         self.http, self.clock = parts.seams.http, parts.seams.clock
         self.tracker, self.log = parts.tracker, parts.log
-        keys = keys if keys is not None else load_keys(self.cfg.trust.keys_file, self.cfg.trust.key_env)
-        glog = parts.log.getChild("gates")
-        self.exchange = exchange
-        self.shared = GatesShared(parts.cfg.node or "", self.cfg.interval, glog, self.cfg.trust, keys, exchange)
-        if keys.enabled:
-            glog.info(
-                "gates: trust keys from %s (%d key(s)): unsigned messages are dropped", keys.source, len(keys.secrets)
-            )
-        else:
-            glog.warning(
-                "gates: no trust key (gates.trust.keys_file / key_env): external reports and other nodes' "
-                "fingerprints can raise an alert, never a restart"
-            )
-        parts.readings.gates = self.shared
+        if parts.readings.gates is None:
+            raise ValueError("the gates probe needs the gates' shared state in the readings (loop/assemble.py)")
+        self.shared: GatesShared = parts.readings.gates  # built by the assembler, with its keys and exchange
+        self.exchange: PeerFingerprints | None = self.shared.exchange
         self.store = BaselineStore(parts.cfg.state_dir)
         self.schedule = Schedule(self.cfg.interval)
         self._baselines: dict[_BKey, Baseline | None] = {}
@@ -245,16 +234,6 @@ class GatesProbe:
 
 
 def make(parts: ProbeParts) -> GatesProbe | None:
-    """The table's entry: the probe only when gates are enabled, with a fingerprint exchange on
-    ``parts.redis`` when there is one (the trust keys are loaded once, for both)."""
-    cfg = parts.cfg.gates
-    if not cfg.enabled:
-        return None
-    keys = load_keys(cfg.trust.keys_file, cfg.trust.key_env)
-    exchange = None
-    if parts.redis is not None:
-        wall, trust = parts.seams.clock.wall, cfg.trust
-        exchange = FingerprintExchange(
-            parts.redis, parts.cfg.node or "", wall, keys, trust.max_skew, trust.min_peer_nodes
-        )
-    return GatesProbe(parts, keys, exchange)
+    """The table's entry: the probe only when gates are enabled (its shared state, trust keys and
+    fingerprint exchange are in ``parts.readings.gates``, built by the assembler)."""
+    return GatesProbe(parts) if parts.cfg.gates.enabled else None

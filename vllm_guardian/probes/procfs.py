@@ -4,7 +4,10 @@ Reads through ``vllm_guardian.host.procfs.ProcFS`` (the seam: a proc root and an
 Two stages: every ``probes.procfs.interval``, each process's ``stat`` (CPU ticks, RSS,
 state — and its starttime, so a reused pid is seen as gone); per-thread files
 (``task/<tid>/stat``, ``status``, ``syscall``, ``schedstat``; ``wchan`` when suspected) only
-for processes that are hot, or of a target that is suspected — and in a hot process only for
+for processes that are hot, whose main thread wants a core (its ``schedstat``: time on a CPU +
+time waiting for one, at least ``hot_cpu_ratio``; a spinner starved of CPU on a saturated node
+reads cool by its CPU share: a data-parallel rank spinning beside a busy sibling got 7-59 % of a
+core on the 2-core test machine), or of a target that is suspected — and in a hot process only for
 threads whose ``schedstat`` says they can be hot (the rest cost one small read: a busy engine
 has one or two hot threads among ~75). Rates need two
 readings: the first reading of a process or thread yields no rate (absent,
@@ -74,6 +77,7 @@ class ProcfsReader:
         self._proc_prev: dict[ProcKey, tuple[float, int]] = {}
         self._thread_prev: dict[tuple[ProcKey, int], tuple[float, int, int | None, int | None, int | None]] = {}
         self._followed: set[ProcKey] = set()
+        self._leader_prev: dict[ProcKey, tuple[float, int, int]] = {}  # main thread: (t, run ns, wait ns)
         self._screen_prev: dict[tuple[ProcKey, int], tuple[float, int, int]] = {}  # (t, run ns, wait ns)
         self._screened: dict[tuple[ProcKey, int], SchedStat | None] = {}  # this collect's screen reads
 
@@ -92,6 +96,8 @@ class ProcfsReader:
         for k in [k for k in self._proc_prev if k not in seen_procs]:
             del self._proc_prev[k]
         self._followed &= seen_procs
+        for k in [k for k in self._leader_prev if k not in seen_procs]:
+            del self._leader_prev[k]
         for tk in [tk for tk in self._thread_prev if tk not in seen_threads]:
             del self._thread_prev[tk]
         for tk in [tk for tk in self._screen_prev if tk not in seen_threads]:
@@ -125,7 +131,7 @@ class ProcfsReader:
         hot = cpu is not None and cpu >= self.cfg.hot_cpu_ratio
         # hysteresis: keep following a process we followed until it cools to half the threshold
         warm = key in self._followed and cpu is not None and cpu >= self.cfg.hot_cpu_ratio / 2
-        if deep or hot or warm:
+        if deep or hot or warm or self._wants_a_core(key, now):
             threads = self._read_threads(target, key, deep, now, res, seen_threads)
             self._followed.add(key)
         else:
@@ -207,6 +213,20 @@ class ProcfsReader:
                 res.samples.append(Sample(target.name, subject, m.THREAD_DEMAND, demand, now))
             out.append(ThreadState(tid, tst.comm, tst.state, cpu, vol_rate, nonvol_rate, demand, syscall, wchan))
         return tuple(out)
+
+    def _wants_a_core(self, key: ProcKey, now: float) -> bool:
+        """Does the process's main thread want a core (on a CPU + waiting for one, since the last
+        reading, at least ``hot_cpu_ratio``)? One small read; False when unknown."""
+        try:
+            sched = self.procfs.thread_schedstat(key.pid, key.pid)
+        except (TargetGone, AccessDenied, ProbeFailed):
+            return False
+        prev = self._leader_prev.get(key)
+        self._leader_prev[key] = (now, sched.run_ns, sched.wait_ns)
+        if prev is None or now <= prev[0]:
+            return False
+        wanted = max(0, sched.run_ns - prev[1]) + max(0, sched.wait_ns - prev[2])
+        return wanted / 1e9 / (now - prev[0]) >= self.cfg.hot_cpu_ratio
 
     def _cool(self, target, key: ProcKey, tid: int, now: float, res, seen_threads) -> bool:
         """The screen: is this thread of a hot process too idle to be worth its four files?

@@ -44,6 +44,10 @@ class ProbeScheduler:
         self.series = series
         self.record = record  # records a probe's step on an incident (Folded.actions)
 
+    def replace_probes(self, probes: Sequence[Probe]) -> None:
+        """A config reload: the probes rebuilt from the new config (their counters stay)."""
+        self.probes = list(probes)
+
     def run_inline(self, now: float, seen: Seen) -> None:
         for probe in self.probes:
             if probe.inline:

@@ -10,7 +10,7 @@ loop's first stage, it decides what the probes look at.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from vllm_guardian.probes.accel import AccelProbe
 from vllm_guardian.probes.base import Probe, ProbeParts
@@ -20,7 +20,9 @@ from vllm_guardian.probes.procfs import ProcfsProbe
 from vllm_guardian.probes import server_state
 from vllm_guardian.probes.vllm_http import VllmHttpProbe
 
-PROBE_TABLE: tuple[tuple[str, Callable[[ProbeParts], Probe | None]], ...] = (
+ProbeRow = tuple[str, Callable[[ProbeParts], "Probe | None"]]
+
+PROBE_TABLE: tuple[ProbeRow, ...] = (
     ("procfs", ProcfsProbe),
     ("vllm_http", VllmHttpProbe),
     ("canary", CanaryProbe),
@@ -30,11 +32,11 @@ PROBE_TABLE: tuple[tuple[str, Callable[[ProbeParts], Probe | None]], ...] = (
 )
 
 
-def probe_names() -> tuple[str, ...]:
-    return tuple(name for name, _ in PROBE_TABLE)
+def probe_names(table: Sequence[ProbeRow] | None = None) -> tuple[str, ...]:
+    return tuple(name for name, _ in (PROBE_TABLE if table is None else table))
 
 
-def build_probes(parts: ProbeParts) -> list[Probe]:
-    """The probes of the table that have something to probe, in table order."""
-    probes = [make(parts) for _, make in PROBE_TABLE]
+def build_probes(parts: ProbeParts, table: Sequence[ProbeRow] | None = None) -> list[Probe]:
+    """The probes of ``table`` (default: ``PROBE_TABLE``) that have something to probe, in order."""
+    probes = [make(parts) for _, make in (PROBE_TABLE if table is None else table)]
     return [p for p in probes if p is not None]

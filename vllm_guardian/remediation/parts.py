@@ -4,7 +4,7 @@ for status (``Tally``) and the typed status section they make (``ActionCounts``)
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +12,7 @@ from vllm_guardian.clock import Clock
 from vllm_guardian.host.process_control import ProcessControl
 from vllm_guardian.host.runner import CommandRunner
 from vllm_guardian.remediation.jobs import Submitter
+from vllm_guardian.remediation.methods import METHODS, MethodRow
 from vllm_guardian.remediation.methods.base import RestartMethod
 from vllm_guardian.remediation.policy import RestartLedger
 from vllm_guardian.remediation.settings import RemediationSettings
@@ -44,6 +45,7 @@ class RemediationParts:
     publish_control: PublishControl = lambda msg: None
     release_check: ReleaseCheck = lambda pids: None
     device_check: DeviceCheck = lambda target: None
+    method_table: Sequence[MethodRow] = METHODS  # ``methods`` is built from it (again on a reload)
 
     def method(self, mode: str) -> RestartMethod:
         """The method of ``restart.mode`` (the config admits only the table's names)."""

@@ -63,7 +63,9 @@ class Remediator:
 
     def reconfigure(self, settings: RemediationSettings) -> None:
         """A reloaded config: new targets' restart specs, policy and pod removal; running sequences go on."""
-        self.parts = replace(self.parts, settings=settings, methods=build_methods(settings.units()))
+        self.parts = replace(
+            self.parts, settings=settings, methods=build_methods(settings.units(), self.parts.method_table)
+        )
         self.settings, self.policy = settings, settings.policy
         self.machine.reconfigure(self.parts)
 
@@ -89,6 +91,12 @@ class Remediator:
         if s is None or s.phase in (Phase.DONE, Phase.UNDRAINED, Phase.RECOVERED, Phase.ABORTED):
             return "serving"
         return PHASE_NAMES.get(s.phase) or s.phase.value
+
+    def operator_drained(self, name: str) -> bool:
+        """Out of rotation by ``guardian drain`` (draining or drained) until ``guardian undrain``:
+        on purpose, as a pause is (the hang detectors stand down)."""
+        s = self.sequences.get(name)
+        return s is not None and s.drain_only and (s.phase.active or s.phase is Phase.DONE)
 
     def suppress_detection(self, name: str) -> bool:
         """While the guardian itself takes a target down, its death is not news."""

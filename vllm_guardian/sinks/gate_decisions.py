@@ -40,14 +40,15 @@ class GateDecisions:
         mode: Callable[[], str],
         wall: Callable[[], float],
         log: logging.Logger,
+        keys: Keys | None = None,
     ) -> None:
         self.client, self.channel, self.node, self.mode, self.wall, self.log = client, channel, node, mode, wall, log
+        self.keys = keys or Keys()  # the gates' trust keys: decisions out are signed with them
         self._q: queue.Queue[dict | None] = queue.Queue(QUEUE_MAX)
         self._thread = threading.Thread(target=self._run, name="gate-decisions", daemon=True)
         self._thread.start()
         self.published = 0
         self._failing = False
-        self.keys = Keys()  # the runtime hands the gates' trust keys over once they are loaded
 
     def __call__(self, tr: Transition) -> None:
         inc = tr.incident

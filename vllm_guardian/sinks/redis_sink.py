@@ -25,13 +25,16 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from vllm_guardian.errors import ConfigError
 from vllm_guardian.sinks.events import event_time_ms
 from vllm_guardian.sinks.fleet import NodeHeartbeat
 from vllm_guardian.sinks.spool import Spool
+
+if TYPE_CHECKING:
+    from vllm_guardian.sinks.redis_conn import RedisConnection
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +204,7 @@ class AlertSink:
         url_for_log: str = "",
         on_close: Callable[[], None] | None = None,
         on_down: Callable[[], Any] | None = None,
+        close_client: bool = True,
         start: bool = True,
     ) -> None:
         self.node = node
@@ -223,6 +227,7 @@ class AlertSink:
         )
         self._heartbeat = NodeHeartbeat(client)
         self._on_close = on_close
+        self._close_client = close_client  # False: the client is a shared connection's, closed by it
         self._on_down = on_down  # e.g. start the embedded Redis again when it died
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -246,7 +251,7 @@ class AlertSink:
     @classmethod
     def from_config(
         cls,
-        alerts,
+        alerts: Any,
         state_dir: str | os.PathLike[str],
         node: str,
         *,
@@ -254,33 +259,38 @@ class AlertSink:
         environ: Mapping[str, str] = os.environ,
         **kwargs: Any,
     ) -> AlertSink:
-        """Build from an ``AlertsConfig``: starts the embedded Redis when ``redis_url == "embedded"``
-        (stopped again by ``close()``); spool under ``<state_dir>/spool``."""
-        on_close = None
-        url = alerts.redis_url
-        if url == "embedded":
-            if embedded_factory is None:
-                from vllm_guardian.sinks.embedded_redis import EmbeddedRedis
+        """A sink with a Redis connection of its own (``RedisConnection.from_config``: the embedded
+        Redis started when ``redis_url == "embedded"``), closed with the sink. The guardian itself
+        shares one connection among all its Redis users: ``on_connection``."""
+        from vllm_guardian.sinks.redis_conn import RedisConnection
 
-                embedded_factory = EmbeddedRedis
-            embedded = embedded_factory(str(state_dir))
-            url = embedded.start()
-            on_close = embedded.stop
-            if hasattr(embedded, "revive"):
-                kwargs.setdefault("on_down", embedded.revive)
+        conn = RedisConnection.from_config(alerts, state_dir, embedded_factory=embedded_factory, environ=environ)
         try:
-            password = resolve_password(alerts.password_env, alerts.password_file, environ=environ)
-            client = make_client(url, password=password, timeout=alerts.timeout)
-            spool = Spool(
-                Path(state_dir) / "spool", max_events=alerts.spool.max_events, max_bytes=alerts.spool.max_bytes
-            )
+            return cls.on_connection(conn, alerts, state_dir, node, owns_connection=True, **kwargs)
         except BaseException:
-            if on_close is not None:
-                on_close()
+            conn.close()
             raise
-        log.info("alerts: stream %s, channel %s on %s", alerts.stream, alerts.channel, mask_url(url))
+
+    @classmethod
+    def on_connection(
+        cls,
+        conn: RedisConnection,
+        alerts: Any,
+        state_dir: str | os.PathLike[str],
+        node: str,
+        *,
+        owns_connection: bool = False,
+        **kwargs: Any,
+    ) -> AlertSink:
+        """The sink of an ``AlertsConfig`` on ``conn`` (spool under ``<state_dir>/spool``); a dead
+        embedded Redis is revived by the flusher. ``owns_connection``: ``close()`` closes ``conn``
+        too; else whoever made ``conn`` closes it after the sink."""
+        spool = Spool(Path(state_dir) / "spool", max_events=alerts.spool.max_events, max_bytes=alerts.spool.max_bytes)
+        if conn.revivable:
+            kwargs.setdefault("on_down", conn.revive)
+        log.info("alerts: stream %s, channel %s on %s", alerts.stream, alerts.channel, conn.url_for_log)
         return cls(
-            client,
+            conn.client,
             spool,
             node=node,
             stream=alerts.stream,
@@ -288,8 +298,9 @@ class AlertSink:
             maxlen=alerts.stream_maxlen,
             control_channel=alerts.control_channel,
             heartbeat_ttl=alerts.heartbeat_ttl,
-            url_for_log=mask_url(url),
-            on_close=on_close,
+            url_for_log=conn.url_for_log,
+            on_close=conn.close if owns_connection else None,
+            close_client=False,
             **kwargs,
         )
 
@@ -397,10 +408,11 @@ class AlertSink:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
-        try:
-            self.client.close()
-        except Exception:  # noqa: BLE001 - closing must not fail the shutdown
-            pass
+        if self._close_client:
+            try:
+                self.client.close()
+            except Exception:  # noqa: BLE001 - closing must not fail the shutdown
+                pass
         self.spool.close()
         if self._on_close is not None:
             self._on_close()

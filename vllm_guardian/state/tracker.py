@@ -6,7 +6,9 @@ and canary results (readiness). It keeps the *snapshotted tree* of a target:
 processes that were in the tree stay in it while they live, even after being
 re-parented (their API server SIGKILLed), so a later stop reaches them.
 It decides: a target is new, restarted (same name, new API-server identity),
-gone (API server vanished) or forgotten (gone longer than ``forget_after``).
+gone (API server vanished) or forgotten (gone longer than ``forget_after``); and it keeps what is
+on purpose: a pause or sleep the server reports, an operator's drain the loop hands it
+(``operator_drain``), each with when it ended (the resume grace).
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ class TrackedTarget:
     hold: str | None = None  # "paused" / "sleeping": on purpose, said by the server (/is_paused, /is_sleeping)
     hold_since: float | None = None
     hold_ended: float | None = None  # when the last hold ended (the resume grace runs from it)
+    drained_since: float | None = None  # out of rotation by the operator (`guardian drain`) since
+    drain_ended: float | None = None  # when the operator's last drain ended (`guardian undrain`)
 
     @property
     def name(self) -> str:
@@ -133,6 +137,13 @@ class Tracker:
             cfg.probes.procfs.interval,
             cfg.lifecycle,
         )
+
+    def reconfigure(self, cfg: Config) -> None:
+        """A config reload: the settings ``from_config`` reads; what is tracked stays."""
+        self.forget_after = cfg.discovery.forget_after
+        self.configured_models = {t.name: t.model for t in cfg.targets if t.model}
+        self.probe_interval = cfg.probes.procfs.interval
+        self.lifecycle = cfg.lifecycle
 
     # ------------------------------------------------------------------ discovery
     def apply_discovery(self, targets: tuple[Target, ...], orphans: tuple[ProcessInfo, ...], now: float) -> Changes:
@@ -258,6 +269,18 @@ class Tracker:
             )
         return f"{hold} on purpose (the server says so): hang detectors stand down"
 
+    def operator_drain(self, name: str, drained: bool, now: float) -> str | None:
+        """Whether the operator has the target drained (``guardian drain``, until ``guardian
+        undrain``); a change, in words, or None."""
+        tr = self.targets.get(name)
+        if tr is None or drained == (tr.drained_since is not None):
+            return None
+        if drained:
+            tr.drained_since = now
+            return "drained by the operator (guardian drain): hang detectors stand down until undrained"
+        since, tr.drained_since, tr.drain_ended = tr.drained_since or now, None, now
+        return f"undrained after {now - since:.0f}s (hang detectors wait {self.lifecycle.resume_grace:g}s)"
+
     def state(self, name: str, now: float, probe_interval: float | None = None) -> TargetState:
         tr = self.targets[name]
         return TargetState(
@@ -276,6 +299,8 @@ class Tracker:
             hold=tr.hold,
             hold_since=tr.hold_since,
             hold_ended=tr.hold_ended,
+            drained=tr.drained_since is not None,
+            drain_ended=tr.drain_ended,
         )
 
     def live_targets(self) -> list[Target]:

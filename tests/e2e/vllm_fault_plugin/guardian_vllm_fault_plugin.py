@@ -15,6 +15,11 @@ vLLM calls ``register()`` in each of its processes (entry point group
   ``rss_leak``   every step keeps N MiB (the file's content, default 4) alive until
                  the trigger is removed;
 
+  On a data-parallel server (``--data-parallel-size N``: one ``EngineCore_DP<k>`` process per
+  rank) a ``busy_loop``, ``stall`` or ``die`` trigger whose content is ``dp_rank=<k>`` starts
+  only in the engine of rank k (its process title, ``VLLM::EngineCore_DP<k>``, says its rank);
+  the other ranks go on serving. An empty trigger starts in whichever engine steps first.
+
 - ``vllm.v1.core.kv_cache_manager.KVCacheManager.free``: ``kv_leak`` present →
   a finished request's KV blocks are never returned to the pool;
 
@@ -48,6 +53,7 @@ import functools
 import json
 import logging
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -138,6 +144,29 @@ def onset_name(fault: str) -> str:
     return fault + ONSET_SUFFIX
 
 
+_RANK_IN_TITLE = re.compile(r"EngineCore_DP(\d+)")
+
+
+def parse_dp_rank(text: str) -> int | None:
+    """The rank a blocking trigger is for (``dp_rank=1``); None (any engine) when it names none."""
+    m = re.fullmatch(r"\s*dp_rank\s*=\s*(\d+)\s*", text)
+    return int(m.group(1)) if m else None
+
+
+def rank_of_title(title: str) -> int | None:
+    """The data-parallel rank of an engine from its process title (``VLLM::EngineCore_DP1`` -> 1)."""
+    m = _RANK_IN_TITLE.search(title)
+    return int(m.group(1)) if m else None
+
+
+def _own_rank() -> int | None:
+    try:
+        import setproctitle  # vLLM's dependency: it titles its engines with it
+    except ImportError:
+        return None
+    return rank_of_title(setproctitle.getproctitle())
+
+
 # ---------------------------------------------------------------- the faults themselves
 def _injected_busy_loop(still_on: Callable[[], bool], check_every: float = 0.5) -> int:
     """Spin in pure Python (no syscall but one stat per ``check_every``) until ``still_on()`` is False.
@@ -216,8 +245,10 @@ class FaultInjector:
         pid: Callable[[], int] = os.getpid,
         busy_check_every: float = 0.5,
         stall_check_every: float = 1.0,
+        rank: Callable[[], int | None] = _own_rank,
     ) -> None:
         self.dir = fault_dir
+        self._rank = rank
         self._exit = exit
         self._wall = wall
         self._pid = pid
@@ -241,6 +272,9 @@ class FaultInjector:
         fault = blocking_fault(triggers)
         if fault is None:
             return None
+        wanted = parse_dp_rank(self.dir.read(fault))
+        if wanted is not None and wanted != self._rank():
+            return None  # another data-parallel rank's fault
         self._onset(fault)
         if fault == DIE:
             self._exit(DIE_EXIT_CODE)

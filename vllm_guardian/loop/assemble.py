@@ -1,0 +1,311 @@
+"""The one place the daemon's parts are built: each once, by constructor injection, in dependency order.
+
+``assemble(cfg, seams, ...)`` builds, in this order, and hands the lot to ``Daemon`` (which builds
+nothing and only ticks):
+
+1. what sits outside the loop: the incident store, the evidence collector, the Kubernetes client
+   (when a target restarts or is matched through it), the diagnoser; on the one Redis connection
+   (``sinks/redis_conn.py``), when there is one, the fleet lease, the control publisher and the
+   gates' fingerprint exchange;
+2. the state the probes write and the detectors read: series store, tracker, episode log, the
+   runner of off-loop jobs, self-stats, the readings (device-fault ledger, the gates' shared
+   state with its trust keys and exchange), the capabilities it lacks here (each said once);
+3. the stages of the tick: discovery (``TargetsStage``), the probes of the table
+   (``ProbeScheduler``), the incident manager, the restart ledger and the remediator (its
+   restart methods from the methods table), the transition fan-out (log line + sinks) and the
+   responder.
+
+**Ports, for the two calls that go back up the order.** The probes record a diagnosis step on an
+incident through the responder (``record_action``), and the fan-out tells the responder an incident
+opened (``incident_opened``, evidence before action) while the responder emits through the fan-out.
+Neither side can be built with the other in hand, so the assembler makes a typed ``Port``
+(``loop/ports.py``) first, hands it to the part built earlier as a plain callable, builds the later
+part, and binds the port to it, once, before returning. No part has a hook list appended to or an
+attribute assigned after it was built.
+
+A config reload (``loop/reload.py``) applies the new config to these parts in place; the probes
+are rebuilt through ``build_probes`` with the same ``ProbeParts``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from vllm_guardian.bundle.evidence import EvidenceCollector
+from vllm_guardian.config.schema import Config
+from vllm_guardian.detectors import accel_fault
+from vllm_guardian.detectors.kinds import series_store_for
+from vllm_guardian.diagnosis.service import Diagnoser
+from vllm_guardian.discovery.platform_match import platform_for
+from vllm_guardian.discovery.targets import DiscoveryHook, TargetsStage
+from vllm_guardian.errors import ConfigError, GuardianError
+from vllm_guardian.gates.exchange import FingerprintExchange, PeerFingerprints, RedisHashes
+from vllm_guardian.gates.shared import GatesShared
+from vllm_guardian.gates.trust import Keys, load_keys
+from vllm_guardian.host.api_keys import BearerHttpClient
+from vllm_guardian.host.capabilities import Capabilities, from_privileges, read_own_mask
+from vllm_guardian.incidents import IncidentManager, IncidentStore
+from vllm_guardian.loop.daemon import Daemon, DaemonParts
+from vllm_guardian.loop.fanout import Sink, TransitionFanout
+from vllm_guardian.loop.ports import Port
+from vllm_guardian.loop.tables import Tables
+from vllm_guardian.loop.responder import Responder
+from vllm_guardian.model import Action, Incident
+from vllm_guardian.probes.accel import missing_backends
+from vllm_guardian.probes.base import ProbeParts, Readings
+from vllm_guardian.probes.scheduler import ProbeScheduler
+from vllm_guardian.probes.table import build_probes, probe_names
+from vllm_guardian.remediation.lease import FleetLease
+from vllm_guardian.remediation.methods import build_methods, restart_mode_problems
+from vllm_guardian.remediation.parts import PublishControl, RemediationParts
+from vllm_guardian.remediation.policy import RestartLedger
+from vllm_guardian.remediation.remediator import Remediator
+from vllm_guardian.remediation.settings import RemediationSettings
+from vllm_guardian.seams import Seams
+from vllm_guardian.sinks.redis_conn import ControlPublisher, RedisConnection
+from vllm_guardian.surface.status_view import StatusSources
+from vllm_guardian.state.async_runner import AsyncRunner
+from vllm_guardian.state.device_faults import DeviceFaults
+from vllm_guardian.state.episodes import EpisodeLog
+from vllm_guardian.state.selfstats import SelfStats
+from vllm_guardian.state.tracker import Tracker
+
+if TYPE_CHECKING:
+    from vllm_guardian.host.kube import KubeClient
+
+
+def assemble(
+    cfg: Config,
+    seams: Seams,
+    *,
+    redis: RedisConnection | None = None,
+    keys: Keys | None = None,
+    sinks: Iterable[Sink] = (),
+    on_update: Iterable[Callable[[Incident], None]] = (),
+    status_sources: StatusSources | None = None,
+    runner: AsyncRunner | None = None,
+    log: logging.Logger | None = None,
+    kube: KubeClient | None = None,
+    on_discovery: Iterable[DiscoveryHook] = (),
+    tables: Tables | None = None,
+) -> Daemon:
+    """The daemon with every part built. ``redis``: the one Redis connection (None: no lease, no
+    control messages, no fingerprint exchange); ``keys``: the gates' trust keys when already loaded
+    (None: loaded here when gates are on); ``kube``: the Kubernetes API client (default: from the
+    environment, when a target restarts or is matched through Kubernetes); ``tables``: the probes,
+    kinds and restart methods (default: the package's own; ``loop/tables.py``). A ``restart.mode``
+    that names no method of the table is a ``ConfigError``."""
+    tables = tables or Tables()
+    if problems := restart_mode_problems(cfg, tables.methods):
+        raise ConfigError(problems)
+    log = log or logging.getLogger("guardian")
+    node = cfg.node or os.uname().nodename
+    clock = seams.clock
+    # 1. outside the loop
+    store = IncidentStore(cfg.state_dir)
+    evidence = EvidenceCollector(
+        cfg.evidence, store.dir_for, seams.commands, seams.proc, seams.clock, details=seams.process_details
+    )
+    kube = kube if kube is not None else _kube_when_needed(cfg)
+    diagnoser = Diagnoser.from_config(cfg, runner=seams.commands, http=seams.http, kube=_kube_factory(kube, cfg))
+    lease = None
+    publish_control: PublishControl = _no_control
+    if redis is not None:
+        f = cfg.policy.fleet
+        lease = FleetLease(redis.client, node, f.max_concurrent_restarts, f.lease_ttl, f.when_redis_down)
+        publish_control = ControlPublisher(redis, cfg.alerts.control_channel)
+    hooks, sources = list(on_discovery), status_sources or StatusSources()
+    if isinstance(seams.http, BearerHttpClient):  # the keys follow each discovery pass
+        hooks.insert(0, seams.http.keys.update)
+        sources = dataclasses.replace(sources, api_keys=seams.http.keys)
+    # 2. the state probes write and detectors read
+    series = series_store_for(cfg)
+    tracker = Tracker.from_config(cfg)
+    episodes = EpisodeLog(log)
+    runner = runner or AsyncRunner(max_workers=8)
+    stats = SelfStats.for_probes(probe_names(tables.probes))
+    readings = Readings(
+        device_faults=DeviceFaults(cfg.detectors.accel_fault.window),
+        gates=gates_shared(cfg, keys, redis.client if redis else None, clock.wall, log) if cfg.gates.enabled else None,
+    )
+    capabilities = Capabilities(log)  # what it cannot do here, each said once
+    for lack in (
+        *from_privileges(read_own_mask(seams.proc)),
+        *missing_backends(cfg.accelerators, seams.accel_backends),
+    ):
+        capabilities.note(lack)
+    # 3. the stages of the tick; the two ports back up the order are bound before returning
+    record_action: Port[[str, Action], None] = Port("record_action")
+    incident_opened: Port[[Incident], None] = Port("incident_opened")
+    targets = TargetsStage(
+        cfg,
+        seams.proc,
+        tracker,
+        series,
+        log,
+        platform=platform_for(cfg, seams.proc, kube, seams.commands),
+        on_discovery=hooks,
+        capabilities=capabilities,
+    )
+    probe_parts = ProbeParts(cfg, seams, tracker, series, readings, log)
+    probes = ProbeScheduler(
+        build_probes(probe_parts, tables.probes), runner, stats, episodes, series, record=record_action
+    )
+    incidents = IncidentManager(node, clock, store, cfg.detectors)
+    ledger = RestartLedger(cfg.state_dir, keep=cfg.policy.budget.period)
+    settings = RemediationSettings.from_config(cfg)
+    remediator = Remediator(
+        RemediationParts(
+            settings,
+            clock,
+            seams.control,
+            runner,
+            seams.commands,
+            incidents,
+            ledger,
+            seams.proc,
+            build_methods(settings.units(), tables.methods),
+            log.getChild("remediation"),
+            lease=lease,
+            kube=kube,
+            publish_control=publish_control,
+            release_check=readings.device_memory_held,
+            device_check=DeviceBlock(readings, clock.monotonic),
+            method_table=tables.methods,
+        )
+    )
+    fanout = TransitionFanout(incident_opened, sinks, stats, episodes, clock, log)
+    responder = Responder(
+        cfg.detectors,
+        clock,
+        runner,
+        tracker,
+        series,
+        readings,
+        incidents,
+        remediator,
+        evidence,
+        episodes,
+        fanout.emit,
+        log,
+        diagnoser=diagnoser,
+        target_configs={t.name: t for t in cfg.targets},
+        on_update=on_update,
+        kinds=tables.kinds,
+    )
+    record_action.bind(responder.record_action)
+    incident_opened.bind(responder.incident_opened)
+    return Daemon(
+        DaemonParts(
+            cfg=cfg,
+            seams=seams,
+            kube=kube,
+            log=log,
+            node=node,
+            series=series,
+            tracker=tracker,
+            episodes=episodes,
+            runner=runner,
+            stats=stats,
+            readings=readings,
+            capabilities=capabilities,
+            targets=targets,
+            probes=probes,
+            incidents=incidents,
+            ledger=ledger,
+            remediator=remediator,
+            fanout=fanout,
+            responder=responder,
+            status_sources=sources,
+            detectors=tables.detectors(),
+            tables=tables,
+        )
+    )
+
+
+def gates_shared(
+    cfg: Config,
+    keys: Keys | None,
+    redis: RedisHashes | None,
+    wall: Callable[[], float],
+    log: logging.Logger,
+    exchange: PeerFingerprints | None = None,
+) -> GatesShared:
+    """What the gates share (ledger, intake, status lines), with the trust keys (``gates.trust``,
+    loaded here unless handed in) and the fingerprint exchange (L4 across nodes): ``exchange``
+    when handed in, else one on ``redis`` (the Redis connection's client), else none."""
+    g = cfg.gates
+    keys = keys if keys is not None else load_keys(g.trust.keys_file, g.trust.key_env)
+    glog = log.getChild("gates")
+    if keys.enabled:
+        glog.info(
+            "gates: trust keys from %s (%d key(s)): unsigned messages are dropped", keys.source, len(keys.secrets)
+        )
+    else:
+        glog.warning(
+            "gates: no trust key (gates.trust.keys_file / key_env): external reports and other nodes' "
+            "fingerprints can raise an alert, never a restart"
+        )
+    if exchange is None and redis is not None:
+        exchange = FingerprintExchange(redis, cfg.node or "", wall, keys, g.trust.max_skew, g.trust.min_peer_nodes)
+    return GatesShared(cfg.node or "", g.interval, glog, g.trust, keys, exchange=exchange)
+
+
+class DeviceBlock:
+    """Why a restart of a server would land on a broken device (None: it would not): the
+    remediator's ``device_check``, read from the device-fault ledger of the readings."""
+
+    def __init__(self, readings: Readings, monotonic: Callable[[], float]) -> None:
+        self.readings, self.monotonic = readings, monotonic
+
+    def __call__(self, target: str) -> str | None:
+        ledger = self.readings.device_faults
+        if ledger is None:
+            return None
+        faults = ledger.blocking(target, self.monotonic())
+        if not faults:
+            return None
+        f = max(faults, key=accel_fault.precedence)
+        devices = sorted({r.device for r in faults})
+        return (
+            f"restart refused: device {', '.join(devices)} reported {f.label()}; a restart cannot help "
+            f"({f.entry.action.replace('_', ' ')}: {f.entry.what_to_do}); escalated to the node alert accel_fault"
+        )
+
+
+def _no_control(msg: dict[str, Any]) -> object:
+    return None
+
+
+def _kube_when_needed(cfg: Config) -> KubeClient | None:
+    """A Kubernetes client from the environment when a target restarts or is matched through it
+    (None, logged, when the API cannot be reached; None when nothing needs it)."""
+    if not any(
+        t.restart.mode == "kubernetes" or (t.match.kubernetes is not None and t.match.kubernetes.namespace)
+        for t in cfg.targets
+    ):
+        return None
+    from vllm_guardian.host.kube import KubeClient
+
+    try:
+        k = cfg.kubernetes
+        return KubeClient.from_environment(dict(os.environ), k.kubeconfig, k.context, k.timeout)
+    except GuardianError as e:
+        logging.getLogger("guardian").warning("%s", e)
+        return None
+
+
+def _kube_factory(kube: KubeClient | None, cfg: Config) -> Callable[[], Any]:
+    """The Kubernetes client crash forensics reads previous container logs with: the one remediation
+    built, else one made when first needed (in-cluster or the kubeconfig; BackendUnavailable without)."""
+    if kube is not None:
+        built = kube
+        return lambda: built
+    from vllm_guardian.host.kube import KubeClient
+
+    k = cfg.kubernetes
+    return lambda: KubeClient.from_environment(dict(os.environ), k.kubeconfig, k.context, k.timeout)
