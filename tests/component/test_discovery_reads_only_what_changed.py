@@ -10,7 +10,8 @@ import logging
 import pytest
 
 from vllm_guardian.config.loader import parse_config
-from vllm_guardian.discovery.scan import STAT_REFRESH_S, DiscoveryCache, DiscoveryResult, discover
+from vllm_guardian.discovery.scan import DiscoveryResult, discover
+from vllm_guardian.discovery.snapshot import STAT_REFRESH_S, DiscoveryCache
 from vllm_guardian.discovery.targets import TargetsStage
 from vllm_guardian.series import SeriesStore
 from vllm_guardian.state.tracker import Tracker
