@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_guardian.config.schema import DetectorsConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.detectors import accel_memory_leak, host_memory_leak
 from vllm_guardian.detectors.view import TargetState, TargetView
 from vllm_guardian.host.accel import MIB

@@ -20,7 +20,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from vllm_guardian.config.loader import parse_config
-from vllm_guardian.config.schema import DetectorsConfig, RestartConfig
+from vllm_guardian.config.schema import RestartConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.detectors.kinds import KINDS, KindSpec
 from vllm_guardian.detectors.view import TargetView
 from vllm_guardian.loop.assemble import assemble

@@ -18,7 +18,8 @@ import pytest
 
 from vllm_guardian.surface.status_codec import plain
 from vllm_guardian.clock import SystemClock
-from vllm_guardian.config.schema import Config, DetectorsConfig, DiagnosticPromptConfig, GatesConfig
+from vllm_guardian.config.schema import Config, DiagnosticPromptConfig, GatesConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.detectors import output_corruption
 from vllm_guardian.detectors.view import TargetView
 from vllm_guardian.host.http import HttpClient, HttpError, HttpResponse, StdlibHttpClient

@@ -9,7 +9,7 @@ import pytest
 from tests.support.daemon_world import World
 from vllm_guardian.config.loader import parse_config
 from vllm_guardian.loop.reload import apply_config, changed_sections
-from vllm_guardian.config.schema import Mode
+from vllm_guardian.config.schema_fields import Mode
 
 
 @pytest.fixture

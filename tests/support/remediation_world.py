@@ -13,7 +13,7 @@ from vllm_guardian.remediation.parts import RemediationParts
 from vllm_guardian.remediation.remediator import Remediator
 from vllm_guardian.remediation.settings import RemediationSettings
 from vllm_guardian.config.loader import parse_config
-from vllm_guardian.config.schema import Mode
+from vllm_guardian.config.schema_fields import Mode
 from vllm_guardian.incidents import IncidentManager, IncidentStore
 from vllm_guardian.model import Finding, Kind, ProcessInfo, ProcKey, Role, Severity, Target, TargetRef
 from vllm_guardian.remediation.policy import RestartLedger

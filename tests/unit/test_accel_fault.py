@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from vllm_guardian.config.schema import DetectorsConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.detectors import accel_fault
 from vllm_guardian.diagnosis.device_story import device_story
 from vllm_guardian.host.accel import AccelEvent, DeviceCondition

@@ -7,7 +7,7 @@ from typing import Callable
 
 import pytest
 
-from vllm_guardian.config.schema import DetectorsConfig, MemoryLeakConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig, MemoryLeakConfig
 from vllm_guardian.detectors import DETECTORS, accel_memory_leak
 from vllm_guardian.detectors.view import TargetState, TargetView
 from vllm_guardian.model import Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from vllm_guardian.config.schema import BusyLoopConfig, DetectorsConfig
+from vllm_guardian.config.schema_detectors import BusyLoopConfig, DetectorsConfig
 from vllm_guardian.detectors import busy_loop
 from vllm_guardian.detectors.hot_threads import hot_threads_for
 from vllm_guardian.model import Kind, Role, Sample, Severity, Subject

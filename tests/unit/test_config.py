@@ -18,15 +18,8 @@ from vllm_guardian.config.loader import (
     render_check,
     resolve_defaults,
 )
-from vllm_guardian.config.schema import (
-    BusyLoopConfig,
-    Config,
-    DetectorsConfig,
-    KubernetesMatch,
-    MatchConfig,
-    RestartConfig,
-    TargetConfig,
-)
+from vllm_guardian.config.schema import Config, KubernetesMatch, MatchConfig, RestartConfig, TargetConfig
+from vllm_guardian.config.schema_detectors import BusyLoopConfig, DetectorsConfig
 from vllm_guardian.errors import ConfigError
 
 

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vllm_guardian.config.schema import Config, DetectorsConfig, TargetConfig
+from vllm_guardian.config.schema import Config, TargetConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.sinks.events import EVENT_FIELDS
 from vllm_guardian.cli.parser import build_parser
 from vllm_guardian.surface.exporter import DECLARED

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_guardian.config.schema import DetectorsConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.detectors import engine_dead
 from vllm_guardian.detectors.view import TargetView
 from vllm_guardian.model import Kind, Sample, Severity

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from vllm_guardian.config.schema import DetectorsConfig, EngineStallConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig, EngineStallConfig
 from vllm_guardian.detectors import engine_stall
 from vllm_guardian.model import Kind, Sample, Severity, Subject
 from vllm_guardian.series import metrics as m

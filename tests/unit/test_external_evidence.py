@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from vllm_guardian.config.schema import DetectorsConfig, OutputCorruptionConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig, OutputCorruptionConfig
 from vllm_guardian.detectors import output_corruption
 from vllm_guardian.gates.judge import GateFailure
 from vllm_guardian.gates.ledger import LedgerView, ReportRecord, RoundRecord

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vllm_guardian.config.loader import parse_config
-from vllm_guardian.config.schema import Mode
+from vllm_guardian.config.schema_fields import Mode
 from vllm_guardian.errors import ConfigError
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_guardian.config.schema import DiagnosticPromptConfig, GatesConfig, OutputCorruptionConfig
+from vllm_guardian.config.schema import DiagnosticPromptConfig, GatesConfig
+from vllm_guardian.config.schema_detectors import OutputCorruptionConfig
 from vllm_guardian.gates.cost import confirmations, cost, requests_per_round
 from vllm_guardian.gates.known_answers import BUILTIN_CHECKS
 

@@ -10,7 +10,8 @@ import tracemalloc
 
 import pytest
 
-from vllm_guardian.config.schema import DetectorsConfig, TrustConfig
+from vllm_guardian.config.schema import TrustConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.detectors import output_corruption
 from vllm_guardian.gates.shared import GatesShared
 from vllm_guardian.gates.trust import Keys, sign

@@ -7,7 +7,7 @@ from typing import Callable, Mapping
 
 import pytest
 
-from vllm_guardian.config.schema import DetectorsConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.detectors import DETECTORS, host_memory_leak
 from vllm_guardian.detectors.view import TargetState, TargetView
 from vllm_guardian.model import Finding, Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from vllm_guardian.config.schema import BusyLoopConfig, DetectorsConfig, EngineDeadConfig
+from vllm_guardian.config.schema_detectors import BusyLoopConfig, DetectorsConfig, EngineDeadConfig
 from vllm_guardian.incidents.ids import IdGenerator, LENGTH, decode_ms, new_incident_id
 from vllm_guardian.incidents.manager import IncidentManager
 from vllm_guardian.incidents.store import IncidentStore

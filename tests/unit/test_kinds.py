@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from vllm_guardian.config.loader import parse_config
-from vllm_guardian.config.schema import DetectorsConfig, Mode
+from vllm_guardian.config.schema_detectors import DetectorsConfig
+from vllm_guardian.config.schema_fields import Mode
 from vllm_guardian.detectors import DETECTORS
 from vllm_guardian.detectors.kinds import (
     ANSWER_KINDS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_guardian.config.schema import DetectorsConfig, KvCacheLeakConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig, KvCacheLeakConfig
 from vllm_guardian.detectors import DETECTORS, kv_cache_leak
 from vllm_guardian.detectors.view import TargetState, TargetView
 from vllm_guardian.model import Kind, ProcessInfo, ProcKey, Role, Sample, Severity, Target

@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from vllm_guardian.config.schema import DetectorsConfig, LifecycleConfig
+from vllm_guardian.config.schema import LifecycleConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.detectors import busy_loop, engine_stall
 from vllm_guardian.model import ProcessInfo, ProcKey, Role, Sample, Target
 from vllm_guardian.series import metrics as m

@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from tests.support.detector_world import NOW, T, gauges, make_view, seconds
-from vllm_guardian.config.schema import DetectorsConfig, LifecycleConfig
+from vllm_guardian.config.schema import LifecycleConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.detectors import busy_loop, engine_stall, pause_too_long
 from vllm_guardian.host.http import HttpError
 from vllm_guardian.model import Kind, ProcessInfo, ProcKey, Role, Sample, Target

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from vllm_guardian.config.schema import DetectorsConfig, ProbeFailureConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig, ProbeFailureConfig
 from vllm_guardian.detectors.probe_failure import evaluate_episodes
 from vllm_guardian.model import Kind, Severity
 

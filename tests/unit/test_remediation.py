@@ -9,7 +9,7 @@ import pytest
 from vllm_guardian.host.launch import MINIMAL_PATH
 from vllm_guardian.remediation.sequence import Phase, PhaseProgress
 from vllm_guardian.config.schema import RestartConfig
-from vllm_guardian.config.schema import Mode
+from vllm_guardian.config.schema_fields import Mode
 from vllm_guardian.model import Kind, ProcKey, Sample
 from vllm_guardian.remediation.policy import Maintenance, RestartLedger
 from vllm_guardian.series import metrics as m

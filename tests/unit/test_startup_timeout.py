@@ -5,7 +5,8 @@ from dataclasses import replace
 import pytest
 
 from tests.support.detector_world import NOW, make_view
-from vllm_guardian.config.schema import DetectorsConfig, LifecycleConfig
+from vllm_guardian.config.schema import LifecycleConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.detectors import startup_timeout
 from vllm_guardian.model import Kind
 

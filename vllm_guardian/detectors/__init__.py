@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from vllm_guardian.config.schema import DetectorsConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.model import Finding, Kind
 from vllm_guardian.detectors.kinds import DETECTORS, Detector
 from vllm_guardian.detectors.view import TargetState, TargetView

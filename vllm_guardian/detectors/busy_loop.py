@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from vllm_guardian.config.schema import BusyLoopConfig, DetectorsConfig
+from vllm_guardian.config.schema_detectors import BusyLoopConfig, DetectorsConfig
 from vllm_guardian.model import Finding, Kind, Severity
 from vllm_guardian.detectors.hot_threads import HotThread, hot_threads_for, process_title, rank_of, role_label
 from vllm_guardian.detectors.progress import Canary, canaries, pending_samples, pending_throughout, progress_between

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_guardian.config.schema import DetectorsConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.model import Finding, Kind, Role, Severity
 from vllm_guardian.series import metrics
 from vllm_guardian.detectors.view import TargetView

@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from vllm_guardian.config.schema import DetectorsConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.model import Finding, Kind, Role, Severity, Subject
 from vllm_guardian.series import metrics as m
 from vllm_guardian.series.window import span

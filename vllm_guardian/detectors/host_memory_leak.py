@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_guardian.config.schema import DetectorsConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.model import Finding, Kind, Severity, Subject
 from vllm_guardian.series import metrics
 from vllm_guardian.series.store import Point

@@ -15,7 +15,7 @@ import re
 
 from dataclasses import dataclass
 
-from vllm_guardian.config.schema import BusyLoopConfig
+from vllm_guardian.config.schema_detectors import BusyLoopConfig
 from vllm_guardian.model import Role, Subject, Target
 from vllm_guardian.series import metrics
 from vllm_guardian.series.window import coverage, mean, median, points_between, values

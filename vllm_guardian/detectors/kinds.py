@@ -20,7 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from vllm_guardian.config.schema import Config, DetectorsConfig, Mode
+from vllm_guardian.config.schema import Config
+from vllm_guardian.config.schema_detectors import DetectorsConfig
+from vllm_guardian.config.schema_fields import Mode
 from vllm_guardian.detectors import (
     accel_memory_leak,
     busy_loop,

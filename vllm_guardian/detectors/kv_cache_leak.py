@@ -27,7 +27,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_guardian.config.schema import DetectorsConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.model import Finding, Kind, Severity
 from vllm_guardian.series import metrics
 from vllm_guardian.series.store import Point

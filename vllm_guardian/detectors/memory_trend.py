@@ -36,7 +36,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from vllm_guardian.config.schema import MemoryLeakConfig
+from vllm_guardian.config.schema_detectors import MemoryLeakConfig
 from vllm_guardian.model import Subject
 from vllm_guardian.series import metrics
 from vllm_guardian.series.slope import spearman, theil_sen

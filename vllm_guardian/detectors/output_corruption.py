@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from vllm_guardian.config.schema import DetectorsConfig, OutputCorruptionConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig, OutputCorruptionConfig
 from vllm_guardian.gates.judge import GateFailure
 from vllm_guardian.gates.ledger import LedgerView
 from vllm_guardian.model import Finding, Kind, Severity

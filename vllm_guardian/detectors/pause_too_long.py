@@ -8,7 +8,7 @@ once the server resumes or wakes up.
 
 from __future__ import annotations
 
-from vllm_guardian.config.schema import DetectorsConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.detectors.view import TargetView
 from vllm_guardian.model import Finding, Kind, Severity
 

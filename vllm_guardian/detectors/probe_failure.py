@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from vllm_guardian.config.schema import DetectorsConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.model import Finding, Kind, Severity
 
 KIND = Kind.PROBE_FAILURE

@@ -10,7 +10,7 @@ compiling, stuck). Alert only by default; resolves once the server becomes ready
 
 from __future__ import annotations
 
-from vllm_guardian.config.schema import DetectorsConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.detectors.view import TargetView
 from vllm_guardian.model import Finding, Kind, Severity, Subject
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_guardian.config.schema import GatesConfig, OutputCorruptionConfig
+from vllm_guardian.config.schema import GatesConfig
+from vllm_guardian.config.schema_detectors import OutputCorruptionConfig
 from vllm_guardian.gates.known_answers import diagnostics_of
 
 

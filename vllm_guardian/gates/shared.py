@@ -17,7 +17,8 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from vllm_guardian.config.schema import OutputCorruptionConfig, TrustConfig
+from vllm_guardian.config.schema import TrustConfig
+from vllm_guardian.config.schema_detectors import OutputCorruptionConfig
 from vllm_guardian.gates.exchange import PeerFingerprints
 from vllm_guardian.gates.intake import ReportIntake
 from vllm_guardian.gates.judge import GateFailure

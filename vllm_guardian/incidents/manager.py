@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from vllm_guardian.clock import Clock
-from vllm_guardian.config.schema import DetectorsConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.model import Action, Finding, Incident, Kind, Status, TargetRef, Transition
 from vllm_guardian.incidents.ids import IdGenerator
 from vllm_guardian.incidents.store import IncidentStore

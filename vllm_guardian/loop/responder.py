@@ -31,7 +31,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from vllm_guardian.clock import Clock
-from vllm_guardian.config.schema import DetectorsConfig, Mode
+from vllm_guardian.config.schema_detectors import DetectorsConfig
+from vllm_guardian.config.schema_fields import Mode
 from vllm_guardian.errors import UnknownTarget
 from vllm_guardian.state.episodes import EpisodeLog
 from vllm_guardian.incidents import IncidentManager

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_guardian.config.schema import Mode, PolicyConfig, RestartConfig
+from vllm_guardian.config.schema import PolicyConfig, RestartConfig
+from vllm_guardian.config.schema_fields import Mode
 from vllm_guardian.detectors.kinds import NEVER_RESTART
 from vllm_guardian.model import Kind
 from vllm_guardian.remediation.policy import Verdict, node_anomaly

@@ -13,7 +13,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from vllm_guardian.config.schema import Mode, PolicyConfig
+from vllm_guardian.config.schema import PolicyConfig
+from vllm_guardian.config.schema_fields import Mode
 from vllm_guardian.discovery.argv import NOT_VERIFIED
 from vllm_guardian.model import Action, Incident, ProcKey
 from vllm_guardian.remediation.decide import ManualSituation, Situation, decide, decide_manual

@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from vllm_guardian.config.schema import DetectorsConfig
+from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.model import Sample
 from vllm_guardian.series import metrics
 
