@@ -14,6 +14,10 @@ import time
 
 import pytest
 
+from vllm_guardian.config.loader import parse_config
+from vllm_guardian.discovery.scan import discover
+from vllm_guardian.host.procfs import ProcFS
+from vllm_guardian.model import Role
 from vllm_guardian.sim.control import LoadGenerator, SimServer, read_cmdline
 from tests.support.guardian_process import GuardianProcess
 
@@ -47,6 +51,16 @@ def test_the_simulator_runs_two_titled_api_servers_beside_one_engine_under_the_l
     assert titles == ["VLLM::APIServer_0", "VLLM::APIServer_1"]
     assert read_cmdline(state["engine_pid"]).startswith("VLLM::EngineCore")
     assert "--api-server-count" in read_cmdline(state["api_pid"])  # the launcher keeps its command line
+
+
+def test_discovery_roots_the_target_at_the_launcher_with_every_api_server_and_the_engine_by_title(apis_sim):
+    state = apis_sim.state()
+    cfg = parse_config({"targets": [{"name": "sim", "match": {"port": apis_sim.port}}]})
+    (target,) = [t for t in discover(ProcFS(), cfg).targets if t.name == "sim"]
+    roles = {p.key.pid: p.role for p in target.processes}
+    assert target.key.pid == state["api_pid"]
+    assert [roles.get(pid) for pid in state["api_server_pids"]] == [Role.API_SERVER, Role.API_SERVER]
+    assert roles.get(state["engine_pid"]) == Role.ENGINE_CORE
 
 
 def test_a_busy_loop_in_one_api_server_leaves_the_other_serving_the_shared_port(apis_sim):
