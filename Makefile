@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 
 .DEFAULT_GOAL := help
-.PHONY: help venv check lint types fmt test unit live chaos demo demo-xid bench bench-scale bench-recovery e2e-venv e2e-vllm clean wheel wheel-check manifests k8s-tools
+.PHONY: help venv check lint types fmt test unit live chaos demo demo-xid bench bench-scale bench-recovery bench-idle e2e-venv e2e-vllm clean wheel wheel-check manifests k8s-tools
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -142,6 +142,15 @@ bench-scale: $(STAMP) ## N = 1, 2, 4, 8 simulated servers: guardian CPU, RSS, ti
 
 bench-recovery: $(STAMP) ## fault onset -> serving again on the simulated server, phase by phase
 	$(BIN)/python -m benchmarks.recovery
+
+# The guardian of IDLE_BASELINE (a git ref, checked out as a worktree under /tmp) and this tree's, at
+# the same time on the same idle server: CPU per window, ratio, RSS. The default baseline is the commit
+# before the idle-cost cuts (kept connections, discovery reading new pids only); IDLE_BASELINE=main judges
+# a branch against main. A real vLLM: flock /tmp/vllm.lock make bench-idle IDLE_ARGS="--server vllm".
+IDLE_BASELINE ?= a963396
+IDLE_ARGS ?=
+bench-idle: $(STAMP) ## idle cost, a baseline commit's guardian and this tree's side by side (IDLE_ARGS=--server vllm)
+	$(BIN)/python -m benchmarks.idle_cost --baseline $(IDLE_BASELINE) $(IDLE_ARGS)
 
 clean: ## remove .venv and build outputs
 	rm -rf $(VENV) build dist *.egg-info

@@ -156,9 +156,12 @@ def _proc(pid: int, name: str) -> str | None:
 
 
 class Guardian:
-    """One ``guardian run`` over the given ports, from this tree or from ``src``."""
+    """One ``guardian run`` over the given ports, from this tree or from ``src``; ``matches``, when
+    given, are the targets' matchers instead (one target each)."""
 
-    def __init__(self, work: Path, label: str, ports: list[int], src: Path | None) -> None:
+    def __init__(
+        self, work: Path, label: str, ports: list[int], src: Path | None, matches: list[dict] | None = None
+    ) -> None:
         self.label, self.dir = label, work
         work.mkdir(parents=True, exist_ok=True)
         self.state_dir = work / "state"
@@ -172,8 +175,10 @@ class Guardian:
                     # matched like autodiscovery (stat + cmdline of every pid), not by port (an fd scan of every pid):
                     # the bench must not pick up other servers on a shared machine
                     "targets": [
-                        {"name": f"s{i}", "match": {"cmdline_regex": f"sim.vllm.api_server --port {p} "}}
-                        for i, p in enumerate(ports)
+                        {"name": f"s{i}", "match": m}
+                        for i, m in enumerate(
+                            matches or [{"cmdline_regex": f"sim.vllm.api_server --port {p} "} for p in ports]
+                        )
                     ],
                     "api": {"http": None},
                     "policy": {"dry_run": True},

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from vllm_guardian.sinks.embedded_redis import EmbeddedRedis
-from vllm_guardian.sinks.redis_sink import make_client
+from vllm_guardian.sinks.redis_client import make_client
 
 from tests.support.guardian_process import GuardianProcess, sweep
 from vllm_guardian.sim.control import SimServer, free_port

@@ -12,7 +12,8 @@ import time
 
 from vllm_guardian.config.schema import AlertsConfig
 from vllm_guardian.sinks.embedded_redis import EmbeddedRedis
-from vllm_guardian.sinks.redis_sink import AlertSink, make_client
+from vllm_guardian.sinks.redis_sink import AlertSink
+from vllm_guardian.sinks.redis_client import make_client
 from vllm_guardian.testing.redis_server import RedisServer
 
 from tests.support.redis_procs import kill_all, servers_for

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from vllm_guardian.config.schema import Config, DiscoveryConfig, MatchConfig, TargetConfig, KubernetesMatch
-from vllm_guardian.discovery.scan import DiscoveryResult, discover, is_api_server, server_host, server_port
+from vllm_guardian.discovery.scan import DiscoveryResult, discover, is_api_server
+from vllm_guardian.discovery.sockets import server_host, server_port
 from vllm_guardian.model import ProcKey, Role, Target
 from vllm_guardian.testing.fake_proc import FakeProcTree
 
@@ -427,7 +428,8 @@ class CountingOpener:
 
 def test_a_cache_spares_the_fd_scan_while_the_port_owner_is_unchanged(tmp_path):
     from vllm_guardian.config.loader import parse_config
-    from vllm_guardian.discovery.scan import DiscoveryCache, discover
+    from vllm_guardian.discovery.scan import discover
+    from vllm_guardian.discovery.snapshot import DiscoveryCache
     from vllm_guardian.testing.fake_proc import FakeProcTree
 
     tree = FakeProcTree(tmp_path / "proc")
@@ -449,7 +451,7 @@ def test_a_cache_spares_the_fd_scan_while_the_port_owner_is_unchanged(tmp_path):
 def _port_owner_world(tmp_path):
     """A server (pid 100) listening on 8000, a config matching that port, and an empty cache."""
     from vllm_guardian.config.loader import parse_config
-    from vllm_guardian.discovery.scan import DiscoveryCache
+    from vllm_guardian.discovery.snapshot import DiscoveryCache
     from vllm_guardian.testing.fake_proc import FakeProcTree
 
     tree = FakeProcTree(tmp_path / "proc")
@@ -499,7 +501,8 @@ def test_a_new_listener_is_found_once_the_cached_owner_let_its_socket_go(tmp_pat
 
 def test_a_settled_title_is_not_read_again_but_a_young_one_is(tmp_path):
     from vllm_guardian.config.loader import parse_config
-    from vllm_guardian.discovery.scan import CMDLINE_SETTLE_S, DiscoveryCache, discover
+    from vllm_guardian.discovery.scan import discover
+    from vllm_guardian.discovery.snapshot import CMDLINE_SETTLE_S, DiscoveryCache
     from vllm_guardian.testing.fake_proc import FakeProcTree
 
     tree = FakeProcTree(tmp_path / "proc")
@@ -535,7 +538,7 @@ def _counting(tree: FakeProcTree, reads: list[str]):
 def test_a_skipped_process_without_a_known_title_is_left_out_like_an_unreadable_one(tree):
     vllm_tree(tree)
     tree.add_process(200, 1, API[:-1] + ("8001",))
-    from vllm_guardian.discovery.scan import DiscoveryCache
+    from vllm_guardian.discovery.snapshot import DiscoveryCache
 
     skip = frozenset({tree.procfs().identity(200)})
     reads: list[str] = []
@@ -546,7 +549,7 @@ def test_a_skipped_process_without_a_known_title_is_left_out_like_an_unreadable_
 
 def test_a_skipped_process_keeps_the_title_read_before(tree):
     vllm_tree(tree)
-    from vllm_guardian.discovery.scan import DiscoveryCache
+    from vllm_guardian.discovery.snapshot import DiscoveryCache
 
     cache = DiscoveryCache()
     discover(tree.procfs(), cfg(), cache=cache)
@@ -559,7 +562,7 @@ def test_a_skipped_process_keeps_the_title_read_before(tree):
 
 def test_a_pass_records_each_identity_it_read_by_pid(tree):
     vllm_tree(tree)
-    from vllm_guardian.discovery.scan import DiscoveryCache
+    from vllm_guardian.discovery.snapshot import DiscoveryCache
 
     cache = DiscoveryCache()
     discover(tree.procfs(), cfg(), cache=cache)
@@ -568,7 +571,7 @@ def test_a_pass_records_each_identity_it_read_by_pid(tree):
 
 def test_a_pass_copy_of_the_cache_is_its_own(tree):
     vllm_tree(tree)
-    from vllm_guardian.discovery.scan import DiscoveryCache
+    from vllm_guardian.discovery.snapshot import DiscoveryCache
 
     cache = DiscoveryCache()
     copy = cache.for_pass(5.0, frozenset())

@@ -139,7 +139,7 @@ def test_unprivileged_when_nothing_can_be_read_the_first_started_is_followed_unv
 def test_once_its_owner_is_known_a_pass_checks_the_socket_without_reading_net_tcp(tree):
     """The owner found by one pass still holds the socket: the next passes read its fds only (a
     read of /proc/net/tcp walks the kernel's whole connection table)."""
-    from vllm_guardian.discovery.scan import DiscoveryCache
+    from vllm_guardian.discovery.snapshot import DiscoveryCache
 
     real_server(tree, 100)
     procfs = tree.procfs()

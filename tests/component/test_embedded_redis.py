@@ -12,7 +12,8 @@ import pytest
 from vllm_guardian.config.schema import AlertsConfig
 from vllm_guardian.errors import BackendUnavailable
 from vllm_guardian.sinks.embedded_redis import EmbeddedRedis, find_redis_server, render_config, spawn_process
-from vllm_guardian.sinks.redis_sink import AlertSink, make_client
+from vllm_guardian.sinks.redis_sink import AlertSink
+from vllm_guardian.sinks.redis_client import make_client
 from tests.support.wait import wait_for
 
 STREAM = "guardian:alerts"

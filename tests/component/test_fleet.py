@@ -22,7 +22,8 @@ from vllm_guardian.sinks.fleet import (
     render_fleet,
     tail,
 )
-from vllm_guardian.sinks.redis_sink import AlertSink, AlertsStatus, make_client
+from vllm_guardian.sinks.redis_sink import AlertSink, AlertsStatus
+from vllm_guardian.sinks.redis_client import make_client
 from vllm_guardian.surface.status_snapshot import StatusSnapshot
 from vllm_guardian.sinks.spool import Spool
 from vllm_guardian.testing.redis_server import RedisServer

@@ -14,14 +14,9 @@ import pytest
 from vllm_guardian.config.schema import AlertsConfig, SpoolConfig
 from vllm_guardian.errors import ConfigError
 from vllm_guardian.incidents.ids import IdGenerator
-from vllm_guardian.sinks.redis_sink import (
-    AlertSink,
-    RedisDelivery,
-    make_client,
-    mask_url,
-    publish_control,
-    resolve_password,
-)
+from vllm_guardian.sinks.redis_sink import AlertSink
+from vllm_guardian.sinks.redis_client import make_client, mask_url, publish_control, resolve_password
+from vllm_guardian.sinks.redis_delivery import RedisDelivery
 from vllm_guardian.sinks.spool import Spool
 from vllm_guardian.testing.redis_server import RedisServer
 from tests.support.wait import wait_for

@@ -89,6 +89,6 @@ def test_a_wedged_job_does_not_keep_the_process_from_exiting():
     ],
 )
 def test_an_autodiscovered_server_is_reached_only_at_an_address_not_a_name(argv, host):
-    from vllm_guardian.discovery.scan import server_host
+    from vllm_guardian.discovery.sockets import server_host
 
     assert server_host(argv) == host

@@ -18,7 +18,8 @@ from vllm_guardian.config.loader import parse_config
 from vllm_guardian.loop.daemon import Daemon
 from vllm_guardian.loop.runtime import build_daemon
 from vllm_guardian.seams import Seams
-from vllm_guardian.sinks.redis_sink import AlertSink, make_client
+from vllm_guardian.sinks.redis_sink import AlertSink
+from vllm_guardian.sinks.redis_client import make_client
 from vllm_guardian.sinks.spool import Spool
 from vllm_guardian.testing.clock import FakeClock
 from vllm_guardian.testing.fake_http import FakeHttp

@@ -63,7 +63,7 @@ def not_reachable(path: str, e: BaseException) -> str:
 def redis_client(cfg, url: str | None, timeout: float | None = None):
     """(client, url) for ``--redis URL``, else the configured Redis (the embedded one's socket included)."""
     from vllm_guardian.sinks.embedded_redis import EmbeddedRedis
-    from vllm_guardian.sinks.redis_sink import make_client, resolve_password
+    from vllm_guardian.sinks.redis_client import make_client, resolve_password
 
     if not url:
         url = EmbeddedRedis(cfg.state_dir).url if cfg.alerts.redis_url == "embedded" else cfg.alerts.redis_url

@@ -25,31 +25,31 @@ scan only when a ``port`` matcher is configured, once per pass) and decides:
   prefix (``VLLM::EngineCore*``, ``VLLM::Worker*``, ``VLLM::APIServer*``);
 - orphans: ``<prefix>::`` processes in no tree (e.g. an EngineCore re-parented
   after its API server was SIGKILLed; the daemon attaches them by ProcKey).
-Processes that vanish or refuse reads mid-scan are skipped.
+Processes that vanish or refuse reads mid-scan are skipped. The pass over /proc and its cache are
+``discovery/snapshot.py``'s; the addresses and the socket-ownership rule of autodiscovery are
+``discovery/sockets.py``'s; this module matches, builds the trees and finds the orphans.
 """
 
 from __future__ import annotations
 
 import errno
-import ipaddress
 import os
 import re
 import stat
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 from urllib.parse import urlsplit
 
 from vllm_guardian.config.schema import Config, TargetConfig
-from vllm_guardian.discovery.argv import ARGV, DEFAULT_PORT, argv_candidates, is_api_server, option_value
+from vllm_guardian.discovery.argv import ARGV, argv_candidates, is_api_server, option_value
+from vllm_guardian.discovery.snapshot import DiscoveryCache, Snapshot
+from vllm_guardian.discovery.sockets import node_addresses, server_host, server_port, trusted, url_for
 from vllm_guardian.errors import AccessDenied, ProbeFailed, TargetGone
-from vllm_guardian import proctree
 from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.model import ProcessInfo, ProcKey, Role, Target
 
 if TYPE_CHECKING:
     from vllm_guardian.discovery.platform_match import PlatformMatcher
-
-_ANY_HOSTS = ("", "0.0.0.0", "::", "[::]")
 
 
 @dataclass(frozen=True)
@@ -73,79 +73,7 @@ class DiscoveryResult:
         return None
 
 
-@dataclass(frozen=True)
-class _Proc:
-    key: ProcKey
-    ppid: int
-    state: str
-    cmdline: tuple[str, ...]
-
-
 # ---------------------------------------------------------------- pure helpers
-def server_port(cmdline: Iterable[str]) -> int:
-    value = option_value(cmdline, "--port")
-    try:
-        port = int(value) if value is not None else DEFAULT_PORT
-    except ValueError:
-        return DEFAULT_PORT
-    return port if 0 < port < 65536 else DEFAULT_PORT
-
-
-def server_host(cmdline: Iterable[str]) -> str:
-    """The host to reach the server on: the bind address, or loopback when it binds all. Only
-    an IP literal is taken from a command line (any local user can start a "vLLM" whose
-    ``--host`` names a machine elsewhere; a name would send the guardian's requests there)."""
-    host = option_value(cmdline, "--host")
-    if host is None or host in _ANY_HOSTS:
-        return "127.0.0.1"
-    try:
-        ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return "127.0.0.1"
-    return host.strip("[]")
-
-
-def autodiscovered_host(cmdline: Iterable[str], local: Callable[[str], bool]) -> tuple[str | None, str]:
-    """(host, "") to reach an autodiscovered server on, or (None, why) when its ``--host`` is
-    not followed: only loopback, binding all, or an IP literal of this node (``local``) is; a
-    name or another machine's address would send the guardian's requests (and the server's
-    API key) wherever a process's argv says."""
-    host = option_value(cmdline, "--host")
-    if host is None or host in _ANY_HOSTS or host == "localhost":
-        return "127.0.0.1", ""
-    literal = host.strip("[]")
-    try:
-        ip = ipaddress.ip_address(literal)
-    except ValueError:
-        return None, f"--host {host[:64]!r} is a name, not an address of this node: not followed (configure a target)"
-    if ip.is_loopback or local(str(ip)):
-        return literal, ""
-    return None, f"--host {literal} is not an address of this node: not followed (configure a target)"
-
-
-def node_addresses() -> frozenset[str]:
-    """Every IP address of this node's (or pod's) interfaces (psutil's getifaddrs)."""
-    import socket
-
-    import psutil
-
-    out: set[str] = set()
-    for addrs in psutil.net_if_addrs().values():
-        for a in addrs:
-            if a.family in (socket.AF_INET, socket.AF_INET6):
-                try:
-                    out.add(str(ipaddress.ip_address(a.address.split("%", 1)[0])))
-                except ValueError:
-                    continue
-    return frozenset(out)
-
-
-def url_for(host: str, port: int) -> str:
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"http://{host}:{port}"
-
-
 def classify(cmdline: tuple[str, ...], prefix: str) -> Role:
     """Role of a descendant from its title (cmdline[0]); vLLM sets it with setproctitle."""
     title = cmdline[0] if cmdline else ""
@@ -153,182 +81,6 @@ def classify(cmdline: tuple[str, ...], prefix: str) -> Role:
         if title.startswith(f"{prefix}::{name}"):
             return role
     return Role.OTHER
-
-
-# ---------------------------------------------------------------- the snapshot
-CMDLINE_SETTLE_S = 30.0  # vLLM retitles its children (VLLM::EngineCore …) right after they start
-
-
-@dataclass
-class DiscoveryCache:
-    """What one pass learnt that the next can check cheaply: which processes own which
-    listening socket inodes (finding them means reading every process's fd table)."""
-
-    owners: dict[int, frozenset[ProcKey]] = field(default_factory=dict)
-    # port -> inodes of the sockets found listening on it: while their owners live and hold
-    # them, the next pass reads one process's fds, not /proc/net/tcp (whose read walks the
-    # kernel's whole connection table: ~1.6 ms per file on a small host, more on a big one)
-    ports: dict[int, frozenset[int]] = field(default_factory=dict)
-    # cmdline per process identity and when it was first seen; a title older than
-    # CMDLINE_SETTLE_S is not read again (the full scan then costs one stat read per pid)
-    cmdlines: dict[ProcKey, tuple[tuple[str, ...], float]] = field(default_factory=dict)
-    now: float = 0.0  # monotonic time of the pass, set by the caller
-    # processes whose cmdline is never read again (a read of theirs blocked a pass): a title
-    # read before is still used, else they are skipped like a process whose cmdline is unreadable
-    skip: frozenset[ProcKey] = frozenset()
-    # this pass's identities by pid, filled as it reads (who a pass stuck in a read blocked on)
-    keys: dict[int, ProcKey] = field(default_factory=dict)
-
-    def for_pass(self, now: float, skip: frozenset[ProcKey]) -> DiscoveryCache:
-        """A copy for one pass: a pass abandoned mid-read never touches the cache of the next."""
-        return DiscoveryCache(
-            owners=dict(self.owners), ports=dict(self.ports), cmdlines=dict(self.cmdlines), now=now, skip=skip
-        )
-
-
-class _Snapshot:
-    """One pass over /proc: every process's key, ppid, cmdline; children by ppid; lazily, fds."""
-
-    def __init__(self, procfs: ProcFS, cache: DiscoveryCache | None = None):
-        self.procfs = procfs
-        self.cache = cache
-        self.procs: dict[int, _Proc] = {}
-        known = cache.cmdlines if cache is not None else {}
-        now = cache.now if cache is not None else 0.0
-        skip = cache.skip if cache is not None else frozenset()
-        keys = cache.keys if cache is not None else {}
-        seen: dict[ProcKey, tuple[tuple[str, ...], float]] = {}
-        for pid in procfs.pids():
-            try:
-                st = procfs.stat(pid)
-                key = ProcKey(pid, st.starttime)
-                keys[pid] = key
-                cached = known.get(key)
-                if cached is not None and (now - cached[1] >= CMDLINE_SETTLE_S or key in skip):
-                    cmdline = cached[0]  # a process's title settles at start (setproctitle)
-                elif key in skip:
-                    continue  # its cmdline read blocked an earlier pass: unreadable
-                else:
-                    cmdline = procfs.cmdline(pid)
-                    cached = (cmdline, cached[1] if cached else now)
-            except (TargetGone, AccessDenied, ProbeFailed):
-                continue
-            seen[key] = cached
-            self.procs[pid] = _Proc(key, st.ppid, st.state, cmdline)
-        if cache is not None:
-            cache.cmdlines = seen  # only processes alive now: the cache never grows unbounded
-        self.children = proctree.children_by_parent((p.key.pid, p.ppid) for p in self.procs.values())
-        self._listening: dict[int, set[int]] | None = None
-        self._owners: dict[int, set[int]] | None = None
-        self.denied: set[int] = set()  # pids whose fd table answered EACCES this pass
-        self.by_argv: set[int] = set()  # roots matched by the port their argv names (not verified)
-        self.addresses: dict[int, tuple[str | None, int | None]] = {}  # root -> (host, port) from a pod
-
-    def ancestors(self, pid: int) -> list[int]:
-        out: list[int] = []
-        seen = {pid}
-        p = self.procs.get(pid)
-        while p is not None and p.ppid in self.procs and p.ppid not in seen:
-            out.append(p.ppid)
-            seen.add(p.ppid)
-            p = self.procs[p.ppid]
-        return out
-
-    def tree(self, root: int) -> list[int]:
-        """root first, then every descendant breadth-first."""
-        return proctree.walk(root, self.children)
-
-    def topmost(self, pids: set[int]) -> int | None:
-        """The member with no ancestor in the set; the earliest started when there are several."""
-        tops = [p for p in pids if not set(self.ancestors(p)) & pids]
-        if not tops:
-            return None
-        return min(tops, key=lambda p: (self.procs[p].key.starttime, p))
-
-    def listens(self, port: int) -> bool:
-        """Does any TCP socket of this network namespace listen on ``port``?"""
-        if self._listening is None:
-            self._listening = self.procfs.listening_ports()
-        return bool(self._listening.get(port))
-
-    def listening_owners(self, port: int) -> set[int] | None:
-        """The owners of the sockets listening on ``port`` (``port_owners``), or None when nothing
-        listens there: the last pass's owners when still valid (one fd table read), else one read
-        of net/tcp; every process's fds are read only when a socket listens and its owner is new."""
-        held = self._cached_owners(self.cache.ports.get(port, ())) if self.cache is not None else None
-        if held is not None:
-            return held
-        if not self.listens(port):
-            return None
-        return self.port_owners(port)
-
-    def readable_fds(self, pids: Iterable[int]) -> bool:
-        """Can every one of these processes' fd tables be read (else an owner may hide there)?"""
-        for pid in pids:
-            try:
-                self.procfs.socket_inodes(pid)
-            except TargetGone:
-                continue
-            except AccessDenied:
-                self.denied.add(pid)
-                return False
-            except ProbeFailed:
-                return False
-        return True
-
-    def port_owners(self, port: int) -> set[int]:
-        held = self._cached_owners(self.cache.ports.get(port, ())) if self.cache is not None else None
-        if held is not None:
-            return held  # the last pass's listeners, still alive and holding the same sockets
-        if self._listening is None:
-            self._listening = self.procfs.listening_ports()
-        if self.cache is not None:
-            self.cache.ports[port] = frozenset(self._listening.get(port, ()))
-        cached = self._cached_owners(self._listening.get(port, ()))
-        if cached is not None:
-            return cached
-        if self._owners is None:
-            self._owners = {}
-            for pid in self.procs:
-                try:
-                    inodes = self.procfs.socket_inodes(pid)
-                except AccessDenied:
-                    self.denied.add(pid)
-                    continue
-                except (TargetGone, ProbeFailed):
-                    continue
-                for inode in inodes:
-                    self._owners.setdefault(inode, set()).add(pid)
-        owners: set[int] = set()
-        for inode in self._listening.get(port, ()):
-            found = self._owners.get(inode, set())
-            owners |= found
-            if self.cache is not None:
-                self.cache.owners[inode] = frozenset(self.procs[p].key for p in found)
-        return owners
-
-    def _cached_owners(self, inodes: Iterable[int]) -> set[int] | None:
-        """The owners of these socket inodes found by an earlier pass, if every one still lives
-        with the same starttime and still holds its socket: one process's fds read instead of
-        every process's. None when any is unknown, gone or let go (a full search then)."""
-        if self.cache is None:
-            return None
-        owners: set[int] = set()
-        for inode in inodes:
-            keys = self.cache.owners.get(inode)
-            if not keys:
-                return None
-            for key in keys:
-                p = self.procs.get(key.pid)
-                if p is None or p.key != key:
-                    return None
-                try:
-                    if inode not in self.procfs.socket_inodes(key.pid):
-                        return None
-                except (TargetGone, AccessDenied, ProbeFailed):
-                    return None
-                owners.add(key.pid)
-        return owners or None
 
 
 PID_FILE_MAX = 64
@@ -365,7 +117,7 @@ def _read_file(path: str) -> str:
 
 # ---------------------------------------------------------------- matching
 def _match(
-    snap: _Snapshot, tc: TargetConfig, read_file: Callable[[str], str], platform: PlatformMatcher | None = None
+    snap: Snapshot, tc: TargetConfig, read_file: Callable[[str], str], platform: PlatformMatcher | None = None
 ) -> tuple[int | None, str]:
     """(root pid, "") or (None, why); a platform match leaves its address in ``snap.addresses``."""
     m = tc.match
@@ -434,7 +186,7 @@ def _port_from_url(url: str | None) -> int | None:
 
 
 def _build(
-    snap: _Snapshot, root: int, name: str, prefix: str, port: int, api_url: str, source: str, socket_state: str = ""
+    snap: Snapshot, root: int, name: str, prefix: str, port: int, api_url: str, source: str, socket_state: str = ""
 ) -> Target:
     procs = []
     for pid in snap.tree(root):
@@ -452,83 +204,6 @@ def _build(
     )
 
 
-def _socket_state(snap: _Snapshot, root: int, port: int) -> tuple[str, str]:
-    """(state, why) of a candidate's claim on ``port``: "owned" (its tree holds the listening
-    socket), "starting" (nothing listens on the port yet), "unverified" (a socket listens but
-    neither its owner nor the candidate's fds can be read), or "" with why it is refused."""
-    try:
-        owners = snap.listening_owners(port)
-        if owners is None:
-            return "starting", ""
-    except (TargetGone, AccessDenied, ProbeFailed) as e:
-        return "unverified", f"cannot read listening sockets: {e}"
-    tree = set(snap.tree(root))
-    if owners & tree:
-        return "owned", ""
-    if owners:
-        holder = snap.topmost(owners)
-        return "", f"port {port} is held by pid {holder}, not by this process or its children"
-    if snap.readable_fds(tree):
-        return "", f"port {port} is held by a process the guardian cannot read, not by this process or its children"
-    return "unverified", ""
-
-
-_RANK = {"owned": 0, "starting": 1, "unverified": 2}
-
-
-def _trusted(
-    snap: _Snapshot,
-    roots: list[int],
-    taken: set[str],
-    ignored: list[tuple[ProcKey, str]],
-    local_addresses: Callable[[], frozenset[str]],
-) -> list[tuple[int, int, str, str]]:
-    """The autodiscovery candidates followed, as (root, port, url, socket state), in start
-    order: one per URL, its socket's owner first, else the first started; the rest land in
-    ``ignored`` with why."""
-    local_cache: list[frozenset[str]] = []
-
-    def local(ip: str) -> bool:
-        if not local_cache:
-            try:
-                local_cache.append(local_addresses())
-            except Exception:  # noqa: BLE001 - no addresses known: only loopback is followed
-                local_cache.append(frozenset())
-        return ip in local_cache[0]
-
-    best: dict[str, tuple[int, int, int, str]] = {}  # url -> (rank, root, port, state)
-    for root in roots:
-        cmdline = snap.procs[root].cmdline
-        key = snap.procs[root].key
-        host, why = autodiscovered_host(cmdline, local)
-        if host is None:
-            ignored.append((key, why))
-            continue
-        port = server_port(cmdline)
-        url = url_for(host, port)
-        if url in taken:
-            ignored.append((key, f"{url} is already a configured target's"))
-            continue
-        state, why = _socket_state(snap, root, port)
-        if not state:
-            ignored.append((key, why))
-            continue
-        held = best.get(url)
-        if held is None or _RANK[state] < held[0]:
-            if held is not None:
-                ignored.append((snap.procs[held[1]].key, _second(url, root, state)))
-            best[url] = (_RANK[state], root, port, state)
-        else:
-            ignored.append((key, _second(url, held[1], held[3])))
-    chosen = sorted(best.items(), key=lambda kv: (snap.procs[kv[1][1]].key.starttime, kv[1][1]))
-    return [(root, port, url, state) for url, (_rank, root, port, state) in chosen]
-
-
-def _second(url: str, winner: int, state: str) -> str:
-    why = "owns its listening socket" if state == "owned" else "started first"
-    return f"another candidate for {url}: pid {winner} {why}"
-
-
 def discover(
     procfs: ProcFS,
     cfg: Config,
@@ -544,7 +219,7 @@ def discover(
     (read once, when a candidate names a ``--host``) are this node's IP addresses."""
     read_file = read_file or _read_file
     prefix = cfg.discovery.process_name_prefix
-    snap = _Snapshot(procfs, cache)
+    snap = Snapshot(procfs, cache)
     targets: list[Target] = []
     unmatched: list[tuple[str, str]] = []
     claimed: dict[int, str] = {}  # pid -> target name, for every process of every tree
@@ -576,7 +251,7 @@ def discover(
         roots.sort(key=lambda pid: (snap.procs[pid].key.starttime, pid))
         taken = {t.api_url for t in targets if t.api_url}
         names = {t.name for t in targets}
-        for root, port, url, socket_state in _trusted(snap, roots, taken, ignored, local_addresses):
+        for root, port, url, socket_state in trusted(snap, roots, taken, ignored, local_addresses):
             name = f"vllm-{port}"
             if name in names:
                 name = f"{name}-{root}"
@@ -596,13 +271,10 @@ def discover(
 
 
 __all__ = [
-    "DiscoveryCache",
     "DiscoveryResult",
     "discover",
     "is_api_server",
     "classify",
-    "server_port",
-    "server_host",
     "option_value",
-    "url_for",
+    "read_pid_file",
 ]

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Callable
 
 from vllm_guardian.config.schema import Config
 from vllm_guardian.discovery.argv import ARGV, NOT_VERIFIED
-from vllm_guardian.discovery.scan import DiscoveryCache, DiscoveryResult, discover
+from vllm_guardian.discovery.scan import DiscoveryResult, discover
+from vllm_guardian.discovery.snapshot import DiscoveryCache
 from vllm_guardian.discovery.worker import Abandoned, DiscoveryWorker
 from vllm_guardian.host.capabilities import Capabilities, Capability, missing
 from vllm_guardian.host.procfs import ProcFS
@@ -128,6 +129,8 @@ class TargetsStage:
             for hook in self.on_discovery:
                 if current():
                     hook(result.targets, no_environ)
+        # what the loop acts on is read afresh by every pass; the rest of the node once per STAT_REFRESH_S
+        cache.watched = frozenset(p.pid for t in result.targets for p in t.processes) | {o.pid for o in result.orphans}
         return result, cache
 
     def _settle(

@@ -1,6 +1,7 @@
 """HTTP to the supervised servers, behind a seam: one GET/POST with a hard timeout.
 
-The only module that opens TCP connections to vLLM. Errors come back as
+The only module that opens TCP connections to vLLM; it keeps them alive between calls
+(``StdlibHttpClient``). Errors come back as
 ``HttpError`` with a ``reason`` of ``refused`` (nothing listens: the server is
 down or still loading), ``timeout`` (it accepted but did not answer in time: a
 hang) or ``error`` (anything else), so callers can tell a dead server from a
@@ -15,7 +16,9 @@ from __future__ import annotations
 import http.client
 import io
 import json
+import select
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
@@ -24,6 +27,8 @@ from urllib.parse import urlsplit
 from vllm_guardian.errors import ProbeFailed
 
 MAX_BODY = 8 * 1024 * 1024  # a /metrics page of a big vLLM is ~100 KiB; cap the read
+KEEP_IDLE_S = 3.0  # a kept connection idle longer is closed, not reused (below uvicorn's 5 s keep-alive)
+KEEP_PER_SERVER = 2  # kept connections per server (a scrape and a canary may overlap)
 
 
 class HttpError(ProbeFailed):
@@ -87,9 +92,41 @@ class _DeadlineSocket:
         return io.BufferedReader(DeadlineReader(self._sock, self._deadline))
 
 
+class _Stale(Exception):
+    """A kept connection the server had closed: the call is made once more on a fresh one."""
+
+
+Server = tuple[str, str, int | None]  # (scheme, host, port): what a kept connection is kept for
+
+
+def _untouched(sock: socket.socket) -> bool:
+    """A kept connection the server has neither closed nor written to since its last answer (a
+    readable socket is one of the two: it is not reused)."""
+    try:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN | select.POLLPRI)
+        return not poller.poll(0)
+    except (OSError, ValueError):
+        return False
+
+
 class StdlibHttpClient:
-    """http.client, one connection per call (probes are ~1 Hz; no pooling needed); ``timeout``
-    bounds the whole call (connect, send, headers and body), not each read."""
+    """http.client over kept-alive connections: at most ``KEEP_PER_SERVER`` per server, reused while
+    they have been idle less than ``keep_idle`` seconds (a probe asks each server twice a second;
+    a fresh TCP connection for each call cost more than the call). ``timeout`` bounds the whole
+    call (connect, send, headers and body), not each read.
+
+    A connection is kept only after a complete answer that did not say ``Connection: close``; one
+    that timed out or failed is closed, so a hung server's next call starts afresh, exactly as
+    before. Before reuse a connection the server closed meanwhile (readable: EOF) is dropped; one
+    it closes while the request is on its way (``ECONNRESET``, EOF before a status line: servers
+    close idle connections, uvicorn after 5 s) is retried once on a fresh connection within the
+    same deadline, so a dead server is still ``refused`` and a hung one still ``timeout``."""
+
+    def __init__(self, keep_idle: float = KEEP_IDLE_S) -> None:
+        self.keep_idle = keep_idle
+        self._kept: dict[Server, list[tuple[socket.socket, float]]] = {}
+        self._lock = threading.Lock()
 
     def request(
         self, method: str, url: str, timeout: float, body: Any = None, headers: Mapping[str, str] | None = None
@@ -97,30 +134,23 @@ class StdlibHttpClient:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https"):
             raise HttpError("error", f"unsupported URL scheme in {url!r}")
-        conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         path = parts.path or "/"
         if parts.query:
             path += "?" + parts.query
         payload = None
-        headers = {"Accept": "*/*", "Connection": "close", **(headers or {})}
+        headers = {"Accept": "*/*", **(headers or {})}
         if body is not None:
             payload = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
         start = time.monotonic()
         deadline = start + timeout
-        conn = conn_cls(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
         try:
-            conn.connect()
-            conn.sock.settimeout(max(0.001, deadline - time.monotonic()))
-            conn.request(method, path, body=payload, headers=headers)
-            # HTTPResponse only calls makefile() on what it is given; the stubs ask for a real socket
-            resp = http.client.HTTPResponse(
-                _DeadlineSocket(conn.sock, deadline),  # type: ignore[arg-type]
-                method=method,
-            )
-            resp.begin()
-            data = resp.read(MAX_BODY)
-            return HttpResponse(resp.status, data, time.monotonic() - start, resp.getheader("Content-Type", "") or "")
+            server: Server = (parts.scheme, parts.hostname or "127.0.0.1", parts.port)
+            kept = self._take(server, start)
+            try:
+                return self._exchange(server, kept, method, path, payload, headers, start, deadline)
+            except _Stale:
+                return self._exchange(server, None, method, path, payload, headers, start, deadline)
         except ConnectionRefusedError as e:
             raise HttpError("refused", str(e), time.monotonic() - start) from None
         except TimeoutError as e:
@@ -133,5 +163,83 @@ class StdlibHttpClient:
             ) from None
         except (OSError, http.client.HTTPException) as e:
             raise HttpError("error", f"{type(e).__name__}: {e}", time.monotonic() - start) from e
+
+    def _exchange(
+        self,
+        server: Server,
+        kept: socket.socket | None,
+        method: str,
+        path: str,
+        payload: bytes | None,
+        headers: dict[str, str],
+        start: float,
+        deadline: float,
+    ) -> HttpResponse:
+        """One request and its answer, on ``kept`` or on a fresh connection; raises ``_Stale`` when
+        ``kept`` turns out closed by the server before any answer."""
+        scheme, host, port = server
+        conn_cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+        conn = conn_cls(host, port, timeout=max(0.001, deadline - time.monotonic()))
+        try:
+            if kept is None:
+                conn.connect()
+            else:
+                conn.sock = kept  # http.client connects only when it has no socket
+            conn.sock.settimeout(max(0.001, deadline - time.monotonic()))
+            # HTTPResponse only calls makefile() on what it is given; the stubs ask for a real socket
+            resp = http.client.HTTPResponse(_DeadlineSocket(conn.sock, deadline), method=method)  # type: ignore[arg-type]
+            try:
+                conn.request(method, path, body=payload, headers=headers)
+                resp.begin()
+            except (ConnectionResetError, BrokenPipeError) as e:  # RemoteDisconnected is a ConnectionResetError
+                if kept is not None:
+                    raise _Stale() from e
+                raise
+            data = resp.read(MAX_BODY)
+            answer = HttpResponse(resp.status, data, time.monotonic() - start, resp.getheader("Content-Type", "") or "")
+            if resp.isclosed() and not resp.will_close:  # all of it read, and the server keeps the connection
+                self._keep(server, conn.sock)
+                conn.sock = None
+            return answer
         finally:
             conn.close()
+
+    def _take(self, server: Server, now: float) -> socket.socket | None:
+        """A kept connection to ``server`` still fit for a request, else None; every connection
+        idle past ``keep_idle`` (to any server) is closed on the way."""
+        stale: list[socket.socket] = []
+        found = None
+        with self._lock:
+            for key in list(self._kept):
+                fresh = [(s, t) for s, t in self._kept[key] if now - t < self.keep_idle]
+                stale += [s for s, t in self._kept[key] if now - t >= self.keep_idle]
+                if fresh:
+                    self._kept[key] = fresh
+                else:
+                    del self._kept[key]
+            kept = self._kept.get(server, [])
+            while kept and found is None:
+                sock, _ = kept.pop()
+                if _untouched(sock):
+                    found = sock
+                else:
+                    stale.append(sock)
+        for sock in stale:
+            sock.close()
+        return found
+
+    def _keep(self, server: Server, sock: socket.socket) -> None:
+        with self._lock:
+            kept = self._kept.setdefault(server, [])
+            if len(kept) < KEEP_PER_SERVER:
+                kept.append((sock, time.monotonic()))
+                return
+        sock.close()
+
+    def close(self) -> None:
+        """Close every kept connection (a later call opens a fresh one)."""
+        with self._lock:
+            socks = [s for kept in self._kept.values() for s, _ in kept]
+            self._kept.clear()
+        for sock in socks:
+            sock.close()

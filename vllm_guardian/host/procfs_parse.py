@@ -215,10 +215,10 @@ def parse_wchan(text: str) -> str | None:
 
 def parse_cmdline(raw: bytes) -> tuple[str, ...]:
     """NUL-separated argv; trailing NULs (setproctitle padding) dropped; spaces inside an arg kept."""
-    args = raw.split(b"\x00")
-    while args and args[-1] == b"":
-        args.pop()
-    return tuple(a.decode("utf-8", errors="replace") for a in args)
+    raw = raw.rstrip(b"\x00")  # a retitled process's padding can be kilobytes of NULs: not one arg each
+    if not raw:
+        return ()
+    return tuple(a.decode("utf-8", errors="replace") for a in raw.split(b"\x00"))
 
 
 def _hex_ip(text: str, byteorder: str) -> str:

@@ -4,7 +4,8 @@
 signals are instant and identity-checked by ProcessControl; anything that may block (the drain
 hook, ``systemctl``, the Kubernetes API, the fleet lease) runs on the AsyncRunner and its typed
 result (``JobResult``) is picked up on a later tick. What differs between ways of restarting is the
-restart method's (``remediation/methods/``); the phases, timers and SIGKILL escalation are here.
+restart method's (``remediation/methods/``); the phases and timers are here, the stop with its
+SIGKILL escalation and the wait for the memory's release in ``remediation/stopping.py``.
 Every phase change is persisted (``SequenceStore``) so a guardian restarted mid-sequence resumes
 without ever issuing a second start (``remediation.resume``), and recorded as an ``Action`` on the incident.
 
@@ -18,7 +19,6 @@ says it may (``owner_may_restart``); when it does, the guardian stands down.
 from __future__ import annotations
 
 import logging
-import signal
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
@@ -31,7 +31,8 @@ from vllm_guardian.remediation.methods.base import JobResult, RestartMethod
 from vllm_guardian.remediation.parts import RemediationParts, Tally
 from vllm_guardian.remediation.sequence import Outcome, Phase, PhaseProgress, RestartSequence
 from vllm_guardian.remediation.settings import control_message, log_fields
-from vllm_guardian.remediation.steps import drain_timeout, queue_empty, stop_grace
+from vllm_guardian.remediation.steps import drain_timeout, queue_empty
+from vllm_guardian.remediation.stopping import step_releasing, step_stopping
 from vllm_guardian.remediation.jobs import SequenceJobs
 from vllm_guardian.remediation.resume import resume
 from vllm_guardian.remediation.store import SequenceStore
@@ -43,8 +44,6 @@ if TYPE_CHECKING:
     from vllm_guardian.state.tracker import Tracker
 
 T = TypeVar("T")
-KILL_GRACE = 10.0  # after SIGKILL, how long processes get to disappear
-RELEASE_TIMEOUT = 60.0
 LEASE_RETRY = 5.0
 
 
@@ -83,8 +82,8 @@ class Machine:
         steps: dict[Phase, Callable[[RestartSequence, float, Tracker, SeriesStore], None]] = {
             Phase.LEASE: self._step_lease,
             Phase.DRAINING: self._step_draining,
-            Phase.STOPPING: self._step_stopping,
-            Phase.RELEASING: self._step_releasing,
+            Phase.STOPPING: lambda seq, now, _tr, _se: step_stopping(self, seq, now),
+            Phase.RELEASING: lambda seq, now, _tr, _se: step_releasing(self, seq, now),
             Phase.STARTING: self._step_starting,
             Phase.VERIFYING: self._step_verifying,
         }
@@ -166,59 +165,6 @@ class Machine:
         else:
             nothing = " (no progress: nothing to drain)" if timeout == 0 else ""
             self.enter(seq, Phase.STOPPING, now, f"drain timeout {timeout:g}s reached{nothing}")
-
-    def _step_stopping(self, seq: RestartSequence, now: float, tracker: Tracker, series: SeriesStore) -> None:
-        rc, method = self.rc(seq), self.method(seq)
-        grace = stop_grace(rc, seq.reason)
-        if not seq.progress.begun:
-            try:  # the budget counts the disruptive act: recorded (and persisted) before the first signal
-                self.parts.ledger.record(seq.target, self.clock.wall())
-            except OSError as e:  # fail closed: an uncounted restart could loop past the budget
-                why = f"restart ledger could not be written ({e}); nothing was stopped (fail closed)"
-                self.finish(seq, now, Outcome.ABORTED, why)
-                self.parts.publish_control(control_message("undrain", seq.target, self.settings.node))
-                return
-            seq.progress.begun = True
-            sent = method.stop(seq, rc, grace, now, self)
-            seq.found_gone = sent.found_gone
-            self.record(seq, "stop", sent.status, sent.detail)
-        news = method.stop_news(seq, self)
-        if news.fail is not None:
-            self.finish(seq, now, Outcome.FAILED, news.fail)
-            return
-        if news.record is not None:
-            self.record(seq, "stop", *news.record)
-        if news.hold_kill:
-            grace = max(grace, now - seq.phase_since + 1)  # the eviction may wait on a budget: no SIGKILL meanwhile
-        alive = [k for k in seq.tree if self.control.alive(k)]
-        if alive and not seq.sigkill_sent and now - seq.phase_since >= grace:
-            seq.sigkill_sent = True
-            killed = [k.pid for k in alive if self.control.signal(k, signal.SIGKILL)]
-            self.record(seq, "kill", "ok", f"SIGKILL after {grace:g}s to {killed}")
-            seq.progress.kill_at = now
-            alive = [k for k in seq.tree if self.control.alive(k)]
-        if not alive:
-            self.enter(seq, Phase.RELEASING, now, f"tree stopped in {now - seq.phase_since:.1f}s")
-            return
-        kill_at = seq.progress.kill_at
-        if seq.sigkill_sent and now - (now if kill_at is None else kill_at) >= KILL_GRACE:
-            pids = [k.pid for k in alive]
-            why = f"processes survived SIGKILL: {pids} (uninterruptible in the kernel?); a human must look"
-            self.finish(seq, now, Outcome.FAILED, why)
-
-    def _step_releasing(self, seq: RestartSequence, now: float, tracker: Tracker, series: SeriesStore) -> None:
-        broken = self.parts.device_check(seq.target)
-        if broken:  # a device fault seen while the tree was stopped: never start onto it
-            self.finish(seq, now, Outcome.FAILED, f"stopped, not started again: {broken}; a human must look")
-            return
-        held = self.parts.release_check({k.pid for k in seq.tree})
-        if held is None or held is False:
-            took = now - seq.phase_since
-            why = "no accelerator backend" if held is None else f"accelerator memory released in {took:.1f}s"
-            self.enter(seq, Phase.STARTING, now, why)
-        elif now - seq.phase_since >= RELEASE_TIMEOUT:
-            why = f"accelerator memory still held after {RELEASE_TIMEOUT:g}s; starting anyway"
-            self.enter(seq, Phase.STARTING, now, why)
 
     def _owner_grace(self, seq: RestartSequence, now: float, tracker: Tracker) -> bool:
         """True while waiting for the target's owner (a deploy, systemd) to bring it back;

@@ -26,14 +26,9 @@ from vllm_guardian.sinks.fleet import (
     render_fleet,
     tail,
 )
-from vllm_guardian.sinks.redis_sink import (
-    AlertSink,
-    RedisDelivery,
-    make_client,
-    mask_url,
-    publish_control,
-    resolve_password,
-)
+from vllm_guardian.sinks.redis_sink import AlertSink
+from vllm_guardian.sinks.redis_client import make_client, mask_url, publish_control, resolve_password
+from vllm_guardian.sinks.redis_delivery import RedisDelivery
 from vllm_guardian.sinks.spool import Spool
 
 __all__ = [

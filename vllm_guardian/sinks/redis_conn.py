@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from vllm_guardian.sinks.redis_sink import make_client, mask_url, publish_control, resolve_password
+from vllm_guardian.sinks.redis_client import make_client, mask_url, publish_control, resolve_password
 
 log = logging.getLogger(__name__)
 

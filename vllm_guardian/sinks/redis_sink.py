@@ -13,12 +13,12 @@ Redis stalls nothing but the flusher, and that only for one timeout.
 
 The node heartbeat (``heartbeat(summary)``) goes through the same thread (latest
 summary wins). Control messages (``control(payload)``) are live only: one
-best-effort ``PUBLISH`` with the timeout, never spooled.
+best-effort ``PUBLISH`` with the timeout, never spooled. The client, its URL and password are
+``sinks/redis_client.py``'s; the once-per-id delivery script is ``sinks/redis_delivery.py``'s.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -26,11 +26,10 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
-from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from vllm_guardian.errors import ConfigError
-from vllm_guardian.sinks.events import event_time_ms
 from vllm_guardian.sinks.fleet import NodeHeartbeat
+from vllm_guardian.sinks.redis_client import publish_control, redis_errors
+from vllm_guardian.sinks.redis_delivery import DEFAULT_DELIVERED_KEEP, RedisDelivery
 from vllm_guardian.sinks.spool import Spool
 
 if TYPE_CHECKING:
@@ -38,135 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DELIVERED_PREFIX = "guardian:delivered:"
-DEFAULT_DELIVERED_KEEP = 100_000
 
-# KEYS[1] delivered-id zset, KEYS[2] stream
-# ARGV: 1 event id, 2 event JSON, 3 stream maxlen, 4 channel ('' = none), 5 score (ms), 6 ids to keep
-DELIVER_SCRIPT = """
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  return 0
-end
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'id', ARGV[1], 'event', ARGV[2])
-redis.call('ZADD', KEYS[1], ARGV[5], ARGV[1])
-redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(tonumber(ARGV[6]) + 1))
-if ARGV[4] ~= '' then
-  redis.call('PUBLISH', ARGV[4], ARGV[2])
-end
-return 1
-"""
-
-
-# ---------------------------------------------------------------- connection
-def mask_url(url: str) -> str:
-    """The URL with any password (userinfo or ``?password=``) replaced by ``***``: safe to log."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable redis url>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostport = netloc.rpartition("@")
-        user, sep, _pw = userinfo.partition(":")
-        if sep:
-            netloc = f"{user}:***@{hostport}"
-    query = parts.query
-    if query:
-        pairs = [(k, "***" if k.lower() == "password" else v) for k, v in parse_qsl(query, keep_blank_values=True)]
-        query = urlencode(pairs, safe="*")
-    text = f"{parts.scheme}://{netloc}{parts.path}" if parts.scheme else f"{netloc}{parts.path}"
-    return text + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
-
-
-def resolve_password(
-    password_env: str | None, password_file: str | None, *, environ: Mapping[str, str] = os.environ
-) -> str | None:
-    """The Redis password from ``alerts.password_env`` (a variable name) or ``alerts.password_file``."""
-    if password_env:
-        value = environ.get(password_env)
-        if value is None:
-            raise ConfigError([f"alerts.password_env: environment variable {password_env} is not set"])
-        return value
-    if password_file:
-        try:
-            return Path(password_file).read_text(encoding="utf-8").rstrip("\r\n")
-        except OSError as e:
-            raise ConfigError([f"alerts.password_file: cannot read {password_file}: {e.strerror}"]) from None
-    return None
-
-
-def make_client(url: str, *, password: str | None = None, timeout: float = 2.0):
-    """A redis-py client for ``redis://``, ``rediss://`` (TLS) or ``unix://`` URLs.
-
-    Every call is bounded by ``timeout`` (connect and read); client-side retries
-    are off (the flusher has its own backoff).
-    """
-    import redis
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    kwargs: dict[str, Any] = dict(
-        socket_timeout=timeout,
-        socket_connect_timeout=timeout,
-        retry=Retry(NoBackoff(), 0),
-        retry_on_timeout=False,
-        decode_responses=True,
-    )
-    if password is not None:
-        kwargs["password"] = password
-    return redis.Redis.from_url(url, **kwargs)
-
-
-def _redis_errors() -> tuple[type[BaseException], ...]:
-    import redis
-
-    return (redis.RedisError, OSError)
-
-
-def publish_control(client, channel: str, payload: Mapping[str, Any]) -> bool:
-    """Best-effort live control message (e.g. ``{"action": "drain", "target": ...}``): True if sent."""
-    try:
-        client.publish(channel, json.dumps(payload, separators=(",", ":")))
-        return True
-    except _redis_errors() as e:
-        log.warning("control message on %s not sent: %s", channel, e)
-        return False
-
-
-# ---------------------------------------------------------------- delivery
-class RedisDelivery:
-    """One event into the stream and the channel, at most once per id (atomic, server side)."""
-
-    def __init__(
-        self,
-        client,
-        *,
-        node: str,
-        stream: str,
-        channel: str | None,
-        maxlen: int,
-        delivered_key: str | None = None,
-        delivered_keep: int = DEFAULT_DELIVERED_KEEP,
-    ) -> None:
-        self.client = client
-        self.stream = stream
-        self.channel = channel or ""
-        self.maxlen = int(maxlen)
-        self.delivered_key = delivered_key or f"{DELIVERED_PREFIX}{node}"
-        self.delivered_keep = int(delivered_keep)
-        self._script = client.register_script(DELIVER_SCRIPT)
-
-    def deliver(self, event: Mapping[str, Any]) -> bool:
-        """True when delivered now, False when this id had already been delivered. Raises on Redis errors."""
-        payload = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
-        done = self._script(
-            keys=[self.delivered_key, self.stream],
-            args=[event["id"], payload, self.maxlen, self.channel, event_time_ms(event), self.delivered_keep],
-        )
-        return int(done) == 1
-
-
-# ---------------------------------------------------------------- the sink
 @dataclass(frozen=True)
 class AlertsStatus:
     """The status's ``alerts`` section: what waits, what was delivered or dropped, Redis reachable."""
@@ -453,7 +324,7 @@ class AlertSink:
         for event in batch:
             try:
                 new = self._delivery.deliver(event)
-            except _redis_errors() as e:
+            except redis_errors() as e:
                 return e
             except Exception as e:
                 log.exception("alerts: unexpected delivery error")
@@ -487,7 +358,7 @@ class AlertSink:
         try:
             self._heartbeat.write(self.node, summary, self.heartbeat_ttl)
             return None
-        except _redis_errors() as e:
+        except redis_errors() as e:
             with self._lock:
                 if self._pending_heartbeat is None:
                     self._pending_heartbeat = summary
@@ -499,7 +370,7 @@ class AlertSink:
         try:
             self.client.ping()
             return None
-        except _redis_errors() as e:
+        except redis_errors() as e:
             return e
 
     def _note(self, error: BaseException | None) -> None:

@@ -593,6 +593,9 @@ def _ranks(group: EngineGroup) -> list[dict]:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "sim-vllm"
+    # TCP_NODELAY, as uvicorn sets it: on a kept-alive connection the last segment of a large
+    # answer (/metrics) would otherwise wait for the client's delayed ACK (~40 ms)
+    disable_nagle_algorithm = True
     server: _Server  # the server that made this handler: it carries the app
 
     def log_message(self, format, *args) -> None:
