@@ -26,6 +26,10 @@ vLLM), every ``/v1/*`` request needs ``Authorization: Bearer <one of the keys>``
 ``{"error": "Unauthorized"}`` otherwise; ``/health``, ``/metrics``, ``/version`` and ``/sim/*``
 stay open, like vLLM's ``AuthenticationMiddleware``.
 
+With ``--api-server-count N`` (N > 1) this process is vLLM's launcher instead: it keeps the
+port's socket and the engine, and N ``VLLM::APIServer_<i>`` children serve that one socket
+(``sim.vllm.multi_api``); a fault with ``"api_server": i`` hangs one of them.
+
 Engine death: ``/health`` turns 503 at once and, with ``--exit-on-engine-death``
 (default), the server exits with status 0 after ``--death-exit-delay`` seconds,
 like vLLM's 5 s ``terminate_if_errored`` watchdog. SIGTERM/SIGINT: stop listening,
@@ -55,6 +59,7 @@ from urllib.parse import urlsplit
 from vllm_guardian.sim.vllm.full_page import full_page_tail
 from vllm_guardian.sim.vllm import dev_mode, lm
 from vllm_guardian.sim.vllm.data_parallel import EngineGroup
+from vllm_guardian.sim.vllm.multi_api import API_FAULTS, ApiServers, listening_socket
 from vllm_guardian.sim.vllm.engine import (
     FAULTS,
     HANG_FAULTS,
@@ -93,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="engines (VLLM::EngineCore_DP<k>) behind this API server, with a VLLM::DPCoordinator",
+    )
+    p.add_argument(
+        "--api-server-count",
+        type=int,
+        default=1,
+        help="N>1: this process becomes a launcher of N VLLM::APIServer_<i> sharing the port (sim.vllm.multi_api)",
     )
     p.add_argument("--exit-on-engine-death", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--death-exit-delay", type=float, default=5.0)
@@ -395,6 +406,7 @@ class SimApp:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_StatsCollector(self))
         self.dev = dev_mode.DevMode(engine) if dev_mode.enabled() else None
+        self.front: ApiServers | None = None  # --api-server-count > 1: the API-server processes
 
     def health(self) -> int:
         return 200 if self.engine.alive else 503
@@ -499,6 +511,8 @@ class SimApp:
 
     def set_fault(self, body) -> tuple[int, dict]:
         name = body.get("fault") if isinstance(body, dict) else None
+        if isinstance(body, dict) and body.get("api_server") is not None:
+            return self._api_server_fault(name, body["api_server"])
         if name in lm.OUTPUT_FAULTS or name == "swap_model":  # the answers, not the engine
             with self._lock:
                 if name == "swap_model":
@@ -534,6 +548,18 @@ class SimApp:
         self.engine.set_fault(name, float(rate), rank=rank)
         return 200, {"fault": name, "faults": faults, "rank": rank}
 
+    def _api_server_fault(self, name, index) -> tuple[int, dict]:
+        """A hang in one API-server process of an ``--api-server-count`` tree (``sim.vllm.multi_api``)."""
+        count = self.front.count if self.front is not None else 0
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
+            return _error(400, "BadRequestError", f"api_server must be an integer in [0, {count}).", "api_server")
+        if name not in API_FAULTS:
+            return _error(400, "BadRequestError", f"an API-server fault is one of {', '.join(API_FAULTS)}.", "fault")
+        assert self.front is not None
+        LOG.warning("sim fault ordered: %s (APIServer_%d)", name, index)
+        self.front.set_fault(index, name)
+        return 200, {"fault": name, "api_server": index}
+
     @property
     def dp_size(self) -> int:
         return len(self.engine.engines) if isinstance(self.engine, EngineGroup) else 1
@@ -543,8 +569,10 @@ class SimApp:
             fault, faults = self._fault, sorted(self._faults | self._output_faults)
         group = self.engine if isinstance(self.engine, EngineGroup) else None
         ranks = {} if group is None else {"coordinator_pid": group.coordinator_pid, "engines": _ranks(group)}
+        front = {} if self.front is None else {"api_server_pids": self.front.pids}
         return {
             **ranks,
+            **front,
             "api_pid": os.getpid(),
             "engine_pid": self.engine.pid,
             "worker_pid": self.engine.worker_pid,
@@ -712,9 +740,16 @@ def main(argv: list[str] | None = None) -> int:
         LOG.error("Engine core initialization failed")
         return 1
     engine.start_output_thread()
+    app = SimApp(args.model, engine, config, args.full_metrics)
     try:
         api_keys = tuple(args.api_key or [os.environ.get("VLLM_API_KEY", "")])
-        httpd = _Server((args.host, args.port), SimApp(args.model, engine, config, args.full_metrics), api_keys)
+        if args.api_server_count > 1:  # the launcher: the app behind a private port, N fronts on the real one
+            shared = listening_socket(args.host, args.port)
+            httpd = _Server(("127.0.0.1", 0), app, api_keys)
+            app.front = ApiServers(args.api_server_count, shared, ("127.0.0.1", httpd.server_address[1]))
+            app.front.start()  # the launcher keeps ``shared`` open, as vLLM's keeps its ``sock``
+        else:
+            httpd = _Server((args.host, args.port), app, api_keys)
     except OSError as exc:
         LOG.error("cannot listen on %s:%d: %s", args.host, args.port, exc)
         engine.shutdown()
@@ -726,6 +761,8 @@ def main(argv: list[str] | None = None) -> int:
     LOG.info("[shutdown] API server: stopping engine client")
     httpd.shutdown()
     httpd.server_close()
+    if app.front is not None:
+        app.front.shutdown()
     engine.shutdown()
     return 0
 
