@@ -14,7 +14,8 @@ Redis stalls nothing but the flusher, and that only for one timeout.
 The node heartbeat (``heartbeat(summary)``) goes through the same thread (latest
 summary wins). Control messages (``control(payload)``) are live only: one
 best-effort ``PUBLISH`` with the timeout, never spooled. The client, its URL and password are
-``sinks/redis_client.py``'s; the once-per-id delivery script is ``sinks/redis_delivery.py``'s.
+``sinks/redis_client.py``'s; the once-per-id delivery script is ``sinks/redis_delivery.py``'s; the
+events a full disk refused are held by ``sinks/held_events.py``.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from vllm_guardian.sinks.fleet import NodeHeartbeat
+from vllm_guardian.sinks.held_events import HeldEvents
 from vllm_guardian.sinks.redis_client import publish_control, redis_errors
 from vllm_guardian.sinks.redis_delivery import DEFAULT_DELIVERED_KEEP, RedisDelivery
 from vllm_guardian.sinks.spool import Spool
@@ -108,11 +109,7 @@ class AlertSink:
         self._redis_up: bool | None = None
         self._last_error: str | None = None
         self._pending_heartbeat: dict[str, Any] | None = None
-        # events the spool refused (a full disk): held here, in order, after everything spooled,
-        # until the spool takes them again or Redis does; bounded like the spool
-        self._unspooled: deque[dict[str, Any]] = deque()
-        self._unspooled_dropped = 0
-        self._spool_error: str | None = None
+        self._held = HeldEvents(spool, self._lock)  # what the spool refused (a full disk)
         self._last_duplicates = 0
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -182,56 +179,16 @@ class AlertSink:
         in order; the spool error shows in ``stats()`` and is logged once per episode."""
         if self._closed:
             raise ValueError("alert sink is closed")
-        with self._lock:
-            held = bool(self._unspooled)
-        if not held:
+        if not self._held.any():
             try:
                 self.spool.append(event)
-                self._spool_ok()
+                self._held.spool_ok()
                 self._wake.set()
                 return
             except OSError as e:
-                self._spool_failed(e)
-        with self._lock:
-            self._unspooled.append(dict(event))
-            while len(self._unspooled) > self.spool.max_events:
-                self._unspooled.popleft()
-                self._unspooled_dropped += 1
+                self._held.spool_failed(e)
+        self._held.hold(event)
         self._wake.set()
-
-    def _spool_failed(self, e: OSError) -> None:
-        with self._lock:
-            first = self._spool_error is None
-            self._spool_error = f"{type(e).__name__}: {e}"
-        if first:
-            log.error(
-                "alerts: the spool refuses writes (%s); holding alerts in memory and delivering "
-                "them from there until it takes them again",
-                e,
-            )
-
-    def _spool_ok(self) -> None:
-        with self._lock:
-            was, self._spool_error = self._spool_error, None
-        if was is not None:
-            log.warning("alerts: the spool takes writes again")
-
-    def _respool(self) -> None:
-        """Move held events back into the spool, oldest first, while it takes them."""
-        while True:
-            with self._lock:
-                if not self._unspooled:
-                    return
-                event = self._unspooled[0]
-            try:
-                self.spool.append(event)
-            except OSError as e:
-                self._spool_failed(e)
-                return
-            self._spool_ok()
-            with self._lock:
-                if self._unspooled and self._unspooled[0] is event:
-                    self._unspooled.popleft()
 
     def __call__(self, event: Mapping[str, Any]) -> None:
         self.publish(event)
@@ -256,9 +213,9 @@ class AlertSink:
                 "spooled": len(self.spool),
                 "delivered_total": self._delivered_total,
                 "duplicates_total": self._duplicates_total,
-                "dropped_total": self.spool.dropped_total + self._unspooled_dropped,
-                "held_in_memory": len(self._unspooled),
-                "spool_error": self._spool_error,
+                "dropped_total": self.spool.dropped_total + self._held.dropped,
+                "held_in_memory": len(self._held.events),
+                "spool_error": self._held.error,
                 "redis_up": bool(self._redis_up),
                 "last_error": self._last_error,
                 "url": self.url_for_log,
@@ -297,7 +254,7 @@ class AlertSink:
     # ------------------------------------------------------------ the flusher
     def flush_once(self) -> bool:
         """Deliver one batch from the spool head, in order. True when Redis took everything it was given."""
-        self._respool()
+        self._held.respool()
         batch = self.spool.head(self.batch)
         delivered: list[str] = []
         error = self._deliver_all(batch, delivered)
@@ -306,7 +263,7 @@ class AlertSink:
             try:
                 self.spool.remove(delivered)
             except OSError as e:  # a full disk cannot rewrite the spool: re-delivery is a no-op (dedup)
-                self._spool_failed(e)
+                self._held.spool_failed(e)
             with self._lock:  # counted once acknowledged, so stats never show delivered-but-spooled
                 self._delivered_total += len(delivered)
                 self._duplicates_total += duplicates
@@ -336,17 +293,15 @@ class AlertSink:
     def _deliver_held(self) -> BaseException | None:
         """Deliver the events the spool refused, oldest first (they are newer than the spool's)."""
         while True:
-            with self._lock:
-                if not self._unspooled:
-                    return None
-                event = self._unspooled[0]
+            event = self._held.first()
+            if event is None:
+                return None
             delivered: list[str] = []
             error = self._deliver_all([event], delivered)
             if error is not None:
                 return error
             with self._lock:
-                if self._unspooled and self._unspooled[0] is event:
-                    self._unspooled.popleft()
+                self._held.drop_first(event)
                 self._delivered_total += 1
                 self._duplicates_total += self._last_duplicates
 
