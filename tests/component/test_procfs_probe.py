@@ -140,3 +140,46 @@ def test_a_process_that_only_sips_cpu_is_not_followed(tree):
     tree.set_thread(ENGINE, ENGINE, utime=20, wait_ns=50_000_000)  # 20 % on a CPU, 5 % waiting
     res = probe.collect([t], set(), 11.0)
     assert not res.processes[t.processes[1].key].threads
+
+
+def _heat(tree, pid, now_ticks):
+    tree.set_thread(pid, pid, utime=now_ticks, state="R", syscr=now_ticks * 3)
+
+
+def test_a_hot_api_server_thread_has_its_syscall_count_read_and_a_hot_engine_thread_does_not(tree):
+    probe = ProcfsReader(tree.procfs(), ProcfsProbeConfig(hot_cpu_ratio=0.5), page_size=4096)
+    t = target(tree)
+    res = None
+    for n, now in enumerate((10.0, 11.0, 12.0), start=1):
+        _heat(tree, API, 100 * n)
+        _heat(tree, ENGINE, 100 * n)
+        res = probe.collect([t], set(), now)
+    assert res is not None
+    assert samples(res, m.THREAD_SYSCALLS) == {"p100/t100": 900.0}  # syscr + syscw of the API server's hot thread
+
+
+def test_an_unreadable_io_file_leaves_the_syscall_count_absent_and_is_reported(tree):
+    tree.deny(f"{API}/task/{API}/io")
+    probe = ProcfsReader(tree.procfs(), ProcfsProbeConfig(hot_cpu_ratio=0.5), page_size=4096)
+    t = target(tree)
+    res = None
+    for n, now in enumerate((10.0, 11.0, 12.0), start=1):
+        _heat(tree, API, 100 * n)
+        res = probe.collect([t], set(), now)
+    assert res is not None
+    assert samples(res, m.THREAD_SYSCALLS) == {} and "p100/t100" in samples(res, m.THREAD_CPU)
+    assert any("task io" in d for d in res.denied)
+
+
+def test_a_cool_api_server_thread_has_no_io_read(tree):
+    opened: list[str] = []
+
+    def opener(path: str) -> bytes:
+        opened.append(path.rsplit("/proc/", 1)[-1])
+        return tree.opener(path)
+
+    probe = ProcfsReader(tree.procfs(opener=opener), ProcfsProbeConfig(hot_cpu_ratio=0.5), page_size=4096)
+    t = target(tree)
+    for now in (10.0, 11.0, 12.0):
+        probe.collect([t], {"llm"}, now)  # suspected: every thread read in full, none of them hot
+    assert not [p for p in opened if p.endswith("/io")]

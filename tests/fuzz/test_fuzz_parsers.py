@@ -154,6 +154,15 @@ def test_proc_schedstat(text):
 
 
 @FUZZ
+@given(texts(["rchar: 1\nwchar: 2\nsyscr: 3\nsyscw: 4\nread_bytes: 0\n"]))
+def test_proc_io(text):
+    try:
+        pp.parse_io(text)
+    except ValueError:
+        pass
+
+
+@FUZZ
 @given(texts(["do_epoll_wait", "0", ""]))
 def test_proc_wchan(text):
     pp.parse_wchan(text)

@@ -1,8 +1,9 @@
 """Live: a simulated vLLM with ``--api-server-count 2`` (a launcher, ``VLLM::APIServer_0`` and
 ``_1`` sharing one listening port, one ``VLLM::EngineCore``, as ``sim.vllm.multi_api`` describes
 vLLM 0.32's tree), watched by a real ``guardian run``: a busy loop in the engine opens busy_loop
-naming the engine; a busy loop in one API-server process, while the other serves the shared port,
-opens nothing today (the recorded blind spot).
+naming the engine; a busy loop in one API-server process, while the other serves the shared port
+(canaries answered, the engine progressing), opens busy_loop naming that process: its event loop's
+own syscall count stands still.
 
 The onset → incident times are printed for the README; the deadlines are generous failure bounds,
 not performance claims.
@@ -29,10 +30,20 @@ def apis_sim():
     server = SimServer(startup_delay=2.0, extra_args=("--api-server-count", "2")).start()
     try:
         server.wait_ready(60)
+        _wait_for_titles(server, 30)  # ready = one API server answers; the other may still be spawning
         yield server
     finally:
         server.stop()
         assert server.leftovers() == ()
+
+
+def _wait_for_titles(server: SimServer, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = server.state()["api_server_pids"]
+        if pids and all(pid and read_cmdline(pid).startswith("VLLM::APIServer_") for pid in pids):
+            return
+        time.sleep(0.2)
 
 
 @pytest.fixture
@@ -80,17 +91,23 @@ def test_a_busy_loop_in_the_engine_opens_busy_loop_naming_the_engine(apis_sim, g
     print(f"\napi-server-count=2, engine busy_loop: onset->busy_loop {inc['opened_at'] - onset:.1f}s")
 
 
-def test_a_busy_loop_in_one_api_server_while_the_other_serves_the_port_opens_no_incident_today(apis_sim, guardian):
-    """The recorded blind spot (README, How it decides): the kernel hands every new connection on the
-    shared port to the API server still calling accept(), so canaries and load are answered, the
-    server progresses, and a hot thread with progress is not a busy_loop. If this starts to fail,
-    the guardian learnt to see it: replace this with the incident's specification."""
+def test_a_busy_loop_in_one_api_server_while_the_other_serves_the_port_opens_busy_loop_naming_that_api_server(
+    apis_sim, guardian
+):
+    """The other API server keeps answering every canary and the engine progresses; the spinning
+    one's event loop makes no syscall, which is what the incident rests on."""
     with LoadGenerator(apis_sim.url, apis_sim.model, clients=4, max_duration=120, request_timeout=90) as load:
         time.sleep(3)
         apis_sim.set_fault("busy_loop", api_server=1)
-        served_before = load.ok
-        time.sleep(40)
+        onset, served_before = time.time(), load.ok
+        inc = guardian.wait_incident("busy_loop", timeout=60)
         served_meanwhile = load.ok - served_before
+    assert inc is not None, guardian.log_text()
     assert served_meanwhile > 0
-    assert guardian.incidents() == [], [(i["kind"], i["summary"]) for i in guardian.incidents()]
-    print(f"\napi-server-count=2, APIServer_1 busy_loop: no incident in 40 s, {served_meanwhile} requests served")
+    assert inc["signals"]["pid"] == apis_sim.state()["api_server_pids"][1]
+    assert (inc["signals"]["reason"], inc["signals"]["process_title"]) == ("syscalls_frozen", "VLLM::APIServer_1")
+    assert inc["summary"].startswith("APIServer_1 ")
+    print(
+        f"\napi-server-count=2, APIServer_1 busy_loop: onset->busy_loop {inc['opened_at'] - onset:.1f}s, "
+        f"{served_meanwhile} requests served meanwhile"
+    )

@@ -313,3 +313,28 @@ def test_malformed_schedstat_is_a_value_error(text):
 
     with pytest.raises(ValueError):
         parse_schedstat(text)
+
+
+_IO = "rchar: 323934931\nwchar: 323929600\nsyscr: 632687\nsyscw: 632675\nread_bytes: 0\nwrite_bytes: 0\ncancelled_write_bytes: 0\n"
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (_IO, (632687, 632675, 1265362)),
+        ("syscw: 0\nsyscr: 7", (7, 0, 7)),
+    ],
+)
+def test_io_is_syscalls_read_and_written(text, expected):
+    from vllm_guardian.host.procfs_parse import parse_io
+
+    io = parse_io(text)
+    assert (io.syscr, io.syscw, io.syscalls) == expected
+
+
+@pytest.mark.parametrize("text", ["", "rchar: 1\nwchar: 2\n", "syscr: x\nsyscw: 1\n", "syscr: 3\n"])
+def test_malformed_io_is_a_value_error(text):
+    from vllm_guardian.host.procfs_parse import parse_io
+
+    with pytest.raises(ValueError):
+        parse_io(text)

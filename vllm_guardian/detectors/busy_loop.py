@@ -12,6 +12,15 @@ gauges and the canary results. Decides, for the hottest thread:
    ``SUSPECT_WINDOW`` seconds counts as well (it started just before the thread was read);
 4. otherwise a suspect (unconfirmed): the daemon sends a canary to decide.
 
+An API-server process that is not the engine (vLLM's ``VLLM::APIServer_<i>`` beside an
+``EngineCore``; with ``--api-server-count N`` the others keep serving the shared port, so the
+engine progresses and canaries are answered): its hot main thread (the asyncio event loop) is
+judged on its own syscall count instead. Serving, an event loop blocks in epoll (not hot) or makes
+socket syscalls constantly (saturated); a pure-Python spin makes none. Count frozen over the same
+span as the counters above (covered by samples; unreadable -> not proven) -> confirmed
+(``syscalls_frozen``), whatever the engine does. Engine threads never: a healthy engine can spin
+without syscalls (polling a GPU).
+
 On a data-parallel server the hot thread's engine (``EngineCore_DP<k>``) is judged on its own
 counters and gauges (vLLM's ``engine="k"`` label) when the page has them: one rank that spins
 while the other serves shows no progress of its own. A canary sent to that rank (the canary
@@ -36,9 +45,16 @@ from dataclasses import replace
 from typing import Any
 
 from vllm_guardian.config.schema_detectors import BusyLoopConfig, DetectorsConfig
-from vllm_guardian.model import Finding, Kind, Severity
+from vllm_guardian.model import Finding, Kind, Role, Severity
 from vllm_guardian.detectors.hot_threads import HotThread, hot_threads_for, process_title, rank_of, role_label
-from vllm_guardian.detectors.progress import Canary, canaries, pending_samples, pending_throughout, progress_between
+from vllm_guardian.detectors.progress import (
+    Canary,
+    canaries,
+    pending_samples,
+    pending_throughout,
+    progress_between,
+    syscalls_frozen,
+)
 from vllm_guardian.detectors.view import TargetView
 from vllm_guardian.series import metrics as m
 
@@ -52,6 +68,9 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
         return None
     hot = hot_threads_for(view, bl)
     covered = bool(hot)
+    stuck = _api_server_spin(view, hot, bl)
+    if stuck is not None:
+        return stuck
     if not covered:
         # Hot, but not yet for min_coverage of the window: not enough to conclude, enough to
         # start confirming, so the canary's timeout overlaps the wait for coverage.
@@ -102,6 +121,39 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
         sig["canary_in_flight_s"] = round(now - st.canary_in_flight_since, 3)
     why = "progress unknown" if progress is None else "no work visibly pending"
     return _finding(view, h, sig, "suspect", f"{why}, confirming with a canary", confirmed=False)
+
+
+def _api_server_spin(view: TargetView, hot: list[HotThread], bl: BusyLoopConfig) -> Finding | None:
+    """A covered hot event loop (main thread) of an API-server process that is not the engine,
+    whose syscall count stood still since it turned hot (over the last ``min_coverage`` of the
+    window at most): confirmed, naming the process by its title."""
+    st = view.state
+    if not any(p.role is Role.ENGINE_CORE for p in st.target.processes):
+        return None  # no separate engine: the API server may be the engine itself
+    for h in hot:
+        if h.role is not Role.API_SERVER or h.tid != h.pid:
+            continue
+        since = max(h.first_t, st.now - bl.min_coverage * bl.window)
+        if not syscalls_frozen(view.series, st.target.name, h.subject, since, st.now, st.probe_interval):
+            continue
+        title = process_title(st.target, h.pid)
+        sig = dict(_signals(h, bl, None, False, None, st.now), engine=None, reason="syscalls_frozen")
+        sig.update(process_title=title, syscalls_frozen_s=round(st.now - since, 3))
+        who = (title or "").removeprefix("VLLM::") or role_label(h.role)
+        summary = (
+            f"{who} (pid {h.pid}) event loop thread {h.tid} spins at {h.demand_ratio:.0%} CPU "
+            f"with no syscall for {st.now - since:.1f}s (serves nothing; the engine is not judged by it)"
+        )
+        return Finding(
+            kind=KIND,
+            target=st.target.name,
+            severity=Severity.CRITICAL,
+            summary=summary,
+            signals=sig,
+            confirmed=True,
+            subject=h.subject,
+        )
+    return None
 
 
 def own_engine(view: TargetView, pid: int) -> str:

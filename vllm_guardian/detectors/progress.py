@@ -1,7 +1,8 @@
 """Is the engine making progress? Counters, pending work and canary results.
 
 Reads the target-level series (subject ``""``): the progress counters
-(``metrics.PROGRESS_COUNTERS``), the request gauges and the canary results.
+(``metrics.PROGRESS_COUNTERS``), the request gauges and the canary results; and one thread's
+syscall count (``metrics.THREAD_SYSCALLS``: an API server's event loop that serves makes them).
 Decides nothing by itself; busy_loop and engine_stall combine these answers.
 """
 
@@ -46,6 +47,20 @@ def progress_between(series: SeriesStore, target: str, t0: float, t1: float, sub
         if moved is False:
             sampled = True
     return False if sampled else None
+
+
+def syscalls_frozen(series: SeriesStore, target: str, subject: str, t0: float, t1: float, interval: float) -> bool:
+    """Did the thread ``subject`` make no syscall in ``[t0, t1]``? True only when its count was
+    sampled from ``t0`` (within one probe ``interval``) to ``t1`` (within three, as a hot thread's
+    freshness) and never changed; unknown (no samples, too short a span) is False: not proven."""
+    pts = all_points(series, target, subject, metrics.THREAD_SYSCALLS)
+    base = last_at_or_before(pts, t0) or first_in(pts, t0, t1)
+    end = last_at_or_before(pts, t1)
+    if base is None or end is None or end[0] <= base[0]:
+        return False
+    if base[0] > t0 + interval + 1e-9 or end[0] < t1 - 3 * interval - 1e-9:
+        return False
+    return all(v == base[1] for _, v in clip(pts, base[0], end[0]))
 
 
 def pending_samples(series: SeriesStore, target: str, t0: float, t1: float, subject: str = "") -> list[Point]:

@@ -174,6 +174,10 @@ class ProcFS:
         """Time on a CPU and time waiting for one (ns): a starved spinner still *wants* the CPU."""
         return self._parsed(f"{pid}/task/{tid}/schedstat", parse.parse_schedstat)
 
+    def thread_io(self, pid: int, tid: int) -> parse.IoCounters:
+        """The thread's syscall counts; readable by root, the same uid or CAP_SYS_PTRACE."""
+        return self._parsed(f"{pid}/task/{tid}/io", parse.parse_io)
+
     def thread_stack(self, pid: int, tid: int) -> str:
         """Kernel stack text; effectively root-only."""
         return self._read_text(f"{pid}/task/{tid}/stack")

@@ -292,3 +292,30 @@ def environ_value(raw: bytes, name: str) -> str | None:
         if entry.startswith(prefix):
             found = entry[len(prefix) :].decode("utf-8", errors="replace")
     return found
+
+
+@dataclass(frozen=True)
+class IoCounters:
+    """``/proc/PID/task/TID/io``: the syscalls a thread made (reads, writes) since it started."""
+
+    syscr: int
+    syscw: int
+
+    @property
+    def syscalls(self) -> int:
+        return self.syscr + self.syscw
+
+
+def parse_io(text: str) -> IoCounters:
+    """``syscr`` and ``syscw`` of an io file; ValueError when either is missing or not a number."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields[key.strip()] = value.strip()
+    try:
+        return IoCounters(int(fields["syscr"]), int(fields["syscw"]))
+    except KeyError as e:
+        raise ValueError(f"io: no {e.args[0]} line in {text!r}") from None
+    except ValueError:
+        raise ValueError(f"io: not numbers: {text!r}") from None

@@ -9,7 +9,9 @@ time waiting for one, at least ``hot_cpu_ratio``; a spinner starved of CPU on a 
 reads cool by its CPU share: a data-parallel rank spinning beside a busy sibling got 7-59 % of a
 core on the 2-core test machine), or of a target that is suspected — and in a hot process only for
 threads whose ``schedstat`` says they can be hot (the rest cost one small read: a busy engine
-has one or two hot threads among ~75). Rates need two
+has one or two hot threads among ~75). A hot thread of an API-server process also has its
+``task/<tid>/io`` read (its syscall count: an event loop serving makes syscalls, a spin makes
+none); nothing of the kind is read for other processes. Rates need two
 readings: the first reading of a process or thread yields no rate (absent,
 never 0). Context-switch counts come from each thread's own ``status``
 (``/proc/<pid>/status`` is the main thread only).
@@ -24,7 +26,7 @@ from typing import Iterable
 from vllm_guardian.config.schema import ProcfsProbeConfig
 from vllm_guardian.errors import AccessDenied, ProbeFailed, TargetGone
 from vllm_guardian.host.procfs_parse import SchedStat
-from vllm_guardian.model import ProcKey, Sample, Target, Subject
+from vllm_guardian.model import ProcKey, Role, Sample, Target, Subject
 from vllm_guardian.series import metrics as m
 from vllm_guardian.probes.base import Folded, Job, ProbeParts, Readings, Schedule, Seen
 
@@ -88,7 +90,7 @@ class ProcfsReader:
         for target in targets:
             deep = target.name in suspected
             for proc in target.processes:
-                state = self._read_process(target, proc.key, deep, now, res, seen_threads)
+                state = self._read_process(target, proc, deep, now, res, seen_threads)
                 if state is not None:
                     seen_procs.add(proc.key)
                     res.processes[proc.key] = state
@@ -106,7 +108,8 @@ class ProcfsReader:
         return res
 
     # ------------------------------------------------------------------ helpers
-    def _read_process(self, target, key, deep, now, res, seen_threads) -> ProcessState | None:
+    def _read_process(self, target, proc, deep, now, res, seen_threads) -> ProcessState | None:
+        key = proc.key
         try:
             st = self.procfs.stat(key.pid)
         except TargetGone:
@@ -132,13 +135,13 @@ class ProcfsReader:
         # hysteresis: keep following a process we followed until it cools to half the threshold
         warm = key in self._followed and cpu is not None and cpu >= self.cfg.hot_cpu_ratio / 2
         if deep or hot or warm or self._wants_a_core(key, now):
-            threads = self._read_threads(target, key, deep, now, res, seen_threads)
+            threads = self._read_threads(target, key, deep, now, res, seen_threads, proc.role == Role.API_SERVER)
             self._followed.add(key)
         else:
             self._followed.discard(key)
         return ProcessState(key, st.state, cpu, rss, st.num_threads, threads)
 
-    def _read_threads(self, target, key, deep, now, res, seen_threads) -> tuple[ThreadState, ...]:
+    def _read_threads(self, target, key, deep, now, res, seen_threads, api=False) -> tuple[ThreadState, ...]:
         try:
             tids = self.procfs.tids(key.pid)
         except (TargetGone, AccessDenied):
@@ -211,8 +214,21 @@ class ProcfsReader:
                 res.samples.append(Sample(target.name, subject, m.THREAD_RUNNING, running_flag, now))
             if demand is not None:
                 res.samples.append(Sample(target.name, subject, m.THREAD_DEMAND, demand, now))
+            if api and max(cpu or 0.0, demand or 0.0) >= self.cfg.hot_cpu_ratio:
+                self._read_syscalls(target, key, tid, now, res)
             out.append(ThreadState(tid, tst.comm, tst.state, cpu, vol_rate, nonvol_rate, demand, syscall, wchan))
         return tuple(out)
+
+    def _read_syscalls(self, target, key: ProcKey, tid: int, now: float, res) -> None:
+        """A hot API-server thread's syscall count (``task/<tid>/io``); absent when unreadable."""
+        try:
+            io = self.procfs.thread_io(key.pid, tid)
+        except (TargetGone, ProbeFailed):
+            return
+        except AccessDenied as e:
+            res.denied.append(f"task io (needs the same uid or CAP_SYS_PTRACE): {e}")
+            return
+        res.samples.append(Sample(target.name, Subject(key.pid, tid).key, m.THREAD_SYSCALLS, float(io.syscalls), now))
 
     def _wants_a_core(self, key: ProcKey, now: float) -> bool:
         """Does the process's main thread want a core (on a CPU + waiting for one, since the last

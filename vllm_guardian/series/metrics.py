@@ -16,6 +16,8 @@ THREAD_NONVOL_RATE = "thread.involuntary_per_s"  # involuntary context switches 
 THREAD_RUNNING = "thread.syscall_running"  # 1 when /proc/.../syscall says "running", else 0
 THREAD_DEMAND = "thread.cpu_demand"  # (on-CPU + runqueue wait) / wall, from schedstat:
 # a spinner starved by a busy node still reads ~1
+THREAD_SYSCALLS = "thread.syscalls"  # syscr + syscw from task/<tid>/io (a counter): hot threads
+# of API-server processes only (an event loop that makes none is not serving)
 
 # vllm_http, per target (subject "")
 HEALTH_OK = "http.health_ok"  # 1 = 200, 0 = anything else / refused

@@ -61,6 +61,7 @@ class _Thread:
     syscall: str | None = None  # None: derived from state
     wchan: str | None = None  # None: derived from state
     wait_ns: int = 0  # runqueue wait (schedstat field 2); run time is derived from utime+stime
+    syscr: int = 0  # io: syscalls that read (syscw is written as 0)
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,7 @@ class FakeProcTree:
 
     def set_thread(self, pid: int, tid: int, **values) -> None:
         """Update a thread: utime=, stime=, voluntary=, nonvoluntary=, syscall=, wchan=, state=, comm=,
-        wait_ns= (runqueue wait for schedstat)."""
+        wait_ns= (runqueue wait for schedstat), syscr= (syscalls in io)."""
         proc = self._procs[pid]
         proc.threads[tid] = replace(proc.threads[tid], **values)
         self._render(pid)
@@ -359,6 +360,7 @@ class FakeProcTree:
             (tdir / "wchan").write_text(self._wchan_text(th))
             run_ns = (th.utime + th.stime) * (1_000_000_000 // self.clk_tck)
             (tdir / "schedstat").write_text(f"{run_ns} {th.wait_ns} {th.utime + th.stime}\n")
+            (tdir / "io").write_text(f"rchar: 0\nwchar: 0\nsyscr: {th.syscr}\nsyscw: 0\n")
             (tdir / "stack").write_text("[<0>] futex_do_wait+0x3a/0x70\n" if th.state == "S" else "")
         if not proc.zombie:
             os.symlink("/dev/null", base / "fd" / "0")
