@@ -1,7 +1,7 @@
 """Discovery: which vLLM servers run on this node, and every process of each one's tree.
 
-Reads /proc through ``ProcFS`` (one pass: stat + cmdline of every pid; the fd
-scan only when a ``port`` matcher is configured, once per pass) and decides:
+Reads /proc through one pass of ``discovery/snapshot.py`` (stat + cmdline, new pids read and known
+ones taken from the cache; the fd scan only when a ``port`` matcher is configured) and decides:
 - explicit ``targets:`` from config, matched by ``port`` (owner of the LISTEN
   socket's inode; the top-most ancestor when several processes hold it; where a socket listens
   on the port but its owner's fds cannot be read (another user's, unprivileged): the vLLM API
