@@ -129,7 +129,7 @@ def one(kind: str, fault: str, work: Path, h) -> dict[str, float | None]:
     finally:
         g.stop()
         server.stop()
-        _sweep(port)
+        _harness().sweep(port)
 
 
 def _quiet(fn) -> None:
@@ -137,21 +137,6 @@ def _quiet(fn) -> None:
         fn()
     except Exception:  # noqa: BLE001 - best-effort cleanup in a benchmark
         pass
-
-
-def _sweep(port: int) -> None:
-    import os
-    import signal
-
-    import psutil
-
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        cmd = p.info["cmdline"] or []
-        if SIM in cmd and str(port) in cmd:
-            try:
-                os.killpg(os.getsid(p.pid), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
 
 
 def own_start(work: Path, h) -> float:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -34,6 +33,7 @@ import yaml
 from vllm_guardian.incidents import IncidentStore, incident_to_dict
 from vllm_guardian.sim.control import SimServer, http_request, proc_ref
 
+from tests.support.guardian_process import stop_session
 from tests.support.wait import poll
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -290,16 +290,7 @@ class GuardianRun:
         return self
 
     def stop(self) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-        return self.proc.returncode
+        return stop_session(self.proc, grace=20)
 
     def incidents(self) -> list[dict]:
         return sorted((incident_to_dict(i) for i in IncidentStore(self.state_dir).list()), key=lambda i: i["opened_at"])

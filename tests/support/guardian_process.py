@@ -65,16 +65,7 @@ class GuardianProcess:
         return self
 
     def stop(self) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-        return self.proc.returncode
+        return stop_session(self.proc, grace=10)
 
     def incidents(self) -> list[dict]:
         return [incident_to_dict(i) for i in IncidentStore(self.state_dir).list()]
@@ -108,6 +99,21 @@ class GuardianProcess:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+def stop_session(proc: subprocess.Popen | None, grace: float) -> int | None:
+    """SIGTERM a child started in its own session, SIGKILL its session after ``grace`` seconds;
+    its exit status (None: never started)."""
+    if proc is None:
+        return None
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+    return proc.returncode
 
 
 def sweep(port: int) -> None:

@@ -20,16 +20,15 @@ import dataclasses
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from vllm_guardian.clock import SystemClock
 from vllm_guardian.config.schema import Config
 from vllm_guardian.surface.control_socket import ControlSocket
-from vllm_guardian.discovery.targets import DiscoveryHook
 from vllm_guardian.loop.assemble import assemble
-from vllm_guardian.loop.daemon import Daemon, Sink
+from vllm_guardian.loop.daemon import Daemon
 from vllm_guardian.config.status import ReloadBook, ReloadOutcome
 from vllm_guardian.loop.reload import apply_config
 from vllm_guardian.errors import ConfigError, GuardianError
@@ -45,7 +44,6 @@ from vllm_guardian.surface.http_listener import HttpListener, LastTick
 from vllm_guardian.model import Incident, Status, Transition
 from vllm_guardian.netaddr import parse_hostport
 from vllm_guardian.probes.accel import make_backends
-from vllm_guardian.state.async_runner import AsyncRunner
 from vllm_guardian.surface.sdnotify import SdNotify
 from vllm_guardian.surface.status_view import StatusSources
 from vllm_guardian.surface.kube_publisher import KubePublisher, supervised_namespaces
@@ -59,7 +57,7 @@ from vllm_guardian.gates.listener import ReportsListener
 from vllm_guardian.gates.trust import Keys, load_keys
 
 if TYPE_CHECKING:
-    from vllm_guardian.host.kube import KubeClient
+    pass
 
 log = logging.getLogger("guardian")
 
@@ -81,34 +79,7 @@ def real_seams(cfg: Config, clock: SystemClock | None = None) -> Seams:
     )
 
 
-def build_daemon(
-    cfg: Config,
-    seams: Seams,
-    *,
-    redis: RedisConnection | None = None,
-    keys: Keys | None = None,
-    sinks: Iterable[Sink] = (),
-    on_update: Iterable[Callable[[Incident], None]] = (),
-    status_sources: StatusSources | None = None,
-    runner: AsyncRunner | None = None,
-    log: logging.Logger | None = None,
-    kube: KubeClient | None = None,
-    on_discovery: Iterable[DiscoveryHook] = (),
-) -> Daemon:
-    """The daemon and its parts, built by the assembler (``loop/assemble.py``)."""
-    return assemble(
-        cfg,
-        seams,
-        redis=redis,
-        keys=keys,
-        sinks=sinks,
-        on_update=on_update,
-        status_sources=status_sources,
-        runner=runner,
-        log=log,
-        kube=kube,
-        on_discovery=on_discovery,
-    )
+build_daemon = assemble  # the daemon and its parts, built by the assembler (``loop/assemble.py``)
 
 
 def kube_publisher(cfg: Config, seams: Seams, clock: SystemClock) -> KubePublisher | None:
