@@ -80,11 +80,12 @@ def test_a_busy_loop_in_one_api_server_leaves_the_other_serving_the_shared_port(
 
 
 def test_a_busy_loop_in_the_engine_opens_busy_loop_naming_the_engine(apis_sim, guardian):
-    with LoadGenerator(apis_sim.url, apis_sim.model, clients=4, max_duration=120, request_timeout=90):
+    with LoadGenerator(apis_sim.url, apis_sim.model, clients=4, max_duration=120, request_timeout=90) as load:
         time.sleep(3)
         apis_sim.set_fault("busy_loop")
         onset = time.time()
         inc = guardian.wait_incident("busy_loop", timeout=60)
+        load.stop(timeout=1)  # the clients stuck on the spinning engine end when the server stops
     assert inc is not None, guardian.log_text()
     assert inc["signals"]["pid"] == apis_sim.state()["engine_pid"]
     assert inc["summary"].startswith("EngineCore")
@@ -102,6 +103,7 @@ def test_a_busy_loop_in_one_api_server_while_the_other_serves_the_port_opens_bus
         onset, served_before = time.time(), load.ok
         inc = guardian.wait_incident("busy_loop", timeout=60)
         served_meanwhile = load.ok - served_before
+        load.stop(timeout=1)
     assert inc is not None, guardian.log_text()
     assert served_meanwhile > 0
     assert inc["signals"]["pid"] == apis_sim.state()["api_server_pids"][1]

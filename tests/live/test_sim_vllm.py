@@ -263,6 +263,23 @@ def test_load_generator_stops_by_itself_at_its_request_bound(sim):
     assert (load.ok, load.errors) == (3, 0)
 
 
+def test_a_load_generator_stopped_without_waiting_leaves_its_hung_clients_at_exit(make_server):
+    server = make_server()
+    with LoadGenerator(server.url, server.model, clients=2, request_timeout=60) as load:
+        wait_for(lambda: load.ok >= 2, what="two answered completions", timeout=10.0, every=0.05)
+        server.set_fault("stall")
+        wait_for(lambda: _in_request(server), what="a client in a hung request", timeout=10.0)
+        load.stop(timeout=0.2)
+    assert load.running  # the exit did not wait out the 60 s request timeout of the hung clients
+    server.stop(timeout=2)  # they end with the server
+    wait_for(lambda: not load.running, what="the hung clients to end with the server", timeout=10.0, every=0.05)
+
+
+def _in_request(server: SimServer) -> bool:
+    m = metrics(server)
+    return (m.get("vllm:num_requests_running") or 0) + (m.get("vllm:num_requests_waiting") or 0) >= 1
+
+
 def test_load_generator_counts_refused_requests_as_errors():
     load = LoadGenerator("http://127.0.0.1:9", "sim-model", clients=1, max_requests=2).start()
     wait_for(lambda: not load.running, what="load generator to finish", timeout=10.0, every=0.05)
