@@ -183,3 +183,13 @@ def test_a_cool_api_server_thread_has_no_io_read(tree):
     for now in (10.0, 11.0, 12.0):
         probe.collect([t], {"llm"}, now)  # suspected: every thread read in full, none of them hot
     assert not [p for p in opened if p.endswith("/io")]
+
+
+def test_an_api_server_main_threads_time_on_a_cpu_is_sampled_every_tick_and_an_engines_is_not(tree):
+    probe = ProcfsReader(tree.procfs(), ProcfsProbeConfig(), page_size=4096)
+    t = target(tree)
+    first = samples(probe.collect([t], set(), 10.0), m.PROC_MAIN_RUN_S)
+    tree.set_thread(API, API, utime=3)  # 3 ticks more on a CPU: 30 ms
+    second = samples(probe.collect([t], set(), 11.0), m.PROC_MAIN_RUN_S)
+    assert set(first) == set(second) == {"p100"}  # cold, not followed: read anyway
+    assert second["p100"] - first["p100"] == pytest.approx(0.03)

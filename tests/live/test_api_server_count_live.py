@@ -113,3 +113,27 @@ def test_a_busy_loop_in_one_api_server_while_the_other_serves_the_port_opens_bus
         f"\napi-server-count=2, APIServer_1 busy_loop: onset->busy_loop {inc['opened_at'] - onset:.1f}s, "
         f"{served_meanwhile} requests served meanwhile"
     )
+
+
+def test_an_api_server_blocked_on_a_lock_while_the_other_serves_the_port_opens_engine_stall_naming_it(
+    apis_sim, guardian
+):
+    """Canaries are answered by the other API server and the engine progresses; the blocked one's
+    event loop does not run at all, which is what the incident rests on."""
+    with LoadGenerator(apis_sim.url, apis_sim.model, clients=4, max_duration=120, request_timeout=90) as load:
+        time.sleep(3)
+        apis_sim.set_fault("stall", api_server=1)
+        onset, served_before = time.time(), load.ok
+        inc = guardian.wait_incident("engine_stall", timeout=60)
+        served_meanwhile = load.ok - served_before
+        load.stop(timeout=1)
+    assert inc is not None, guardian.log_text()
+    assert served_meanwhile > 0
+    assert inc["signals"]["pid"] == apis_sim.state()["api_server_pids"][1]
+    assert (inc["signals"]["reason"], inc["signals"]["process_title"]) == ("event_loop_frozen", "VLLM::APIServer_1")
+    assert inc["summary"].startswith("APIServer_1 serves nothing")
+    assert [i["kind"] for i in guardian.incidents()] == ["engine_stall"]
+    print(
+        f"\napi-server-count=2, APIServer_1 blocked: onset->engine_stall {inc['opened_at'] - onset:.1f}s, "
+        f"{served_meanwhile} requests served meanwhile"
+    )

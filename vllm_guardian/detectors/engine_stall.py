@@ -26,6 +26,16 @@ rank's busy decode is not its excuse. When the whole server is found frozen (eve
 behind the hung rank, say) before the rank's own verdict is in, the finding names the one rank in
 trouble (a suspect of its own), else no engine: never the first engine by default.
 
+An API-server process of vLLM's (titled ``VLLM::APIServer``, ``VLLM::APIServer_<i>`` with
+``--api-server-count N``) beside a separate engine process whose main thread (the asyncio event
+loop, served by uvicorn, which wakes it ~10 times a second even idle) has not run at all for
+``FROZEN_LOOP_SHARE`` of the window (10 s at the defaults: its time on a CPU, sampled every tick,
+stood still) is confirmed (``event_loop_frozen``), naming that process, whatever the engine does:
+it accepts nothing and answers nothing it holds, while the other API servers may go on serving
+the shared port (so canaries are answered and the engine progresses). Blocked on a lock, a
+socket, a disk, or stopped: each is a stall of that process. A spin is not (it runs: busy_loop's
+case).
+
 Never while paused or asleep on purpose or drained by the operator (nor in the resume grace
 after it: ``TargetState.on_purpose``), never during startup grace nor once the API server is gone (engine_dead's case),
 nor while a process of the target is hot but its threads are not read yet (the
@@ -43,13 +53,21 @@ from vllm_guardian.series import metrics as m
 from vllm_guardian.series.window import span
 from vllm_guardian.detectors.busy_loop import SUSPECT_WINDOW
 from vllm_guardian.detectors.hot_threads import hot_threads_for
-from vllm_guardian.detectors.progress import canaries, pending_samples, pending_throughout, progress_between
+from vllm_guardian.detectors.progress import (
+    canaries,
+    counter_frozen,
+    pending_samples,
+    pending_throughout,
+    progress_between,
+)
 from vllm_guardian.detectors.ranks import Rank, ranks, shared_pids
 from vllm_guardian.detectors.view import TargetView
 
 KIND = Kind.ENGINE_STALL
 MIN_WINDOW_SPAN = 0.9  # share of the window the pending samples must span
 SUSPECT_AFTER = 3.0  # seconds of pending work with frozen counters before asking for a canary
+FROZEN_LOOP_SHARE = 0.5  # share of the window an API server's event loop may not run before it is a stall
+API_SERVER_TITLE = "VLLM::APIServer"  # vLLM's title of a process that serves uvicorn (``_<i>`` when N > 1)
 
 
 def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
@@ -66,6 +84,7 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
         troubled = [r for r, f in judged if f is not None]
         who = _who(troubled[0]) if len(troubled) == 1 else {} if engines else _whole_server(view)
         found.append(_judge(view, cfg, "", who))
+    found.append(_frozen_event_loop(view, cfg))
     findings = [f for f in found if f is not None]
     return next((f for f in findings if f.confirmed), findings[0] if findings else None)
 
@@ -139,6 +158,35 @@ def _judge(view: TargetView, cfg: DetectorsConfig, engine: str, who: dict[str, A
     return None
 
 
+def _frozen_event_loop(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
+    """The first vLLM API-server process (beside a separate engine) whose main thread has not run
+    over the last ``FROZEN_LOOP_SHARE`` of the window: confirmed, naming it."""
+    st = view.state
+    if not st.target.by_role(Role.ENGINE_CORE):
+        return None  # no separate engine: the API server may be the engine itself
+    frozen_s = FROZEN_LOOP_SHARE * cfg.engine_stall.window
+    for p in st.target.by_role(Role.API_SERVER):
+        title = p.cmdline[0] if p.cmdline else ""
+        if not title.startswith(API_SERVER_TITLE):
+            continue
+        subject = Subject(p.pid).key
+        if not counter_frozen(
+            view.series, st.target.name, subject, m.PROC_MAIN_RUN_S, st.now - frozen_s, st.now, st.probe_interval
+        ):
+            continue
+        signals = {
+            "window": cfg.engine_stall.window,
+            "reason": "event_loop_frozen",
+            "pid": p.pid,
+            "role": Role.API_SERVER.value,
+            "process_title": title,
+            "event_loop_frozen_s": frozen_s,
+        }
+        what = f"its event loop (pid {p.pid}) has not run for {frozen_s:g}s (it accepts and answers nothing)"
+        return _finding(view, signals, what, True, lead=f"{title.removeprefix('VLLM::')} serves nothing")
+    return None
+
+
 def _busy_pids(view: TargetView, cfg: DetectorsConfig) -> frozenset[int]:
     """Processes with a hot thread (busy_loop's case), over its window or only its suspect
     window (a spin that started less than a window ago, or that a guardian started beside it
@@ -185,14 +233,14 @@ def _hot_unread(view: TargetView, cpu_ratio: float) -> set[int]:
     return out
 
 
-def _finding(view: TargetView, signals: dict[str, Any], what: str, confirmed: bool) -> Finding:
+def _finding(view: TargetView, signals: dict[str, Any], what: str, confirmed: bool, lead: str = "") -> Finding:
     pid, title = signals.get("pid"), signals.get("process_title")
     who = f"{title.removeprefix('VLLM::')} makes" if title else "engine makes"
     return Finding(
         kind=KIND,
         target=view.state.target.name,
         severity=Severity.CRITICAL,
-        summary=f"{who} no progress and no thread is hot: {what}",
+        summary=f"{lead or who + ' no progress and no thread is hot'}: {what}",
         signals=signals,
         confirmed=confirmed,
         subject=Subject(pid).key if pid is not None else "",

@@ -2,7 +2,8 @@
 
 Reads the target-level series (subject ``""``): the progress counters
 (``metrics.PROGRESS_COUNTERS``), the request gauges and the canary results; and one thread's
-syscall count (``metrics.THREAD_SYSCALLS``: an API server's event loop that serves makes them).
+syscall count (``metrics.THREAD_SYSCALLS``: an API server's event loop that serves makes them) and
+a process's main-thread CPU time (``metrics.PROC_MAIN_RUN_S``: an event loop that serves runs).
 Decides nothing by itself; busy_loop and engine_stall combine these answers.
 """
 
@@ -50,10 +51,19 @@ def progress_between(series: SeriesStore, target: str, t0: float, t1: float, sub
 
 
 def syscalls_frozen(series: SeriesStore, target: str, subject: str, t0: float, t1: float, interval: float) -> bool:
-    """Did the thread ``subject`` make no syscall in ``[t0, t1]``? True only when its count was
-    sampled from ``t0`` (within one probe ``interval``) to ``t1`` (within three, as a hot thread's
-    freshness) and never changed; unknown (no samples, too short a span) is False: not proven."""
-    pts = all_points(series, target, subject, metrics.THREAD_SYSCALLS)
+    """Did the thread ``subject`` make no syscall in ``[t0, t1]``? (``counter_frozen`` of its
+    ``THREAD_SYSCALLS``.)"""
+    return counter_frozen(series, target, subject, metrics.THREAD_SYSCALLS, t0, t1, interval)
+
+
+def counter_frozen(
+    series: SeriesStore, target: str, subject: str, metric: str, t0: float, t1: float, interval: float
+) -> bool:
+    """Did the counter ``metric`` of ``subject`` stand still over ``[t0, t1]``? True only when it
+    was sampled from ``t0`` (within one probe ``interval``) to ``t1`` (within three, as a hot
+    thread's freshness) and never changed; unknown (no samples, too short a span) is False: not
+    proven."""
+    pts = all_points(series, target, subject, metric)
     base = last_at_or_before(pts, t0) or first_in(pts, t0, t1)
     end = last_at_or_before(pts, t1)
     if base is None or end is None or end[0] <= base[0]:

@@ -11,7 +11,9 @@ core on the 2-core test machine), or of a target that is suspected — and in a 
 threads whose ``schedstat`` says they can be hot (the rest cost one small read: a busy engine
 has one or two hot threads among ~75). A hot thread of an API-server process also has its
 ``task/<tid>/io`` read (its syscall count: an event loop serving makes syscalls, a spin makes
-none); nothing of the kind is read for other processes. Rates need two
+none), and an API-server process's main thread gives its time on a CPU every tick (from the
+``schedstat`` read anyway: an event loop that serves runs, a blocked one does not); nothing of
+the kind is read for other processes. Rates need two
 readings: the first reading of a process or thread yields no rate (absent,
 never 0). Context-switch counts come from each thread's own ``status``
 (``/proc/<pid>/status`` is the main thread only).
@@ -130,11 +132,14 @@ class ProcfsReader:
         res.samples.append(Sample(target.name, subject, m.PROC_THREADS, float(st.num_threads), now))
         if cpu is not None:
             res.samples.append(Sample(target.name, subject, m.PROC_CPU, cpu, now))
+        leader = self._leader_schedstat(key) if proc.role == Role.API_SERVER else None
+        if leader is not None:  # does its event loop run at all? (read anyway to see if it wants a core)
+            res.samples.append(Sample(target.name, subject, m.PROC_MAIN_RUN_S, leader.run_ns / 1e9, now))
         threads: tuple[ThreadState, ...] = ()
         hot = cpu is not None and cpu >= self.cfg.hot_cpu_ratio
         # hysteresis: keep following a process we followed until it cools to half the threshold
         warm = key in self._followed and cpu is not None and cpu >= self.cfg.hot_cpu_ratio / 2
-        if deep or hot or warm or self._wants_a_core(key, now):
+        if deep or hot or warm or self._wants_a_core(key, now, leader):
             threads = self._read_threads(target, key, deep, now, res, seen_threads, proc.role == Role.API_SERVER)
             self._followed.add(key)
         else:
@@ -230,12 +235,20 @@ class ProcfsReader:
             return
         res.samples.append(Sample(target.name, Subject(key.pid, tid).key, m.THREAD_SYSCALLS, float(io.syscalls), now))
 
-    def _wants_a_core(self, key: ProcKey, now: float) -> bool:
-        """Does the process's main thread want a core (on a CPU + waiting for one, since the last
-        reading, at least ``hot_cpu_ratio``)? One small read; False when unknown."""
+    def _leader_schedstat(self, key: ProcKey) -> SchedStat | None:
+        """The main thread's ``schedstat``; None when unreadable (gone, denied, no schedstat)."""
         try:
-            sched = self.procfs.thread_schedstat(key.pid, key.pid)
+            return self.procfs.thread_schedstat(key.pid, key.pid)
         except (TargetGone, AccessDenied, ProbeFailed):
+            return None
+
+    def _wants_a_core(self, key: ProcKey, now: float, sched: SchedStat | None = None) -> bool:
+        """Does the process's main thread want a core (on a CPU + waiting for one, since the last
+        reading, at least ``hot_cpu_ratio``)? One small read (none when ``sched`` was read this
+        tick already); False when unknown."""
+        if sched is None:
+            sched = self._leader_schedstat(key)
+        if sched is None:
             return False
         prev = self._leader_prev.get(key)
         self._leader_prev[key] = (now, sched.run_ns, sched.wait_ns)

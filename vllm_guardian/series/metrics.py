@@ -8,6 +8,8 @@ A value that could not be read is *absent* (no sample), never 0.
 PROC_CPU = "proc.cpu_ratio"  # (utime+stime) delta / wall delta, 1.0 = one core
 PROC_RSS = "proc.rss_bytes"
 PROC_THREADS = "proc.threads"
+PROC_MAIN_RUN_S = "proc.main_thread_run_s"  # the main thread's time on a CPU (schedstat, a counter, s):
+# API-server processes only, every tick (an event loop that serves runs at least ~10 times a second)
 
 # procfs, per thread (subject p<pid>/t<tid>); only for hot or suspected processes
 THREAD_CPU = "thread.cpu_ratio"
