@@ -92,48 +92,32 @@ def test_a_busy_loop_in_the_engine_opens_busy_loop_naming_the_engine(apis_sim, g
     print(f"\napi-server-count=2, engine busy_loop: onset->busy_loop {inc['opened_at'] - onset:.1f}s")
 
 
-def test_a_busy_loop_in_one_api_server_while_the_other_serves_the_port_opens_busy_loop_naming_that_api_server(
-    apis_sim, guardian
+ONE_API_SERVER_HUNG = {
+    # the other API server answers every canary and the engine progresses: the incident rests on the
+    # hung one's own event loop — spinning, it makes no syscall; blocked on a lock, it does not run
+    "spinning": ("busy_loop", "busy_loop", "syscalls_frozen", "APIServer_1 (pid "),
+    "blocked on a lock": ("stall", "engine_stall", "event_loop_frozen", "APIServer_1 serves nothing"),
+}
+
+
+@pytest.mark.parametrize("fault, kind, reason, summary", ONE_API_SERVER_HUNG.values(), ids=ONE_API_SERVER_HUNG.keys())
+def test_one_api_server_hung_while_the_other_serves_the_port_opens_the_incident_naming_it(
+    apis_sim, guardian, fault, kind, reason, summary
 ):
-    """The other API server keeps answering every canary and the engine progresses; the spinning
-    one's event loop makes no syscall, which is what the incident rests on."""
     with LoadGenerator(apis_sim.url, apis_sim.model, clients=4, max_duration=120, request_timeout=90) as load:
         time.sleep(3)
-        apis_sim.set_fault("busy_loop", api_server=1)
+        apis_sim.set_fault(fault, api_server=1)
         onset, served_before = time.time(), load.ok
-        inc = guardian.wait_incident("busy_loop", timeout=60)
+        inc = guardian.wait_incident(kind, timeout=60)
         served_meanwhile = load.ok - served_before
         load.stop(timeout=1)
     assert inc is not None, guardian.log_text()
     assert served_meanwhile > 0
     assert inc["signals"]["pid"] == apis_sim.state()["api_server_pids"][1]
-    assert (inc["signals"]["reason"], inc["signals"]["process_title"]) == ("syscalls_frozen", "VLLM::APIServer_1")
-    assert inc["summary"].startswith("APIServer_1 ")
+    assert (inc["signals"]["reason"], inc["signals"]["process_title"]) == (reason, "VLLM::APIServer_1")
+    assert inc["summary"].startswith(summary)
+    assert [i["kind"] for i in guardian.incidents()] == [kind]
     print(
-        f"\napi-server-count=2, APIServer_1 busy_loop: onset->busy_loop {inc['opened_at'] - onset:.1f}s, "
-        f"{served_meanwhile} requests served meanwhile"
-    )
-
-
-def test_an_api_server_blocked_on_a_lock_while_the_other_serves_the_port_opens_engine_stall_naming_it(
-    apis_sim, guardian
-):
-    """Canaries are answered by the other API server and the engine progresses; the blocked one's
-    event loop does not run at all, which is what the incident rests on."""
-    with LoadGenerator(apis_sim.url, apis_sim.model, clients=4, max_duration=120, request_timeout=90) as load:
-        time.sleep(3)
-        apis_sim.set_fault("stall", api_server=1)
-        onset, served_before = time.time(), load.ok
-        inc = guardian.wait_incident("engine_stall", timeout=60)
-        served_meanwhile = load.ok - served_before
-        load.stop(timeout=1)
-    assert inc is not None, guardian.log_text()
-    assert served_meanwhile > 0
-    assert inc["signals"]["pid"] == apis_sim.state()["api_server_pids"][1]
-    assert (inc["signals"]["reason"], inc["signals"]["process_title"]) == ("event_loop_frozen", "VLLM::APIServer_1")
-    assert inc["summary"].startswith("APIServer_1 serves nothing")
-    assert [i["kind"] for i in guardian.incidents()] == ["engine_stall"]
-    print(
-        f"\napi-server-count=2, APIServer_1 blocked: onset->engine_stall {inc['opened_at'] - onset:.1f}s, "
+        f"\napi-server-count=2, APIServer_1 {fault}: onset->{kind} {inc['opened_at'] - onset:.1f}s, "
         f"{served_meanwhile} requests served meanwhile"
     )
