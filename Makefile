@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider --durations=20
 
 .DEFAULT_GOAL := help
 .PHONY: help venv check lint types fmt test unit live chaos demo demo-xid bench bench-scale bench-recovery bench-idle e2e-venv e2e-vllm clean wheel wheel-check manifests k8s-tools

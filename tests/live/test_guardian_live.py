@@ -39,10 +39,11 @@ def guardian(tmp_path, sim):
 
 
 def test_busy_loop_in_the_engine_opens_busy_loop_naming_the_engine_thread(sim, guardian):
+    engine = poll(sim.engine_pid, timeout=10)  # named while the tree is calm, before the fault
+    assert engine is not None
     onset = fire(sim, "busy_loop")
     inc = guardian.wait_incident("busy_loop", timeout=40)
     assert inc is not None, guardian.log_text()
-    engine = sim.engine_pid()
     assert inc["target"]["pid"] == sim.pid
     assert inc["target"]["role"] == "engine_core"
     assert inc["signals"]["pid"] == engine and inc["signals"]["tid"] == engine
