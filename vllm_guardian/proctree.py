@@ -2,8 +2,8 @@
 
 Discovery (``discovery/scan.py``: a target's tree from one pass over /proc), ``guardian snapshot
 <pid>`` (``bundle/pid_target.py``), the per-rank engine trees (``detectors/ranks.py``) and the
-simulator's leftover-process sweep (``sim/control.py``, from /proc/<pid>/task/*/children) each
-read the parent links their own way and walk them here.
+simulator's process lookups (``sim/control.py``) each read the parent links their own way and
+walk them here.
 """
 
 from __future__ import annotations
