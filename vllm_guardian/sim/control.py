@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -126,31 +127,22 @@ def read_cmdline(pid: int) -> str:
         return ""
 
 
-def _parent_links() -> list[tuple[int, int]]:
-    """``(pid, ppid)`` of every process, from one pass over /proc/<pid>/stat."""
-    links = []
+def _every_stat() -> Iterator[tuple[int, list[str]]]:
+    """``(pid, fields of /proc/<pid>/stat)`` of every process still there, in one pass over /proc."""
     for name in os.listdir("/proc"):
         if name.isdigit() and (fields := _stat_fields(int(name))):
-            links.append((int(name), int(fields[1])))
-    return links
+            yield int(name), fields
 
 
 def descendant_pids(pid: int) -> list[int]:
     """Every descendant of ``pid``, breadth-first, from the parent links of one pass over /proc.
     Not /proc/<pid>/task/*/children: proc_tid_children(5) says a child exiting while that file is
     read may leave others out (a live test once got no engine from it after an incident)."""
-    return proctree.walk(pid, proctree.children_by_parent(_parent_links()))[1:]
+    return proctree.walk(pid, proctree.children_by_parent((p, int(f[1])) for p, f in _every_stat()))[1:]
 
 
 def _session_members(sid: int, not_before: int) -> list[ProcRef]:
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        fields = _stat_fields(int(name))
-        if fields and int(fields[3]) == sid and int(fields[19]) >= not_before:
-            found.append(ProcRef(int(name), int(fields[19])))
-    return found
+    return [ProcRef(pid, int(f[19])) for pid, f in _every_stat() if int(f[3]) == sid and int(f[19]) >= not_before]
 
 
 # ---- the server -------------------------------------------------------------
