@@ -46,9 +46,10 @@ class GuardianProcess:
         self.config_path.write_text(yaml.safe_dump(cfg))
         self.proc: subprocess.Popen | None = None
 
-    def start(self, *args: str, journal: bool = False) -> GuardianProcess:
+    def start(self, *args: str, journal: bool = False, wrapper: list[str] | None = None) -> GuardianProcess:
         """``guardian run -c <config> *args``; ``journal``: its stderr is announced as journald's
-        stream (``JOURNAL_STREAM`` = the log file's device:inode), as systemd does."""
+        stream (``JOURNAL_STREAM`` = the log file's device:inode), as systemd does; ``wrapper``: an
+        argv the command runs under (a sandbox: tests/support/unit_sandbox.py)."""
         with open(self.log_path, "wb") as log:  # the child keeps its own descriptor
             env = dict(os.environ)
             env.pop("JOURNAL_STREAM", None)
@@ -56,7 +57,8 @@ class GuardianProcess:
                 st = os.fstat(log.fileno())
                 env["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "vllm_guardian.cli.main", "run", "-c", str(self.config_path), *args],
+                [*(wrapper or ()), sys.executable, "-m", "vllm_guardian.cli.main", "run", "-c", str(self.config_path)]
+                + list(args),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
