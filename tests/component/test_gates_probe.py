@@ -172,6 +172,9 @@ class Exchange:
     def dropped(self) -> dict[str, int]:
         return {}
 
+    def deleted(self) -> dict[str, int]:
+        return {}
+
 
 def test_l4_the_instance_disagreeing_with_agreeing_peers_is_the_suspect(server, tmp_path):
     exchange = Exchange()
@@ -200,11 +203,8 @@ class RecordingRedis:
     def expire(self, name: str, time: int) -> bool:
         return True
 
-    def hlen(self, name: str) -> int:
-        return len(self.hashes.get(name, {}))
-
-    def hgetall(self, name: str) -> dict[str, str]:
-        return dict(self.hashes.get(name, {}))
+    def hscan(self, name: str, cursor: int = 0, match=None, count: int | None = None) -> tuple[int, dict[str, str]]:
+        return 0, dict(self.hashes.get(name, {}))
 
     def hdel(self, name: str, *keys: str) -> int:
         return 0
