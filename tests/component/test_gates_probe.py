@@ -203,7 +203,8 @@ class RecordingRedis:
     def expire(self, name: str, time: int) -> bool:
         return True
 
-    def hscan(self, name: str, cursor: int = 0, match=None, count: int | None = None) -> tuple[int, dict[str, str]]:
+    def execute_command(self, command: str, name: str, *args, **options) -> tuple[int, dict[str, str]]:
+        assert command == "HSCAN"
         return 0, dict(self.hashes.get(name, {}))
 
     def hdel(self, name: str, *keys: str) -> int:

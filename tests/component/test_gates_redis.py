@@ -251,7 +251,7 @@ def _honest(client) -> list[FingerprintExchange]:
     return out
 
 
-def _stuff(client, fields: dict[str, str]) -> None:
+def _stuff(client, fields: dict[str | bytes, str | bytes]) -> None:
     pipe = client.pipeline(transaction=False)
     for name, value in fields.items():
         pipe.hset(key_for("m", "v"), name, value)
@@ -272,10 +272,21 @@ JUNK = 1100  # over the 1 024 fields that once switched L4 across nodes off for 
         (lambda i: (f"junk-{i}", _unsigned(f"junk-{i}")), "malformed"),  # not a <node>/<target> field
         (lambda i: (f"junk-{i}/t", "x" * (MAX_ENTRY + 1)), "malformed"),
         (lambda i: (f"node-a/junk-{i}", "[]"), "malformed"),  # under this node's own name
+        (lambda i: (b"\xff%d/t" % i, "{}"), "malformed"),  # a field that is not UTF-8 (once: every page an error)
+        (lambda i: (f"junk-{i}/t", b"\xff" * 8), "malformed"),  # a value that is not UTF-8
         (lambda i: (f"evil-{i}/t", _unsigned(f"evil-{i}")), "unsigned"),
         (lambda i: (f"evil-{i}/t", _unsigned("node-b")), "unsigned"),
     ],
-    ids=["not-json", "not-node-target", "too-big", "own-name", "unsigned", "misfiled"],
+    ids=[
+        "not-json",
+        "not-node-target",
+        "too-big",
+        "own-name",
+        "field-not-utf8",
+        "value-not-utf8",
+        "unsigned",
+        "misfiled",
+    ],  # fmt: skip
 )
 def test_a_hash_stuffed_with_junk_still_votes_and_the_junk_is_deleted_and_counted(client, junk, reason):
     _honest(client)

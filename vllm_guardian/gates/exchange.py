@@ -18,8 +18,9 @@ nodes off) and keeps an entry only when it
 
 then counts each node once (its newest entry) and returns nothing unless at least
 ``min_nodes`` distinct nodes remain: a few entries cannot outvote a healthy instance.
-What can never vote here is deleted (HDEL, page by page) — unreadable (a field that is not
-``<node>/<target>``, a value that is not an entry), foreign (misfiled; with keys, unsigned or
+Pages are read as bytes: a field or value that is not UTF-8 is junk like any other, not an
+error of every page. What can never vote here is deleted (HDEL, page by page) — unreadable (a
+field that is not UTF-8 ``<node>/<target>``, a value that is not an entry), foreign (misfiled; with keys, unsigned or
 badly signed: every guardian of the fleet signs with the same keys), from the future or older
 than twice ``max_age`` (this node's own fields too) — so the EXPIRE each guardian renews on the
 hash never keeps junk alive, and a flood shrinks by up to ``MAX_SCAN`` fields a round. Every
@@ -43,6 +44,9 @@ MAX_PROMPTS = 64
 PAGE = 256  # HSCAN COUNT: fields asked for per call (a hint Redis follows closely on large hashes)
 MAX_SCAN = 2048  # fields read per round at most; what lies beyond waits for a later round
 REASONS = ("unsigned", "bad_signature", "malformed", "misfiled", "stale", "future")
+# redis-py's option to read one reply as bytes on a client that decodes (as the guardian's does):
+# a field that is not UTF-8 must not turn a whole page into a UnicodeDecodeError
+NEVER_DECODE = "NEVER_DECODE"
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ class RedisHashes(Protocol):
 
     def expire(self, name: str, time: int) -> object: ...
 
-    def hscan(self, name: str, cursor: int = 0, match: Any = None, count: int | None = None) -> Any: ...
+    def execute_command(self, *args: Any, **options: Any) -> Any: ...  # HSCAN, undecoded (see ``_scan``)
 
     def hdel(self, name: str, *keys: Any) -> object: ...
 
@@ -119,7 +123,7 @@ class FingerprintExchange:
             self.client.expire(key, max(1, int(ttl)))
             cursor, read = 0, 0
             while True:
-                cursor, page = self.client.hscan(key, cursor, count=PAGE)
+                cursor, page = self._scan(key, cursor)
                 read += len(page)
                 self._page(key, page, now, max_age, newest)
                 if not cursor:
@@ -132,6 +136,13 @@ class FingerprintExchange:
         if len(newest) < self.min_nodes:
             return [], note
         return [peer for _, peer in newest.values()], note
+
+    def _scan(self, key: str, cursor: int) -> tuple[int, Mapping[Any, Any]]:
+        """One HSCAN page as bytes: ``(next cursor, {field: value})``."""
+        reply = self.client.execute_command("HSCAN", key, cursor, "COUNT", PAGE, **{NEVER_DECODE: []})
+        nxt, flat = reply  # redis-py's HSCAN callback: (int cursor, dict)
+        page = flat if isinstance(flat, Mapping) else dict(zip(flat[::2], flat[1::2], strict=False))
+        return int(nxt), page
 
     def _page(
         self,
@@ -170,7 +181,7 @@ class FingerprintExchange:
         try:
             name = fld.decode() if isinstance(fld, bytes) else str(fld)
         except UnicodeDecodeError:
-            return "malformed", True
+            return "malformed", True  # deleted by its bytes
         node, _, target = name.partition("/")
         verdict = self._judge(node, target, value, now, max_age)
         if node == self.node:  # this node's own field: only junk under it is of interest (deleted)
