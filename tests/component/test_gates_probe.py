@@ -9,38 +9,18 @@ status lines, never an incident.
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import pytest
 
-from vllm_guardian.surface.status_codec import plain
-from vllm_guardian.clock import SystemClock
-from vllm_guardian.config.schema import Config, DiagnosticPromptConfig, GatesConfig
-from vllm_guardian.config.schema_detectors import DetectorsConfig
-from vllm_guardian.detectors import output_corruption
-from vllm_guardian.detectors.view import TargetView
+from vllm_guardian.config.schema import DiagnosticPromptConfig
 from vllm_guardian.host.http import HttpClient, HttpError, HttpResponse, StdlibHttpClient
-from vllm_guardian.gates.exchange import REASONS, PeerFingerprints, RedisHashes, key_for
+from vllm_guardian.gates.exchange import REASONS, key_for
 from vllm_guardian.gates.known_answers import BUILTIN_CHECKS
-from vllm_guardian.gates.shared import GatesShared
-from vllm_guardian.loop.assemble import gates_shared
-from vllm_guardian.host.process_control import OsProcessControl
-from vllm_guardian.host.procfs import ProcFS
-from vllm_guardian.host.runner import SubprocessRunner
-from vllm_guardian.model import ProcessInfo, ProcKey, Role, Target
-from vllm_guardian.probes.base import ProbeParts, Readings, Seen
-from vllm_guardian.probes.gates import make
-from vllm_guardian.seams import Seams
-from vllm_guardian.series import SeriesStore
+from vllm_guardian.probes.base import Seen
 from vllm_guardian.sim.control import SimServer
-from vllm_guardian.state.tracker import Tracker
-
-NAME = "sim"
-KEY = ProcKey(4242, 1)
-DIAG = (DiagnosticPromptConfig("1+1=", r"^\s*2", 4), DiagnosticPromptConfig("2+2=", "baseline", 4))
+from tests.support.gates_world import NAME, World
 
 
 @pytest.fixture(scope="module")
@@ -54,71 +34,6 @@ def server():
 def healthy(server):
     server.set_fault("none")
     yield
-
-
-class World:
-    """One gates probe over one tracked target: rounds run synchronously, as the pool would."""
-
-    def __init__(
-        self,
-        url: str,
-        tmp_path,
-        http: HttpClient | None = None,
-        exchange: PeerFingerprints | None = None,
-        redis: RedisHashes | None = None,
-        **gates,
-    ) -> None:
-        """``exchange``: handed to the gates' shared state; else the assembler's ``gates_shared``
-        builds one on ``redis``."""
-        g: dict[str, Any] = dict(enabled=True, interval=1.0, diagnostics=DIAG)
-        g.update(gates)
-        self.cfg = Config(node="n1", state_dir=str(tmp_path), gates=GatesConfig(**g), detectors=DetectorsConfig())
-        self.tracker = Tracker(600.0)
-        api = ProcessInfo(KEY, 1, Role.API_SERVER, ("python", "-m", "sim"))
-        self.tracker.apply_discovery((Target(NAME, KEY, (api,), port=0, api_url=url),), (), 0.0)
-        self.tracker.canary_finished(NAME, KEY, True, None, 0.0)
-        shared = gates_shared(self.cfg, None, redis, time.time, logging.getLogger("t"), exchange=exchange)
-        self.readings = Readings(gates=shared)
-        proc = ProcFS("/proc")  # real seams; the gates probe only uses the clock and HTTP
-        seams = Seams(SystemClock(), proc, http or StdlibHttpClient(), SubprocessRunner(), OsProcessControl(proc))
-        parts = ProbeParts(self.cfg, seams, self.tracker, SeriesStore(), self.readings, logging.getLogger("t"))
-        probe = make(parts)
-        assert probe is not None
-        self.probe = probe
-        self.now = 0.0
-
-    def round(self):
-        self.now += self.cfg.gates.interval
-        (job,) = self.probe.jobs(self.now, Seen())
-        assert job.on_start is not None
-        job.on_start(self.now)
-        self.probe.fold(job.run(), self.now)
-        return self.shared.targets[NAME]
-
-    @property
-    def shared(self) -> GatesShared:
-        assert self.readings.gates is not None
-        return self.readings.gates
-
-    def tick(self, dt: float) -> bool:
-        """``dt`` seconds later: runs the round due then, if one is; whether one ran."""
-        self.now += dt
-        jobs = list(self.probe.jobs(self.now, Seen()))
-        for job in jobs:
-            assert job.on_start is not None
-            job.on_start(self.now)
-            self.probe.fold(job.run(), self.now)
-        return bool(jobs)
-
-    def finding(self):
-        view = TargetView(self.tracker.state(NAME, self.now), SeriesStore(), self.shared.view(NAME))
-        return output_corruption.evaluate(view, self.cfg.detectors)
-
-    def status(self):
-        """The target's gates section as the status document shows it."""
-        return plain(
-            self.shared.status_of(NAME, self.now, self.cfg.detectors.output_corruption, output_corruption.health_score)
-        )
 
 
 def test_a_healthy_server_passes_every_round_and_gets_a_complete_baseline(server, tmp_path):
@@ -257,6 +172,9 @@ class Exchange:
     def dropped(self) -> dict[str, int]:
         return {}
 
+    def deleted(self) -> dict[str, int]:
+        return {}
+
 
 def test_l4_the_instance_disagreeing_with_agreeing_peers_is_the_suspect(server, tmp_path):
     exchange = Exchange()
@@ -285,11 +203,9 @@ class RecordingRedis:
     def expire(self, name: str, time: int) -> bool:
         return True
 
-    def hlen(self, name: str) -> int:
-        return len(self.hashes.get(name, {}))
-
-    def hgetall(self, name: str) -> dict[str, str]:
-        return dict(self.hashes.get(name, {}))
+    def execute_command(self, command: str, name: str, *args, **options) -> tuple[int, dict[str, str]]:
+        assert command == "HSCAN"
+        return 0, dict(self.hashes.get(name, {}))
 
     def hdel(self, name: str, *keys: str) -> int:
         return 0

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from vllm_guardian.config.schema import TrustConfig
-from vllm_guardian.gates.exchange import FingerprintExchange, key_for
+from vllm_guardian.gates.exchange import MAX_ENTRY, MAX_SCAN, PAGE, FingerprintExchange, key_for
 from vllm_guardian.gates.listener import ReportsListener
 from vllm_guardian.gates.shared import GatesShared
 from vllm_guardian.gates.trust import Keys, check
@@ -237,3 +237,89 @@ def test_decisions_are_signed_and_one_resting_on_reports_alone_is_published_aler
     assert [check(m, KEYS) for m in got] == [None, None]  # an executor can verify every decision
     assert [m["decision"] for m in got] == ["drain_and_restart", "alert_only"]
     assert "until the guardian's own confirming gate round fails" in got[1]["hold"]
+
+
+# ---------------------------------------------------------------- a hash stuffed with junk (issue: E15)
+NOW = 1000.0
+HONEST = ("node-b", "node-c")
+
+
+def _honest(client) -> list[FingerprintExchange]:
+    out = [FingerprintExchange(client, n, lambda: NOW, KEYS, 30.0, 2) for n in HONEST]
+    for ex in out:
+        ex.share("m", "v", "t", {"p": "good"}, 600, 180)
+    return out
+
+
+def _stuff(client, fields: dict[str | bytes, str | bytes]) -> None:
+    pipe = client.pipeline(transaction=False)
+    for name, value in fields.items():
+        pipe.hset(key_for("m", "v"), name, value)
+    pipe.execute()
+
+
+def _unsigned(node: str) -> str:
+    return json.dumps({"node": node, "target": "t", "fps": {"p": "bad"}, "t": NOW})
+
+
+JUNK = 1100  # over the 1 024 fields that once switched L4 across nodes off for good
+
+
+@pytest.mark.parametrize(
+    "junk, reason",
+    [
+        (lambda i: (f"junk-{i}/t", "{not json"), "malformed"),
+        (lambda i: (f"junk-{i}", _unsigned(f"junk-{i}")), "malformed"),  # not a <node>/<target> field
+        (lambda i: (f"junk-{i}/t", "x" * (MAX_ENTRY + 1)), "malformed"),
+        (lambda i: (f"node-a/junk-{i}", "[]"), "malformed"),  # under this node's own name
+        (lambda i: (b"\xff%d/t" % i, "{}"), "malformed"),  # a field that is not UTF-8 (once: every page an error)
+        (lambda i: (f"junk-{i}/t", b"\xff" * 8), "malformed"),  # a value that is not UTF-8
+        (lambda i: (f"evil-{i}/t", _unsigned(f"evil-{i}")), "unsigned"),
+        (lambda i: (f"evil-{i}/t", _unsigned("node-b")), "unsigned"),
+    ],
+    ids=[
+        "not-json",
+        "not-node-target",
+        "too-big",
+        "own-name",
+        "field-not-utf8",
+        "value-not-utf8",
+        "unsigned",
+        "misfiled",
+    ],  # fmt: skip
+)
+def test_a_hash_stuffed_with_junk_still_votes_and_the_junk_is_deleted_and_counted(client, junk, reason):
+    _honest(client)
+    _stuff(client, dict(junk(i) for i in range(JUNK)))
+    a = FingerprintExchange(client, "node-a", lambda: NOW, KEYS, 30.0, 2)
+    peers, note = a.share("m", "v", "t", {"p": "good"}, 600, 180)
+    assert note is None and peers == [{"p": "good"}, {"p": "good"}]  # cross-node L4 still works
+    assert sorted(client.hkeys(key_for("m", "v"))) == ["node-a/t", "node-b/t", "node-c/t"]
+    assert a.deleted()[reason] == JUNK and a.dropped()[reason] == JUNK
+
+
+def test_the_work_per_round_is_bounded_and_a_flood_is_cleaned_over_rounds(client):
+    _honest(client)
+    _stuff(client, {f"junk-{i}/t": "{not json" for i in range(3 * MAX_SCAN)})
+    a = FingerprintExchange(client, "node-a", lambda: NOW, KEYS, 30.0, 2)
+    _, note = a.share("m", "v", "t", {"p": "good"}, 600, 180)
+    first = a.deleted()["malformed"]
+    # one round read about MAX_SCAN fields (the 3 real entries among them), not all of them; Redis
+    # takes COUNT as a hint, so the last page may run over a little
+    assert MAX_SCAN - 3 <= first <= MAX_SCAN + 2 * PAGE
+    assert note is not None and f"over {MAX_SCAN} entries" in note
+    for _ in range(3):  # each round deletes what it read: the flood is gone within 3 more rounds
+        peers, note = a.share("m", "v", "t", {"p": "good"}, 600, 180)
+    assert a.deleted()["malformed"] == 3 * MAX_SCAN and client.hlen(key_for("m", "v")) == 3
+    assert note is None and peers == [{"p": "good"}, {"p": "good"}]
+
+
+def test_honest_entries_and_this_nodes_own_are_never_deleted(client):
+    honest = _honest(client)
+    a = FingerprintExchange(client, "node-a", lambda: NOW, KEYS, 30.0, 2)
+    a.share("m", "v", "t2", {"p": "good"}, 600, 180)
+    for _ in range(3):
+        a.share("m", "v", "t", {"p": "good"}, 600, 180)
+    assert sorted(client.hkeys(key_for("m", "v"))) == ["node-a/t", "node-a/t2", "node-b/t", "node-c/t"]
+    assert sum(a.deleted().values()) == 0 and sum(a.dropped().values()) == 0
+    assert all(sum(ex.deleted().values()) == 0 for ex in honest)

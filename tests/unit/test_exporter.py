@@ -184,6 +184,7 @@ FULL = status(
         "reports": {"accepted": 3, "malformed": 1, "unsigned": 2},
         "reports_dropped": {"malformed": 1, "unsigned": 2},
         "fingerprints_dropped": {"future": 2},
+        "fingerprints_deleted": {"malformed": 1100},
     },
     accelerators=[{"device": "nvml:0", "backend": "nvml", "fault_health": 0}],
     device_faults={"pci:0000:3b:00": {"health": 2}},
@@ -470,6 +471,7 @@ def test_the_gates_health_score_and_report_outcomes_are_exported():
     fams = scrape(FULL)
     assert value(fams, "guardian_target_health_score", target="llama") == 20
     assert value(fams, "guardian_gate_reports_total", outcome="malformed") == 1
+    assert value(fams, "guardian_gate_fingerprints_deleted_total", reason="malformed") == 1100
 
 
 def test_no_health_score_before_a_gate_round():

@@ -1,5 +1,6 @@
-"""External evidence is a hint, not a verdict: reports and other nodes' fingerprints may raise
-an alert; only the guardian's own failing round lets an ``output_corruption`` restart."""
+"""External evidence is a hint, not a verdict: reports, other nodes' fingerprints and
+autodiscovered local servers' answers may raise an alert; only the guardian's own failing round
+lets an ``output_corruption`` restart."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ def signals(rounds, reports, now: float) -> dict:
 
 
 PEERS_L4 = [rnd(t, fail("L4", "peers")) for t in (0, 60, 120)]
+LOCAL_L4 = [rnd(t, fail("L4", "local_peers")) for t in (0, 60, 120)]
 
 
 @pytest.mark.parametrize(
@@ -61,6 +63,10 @@ PEERS_L4 = [rnd(t, fail("L4", "peers")) for t in (0, 60, 120)]
         (PEERS_L4, [], 120, False, "other nodes' fingerprints"),
         (PEERS_L4, [], 120, True, "until the guardian's own"),
         ([rnd(0, fail("L4", "peers")), rnd(60, fail("L4", "peers")), rnd(120, fail("L4"))], [], 120, True, None),
+        # L4 that only autodiscovered local servers make: nothing signs them, keys or not, confirmed or not
+        (LOCAL_L4, [], 120, False, "no key authenticates autodiscovered local servers' answers"),
+        (LOCAL_L4, [], 120, True, "no key authenticates autodiscovered local servers' answers"),
+        ([*LOCAL_L4[:2], rnd(120, fail("L4", "local_peers"), fail("L1"))], [], 120, True, "no key authenticates"),
     ],
     ids=[
         "own",
@@ -72,6 +78,9 @@ PEERS_L4 = [rnd(t, fail("L4", "peers")) for t in (0, 60, 120)]
         "peers-untrusted",
         "peers-signed",
         "peers-confirmed",
+        "local-untrusted",
+        "local-signed",
+        "local-confirmed",
     ],  # fmt: skip
 )
 def test_external_evidence_alone_never_restarts(rounds, reports, now, trusted, held):
@@ -87,6 +96,11 @@ def test_the_finding_says_what_it_rests_on():
     assert (s["own_conditions"], s["external"], s["confirmed_by_own_round"]) == ([], ["report"], True)
     s = signals([rnd(0, fail("L3"))], [], 0)
     assert (s["own_conditions"], s["external"]) == (["B"], [])
+
+
+def test_a_condition_only_autodiscovered_local_servers_make_is_not_the_guardians_own():
+    s = signals(LOCAL_L4, [], 120)
+    assert (s["condition"], s["own_conditions"], s["external"]) == ("C", [], ["local_peers"])
 
 
 def test_incidents_of_other_kinds_are_not_held():

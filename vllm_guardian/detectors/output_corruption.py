@@ -25,9 +25,10 @@ failures of the rounds that made the condition.
 
 What the finding rests on: ``own_conditions`` are the conditions that hold on the
 guardian's own failures alone (its rounds, without reports and without L4 failures that
-only other nodes' fingerprints make); ``external`` names the external sources among the
-records (``report``, ``peers``); ``confirmed_by_own_round`` says whether a round of the
-guardian's own failed after the first external record. Remediation reads them
+only other nodes' fingerprints or autodiscovered local servers make); ``external`` names the
+external sources among the records (``report``, ``peers``, ``local_peers``);
+``confirmed_by_own_round`` says whether a round of the guardian's own failed after the first
+external record. Remediation reads them
 (``remediation/external.py``): external evidence is a hint, not a verdict.
 """
 

@@ -5,7 +5,9 @@ One hash per (model, vLLM version): ``guardian:gates:fp:<digest>``, field
 signed (``kid``, ``sig``; ``gates.trust``) when trust keys are configured. The key expires
 after ``ttl`` seconds without a write.
 
-``peers`` reads the hash back and keeps an entry only when it
+``share`` pages through the hash (HSCAN, ``PAGE`` fields a call, at most ``MAX_SCAN`` fields
+a round: a hash stuffed with junk costs a bounded amount of work and never switches L4 across
+nodes off) and keeps an entry only when it
 
 - is another node's (local peers are compared directly) and names the node and target
   of its own field (a signed entry copied under another field does not vote);
@@ -16,10 +18,14 @@ after ``ttl`` seconds without a write.
 
 then counts each node once (its newest entry) and returns nothing unless at least
 ``min_nodes`` distinct nodes remain: a few entries cannot outvote a healthy instance.
-Entries unreadable, from the future or older than twice ``max_age`` are deleted (HDEL), so
-the EXPIRE each guardian renews on the hash never keeps them alive. Every dropped entry is counted by
-reason (``dropped()``). Called from the round job (off the loop thread); errors come back
-as a note, never raised.
+Pages are read as bytes: a field or value that is not UTF-8 is junk like any other, not an
+error of every page. What can never vote here is deleted (HDEL, page by page) — unreadable (a
+field that is not UTF-8 ``<node>/<target>``, a value that is not an entry), foreign (misfiled; with keys, unsigned or
+badly signed: every guardian of the fleet signs with the same keys), from the future or older
+than twice ``max_age`` (this node's own fields too) — so the EXPIRE each guardian renews on the
+hash never keeps junk alive, and a flood shrinks by up to ``MAX_SCAN`` fields a round. Every
+dropped entry is counted by reason (``dropped()``), every deleted one too (``deleted()``).
+Called from the round job (off the loop thread); errors come back as a note, never raised.
 """
 
 from __future__ import annotations
@@ -35,8 +41,12 @@ from vllm_guardian.gates.trust import Keys, check, sign
 PREFIX = "guardian:gates:fp:"
 MAX_ENTRY = 16 * 1024
 MAX_PROMPTS = 64
-MAX_FIELDS = 1024  # a hash with more fields is damage or an attack: not read
+PAGE = 256  # HSCAN COUNT: fields asked for per call (a hint Redis follows closely on large hashes)
+MAX_SCAN = 2048  # fields read per round at most; what lies beyond waits for a later round
 REASONS = ("unsigned", "bad_signature", "malformed", "misfiled", "stale", "future")
+# redis-py's option to read one reply as bytes on a client that decodes (as the guardian's does):
+# a field that is not UTF-8 must not turn a whole page into a UnicodeDecodeError
+NEVER_DECODE = "NEVER_DECODE"
 
 
 @dataclass(frozen=True)
@@ -53,9 +63,7 @@ class RedisHashes(Protocol):
 
     def expire(self, name: str, time: int) -> object: ...
 
-    def hlen(self, name: str) -> int: ...
-
-    def hgetall(self, name: str) -> Mapping[Any, Any]: ...
+    def execute_command(self, *args: Any, **options: Any) -> Any: ...  # HSCAN, undecoded (see ``_scan``)
 
     def hdel(self, name: str, *keys: Any) -> object: ...
 
@@ -68,6 +76,8 @@ class PeerFingerprints(Protocol):
     ) -> tuple[list[dict[str, str]], str | None]: ...
 
     def dropped(self) -> dict[str, int]: ...
+
+    def deleted(self) -> dict[str, int]: ...
 
 
 def key_for(model: str, version: str) -> str:
@@ -88,11 +98,16 @@ class FingerprintExchange:
         self.keys = keys or Keys()
         self.max_skew, self.min_nodes = max_skew, min_nodes
         self._dropped = {r: 0 for r in REASONS}
+        self._deleted = {r: 0 for r in REASONS}
         self._lock = threading.Lock()
 
     def dropped(self) -> dict[str, int]:
         with self._lock:
             return dict(self._dropped)
+
+    def deleted(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._deleted)
 
     def share(
         self, model: str, version: str, target: str, fps: Mapping[str, str], ttl: float, max_age: float
@@ -101,17 +116,46 @@ class FingerprintExchange:
         key = key_for(model, version)
         now = self.wall()
         entry = sign({"node": self.node, "target": target, "fps": dict(fps), "t": now}, self.keys)
+        newest: dict[str, tuple[float, dict[str, str]]] = {}  # node -> (t, fps)
+        note = None
         try:
             self.client.hset(key, f"{self.node}/{target}", json.dumps(entry, ensure_ascii=False))
             self.client.expire(key, max(1, int(ttl)))
-            if self.client.hlen(key) > MAX_FIELDS:
-                return [], f"L4 across nodes: {key} has over {MAX_FIELDS} entries; not read"
-            raw = self.client.hgetall(key)
+            cursor, read = 0, 0
+            while True:
+                cursor, page = self._scan(key, cursor)
+                read += len(page)
+                self._page(key, page, now, max_age, newest)
+                if not cursor:
+                    break
+                if read >= MAX_SCAN:  # bounded work: the rest (and its junk) in a later round
+                    note = f"L4 across nodes: {key} holds over {MAX_SCAN} entries; read {MAX_SCAN} a round"
+                    break
         except Exception as e:  # noqa: BLE001 - Redis down or slow: L4 falls back to this node's peers
             return [], f"L4 across nodes unavailable: {type(e).__name__}: {e}"[:200]
-        newest: dict[str, tuple[float, dict[str, str]]] = {}  # node -> (t, fps)
-        doomed: list[Any] = []  # fields deleted: unreadable, from the future, past the ttl
-        for fld, value in raw.items():
+        if len(newest) < self.min_nodes:
+            return [], note
+        return [peer for _, peer in newest.values()], note
+
+    def _scan(self, key: str, cursor: int) -> tuple[int, Mapping[Any, Any]]:
+        """One HSCAN page as bytes: ``(next cursor, {field: value})``."""
+        reply = self.client.execute_command("HSCAN", key, cursor, "COUNT", PAGE, **{NEVER_DECODE: []})
+        nxt, flat = reply  # redis-py's HSCAN callback: (int cursor, dict)
+        page = flat if isinstance(flat, Mapping) else dict(zip(flat[::2], flat[1::2], strict=False))
+        return int(nxt), page
+
+    def _page(
+        self,
+        key: str,
+        page: Mapping[Any, Any],
+        now: float,
+        max_age: float,
+        newest: dict[str, tuple[float, dict[str, str]]],
+    ) -> None:
+        """Sorts one HSCAN page: votes into ``newest``, drops counted, what can never vote deleted."""
+        doomed: list[Any] = []
+        gone: dict[str, int] = {}
+        for fld, value in page.items():
             verdict = self._entry(fld, value, now, max_age)
             if verdict is None:
                 continue
@@ -120,24 +164,33 @@ class FingerprintExchange:
                     newest[verdict.node] = (verdict.t, verdict.fps)
                 continue
             reason, delete = verdict
-            self._count(reason)
+            self._count(self._dropped, reason)
             if delete:
                 doomed.append(fld)
+                gone[reason] = gone.get(reason, 0) + 1
         if doomed:
             try:
                 self.client.hdel(key, *doomed)
             except Exception:  # noqa: BLE001 - cleaning up is best effort; they do not vote anyway
-                pass
-        if len(newest) < self.min_nodes:
-            return [], None
-        return [peer for _, peer in newest.values()], None
+                return
+            for reason, n in gone.items():
+                self._count(self._deleted, reason, n)
 
     def _entry(self, fld: Any, value: Any, now: float, max_age: float) -> Vote | tuple[str, bool] | None:
-        """(node, t, fps) of a voting entry, (drop reason, delete it?), or None for this node's own."""
-        name = fld.decode(errors="replace") if isinstance(fld, bytes) else str(fld)
+        """A voting entry, (drop reason, delete it?), or None for a sound entry of this node's own."""
+        try:
+            name = fld.decode() if isinstance(fld, bytes) else str(fld)
+        except UnicodeDecodeError:
+            return "malformed", True  # deleted by its bytes
         node, _, target = name.partition("/")
-        if node == self.node:
-            return None
+        verdict = self._judge(node, target, value, now, max_age)
+        if node == self.node:  # this node's own field: only junk under it is of interest (deleted)
+            return verdict if isinstance(verdict, tuple) and verdict[1] else None
+        return verdict
+
+    def _judge(self, node: str, target: str, value: Any, now: float, max_age: float) -> Vote | tuple[str, bool]:
+        if not node or not target:
+            return "malformed", True  # not a `<node>/<target>` field: nobody's entry
         try:
             if len(value) > MAX_ENTRY:
                 return "malformed", True
@@ -155,11 +208,11 @@ class FingerprintExchange:
         if self.keys.enabled:
             refused = check(entry, self.keys)
             if refused is not None:
-                return refused[0], False
+                return refused[0], True  # every guardian of the fleet signs with the same keys
         if entry.get("node") != node or entry.get("target") != target:
-            return "misfiled", False
+            return "misfiled", True
         return Vote(node, t, {str(k)[:200]: str(v)[:200] for k, v in fps.items()})
 
-    def _count(self, reason: str) -> None:
+    def _count(self, counts: dict[str, int], reason: str, n: int = 1) -> None:
         with self._lock:
-            self._dropped[reason] = self._dropped.get(reason, 0) + 1
+            counts[reason] = counts.get(reason, 0) + n

@@ -63,8 +63,9 @@ class GateFailure:
     expected: str
     figures: dict = field(default_factory=dict)
     # what the failure rests on: "own" (the guardian's own round), "peers" (an L4 failure that
-    # only other nodes' fingerprints make), "report" (a report from a gateway): external evidence
-    # is a hint, never a reason to restart alone (remediation/external.py)
+    # only other nodes' fingerprints make), "local_peers" (an L4 failure that only autodiscovered
+    # servers on this node make), "report" (a report from a gateway): external evidence is a
+    # hint, never a reason to restart alone (remediation/external.py)
     source: str = "own"
 
     def excerpt(self) -> GateFailure:

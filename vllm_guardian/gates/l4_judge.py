@@ -5,13 +5,19 @@ peers and its baseline -> the round's L4 failures. Pure (no I/O, no clock).
 
 - an answer that left the baseline at a near tie (``RoundVerdict.tie_flips``) does not vote;
 - local peers are this node's other instances of the same model and version whose latest
-  fingerprints are at most ``max_age`` seconds old (``fresh_local_peers``); remote peers are
-  other nodes' (``gates.exchange``);
+  fingerprints are at most ``max_age`` seconds old (``fresh_local_peers``), split by who named
+  them: *configured* targets (the operator's) and *autodiscovered* ones (any process that owns a
+  socket and answers like vLLM: anyone on the node can start one); remote peers are other
+  nodes' (``gates.exchange``);
+- a configured target is judged against configured local peers, remote peers and its baseline
+  only: autodiscovered servers never vote on it (two of them agreeing on another answer once
+  outvoted a healthy configured server and made it the suspect of an own condition C);
 - ``agreement.judge`` decides; each disagreeing prompt is one ``GateFailure("L4", status, ...)``
   expecting the agreeing peers' answer (a disagreement with peers) or the baseline's;
-- a failure that only the remote peers make (judged without them, the instance agrees on that
-  prompt) is ``source="peers"``: external evidence, a hint that never restarts alone
-  (``remediation/external.py``).
+- what a failure rests on (``source``): ``own`` when it holds against the configured local peers
+  and the baseline alone; else ``peers`` when it holds with the remote peers added; else
+  ``local_peers`` (only autodiscovered servers' votes make it). ``peers`` and ``local_peers`` are
+  external evidence, a hint that never restarts alone (``remediation/external.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +40,15 @@ class LocalPeer:
     version: str
     fingerprints: Fingerprints
     at: float  # monotonic time of its round
+    configured: bool = False  # a target of the config (its answers are the guardian's own evidence)
+
+
+@dataclass(frozen=True)
+class LocalVotes:
+    """This node's fresh peers of one instance, by who named them."""
+
+    configured: tuple[Fingerprints, ...] = ()  # targets of the config: the guardian's own evidence
+    discovered: tuple[Fingerprints, ...] = ()  # autodiscovered: external evidence, unauthenticated
 
 
 @dataclass(frozen=True)
@@ -64,33 +79,43 @@ def voting_fingerprints(ra: RoundAnswers, verdict: RoundVerdict) -> dict[str, st
 
 def fresh_local_peers(
     local: Mapping[str, LocalPeer], target: str, model: str, version: str, now: float, max_age: float
-) -> list[Fingerprints]:
+) -> LocalVotes:
     """This node's other instances of ``model`` ``version`` seen at most ``max_age`` ago."""
-    return [
-        peer.fingerprints
+    fresh = [
+        peer
         for name, peer in local.items()
         if name != target and (peer.model, peer.version) == (model, version) and now - peer.at <= max_age
     ]
+    return LocalVotes(
+        tuple(p.fingerprints for p in fresh if p.configured),
+        tuple(p.fingerprints for p in fresh if not p.configured),
+    )
 
 
 def judge_l4(
     ra: RoundAnswers,
     verdict: RoundVerdict,
     baseline: Baseline | None,
-    local: Sequence[Fingerprints],
+    local: LocalVotes,
     remote: Sequence[Fingerprints],
+    configured: bool,
 ) -> L4Verdict:
-    """L4 of ``ra`` (judged by ``judge_round`` as ``verdict``) against ``local`` and ``remote`` peers."""
+    """L4 of ``ra`` (judged by ``judge_round`` as ``verdict``) against ``local`` and ``remote`` peers;
+    ``configured``: the instance is a target of the config (autodiscovered peers do not vote on it)."""
     own = voting_fingerprints(ra, verdict)
     base_fps = {p: baseline.fingerprints[p] for p in own if baseline and p in baseline.fingerprints} or None
-    v4 = agreement.judge(own, [*local, *remote], base_fps)
+    trusted = list(local.configured)
+    discovered = [] if configured else list(local.discovered)
+    v4 = agreement.judge(own, [*trusted, *discovered, *remote], base_fps)
     line = f"{v4.status} ({v4.peers} peer(s))"
     judged = v4.status != agreement.UNJUDGED
     if not v4.failed:
         return L4Verdict(line, judged, False, (), own)
     texts = {a.prompt: a.text for a in ra.answers}
-    # without the other nodes' fingerprints, does this instance still fail the prompt?
-    on_own = set(agreement.judge(own, local, base_fps).disagreeing) if remote else None
+    # does this instance still fail the prompt on its own evidence, or with the other nodes added?
+    failing = set(v4.disagreeing)
+    on_own = set(agreement.judge(own, trusted, base_fps).disagreeing) if discovered or remote else failing
+    on_nodes = set(agreement.judge(own, [*trusted, *remote], base_fps).disagreeing) if discovered else failing
     failures = tuple(
         GateFailure(
             "L4",
@@ -99,7 +124,7 @@ def judge_l4(
             texts.get(prompt, "")[:EXCERPT],
             _expected(v4, prompt, baseline),
             {"peers": v4.peers, "detail": v4.detail},
-            source="own" if on_own is None or prompt in on_own else "peers",
+            source="own" if prompt in on_own else "peers" if prompt in on_nodes else "local_peers",
         )
         for prompt in v4.disagreeing
     )

@@ -7,7 +7,7 @@ Built by the gates probe and published in the loop's ``Readings``; the detector 
 ``request_rebaseline`` after a verified restart. ``keys`` are the trust keys
 (``gates.trust``): without them external reports and peers' fingerprints may raise an
 alert, never a restart (``remediation/external.py``). ``exchange`` (L4 across nodes) is handed
-in built, or None without Redis; its dropped entries are counted in ``summary``.
+in built, or None without Redis; its dropped and deleted entries are counted in ``summary``.
 """
 
 from __future__ import annotations
@@ -141,7 +141,9 @@ class GatesShared:
     def summary(self) -> GatesSummary:
         """The node's ``gates`` status section."""
         out = self.intake.summary()
-        return out if self.exchange is None else replace(out, fingerprints_dropped=self.exchange.dropped())
+        if self.exchange is None:
+            return out
+        return replace(out, fingerprints_dropped=self.exchange.dropped(), fingerprints_deleted=self.exchange.deleted())
 
     # ---------------------------------------------------------------- rebaseline
     def request_rebaseline(self, target: str) -> None:

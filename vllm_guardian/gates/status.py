@@ -41,3 +41,4 @@ class GatesSummary:
     unknown_targets: tuple[str, ...]  # recent target names no server here has
     trust: str  # signed | unsigned
     fingerprints_dropped: Mapping[str, int] | None = None  # reason -> entries; None: no exchange
+    fingerprints_deleted: Mapping[str, int] | None = None  # reason -> hash fields deleted; None: no exchange

@@ -18,9 +18,11 @@ to conclude); a clean round ends the episode and the schedule falls back to ``in
 ``request_confirmation`` (an external report naming a target) starts such an episode with
 a round at once. Their requests are counted like every other round's.
 
-An L4 failure that only the remote peers' fingerprints make (judged without them, the
-instance agrees) is marked ``source="peers"``: external evidence, a hint that never
-restarts alone (``remediation/external.py``). Requested confirmations come at most one
+L4 votes: this node's configured targets are the guardian's own evidence; autodiscovered
+servers never vote on a configured target, and an L4 failure that only they make is marked
+``source="local_peers"``; one that only the remote peers' fingerprints make (judged without
+them, the instance agrees) ``source="peers"``. Both are external evidence, a hint that never
+restarts alone (``remediation/external.py``; ``gates.l4_judge``). Requested confirmations come at most one
 every ``CONFIRM_GAP_S`` (a report flood is not a load on the server).
 
 The shared state (``GatesShared``: ledger, intake, status lines), the trust keys
@@ -180,13 +182,14 @@ class GatesProbe:
         ambiguous = False
         if self.cfg.shadow:
             local = fresh_local_peers(self._local, ra.target, ra.model, ra.version, now, self.max_age)
-            l4 = judge_l4(ra, verdict, baseline, local, remote)
+            configured = tr.target.source == "config"
+            l4 = judge_l4(ra, verdict, baseline, local, remote, configured)
             tg.agreement = l4.agreement
             if l4.judged:
                 judged.add("L4")
             failures += l4.failures
             ambiguous = l4.ambiguous
-            self._local[ra.target] = LocalPeer(ra.model, ra.version, l4.own, now)
+            self._local[ra.target] = LocalPeer(ra.model, ra.version, l4.own, now, configured)
         nb = next_baseline(ra, verdict, baseline, self.cfg)
         if nb is not None:
             problem = self.store.save(nb)

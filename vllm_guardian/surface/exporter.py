@@ -30,7 +30,8 @@ Snapshot fields read:
 - ``actions.outcomes[outcome]`` and ``actions.restarts[target][outcome]``;
 - ``alerts.{spooled, dropped_total}`` (the alert sink's section);
 - ``kubernetes.failures[call]`` (the Kubernetes publisher's failed API calls);
-- ``gates.{reports, reports_dropped, fingerprints_dropped}`` (external gate reports).
+- ``gates.{reports, reports_dropped, fingerprints_dropped, fingerprints_deleted}`` (external gate
+  reports, other nodes' L4 fingerprint entries).
 """
 
 from __future__ import annotations
@@ -119,7 +120,14 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "counter",
         ("reason",),
         "Other nodes' L4 fingerprint entries that did not vote, by reason "
-        "(unsigned, bad_signature, malformed, misfiled, stale, future).",
+        "(unsigned, bad_signature, malformed, misfiled, stale, future); this node's own junk fields included.",
+    ),
+    (
+        "guardian_gate_fingerprints_deleted_total",
+        "counter",
+        ("reason",),
+        "L4 fingerprint hash fields the guardian deleted because they can never vote, by reason "
+        "(unreadable or foreign: malformed, unsigned, bad_signature, misfiled; future; long stale).",
     ),
     ("guardian_process_cpu_ratio", "gauge", ("target", "role", "index"), "CPU use of a process (1.0 = one core)."),
     ("guardian_process_resident_memory_bytes", "gauge", ("target", "role", "index"), "Resident memory of a process."),
@@ -286,6 +294,8 @@ def _snapshot_metrics(f: _Families, s: StatusSnapshot) -> None:
             f.add("guardian_gate_reports_dropped_total", (reason,), n)
         for reason, n in (s.gates.fingerprints_dropped or {}).items():
             f.add("guardian_gate_fingerprints_dropped_total", (reason,), n)
+        for reason, n in (s.gates.fingerprints_deleted or {}).items():
+            f.add("guardian_gate_fingerprints_deleted_total", (reason,), n)
 
 
 def _self_metrics(f: _Families, s: StatusSnapshot) -> None:
