@@ -45,7 +45,7 @@ def test_a_guardian_started_beside_an_engine_that_already_hangs_opens_the_hang(t
         assert inc["target"]["pid"] == sim.pid
         assert "is ready (/health 200, /v1/models serves" in g.log_text()
         print(f"\n{kind}: guardian start -> incident {inc['opened_at'] - started:.1f}s")
-        assert inc["opened_at"] - started <= 45.0  # a failure bound on a loaded 2-core CI box (measured: see README)
+        assert inc["opened_at"] - started <= 45.0  # a failure bound on a loaded 2-core CI box (time printed above)
     finally:
         assert g.stop() == 0, g.log_text()
 
