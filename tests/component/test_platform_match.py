@@ -124,7 +124,7 @@ def kube_cfg(**km):
 
 
 def run(tree, cfg, api_url=None, node_name=NODE, **kw):
-    kube = KubeClient(api_url, "tok", None, node_name) if api_url else None
+    kube = KubeClient(api_url, "tok", None, node_name, plain_http_loopback=True) if api_url else None
     platform = PlatformMatcher(tree.procfs(), kube=kube, is_api_server=is_api_server, **kw)
     return discover(tree.procfs(), cfg, platform=platform)
 
@@ -226,7 +226,7 @@ def test_by_pod_uid_alone_no_api_is_needed(node):
 
 def test_the_pod_list_is_cached_between_passes(node, api):
     FakeApi.pods = [pod("vllm-llama-0")]
-    kube = KubeClient(api, "tok", None, NODE)
+    kube = KubeClient(api, "tok", None, NODE, plain_http_loopback=True)
     now = [0.0]
     platform = PlatformMatcher(node.procfs(), kube=kube, is_api_server=is_api_server, clock=lambda: now[0])
     cfg = kube_cfg(namespace="llm", pod="vllm-llama-0")

@@ -17,10 +17,19 @@ from its file (projected service-account tokens rotate), a client certificate is
 its file changes (the kubelet's rotate). Where the API server is and how to authenticate:
 ``vllm_guardian.host.kubeconfig`` (in-cluster, or a kubeconfig for a guardian run by systemd).
 The opener is a seam so tests can point at a local fake API server.
+
+A token is never formatted into a message: one read from its file is stripped and refused when
+it still holds a control character (naming the file); a request that cannot be sent (http.client
+refuses a header value with a ``ValueError`` that quotes it) is reported by its type only. A
+token is sent only over https (plain http only to a loopback test server the config opts in to:
+``kubeconfig.transport_problem``, checked when the client is built). What the API server answers
+is hostile until bounded: answers are capped in bytes, a Status message is cut to 500 characters
+with its control characters escaped, an answer that is not HTTP is a ``ProbeFailed`` by type.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -31,8 +40,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 from urllib.parse import quote
 
-from vllm_guardian.errors import ProbeFailed
-from vllm_guardian.host.kubeconfig import SA_DIR, ApiAccess, discover
+from vllm_guardian.errors import BackendUnavailable, ProbeFailed
+from vllm_guardian.host.api_keys import clean_key
+from vllm_guardian.host.kubeconfig import SA_DIR, ApiAccess, discover, transport_problem
 from vllm_guardian.host.kubeconfig import in_cluster as _in_cluster
 
 if TYPE_CHECKING:
@@ -104,7 +114,17 @@ class KubeClient:
         page_size: int = 500,
         max_items: int = 5000,
         max_bytes: int = 32 * 1024 * 1024,
+        plain_http_loopback: bool = False,
     ) -> None:
+        """``BackendUnavailable`` when a credential would be sent in the clear, or the inline
+        ``token`` holds a control character (``kubeconfig.transport_problem``, ``clean_key``)."""
+        if problem := transport_problem(base_url, bool(token or token_file), plain_http_loopback):
+            raise BackendUnavailable(problem)
+        if token is not None:
+            src = clean_key(token, "the kubernetes client's inline token", "token")
+            if src.problem:
+                raise BackendUnavailable(src.problem)
+            token = src.key
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.token_file = token_file
@@ -118,18 +138,24 @@ class KubeClient:
         )
 
     @classmethod
-    def from_access(cls, access: ApiAccess, node_name: str | None, timeout: float = 10.0) -> KubeClient:
-        return cls(
-            access.server,
-            access.token,
-            access.ca_file,
-            node_name,
-            timeout,
-            token_file=access.token_file,
-            client_cert=access.client_cert,
-            client_key=access.client_key,
-            insecure=access.insecure,
-        )
+    def from_access(
+        cls, access: ApiAccess, node_name: str | None, timeout: float = 10.0, plain_http_loopback: bool = False
+    ) -> KubeClient:
+        try:
+            return cls(
+                access.server,
+                access.token,
+                access.ca_file,
+                node_name,
+                timeout,
+                token_file=access.token_file,
+                client_cert=access.client_cert,
+                client_key=access.client_key,
+                insecure=access.insecure,
+                plain_http_loopback=plain_http_loopback,
+            )
+        except BackendUnavailable as e:
+            raise BackendUnavailable(f"{access.source}: {e}") from None
 
     @classmethod
     def in_cluster(cls, env: Mapping[str, str], timeout: float = 10.0) -> KubeClient:
@@ -137,13 +163,19 @@ class KubeClient:
 
     @classmethod
     def from_environment(
-        cls, env: Mapping[str, str], kubeconfig: str | None = None, context: str | None = None, timeout: float = 10.0
+        cls,
+        env: Mapping[str, str],
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        timeout: float = 10.0,
+        plain_http_loopback: bool = False,
     ) -> KubeClient:
         """In-cluster in a pod; else the kubeconfig given (or ``$KUBECONFIG``). The node is
-        ``$NODE_NAME``, else this host's name (a guardian on the node, run by systemd)."""
+        ``$NODE_NAME``, else this host's name (a guardian on the node, run by systemd).
+        ``plain_http_loopback``: a token may go to a loopback ``http://`` server (a test server)."""
         access = discover(env, kubeconfig, context)
         node = env.get("NODE_NAME") or (None if access.source == "in-cluster" else os.uname().nodename)
-        return cls.from_access(access, node, timeout)
+        return cls.from_access(access, node, timeout, plain_http_loopback)
 
     # ---------------------------------------------------------------- transport
     def _ssl_context(self) -> ssl.SSLContext | None:
@@ -169,9 +201,14 @@ class KubeClient:
             return self.token
         try:
             with open(self.token_file, encoding="utf-8") as f:
-                return f.read(64 * 1024).strip() or None
-        except OSError as e:
-            raise ProbeFailed(f"kubernetes service-account token {self.token_file}: {e.strerror or e}") from None
+                raw = f.read(64 * 1024)
+        except (OSError, UnicodeDecodeError) as e:
+            why = getattr(e, "strerror", None) or type(e).__name__
+            raise ProbeFailed(f"kubernetes service-account token {self.token_file}: {why}") from None
+        src = clean_key(raw, f"token file {self.token_file}", "token")
+        if src.problem:
+            raise ProbeFailed(f"kubernetes: {src.problem}")
+        return src.key
 
     def _request(
         self,
@@ -198,7 +235,14 @@ class KubeClient:
                 raw = resp.read(cap + 1)
         except urllib.error.HTTPError as e:
             raise _api_error(method, path, e) from None
-        except (urllib.error.URLError, OSError, ValueError, ssl.SSLError) as e:
+        except ValueError as e:  # http.client's message quotes the header value it refused: the token
+            raise ProbeFailed(
+                f"kubernetes API {method} {path}: {type(e).__name__}: the request could not be sent "
+                "(a header or the URL is invalid; values not shown)"
+            ) from None
+        except http.client.HTTPException as e:  # a status line or headers that are not HTTP
+            raise ProbeFailed(f"kubernetes API {method} {path}: {type(e).__name__}: the answer is not HTTP") from None
+        except (urllib.error.URLError, OSError, ssl.SSLError) as e:
             raise ProbeFailed(f"kubernetes API {method} {path}: {e}") from None
         if limit is None and len(raw) > cap:
             raise ProbeFailed(f"kubernetes API {method} {path}: answer larger than {cap} bytes; not read")
@@ -347,16 +391,23 @@ def _api_error(method: str, path: str, e: urllib.error.HTTPError) -> ApiError:
     try:
         status = json.loads(e.read(64 * 1024) or b"{}")
         if isinstance(status, dict):
-            message = str(status.get("message") or "")[:500]
-    except (ValueError, OSError):
+            message = _printable(str(status.get("message") or "")[:500])
+    except (ValueError, OSError, http.client.HTTPException):
         pass
     retry = e.headers.get("Retry-After") if e.headers is not None else None
     try:
         retry_after = float(retry) if retry else None
     except ValueError:
         retry_after = None
-    text = f"kubernetes API {method} {path}: HTTP {e.code} {e.reason}" + (f": {message}" if message else "")
+    reason = _printable(str(e.reason or "")[:100])
+    text = f"kubernetes API {method} {path}: HTTP {e.code} {reason}" + (f": {message}" if message else "")
     return ApiError(text, e.code, message, retry_after)
+
+
+def _printable(text: str) -> str:
+    """The API server's text with each control character written as ``\\xNN`` (a newline in a
+    Status message must not start a forged log line)."""
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
 
 
 # ---------------------------------------------------------------- match.kubernetes (additive)

@@ -293,7 +293,7 @@ def _kube_when_needed(cfg: Config) -> KubeClient | None:
 
     try:
         k = cfg.kubernetes
-        return KubeClient.from_environment(dict(os.environ), k.kubeconfig, k.context, k.timeout)
+        return KubeClient.from_environment(dict(os.environ), k.kubeconfig, k.context, k.timeout, k.plain_http_loopback)
     except GuardianError as e:
         logging.getLogger("guardian").warning("%s", e)
         return None
@@ -308,4 +308,6 @@ def _kube_factory(kube: KubeClient | None, cfg: Config) -> Callable[[], Any]:
     from vllm_guardian.host.kube import KubeClient
 
     k = cfg.kubernetes
-    return lambda: KubeClient.from_environment(dict(os.environ), k.kubeconfig, k.context, k.timeout)
+    return lambda: KubeClient.from_environment(
+        dict(os.environ), k.kubeconfig, k.context, k.timeout, k.plain_http_loopback
+    )

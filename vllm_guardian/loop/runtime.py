@@ -93,7 +93,9 @@ def kube_publisher(cfg: Config, seams: Seams, clock: SystemClock) -> KubePublish
     from vllm_guardian.host.kube import KubeClient
 
     try:
-        client = KubeClient.from_environment(dict(os.environ), k.kubeconfig, k.context, k.timeout)
+        client = KubeClient.from_environment(
+            dict(os.environ), k.kubeconfig, k.context, k.timeout, k.plain_http_loopback
+        )
     except GuardianError as e:
         log.warning("kubernetes readiness gate and Events off: %s", e)
         return None
