@@ -128,6 +128,7 @@ class KubeClient:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.token_file = token_file
+        self._read_tokens: tuple[str, ...] = ()  # the last tokens read from token_file (for secrets())
         self.node_name = node_name
         self.timeout = timeout
         self.ca_file, self.client_cert, self.client_key, self.insecure = ca_file, client_cert, client_key, insecure
@@ -208,7 +209,14 @@ class KubeClient:
         src = clean_key(raw, f"token file {self.token_file}", "token")
         if src.problem:
             raise ProbeFailed(f"kubernetes: {src.problem}")
+        if src.key and src.key not in self._read_tokens:
+            self._read_tokens = (*self._read_tokens[-1:], src.key)  # the current and the one before
         return src.key
+
+    def secrets(self) -> tuple[str, ...]:
+        """The tokens this client holds or last sent (for the scrubber of written text; never for
+        printing): the inline token, the current and previous token of its file."""
+        return tuple(t for t in (self.token, *self._read_tokens) if t)
 
     def _request(
         self,
