@@ -306,3 +306,36 @@ def test_cgroups_of_processes_that_are_gone_are_not_kept(node):
     node.remove(70)
     discover(node.procfs(), cfg, platform=platform)
     assert len(platform._places) == cached - 2
+
+
+NOT_RUNNING = "container vllm of pod llm/vllm-llama-0 is not running (no containerID)"
+
+
+@pytest.mark.parametrize(
+    "field, value, url, why",
+    [
+        ("podIP", "evil.example.com", "http://127.0.0.1:8000", None),  # a name: never followed; its --port
+        ("podIP", ["10.1.2.3"], "http://127.0.0.1:8000", None),
+        ("containerPort", "8000; x", "http://10.1.2.3:8000", None),  # not a port number: its --port
+        ("containerPort", 70000, "http://10.1.2.3:8000", None),
+        ("containerID", 123, None, NOT_RUNNING),
+        ("containers", "vllm", "http://10.1.2.3:8000", None),
+        ("containerStatuses", {"name": "vllm"}, None, NOT_RUNNING),
+    ],
+)
+def test_a_pod_field_the_api_should_never_send_is_never_followed_nor_a_crash(node, api, field, value, url, why):
+    """The API server's answer is hostile until bounded: a pod IP that is a name would send the
+    canary (and the server's API key) wherever it points; odd types must not break discovery."""
+    p = pod("vllm-llama-0")
+    where = {
+        "podIP": p["status"],
+        "containerPort": p["spec"]["containers"][0]["ports"][0],
+        "containerID": p["status"]["containerStatuses"][0],
+        "containers": p["spec"],
+        "containerStatuses": p["status"],
+    }[field]
+    where[field] = value
+    FakeApi.pods = [p]
+    res = run(node, kube_cfg(namespace="llm", pod="vllm-llama-0"), api)
+    assert [t.api_url for t in res.targets] == ([url] if url else [])
+    assert res.unmatched == ((("llama", why),) if why else ())

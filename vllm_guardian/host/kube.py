@@ -23,8 +23,10 @@ it still holds a control character (naming the file); a request that cannot be s
 refuses a header value with a ``ValueError`` that quotes it) is reported by its type only. A
 token is sent only over https (plain http only to a loopback test server the config opts in to:
 ``kubeconfig.transport_problem``, checked when the client is built). What the API server answers
-is hostile until bounded: answers are capped in bytes, a Status message is cut to 500 characters
-with its control characters escaped, an answer that is not HTTP is a ``ProbeFailed`` by type.
+is hostile until bounded: each call has one deadline for its whole answer and follows no
+redirect (``kube_http``), answers are capped in bytes, lists in items and pages, a list item that
+is not an API object fails the list, a Status message is cut to 500 characters with its control
+characters escaped, an answer that is not HTTP or not JSON is a ``ProbeFailed`` by type.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from urllib.parse import quote
 
 from vllm_guardian.errors import BackendUnavailable, ProbeFailed
 from vllm_guardian.host.api_keys import clean_key
+from vllm_guardian.host.kube_http import ApiError, EvictionBlocked, api_error, open_with_deadline
 from vllm_guardian.host.kubeconfig import SA_DIR, ApiAccess, discover, transport_problem
 from vllm_guardian.host.kubeconfig import in_cluster as _in_cluster
 
@@ -78,18 +81,6 @@ def pod_uid_of(procfs: ProcFS, key: ProcKey, alive: Callable[[ProcKey], bool]) -
     if not alive(key):
         raise ProbeFailed(f"pid {key.pid} changed while its cgroup was read; no pod is looked up")
     return pod_uid_from_cgroup(text)
-
-
-class ApiError(ProbeFailed):
-    """The API server answered with an error status: ``code``, and its Status ``message``."""
-
-    def __init__(self, text: str, code: int, message: str = "", retry_after: float | None = None) -> None:
-        super().__init__(text)
-        self.code, self.message, self.retry_after = code, message, retry_after
-
-
-class EvictionBlocked(ApiError):
-    """HTTP 429 on an eviction: a PodDisruptionBudget allows no disruption now (retry later)."""
 
 
 CONDITION_PATCH = "application/strategic-merge-patch+json"
@@ -134,9 +125,7 @@ class KubeClient:
         self.ca_file, self.client_cert, self.client_key, self.insecure = ca_file, client_cert, client_key, insecure
         self.page_size, self.max_items, self.max_bytes = page_size, max_items, max_bytes
         self._ctx: tuple[tuple[tuple[str, int], ...], ssl.SSLContext | None] | None = None
-        self._open = opener or (
-            lambda req, timeout: urllib.request.urlopen(req, timeout=timeout, context=self._ssl_context())
-        )
+        self._open = opener or (lambda req, timeout: open_with_deadline(req, timeout, self._ssl_context()))
 
     @classmethod
     def from_access(
@@ -236,13 +225,13 @@ class KubeClient:
         if data is not None:
             req.add_header("Content-Type", content_type)
         token = self._bearer()
-        if token:
-            req.add_header("Authorization", f"Bearer {token}")
+        if token:  # never carried along a redirect (none is followed either: kube_http)
+            req.add_unredirected_header("Authorization", f"Bearer {token}")
         try:
             with self._open(req, self.timeout) as resp:
                 raw = resp.read(cap + 1)
         except urllib.error.HTTPError as e:
-            raise _api_error(method, path, e) from None
+            raise api_error(method, path, e) from None
         except ValueError as e:  # http.client's message quotes the header value it refused: the token
             raise ProbeFailed(
                 f"kubernetes API {method} {path}: {type(e).__name__}: the request could not be sent "
@@ -260,8 +249,8 @@ class KubeClient:
         raw = self._request(method, path, body, content_type=content_type)
         try:
             reply = json.loads(raw or b"{}")
-        except ValueError as e:
-            raise ProbeFailed(f"kubernetes API {method} {path}: {e}") from None
+        except (ValueError, RecursionError) as e:  # RecursionError: JSON nested too deep to decode
+            raise ProbeFailed(f"kubernetes API {method} {path}: not JSON ({type(e).__name__})") from None
         if not isinstance(reply, dict):
             raise ProbeFailed(f"kubernetes API {method} {path}: expected a JSON object, got {type(reply).__name__}")
         return reply
@@ -271,15 +260,17 @@ class KubeClient:
         items: list[dict[str, Any]] = []
         token = ""
         sep = "&" if "?" in path else "?"
-        while True:
-            page = f"{path}{sep}limit={self.page_size}" + (f"&continue={quote(token, safe='')}" if token else "")
+        for _ in range(self.max_items // max(1, self.page_size) + 2):  # a server that never stops paging
+            page = f"{path}{sep}limit={self.page_size}" + (f"&continue={quote(token[:4096], safe='')}" if token else "")
             reply = self._call("GET", page)
-            items += [i for i in reply.get("items") or [] if isinstance(i, dict)]
+            items += _objects(reply.get("items"), f"kubernetes API GET {path}")
             if len(items) > self.max_items:
                 raise ProbeFailed(f"kubernetes API GET {path}: more than {self.max_items} items; narrow the query")
-            token = str((reply.get("metadata") or {}).get("continue") or "")
+            more = reply.get("metadata")
+            token = str(more.get("continue") or "") if isinstance(more, dict) else ""
             if not token:
                 return items
+        raise ProbeFailed(f"kubernetes API GET {path}: the pages do not end; not read further")
 
     # ---------------------------------------------------------------- pods
     def find_pod(self, uid: str, namespace: str | None = None) -> PodRef:
@@ -296,7 +287,10 @@ class KubeClient:
                 raise ProbeFailed(
                     f"pod {md.get('name')} with uid {uid} runs on node {node}, not on {self.node_name}; not touching it"
                 )
-            return PodRef(md["namespace"], md["name"], uid)
+            namespace_, name = md.get("namespace"), md.get("name")
+            if not isinstance(namespace_, str) or not isinstance(name, str):
+                raise ProbeFailed(f"the pod with uid {uid} has no namespace or name in the API's answer")
+            return PodRef(namespace_, name, uid)
         where = f"namespace {namespace}" if namespace else "the cluster"
         raise ProbeFailed(f"no pod with uid {uid} on node {self.node_name or '?'} in {where}")
 
@@ -394,28 +388,19 @@ class KubeClient:
         return raw.decode("utf-8", errors="replace")
 
 
-def _api_error(method: str, path: str, e: urllib.error.HTTPError) -> ApiError:
-    message = ""
-    try:
-        status = json.loads(e.read(64 * 1024) or b"{}")
-        if isinstance(status, dict):
-            message = _printable(str(status.get("message") or "")[:500])
-    except (ValueError, OSError, http.client.HTTPException):
-        pass
-    retry = e.headers.get("Retry-After") if e.headers is not None else None
-    try:
-        retry_after = float(retry) if retry else None
-    except ValueError:
-        retry_after = None
-    reason = _printable(str(e.reason or "")[:100])
-    text = f"kubernetes API {method} {path}: HTTP {e.code} {reason}" + (f": {message}" if message else "")
-    return ApiError(text, e.code, message, retry_after)
-
-
-def _printable(text: str) -> str:
-    """The API server's text with each control character written as ``\\xNN`` (a newline in a
-    Status message must not start a forged log line)."""
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+def _objects(items: Any, what: str) -> list[dict[str, Any]]:
+    """The items of a list answer, each an object whose metadata, spec and status are objects
+    when present; ``ProbeFailed`` otherwise (an answer that is not what Kubernetes sends)."""
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise ProbeFailed(f"{what}: items is not a list; not what Kubernetes sends")
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or any(
+            not isinstance(item.get(k), dict) for k in ("metadata", "spec", "status") if item.get(k) is not None
+        ):
+            raise ProbeFailed(f"{what}: item {i} is not an API object; not what Kubernetes sends")
+    return items
 
 
 # ---------------------------------------------------------------- match.kubernetes (additive)
