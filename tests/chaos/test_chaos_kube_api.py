@@ -62,7 +62,8 @@ class Watch:
     """Readiness and status polled in the background; every time either did not answer."""
 
     def __init__(self, g: GuardianProcess, ready_url: str) -> None:
-        self.g, self.url, self.failures, self.checks = g, ready_url, [], 0
+        self.g, self.url, self.checks = g, ready_url, 0
+        self.failures: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
