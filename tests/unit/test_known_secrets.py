@@ -104,3 +104,27 @@ def test_installing_the_scrub_twice_replaces_it(restore_root_logger):
     scrub_log_lines(KnownSecrets([lambda: ["new-value-2"]]).scrub)
     logging.getLogger("guardian.test").warning("old-value-1 new-value-2")
     assert out.getvalue().rstrip().endswith(f"old-value-1 {R}")
+
+
+def test_the_guardian_knows_its_redis_password_kubernetes_token_and_trust_keys(tmp_path):
+    """What the runtime hands the scrubber (loop/assemble.py, ``known_secrets``), each from where it lives."""
+    from vllm_guardian.config.loader import parse_config
+    from vllm_guardian.gates.trust import Keys
+    from vllm_guardian.host.kube import KubeClient
+    from vllm_guardian.loop.assemble import known_secrets
+    from vllm_guardian.seams import Seams
+    from vllm_guardian.sinks.redis_conn import RedisConnection
+    from vllm_guardian.testing.clock import FakeClock
+    from vllm_guardian.testing.fake_control import FakeControl
+    from vllm_guardian.testing.fake_http import FakeHttp
+    from vllm_guardian.testing.fake_runner import FakeRunner
+
+    alerts = parse_config(
+        {"alerts": {"redis_url": "redis://:url%2Dpass-123@127.0.0.1:1/0", "password_env": "G_PW"}}
+    ).alerts
+    redis = RedisConnection.from_config(alerts, tmp_path, environ={"G_PW": "env-pass-456\n"})  # no connection made
+    kube = KubeClient("https://k8s.example:6443", "kube-tok-789\n", None, "n")
+    seams = Seams(FakeClock(), None, FakeHttp({}), FakeRunner(), FakeControl(set()))  # type: ignore[arg-type]
+    known = known_secrets(seams, redis, Keys({"gw": b"trust-key-000"}, "gw"), kube)
+    text = "url-pass-123 env-pass-456 kube-tok-789 trust-key-000"
+    assert known.scrub(text) == f"{R} {R} {R} {R}"
