@@ -56,9 +56,13 @@ def helm_template(
     sets: dict[str, str] | None = None,
     release: str = "vllm-guardian",
     namespace: str = "guardian",
+    kube_version: str | None = None,
 ) -> list[dict[str, Any]]:
-    """``helm template`` of the chart with these values files and ``--set`` pairs, as objects."""
+    """``helm template`` of the chart with these values files and ``--set`` pairs, as objects;
+    ``kube_version``: the cluster version the chart sees (``--kube-version``; default helm's own)."""
     argv = [tool("helm"), "template", release, str(CHART), "--namespace", namespace]
+    if kube_version:
+        argv += ["--kube-version", kube_version]
     for path in values or ():
         argv += ["-f", str(path)]
     for key, value in (sets or {}).items():

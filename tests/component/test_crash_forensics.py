@@ -192,7 +192,9 @@ def test_the_previous_containers_log_comes_from_the_kubernetes_api(dying_child_l
     server = ThreadingHTTPServer(("127.0.0.1", 0), Api)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        client = KubeClient(f"http://127.0.0.1:{server.server_address[1]}", "tok", None, "node-1")
+        client = KubeClient(
+            f"http://127.0.0.1:{server.server_address[1]}", "tok", None, "node-1", plain_http_loopback=True
+        )
         src = LogSource("kubernetes", "llm/vllm-0/vllm", "llm", "vllm-0", "vllm")
         report = crash_report(read_tail(src, kube=lambda: client), SIGS, Observation("engine_dead"))
     finally:

@@ -73,7 +73,7 @@ def test_a_process_outside_kubernetes_has_no_pod_uid():
 
 
 def test_the_pod_is_found_among_this_nodes_pods_and_deleted_with_a_uid_precondition(api):
-    kube = KubeClient(api, "tok3n", None, "gpu-node-17")
+    kube = KubeClient(api, "tok3n", None, "gpu-node-17", plain_http_loopback=True)
     pod = kube.find_pod(UID)
     assert pod == PodRef("llm", "vllm-llama-0", UID)
     kube.delete_pod(pod, grace_seconds=30)

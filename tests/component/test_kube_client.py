@@ -38,7 +38,7 @@ def api(token):
 
 @pytest.fixture
 def client(api, token):
-    return KubeClient(api.url, None, None, NODE, token_file=str(token))
+    return KubeClient(api.url, None, None, NODE, token_file=str(token), plain_http_loopback=True)
 
 
 def test_every_call_is_authenticated_with_the_token_current_at_that_moment(api, client, token):
@@ -65,7 +65,7 @@ def test_a_log_read_is_authenticated_in_cluster(api, client):
 
 def test_a_wrong_token_is_refused_with_the_api_servers_answer(api):
     with pytest.raises(ProbeFailed, match="HTTP 401"):
-        KubeClient(api.url, "stale", None, NODE).find_pod(UID, "llm")
+        KubeClient(api.url, "stale", None, NODE, plain_http_loopback=True).find_pod(UID, "llm")
 
 
 def test_lists_are_read_page_by_page(api, client):
@@ -138,7 +138,7 @@ users:
 def test_a_kubeconfig_with_a_token_file_reaches_the_api_server(api, token, tmp_path):
     path = tmp_path / "kubeconfig"
     path.write_text(KUBECONFIG.format(url=api.url))
-    client = KubeClient.from_environment({"NODE_NAME": NODE}, kubeconfig=str(path))
+    client = KubeClient.from_environment({"NODE_NAME": NODE}, kubeconfig=str(path), plain_http_loopback=True)
     token.write_text("rotated\n")
     assert client.find_pod(UID, "llm") == POD
     assert api.state.seen[-1].authenticated

@@ -35,7 +35,9 @@ def wall():
 
 @pytest.fixture
 def recorder(api, wall):
-    return EventRecorder(KubeClient(api.url, "tok", None, "gpu-node-17"), "gpu-node-17", wall=wall)
+    return EventRecorder(
+        KubeClient(api.url, "tok", None, "gpu-node-17", plain_http_loopback=True), "gpu-node-17", wall=wall
+    )
 
 
 def test_a_repeat_counts_up_the_existing_event(api, recorder, wall):
@@ -58,7 +60,9 @@ def test_different_messages_of_one_reason_are_combined_after_ten(api, recorder, 
 
 
 def test_each_object_has_a_burst_then_one_event_per_refill(api, wall):
-    rec = EventRecorder(KubeClient(api.url, "tok", None, "n"), "n", burst=3, refill=300, wall=wall)
+    rec = EventRecorder(
+        KubeClient(api.url, "tok", None, "n", plain_http_loopback=True), "n", burst=3, refill=300, wall=wall
+    )
     outcomes = [rec.record(POD, "Normal", "Draining", f"m{i}") for i in range(5)]
     assert outcomes == ["created"] * 3 + ["dropped"] * 2 and rec.dropped == 2
     assert rec.record(NODE, "Warning", "NodeAnomaly", "x") == "created"  # another object, its own bucket

@@ -78,7 +78,7 @@ class Cluster:
             }
         )
         seams = Seams(self.clock, self.proc.procfs(), self.http, FakeRunner(), self.control, [])
-        client = KubeClient(self.api.url, None, None, NODE, token_file=str(token_file))
+        client = KubeClient(self.api.url, None, None, NODE, token_file=str(token_file), plain_http_loopback=True)
         self.d = build_daemon(self.cfg, seams, log=logging.getLogger("test-kube-native"), kube=client)
         self.publisher = KubePublisher(
             self.cfg, client, seams.proc, self.control.alive, wall=self.clock.wall, monotonic=self.clock.monotonic

@@ -70,7 +70,7 @@ def test_the_node_condition_follows_a_node_wide_anomaly_and_refusals_reach_pod_a
             keys[name] = proc.add_process(100 + i, 1, ("python3", "-m", "vllm.entrypoints.openai.api_server"))
             proc.set_cgroup(100 + i, f"0::/kubepods/burstable/pod{uid}/c\n")
             api.state.add_pod("llm", f"vllm-{name}", uid, NODE)
-        client = KubeClient(api.url, "tok", None, NODE)
+        client = KubeClient(api.url, "tok", None, NODE, plain_http_loopback=True)
         pub = KubePublisher(cfg, client, proc.procfs(), lambda key: True)
         targets = [Target(n, k.pid, k.starttime) for n, k in keys.items()]
         try:

@@ -56,7 +56,9 @@ class Clock:
 
 def publisher(api: FakeKubeApi, clock: Clock, **kube: Any) -> KubePublisher:
     cfg = parse_config({"node": NODE, "api": {"http": None}, "kubernetes": {"events": False, **kube}})
-    return KubePublisher(cfg, KubeClient(api.url, "tok", None, NODE), None, lambda key: True, monotonic=clock)
+    return KubePublisher(
+        cfg, KubeClient(api.url, "tok", None, NODE, plain_http_loopback=True), None, lambda key: True, monotonic=clock
+    )
 
 
 def step(pub: KubePublisher, *incidents: Incident) -> None:
@@ -173,7 +175,7 @@ def test_a_node_changed_between_read_and_write_is_not_overwritten():
     """The write carries the version read: another writer's taint in between makes it fail (422)."""
     with FakeKubeApi(token=lambda: "tok") as api:
         api.state.add_node(NODE)
-        client = KubeClient(api.url, "tok", None, NODE)
+        client = KubeClient(api.url, "tok", None, NODE, plain_http_loopback=True)
         version = api.state.nodes[NODE]["metadata"]["resourceVersion"]
         api.state.nodes[NODE]["spec"]["taints"] = [OPERATOR]
         api.state.nodes[NODE]["metadata"]["resourceVersion"] = str(int(version) + 1)
@@ -224,7 +226,7 @@ def test_the_taint_alone_starts_the_publisher_without_a_supervised_pod(tmp_path,
             {
                 "node": NODE,
                 "api": {"http": None},
-                "kubernetes": {"kubeconfig": str(path), "taint_on_device_fault": taint},
+                "kubernetes": {"kubeconfig": str(path), "plain_http_loopback": True, "taint_on_device_fault": taint},
             }
         )
         seams = SimpleNamespace(proc=None, control=SimpleNamespace(alive=lambda key: True))

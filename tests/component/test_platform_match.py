@@ -124,7 +124,7 @@ def kube_cfg(**km):
 
 
 def run(tree, cfg, api_url=None, node_name=NODE, **kw):
-    kube = KubeClient(api_url, "tok", None, node_name) if api_url else None
+    kube = KubeClient(api_url, "tok", None, node_name, plain_http_loopback=True) if api_url else None
     platform = PlatformMatcher(tree.procfs(), kube=kube, is_api_server=is_api_server, **kw)
     return discover(tree.procfs(), cfg, platform=platform)
 
@@ -226,7 +226,7 @@ def test_by_pod_uid_alone_no_api_is_needed(node):
 
 def test_the_pod_list_is_cached_between_passes(node, api):
     FakeApi.pods = [pod("vllm-llama-0")]
-    kube = KubeClient(api, "tok", None, NODE)
+    kube = KubeClient(api, "tok", None, NODE, plain_http_loopback=True)
     now = [0.0]
     platform = PlatformMatcher(node.procfs(), kube=kube, is_api_server=is_api_server, clock=lambda: now[0])
     cfg = kube_cfg(namespace="llm", pod="vllm-llama-0")
@@ -306,3 +306,36 @@ def test_cgroups_of_processes_that_are_gone_are_not_kept(node):
     node.remove(70)
     discover(node.procfs(), cfg, platform=platform)
     assert len(platform._places) == cached - 2
+
+
+NOT_RUNNING = "container vllm of pod llm/vllm-llama-0 is not running (no containerID)"
+
+
+@pytest.mark.parametrize(
+    "field, value, url, why",
+    [
+        ("podIP", "evil.example.com", "http://127.0.0.1:8000", None),  # a name: never followed; its --port
+        ("podIP", ["10.1.2.3"], "http://127.0.0.1:8000", None),
+        ("containerPort", "8000; x", "http://10.1.2.3:8000", None),  # not a port number: its --port
+        ("containerPort", 70000, "http://10.1.2.3:8000", None),
+        ("containerID", 123, None, NOT_RUNNING),
+        ("containers", "vllm", "http://10.1.2.3:8000", None),
+        ("containerStatuses", {"name": "vllm"}, None, NOT_RUNNING),
+    ],
+)
+def test_a_pod_field_the_api_should_never_send_is_never_followed_nor_a_crash(node, api, field, value, url, why):
+    """The API server's answer is hostile until bounded: a pod IP that is a name would send the
+    canary (and the server's API key) wherever it points; odd types must not break discovery."""
+    p = pod("vllm-llama-0")
+    where = {
+        "podIP": p["status"],
+        "containerPort": p["spec"]["containers"][0]["ports"][0],
+        "containerID": p["status"]["containerStatuses"][0],
+        "containers": p["spec"],
+        "containerStatuses": p["status"],
+    }[field]
+    where[field] = value
+    FakeApi.pods = [p]
+    res = run(node, kube_cfg(namespace="llm", pod="vllm-llama-0"), api)
+    assert [t.api_url for t in res.targets] == ([url] if url else [])
+    assert res.unmatched == ((("llama", why),) if why else ())

@@ -40,6 +40,20 @@ def test_rendered_objects_are_valid_for_each_supported_version(overlay, version)
         validate(doc, version)
 
 
+@pytest.mark.parametrize("version", [v for v in VERSIONS if tuple(map(int, v.split("."))) >= (1, 30)])
+def test_the_optional_node_taint_component_is_valid_from_1_30(version):
+    """Its admission policy (admissionregistration.k8s.io/v1) exists from Kubernetes 1.30 on."""
+    docs = kustomize(K8S / "optional" / "node-taint")
+    assert {d["kind"] for d in docs} == {
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
+    for doc in docs:
+        validate(doc, version)
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_example_vllm_server_is_valid_for_each_supported_version(version):
     for doc in yaml.safe_load_all((K8S / "example-vllm.yaml").read_text(encoding="utf-8")):

@@ -109,7 +109,7 @@ def needs() -> dict[str, set[tuple[str, str, str]]]:
     Recorder.seen = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-    client = KubeClient(f"http://127.0.0.1:{server.server_address[1]}", "t", None, "node-a")
+    client = KubeClient(f"http://127.0.0.1:{server.server_address[1]}", "t", None, "node-a", plain_http_loopback=True)
     out = {}
     try:
         for name, drive in DRIVERS.items():

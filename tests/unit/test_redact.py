@@ -111,3 +111,37 @@ def test_redacting_a_json_document_keeps_it_json():
 
 def test_a_url_without_a_password_is_left_alone():
     assert redact_url("http://127.0.0.1:8000/v1/models") == "http://127.0.0.1:8000/v1/models"
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("api_key: b'k3y-Zq7'", f"api_key: b'{R}'"),
+        ("Namespace(api_key=b'k3y-Zq7', port=8000)", f"Namespace(api_key=b'{R}', port=8000)"),
+        ("{'api_key': b'k3y-Zq7', 'port': 8000}", f"{{'api_key': b'{R}', 'port': 8000}}"),
+        ("{'api_key': [b'k3y-Zq7', b'k3y-Zq8']}", f"{{'api_key': [b'{R}', b'{R}']}}"),
+        ('"api_key": b"k3y-Zq7"', f'"api_key": b"{R}"'),
+        ("VLLM_API_KEY=b'k3y-Zq7'", f"VLLM_API_KEY=b'{R}'"),
+        ("api_key=rb'k3y-Zq7'", f"api_key=rb'{R}'"),
+        ("api_key=B'k3y-Zq7'", f"api_key=B'{R}'"),
+        ("--api-key b'k3y-Zq7' b'k3y-Zq8' --port 1", f"--api-key {R} {R} --port 1"),
+        ("--api-key 'k3y-Zq7' --port 1", f"--api-key {R} --port 1"),
+        ("--model 'my model' --tokenizer b'gpt2'", "--model 'my model' --tokenizer b'gpt2'"),  # not secrets
+        ("token: bob", f"token: {R}"),  # a bare value starting with b is still a bare value
+    ],
+)
+def test_a_key_held_as_bytes_or_quoted_after_an_option_is_redacted(text, expected):
+    """Defect E16: ``api_key: b'…'`` kept the key (the bare value stopped at the quote after b)."""
+    assert redact_text(text) == expected
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["python", "-c", "serve(api_key=b'k3y-Zq7')"],
+        ["vllm", "--config={'api_key': b'k3y-Zq7'}"],
+        ["env", "VLLM_API_KEY=b'k3y-Zq7'", "vllm"],
+    ],
+)
+def test_a_bytes_key_in_an_argument_is_redacted(argv):
+    assert not any("k3y-Zq7" in a for a in redact_argv(argv))

@@ -35,8 +35,9 @@ The steps are ``EvidenceCollector._plan`` (``bundle.plan``), ``_read_live`` (py-
 and the manifest (``bundle.manifest``). Never raises out of ``capture``: whatever failed is a
 reason in ``failures``.
 Files ``0640``, folders ``0750``; ``incident.json`` belongs to the IncidentStore
-and is never written here; command lines and text are redacted (``redact``);
-py-spy ``--locals`` only when configured.
+and is never written here; command lines and text are redacted (``redact``), and every
+file is scrubbed of the secret values the guardian holds (``known_secrets``, through the
+writer); py-spy ``--locals`` only when configured.
 """
 
 from __future__ import annotations
@@ -191,8 +192,10 @@ class EvidenceCollector:
         max_workers: int = MAX_DUMP_WORKERS,
         slack: float = SLACK_S,
         details: ProcessDetails | None = None,
+        scrub: Callable[[str], str] | None = None,
     ) -> None:
         self.cfg = cfg
+        self._scrub = scrub  # the known secret values out of every file (bundle/known_secrets.py)
         self._dir_for = store_dir_for
         self._runner = runner
         self._procfs = procfs
@@ -221,7 +224,7 @@ class EvidenceCollector:
             return EvidenceResult(
                 Path(), (), {"bundle": f"no folder for {bundle_id!r}: {e}"}, self._clock.monotonic() - start, False
             )
-        bundle = BundleWriter(root)
+        bundle = BundleWriter(root, self._scrub)
         removed: list[str] = []
         try:
             bundle.mkdir(root)

@@ -7,7 +7,9 @@ Pure functions, no I/O. What is treated as a secret, in free text (``redact_text
   ``NAME=value`` / ``NAME="va lue"`` (an env line, ``export``), ``name: value``,
   ``"api_key": "X"`` (JSON), ``'api_key': ['X', 'Y']`` (vLLM's ``non-default args:``
   line, a Python dict or list), ``Namespace(api_key='X')``, ``Authorization: Bearer X``,
-  ``password=X``; and the ``name: value`` lines of a py-spy text dump's locals;
+  ``password=X``; and the ``name: value`` lines of a py-spy text dump's locals; a quoted value
+  with a Python string prefix is a value too (``api_key: b'X'``, ``Namespace(api_key=b'X')``,
+  ``--api-key b'X'``: a key held as bytes, as a repr or a log prints it);
 - ``Bearer X`` anywhere, and the password in a URL's user-info (``redis://:pw@host``);
 - values whose own shape says secret, whatever names them: Hugging Face tokens (``hf_…``),
   ``sk-…`` keys, AWS access key ids (``AKIA…``/``ASIA…``), Google API keys (``AIza…``),
@@ -44,6 +46,8 @@ _NOT_SECRETS = frozenset({"null", "none", "true", "false", "nil"})
 _BARE = r"[^\s\"'\\<>&,;(){}\[\]]+"
 _DQ = r'"(?:[^"\\\n]|\\.){0,4096}"'
 _SQ = r"'(?:[^'\\\n]|\\.){0,4096}'"
+_PREFIX = r"(?:[bB][rR]?|[rR][bB]?|[uU])?"  # b'…' (bytes), rb'…', u'…': a Python literal's prefix
+_STRING = _PREFIX + "(?:" + _DQ + "|" + _SQ + ")"
 _LIST = r"\[[^\[\]\n]{0,8192}\]"
 _SCHEME = r"(?:(?i:bearer|basic|token|digest)[ \t]+)?"
 # name <sep> value: ``NAME=v``, ``--name=v``, ``"name": "v"``, ``'name': ['v']``, ``name: v``.
@@ -52,12 +56,15 @@ _KV_HEAD = re.compile(
     r"(?<![\w.-])(?P<q>[\"']?)(?P<dash>--?)?(?P<name>[A-Za-z_][\w.-]{0,79})(?P=q)"
     r"(?P<sep>[ \t]{0,8}[:=][ \t]{0,8})"
 )
-_KV_VALUE = re.compile(_DQ + "|" + _SQ + "|" + _LIST + "|" + _SCHEME + _BARE)
+_KV_VALUE = re.compile(_STRING + "|" + _LIST + "|" + _SCHEME + _BARE)
 _QUOTED = re.compile(_DQ + "|" + _SQ)
-# ``--name v1 v2``: every value up to the next option
+_QUOTED_PFX = re.compile(r"(?P<p>[bBrRuU]{0,2})(?P<q>[\"'])")
+# ``--name v1 v2``: every value up to the next option; a value is a word or a quoted string
+_OPT_VALUE = r"(?!-)(?:" + _STRING + r"|[^\s\"'\\<>&]+)"
+_OPT_VALUES = re.compile(_OPT_VALUE)
 _OPT_SP = re.compile(
     r"(?<![\w-])(?P<opt>--?(?P<name>[A-Za-z][\w.-]{0,79}))(?P<sp>[ \t]+)"
-    r"(?P<val>(?!-)[^\s\"'\\<>&]+(?:[ \t]+(?!-)[^\s\"'\\<>&]+)*)"
+    r"(?P<val>" + _OPT_VALUE + r"(?:[ \t]+" + _OPT_VALUE + r")*)"
 )
 # ``name: value`` lines of a py-spy text dump with --locals (Arguments:/Locals: sections)
 _LOCAL = re.compile(r"(?m)^(?P<head>[ \t]+(?P<name>[A-Za-z_]\w{0,79}): )(?P<val>[^\n]+)$")
@@ -119,9 +126,12 @@ def redact_argv(argv: Sequence[str]) -> tuple[str, ...]:
 
 
 def _value(val: str, json_bare: bool) -> str:
-    """The redacted form of one value as it was written: quotes and list brackets kept."""
-    if val[:1] in "\"'":
-        return val[0] + REDACTED + val[0]
+    """The redacted form of one value as it was written: quotes, a string prefix (``b'…'``) and
+    list brackets kept."""
+    quoted = _QUOTED_PFX.match(val)
+    if quoted is not None:
+        q = quoted.group("q")
+        return quoted.group("p") + q + REDACTED + q
     if val[:1] == "[":
         return _QUOTED.sub(lambda q: q.group(0)[0] + REDACTED + q.group(0)[0], val)
     scheme, _, token = val.rpartition(" ") if " " in val or "\t" in val else ("", "", val)
@@ -163,7 +173,7 @@ def _sub_kv(text: str) -> str:
 def _opt(m: re.Match[str]) -> str:
     if not is_secret_name(m.group("name")):
         return m.group(0)
-    values = len(m.group("val").split())  # --api-key k1 k2: every key
+    values = len(_OPT_VALUES.findall(m.group("val")))  # --api-key k1 k2: every key
     return m.group("opt") + m.group("sp") + " ".join([REDACTED] * values)
 
 

@@ -1,6 +1,8 @@
 """Writes one evidence bundle folder: files ``0640`` (atomically: temporary name, then rename),
 folders ``0750`` whatever the umask, and the manifest's bookkeeping (files and sizes, failures
 and their reasons, notes, py-spy calls as ``PySpyCall``). Safe to use from the capture's pool threads.
+Every file written passes through ``scrub`` (the known secret values, ``known_secrets``) on its way
+to disk: a text always, bytes when they are UTF-8.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from vllm_guardian.fsutil import atomic_write
 
@@ -43,8 +45,9 @@ DIR_MODE = 0o750
 class BundleWriter:
     """The folder being written and its manifest entries; safe to use from the pool threads."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, scrub: Callable[[str], str] | None = None) -> None:
         self.root = root
+        self._scrub = scrub
         self.files: dict[str, int] = {}
         self.failures: dict[str, str] = {}
         self.steps: list[PySpyCall] = []
@@ -64,6 +67,14 @@ class BundleWriter:
             os.chmod(d, DIR_MODE)
 
     def write(self, rel: str, data: str | bytes) -> None:
+        if self._scrub is not None:
+            if isinstance(data, bytes):
+                try:
+                    data = data.decode("utf-8")
+                except UnicodeDecodeError:
+                    pass
+            if isinstance(data, str):
+                data = self._scrub(data)
         raw = data.encode("utf-8", errors="replace") if isinstance(data, str) else data
         path = self.root / rel
         self.mkdir(path.parent)

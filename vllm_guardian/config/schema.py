@@ -344,6 +344,9 @@ class KubernetesConfig:
 
     kubeconfig: str | None = setting(None, doc="outside a pod (systemd on a node): a kubeconfig; default $KUBECONFIG")
     context: str | None = setting(None, doc="the kubeconfig's context; default its current-context")
+    plain_http_loopback: bool = setting(
+        False, doc="a test API server: send the token to an http:// server on a loopback address (else https only)"
+    )
     readiness_gate: bool = setting(
         True, doc="patch the pod condition vllm-guardian.io/serving (the pod's readiness gate)"
     )

@@ -23,7 +23,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from vllm_guardian.fsutil import atomic_write
 from vllm_guardian.incidents.runbooks import runbook_url
@@ -437,8 +437,14 @@ def read_bundle(bundle_dir: str | os.PathLike[str], incident: Mapping[str, Any] 
     )
 
 
-def write_report(bundle_dir: str | os.PathLike[str], incident: Mapping[str, Any] | None) -> Path:
-    """(Re)writes ``report.html`` in the bundle from what the bundle holds; mode 0640."""
+def write_report(
+    bundle_dir: str | os.PathLike[str],
+    incident: Mapping[str, Any] | None,
+    scrub: Callable[[str], str] | None = None,
+) -> Path:
+    """(Re)writes ``report.html`` in the bundle from what the bundle holds; mode 0640. ``scrub``:
+    the known secret values out of the page (``bundle/known_secrets.py``)."""
     path = Path(bundle_dir) / REPORT
-    atomic_write(path, render_report(read_bundle(bundle_dir, incident)))
+    page = render_report(read_bundle(bundle_dir, incident))
+    atomic_write(path, scrub(page) if scrub is not None else page)
     return path

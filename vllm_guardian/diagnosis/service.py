@@ -15,8 +15,9 @@ dumps are matched when it gives nothing.
 
 Writes into the bundle: ``diagnosis.json`` ({diagnosis, crash, notes,
 accelerators, vllm_version}), the diagnosis block into ``summary.txt`` (after its
-header, so it is read first) and ``report.html``. Never raises: a failure is
-logged and the bundle keeps what it had.
+header, so it is read first) and ``report.html``, each redacted and scrubbed of the
+secret values the guardian holds (``scrub``: ``bundle/known_secrets.py``). Never raises: a
+failure is logged and the bundle keeps what it had.
 """
 
 from __future__ import annotations
@@ -153,8 +154,10 @@ class Diagnoser:
         http: HttpClient | None = None,
         log_max_bytes: int = MAX_BYTES,
         version_timeout: float = VERSION_TIMEOUT_S,
+        scrub: Callable[[str], str] | None = None,
     ) -> None:
         self.signatures = tuple(signatures)
+        self._scrub = scrub or (lambda text: text)
         self._runner = runner
         self._kube = kube
         self._http = http
@@ -169,6 +172,7 @@ class Diagnoser:
         runner: CommandRunner | None = None,
         kube: Callable[[], KubeClient] | None = None,
         http: HttpClient | None = None,
+        scrub: Callable[[str], str] | None = None,
     ) -> Diagnoser:
         """The shipped catalogs plus ``diagnosis.catalogs``; ``CatalogError`` at startup when one is bad."""
         d = cfg.diagnosis
@@ -178,6 +182,7 @@ class Diagnoser:
             kube=kube,
             http=http,
             log_max_bytes=d.log_max_bytes,
+            scrub=scrub,
         )
 
     # ------------------------------------------------------------ inputs through seams
@@ -290,8 +295,7 @@ class Diagnoser:
         self.write(bundle, incident, res)
         return res
 
-    @staticmethod
-    def write(bundle: Path, incident: Incident, res: DiagnosisResult) -> None:
+    def write(self, bundle: Path, incident: Incident, res: DiagnosisResult) -> None:
         diagnosis, crash = list(res.diagnosis), res.crash
         doc = {
             "schema": 1,
@@ -302,16 +306,17 @@ class Diagnoser:
             "accelerators": list(res.accelerators),
         }
         try:
-            atomic_write(bundle / DIAGNOSIS_FILE, redact_text(json.dumps(jsonable(doc), indent=2)) + "\n")
+            scrub = self._scrub
+            atomic_write(bundle / DIAGNOSIS_FILE, scrub(redact_text(json.dumps(jsonable(doc), indent=2))) + "\n")
             summary = bundle / "summary.txt"
             if summary.exists():
                 text = summary.read_text(encoding="utf-8")
                 if "\nDiagnosis: " not in text:
                     block = diagnosis_lines(diagnosis, crash, res.notes)
-                    atomic_write(summary, redact_text(insert_into_summary(text, block)))
+                    atomic_write(summary, scrub(redact_text(insert_into_summary(text, block))))
             inc = incident_to_dict(incident)
             inc.update({"diagnosis": diagnosis, "crash": crash})
-            write_report(bundle, inc)
+            write_report(bundle, inc, scrub)
         except OSError as e:
             log.warning("diagnosis files for %s not written: %s", bundle, e)
 

@@ -17,6 +17,7 @@ pick unambiguously (several match) is reported, never guessed.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import time
 from dataclasses import dataclass
@@ -47,11 +48,26 @@ def _miss(why: str) -> PlatformMatch:
 
 
 def _container_port(container: Mapping[str, Any]) -> int | None:
-    ports = [p for p in container.get("ports") or [] if isinstance(p, dict) and p.get("containerPort")]
+    """The container's port named ``http``, else its first; only a port number is taken."""
+    ports = [
+        p
+        for p in container.get("ports") or []
+        if isinstance(p, dict) and isinstance(p.get("containerPort"), int) and 0 < p["containerPort"] < 65536
+    ]
     for p in ports:
         if p.get("name") == "http":
             return int(p["containerPort"])
     return int(ports[0]["containerPort"]) if ports else None
+
+
+def _pod_ip(status: Mapping[str, Any]) -> str | None:
+    """The pod's IP when the API says one; only an IP address literal is taken (never a name that
+    would send the canary, and the server's API key with it, wherever the answer points)."""
+    value = status.get("podIP")
+    try:
+        return str(ipaddress.ip_address(value)) if isinstance(value, str) and value else None
+    except ValueError:
+        return None
 
 
 def _read_text(path: str) -> str:
@@ -170,7 +186,12 @@ class PlatformMatcher:
                 f"{len(pods)} running {wanted} in namespace {km.namespace} on this node ({names}): "
                 "name one with match.kubernetes.pod, or narrow the selector"
             )
-        pod = pods[0]
+        try:
+            return self._match_pod(km, pods[0], procs)
+        except (TypeError, ValueError, AttributeError) as e:  # an answer that is not what Kubernetes sends
+            return _miss(f"the API server's pod in namespace {km.namespace} is not a Pod object ({type(e).__name__})")
+
+    def _match_pod(self, km: Any, pod: dict, procs: Mapping[int, Any]) -> PlatformMatch:
         md, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
         uid = str(md.get("uid", "")).lower()
         containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
@@ -191,7 +212,7 @@ class PlatformMatcher:
                 ),
                 {},
             )
-            cid = container_id_of(st.get("containerID", ""))
+            cid = container_id_of(str(st.get("containerID") or ""))
             if cid is None:
                 return _miss(
                     f"container {container.get('name')} of pod {km.namespace}/{md.get('name')} "
@@ -211,7 +232,7 @@ class PlatformMatcher:
                 f"(uid {uid}): is the guardian running with hostPID?"
             )
         port = _container_port(container) if container is not None else None
-        return PlatformMatch(self._prefer_servers(pids, procs), status.get("podIP") or None, port)
+        return PlatformMatch(self._prefer_servers(pids, procs), _pod_ip(status), port)
 
     # ------------------------------------------------------------ systemd
     def _unit_procs(self, cgroup: str) -> set[int] | None:

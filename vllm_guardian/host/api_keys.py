@@ -71,15 +71,16 @@ def key_from_argv(argv: Iterable[str]) -> str | None:
     return found or None
 
 
-def _clean(value: str | None, origin: str) -> KeySource:
-    """A read key made usable: whitespace around it dropped; None (with the problem) when it is
-    empty or holds a control character. The message names ``origin``, never the value."""
+def clean_key(value: str | None, origin: str, what: str = "key") -> KeySource:
+    """A read secret (an API key; a Kubernetes token, ``what="token"``) made usable: whitespace
+    around it dropped; None (with the problem) when it is empty or holds a control character (an
+    HTTP header cannot carry it). The message names ``origin``, never the value."""
     value = (value or "").strip()
     if not value:
         return KeySource(None, origin)
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
         return KeySource(
-            None, origin, f"the key from {origin} holds a control character (not shown): not used; fix the key"
+            None, origin, f"the {what} from {origin} holds a control character (not shown): not used; fix the {what}"
         )
     return KeySource(value, origin)
 
@@ -136,7 +137,7 @@ def resolve_key(
     env_name = getattr(target_cfg, "api_key_env", None)
     file_path = getattr(target_cfg, "api_key_file", None)
     if env_name:
-        src = _clean(environ.get(env_name), f"config env {env_name}")
+        src = clean_key(environ.get(env_name), f"config env {env_name}")
         if src.key or src.problem:
             return src
         return KeySource(
@@ -149,7 +150,7 @@ def resolve_key(
             return KeySource(
                 None, f"config file {file_path}", f"api_key_file {file_path}: {e.strerror or type(e).__name__}"
             )
-        src = _clean(value, f"config file {file_path}")
+        src = clean_key(value, f"config file {file_path}")
         if src.key or src.problem:
             return src
         return KeySource(None, f"config file {file_path}", f"api_key_file {file_path} is empty")
@@ -157,7 +158,7 @@ def resolve_key(
         return NO_KEY
     value = key_from_argv(cmdline)
     if value:
-        return _clean(value, f"--api-key of pid {pid}")
+        return clean_key(value, f"--api-key of pid {pid}")
     if not read_environ:
         return KeySource(
             None, "none", f"{ENV_NAME} of pid {pid} not read: a read of its environ blocked a discovery pass"
@@ -166,7 +167,7 @@ def resolve_key(
         value = procfs.environ_var(pid, ENV_NAME)
     except (TargetGone, AccessDenied, ProbeFailed) as e:
         return KeySource(None, "none", f"cannot read {ENV_NAME} of pid {pid} ({type(e).__name__})")
-    src = _clean(value, f"{ENV_NAME} of pid {pid}")
+    src = clean_key(value, f"{ENV_NAME} of pid {pid}")
     return src if src.key or src.problem else NO_KEY
 
 

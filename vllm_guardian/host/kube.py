@@ -17,10 +17,21 @@ from its file (projected service-account tokens rotate), a client certificate is
 its file changes (the kubelet's rotate). Where the API server is and how to authenticate:
 ``vllm_guardian.host.kubeconfig`` (in-cluster, or a kubeconfig for a guardian run by systemd).
 The opener is a seam so tests can point at a local fake API server.
+
+A token is never formatted into a message: one read from its file is stripped and refused when
+it still holds a control character (naming the file); a request that cannot be sent (http.client
+refuses a header value with a ``ValueError`` that quotes it) is reported by its type only. A
+token is sent only over https (plain http only to a loopback test server the config opts in to:
+``kubeconfig.transport_problem``, checked when the client is built). What the API server answers
+is hostile until bounded: each call has one deadline for its whole answer and follows no
+redirect (``kube_http``), answers are capped in bytes, lists in items and pages, a list item that
+is not an API object fails the list, a Status message is cut to 500 characters with its control
+characters escaped, an answer that is not HTTP or not JSON is a ``ProbeFailed`` by type.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -31,8 +42,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 from urllib.parse import quote
 
-from vllm_guardian.errors import ProbeFailed
-from vllm_guardian.host.kubeconfig import SA_DIR, ApiAccess, discover
+from vllm_guardian.errors import BackendUnavailable, ProbeFailed
+from vllm_guardian.host.api_keys import clean_key
+from vllm_guardian.host.kube_http import ApiError, EvictionBlocked, api_error, open_with_deadline
+from vllm_guardian.host.kubeconfig import SA_DIR, ApiAccess, discover, transport_problem
 from vllm_guardian.host.kubeconfig import in_cluster as _in_cluster
 
 if TYPE_CHECKING:
@@ -70,18 +83,6 @@ def pod_uid_of(procfs: ProcFS, key: ProcKey, alive: Callable[[ProcKey], bool]) -
     return pod_uid_from_cgroup(text)
 
 
-class ApiError(ProbeFailed):
-    """The API server answered with an error status: ``code``, and its Status ``message``."""
-
-    def __init__(self, text: str, code: int, message: str = "", retry_after: float | None = None) -> None:
-        super().__init__(text)
-        self.code, self.message, self.retry_after = code, message, retry_after
-
-
-class EvictionBlocked(ApiError):
-    """HTTP 429 on an eviction: a PodDisruptionBudget allows no disruption now (retry later)."""
-
-
 CONDITION_PATCH = "application/strategic-merge-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -104,32 +105,47 @@ class KubeClient:
         page_size: int = 500,
         max_items: int = 5000,
         max_bytes: int = 32 * 1024 * 1024,
+        plain_http_loopback: bool = False,
     ) -> None:
+        """``BackendUnavailable`` when a credential would be sent in the clear, or the inline
+        ``token`` holds a control character (``kubeconfig.transport_problem``, ``clean_key``)."""
+        if problem := transport_problem(base_url, bool(token or token_file), plain_http_loopback):
+            raise BackendUnavailable(problem)
+        if token is not None:
+            src = clean_key(token, "the kubernetes client's inline token", "token")
+            if src.problem:
+                raise BackendUnavailable(src.problem)
+            token = src.key
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.token_file = token_file
+        self._read_tokens: tuple[str, ...] = ()  # the last tokens read from token_file (for secrets())
         self.node_name = node_name
         self.timeout = timeout
         self.ca_file, self.client_cert, self.client_key, self.insecure = ca_file, client_cert, client_key, insecure
         self.page_size, self.max_items, self.max_bytes = page_size, max_items, max_bytes
         self._ctx: tuple[tuple[tuple[str, int], ...], ssl.SSLContext | None] | None = None
-        self._open = opener or (
-            lambda req, timeout: urllib.request.urlopen(req, timeout=timeout, context=self._ssl_context())
-        )
+        self._open = opener or (lambda req, timeout: open_with_deadline(req, timeout, self._ssl_context()))
 
     @classmethod
-    def from_access(cls, access: ApiAccess, node_name: str | None, timeout: float = 10.0) -> KubeClient:
-        return cls(
-            access.server,
-            access.token,
-            access.ca_file,
-            node_name,
-            timeout,
-            token_file=access.token_file,
-            client_cert=access.client_cert,
-            client_key=access.client_key,
-            insecure=access.insecure,
-        )
+    def from_access(
+        cls, access: ApiAccess, node_name: str | None, timeout: float = 10.0, plain_http_loopback: bool = False
+    ) -> KubeClient:
+        try:
+            return cls(
+                access.server,
+                access.token,
+                access.ca_file,
+                node_name,
+                timeout,
+                token_file=access.token_file,
+                client_cert=access.client_cert,
+                client_key=access.client_key,
+                insecure=access.insecure,
+                plain_http_loopback=plain_http_loopback,
+            )
+        except BackendUnavailable as e:
+            raise BackendUnavailable(f"{access.source}: {e}") from None
 
     @classmethod
     def in_cluster(cls, env: Mapping[str, str], timeout: float = 10.0) -> KubeClient:
@@ -137,13 +153,19 @@ class KubeClient:
 
     @classmethod
     def from_environment(
-        cls, env: Mapping[str, str], kubeconfig: str | None = None, context: str | None = None, timeout: float = 10.0
+        cls,
+        env: Mapping[str, str],
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        timeout: float = 10.0,
+        plain_http_loopback: bool = False,
     ) -> KubeClient:
         """In-cluster in a pod; else the kubeconfig given (or ``$KUBECONFIG``). The node is
-        ``$NODE_NAME``, else this host's name (a guardian on the node, run by systemd)."""
+        ``$NODE_NAME``, else this host's name (a guardian on the node, run by systemd).
+        ``plain_http_loopback``: a token may go to a loopback ``http://`` server (a test server)."""
         access = discover(env, kubeconfig, context)
         node = env.get("NODE_NAME") or (None if access.source == "in-cluster" else os.uname().nodename)
-        return cls.from_access(access, node, timeout)
+        return cls.from_access(access, node, timeout, plain_http_loopback)
 
     # ---------------------------------------------------------------- transport
     def _ssl_context(self) -> ssl.SSLContext | None:
@@ -169,9 +191,21 @@ class KubeClient:
             return self.token
         try:
             with open(self.token_file, encoding="utf-8") as f:
-                return f.read(64 * 1024).strip() or None
-        except OSError as e:
-            raise ProbeFailed(f"kubernetes service-account token {self.token_file}: {e.strerror or e}") from None
+                raw = f.read(64 * 1024)
+        except (OSError, UnicodeDecodeError) as e:
+            why = getattr(e, "strerror", None) or type(e).__name__
+            raise ProbeFailed(f"kubernetes service-account token {self.token_file}: {why}") from None
+        src = clean_key(raw, f"token file {self.token_file}", "token")
+        if src.problem:
+            raise ProbeFailed(f"kubernetes: {src.problem}")
+        if src.key and src.key not in self._read_tokens:
+            self._read_tokens = (*self._read_tokens[-1:], src.key)  # the current and the one before
+        return src.key
+
+    def secrets(self) -> tuple[str, ...]:
+        """The tokens this client holds or last sent (for the scrubber of written text; never for
+        printing): the inline token, the current and previous token of its file."""
+        return tuple(t for t in (self.token, *self._read_tokens) if t)
 
     def _request(
         self,
@@ -191,14 +225,21 @@ class KubeClient:
         if data is not None:
             req.add_header("Content-Type", content_type)
         token = self._bearer()
-        if token:
-            req.add_header("Authorization", f"Bearer {token}")
+        if token:  # never carried along a redirect (none is followed either: kube_http)
+            req.add_unredirected_header("Authorization", f"Bearer {token}")
         try:
             with self._open(req, self.timeout) as resp:
                 raw = resp.read(cap + 1)
         except urllib.error.HTTPError as e:
-            raise _api_error(method, path, e) from None
-        except (urllib.error.URLError, OSError, ValueError, ssl.SSLError) as e:
+            raise api_error(method, path, e) from None
+        except ValueError as e:  # http.client's message quotes the header value it refused: the token
+            raise ProbeFailed(
+                f"kubernetes API {method} {path}: {type(e).__name__}: the request could not be sent "
+                "(a header or the URL is invalid; values not shown)"
+            ) from None
+        except http.client.HTTPException as e:  # a status line or headers that are not HTTP
+            raise ProbeFailed(f"kubernetes API {method} {path}: {type(e).__name__}: the answer is not HTTP") from None
+        except (urllib.error.URLError, OSError, ssl.SSLError) as e:
             raise ProbeFailed(f"kubernetes API {method} {path}: {e}") from None
         if limit is None and len(raw) > cap:
             raise ProbeFailed(f"kubernetes API {method} {path}: answer larger than {cap} bytes; not read")
@@ -208,8 +249,8 @@ class KubeClient:
         raw = self._request(method, path, body, content_type=content_type)
         try:
             reply = json.loads(raw or b"{}")
-        except ValueError as e:
-            raise ProbeFailed(f"kubernetes API {method} {path}: {e}") from None
+        except (ValueError, RecursionError) as e:  # RecursionError: JSON nested too deep to decode
+            raise ProbeFailed(f"kubernetes API {method} {path}: not JSON ({type(e).__name__})") from None
         if not isinstance(reply, dict):
             raise ProbeFailed(f"kubernetes API {method} {path}: expected a JSON object, got {type(reply).__name__}")
         return reply
@@ -219,15 +260,17 @@ class KubeClient:
         items: list[dict[str, Any]] = []
         token = ""
         sep = "&" if "?" in path else "?"
-        while True:
-            page = f"{path}{sep}limit={self.page_size}" + (f"&continue={quote(token, safe='')}" if token else "")
+        for _ in range(self.max_items // max(1, self.page_size) + 2):  # a server that never stops paging
+            page = f"{path}{sep}limit={self.page_size}" + (f"&continue={quote(token[:4096], safe='')}" if token else "")
             reply = self._call("GET", page)
-            items += [i for i in reply.get("items") or [] if isinstance(i, dict)]
+            items += _objects(reply.get("items"), f"kubernetes API GET {path}")
             if len(items) > self.max_items:
                 raise ProbeFailed(f"kubernetes API GET {path}: more than {self.max_items} items; narrow the query")
-            token = str((reply.get("metadata") or {}).get("continue") or "")
+            more = reply.get("metadata")
+            token = str(more.get("continue") or "") if isinstance(more, dict) else ""
             if not token:
                 return items
+        raise ProbeFailed(f"kubernetes API GET {path}: the pages do not end; not read further")
 
     # ---------------------------------------------------------------- pods
     def find_pod(self, uid: str, namespace: str | None = None) -> PodRef:
@@ -244,7 +287,10 @@ class KubeClient:
                 raise ProbeFailed(
                     f"pod {md.get('name')} with uid {uid} runs on node {node}, not on {self.node_name}; not touching it"
                 )
-            return PodRef(md["namespace"], md["name"], uid)
+            namespace_, name = md.get("namespace"), md.get("name")
+            if not isinstance(namespace_, str) or not isinstance(name, str):
+                raise ProbeFailed(f"the pod with uid {uid} has no namespace or name in the API's answer")
+            return PodRef(namespace_, name, uid)
         where = f"namespace {namespace}" if namespace else "the cluster"
         raise ProbeFailed(f"no pod with uid {uid} on node {self.node_name or '?'} in {where}")
 
@@ -342,21 +388,19 @@ class KubeClient:
         return raw.decode("utf-8", errors="replace")
 
 
-def _api_error(method: str, path: str, e: urllib.error.HTTPError) -> ApiError:
-    message = ""
-    try:
-        status = json.loads(e.read(64 * 1024) or b"{}")
-        if isinstance(status, dict):
-            message = str(status.get("message") or "")[:500]
-    except (ValueError, OSError):
-        pass
-    retry = e.headers.get("Retry-After") if e.headers is not None else None
-    try:
-        retry_after = float(retry) if retry else None
-    except ValueError:
-        retry_after = None
-    text = f"kubernetes API {method} {path}: HTTP {e.code} {e.reason}" + (f": {message}" if message else "")
-    return ApiError(text, e.code, message, retry_after)
+def _objects(items: Any, what: str) -> list[dict[str, Any]]:
+    """The items of a list answer, each an object whose metadata, spec and status are objects
+    when present; ``ProbeFailed`` otherwise (an answer that is not what Kubernetes sends)."""
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise ProbeFailed(f"{what}: items is not a list; not what Kubernetes sends")
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or any(
+            not isinstance(item.get(k), dict) for k in ("metadata", "spec", "status") if item.get(k) is not None
+        ):
+            raise ProbeFailed(f"{what}: item {i} is not an API object; not what Kubernetes sends")
+    return items
 
 
 # ---------------------------------------------------------------- match.kubernetes (additive)

@@ -7,20 +7,30 @@ client certificate and key (files, re-loaded by the client when they change on d
 kubelet's rotate; inline ``-data`` values are written once to a private directory). ``exec`` and
 ``auth-provider`` credential plugins are refused with a clear error: the guardian runs no
 external programs to get a token.
+
+A token is a secret: whitespace around it is dropped (a token pasted from a file ends in a
+newline) and one that still holds a control character is refused, as API keys are
+(``api_keys.clean_key``); every message names where the token came from, never its value.
+Decides too whether a server may be called with credentials at all (``transport_problem``): only
+over ``https``; plain ``http`` only to a loopback address and only when the config opts in
+(``kubernetes.plain_http_loopback``: a local test API server), since a bearer token sent over
+plain http is readable by anyone on the path (docs/operate.md, "Outside a pod").
 """
 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
+from urllib.parse import urlsplit
 
-import yaml
-
-from vllm_guardian.errors import BackendUnavailable
+from vllm_guardian.config.yaml_text import load_yaml
+from vllm_guardian.errors import BackendUnavailable, ConfigError
+from vllm_guardian.host.api_keys import clean_key
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -37,6 +47,60 @@ class ApiAccess:
     client_key: str | None = None
     insecure: bool = False
     source: str = ""  # "in-cluster" or the kubeconfig's path and context, for messages
+
+    def __repr__(self) -> str:  # a dataclass repr would print the token
+        token = "<set>" if self.token else None
+        return (
+            f"ApiAccess(server={self.server!r}, token={token}, token_file={self.token_file!r}, source={self.source!r})"
+        )
+
+
+def server_origin(server: str) -> str:
+    """``scheme://host[:port]`` of an API server URL: what messages print (never a user-info part)."""
+    parts = urlsplit(server)
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ":?"
+    host = parts.hostname or "?"
+    return f"{parts.scheme}://{'[' + host + ']' if ':' in host else host}{port}"
+
+
+def _loopback(host: str | None) -> bool:
+    if host is None:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def transport_problem(server: str, credentials: bool, plain_http_loopback: bool = False) -> str | None:
+    """Why ``server`` must not be called (None: it may). Only ``https`` and ``http``; a token over
+    plain ``http`` only to a loopback address, and only with ``plain_http_loopback`` (a local test
+    server). Pure; the message names the server's origin, never a credential."""
+    parts = urlsplit(server)
+    scheme = parts.scheme.lower()
+    if scheme == "https":
+        return None
+    origin = server_origin(server)
+    if scheme != "http":
+        return f"kubernetes API server {origin}: only https (or http to a loopback test server) is spoken"
+    if not credentials:
+        return None
+    if plain_http_loopback and _loopback(parts.hostname):
+        return None
+    where = (
+        "kubernetes.plain_http_loopback covers loopback addresses only"
+        if plain_http_loopback
+        else "for a local test server on a loopback address only, set kubernetes.plain_http_loopback: true"
+    )
+    return (
+        f"kubernetes API server {origin} is plain http: the bearer token would be sent unencrypted; "
+        f"refused (use https; {where})"
+    )
 
 
 def in_cluster(env: Mapping[str, str], sa_dir: Path = SA_DIR) -> ApiAccess:
@@ -70,6 +134,19 @@ def _data_file(data: str, suffix: str, private_dir: Path) -> str:
     return name
 
 
+def _inline_token(value: Any, origin: str) -> str | None:
+    """An inline ``token`` made usable (``clean_key``); BackendUnavailable naming ``origin`` (never
+    the value) when it holds a control character."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, (dict, list)):
+        raise BackendUnavailable(f"the token from {origin} is not a string")
+    src = clean_key(str(value), origin, "token")
+    if src.problem:
+        raise BackendUnavailable(src.problem)
+    return src.key
+
+
 def _resolve(base: Path, value: Any) -> str | None:
     if not value:
         return None
@@ -79,10 +156,10 @@ def _resolve(base: Path, value: Any) -> str | None:
 
 def parse_kubeconfig(text: str, path: str, context: str | None = None, private_dir: Path | None = None) -> ApiAccess:
     """The access a kubeconfig document describes for ``context`` (default: its current-context)."""
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise BackendUnavailable(f"kubeconfig {path}: not YAML: {e}") from None
+    try:  # the config's strict loader: bounded depth and aliases; errors by position, never a line's text
+        doc = load_yaml(text, f"kubeconfig {path}")
+    except ConfigError as e:
+        raise BackendUnavailable("; ".join(e.problems)) from None
     if not isinstance(doc, dict):
         raise BackendUnavailable(f"kubeconfig {path}: expected a mapping")
     name = context or doc.get("current-context")
@@ -116,7 +193,7 @@ def parse_kubeconfig(text: str, path: str, context: str | None = None, private_d
     return ApiAccess(
         str(server),
         ca_file=ca,
-        token=str(user["token"]) if user.get("token") else None,
+        token=_inline_token(user.get("token"), f"kubeconfig {path} user {ctx.get('user')!r}"),
         token_file=_resolve(base, user.get("tokenFile")),
         client_cert=cert,
         client_key=key,

@@ -1,8 +1,9 @@
 """Incidents on disk: ``<state_dir>/incidents/<id>/incident.json``, one JSON file each.
 
 Writes atomically (temporary file, fsync, ``os.replace``, fsync of the folder);
-files ``0640``, folders ``0750``. Field names are those `guardian incidents list --json` prints. A corrupt or
-unreadable file is skipped with a warning, never a crash. The evidence bundle of
+files ``0640``, folders ``0750``. Field names are those `guardian incidents list --json` prints. Each file
+passes through ``scrub`` on its way (the secret values the guardian holds: ``bundle/known_secrets.py``). A
+corrupt or unreadable file is skipped with a warning, never a crash. The evidence bundle of
 an incident lives in the same folder (``dir_for``).
 """
 
@@ -16,7 +17,7 @@ import os
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from vllm_guardian.fsutil import atomic_write
 from vllm_guardian.model import Action, Incident, Kind, Severity, Status, TargetRef
@@ -117,8 +118,9 @@ MAX_FILE = 4 * 1024 * 1024  # an incident record is a few KiB; anything huge is 
 
 # ---------------------------------------------------------------- store
 class IncidentStore:
-    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, state_dir: str | os.PathLike[str], scrub: Callable[[str], str] | None = None) -> None:
         self.root = Path(state_dir) / "incidents"
+        self._scrub = scrub
 
     def dir_for(self, incident_id: str) -> Path:
         """The incident's folder (its evidence goes there too). Raises ``ValueError``
@@ -132,7 +134,8 @@ class IncidentStore:
         _mkdir(self.root)
         _mkdir(d)
         path = d / FILE_NAME
-        atomic_write(path, json.dumps(incident_to_dict(incident), indent=2, sort_keys=True), mode=FILE_MODE)
+        text = json.dumps(incident_to_dict(incident), indent=2, sort_keys=True)
+        atomic_write(path, self._scrub(text) if self._scrub is not None else text, mode=FILE_MODE)
         return path
 
     def load(self, incident_id: str) -> Incident | None:

@@ -3,8 +3,9 @@
 ``assemble(cfg, seams, ...)`` builds, in this order, and hands the lot to ``Daemon`` (which builds
 nothing and only ticks):
 
-1. what sits outside the loop: the incident store, the evidence collector, the Kubernetes client
-   (when a target restarts or is matched through it), the diagnoser; on the one Redis connection
+1. what sits outside the loop: the Kubernetes client (when a target restarts or is matched through
+   it), the scrubber of the secret values it holds (``known_secrets``), the incident store, the
+   evidence collector, the diagnoser; on the one Redis connection
    (``sinks/redis_conn.py``), when there is one, the fleet lease, the control publisher and the
    gates' fingerprint exchange;
 2. the state the probes write and the detectors read: series store, tracker, episode log, the
@@ -36,6 +37,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from vllm_guardian.bundle.evidence import EvidenceCollector
+from vllm_guardian.bundle.known_secrets import KnownSecrets
 from vllm_guardian.config.schema import Config
 from vllm_guardian.detectors import accel_fault
 from vllm_guardian.detectors.kinds import series_store_for
@@ -92,13 +94,17 @@ def assemble(
     kube: KubeClient | None = None,
     on_discovery: Iterable[DiscoveryHook] = (),
     tables: Tables | None = None,
+    kube_from_environment: bool = True,
+    scrub: KnownSecrets | None = None,
 ) -> Daemon:
     """The daemon with every part built. ``redis``: the one Redis connection (None: no lease, no
     control messages, no fingerprint exchange); ``keys``: the gates' trust keys when already loaded
     (None: loaded here when gates are on); ``kube``: the Kubernetes API client (default: from the
-    environment, when a target restarts or is matched through Kubernetes); ``tables``: the probes,
-    kinds and restart methods (default: the package's own; ``loop/tables.py``). A ``restart.mode``
-    that names no method of the table is a ``ConfigError``."""
+    environment, when a target restarts or is matched through Kubernetes, unless
+    ``kube_from_environment`` is False: the caller tried already); ``tables``: the probes, kinds and
+    restart methods (default: the package's own; ``loop/tables.py``); ``scrub``: the known secret
+    values out of incident.json and the evidence (default: ``known_secrets`` of what is given). A
+    ``restart.mode`` that names no method of the table is a ``ConfigError``."""
     tables = tables or Tables()
     if problems := restart_mode_problems(cfg, tables.methods):
         raise ConfigError(problems)
@@ -106,12 +112,22 @@ def assemble(
     node = cfg.node or os.uname().nodename
     clock = seams.clock
     # 1. outside the loop
-    store = IncidentStore(cfg.state_dir)
+    if kube is None and kube_from_environment:
+        kube = kube_client(cfg, targets_need_kube(cfg))
+    scrub = scrub if scrub is not None else known_secrets(seams, redis, keys, kube)
+    store = IncidentStore(cfg.state_dir, scrub=scrub.scrub)
     evidence = EvidenceCollector(
-        cfg.evidence, store.dir_for, seams.commands, seams.proc, seams.clock, details=seams.process_details
+        cfg.evidence,
+        store.dir_for,
+        seams.commands,
+        seams.proc,
+        seams.clock,
+        details=seams.process_details,
+        scrub=scrub.scrub,
     )
-    kube = kube if kube is not None else _kube_when_needed(cfg)
-    diagnoser = Diagnoser.from_config(cfg, runner=seams.commands, http=seams.http, kube=_kube_factory(kube, cfg))
+    diagnoser = Diagnoser.from_config(
+        cfg, runner=seams.commands, http=seams.http, kube=_kube_factory(kube, cfg), scrub=scrub.scrub
+    )
     lease = None
     publish_control: PublishControl = _no_control
     if redis is not None:
@@ -281,22 +297,46 @@ def _no_control(msg: dict[str, Any]) -> object:
     return None
 
 
-def _kube_when_needed(cfg: Config) -> KubeClient | None:
-    """A Kubernetes client from the environment when a target restarts or is matched through it
-    (None, logged, when the API cannot be reached; None when nothing needs it)."""
-    if not any(
+def targets_need_kube(cfg: Config) -> bool:
+    """Does a target restart or get matched through the Kubernetes API?"""
+    return any(
         t.restart.mode == "kubernetes" or (t.match.kubernetes is not None and t.match.kubernetes.namespace)
         for t in cfg.targets
-    ):
+    )
+
+
+def kube_client(cfg: Config, needed: bool) -> KubeClient | None:
+    """A Kubernetes client from the environment when ``needed`` (None, logged, when the API cannot
+    be reached or may not be called, e.g. a token over plain http; None when not needed)."""
+    if not needed:
         return None
     from vllm_guardian.host.kube import KubeClient
 
     try:
         k = cfg.kubernetes
-        return KubeClient.from_environment(dict(os.environ), k.kubeconfig, k.context, k.timeout)
+        return KubeClient.from_environment(dict(os.environ), k.kubeconfig, k.context, k.timeout, k.plain_http_loopback)
     except GuardianError as e:
-        logging.getLogger("guardian").warning("%s", e)
+        logging.getLogger("guardian").warning("kubernetes API off: %s", e)
         return None
+
+
+def known_secrets(
+    seams: Seams, redis: RedisConnection | None = None, keys: Keys | None = None, kube: KubeClient | None = None
+) -> KnownSecrets:
+    """The secret values the guardian holds, for the scrubber of everything it writes: the servers'
+    API keys (as each discovery pass finds them), the Redis password, the gates' trust keys, the
+    Kubernetes token."""
+    sources: list[Callable[[], Iterable[str | bytes | None]]] = []
+    if isinstance(seams.http, BearerHttpClient):
+        sources.append(seams.http.keys.secrets)
+    if redis is not None and hasattr(redis, "secrets"):
+        sources.append(redis.secrets)
+    if keys is not None and keys.secrets:
+        trust = tuple(keys.secrets.values())
+        sources.append(lambda: trust)
+    if kube is not None:
+        sources.append(kube.secrets)
+    return KnownSecrets(sources)
 
 
 def _kube_factory(kube: KubeClient | None, cfg: Config) -> Callable[[], Any]:
@@ -308,4 +348,6 @@ def _kube_factory(kube: KubeClient | None, cfg: Config) -> Callable[[], Any]:
     from vllm_guardian.host.kube import KubeClient
 
     k = cfg.kubernetes
-    return lambda: KubeClient.from_environment(dict(os.environ), k.kubeconfig, k.context, k.timeout)
+    return lambda: KubeClient.from_environment(
+        dict(os.environ), k.kubeconfig, k.context, k.timeout, k.plain_http_loopback
+    )

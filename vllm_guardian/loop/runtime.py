@@ -20,14 +20,14 @@ import dataclasses
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vllm_guardian.clock import SystemClock
 from vllm_guardian.config.schema import Config
 from vllm_guardian.surface.control_socket import ControlSocket
-from vllm_guardian.loop.assemble import assemble
+from vllm_guardian.loop.assemble import assemble, kube_client, known_secrets, targets_need_kube
 from vllm_guardian.loop.daemon import Daemon
 from vllm_guardian.config.status import ReloadBook, ReloadOutcome
 from vllm_guardian.loop.reload import apply_config
@@ -44,6 +44,7 @@ from vllm_guardian.surface.http_listener import HttpListener, LastTick
 from vllm_guardian.model import Incident, Status, Transition
 from vllm_guardian.netaddr import parse_hostport
 from vllm_guardian.probes.accel import make_backends
+from vllm_guardian.surface.logs import scrub_log_lines
 from vllm_guardian.surface.sdnotify import SdNotify
 from vllm_guardian.surface.status_view import StatusSources
 from vllm_guardian.surface.kube_publisher import KubePublisher, supervised_namespaces
@@ -57,7 +58,7 @@ from vllm_guardian.gates.listener import ReportsListener
 from vllm_guardian.gates.trust import Keys, load_keys
 
 if TYPE_CHECKING:
-    pass
+    from vllm_guardian.host.kube import KubeClient
 
 log = logging.getLogger("guardian")
 
@@ -82,21 +83,33 @@ def real_seams(cfg: Config, clock: SystemClock | None = None) -> Seams:
 build_daemon = assemble  # the daemon and its parts, built by the assembler (``loop/assemble.py``)
 
 
-def kube_publisher(cfg: Config, seams: Seams, clock: SystemClock) -> KubePublisher | None:
-    """The readiness gate, Events and NodeCondition publisher, when a target names its pod's
-    namespace and one of them is on, or the Node's taint is on; None (logged) when the Kubernetes
-    API cannot be reached."""
+def publisher_wanted(cfg: Config) -> bool:
+    """Is the readiness gate, an Event or the NodeCondition wanted for a supervised pod, or the
+    Node's taint?"""
     k = cfg.kubernetes
-    pods = supervised_namespaces(cfg) and (k.readiness_gate or k.events or k.node_condition)
-    if not (pods or k.taint_on_device_fault):
-        return None
-    from vllm_guardian.host.kube import KubeClient
+    pods = bool(supervised_namespaces(cfg)) and (k.readiness_gate or k.events or k.node_condition)
+    return pods or k.taint_on_device_fault
 
-    try:
-        client = KubeClient.from_environment(dict(os.environ), k.kubeconfig, k.context, k.timeout)
-    except GuardianError as e:
-        log.warning("kubernetes readiness gate and Events off: %s", e)
+
+def kube_publisher(
+    cfg: Config, seams: Seams, clock: SystemClock, client: KubeClient | None = None
+) -> KubePublisher | None:
+    """The readiness gate, Events and NodeCondition publisher, when a target names its pod's
+    namespace and one of them is on, or the Node's taint is on, on ``client`` (default: one from
+    the environment); None (logged) when the Kubernetes API cannot be reached."""
+    if not publisher_wanted(cfg):
         return None
+    if client is None:
+        from vllm_guardian.host.kube import KubeClient
+
+        k = cfg.kubernetes
+        try:
+            client = KubeClient.from_environment(
+                dict(os.environ), k.kubeconfig, k.context, k.timeout, k.plain_http_loopback
+            )
+        except GuardianError as e:
+            log.warning("kubernetes readiness gate and Events off: %s", e)
+            return None
     return KubePublisher(cfg, client, seams.proc, seams.control.alive, wall=clock.wall, monotonic=clock.monotonic)
 
 
@@ -143,11 +156,24 @@ class Runtime:
         except BaseException:
             redis.close()
             raise
+        seams = real_seams(cfg, clock)
+        if accel_backends is not None:
+            for b in seams.accel_backends:
+                b.close()
+            seams = dataclasses.replace(seams, accel_backends=tuple(accel_backends))
+        # one Kubernetes client for the publisher, matching, restarts and forensics
+        client = kube_client(cfg, targets_need_kube(cfg) or publisher_wanted(cfg))
+        known = known_secrets(seams, redis, keys, client)  # the secret values it holds, out of what it writes
+        scrub_log_lines(known.scrub)
         emitter = AlertEmitter(node, cfg.alerts.renotify_interval)
-        alerts = IncidentAlerts(emitter, sink.publish, clock)
+
+        def publish(event: Mapping[str, Any]) -> None:
+            sink.publish(known.scrub_doc(event))
+
+        alerts = IncidentAlerts(emitter, publish, clock)
 
         def republish(inc: Incident) -> None:  # an incident changed without a transition
-            sink.publish(emitter.on_transition(Transition(inc, Status.FIRING), clock.wall(), clock.monotonic()))
+            publish(emitter.on_transition(Transition(inc, Status.FIRING), clock.wall(), clock.monotonic()))
 
         decisions = (
             GateDecisions(
@@ -162,17 +188,15 @@ class Runtime:
             if cfg.gates.enabled
             else None
         )
-        seams = real_seams(cfg, clock)
-        if accel_backends is not None:
-            for b in seams.accel_backends:
-                b.close()
-            seams = dataclasses.replace(seams, accel_backends=tuple(accel_backends))
-        kube = kube_publisher(cfg, seams, clock)
+        kube = kube_publisher(cfg, seams, clock, client) if client is not None else None
         daemon = build_daemon(
             cfg,
             seams,
             redis=redis,
             keys=keys,
+            kube=client,
+            kube_from_environment=False,
+            scrub=known,
             sinks=[alerts] + ([decisions] if decisions is not None else []),
             on_update=[republish],
             status_sources=StatusSources(alerts=sink, config=reloads, kubernetes=kube),

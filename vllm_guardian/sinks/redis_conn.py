@@ -17,6 +17,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from vllm_guardian.sinks.redis_client import make_client, mask_url, publish_control, resolve_password
 
@@ -33,9 +34,11 @@ class RedisConnection:
         url_for_log: str = "",
         on_close: Callable[[], None] | None = None,
         on_down: Callable[[], Any] | None = None,
+        secrets: tuple[str, ...] = (),
     ) -> None:
         self.client = client
         self.url_for_log = url_for_log  # the URL with any password masked
+        self._secrets = tuple(s for s in secrets if s)
         self._on_close = on_close  # stops the embedded Redis
         self._on_down = on_down  # starts the embedded Redis again
         self._closed = False
@@ -70,7 +73,12 @@ class RedisConnection:
             if on_close is not None:
                 on_close()
             raise
-        return cls(client, url_for_log=mask_url(url), on_close=on_close, on_down=on_down)
+        secrets = (password or "", unquote(urlsplit(url).password or ""))
+        return cls(client, url_for_log=mask_url(url), on_close=on_close, on_down=on_down, secrets=secrets)
+
+    def secrets(self) -> tuple[str, ...]:
+        """The Redis password (configured or in the URL), for the scrubber of written text; never for printing."""
+        return self._secrets
 
     @property
     def revivable(self) -> bool:

@@ -12,6 +12,10 @@ Reads the chosen format and level (``--log-format``/``--log-level``, else ``GUAR
   stream ``JOURNAL_STREAM`` names) the time is left to the journal and each line starts with its
   syslog priority (``<4>``), so ``journalctl -p warning`` filters by level.
 
+Once the daemon knows its secrets, ``scrub_log_lines(scrub)`` makes the handler pass every
+formatted line, a traceback included, through ``scrub`` (the secret values it holds:
+``bundle/known_secrets.py``), whatever the format.
+
 The JSON and logfmt encodings are a few lines over ``json.dumps`` and one quoting rule; the
 libraries that do it (python-json-logger, logfmter) would add a dependency for no behaviour.
 """
@@ -23,7 +27,7 @@ import logging
 import os
 import sys
 from datetime import datetime, timezone
-from typing import Any, Mapping, TextIO
+from typing import Any, Callable, Mapping, TextIO
 
 FORMATS = ("text", "json", "logfmt")
 LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -85,6 +89,30 @@ class JournalTextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         prefix = f"<{_SYSLOG_PRIORITY.get(record.levelname, 6)}>"
         return "\n".join(prefix + line for line in super().format(record).splitlines())
+
+
+class ScrubbingFormatter(logging.Formatter):
+    """Another formatter's lines, each passed through ``scrub`` (known secret values out)."""
+
+    def __init__(self, inner: logging.Formatter, scrub: Callable[[str], str]) -> None:
+        super().__init__()
+        self.inner, self.scrub = inner, scrub
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self.scrub(self.inner.format(record))
+
+
+def scrub_log_lines(scrub: Callable[[str], str]) -> bool:
+    """Every line of the guardian's handler (``setup_logging``) through ``scrub`` from now on
+    (replacing an earlier scrub); False when no such handler is installed (a library use)."""
+    for h in logging.getLogger().handlers:
+        if h.get_name() == "guardian":
+            inner = h.formatter or logging.Formatter()
+            if isinstance(inner, ScrubbingFormatter):
+                inner = inner.inner
+            h.setFormatter(ScrubbingFormatter(inner, scrub))
+            return True
+    return False
 
 
 def under_journald(stream: TextIO, environ: Mapping[str, str]) -> bool:

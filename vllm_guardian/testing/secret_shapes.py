@@ -31,6 +31,13 @@ NAMED_SHAPES: tuple[str, ...] = (
     "AccountKey={s};EndpointSuffix=core.windows.net",
     "client_secret={s}&grant_type=x",
     "        api_key: '{s}'",
+    # a key held as bytes, as a repr, a py-spy local or a log prints it
+    "Namespace(host=None, api_key=b'{s}', port=8000)",
+    "non-default args: {{'api_key': b'{s}', 'port': 8000}}",
+    "        api_key: b'{s}'",
+    "VLLM_API_KEY=b'{s}'",
+    "vllm serve m --api-key b'{s}' --port 8000",
+    "vllm serve m --api-key '{s}' --port 8000",
 )
 
 # a secret format recognised by itself: (prefix, alphabet, least and most characters after it)

@@ -53,7 +53,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/* The kubernetes section of the config, with the guardian's defaults for missing keys. */}}
 {{- define "vllm-guardian.kube" -}}
-{{- $k := dict "readiness_gate" true "events" true "node_condition" false "taint_on_device_fault" false "pod_removal" "evict" -}}
+{{- $k := dict "readiness_gate" true "events" true "node_condition" false "taint_on_device_fault" false "taint_key" "vllm-guardian.io/accel-fault" "pod_removal" "evict" -}}
 {{- toYaml (mergeOverwrite $k (deepCopy (default dict .Values.config.kubernetes))) -}}
 {{- end -}}
 
