@@ -111,7 +111,9 @@ def assemble(
         cfg.evidence, store.dir_for, seams.commands, seams.proc, seams.clock, details=seams.process_details
     )
     kube = kube if kube is not None else _kube_when_needed(cfg)
-    diagnoser = Diagnoser.from_config(cfg, runner=seams.commands, http=seams.http, kube=_kube_factory(kube, cfg))
+    diagnoser = Diagnoser.from_config(
+        cfg, runner=seams.commands, http=seams.http, kube=_kube_factory(kube, cfg), files=seams.files
+    )
     lease = None
     publish_control: PublishControl = _no_control
     if redis is not None:
@@ -150,6 +152,7 @@ def assemble(
         platform=platform_for(cfg, seams.proc, kube, seams.commands),
         on_discovery=hooks,
         capabilities=capabilities,
+        files=seams.files,
     )
     probe_parts = ProbeParts(cfg, seams, tracker, series, readings, log)
     probes = ProbeScheduler(
