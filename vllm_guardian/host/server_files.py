@@ -165,7 +165,7 @@ def resolved(path: str, trusted: frozenset[int] | None = None) -> Iterator[Place
                     raise UnsafePath(
                         path,
                         f"{what} (owner uid {est.st_uid}, in {here.where}: {describe_mode(st.st_uid, st.st_mode)}) "
-                        "that a user other than root or the guardian's can change: not followed on a server's behalf",
+                        "that a user other than root or the guardian's can change: not followed",
                     )
                 links += 1
                 if links > MAX_LINKS:

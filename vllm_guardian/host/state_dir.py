@@ -39,9 +39,9 @@ def dir_problem(uid: int, mode: int, euid: int) -> str:
     if not stat.S_ISDIR(mode):
         return "is not a directory"
     if uid != euid:
-        return f"is owned by {owner_name(uid)}, not by the guardian's user (uid {euid})"
+        return f"is not owned by the guardian's user (uid {euid})"
     if mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"is writable by group or others (mode {stat.S_IMODE(mode):04o})"
+        return "is writable by group or others"
     return ""
 
 
@@ -75,7 +75,10 @@ def check_state_dir(path: str, *, euid: int | None = None, max_entries: int = MA
                 raise CannotStart(f"state_dir {path}: no such directory")
             why = dir_problem(st.st_uid, st.st_mode, euid)
             if why:
-                raise CannotStart(f"state_dir {path} {why} ({describe_mode(st.st_uid, st.st_mode)})" + _fix(path, euid))
+                raise CannotStart(
+                    f"state_dir {path} (owner {owner_name(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o}) {why}"
+                    + _fix(path, euid)
+                )
             if not place.fixed:
                 loose = place.loose
             elif not entry_fixed(True, place.dir_st.st_uid, place.dir_st.st_mode, st.st_uid, trusted):
