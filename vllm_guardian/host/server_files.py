@@ -16,7 +16,7 @@ anywhere else in the path it is refused. The file itself must be a regular file 
 a device is refused before any read: opened non-blocking), with a single link unless its
 directory is held by trusted users alone (a hard link to a root-only file is another name of
 it), and — when written — owned by root, the guardian's user or the server's user; a log it
-creates is handed to the server's user.
+creates is handed to the server's user (where the guardian may chown).
 
 Reads: the path one component at a time from ``/`` (``O_PATH`` directory fds, an ``lstat`` of
 each name, the opened directory checked to be the one stat'ed), so the kernel resolves no
@@ -271,12 +271,21 @@ def open_append(
                     path, f"owned by uid {st.st_uid}, neither root, the guardian's user nor the server's user"
                 )
             if created and owner is not None:
-                os.fchown(fd, owner[0], -1 if owner[1] is None else owner[1])
+                _hand_over(fd, owner)
             fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
         except BaseException:
             os.close(fd)
             raise
     return fd
+
+
+def _hand_over(fd: int, owner: tuple[int, int | None]) -> None:
+    """A log the guardian created goes to the server's user; without CAP_CHOWN (the shipped systemd
+    unit grants none) it stays the guardian's, written through the descriptor the server inherits."""
+    try:
+        os.fchown(fd, owner[0], -1 if owner[1] is None else owner[1])
+    except PermissionError:
+        pass
 
 
 def read_head(path: str, max_bytes: int, *, opener: Opener = open_read) -> bytes:
