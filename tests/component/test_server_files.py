@@ -6,6 +6,8 @@ are counted per setting and each path is said once."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import os
 import threading
 from pathlib import Path
@@ -247,3 +249,11 @@ def test_a_refused_fd_is_never_left_open(world, tmp_path):
         with pytest.raises(UnsafePath):
             open_read(path)
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_without_cap_chown_a_created_log_stays_the_guardians_and_opens(world):
+    """The shipped systemd unit grants no CAP_CHOWN: the log is created, kept root's, and opened."""
+    log = world / "server.log"
+    code = f"from vllm_guardian.host.server_files import open_append; open_append({str(log)!r}, ({NOBODY}, {NOBODY}))"
+    subprocess.run(["setpriv", "--bounding-set", "-chown", sys.executable, "-c", code], check=True, timeout=60)
+    assert (log.stat().st_uid, log.stat().st_gid) == (0, 0)
