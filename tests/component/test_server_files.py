@@ -23,7 +23,11 @@ from vllm_guardian.host.process_control import OsProcessControl
 from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.host.server_files import ServerFiles, UnsafePath, open_append, open_read, read_head
 from vllm_guardian.config.loader import parse_config
+from vllm_guardian.surface.exporter import GuardianCollector
+from vllm_guardian.surface.status_render import render_status
+from vllm_guardian.surface.status_snapshot import StatusSnapshot
 from vllm_guardian.testing.fake_proc import FakeProcTree
+from tests.support.daemon_world import World
 from tests.support.other_user import (
     NOBODY,
     SECRET,
@@ -257,3 +261,29 @@ def test_without_cap_chown_a_created_log_stays_the_guardians_and_opens(world):
     code = f"from vllm_guardian.host.server_files import open_append; open_append({str(log)!r}, ({NOBODY}, {NOBODY}))"
     subprocess.run(["setpriv", "--bounding-set", "-chown", sys.executable, "-c", code], check=True, timeout=60)
     assert (log.stat().st_uid, log.stat().st_gid) == (0, 0)
+
+
+def test_the_daemon_counts_a_refusal_in_its_status_table_and_metrics(world, tmp_path):
+    """Wired as ``guardian run`` wires it: discovery reads the pid file through the seams' opener."""
+    service = tmp_path / "sshd.pid"
+    service.write_text("1\n")
+    pids = users_dir(world)
+    as_nobody("ln", "-s", str(service), str(pids / "vllm.pid"))
+    w = World(
+        tmp_path, {"autodiscover": False, "targets": [{"name": "llm", "match": {"pid_file": str(pids / "vllm.pid")}}]}
+    )
+    try:
+        w.step(3)
+        snapshot = w.d.status()
+    finally:
+        w.d.runner.shutdown()
+    doc = snapshot.to_dict()
+    (n,) = doc["server_files"]["refused"].values()  # one per discovery pass
+    assert doc["server_files"]["refused"] == {"match.pid_file": n} and n >= 1
+    assert "symbolic link" in doc["unmatched"][0]["reason"]
+    table = render_status(StatusSnapshot.from_dict(doc))
+    assert f"FILES REFUSED on a server's behalf: match.pid_file {n}" in table
+    fams = {f.name: f for f in GuardianCollector(lambda: snapshot).collect()}
+    assert [(s.labels, s.value) for s in fams["guardian_server_files_refused"].samples] == [
+        ({"setting": "match.pid_file"}, n)
+    ]

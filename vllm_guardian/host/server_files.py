@@ -98,7 +98,7 @@ class _Dir:
     loose: str  # the first directory on the way whose entries someone else can change ("": none)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Place:
     """Where a path's last name lives: its directory (an ``O_PATH`` fd), whether that directory is
     reached through fixed entries (``fixed``; ``loose`` names the first directory on the way that
