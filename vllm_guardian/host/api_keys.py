@@ -31,6 +31,7 @@ a control character is refused (an HTTP header cannot carry it) with a problem n
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
@@ -118,9 +119,14 @@ def describe_auth_failure(status: int, path: str, source: KeySource) -> str:
 
 # ---------------------------------------------------------------- reading a key
 def read_key_file(path: str, *, opener: Opener = open_read) -> str:
-    """The first line of ``path`` (at most ``KEY_FILE_MAX`` bytes read), stripped."""
-    head = read_head(path, KEY_FILE_MAX, opener=opener)
-    return head.decode("utf-8", errors="replace").split("\n", 1)[0].strip()
+    """The first line of ``path`` (at most ``KEY_FILE_MAX`` bytes read), stripped; ``OSError``
+    saying what is wrong (``UnsafePath`` for a path it will not open, EINVAL for a line that is
+    not UTF-8)."""
+    line = read_head(path, KEY_FILE_MAX, opener=opener).split(b"\n", 1)[0]
+    try:
+        return line.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise OSError(errno.EINVAL, "its first line is not UTF-8 text", path) from None
 
 
 def resolve_key(
