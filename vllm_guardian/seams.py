@@ -2,13 +2,14 @@
 
 ``runtime.py`` builds the real ones (``SystemClock``, ``ProcFS`` on the configured proc root,
 ``StdlibHttpClient``, ``SubprocessRunner``, ``OsProcessControl``, the accelerator backends
-``accelerators:`` asks for); tests build fakes. Nothing else in the loop builds a seam.
+``accelerators:`` asks for, the ``ServerFiles`` opener of server logs, pid and key files); tests
+build fakes. Nothing else in the loop builds a seam.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from vllm_guardian.clock import Clock
 from vllm_guardian.host.accel import AccelBackend
@@ -17,6 +18,7 @@ from vllm_guardian.host.process_control import ProcessControl
 from vllm_guardian.host.process_details import ProcessDetails
 from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.host.runner import CommandRunner
+from vllm_guardian.host.server_files import ServerFiles
 
 
 @dataclass(frozen=True)
@@ -28,3 +30,4 @@ class Seams:
     control: ProcessControl  # identity-checked signals, starts
     accel_backends: Sequence[AccelBackend] = ()
     process_details: ProcessDetails | None = None  # psutil, for evidence; only over the real /proc
+    files: ServerFiles = field(default_factory=ServerFiles)  # files opened on a server's behalf

@@ -107,6 +107,13 @@ def test_config_file_first_line_stripped(proc, tmp_path):
     assert (src.key, src.origin) == (SECRET, f"config file {path}")
 
 
+def test_a_key_file_that_is_not_utf8_is_a_problem_not_a_crash(proc, tmp_path):
+    path = tmp_path / "key"
+    path.write_bytes(b"sk-\xff\xfe\n")
+    src = resolve_key(_target(api_key_file=str(path)), 42, (), proc.procfs(), environ={})
+    assert src.key is None and "not UTF-8" in src.problem
+
+
 def test_a_missing_key_file_is_a_problem_not_a_crash(proc, tmp_path):
     src = resolve_key(_target(api_key_file=str(tmp_path / "nope")), 42, (), proc.procfs(), environ={})
     assert src.key is None and "No such file" in src.problem

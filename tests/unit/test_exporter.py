@@ -190,6 +190,7 @@ FULL = status(
     device_faults={"pci:0000:3b:00": {"health": 2}},
     kubernetes={"failures": {"TaintWant": 3}, "queue_full": 0, "node_tainted": True},  # KubePublisher.stats()
     capabilities={"missing": [{"capability": "ptrace", "why": "no CAP_SYS_PTRACE", "consequence": "no py-spy"}]},
+    server_files={"refused": {"restart.log_file": 2}, "last_refusal": "restart.log_file /l: a symbolic link"},
 )
 MINIMAL: dict = {}  # before the first tick the daemon's status() is an empty dict
 

@@ -99,6 +99,7 @@ def test_the_document_keeps_the_keys_its_readers_use():
         "accelerators",
         "errors",
         "capabilities",
+        "server_files",
         *OPTIONAL_SECTIONS,
     }
     assert set(doc["actions"]) == {"outcomes", "restarts"}

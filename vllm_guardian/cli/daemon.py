@@ -17,7 +17,10 @@ def cmd_run(args) -> int:
     cfg = load_config(args.config, args.dry_run)
     setup_logging(args, cfg)
     os.makedirs(cfg.state_dir, mode=0o750, exist_ok=True)
+    from vllm_guardian.host.state_dir import check_state_dir
     from vllm_guardian.surface.instance_lock import InstanceLock
+
+    check_state_dir(cfg.state_dir)  # CannotStart (exit 3) unless it is the guardian's own
 
     with InstanceLock(cfg.state_dir):  # before anything starts: a second guardian touches nothing
         return _run_locked(args, cfg)

@@ -124,6 +124,7 @@ def cmd_snapshot(args) -> int:
     from vllm_guardian.host.process_details import PsutilDetails
     from vllm_guardian.host.procfs import ProcFS
     from vllm_guardian.host.runner import SubprocessRunner
+    from vllm_guardian.host.state_dir import check_state_dir
     from vllm_guardian.incidents import IncidentStore
 
     cfg = load_config(args.config)
@@ -141,6 +142,7 @@ def cmd_snapshot(args) -> int:
             return 1
         target = found
     os.makedirs(cfg.state_dir, mode=0o750, exist_ok=True)
+    check_state_dir(cfg.state_dir)  # the bundle goes there: it must be the guardian's own
     details = PsutilDetails() if os.path.realpath(cfg.probes.procfs.proc_root) == "/proc" else None
     collector = EvidenceCollector(
         cfg.evidence, IncidentStore(cfg.state_dir).dir_for, SubprocessRunner(), procfs, SystemClock(), details=details

@@ -8,7 +8,10 @@ Sources, first that applies (``choose_source``, pure):
    pod, or the pod found by uid), ``previous=true``.
 
 Reads (``read_tail``), each bounded to ``max_bytes`` (default 256 KiB) and the
-runner's or API's timeout: a file from its end (the first, partial line dropped),
+runner's or API's timeout: a file from its end (the first, partial line dropped), opened as
+``host.server_files`` opens a file on a server's behalf (a symbolic link the server's user could
+change, a FIFO or device, or a hard link where others write is refused: a reason, counted
+under its setting by ``ServerFiles``, never its text),
 journalctl through the ``CommandRunner`` seam (``-n`` lines, ``-o cat``), the pod
 log through ``KubeClient.read_log``. Never raises: a failure is a reason string.
 Text is redacted (``redact_text``) before anyone keeps it.
@@ -25,6 +28,8 @@ from vllm_guardian.bundle.redact import redact_text
 from vllm_guardian.config.schema import TargetConfig
 from vllm_guardian.errors import BackendUnavailable, GuardianError
 from vllm_guardian.host.runner import CommandRunner
+from vllm_guardian.host.server_files import Opener, ServerFiles, UnsafePath, open_read
+from vllm_guardian.host.server_files import read_tail as read_file_tail
 
 MAX_BYTES = 256 * 1024
 JOURNAL_LINES = 2000
@@ -39,6 +44,7 @@ class LogSource:
     pod: str | None = None
     container: str | None = None
     pod_uid: str | None = None
+    setting: str = ""  # file: the config key that names it (log_path, restart.log_file)
 
     def describe(self) -> str:
         return {"file": "file", "journal": "journalctl -u", "kubernetes": "previous container log of"}[
@@ -60,9 +66,9 @@ def choose_source(target_cfg: TargetConfig | None) -> LogSource | None:
         return None
     restart, match = target_cfg.restart, target_cfg.match
     if target_cfg.log_path:
-        return LogSource("file", str(target_cfg.log_path))
+        return LogSource("file", str(target_cfg.log_path), setting="log_path")
     if restart.log_file:
-        return LogSource("file", str(restart.log_file))
+        return LogSource("file", str(restart.log_file), setting="restart.log_file")
     unit = restart.unit or match.systemd_unit
     if unit:
         return LogSource("journal", str(unit))
@@ -73,14 +79,12 @@ def choose_source(target_cfg: TargetConfig | None) -> LogSource | None:
     return None
 
 
-def tail_file(path: str | os.PathLike[str], max_bytes: int = MAX_BYTES) -> tuple[list[str], bool]:
-    """The last ``max_bytes`` of a file as lines (a cut first line dropped); (lines, truncated)."""
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        start = max(0, size - max_bytes)
-        f.seek(start)
-        data = f.read(max_bytes)
+def tail_file(
+    path: str | os.PathLike[str], max_bytes: int = MAX_BYTES, *, opener: Opener = open_read
+) -> tuple[list[str], bool]:
+    """The last ``max_bytes`` of a file as lines (a cut first line dropped); (lines, truncated).
+    ``opener`` opens it on the server's behalf (raises ``UnsafePath`` when it refuses)."""
+    data, start = read_file_tail(os.fspath(path), max_bytes, opener=opener)
     text = data.decode("utf-8", errors="replace")
     lines = text.splitlines()
     if start > 0 and lines:
@@ -99,8 +103,10 @@ def read_tail(
     kube: Callable[[], Any] | None = None,
     max_bytes: int = MAX_BYTES,
     timeout: float = TIMEOUT_S,
+    files: ServerFiles | None = None,
 ) -> LogTail:
-    """Read ``source`` (bounded); ``kube`` builds a ``KubeClient`` on demand. Never raises."""
+    """Read ``source`` (bounded); ``kube`` builds a ``KubeClient`` on demand; ``files`` counts a
+    refused file under its setting. Never raises."""
     if source is None:
         return LogTail(
             None,
@@ -109,7 +115,8 @@ def read_tail(
         )
     try:
         if source.kind == "file":
-            lines, cut = tail_file(Path(source.where), max_bytes)
+            opener = files.reader(source.setting or "log_path") if files is not None else open_read
+            lines, cut = tail_file(Path(source.where), max_bytes, opener=opener)
         elif source.kind == "journal":
             if runner is None:
                 return LogTail(source, (), "no command runner to run journalctl")
@@ -134,6 +141,8 @@ def read_tail(
             lines, cut = text.splitlines(), len(text.encode()) >= max_bytes
         else:
             return LogTail(source, (), f"unknown log source kind {source.kind!r}")
+    except UnsafePath as e:
+        return LogTail(source, (), f"{source.where}: not read: {e.strerror}")
     except FileNotFoundError:
         return LogTail(source, (), f"{source.where}: no such file")
     except PermissionError:

@@ -7,7 +7,7 @@ holds — so it needs nothing from the capture's internals:
 - ``pyspy-<pid>-<role>.json`` (the threads of each process),
 - ``series.json`` (metric windows) and ``accelerators.json``;
 
-plus, through seams: the target's log tail (``log_tail.read_tail``: file, journalctl
+plus, through seams: the target's log tail (``log_tail.read_tail``: file (through ``ServerFiles``), journalctl
 via the ``CommandRunner``, the previous container's log via ``KubeClient``), and
 the server's ``GET /version`` (``HttpClient``, short timeout; absent when the
 server does not answer). The focus process is matched first; the other processes'
@@ -37,6 +37,7 @@ from vllm_guardian.fsutil import atomic_write
 from vllm_guardian.config.schema import Config, TargetConfig
 from vllm_guardian.host.http import HttpClient
 from vllm_guardian.host.runner import CommandRunner
+from vllm_guardian.host.server_files import ServerFiles
 from vllm_guardian.incidents.store import incident_to_dict, jsonable
 from vllm_guardian.model import Incident
 from vllm_guardian.series import metrics as m
@@ -155,10 +156,12 @@ class Diagnoser:
         log_max_bytes: int = MAX_BYTES,
         version_timeout: float = VERSION_TIMEOUT_S,
         scrub: Callable[[str], str] | None = None,
+        files: ServerFiles | None = None,
     ) -> None:
         self.signatures = tuple(signatures)
         self._scrub = scrub or (lambda text: text)
         self._runner = runner
+        self._files = files
         self._kube = kube
         self._http = http
         self._max_bytes = log_max_bytes
@@ -173,6 +176,7 @@ class Diagnoser:
         kube: Callable[[], KubeClient] | None = None,
         http: HttpClient | None = None,
         scrub: Callable[[str], str] | None = None,
+        files: ServerFiles | None = None,
     ) -> Diagnoser:
         """The shipped catalogs plus ``diagnosis.catalogs``; ``CatalogError`` at startup when one is bad."""
         d = cfg.diagnosis
@@ -183,6 +187,7 @@ class Diagnoser:
             http=http,
             log_max_bytes=d.log_max_bytes,
             scrub=scrub,
+            files=files,
         )
 
     # ------------------------------------------------------------ inputs through seams
@@ -197,7 +202,13 @@ class Diagnoser:
         return v if isinstance(v, str) and is_version(v) else None
 
     def log_tail(self, target_cfg: TargetConfig | None) -> LogTail:
-        return read_tail(choose_source(target_cfg), runner=self._runner, kube=self._kube, max_bytes=self._max_bytes)
+        return read_tail(
+            choose_source(target_cfg),
+            runner=self._runner,
+            kube=self._kube,
+            max_bytes=self._max_bytes,
+            files=self._files,
+        )
 
     # ------------------------------------------------------------ the decision
     def diagnose(

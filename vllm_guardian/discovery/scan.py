@@ -37,6 +37,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Callable
 from urllib.parse import urlsplit
 
@@ -46,6 +47,7 @@ from vllm_guardian.discovery.snapshot import DiscoveryCache, Snapshot
 from vllm_guardian.discovery.sockets import node_addresses, server_host, server_port, trusted, url_for
 from vllm_guardian.errors import AccessDenied, ProbeFailed, TargetGone
 from vllm_guardian.host.procfs import ProcFS
+from vllm_guardian.host.server_files import Opener, ServerFiles, open_read
 from vllm_guardian.model import ProcessInfo, ProcKey, Role, Target
 
 if TYPE_CHECKING:
@@ -86,12 +88,14 @@ def classify(cmdline: tuple[str, ...], prefix: str) -> Role:
 PID_FILE_MAX = 64
 
 
-def read_pid_file(path: str, proc_root: str = "/proc") -> str:
+def read_pid_file(path: str, proc_root: str = "/proc", *, opener: Opener = open_read) -> str:
     """A pid file's first few bytes, read without ever blocking the loop: regular files only
     (a FIFO or a device is refused before any read; opened non-blocking), at most
     ``PID_FILE_MAX`` bytes, not writable by group or others, and owned by root, the guardian's
-    user or the owner of the process it names. Raises ``OSError`` saying what is wrong."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    user or the owner of the process it names; opened as ``host.server_files`` opens a file on a
+    server's behalf (a symbolic link the server's user could change is refused: one to another
+    service's pid file would make that service the target). Raises ``OSError`` saying what is wrong."""
+    fd = opener(path)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -113,6 +117,11 @@ def read_pid_file(path: str, proc_root: str = "/proc") -> str:
 
 def _read_file(path: str) -> str:
     return read_pid_file(path)
+
+
+def pid_file_reader(files: ServerFiles) -> Callable[[str], str]:
+    """``read_pid_file`` with its refusals counted under ``match.pid_file``."""
+    return partial(read_pid_file, opener=files.reader("match.pid_file"))
 
 
 # ---------------------------------------------------------------- matching

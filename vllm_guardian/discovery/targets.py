@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Callable
 
 from vllm_guardian.config.schema import Config
 from vllm_guardian.discovery.argv import ARGV, NOT_VERIFIED
-from vllm_guardian.discovery.scan import DiscoveryResult, discover
+from vllm_guardian.discovery.scan import DiscoveryResult, discover, pid_file_reader
 from vllm_guardian.discovery.snapshot import DiscoveryCache
 from vllm_guardian.discovery.worker import Abandoned, DiscoveryWorker
 from vllm_guardian.host.capabilities import Capabilities, Capability, missing
 from vllm_guardian.host.procfs import ProcFS
+from vllm_guardian.host.server_files import ServerFiles
 from vllm_guardian.model import ProcKey, Subject, Target
 from vllm_guardian.series import SeriesStore
 from vllm_guardian.state.tracker import Changes, Tracker
@@ -63,8 +64,10 @@ class TargetsStage:
         platform: PlatformMatcher | None = None,
         on_discovery: Iterable[DiscoveryHook] = (),
         capabilities: Capabilities | None = None,
+        files: ServerFiles | None = None,
     ) -> None:
         self.cfg = cfg
+        self.read_pid_file = pid_file_reader(files or ServerFiles(log))  # match.pid_file, counted
         self.capabilities = capabilities or Capabilities(log)  # an fd table refused: noted (and said) once
         self.platform = platform  # match.kubernetes / match.systemd_unit
         # each pass's targets and the processes never to be read again (API keys); handed in, fixed
@@ -125,7 +128,7 @@ class TargetsStage:
     ) -> tuple[DiscoveryResult, DiscoveryCache]:
         """On the worker thread: one pass, its reads recorded; hooks skipped once abandoned."""
         with self.proc.watched():
-            result = discover(self.proc, self.cfg, cache=cache, platform=self.platform)
+            result = discover(self.proc, self.cfg, read_file=self.read_pid_file, cache=cache, platform=self.platform)
             for hook in self.on_discovery:
                 if current():
                     hook(result.targets, no_environ)

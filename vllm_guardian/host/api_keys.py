@@ -7,7 +7,10 @@ hung engine looks like a fast "not a hang" failure.
 
 Reads, per target, in this order:
 - the target's config: ``api_key_env`` (a variable of the *guardian's* environment) or
-  ``api_key_file`` (a file, first line; surrounding whitespace dropped);
+  ``api_key_file`` (a file, first line of its first ``KEY_FILE_MAX`` bytes; surrounding whitespace
+  dropped), opened as ``host.server_files`` opens a file on a server's behalf — the key is sent
+  to the server, so a symbolic link its user could change must never make root read another
+  file into the header (a Kubernetes Secret's own links are root's, and followed);
 - otherwise the server's own command line (``--api-key K`` / ``--api-key=K``; vLLM accepts
   several keys, any one works, the first is taken) and then ``VLLM_API_KEY`` in
   ``/proc/<pid>/environ`` (through ``ProcFS``; readable as the server's user), the same
@@ -28,6 +31,7 @@ a control character is refused (an HTTP header cannot carry it) with a problem n
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
@@ -35,10 +39,12 @@ from urllib.parse import urlsplit
 
 from vllm_guardian.errors import AccessDenied, ProbeFailed, TargetGone
 from vllm_guardian.host.http import HttpClient, HttpResponse
+from vllm_guardian.host.server_files import Opener, open_read, read_head
 
 GUARDED_PREFIX = "/v1"  # vLLM's AuthenticationMiddleware guards paths under /v1 only
 ENV_NAME = "VLLM_API_KEY"
 AUTH_STATUSES = (401, 403)
+KEY_FILE_MAX = 4096  # bytes of an api_key_file read (a key is a line)
 
 
 @dataclass(frozen=True)
@@ -113,10 +119,15 @@ def describe_auth_failure(status: int, path: str, source: KeySource) -> str:
 
 
 # ---------------------------------------------------------------- reading a key
-def _read_key_file(path: str) -> str:
-    with open(path, encoding="utf-8") as fh:
-        line = fh.readline()
-    return line.strip()
+def read_key_file(path: str, *, opener: Opener = open_read) -> str:
+    """The first line of ``path`` (at most ``KEY_FILE_MAX`` bytes read), stripped; ``OSError``
+    saying what is wrong (``UnsafePath`` for a path it will not open, EINVAL for a line that is
+    not UTF-8)."""
+    line = read_head(path, KEY_FILE_MAX, opener=opener).split(b"\n", 1)[0]
+    try:
+        return line.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise OSError(errno.EINVAL, "its first line is not UTF-8 text", path) from None
 
 
 def resolve_key(
@@ -126,7 +137,7 @@ def resolve_key(
     procfs: Any,
     *,
     environ: Mapping[str, str] | None = None,
-    read_file: Callable[[str], str] = _read_key_file,
+    read_file: Callable[[str], str] = read_key_file,
     read_environ: bool = True,
 ) -> KeySource:
     """Where this target's key comes from. ``target_cfg`` is a ``TargetConfig`` or None
@@ -191,7 +202,7 @@ class ApiKeys:
         procfs: Any,
         *,
         environ: Mapping[str, str] | None = None,
-        read_file: Callable[[str], str] = _read_key_file,
+        read_file: Callable[[str], str] = read_key_file,
     ) -> None:
         self._targets_cfg = {t.name: t for t in getattr(cfg, "targets", ())}
         self._procfs = procfs

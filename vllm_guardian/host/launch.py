@@ -17,7 +17,9 @@ its primary group unless ``group`` says otherwise, with the user's supplementary
 
 ``preflight`` says, before the old server is stopped, why this launch would fail: a log file
 that cannot be opened for appending (a read-only path under the guardian's systemd sandbox is
-the usual one), a missing working directory, a program not on the launch ``PATH``.
+the usual one; one the guardian refuses to open on the server's behalf, such as a symbolic link
+the server's user put in its place: ``host.server_files.open_append``), a missing working
+directory, a program not on the launch ``PATH``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import shutil
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
+
+from vllm_guardian.host.server_files import open_append
 
 MINIMAL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MINIMAL_LANG = "C.UTF-8"
@@ -48,6 +52,11 @@ class LaunchSpec:
     gid: int | None = None
     groups: tuple[int, ...] | None = None  # supplementary groups; None: keep the guardian's
     user: str | None = None  # for messages
+
+    @property
+    def log_owner(self) -> tuple[int, int | None] | None:
+        """Who the log file is for: the launch's user and group (None: the guardian's own user)."""
+        return None if self.uid is None else (self.uid, self.gid)
 
     def describe(self) -> str:
         """One line for logs and actions: the argv (redacted by the caller), who, where."""
@@ -106,9 +115,16 @@ def build_launch_spec(restart: Any, accounts: Accounts | None = None) -> LaunchS
     )
 
 
-def _can_append(path: str) -> str:
+AppendOpener = Callable[[str, tuple[int, int | None] | None], int]  # (path, owner) -> fd
+
+
+def can_append(spec: LaunchSpec, opener: AppendOpener = open_append) -> str:
+    """ "" when the launch's log file opens for appending as ``start_spec`` opens it (created when
+    absent, as ``host.server_files.open_append`` allows); else why not."""
+    if not spec.log_file:
+        return ""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        fd = opener(spec.log_file, spec.log_owner)
     except OSError as e:
         return e.strerror or type(e).__name__
     os.close(fd)
@@ -118,7 +134,7 @@ def _can_append(path: str) -> str:
 def preflight(
     spec: LaunchSpec,
     *,
-    can_append: Callable[[str], str] = _can_append,
+    can_append: Callable[[LaunchSpec], str] = can_append,
     is_dir: Callable[[str], bool] = os.path.isdir,
     which: Callable[..., str | None] = shutil.which,
 ) -> list[str]:
@@ -126,7 +142,7 @@ def preflight(
     server is stopped, so a launch that cannot work never costs a server."""
     problems = []
     if spec.log_file:
-        why = can_append(spec.log_file)
+        why = can_append(spec)
         if why:
             hint = (
                 " (under the guardian's systemd unit only ReadWritePaths= are writable: add the "

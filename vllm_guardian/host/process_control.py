@@ -3,7 +3,8 @@
 Safety rule (docs/design.md, Remediation): a signal is sent only to a process whose identity
 ``(pid, starttime)`` still matches the snapshot it was taken from; a reused pid
 is never touched. ``start`` launches an argv (never a shell) in a new session
-(so the guardian owns the whole group), with env, cwd and an append-only log.
+(so the guardian owns the whole group), with env, cwd and an append-only log, opened through
+``ServerFiles`` (never through a symbolic link the server's user could change; counted when refused).
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ import contextlib
 import os
 import signal as _signal
 import subprocess
-from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Iterator, Mapping, Protocol, Sequence
 
 from vllm_guardian.errors import AccessDenied, TargetGone
 from vllm_guardian.model import ProcKey
 from vllm_guardian.host.procfs import ProcFS
+from vllm_guardian.host.server_files import ServerFiles
+
+LOG_SETTING = "restart.log_file"
 
 if TYPE_CHECKING:
     from vllm_guardian.host.launch import LaunchSpec
@@ -33,8 +37,9 @@ class ProcessControl(Protocol):
 
 
 class OsProcessControl:
-    def __init__(self, procfs: ProcFS) -> None:
+    def __init__(self, procfs: ProcFS, files: ServerFiles | None = None) -> None:
         self.procfs = procfs
+        self.files = files or ServerFiles()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
 
     def alive(self, key: ProcKey) -> bool:
@@ -75,7 +80,7 @@ class OsProcessControl:
             raise ValueError("restart.command is empty")
         full_env = dict(os.environ)
         full_env.update(env or {})
-        with open(log_file, "ab") if log_file else contextlib.nullcontext(subprocess.DEVNULL) as out:
+        with self._log(log_file, None) as out:
             # the child keeps its own descriptor; ours is closed once it has started
             proc = subprocess.Popen(
                 list(argv),
@@ -92,16 +97,16 @@ class OsProcessControl:
 
     def preflight(self, spec: LaunchSpec) -> list[str]:
         """Why ``start_spec(spec)`` would fail on this host (``vllm_guardian.host.launch.preflight``)."""
-        from vllm_guardian.host.launch import preflight
+        from vllm_guardian.host.launch import can_append, preflight
 
-        return preflight(spec)
+        return preflight(spec, can_append=lambda s: can_append(s, self._open_log))
 
     def start_spec(self, spec: LaunchSpec) -> int:
         """Launch exactly ``spec`` (``vllm_guardian.host.launch``): its environment and nothing of the
         guardian's, as its user and groups (needs CAP_SETUID/CAP_SETGID when they differ)."""
         if not spec.argv:
             raise ValueError("restart.command is empty")
-        with open(spec.log_file, "ab") if spec.log_file else contextlib.nullcontext(subprocess.DEVNULL) as out:
+        with self._log(spec.log_file, spec.log_owner) as out:
             # the child keeps its own descriptor; ours is closed once it has started
             proc = subprocess.Popen(
                 list(spec.argv),
@@ -118,6 +123,22 @@ class OsProcessControl:
         self._children[proc.pid] = proc
         self._reap()
         return proc.pid
+
+    def _open_log(self, path: str, owner: tuple[int, int | None] | None) -> int:
+        return self.files.open_append(LOG_SETTING, path, owner)
+
+    @contextlib.contextmanager
+    def _log(self, path: str | None, owner: tuple[int, int | None] | None) -> Iterator[int]:
+        """The server's stdout/stderr: its log file opened for ``owner`` (raises ``UnsafePath``,
+        an ``OSError``, when refused), or /dev/null."""
+        if not path:
+            yield subprocess.DEVNULL
+            return
+        fd = self._open_log(path, owner)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
 
     def _reap(self) -> None:
         """Collect exit statuses of servers we started (no zombies under the guardian)."""

@@ -126,7 +126,7 @@ def assemble(
         scrub=scrub.scrub,
     )
     diagnoser = Diagnoser.from_config(
-        cfg, runner=seams.commands, http=seams.http, kube=_kube_factory(kube, cfg), scrub=scrub.scrub
+        cfg, runner=seams.commands, http=seams.http, kube=_kube_factory(kube, cfg), scrub=scrub.scrub, files=seams.files
     )
     lease = None
     publish_control: PublishControl = _no_control
@@ -166,6 +166,7 @@ def assemble(
         platform=platform_for(cfg, seams.proc, kube, seams.commands),
         on_discovery=hooks,
         capabilities=capabilities,
+        files=seams.files,
     )
     probe_parts = ProbeParts(cfg, seams, tracker, series, readings, log)
     probes = ProbeScheduler(

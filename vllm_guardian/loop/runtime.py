@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,12 +35,13 @@ from vllm_guardian.loop.reload import apply_config
 from vllm_guardian.errors import ConfigError, GuardianError
 from vllm_guardian.host.accel import AccelBackend
 from vllm_guardian.surface.exporter import build_registry
-from vllm_guardian.host.api_keys import ApiKeys, BearerHttpClient
+from vllm_guardian.host.api_keys import ApiKeys, BearerHttpClient, read_key_file
 from vllm_guardian.host.http import StdlibHttpClient
 from vllm_guardian.host.process_control import OsProcessControl
 from vllm_guardian.host.process_details import PsutilDetails
 from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.host.runner import SubprocessRunner
+from vllm_guardian.host.server_files import ServerFiles
 from vllm_guardian.surface.http_listener import HttpListener, LastTick
 from vllm_guardian.model import Incident, Status, Transition
 from vllm_guardian.netaddr import parse_hostport
@@ -68,15 +70,18 @@ def real_seams(cfg: Config, clock: SystemClock | None = None) -> Seams:
     proc = ProcFS(cfg.probes.procfs.proc_root)
     commands = SubprocessRunner()
     details = PsutilDetails() if os.path.realpath(cfg.probes.procfs.proc_root) == "/proc" else None
-    http = BearerHttpClient(StdlibHttpClient(), ApiKeys(cfg, proc))  # servers started with --api-key
+    files = ServerFiles(log)  # server logs, pid and key files: opened safely, refusals counted
+    keys = ApiKeys(cfg, proc, read_file=partial(read_key_file, opener=files.reader("api_key_file")))
+    http = BearerHttpClient(StdlibHttpClient(), keys)  # servers started with --api-key
     return Seams(
         clock or SystemClock(),
         proc,
         http,
         commands,
-        OsProcessControl(proc),
+        OsProcessControl(proc, files),
         make_backends(cfg.accelerators, commands, log),
         details,
+        files,
     )
 
 

@@ -15,6 +15,7 @@ Snapshot fields read:
 
 - ``node``, ``version``; ``guardian.{ticks, max_tick_s, cpu_seconds, max_rss_bytes}``;
   ``capabilities.missing[].capability`` (what the guardian lacks: ``host.capabilities``);
+  ``server_files.refused[setting]`` (files refused on a server's behalf: ``host.server_files``);
 - ``probes[name].{runs, failures, overruns, last_duration_s, mean_duration_s}``;
 - ``targets[]``: ``name``, ``model``, ``source``, ``phase``, ``ready``, ``serving``,
   ``health.status``, ``gates.health_score``,
@@ -197,6 +198,13 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("guardian_alerts_spooled", "gauge", (), "Alert events waiting in the local spool (Redis unreachable)."),
     ("guardian_alerts_dropped_total", "counter", (), "Alert events the full spool had to drop."),
     (
+        "guardian_server_files_refused_total",
+        "counter",
+        ("setting",),
+        "Files the guardian refused to open on a server's behalf (a symbolic link the server's user could "
+        "change, a hard link, not a regular file), by the setting that names them.",
+    ),
+    (
         "guardian_kubernetes_failures_total",
         "counter",
         ("call",),
@@ -308,6 +316,8 @@ def _self_metrics(f: _Families, s: StatusSnapshot) -> None:
     f.add("guardian_self_max_resident_memory_bytes", (), g.max_rss_bytes)
     for c in s.capabilities.missing:
         f.add("guardian_capability_missing", (c.capability,), 1)
+    for setting, n in s.server_files.refused.items():
+        f.add("guardian_server_files_refused_total", (setting,), n)
 
 
 def _probe_metrics(f: _Families, s: StatusSnapshot) -> None:

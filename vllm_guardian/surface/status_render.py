@@ -132,6 +132,9 @@ def render_status(s: StatusSnapshot) -> str:
     if s.capabilities.missing:
         lines += ["", "CAPABILITIES MISSING"]
         lines.extend(f"  {c.capability}: {c.why}; {c.consequence}" for c in s.capabilities.missing)
+    if s.server_files.refused:
+        counts = ", ".join(f"{k} {n}" for k, n in sorted(s.server_files.refused.items()))
+        lines += ["", f"FILES REFUSED on a server's behalf: {counts}", f"  last: {s.server_files.last_refusal}"]
     node_errors = {k: v for k, v in s.errors.items() if ":" not in k or k.startswith(("procfs", "sink"))}
     lines.extend(f"error {key}: {msg}" for key, msg in node_errors.items())
     return "\n".join(lines)

@@ -22,6 +22,7 @@ from vllm_guardian.config.status import ConfigStatus
 from vllm_guardian.diagnosis.node_view import DeviceRow
 from vllm_guardian.gates.status import GatesSummary, TargetGatesStatus
 from vllm_guardian.host.capabilities import MissingCapability
+from vllm_guardian.host.server_files import ServerFilesStatus
 from vllm_guardian.model import Incident
 from vllm_guardian.probes.accel import TargetDevice
 from vllm_guardian.probes.procfs_status import ProcessStatus
@@ -109,6 +110,7 @@ class StatusSnapshot:
     api_keys: Mapping[str, str] | None = None  # target -> where its API key came from
     kubernetes: KubernetesStatus | None = None  # the Kubernetes publisher
     capabilities: CapabilitiesStatus = field(default_factory=CapabilitiesStatus)
+    server_files: ServerFilesStatus = field(default_factory=ServerFilesStatus)  # refused on a server's behalf
     schema: int = SCHEMA
 
     def target(self, name: str) -> TargetStatus | None:

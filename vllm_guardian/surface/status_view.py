@@ -7,7 +7,8 @@ Each part contributes its own typed section: the loop's counters (``SelfStats.se
 gates (``status_of``, ``summary``), the accelerator readings (``target_section``, the node table
 of ``diagnosis.node_view``), the fault ledger (``status_section``) and the parts wired around the
 daemon (``StatusSources``: the alert sink, the config reloads, the API keys, the Kubernetes
-publisher), the procfs readings (``process_section``). What is left here is the target's phase
+publisher), the procfs readings (``process_section``), the files refused on a server's behalf
+(``ServerFiles.status_section``). What is left here is the target's phase
 and readiness verdict. The
 table a person reads is ``status_render.render_status``.
 """
@@ -181,6 +182,7 @@ def build_status(d: Daemon, now: float) -> StatusSnapshot:
         api_keys=_section(src.api_keys),
         kubernetes=_section(src.kubernetes),
         capabilities=CapabilitiesStatus(d.capabilities.missing()),
+        server_files=d.seams.files.status_section(),
     )
 
 
