@@ -25,7 +25,8 @@ def build(cert: Path, key: Path, ca: Path | None = None, auth: str = "NoClientCe
 
 
 def test_a_certificate_and_its_key_make_a_server_context(pki):
-    ctx = build(*pki.server, pki.ca.cert_file, "RequireAndVerifyClientCert")
+    cert, key = pki.server
+    ctx = build(cert, key, pki.ca.cert_file, "RequireAndVerifyClientCert")
     assert (ctx.verify_mode, ctx.minimum_version) == (ssl.CERT_REQUIRED, ssl.TLSVersion.TLSv1_2)
     assert ctx.options & ssl.OP_NO_RENEGOTIATION
 

@@ -117,7 +117,9 @@ class Pki:
         return {"cert_file": str(cert), "key_file": str(key), **extra}
 
     def require_client_certs(self) -> dict:
-        return self.tls_server_config(client_ca_file=str(self.ca.cert_file), client_auth_type="RequireAndVerifyClientCert")
+        return self.tls_server_config(
+            client_ca_file=str(self.ca.cert_file), client_auth_type="RequireAndVerifyClientCert"
+        )
 
 
 def write_web_config(path: Path, doc: dict) -> Path:

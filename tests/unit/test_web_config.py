@@ -51,6 +51,7 @@ def test_a_valid_web_config_is_read(data, expected):
 
 def test_the_defaults_are_exporter_toolkits():
     tls = parse_web_config({"tls_server_config": TLS}).tls_server_config
+    assert tls is not None
     assert (tls.client_auth_type, tls.min_version, tls.max_version, tls.requires_client_cert) == (
         "NoClientCert",
         "TLS12",
@@ -96,7 +97,10 @@ def test_the_defaults_are_exporter_toolkits():
         ({"basic_auth_users": {"prom": 12}}, "basic_auth_users.prom: expected a string"),
         ({"basic_auth_users": ["prom"]}, "basic_auth_users: expected a mapping"),
         ({"basic_auth_users": {"a:b": HASH}}, "basic_auth_users.a:b: a user name must be non-empty, without ':'"),
-        ({"basic_auth_users": {"prom": "$2b$15$" + "a" * 53}}, "basic_auth_users.prom: bcrypt cost 15 is outside 4..14"),
+        (
+            {"basic_auth_users": {"prom": "$2b$15$" + "a" * 53}},
+            "basic_auth_users.prom: bcrypt cost 15 is outside 4..14",
+        ),
         ({"basic_auth_users": {"prom": "$2b$03$" + "a" * 53}}, "basic_auth_users.prom: bcrypt cost 3 is outside"),
         ({}, "asks for neither TLS (tls_server_config) nor basic auth (basic_auth_users)"),
         (None, "asks for neither TLS"),
@@ -124,7 +128,13 @@ def test_every_problem_is_reported_at_once():
 
 @pytest.mark.parametrize(
     "value, cost",
-    [(HASH, 10), ("$2a$04$" + "x" * 53, 4), ("$2y$12$" + "./" * 26 + "a", 12), ("$2x$10$" + "a" * 53, None), ("", None)],
+    [
+        (HASH, 10),
+        ("$2a$04$" + "x" * 53, 4),
+        ("$2y$12$" + "./" * 26 + "a", 12),
+        ("$2x$10$" + "a" * 53, None),
+        ("", None),
+    ],
 )
 def test_bcrypt_cost_reads_the_cost_of_a_hash(value, cost):
     assert bcrypt_cost(value) == cost
