@@ -1,6 +1,7 @@
 """The CLI around the web config: ``guardian healthz`` answers what /healthz would over the control
 socket (the liveness probe when the listener asks for credentials), and ``guardian check-config``
-reads the web config and its certificates as ``guardian run`` does, naming the key of a problem."""
+reads the web config and its certificates as ``guardian run`` does, naming the key of a problem;
+``guardian status`` says loudly when a web config reload was refused."""
 
 from __future__ import annotations
 
@@ -72,3 +73,24 @@ def test_check_config_names_a_web_config_problem_and_exits_2(tmp_path, capsys, w
     assert main(["check-config", "-c", config_with_web(tmp_path, web)]) == 2
     err = capsys.readouterr().err
     assert f"api.web_config_file ({tmp_path / 'web.yml'})" in err and expected in err and "hunter2" not in err
+
+
+def test_status_says_loudly_that_a_web_config_reload_was_refused(tmp_path, capsys):
+    doc = {
+        "node": "gpu-1",
+        "version": "9.9",
+        "http": {
+            "scheme": "https",
+            "web_config": {"file": "/etc/guardian/web.yml", "last_reload_ok": False, "last_error": "YAML syntax error"},
+        },
+    }
+    sock = ControlSocket(str(tmp_path / "g.sock"), {"status": lambda req: doc})
+    sock.start()
+    try:
+        assert main(["status", "--socket", sock.path]) == 0
+    finally:
+        sock.stop()
+    assert (
+        "WEB CONFIG RELOAD REFUSED (/etc/guardian/web.yml), the running one is kept: YAML syntax error"
+        in capsys.readouterr().out
+    )
