@@ -94,3 +94,10 @@ def test_status_says_loudly_that_a_web_config_reload_was_refused(tmp_path, capsy
         "WEB CONFIG RELOAD REFUSED (/etc/guardian/web.yml), the running one is kept: YAML syntax error"
         in capsys.readouterr().out
     )
+
+
+def test_run_with_a_bad_web_config_stops_before_anything_listens(tmp_path, capsys):
+    cfg = config_with_web(tmp_path, {"basic_auth_users": {"p": "typed-in-clear"}})
+    assert main(["run", "-c", cfg]) == 2
+    assert "basic_auth_users.p: expected a bcrypt hash" in capsys.readouterr().err
+    assert not (tmp_path / "state" / "redis").exists()  # nothing was started (no embedded Redis left behind)
