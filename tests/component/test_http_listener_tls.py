@@ -342,3 +342,18 @@ def test_silent_tls_clients_holding_every_slot_do_not_keep_a_good_client_out(pki
     finally:
         for h in hogs:
             h.close()
+
+
+def test_each_refused_tls_connection_is_counted_once_evicted_or_failed_handshake(pki, users_only):
+    users_only.api.max_connections = 3
+    hogs = [socket.create_connection(("127.0.0.1", users_only.port), timeout=10) for _ in range(3)]
+    assert get(users_only.url("/healthz"), client_context(pki), "prom", PASSWORD)[0] == 200  # evicts the oldest
+    for h in hogs:
+        h.close()  # the others end their handshake now: a failed one each
+
+    def refused() -> int:
+        return users_only.refused("evicted") + users_only.refused("tls_handshake")
+
+    assert poll(lambda: refused() == 3, 10)
+    time.sleep(0.5)  # a late double count would show here
+    assert (refused(), users_only.refused("evicted") >= 1) == (3, True)

@@ -102,7 +102,7 @@ class _Conn:
     """One accepted connection: its socket (the TLS one once wrapped), when it was accepted, the
     deadline of its whole request, and the web config it is served with."""
 
-    __slots__ = ("sock", "peer", "since", "deadline", "web")
+    __slots__ = ("sock", "peer", "since", "deadline", "web", "evicted")
 
     def __init__(self, sock: Any, peer: str, since: float, deadline: float) -> None:
         self.sock = sock
@@ -110,10 +110,12 @@ class _Conn:
         self.since = since
         self.deadline = deadline
         self.web: ActiveWebConfig | None = None
+        self.evicted = False  # cut to make room: counted as such, not again as a failed handshake
 
     def cut(self) -> None:
         """Shut the connection down from another thread (its reads end at once). The plain
         socket's shutdown: ``SSLSocket.shutdown`` would drop its TLS object under the reader."""
+        self.evicted = True
         try:
             socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
         except OSError:
@@ -181,11 +183,10 @@ class _Server(ThreadingHTTPServer):
             conn.sock = server_socket(web.tls, conn.sock)
         try:
             finish_handshake(conn.sock, conn.deadline)
-        except TimeoutError:
-            self.api.counters.refuse("tls_handshake", conn.peer, "no TLS handshake within the request deadline")
-            return False
-        except OSError as e:  # ssl.SSLError included: plaintext, no or a bad client certificate
-            self.api.counters.refuse("tls_handshake", conn.peer, _why(e))
+        except OSError as e:  # ssl.SSLError, TimeoutError: plaintext, no or a bad client certificate, too slow
+            if not conn.evicted:
+                why = "no TLS handshake within the request deadline" if isinstance(e, TimeoutError) else _why(e)
+                self.api.counters.refuse("tls_handshake", conn.peer, why)
             return False
         return True
 
