@@ -47,6 +47,7 @@ BAD_INPUT = [
     (["run", "-c", "{missing}"], 2, "no such file"),
     (["status", "-c", "{cfg}"], 1, "not reachable"),
     (["status", "--fleet", "-c", "{cfg}"], 1, "Redis at unix://"),
+    (["healthz", "-c", "{cfg}"], 1, "not reachable"),
     (["check-config", "-c", "{badcfg}"], 2, "detectors.busy_loop.window"),
     (["probe", "-c", "{badcfg}"], 2, "detectors.busy_loop.window"),
     (["incidents", "show", "-c", "{cfg}"], 2, "needs an incident id"),

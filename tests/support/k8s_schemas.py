@@ -29,6 +29,37 @@ _RELABEL = {
     },
 }
 _META = {"type": "object", "required": ["name", "namespace"]}
+# monitoring.coreos.com/v1 SecretKeySelector, SecretOrConfigMap, SafeTLSConfig and BasicAuth
+_KEY_REF = {
+    "type": "object",
+    "required": ["key"],
+    "additionalProperties": False,
+    "properties": {"name": {"type": "string"}, "key": {"type": "string"}, "optional": {"type": "boolean"}},
+}
+_SECRET_OR_CM = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"secret": _KEY_REF, "configMap": _KEY_REF},
+}
+_TLS_VERSION = {"enum": ["TLS10", "TLS11", "TLS12", "TLS13"]}
+_SAFE_TLS = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "ca": _SECRET_OR_CM,
+        "cert": _SECRET_OR_CM,
+        "keySecret": _KEY_REF,
+        "serverName": {"type": "string"},
+        "insecureSkipVerify": {"type": "boolean"},
+        "minVersion": _TLS_VERSION,
+        "maxVersion": _TLS_VERSION,
+    },
+}
+_BASIC_AUTH = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"username": _KEY_REF, "password": _KEY_REF},
+}
 CRD_SCHEMAS = {
     "PodMonitor": {
         "type": "object",
@@ -57,6 +88,9 @@ CRD_SCHEMAS = {
                                 "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
                                 "scrapeTimeout": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
                                 "relabelings": {"type": "array", "items": _RELABEL},
+                                "scheme": {"enum": ["http", "https", "HTTP", "HTTPS"]},
+                                "tlsConfig": _SAFE_TLS,
+                                "basicAuth": _BASIC_AUTH,
                             },
                         },
                     },

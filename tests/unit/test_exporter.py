@@ -189,6 +189,20 @@ FULL = status(
     accelerators=[{"device": "nvml:0", "backend": "nvml", "fault_health": 0}],
     device_faults={"pci:0000:3b:00": {"health": 2}},
     kubernetes={"failures": {"TaintWant": 3}, "queue_full": 0, "node_tainted": True},  # KubePublisher.stats()
+    http={  # HttpCounters.status_section()
+        "address": "0.0.0.0:9464",
+        "scheme": "https",
+        "connections_refused": {"full": 0, "evicted": 2, "tls_handshake": 5},
+        "auth_failures": {"no_credentials": 3, "bad_credentials": 1, "busy": 0},
+        "web_config": {
+            "file": "/etc/guardian/web.yml",
+            "applied": "TLS",
+            "reloads": 2,
+            "reload_failures": 1,
+            "last_reload_ok": False,
+            "last_error": "bad",
+        },
+    },
     capabilities={"missing": [{"capability": "ptrace", "why": "no CAP_SYS_PTRACE", "consequence": "no py-spy"}]},
     server_files={"refused": {"restart.log_file": 2}, "last_refusal": "restart.log_file /l: a symbolic link"},
 )
@@ -301,6 +315,13 @@ def test_describe_names_every_declared_family_without_reading_status():
         ("guardian_alerts_spooled", {}, 7.0),
         ("guardian_alerts_dropped_total", {}, 2.0),
         ("guardian_kubernetes_failures_total", {"call": "TaintWant"}, 3.0),
+        ("guardian_http_connections_refused_total", {"reason": "tls_handshake"}, 5.0),
+        ("guardian_http_connections_refused_total", {"reason": "evicted"}, 2.0),
+        ("guardian_http_auth_failures_total", {"reason": "no_credentials"}, 3.0),
+        ("guardian_http_auth_failures_total", {"reason": "busy"}, 0.0),
+        ("guardian_http_web_config_reloads_total", {"outcome": "ok"}, 2.0),
+        ("guardian_http_web_config_reloads_total", {"outcome": "failed"}, 1.0),
+        ("guardian_http_web_config_last_reload_successful", {}, 0.0),
     ],
 )
 def test_status_fields_map_to_metric_values(name, labels, expected):

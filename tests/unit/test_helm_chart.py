@@ -1,7 +1,9 @@
 """The Helm chart (deploy/helm/vllm-guardian) with the real ``helm`` (tools/k8s_render.py): it
 lints for every value set in its ci/ folder, renders objects the API schemas of every supported
 Kubernetes version accept, renders the guardian config the guardian accepts, grants exactly the
-namespaces it is given, and rolls the pods when — and only when — the guardian's config changes."""
+namespaces it is given, and rolls the pods when — and only when — the guardian's config changes;
+with webConfig, a web config the guardian accepts at the mounted path, monitors that scrape with
+https and the given credentials, and a liveness probe the kubelet can pass."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from tests.support.k8s_schemas import VERSIONS, split, validate
 
 from tools.k8s_render import CHART, ToolFailed, helm_lint, helm_template
 from vllm_guardian.config.loader import parse_config
+from vllm_guardian.config.web import parse_web_config
 
 ROOT = Path(__file__).resolve().parents[2]
 VALUE_SETS = sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
@@ -195,3 +198,122 @@ def test_scheduling_values_reach_the_pod():
     assert spec["affinity"]["nodeAffinity"] and spec["tolerations"][0]["key"] == "nvidia.com/gpu"
     assert not kind(render("full-values.yaml"), "PriorityClass")
     assert spec["containers"][0]["image"] == "registry.example.com/vllm-guardian:0.1.0"
+
+
+# ------------------------------------------------------------------ TLS and basic auth (webConfig)
+WEB_HASH = "$2b$10$" + "a" * 53
+INLINE_TLS = {"webConfig.enabled": "true", "webConfig.tls.cert": "CERT-PEM", "webConfig.tls.key": "KEY-PEM"}
+
+
+def web_secret(docs: list[dict]) -> dict:
+    (secret,) = [d for d in kind(docs, "Secret") if d["metadata"]["name"].endswith("-web-config")]
+    return secret
+
+
+def mounts(docs: list[dict]) -> dict[str, str]:
+    """mount path -> the Secret mounted there."""
+    spec = _template(docs)["spec"]
+    secrets = {v["name"]: v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+    return {m["mountPath"]: secrets[m["name"]] for m in spec["containers"][0]["volumeMounts"] if m["name"] in secrets}
+
+
+def test_the_rendered_web_config_is_one_the_guardian_accepts_at_the_path_the_config_names():
+    docs = render("tls-values.yaml")
+    web = parse_web_config(yaml.safe_load(web_secret(docs)["stringData"]["web.yml"]))
+    assert config_of(docs).api.web_config_file == "/etc/guardian-web/web.yml"
+    assert web.tls_server_config is not None and web.tls_server_config.requires_client_cert
+    assert (web.tls_server_config.min_version, sorted(web.basic_auth_users)) == ("TLS13", ["prometheus"])
+    assert mounts(docs) == {
+        "/etc/guardian-web": web_secret(docs)["metadata"]["name"],
+        "/etc/guardian-tls": "vllm-guardian-tls",  # the existing Secret: cert_file, key_file, client_ca_file
+    }
+    tls = web.tls_server_config
+    assert {tls.cert_file, tls.key_file, tls.client_ca_file} == {
+        "/etc/guardian-tls/tls.crt",
+        "/etc/guardian-tls/tls.key",
+        "/etc/guardian-tls/ca.crt",
+    }
+
+
+def test_an_inline_certificate_goes_into_the_charts_own_secret():
+    docs = render(**INLINE_TLS)
+    data = web_secret(docs)["stringData"]
+    web = parse_web_config(yaml.safe_load(data["web.yml"]))
+    assert (data["tls.crt"].strip(), data["tls.key"].strip()) == ("CERT-PEM", "KEY-PEM")
+    assert web.tls_server_config is not None and web.tls_server_config.cert_file == "/etc/guardian-web/tls.crt"
+    assert list(mounts(docs)) == ["/etc/guardian-web"]
+
+
+def test_the_monitors_scrape_with_https_and_the_given_tls_config_and_basic_auth():
+    values = yaml.safe_load((CHART / "ci" / "tls-values.yaml").read_text())["webConfig"]["scrape"]
+    for d in split(render("tls-values.yaml"))[1]:
+        endpoint = (d["spec"].get("podMetricsEndpoints") or d["spec"]["endpoints"])[0]
+        assert (endpoint["scheme"], endpoint["tlsConfig"], endpoint["basicAuth"]) == (
+            "https",
+            values["tlsConfig"],
+            values["basicAuth"],
+        )
+
+
+def liveness(docs: list[dict]) -> dict:
+    return _template(docs)["spec"]["containers"][0]["livenessProbe"]
+
+
+@pytest.mark.parametrize(
+    "sets, probe",
+    [
+        ({}, {"httpGet": {"path": "/healthz", "port": "metrics"}}),
+        (INLINE_TLS, {"httpGet": {"path": "/healthz", "port": "metrics", "scheme": "HTTPS"}}),
+        (
+            {**INLINE_TLS, "webConfig.basicAuthUsers.prom": WEB_HASH},
+            {"exec": {"command": ["guardian", "healthz", "--socket", "/var/lib/guardian/guardian.sock"]}},
+        ),
+        (
+            {
+                **INLINE_TLS,
+                "webConfig.tls.clientCA": "CA-PEM",
+                "webConfig.tls.clientAuthType": "RequireAndVerifyClientCert",
+            },
+            {"exec": {"command": ["guardian", "healthz", "--socket", "/var/lib/guardian/guardian.sock"]}},
+        ),
+    ],
+    ids=["plain", "tls", "basic_auth", "client_certs"],
+)
+def test_the_liveness_probe_is_one_the_kubelet_can_pass(sets, probe):
+    got = liveness(render(**sets))
+    assert {k: v for k, v in got.items() if k in ("httpGet", "exec")} == probe
+
+
+@pytest.mark.parametrize(
+    "sets, message",
+    [
+        ({"webConfig.enabled": "true"}, "webConfig.tls: needs secretName"),
+        ({**INLINE_TLS, "webConfig.tls.secretName": "s"}, "webConfig.tls: set secretName or cert and key, not both"),
+        (
+            {**INLINE_TLS, "webConfig.tls.clientAuthType": "RequireAndVerifyClientCert"},
+            "webConfig.tls.clientCA: required with clientAuthType RequireAndVerifyClientCert",
+        ),
+        ({"webConfig.enabled": "true", "webConfig.tls.enabled": "false"}, "asks for neither TLS"),
+        ({**INLINE_TLS, "podMonitor.enabled": "true"}, "webConfig.scrape.tlsConfig: required"),
+        (
+            {
+                **INLINE_TLS,
+                "webConfig.basicAuthUsers.prom": WEB_HASH,
+                "webConfig.scrape.tlsConfig.insecureSkipVerify": "true",
+                "serviceMonitor.enabled": "true",
+            },
+            "webConfig.scrape.basicAuth: required",
+        ),
+        ({**INLINE_TLS, "config.api.http": "null"}, "webConfig.enabled needs config.api.http"),
+    ],
+    ids=["no_certificate", "two_certificates", "no_client_ca", "nothing", "monitor_tls", "monitor_auth", "no_listener"],
+)
+def test_a_web_config_the_guardian_or_prometheus_could_not_use_is_refused(sets, message):
+    with pytest.raises(ToolFailed, match=re.escape(message)):
+        helm_template(sets=sets)
+
+
+def test_without_web_config_nothing_of_it_is_rendered():
+    docs = render()
+    assert not [d for d in kind(docs, "Secret")] and config_of(docs).api.web_config_file is None
+    assert mounts(docs) == {}

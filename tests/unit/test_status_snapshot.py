@@ -19,7 +19,9 @@ from vllm_guardian.gates.judge import GateFailure
 from vllm_guardian.gates.status import GatesSummary
 from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef
 from vllm_guardian.sinks.redis_sink import AlertsStatus
+from vllm_guardian.surface.http_stats import HttpStatus
 from vllm_guardian.surface.kube_publisher import KubernetesStatus
+from vllm_guardian.surface.web_security import WebConfigStatus
 from vllm_guardian.surface.status_codec import StatusDocumentError
 from vllm_guardian.surface.status_snapshot import OPTIONAL_SECTIONS, StatusSnapshot
 
@@ -70,6 +72,13 @@ SECTIONS: dict[str, Any] = {
     "config": ConfigStatus(1, ReloadOutcome(1.0, True, "config unchanged")),
     "api_keys": {"llama": "env VLLM_API_KEY"},
     "kubernetes": KubernetesStatus({"TaintWant": 1}, 0, False),
+    "http": HttpStatus(
+        "127.0.0.1:9464",
+        "https",
+        {"full": 0, "evicted": 1, "tls_handshake": 2},
+        {"no_credentials": 1},
+        WebConfigStatus("/etc/guardian/web.yml", "TLS", 1.0, 1, 1, False, "tls_server_config.cert_file: no such file"),
+    ),
 }
 
 
@@ -104,6 +113,9 @@ def test_the_document_keeps_the_keys_its_readers_use():
     }
     assert set(doc["actions"]) == {"outcomes", "restarts"}
     assert doc["alerts"]["dropped_total"] == 1 and doc["config"]["last_reload"]["ok"] is True
+    assert (
+        doc["http"]["connections_refused"]["tls_handshake"] == 2 and doc["http"]["web_config"]["reload_failures"] == 1
+    )
 
 
 def test_an_unmatched_target_is_an_object_naming_the_target_and_why():

@@ -84,6 +84,10 @@ def cmd_check_config(args) -> int:
         from vllm_guardian.gates.trust import load_keys
 
         load_keys(cfg.gates.trust.keys_file, cfg.gates.trust.key_env)
+    if cfg.api.http and cfg.api.web_config_file:  # read and built as `guardian run` does (never printed)
+        from vllm_guardian.surface.web_security import load_active
+
+        load_active(cfg.api.web_config_file)
     print(render_check(cfg))
     return 0
 

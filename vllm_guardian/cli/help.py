@@ -29,8 +29,16 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
             "guardian status --fleet --redis redis://redis.example:6379/0",
         ),
     ),
+    "healthz": (
+        "Ask the running daemon (its control socket) whether its main loop ticks: what /healthz answers, "
+        "without HTTP, so it works whatever TLS and authentication the web config asks of the listener "
+        "(the Helm chart's liveness probe then). Prints the JSON answer; exits 0 while the last tick is "
+        "younger than 3 x interval, else 1 (also when no daemon answers).",
+        ("guardian healthz", "guardian healthz --socket /var/lib/guardian/guardian.sock"),
+    ),
     "check-config": (
-        "Validate a config file and print the effective config (defaults filled in). "
+        "Validate a config file and print the effective config (defaults filled in); with "
+        "api.web_config_file, the web config and its certificates too. "
         "Every problem is printed as 'key.path: what is wrong' and the exit status is 2.",
         ("guardian check-config -c /etc/guardian/guardian.yaml", "guardian check-config"),
     ),

@@ -11,7 +11,7 @@ from vllm_guardian.cli.common import CONFIG_ENV, DEFAULT_CONFIG
 from vllm_guardian.cli.control import cmd_control, cmd_maintenance, parse_duration
 from vllm_guardian.cli.daemon import cmd_check_config, cmd_demo, cmd_probe, cmd_run
 from vllm_guardian.cli.incidents import cmd_incidents, cmd_snapshot
-from vllm_guardian.cli.status import cmd_status
+from vllm_guardian.cli.status import cmd_healthz, cmd_status
 
 
 def cmd_completion(args) -> int:
@@ -73,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--redis", default=None, help="Redis URL for --fleet (default: the configured one)")
     sp.add_argument("--socket", default=None, help="control socket (default from config)")
     sp.set_defaults(fn=cmd_status)
+
+    sp = with_config(sub.add_parser("healthz", help="the daemon's own liveness: exit 0 while its loop ticks"))
+    sp.add_argument("--socket", default=None, help="control socket (default from config)")
+    sp.set_defaults(fn=cmd_healthz)
 
     sp = with_config(sub.add_parser("check-config", help="validate and print the effective config"))
     sp.set_defaults(fn=cmd_check_config)

@@ -1,5 +1,5 @@
 """``guardian status``: what the running daemon sees (its control socket), or with ``--fleet`` every
-node's heartbeat from Redis."""
+node's heartbeat from Redis; ``guardian healthz``: whether its main loop ticks (its control socket)."""
 
 from __future__ import annotations
 
@@ -43,3 +43,17 @@ def cmd_status(args) -> int:
         return 1
     print(render_status(snapshot))
     return 0
+
+
+def cmd_healthz(args) -> int:
+    """The daemon's ``/healthz`` over its control socket: 0 while its loop ticks, else 1."""
+    from vllm_guardian.surface.control_socket import request
+
+    path = args.socket or load_config(args.config).socket_path()
+    try:
+        doc = request(path, {"cmd": "healthz"})
+    except (OSError, RuntimeError, ValueError) as e:
+        print(not_reachable(path, e), file=sys.stderr)
+        return 1
+    print(json.dumps(doc))
+    return 0 if isinstance(doc, dict) and doc.get("ok") is True else 1

@@ -1,5 +1,6 @@
 """The checks across fields, after the walk: one matcher per target, a namespace for Kubernetes
-matching, one source of an API key, what each restart mode needs, unique target names, a state_dir."""
+matching, one source of an API key, what each restart mode needs, unique target names, a state_dir,
+a web config only for a listener that is on."""
 
 from __future__ import annotations
 
@@ -53,6 +54,9 @@ def cross_checks(cfg: Config, problems: list[str]) -> None:
             f"state_dir: expected a directory path, got {show(cfg.state_dir)} "
             "(the control socket and every state file live there)"
         )
+    api = cfg.api
+    if not isinstance(api, Invalid) and isinstance(api.web_config_file, str) and api.http is None:
+        problems.append("api.web_config_file: set, but api.http is null (the HTTP listener is off)")
     if isinstance(cfg.targets, Invalid):
         return
     first_seen: dict[str, int] = {}

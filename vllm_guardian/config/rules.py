@@ -91,6 +91,9 @@ RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingPro
         "log_format": _choice("text", "json", "logfmt"),
         "log_level": _choice("debug", "info", "warning", "error", "critical"),
         "pod_removal": _choice("evict", "delete"),
+        # the web config of the HTTP listener (config/web.py): the exporter-toolkit names
+        "client_auth_type": _choice("NoClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert"),
+        "tls_version": _choice("TLS12", "TLS13"),
         "taint_key": (
             "a Kubernetes taint key ([prefix/]name: a DNS subdomain, a name of at most 63 letters, digits, '-_.')",
             lambda v: _TAINT_KEY.fullmatch(v) is not None and len(v.rpartition("/")[0]) <= 253,

@@ -335,6 +335,11 @@ class LogConfig:
 class ApiConfig:
     socket: str | None = setting(None, doc="unix socket; default <state_dir>/guardian.sock")
     http: str | None = setting("127.0.0.1:9464", "hostport", "/metrics + readiness; null = off")
+    web_config_file: str | None = setting(
+        None,
+        doc="TLS and basic auth for api.http: a web config file in the node_exporter (exporter-toolkit) "
+        "format (docs/operate.md); re-read on SIGHUP and when it or a file it names changes; null = plain HTTP",
+    )
 
 
 @dataclass(frozen=True)

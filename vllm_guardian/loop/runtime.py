@@ -10,7 +10,8 @@
   (``sinks/redis_conn.py``, embedded Redis by default) handed to every Redis user, the alert
   sink, alert events for incident transitions and updates,
   re-notification and the node heartbeat, the control socket, the HTTP listener (``/metrics``,
-  ``/healthz``, readiness), the gates' report listener and decisions, and sd_notify.
+  ``/healthz``, readiness; TLS and basic auth from its web config, re-read on a reload and when
+  one of its files changes), the gates' report listener and decisions, and sd_notify.
   ``run(stop)`` runs the loop until ``stop`` is set; ``close()`` stops everything.
 """
 
@@ -42,7 +43,9 @@ from vllm_guardian.host.process_details import PsutilDetails
 from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.host.runner import SubprocessRunner
 from vllm_guardian.host.server_files import ServerFiles
-from vllm_guardian.surface.http_listener import HttpListener, LastTick
+from vllm_guardian.surface.http_listener import HttpListener, LastTick, healthz_answer
+from vllm_guardian.surface.http_stats import HttpCounters
+from vllm_guardian.surface.web_security import WebSecurity
 from vllm_guardian.model import Incident, Status, Transition
 from vllm_guardian.netaddr import parse_hostport
 from vllm_guardian.probes.accel import make_backends
@@ -63,6 +66,7 @@ if TYPE_CHECKING:
     from vllm_guardian.host.kube import KubeClient
 
 log = logging.getLogger("guardian")
+WEB_CONFIG_WATCH = 5.0  # seconds between looks at the web config's files (a rotated certificate)
 
 
 def real_seams(cfg: Config, clock: SystemClock | None = None) -> Seams:
@@ -137,6 +141,7 @@ class Runtime:
     load_config: Callable[[], Config] | None = None  # re-reads the config file (SIGHUP); None: no reload
     reload_requested: threading.Event = field(default_factory=threading.Event)
     reloads: ReloadBook = field(default_factory=ReloadBook)
+    _next_web_watch: float = float("-inf")
 
     @classmethod
     def start(
@@ -152,6 +157,10 @@ class Runtime:
         keys = Keys()
         if cfg.gates.enabled:  # a bad trust key file is a config error before anything is started
             keys = load_keys(cfg.gates.trust.keys_file, cfg.gates.trust.key_env)
+        web = None  # likewise a bad web config: nothing is ever served unprotected
+        if cfg.api.http and cfg.api.web_config_file:
+            web = WebSecurity(cfg.api.web_config_file, log.getChild("http"))
+        http_counters = HttpCounters(log.getChild("http"), web) if cfg.api.http else None
         clock = SystemClock()
         reloads = ReloadBook()
         node = cfg.node or os.uname().nodename  # parse_config fills it; a Config built by hand may not
@@ -204,7 +213,7 @@ class Runtime:
             scrub=known,
             sinks=[alerts] + ([decisions] if decisions is not None else []),
             on_update=[republish],
-            status_sources=StatusSources(alerts=sink, config=reloads, kubernetes=kube),
+            status_sources=StatusSources(alerts=sink, config=reloads, kubernetes=kube, http=http_counters),
         )
         gates = daemon.readings.gates
         listener = (  # external reports about this node's instances (started with the rest below)
@@ -219,17 +228,19 @@ class Runtime:
             if gates is not None
             else None
         )
+        beat = LastTick(clock.monotonic)
+        max_tick_age = 3 * cfg.interval
         control = ControlSocket(
             cfg.socket_path(),
             {
                 "status": lambda req: daemon.status().to_dict(),  # the one place the status is serialised
                 "ping": lambda req: "pong",
+                "healthz": lambda req: healthz_answer(beat.age(), max_tick_age)[1],  # /healthz, for `guardian healthz`
                 "drain": daemon.control_request,
                 "restart": daemon.control_request,
                 "undrain": daemon.control_request,
             },
         )
-        beat = LastTick(clock.monotonic)
         http = None
         if cfg.api.http:
             http = HttpListener(
@@ -237,7 +248,10 @@ class Runtime:
                 registry=build_registry(daemon.status, lambda: daemon.stats),
                 status=daemon.status,
                 tick_age=beat.age,
-                max_tick_age=3 * cfg.interval,
+                max_tick_age=max_tick_age,
+                log=log.getChild("http"),
+                security=web,
+                counters=http_counters,
             )
         rt = cls(
             daemon,
@@ -283,6 +297,8 @@ class Runtime:
         say why (the key path of each problem). Incidents, episodes, the restart ledger and what
         the tracker knows are kept either way. The outcome is in ``guardian status`` (``config``)."""
         self.reload_requested.clear()
+        if self.http is not None and self.http.security is not None:
+            self.http.security.reload()  # its own file: re-read whatever becomes of the config's
         at = self.clock.wall()
         if self.load_config is None:
             outcome = ReloadOutcome(at, False, "no config file to re-read")
@@ -312,6 +328,10 @@ class Runtime:
             self.reload()
         self.alerts.renotify(self.daemon.incidents.open_incidents())
         now = self.clock.monotonic()
+        web = self.http.security if self.http is not None else None
+        if web is not None and now >= self._next_web_watch:
+            self._next_web_watch = now + WEB_CONFIG_WATCH
+            web.reload_if_changed()  # a rotated certificate, an updated Secret: no signal needed
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + self.daemon.cfg.alerts.heartbeat_ttl / 3
             self.sink.heartbeat(node_summary(self.daemon.status(), self.sink.status_section()))

@@ -32,7 +32,9 @@ Snapshot fields read:
 - ``alerts.{spooled, dropped_total}`` (the alert sink's section);
 - ``kubernetes.failures[call]`` (the Kubernetes publisher's failed API calls);
 - ``gates.{reports, reports_dropped, fingerprints_dropped, fingerprints_deleted}`` (external gate
-  reports, other nodes' L4 fingerprint entries).
+  reports, other nodes' L4 fingerprint entries);
+- ``http.{connections_refused, auth_failures}`` and ``http.web_config.{reloads, reload_failures,
+  last_reload_ok}`` (the HTTP listener and its web config).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from vllm_guardian.model import Kind
 if TYPE_CHECKING:
     from vllm_guardian.state.selfstats import SelfStats
     from vllm_guardian.probes.procfs_status import ProcessStatus
+    from vllm_guardian.surface.http_stats import HttpStatus
     from vllm_guardian.surface.status_snapshot import StatusSnapshot, TargetStatus
 
 
@@ -210,6 +213,26 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         ("call",),
         "Kubernetes API calls of the publisher that failed (GateWant, EventWant, NodeWant, TaintWant).",
     ),
+    # the HTTP listener
+    (
+        "guardian_http_connections_refused_total",
+        "counter",
+        ("reason",),
+        "HTTP listener connections closed unanswered, by reason (full, evicted, tls_handshake).",
+    ),
+    (
+        "guardian_http_auth_failures_total",
+        "counter",
+        ("reason",),
+        "HTTP requests refused by basic auth, by reason (no_credentials, bad_credentials, busy).",
+    ),
+    ("guardian_http_web_config_reloads_total", "counter", ("outcome",), "Web config reloads by outcome (ok, failed)."),
+    (
+        "guardian_http_web_config_last_reload_successful",
+        "gauge",
+        (),
+        "1 when the last web config reload was applied (or none was tried), 0 when it was refused.",
+    ),
 )
 
 DECLARED: tuple[MetricSpec, ...] = tuple(MetricSpec(n, t, h) for n, t, _, h in _TABLE)
@@ -295,6 +318,8 @@ def _snapshot_metrics(f: _Families, s: StatusSnapshot) -> None:
     if s.kubernetes is not None:
         for call, n in s.kubernetes.failures.items():
             f.add("guardian_kubernetes_failures_total", (call,), n)
+    if s.http is not None:
+        _http_metrics(f, s.http)
     if s.gates is not None:
         for outcome, n in s.gates.reports.items():
             f.add("guardian_gate_reports_total", (outcome,), n)
@@ -304,6 +329,18 @@ def _snapshot_metrics(f: _Families, s: StatusSnapshot) -> None:
             f.add("guardian_gate_fingerprints_dropped_total", (reason,), n)
         for reason, n in (s.gates.fingerprints_deleted or {}).items():
             f.add("guardian_gate_fingerprints_deleted_total", (reason,), n)
+
+
+def _http_metrics(f: _Families, h: HttpStatus) -> None:
+    for reason, n in h.connections_refused.items():
+        f.add("guardian_http_connections_refused_total", (reason,), n)
+    for reason, n in h.auth_failures.items():
+        f.add("guardian_http_auth_failures_total", (reason,), n)
+    web = h.web_config
+    if web is not None:
+        f.add("guardian_http_web_config_reloads_total", ("ok",), web.reloads)
+        f.add("guardian_http_web_config_reloads_total", ("failed",), web.reload_failures)
+        f.add("guardian_http_web_config_last_reload_successful", (), web.last_reload_ok)
 
 
 def _self_metrics(f: _Families, s: StatusSnapshot) -> None:

@@ -20,6 +20,15 @@ When they are all taken, the oldest connection still sending its request (open a
 milliseconds and answered from memory, so the connections still sending are the trickles, and
 a flood of them cannot starve the kubelet's readiness probe or Prometheus. When every open
 connection is being answered, the new one is closed unread (``refused``).
+
+With a web config (``api.web_config_file``; ``surface/web_security.py``), TLS and basic auth the
+node_exporter way. The TLS handshake runs on the connection's own thread within the same
+deadline, so a slow or silent TLS client holds only its own slot, and it counts as still sending
+(it may be cut for a new connection); plaintext to the TLS port, or a client without the
+certificate the web config requires, fails the handshake and is closed. Basic auth is checked
+before any route: no or wrong credentials are answered 401 with ``WWW-Authenticate``. Each
+refusal is counted by reason (``surface/http_stats.py``). A connection is served start to end by
+the web config that was current when it was accepted (a reload swaps it for the next ones).
 """
 
 from __future__ import annotations
@@ -40,9 +49,13 @@ from prometheus_client.registry import CollectorRegistry
 
 from vllm_guardian.errors import CannotStart, ConfigError
 from vllm_guardian.host.http import DeadlineReader
+from vllm_guardian.host.tls import finish_handshake, server_socket
+from vllm_guardian.surface.http_stats import HttpCounters
+from vllm_guardian.surface.web_auth import Verdict
 
 if TYPE_CHECKING:
     from vllm_guardian.surface.status_snapshot import StatusSnapshot
+    from vllm_guardian.surface.web_security import ActiveWebConfig, WebSecurity
 
 JSON = "application/json"
 
@@ -70,6 +83,49 @@ REQUEST_DEADLINE = 5.0  # seconds for a whole request: connect to the last byte 
 EVICT_AFTER = 0.0  # how long a connection still sending its request is safe from being cut
 
 
+def healthz_answer(age: float | None, max_age: float) -> tuple[int, dict[str, Any]]:
+    """``/healthz`` (and the control socket's ``healthz``): 200 while the loop's last tick is younger
+    than ``max_age`` seconds, else 503 (also before the first tick: ``age`` None)."""
+    ok = age is not None and age < max_age
+    doc: dict[str, Any] = {"ok": ok, "last_tick_age_s": None if age is None else round(age, 3), "max_age_s": max_age}
+    if age is None:
+        doc["reason"] = "no tick yet"
+    elif not ok:
+        doc["reason"] = "the main loop is not ticking"
+    return (200 if ok else 503), doc
+
+
+BASIC_CHALLENGE = 'Basic realm="vllm-guardian", charset="UTF-8"'
+
+
+class _Conn:
+    """One accepted connection: its socket (the TLS one once wrapped), when it was accepted, the
+    deadline of its whole request, and the web config it is served with."""
+
+    __slots__ = ("sock", "peer", "since", "deadline", "web", "evicted")
+
+    def __init__(self, sock: Any, peer: str, since: float, deadline: float) -> None:
+        self.sock = sock
+        self.peer = peer
+        self.since = since
+        self.deadline = deadline
+        self.web: ActiveWebConfig | None = None
+        self.evicted = False  # cut to make room: counted as such, not again as a failed handshake
+
+    def cut(self) -> None:
+        """Shut the connection down from another thread (its reads end at once). The plain
+        socket's shutdown: ``SSLSocket.shutdown`` would drop its TLS object under the reader."""
+        self.evicted = True
+        try:
+            socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def _peer(client_address: Any) -> str:
+    return str(client_address[0]) if isinstance(client_address, tuple) and client_address else "?"
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -78,49 +134,82 @@ class _Server(ThreadingHTTPServer):
     def server_activate(self) -> None:
         super().server_activate()
         self.lock = threading.Lock()
-        # connection -> when it was accepted (monotonic), while it is still sending its request
-        self.open: dict[Any, float] = {}
-        self.answering: set[Any] = set()  # connections whose request was read: being answered
+        # still sending its request (or its TLS handshake); a connection is forgotten (under the
+        # lock) before its socket is closed, so a cut never reaches a closed one
+        self.open: dict[int, _Conn] = {}
+        self.answering: dict[int, _Conn] = {}  # its request was read: being answered
 
     def process_request(self, request: Any, client_address: Any) -> None:
         now = time.monotonic()
+        api = self.api
+        conn = _Conn(request, _peer(client_address), now, now + api.request_deadline)
         with self.lock:
-            if len(self.open) + len(self.answering) >= self.api.max_connections:
-                reading = [(since, id(c), c) for c, since in self.open.items() if now - since >= self.api.evict_after]
+            if len(self.open) + len(self.answering) >= api.max_connections:
+                reading = [c for c in self.open.values() if now - c.since >= api.evict_after]
                 if not reading:  # all being answered (or all just opened): this one waits its turn
-                    self.api.refused += 1
+                    api.counters.refuse("full", conn.peer, f"{api.max_connections} connections being answered")
                     self.shutdown_request(request)
                     return
-                _, _, oldest = min(reading, key=lambda r: r[:2])
-                self.api.evicted += 1  # still sending its request: a trickle; its thread ends at EOF
-                del self.open[oldest]
-                try:
-                    oldest.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-            self.open[request] = now
+                oldest = min(reading, key=lambda c: (c.since, id(c)))
+                api.counters.refuse("evicted", oldest.peer, "still sending its request when all slots were taken")
+                del self.open[id(oldest)]
+                oldest.cut()  # still sending its request: a trickle; its thread ends at EOF
+            self.open[id(conn)] = conn
         try:
-            super().process_request(request, client_address)
+            # its thread runs process_request_thread(conn, ...): the connection travels as the "request"
+            super().process_request(conn, client_address)  # type: ignore[arg-type]
         except BaseException:
-            self._forget(request)
+            self._forget(conn)
             raise
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def process_request_thread(self, conn: Any, client_address: Any) -> None:
         try:
-            super().process_request_thread(request, client_address)
+            if self._secure(conn):
+                _Handler(conn.sock, client_address, self, conn)
+        except Exception:  # noqa: BLE001 - a client that misbehaves ends its own thread, never the listener
+            self.handle_error(conn.sock, client_address)
         finally:
-            self._forget(request)
+            self._forget(conn)  # first: no cut may reach the socket once it is closed
+            self.shutdown_request(conn.sock)
 
-    def answering_now(self, request: Any) -> None:
+    def _secure(self, conn: _Conn) -> bool:
+        """The web config this connection is served with and, when it asks for TLS, the handshake
+        (within the connection's deadline); False when the handshake failed (counted)."""
+        security = self.api.security
+        conn.web = web = security.current if security is not None else None
+        if web is None or web.tls is None:
+            return True
+        with self.lock:  # wrapping detaches the plain socket: a cut must see the one that owns it
+            conn.sock = server_socket(web.tls, conn.sock)
+        try:
+            finish_handshake(conn.sock, conn.deadline)
+        except OSError as e:  # ssl.SSLError, TimeoutError: plaintext, no or a bad client certificate, too slow
+            if not conn.evicted:
+                why = "no TLS handshake within the request deadline" if isinstance(e, TimeoutError) else _why(e)
+                self.api.counters.refuse("tls_handshake", conn.peer, why)
+            return False
+        return True
+
+    def answering_now(self, conn: _Conn) -> None:
         """Its request was read: it is answered from memory and no longer counted as a trickle."""
         with self.lock:
-            if self.open.pop(request, None) is not None:
-                self.answering.add(request)
+            if self.open.pop(id(conn), None) is not None:
+                self.answering[id(conn)] = conn
 
-    def _forget(self, request: Any) -> None:
+    def _forget(self, conn: _Conn) -> None:
         with self.lock:
-            self.open.pop(request, None)
-            self.answering.discard(request)
+            self.open.pop(id(conn), None)
+            self.answering.pop(id(conn), None)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        self.api.log.debug("http connection from %s ended in an error", _peer(client_address), exc_info=True)
+
+
+def _why(e: OSError) -> str:
+    reason = getattr(e, "reason", None)
+    if reason:
+        return f"TLS: {str(reason).replace('_', ' ').lower()}"
+    return e.strerror or type(e).__name__
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -128,22 +217,42 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "vllm-guardian"
     timeout = REQUEST_DEADLINE  # also bounds each write of the answer
 
+    def __init__(self, request: Any, client_address: Any, server: _Server, conn: _Conn) -> None:
+        self.conn = conn
+        super().__init__(request, client_address, server)
+
     def parse_request(self) -> bool:
         ok = super().parse_request()
-        self.server.answering_now(self.request)
+        self.server.answering_now(self.conn)
         return ok
 
     def setup(self) -> None:
         super().setup()
-        deadline = time.monotonic() + self.server.api.request_deadline
-        self.rfile = io.BufferedReader(DeadlineReader(self.connection, deadline))
+        self.rfile = io.BufferedReader(DeadlineReader(self.connection, self.conn.deadline))
+
+    def _allowed(self, send_body: bool) -> bool:
+        """Basic auth, when the web config has users: True to go on; else the refusal is sent."""
+        web = self.conn.web
+        if web is None or web.auth is None:
+            return True
+        verdict = web.auth.check(self.headers.get("Authorization"), self.conn.deadline)
+        if verdict is Verdict.OK:
+            return True
+        self.server.api.counters.unauthorized(verdict.value, self.conn.peer, urlsplit(self.path).path[:200])
+        if verdict is Verdict.BUSY:
+            self._reply(503, {"error": "busy checking credentials; retry"}, send_body, extra={"Retry-After": "1"})
+        else:
+            self._reply(401, {"error": "unauthorized"}, send_body, extra={"WWW-Authenticate": BASIC_CHALLENGE})
+        return False
 
     # ---------------------------------------------------------------- methods
     def do_GET(self) -> None:
-        self._route(send_body=True)
+        if self._allowed(send_body=True):
+            self._route(send_body=True)
 
     def do_HEAD(self) -> None:
-        self._route(send_body=False)
+        if self._allowed(send_body=False):
+            self._route(send_body=False)
 
     def __getattr__(self, name: str) -> Any:
         # http.server answers 501 for a method without a do_X; this listener is read-only: 405
@@ -152,6 +261,8 @@ class _Handler(BaseHTTPRequestHandler):
         raise AttributeError(name)
 
     def _not_allowed(self) -> None:
+        if not self._allowed(send_body=True):
+            return
         self._reply(405, {"error": f"method {self.command} not allowed: read-only"}, True, extra={"Allow": "GET, HEAD"})
 
     # ---------------------------------------------------------------- routes
@@ -215,7 +326,9 @@ class HttpListener:
     - ``max_tick_age``: ``/healthz`` turns 503 at or past this age (3 × interval);
     - ``poll_interval``: how often the serving thread checks for ``stop()`` (seconds);
     - ``max_connections``: open at once; ``request_deadline``: seconds for a whole request;
-      ``evict_after``: age at which an open connection is cut for a new one when all are taken.
+      ``evict_after``: age at which an open connection is cut for a new one when all are taken;
+    - ``security``: the web config (TLS, basic auth) applied now; None: plain HTTP, no auth;
+    - ``counters``: where refusals are counted (the daemon's status reads them); None: its own.
     """
 
     def __init__(
@@ -231,6 +344,8 @@ class HttpListener:
         max_connections: int = MAX_CONNECTIONS,
         request_deadline: float = REQUEST_DEADLINE,
         evict_after: float = EVICT_AFTER,
+        security: WebSecurity | None = None,
+        counters: HttpCounters | None = None,
     ) -> None:
         self.host, self.port = address
         if max_tick_age <= 0:
@@ -244,25 +359,24 @@ class HttpListener:
         self.max_connections = max_connections
         self.request_deadline = request_deadline
         self.evict_after = evict_after
-        self.refused = 0  # connections closed unread: max_connections open, all fresh
-        self.evicted = 0  # connections cut to make room: open evict_after seconds while all were taken
+        self.security = security
+        self.counters = counters or HttpCounters(self.log, security)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
+    @property
+    def refused(self) -> int:
+        """Connections closed unread: ``max_connections`` open, all being answered."""
+        return self.counters.refused["full"]
+
+    @property
+    def evicted(self) -> int:
+        """Connections cut to make room: still sending their request while all slots were taken."""
+        return self.counters.refused["evicted"]
+
     # ---------------------------------------------------------------- answers (pure of sockets)
     def healthz(self) -> tuple[int, dict[str, Any]]:
-        age = self.tick_age()
-        ok = age is not None and age < self.max_tick_age
-        doc: dict[str, Any] = {
-            "ok": ok,
-            "last_tick_age_s": None if age is None else round(age, 3),
-            "max_age_s": self.max_tick_age,
-        }
-        if age is None:
-            doc["reason"] = "no tick yet"
-        elif not ok:
-            doc["reason"] = "the main loop is not ticking"
-        return (200 if ok else 503), doc
+        return healthz_answer(self.tick_age(), self.max_tick_age)
 
     def target_ready(self, name: str) -> tuple[int, dict[str, Any]]:
         snapshot = self.status()
@@ -301,7 +415,9 @@ class HttpListener:
         )
         self._thread.start()
         host, port = self.address
-        self.log.info("http listener on %s:%d (/metrics, /healthz, /targets/<name>/ready)", host, port)
+        self.counters.address = f"{host}:{port}"
+        web = "" if self.security is None else f"; {self.security.current.config.summary()}"
+        self.log.info("http listener on %s:%d (/metrics, /healthz, /targets/<name>/ready%s)", host, port, web)
 
     def stop(self) -> None:
         server, self._server = self._server, None
@@ -313,4 +429,4 @@ class HttpListener:
             self._thread = None
 
 
-__all__ = ["HttpListener", "LastTick"]
+__all__ = ["HttpListener", "LastTick", "healthz_answer"]

@@ -129,6 +129,9 @@ def render_status(s: StatusSnapshot) -> str:
         for i in s.incidents:
             opened = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(i.opened_at))
             lines.append(f"  {i.id}  {i.kind.value:<14} {i.target.name:<14} since {opened}  {i.summary}")
+    web = s.http.web_config if s.http is not None else None
+    if web is not None and not web.last_reload_ok:
+        lines += ["", f"WEB CONFIG RELOAD REFUSED ({web.file}), the running one is kept: {web.last_error}"]
     if s.capabilities.missing:
         lines += ["", "CAPABILITIES MISSING"]
         lines.extend(f"  {c.capability}: {c.why}; {c.consequence}" for c in s.capabilities.missing)

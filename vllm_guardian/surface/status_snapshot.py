@@ -33,6 +33,7 @@ from vllm_guardian.sinks.redis_sink import AlertsStatus
 from vllm_guardian.state.device_faults import DeviceFaultStatus
 from vllm_guardian.state.selfstats import GuardianSelf, ProbeCounters
 from vllm_guardian.state.tracker import CanaryStatus, HealthStatus
+from vllm_guardian.surface.http_stats import HttpStatus
 from vllm_guardian.surface.kube_publisher import KubernetesStatus
 from vllm_guardian.surface.status_codec import decode, plain
 
@@ -85,7 +86,7 @@ class CapabilitiesStatus:
 
 #: Node sections of parts that may not be wired (no gates, no Kubernetes, ``guardian probe``):
 #: ``None`` leaves the key out of the document.
-OPTIONAL_SECTIONS = frozenset({"gates", "device_faults", "alerts", "config", "api_keys", "kubernetes"})
+OPTIONAL_SECTIONS = frozenset({"gates", "device_faults", "alerts", "config", "api_keys", "kubernetes", "http"})
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ class StatusSnapshot:
     config: ConfigStatus | None = None  # reloads
     api_keys: Mapping[str, str] | None = None  # target -> where its API key came from
     kubernetes: KubernetesStatus | None = None  # the Kubernetes publisher
+    http: HttpStatus | None = None  # the HTTP listener: refusals, its web config
     capabilities: CapabilitiesStatus = field(default_factory=CapabilitiesStatus)
     server_files: ServerFilesStatus = field(default_factory=ServerFilesStatus)  # refused on a server's behalf
     schema: int = SCHEMA
