@@ -181,8 +181,8 @@ def test_proc_net_tcp(text, order):
         pp.parse_net_tcp(text, order)
     except ValueError:
         pass
-    for port, inode in pp.parse_listening_sockets(text):  # never raises: a bad row is skipped
-        assert isinstance(port, int) and isinstance(inode, int)
+    for sock in pp.parse_listening_sockets(text, order):  # never raises: a bad row is skipped
+        assert 0 <= sock.port <= 0xFFFF and isinstance(sock.inode, int) and sock.address
 
 
 # ---------------------------------------------------------------- /metrics
