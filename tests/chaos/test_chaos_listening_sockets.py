@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import threading
+from contextlib import ExitStack
 import time
 import urllib.error
 import urllib.request
@@ -78,16 +79,22 @@ class Watch:
 
 def test_neighbours_on_the_servers_port_are_counted_ignored_and_never_acted_on(tmp_path):
     port, http_port = port_free_everywhere(), free_port()
-    v4 = Squatter([Bind("127.0.0.2", port)], claim=claims(port))
-    v6 = Squatter([Bind("::", port, v6only=True)], claim=claims(port))
-    crowd = Squatter([Bind(f"127.0.0.{i}", port) for i in range(3, 3 + CROWD)])
-    neighbours = (v4, v6, crowd)
-    sim = SimServer(port=port, startup_delay=0.5).start()
-    extra = {"autodiscover": True, "targets": [command_restart(port, tmp_path)], "api": {"http": f"127.0.0.1:{http_port}"}}
-    g = GuardianProcess(tmp_path, port, extra=extra)
-    try:
+    extra = {
+        "autodiscover": True,
+        "targets": [command_restart(port, tmp_path)],
+        "api": {"http": f"127.0.0.1:{http_port}"},
+    }
+    with ExitStack() as stack:  # unwound last-in first: the guardian, the servers, the neighbours
+        v4 = stack.enter_context(Squatter([Bind("127.0.0.2", port)], claim=claims(port)))
+        v6 = stack.enter_context(Squatter([Bind("::", port, v6only=True)], claim=claims(port)))
+        crowd = stack.enter_context(Squatter([Bind(f"127.0.0.{i}", port) for i in range(3, 3 + CROWD)]))
+        neighbours = (v4, v6, crowd)
+        stack.callback(sweep, port)  # the server the guardian started in its place
+        sim = SimServer(port=port, startup_delay=0.5).start()
+        stack.callback(sim.stop)
         sim.wait_ready(60)
-        g.start()
+        g = GuardianProcess(tmp_path, port, extra=extra).start()
+        stack.callback(g.stop)
         assert g.wait_ready(90), g.log_text()
         with Watch(g, http_port) as watch:
             target = g.require_target()
@@ -107,10 +114,5 @@ def test_neighbours_on_the_servers_port_are_counted_ignored_and_never_acted_on(t
         assert restarted["other_listeners"] == CROWD + 2
         log = g.log_text()
         for claimant in (v4, v6):
-            assert len(re.findall(rf"process {claimant.pid}@\d+ looks like a vLLM server but is not followed", log)) == 1
-    finally:
-        g.stop()
-        sim.stop()
-        sweep(port)
-        for n in neighbours:
-            n.stop()
+            said = rf"process {claimant.pid}@\d+ looks like a vLLM server but is not followed"
+            assert len(re.findall(said, log)) == 1
