@@ -2,21 +2,25 @@
 
 Reads /proc through one pass of ``discovery/snapshot.py`` (stat + cmdline, new pids read and known
 ones taken from the cache; the fd scan only when a ``port`` matcher is configured) and decides:
-- explicit ``targets:`` from config, matched by ``port`` (owner of the LISTEN
-  socket's inode; the top-most ancestor when several processes hold it; where a socket listens
-  on the port but its owner's fds cannot be read (another user's, unprivileged): the vLLM API
-  server whose argv names the port, ``socket="argv"``, never restarted on that word:
-  ``vllm_guardian.discovery.argv``),
+- explicit ``targets:`` from config, matched by ``port`` (the process tree holding the socket
+  that serves the target's address on that port, as the kernel picks it: ``discovery/serving.py``;
+  the address is its ``api_url``'s host, else 127.0.0.1, never a process's ``--host``; a socket
+  on another address or family (a neighbour on ``127.0.0.2:P``, an IPv6-only ``[::]:P``) is not
+  it, and sockets that share the address (``SO_REUSEPORT``) held by separate trees match none:
+  "ambiguous"; the top-most of the tree's holders is the root; where a socket serves it but its
+  owner's fds cannot be read (another user's, unprivileged): the vLLM API server whose argv
+  names the port, ``socket="argv"``, never restarted on that word: ``vllm_guardian.discovery.argv``),
   ``pid_file`` or ``cmdline_regex`` (the top-most matching ancestor), or
   ``kubernetes`` / ``systemd_unit`` (their cgroups: ``vllm_guardian.discovery.platform_match``);
 - autodiscovered servers (``vllm serve …``, ``python -m …api_server``,
   ``…/api_server.py``) not already inside another target's tree, trusted by their sockets, not
   their argv (any local user can start a process whose argv says ``vllm serve --port 8000``):
-  a candidate is a server only if its tree holds the listening socket of the URL it would be
-  reached at (``socket="owned"``), or while nothing listens on that port at all (a server
-  still loading its model, ``socket="starting"``); a port held by a process outside its tree
-  rules it out. Of several candidates for one URL the socket's owner wins (while none owns
-  it, the first started); the others are ``ignored`` with the reason. Where the guardian
+  a candidate is a server only if its tree holds the socket serving the address and port of the
+  URL it would be reached at (``socket="owned"``), or while nothing listens on that port at all
+  (a server still loading its model, ``socket="starting"``); that address served by a process
+  outside its tree, or only other addresses listening on the port, rules it out. Of several
+  candidates for one URL the socket's owner wins (while none owns it, the first started); the
+  others are ``ignored`` with the reason. Where the guardian
   cannot read the fds of the processes involved (another user's, unprivileged) it cannot
   tell, keeps the first started with ``socket="unverified"`` and says so. A ``--host`` is
   followed only when it is an IP literal of loopback or of this node (pod); any other
