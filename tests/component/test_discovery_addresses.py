@@ -229,6 +229,18 @@ def test_a_candidate_sharing_its_address_with_another_tree_is_ignored_as_ambiguo
     assert key.pid == 100 and why.startswith("ambiguous: ") and "pid 300" in why
 
 
+def test_unprivileged_a_candidate_sharing_its_address_with_an_unreadable_process_is_ambiguous(tree):
+    tree.add_process(100, 1, SERVER)
+    tree.listen(100, 8000, inode=1000, ip="127.0.0.1")
+    tree.add_process(300, 1, ("/usr/bin/python3", "-c", "pass"))  # another user's: its fds refused
+    tree.listen(300, 8000, inode=3000, ip="127.0.0.1")
+    tree.deny("300/fd")
+    result = discover(tree.procfs(), parse_config({}))
+    assert result.targets == ()
+    ((key, why),) = result.ignored
+    assert key.pid == 100 and why.startswith("ambiguous: ") and "cannot read" in why
+
+
 # ---------------------------------------------------------------- said once
 def test_an_ambiguous_configured_target_is_logged_once_as_a_warning(tree, caplog):
     from vllm_guardian.discovery.targets import TargetsStage

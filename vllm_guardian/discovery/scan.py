@@ -46,7 +46,7 @@ from urllib.parse import urlsplit
 
 from vllm_guardian.config.schema import Config, TargetConfig
 from vllm_guardian.discovery.argv import ARGV, ASSUMED, argv_candidates, is_api_server, option_value
-from vllm_guardian.discovery.serving import LOOPBACK, Address, show, url_address
+from vllm_guardian.discovery.serving import AMBIGUOUS, LOOPBACK, Address, show, url_address
 from vllm_guardian.discovery.snapshot import DiscoveryCache, Snapshot
 from vllm_guardian.discovery.sockets import node_addresses, server_host, server_port, trusted, url_for
 from vllm_guardian.errors import AccessDenied, ProbeFailed, TargetGone
@@ -122,9 +122,6 @@ def _read_file(path: str) -> str:
 
 
 # ---------------------------------------------------------------- matching
-AMBIGUOUS = "ambiguous: "  # an unmatched reason that says several processes serve the target's address
-
-
 def port_target_address(tc: TargetConfig) -> Address | None:
     """The address a ``port`` target is reached at: its ``api_url``'s host (None: a name, not
     resolved), else 127.0.0.1 (the documented default URL); never a process's argv."""

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from vllm_guardian.host.procfs_parse import Listener
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+AMBIGUOUS = "ambiguous: "  # how a refusal starts when separate process trees serve one address
 LOOPBACK = ipaddress.IPv4Address("127.0.0.1")  # a ``port`` target's address when no api_url names one
 _ANY4 = ipaddress.IPv4Address("0.0.0.0")
 _ANY6 = ipaddress.IPv6Address("::")

@@ -19,7 +19,7 @@ import ipaddress
 from typing import Callable, Iterable
 
 from vllm_guardian.discovery.argv import ASSUMED, DEFAULT_PORT, option_value
-from vllm_guardian.discovery.serving import show, url_address
+from vllm_guardian.discovery.serving import AMBIGUOUS, show, url_address
 from vllm_guardian.discovery.snapshot import Snapshot
 from vllm_guardian.errors import AccessDenied, ProbeFailed, TargetGone
 from vllm_guardian.model import ProcKey
@@ -110,14 +110,16 @@ def socket_state(snap: Snapshot, root: int, host: str, port: int) -> tuple[str, 
     if not h.serving:
         return "", f"no socket serves {where}; port {port} listens at other addresses only"
     tree = set(snap.tree(root))
-    outside = h.pids - tree
+    inside, outside = h.pids & tree, h.pids - tree
     if outside:
         holder = snap.topmost(set(outside))
-        if h.pids & tree:
-            return "", f"ambiguous: {where} is served by sockets of this process and of pid {holder} (SO_REUSEPORT)"
+        if inside:
+            return "", f"{AMBIGUOUS}{where} is served by sockets of this process and of pid {holder} (SO_REUSEPORT)"
         return "", f"{where} is served by pid {holder}, not by this process or its children"
     if not h.unowned:
         return (ASSUMED if h.assumed else "owned"), ""
+    if inside:
+        return "", f"{AMBIGUOUS}{where} is served by sockets of this process and of a process the guardian cannot read"
     if snap.readable_fds(tree):
         return "", f"{where} is served by a process the guardian cannot read, not by this process or its children"
     return "unverified", ""

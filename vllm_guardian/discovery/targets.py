@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Callable
 
 from vllm_guardian.config.schema import Config
 from vllm_guardian.discovery.argv import ARGV, ASSUMED, NOT_VERIFIED
-from vllm_guardian.discovery.scan import AMBIGUOUS, DiscoveryResult, discover
+from vllm_guardian.discovery.scan import DiscoveryResult, discover
+from vllm_guardian.discovery.serving import AMBIGUOUS
 from vllm_guardian.discovery.snapshot import DiscoveryCache
 from vllm_guardian.discovery.worker import Abandoned, DiscoveryWorker
 from vllm_guardian.host.capabilities import Capabilities, Capability, missing
