@@ -110,15 +110,20 @@ class Target:
     port: int | None = None
     api_url: str | None = None
     source: str = "autodiscover"  # or "config"
-    # autodiscovered: "owned" (its tree holds the URL's listening socket), "starting" (nothing
-    # listens on the port yet), "unverified" (no permission to tell); "" when not checked (config);
-    # "argv": a ``match.port`` target found by the port its command line names, its fds unreadable
+    # autodiscovered: "owned" (its tree holds the socket serving the URL's address), "starting"
+    # (nothing listens on the port yet), "unverified" (no permission to tell); "" when not checked
+    # (config); "argv": a ``match.port`` target found by the port its command line names, its fds
+    # unreadable; "assumed": found through an IPv6 [::] socket taken to serve the IPv4 URL though
+    # its IPV6_V6ONLY flag could not be read (nothing else serves the URL)
     socket: str = ""
+    # sockets listening on its port that do not serve its URL (another address or family: a
+    # neighbour's, ignored); 0 when not checked
+    other_listeners: int = 0
 
     @property
     def port_verified(self) -> bool:
         """Is its claim on its port seen in its sockets (not taken from its argv alone)?"""
-        return self.socket not in ("argv", "unverified")
+        return self.socket not in ("argv", "unverified", "assumed")
 
     @property
     def api_server(self) -> ProcessInfo | None:

@@ -7,6 +7,7 @@ import pytest
 
 from vllm_guardian.config.schema import Config, DiscoveryConfig, MatchConfig, TargetConfig
 from vllm_guardian.discovery.scan import discover
+from vllm_guardian.host.procfs_parse import Listener
 from vllm_guardian.testing.fake_proc import FakeProcTree
 
 REAL = ("/opt/venv/bin/vllm", "serve", "m", "--port", "8000")
@@ -45,7 +46,7 @@ def test_a_fake_alone_naming_a_port_another_process_holds_is_ignored(tree):
     tree.add_process(300, cmdline=FAKE)
     result = discover(tree.procfs(), cfg())
     assert result.targets == ()
-    assert "held by pid 50" in result.ignored[0][1]
+    assert "served by pid 50" in result.ignored[0][1]
 
 
 def test_a_server_still_loading_is_followed_until_its_port_is_taken_by_someone_else(tree):
@@ -144,13 +145,13 @@ def test_once_its_owner_is_known_a_pass_checks_the_socket_without_reading_net_tc
     real_server(tree, 100)
     procfs = tree.procfs()
     reads: list[int] = []
-    original = procfs.listening_ports
+    original = procfs.listening_sockets
 
-    def counted() -> dict[int, set[int]]:
+    def counted() -> dict[int, list[Listener]]:
         reads.append(1)
         return original()
 
-    procfs.listening_ports = counted
+    procfs.listening_sockets = counted
     cache = DiscoveryCache()
     for now in (0.0, 5.0, 10.0):
         pass_cache = cache.for_pass(now, frozenset())

@@ -6,6 +6,7 @@ import pytest
 
 from vllm_guardian.errors import AccessDenied, ProbeFailed, TargetGone
 from vllm_guardian.host.procfs import ProcFS
+from vllm_guardian.host.procfs_parse import Listener
 from vllm_guardian.model import ProcKey
 from vllm_guardian.testing.fake_proc import FakeProcTree
 
@@ -101,20 +102,23 @@ def test_socket_inodes_only_counts_socket_links(tree, procfs):
     assert procfs.socket_inodes(100) == {9001, 9100}  # fd/0 -> /dev/null is not a socket
 
 
-def test_listening_ports_only_listen_sockets_from_tcp_and_tcp6(tree, procfs):
+def test_listening_sockets_only_listen_sockets_from_tcp_and_tcp6_with_their_addresses(tree, procfs):
     tree.add_process(100, cmdline=SERVER)
     tree.listen(100, 8000, inode=9001)
     tree.listen(100, 8000, inode=9002, ip="::")
     tree.listen(100, 9464, inode=9003, ip="127.0.0.1")
     tree.connect(100, 5555, inode=9100)
-    assert procfs.listening_ports() == {8000: {9001, 9002}, 9464: {9003}}
+    assert procfs.listening_sockets() == {
+        8000: [Listener("0.0.0.0", 8000, 9001), Listener("::", 8000, 9002)],
+        9464: [Listener("127.0.0.1", 9464, 9003)],
+    }
 
 
-def test_listening_ports_without_tcp6(tree, procfs):
+def test_listening_sockets_without_tcp6(tree, procfs):
     tree.add_process(100, cmdline=SERVER)
     tree.listen(100, 8000, inode=9001)
     (tree.root / "net" / "tcp6").unlink()
-    assert procfs.listening_ports() == {8000: {9001}}
+    assert procfs.listening_sockets() == {8000: [Listener("0.0.0.0", 8000, 9001)]}
 
 
 def test_read_text_reads_inside_the_root(tree, procfs):
@@ -229,7 +233,7 @@ def test_zombie_reads_as_a_zombie_not_an_error(tree, procfs):
     assert procfs.cmdline(100) == ()
     assert procfs.tids(100) == [100]
     assert procfs.socket_inodes(100) == set()
-    assert procfs.listening_ports() == {}
+    assert procfs.listening_sockets() == {}
 
 
 # ---------------------------------------------------------------- permission denied
@@ -241,7 +245,7 @@ def test_zombie_reads_as_a_zombie_not_an_error(tree, procfs):
         ("100/status", lambda p: p.status(100)),
         ("100/fd", lambda p: p.socket_inodes(100)),
         ("100", lambda p: p.stat(100)),  # a whole directory
-        ("net/tcp", lambda p: p.listening_ports()),
+        ("net/tcp", lambda p: p.listening_sockets()),
     ],
 )
 def test_permission_denied_is_access_denied(tree, procfs, denied, call):

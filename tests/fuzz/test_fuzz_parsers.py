@@ -4,7 +4,8 @@ either returns or raises the one error type it documents, and it does so in boun
 What each parser may raise: the /proc parsers ``ValueError``; the /metrics parser and the
 npu-smi parsers ``ProbeFailed``; the py-spy output parsers ``ValueError`` (and whatever they
 return renders and scrubs without raising); the config loader ``ConfigError``; the control
-socket answers every byte string with one JSON line and keeps serving.
+socket answers every byte string with one JSON line and keeps serving; the sock_diag answer
+parser ``ValueError``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from vllm_guardian.config.loader import load_yaml, parse_config
 from vllm_guardian.errors import ConfigError, ProbeFailed
 from vllm_guardian.host import procfs_parse as pp
 from vllm_guardian.host.accel.npu_smi_parse import parse_info, parse_usages
+from vllm_guardian.host.sockdiag import parse_answer
 from vllm_guardian.probes.vllm_metrics_parse import parse_vllm_metrics
 
 FIX = Path(__file__).parent.parent / "fixtures"
@@ -51,6 +53,13 @@ NET_TCP = (
     "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
     "   0: 0100007F:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 12345 1 "
     "0000000000000000 100 0 0 10 0\n"
+)
+# a sock_diag answer from a real kernel: one dual-stack socket on [::]:8001, then NLMSG_DONE
+DIAG = bytes.fromhex(
+    "840000001400020001000000843900000a0a00001f410000000000000000000000000000000000000000000000000000"
+    "000000000000000000000000050000000000000000000000000000008000000000000000198301000500080000000000"
+    "05000b000000000008000f00000000000c00150001000000000000000600160012000000140000000300020001000000"
+    "8439000000000000"
 )
 PYSPY_TEXT = (
     "Process 200: VLLM::EngineCore\nPython v3.12.3 (/usr/bin/python3)\n\n"
@@ -181,8 +190,20 @@ def test_proc_net_tcp(text, order):
         pp.parse_net_tcp(text, order)
     except ValueError:
         pass
-    for port, inode in pp.parse_listening_sockets(text):  # never raises: a bad row is skipped
-        assert isinstance(port, int) and isinstance(inode, int)
+    for sock in pp.parse_listening_sockets(text, order):  # never raises: a bad row is skipped
+        assert 0 <= sock.port <= 0xFFFF and isinstance(sock.inode, int) and sock.address
+
+
+@FUZZ
+@given(
+    st.one_of(st.binary(max_size=400), st.builds(lambda b, at: b[:at], st.sampled_from([DIAG]), st.integers(0, 200)))
+)
+def test_sock_diag_answer(data):
+    try:
+        answer = parse_answer(data)
+    except ValueError:
+        return
+    assert all(0 <= s.port <= 0xFFFF and s.v6only in (None, True, False) for s in answer.listeners)
 
 
 # ---------------------------------------------------------------- /metrics

@@ -38,6 +38,7 @@ def target(name: str = "llama", **over) -> dict:
         "starttime": 1000,
         "port": 8000,
         "api_url": "http://127.0.0.1:8000",
+        "other_listeners": 2,  # a neighbour on 127.0.0.2:8000 and one on [::]:8000 (IPv6-only)
         "model": "m",
         "phase": "serving",
         "serving": True,
@@ -279,6 +280,7 @@ def test_describe_names_every_declared_family_without_reading_status():
         ("guardian_target_up", {"target": "llama"}, 1.0),
         ("guardian_target_ready", {"target": "llama"}, 1.0),
         ("guardian_target_health_ok", {"target": "llama"}, 1.0),
+        ("guardian_target_port_other_listeners", {"target": "llama"}, 2.0),
         ("guardian_process_cpu_ratio", {"target": "llama", "role": "engine_core", "index": "0"}, 0.99),
         ("guardian_process_resident_memory_bytes", {"target": "llama", "role": "api_server", "index": "0"}, 1e6),
         ("guardian_process_threads", {"target": "llama", "role": "engine_core", "index": "0"}, 9.0),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vllm_guardian.host.procfs_parse import (
+    Listener,
     SocketEntry,
     StatusInfo,
     SyscallInfo,
@@ -264,13 +265,36 @@ def test_net_tcp_listening_flag():
 
 @pytest.mark.parametrize("text", [NET_TCP, NET_TCP6, NET_TCP + "\n".join(NET_TCP6.splitlines()[1:])])
 def test_listening_sockets_are_the_listening_rows_of_the_full_parse(text):
-    full = [(e.local_port, e.inode) for e in parse_net_tcp(text) if e.listening]
-    assert parse_listening_sockets(text) == full
+    full = [(e.local_ip, e.local_port, e.inode) for e in parse_net_tcp(text) if e.listening]
+    assert [(s.address, s.port, s.inode) for s in parse_listening_sockets(text)] == full
+
+
+def test_listening_sockets_keep_address_and_family():
+    """127.0.0.1:1883 and 0.0.0.0:8000 (IPv4), ::1:4369 and :::8001 (IPv6): what decides who serves a URL."""
+    text = NET_TCP + "\n".join(NET_TCP6.splitlines()[1:])
+    assert parse_listening_sockets(text) == [
+        Listener("127.0.0.1", 1883, 5474),
+        Listener("0.0.0.0", 8000, 9001),
+        Listener("::1", 4369, 4010),
+        Listener("::", 8001, 9002),
+    ]
+    assert [s.ipv6 for s in parse_listening_sockets(text)] == [False, False, True, True]
 
 
 def test_listening_sockets_skip_other_states_and_malformed_rows():
-    text = NET_TCP + "   4: 0100007F:1F40 0100007F:D2F0 06 0 0 0 0 0 77 1\n   5: 0100007F:1F40 0A\n"
-    assert parse_listening_sockets(text) == [(1883, 5474), (8000, 9001)]
+    text = NET_TCP + (
+        "   4: 0100007F:1F40 0100007F:D2F0 06 0 0 0 0 0 77 1\n"  # TIME_WAIT
+        "   5: 0100007F:1F40 0A\n"  # truncated
+        "   6: 0100007F:FFFFF 00000000:0000 0A 0 0 0 0 0 78 1\n"  # port past 65535
+        "   7: 01007F:1F40 00000000:0000 0A 0 0 0 0 0 79 1\n"  # address of 3 bytes
+        "   8: 0100007G:1F40 00000000:0000 0A 0 0 0 0 0 80 1\n"  # not hex
+    )
+    assert [(s.port, s.inode) for s in parse_listening_sockets(text)] == [(1883, 5474), (8000, 9001)]
+
+
+def test_listening_sockets_on_a_big_endian_host():
+    line = "   0: 7F000002:1F40 00000000:0000 0A 0 0 0 0 0 77 1\n"
+    assert parse_listening_sockets(line, byteorder="big") == [Listener("127.0.0.2", 8000, 77)]
 
 
 def test_net_tcp_big_endian_host():

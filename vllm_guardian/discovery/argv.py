@@ -22,6 +22,16 @@ NOT_VERIFIED = (
     "port not verified: the guardian cannot read this process's sockets; "
     "run as root or with CAP_SYS_PTRACE/CAP_DAC_READ_SEARCH"
 )
+ASSUMED = "assumed"  # Target.socket: served through an IPv6 [::] socket whose IPV6_V6ONLY is unknown
+V6ONLY_UNKNOWN = (
+    "port not verified: its URL is served only by an IPv6 [::] socket whose IPV6_V6ONLY flag the "
+    "kernel did not say (sock_diag refused); allow AF_NETLINK sockets"
+)
+
+
+def not_verified(socket: str) -> str:
+    """Why a target whose port is not verified (``Target.port_verified``) is not restarted."""
+    return V6ONLY_UNKNOWN if socket == ASSUMED else NOT_VERIFIED
 
 
 def option_value(cmdline: Iterable[str], name: str) -> str | None:

@@ -2,21 +2,25 @@
 
 Reads /proc through one pass of ``discovery/snapshot.py`` (stat + cmdline, new pids read and known
 ones taken from the cache; the fd scan only when a ``port`` matcher is configured) and decides:
-- explicit ``targets:`` from config, matched by ``port`` (owner of the LISTEN
-  socket's inode; the top-most ancestor when several processes hold it; where a socket listens
-  on the port but its owner's fds cannot be read (another user's, unprivileged): the vLLM API
-  server whose argv names the port, ``socket="argv"``, never restarted on that word:
-  ``vllm_guardian.discovery.argv``),
+- explicit ``targets:`` from config, matched by ``port`` (the process tree holding the socket
+  that serves the target's address on that port, as the kernel picks it: ``discovery/serving.py``;
+  the address is its ``api_url``'s host, else 127.0.0.1, never a process's ``--host``; a socket
+  on another address or family (a neighbour on ``127.0.0.2:P``, an IPv6-only ``[::]:P``) is not
+  it, and sockets that share the address (``SO_REUSEPORT``) held by separate trees match none:
+  "ambiguous"; the top-most of the tree's holders is the root; where a socket serves it but its
+  owner's fds cannot be read (another user's, unprivileged): the vLLM API server whose argv
+  names the port, ``socket="argv"``, never restarted on that word: ``vllm_guardian.discovery.argv``),
   ``pid_file`` or ``cmdline_regex`` (the top-most matching ancestor), or
   ``kubernetes`` / ``systemd_unit`` (their cgroups: ``vllm_guardian.discovery.platform_match``);
 - autodiscovered servers (``vllm serve …``, ``python -m …api_server``,
   ``…/api_server.py``) not already inside another target's tree, trusted by their sockets, not
   their argv (any local user can start a process whose argv says ``vllm serve --port 8000``):
-  a candidate is a server only if its tree holds the listening socket of the URL it would be
-  reached at (``socket="owned"``), or while nothing listens on that port at all (a server
-  still loading its model, ``socket="starting"``); a port held by a process outside its tree
-  rules it out. Of several candidates for one URL the socket's owner wins (while none owns
-  it, the first started); the others are ``ignored`` with the reason. Where the guardian
+  a candidate is a server only if its tree holds the socket serving the address and port of the
+  URL it would be reached at (``socket="owned"``), or while nothing listens on that port at all
+  (a server still loading its model, ``socket="starting"``); that address served by a process
+  outside its tree, or only other addresses listening on the port, rules it out. Of several
+  candidates for one URL the socket's owner wins (while none owns it, the first started); the
+  others are ``ignored`` with the reason. Where the guardian
   cannot read the fds of the processes involved (another user's, unprivileged) it cannot
   tell, keeps the first started with ``socket="unverified"`` and says so. A ``--host`` is
   followed only when it is an IP literal of loopback or of this node (pod); any other
@@ -38,16 +42,18 @@ import re
 import stat
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 from urllib.parse import urlsplit
 
 from vllm_guardian.config.schema import Config, TargetConfig
-from vllm_guardian.discovery.argv import ARGV, argv_candidates, is_api_server, option_value
+from vllm_guardian.discovery.argv import ARGV, ASSUMED, argv_candidates, is_api_server, option_value
+from vllm_guardian.discovery.serving import AMBIGUOUS, LOOPBACK, Address, show, url_address
 from vllm_guardian.discovery.snapshot import DiscoveryCache, Snapshot
 from vllm_guardian.discovery.sockets import node_addresses, server_host, server_port, trusted, url_for
 from vllm_guardian.errors import AccessDenied, ProbeFailed, TargetGone
 from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.host.server_files import Opener, ServerFiles, open_read
+from vllm_guardian.host.sockdiag import v6only_listeners
 from vllm_guardian.model import ProcessInfo, ProcKey, Role, Target
 
 if TYPE_CHECKING:
@@ -125,32 +131,71 @@ def pid_file_reader(files: ServerFiles) -> Callable[[str], str]:
 
 
 # ---------------------------------------------------------------- matching
+def port_target_address(tc: TargetConfig) -> Address | None:
+    """The address a ``port`` target is reached at: its ``api_url``'s host (None: a name, not
+    resolved), else 127.0.0.1 (the documented default URL); never a process's argv."""
+    if tc.api_url is None:
+        return LOOPBACK
+    try:
+        return url_address(urlsplit(tc.api_url).hostname)
+    except ValueError:
+        return None
+
+
+def _match_port(snap: Snapshot, tc: TargetConfig, port: int) -> tuple[int | None, str]:
+    """The process tree that holds the socket serving the target's address and port
+    (``discovery.serving``): the kernel's choice, not any socket on the port; sockets that share
+    it (``SO_REUSEPORT``) held by separate trees make no match ("ambiguous")."""
+    address = port_target_address(tc)
+    where = show(address, port)
+    try:
+        h = snap.holders(address, port)
+    except (TargetGone, AccessDenied, ProbeFailed) as e:
+        return None, f"cannot read listening sockets: {e}"
+    if not h.serving:
+        if h.listening:
+            bound = sorted({s.address for s in snap.listeners(port)})
+            return None, (
+                f"no socket serves {where}; {h.listening} listen on port {port} at {', '.join(bound[:4])}"
+                f"{' …' if len(bound) > 4 else ''} (set api_url to the address the server listens on)"
+            )
+        return None, f"no process listens on port {port}"
+    if h.pids:
+        root = snap.one_tree(h.pids)
+        if root is None or h.unowned:
+            shown = ", ".join(str(p) for p in sorted(h.pids)[:6])
+            unreadable = " and processes the guardian cannot read" if h.unowned else ""
+            shared = " (SO_REUSEPORT)" if len(h.serving) > 1 else ""
+            return None, (
+                f"{AMBIGUOUS}{where} is served by {len(h.serving)} socket(s){shared} held by pids {shown}{unreadable} "
+                "in separate process trees: none of them is taken for this target"
+            )
+        if h.assumed:
+            snap.assumed.add(root)
+        snap.others[root] = h.others
+        return root, ""
+    by_argv = argv_candidates(port, snap.denied, {pid: p.cmdline for pid, p in snap.procs.items()})
+    if by_argv:  # another user's server: its argv names the port, its fds cannot be read
+        root = snap.topmost(by_argv)
+        if root is not None:
+            snap.by_argv.add(root)
+            snap.others[root] = h.others
+        return root, ""
+    if snap.denied:
+        return None, (
+            f"a socket serves {where}, the guardian cannot read its owner's fds "
+            "(another user's process) and no vLLM command line names the port"
+        )
+    return None, f"a socket serves {where} but no process holds it (it is closing)"
+
+
 def _match(
     snap: Snapshot, tc: TargetConfig, read_file: Callable[[str], str], platform: PlatformMatcher | None = None
 ) -> tuple[int | None, str]:
     """(root pid, "") or (None, why); a platform match leaves its address in ``snap.addresses``."""
     m = tc.match
     if m.port is not None:
-        try:
-            owners = snap.port_owners(m.port)
-        except (TargetGone, AccessDenied, ProbeFailed) as e:
-            return None, f"cannot read listening sockets: {e}"
-        if owners:
-            return snap.topmost(owners), ""
-        if not snap.listens(m.port):
-            return None, f"no process listens on port {m.port}"
-        by_argv = argv_candidates(m.port, snap.denied, {pid: p.cmdline for pid, p in snap.procs.items()})
-        if by_argv:  # another user's server: its argv names the port, its fds cannot be read
-            root = snap.topmost(by_argv)
-            if root is not None:
-                snap.by_argv.add(root)
-            return root, ""
-        if snap.denied:
-            return None, (
-                f"a socket listens on port {m.port}, the guardian cannot read its owner's fds "
-                "(another user's process) and no vLLM command line names the port"
-            )
-        return None, f"no process listens on port {m.port}"
+        return _match_port(snap, tc, m.port)
     if m.pid_file is not None:
         try:
             text = read_file(m.pid_file)
@@ -195,7 +240,15 @@ def _port_from_url(url: str | None) -> int | None:
 
 
 def _build(
-    snap: Snapshot, root: int, name: str, prefix: str, port: int, api_url: str, source: str, socket_state: str = ""
+    snap: Snapshot,
+    root: int,
+    name: str,
+    prefix: str,
+    port: int,
+    api_url: str,
+    source: str,
+    socket_state: str = "",
+    others: int = 0,
 ) -> Target:
     procs = []
     for pid in snap.tree(root):
@@ -210,6 +263,7 @@ def _build(
         api_url=api_url,
         source=source,
         socket=socket_state,
+        other_listeners=others,
     )
 
 
@@ -221,14 +275,17 @@ def discover(
     cache: DiscoveryCache | None = None,
     platform: PlatformMatcher | None = None,
     local_addresses: Callable[[], frozenset[str]] = node_addresses,
+    v6only: Callable[[int], Mapping[int, bool]] = v6only_listeners,
 ) -> DiscoveryResult:
     """One discovery pass. ``read_file`` is the seam for reading pid files (default: open);
     ``cache`` (kept by the caller between passes) spares the fd scan when port owners are unchanged;
     ``platform`` answers ``match.kubernetes`` / ``match.systemd_unit``; ``local_addresses``
-    (read once, when a candidate names a ``--host``) are this node's IP addresses."""
+    (read once, when a candidate names a ``--host``) are this node's IP addresses; ``v6only``
+    (asked only when an IPv6 ``[::]`` socket's flag decides who serves an IPv4 address) is the
+    kernel's ``IPV6_V6ONLY`` per socket inode (``host.sockdiag``)."""
     read_file = read_file or _read_file
     prefix = cfg.discovery.process_name_prefix
-    snap = Snapshot(procfs, cache)
+    snap = Snapshot(procfs, cache, v6only)
     targets: list[Target] = []
     unmatched: list[tuple[str, str]] = []
     claimed: dict[int, str] = {}  # pid -> target name, for every process of every tree
@@ -245,9 +302,12 @@ def discover(
         cmdline = snap.procs[root].cmdline
         pod_host, pod_port = snap.addresses.get(root, (None, None))
         port = tc.match.port or _port_from_url(tc.api_url) or pod_port or server_port(cmdline)
-        api_url = tc.api_url or url_for(pod_host or server_host(cmdline), port)
-        socket_state = ARGV if root in snap.by_argv else ""
-        target = _build(snap, root, tc.name, prefix, port, api_url, "config", socket_state)
+        if tc.match.port is not None:  # reached where its socket was matched: never at its argv's --host
+            api_url = tc.api_url or url_for(str(LOOPBACK), port)
+        else:
+            api_url = tc.api_url or url_for(pod_host or server_host(cmdline), port)
+        socket_state = ARGV if root in snap.by_argv else ASSUMED if root in snap.assumed else ""
+        target = _build(snap, root, tc.name, prefix, port, api_url, "config", socket_state, snap.others.get(root, 0))
         targets.append(target)
         for p in target.processes:
             claimed.setdefault(p.pid, tc.name)
@@ -265,7 +325,8 @@ def discover(
             if name in names:
                 name = f"{name}-{root}"
             names.add(name)
-            target = _build(snap, root, name, prefix, port, url, "autodiscover", socket_state)
+            others = snap.others.get(root, 0)
+            target = _build(snap, root, name, prefix, port, url, "autodiscover", socket_state, others)
             targets.append(target)
             for p in target.processes:
                 claimed.setdefault(p.pid, name)

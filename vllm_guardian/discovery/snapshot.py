@@ -2,19 +2,24 @@
 
 Reads, through ``ProcFS``, every process's stat and cmdline (a title that settled, or a stat read
 less than ``STAT_REFRESH_S`` ago, is taken from the ``DiscoveryCache``), lazily the listening
-sockets of a port (``/proc/net/tcp``) and the fd tables that own them (the last pass's owners are
-checked first: one fd table read instead of every process's). Decides nothing about targets: the
-scan (``discovery/scan.py``) and the socket rule (``discovery/sockets.py``) ask it questions.
+sockets of a port with their addresses (``/proc/net/tcp{,6}``; an IPv6 one's ``IPV6_V6ONLY`` flag
+through the ``v6only`` seam, ``host.sockdiag``, only when it decides) and the fd tables that hold
+the ones serving an address (the last pass's holders are checked first: one fd table read
+instead of every process's). Which sockets serve an address is ``discovery/serving.py``'s rule;
+what a target is, the scan's (``discovery/scan.py``) and the socket rule's
+(``discovery/sockets.py``): they ask this module questions.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable, Mapping
 
 from vllm_guardian import proctree
+from vllm_guardian.discovery.serving import Address, Served, served_by, v6only_matters
 from vllm_guardian.errors import AccessDenied, ProbeFailed, TargetGone
 from vllm_guardian.host.procfs import ProcFS
+from vllm_guardian.host.procfs_parse import Listener
 from vllm_guardian.model import ProcKey
 
 
@@ -30,6 +35,35 @@ CMDLINE_SETTLE_S = 30.0  # vLLM retitles its children (VLLM::EngineCore …) rig
 # a process seen by the last pass is taken as it was (its stat not read again) for this long, unless
 # it is watched or its parent is gone; every other pass reads one stat per *new* pid, not per pid
 STAT_REFRESH_S = 30.0
+# who serves an address is taken from the last pass this long at most (while its holders hold
+# their sockets): a socket that now ranks above them (SO_REUSEPORT, a more specific bind) is seen
+LISTEN_REFRESH_S = 30.0
+
+
+@dataclass(frozen=True)
+class Listening:
+    """What a pass found serving one (address, port): kept for the next passes."""
+
+    inodes: frozenset[int]  # the sockets a connection reaches (several: SO_REUSEPORT)
+    listening: int  # sockets listening on the port, any address
+    assumed: bool  # an IPv6 [::] socket of unknown IPV6_V6ONLY taken to serve an IPv4 address
+    read_at: float  # the pass's monotonic time
+
+
+@dataclass(frozen=True)
+class Holders:
+    """Who serves an (address, port) this pass."""
+
+    listening: int  # sockets listening on the port, any address (0: nothing listens there)
+    serving: frozenset[int]  # inodes of the sockets a connection to the address reaches
+    pids: frozenset[int]  # the processes holding them (readable ones)
+    unowned: int  # serving sockets no readable process holds (another user's, unprivileged)
+    assumed: bool = False
+
+    @property
+    def others(self) -> int:
+        """Sockets on the port that do not serve the address (another address or family)."""
+        return self.listening - len(self.serving)
 
 
 @dataclass
@@ -38,10 +72,10 @@ class DiscoveryCache:
     listening socket inodes (finding them means reading every process's fd table)."""
 
     owners: dict[int, frozenset[ProcKey]] = field(default_factory=dict)
-    # port -> inodes of the sockets found listening on it: while their owners live and hold
-    # them, the next pass reads one process's fds, not /proc/net/tcp (whose read walks the
-    # kernel's whole connection table: ~1.6 ms per file on a small host, more on a big one)
-    ports: dict[int, frozenset[int]] = field(default_factory=dict)
+    # (address, port) -> the sockets found serving it: while their owners live and hold them
+    # (and for LISTEN_REFRESH_S at most), the next pass reads one process's fds, not /proc/net/tcp
+    # (whose read walks the kernel's whole connection table: ~1.6 ms per file on a small host)
+    ports: dict[tuple[str, int], Listening] = field(default_factory=dict)
     # cmdline per process identity and when it was first seen; a title older than
     # CMDLINE_SETTLE_S is not read again (the full scan then costs one stat read per pid)
     cmdlines: dict[ProcKey, tuple[tuple[str, ...], float]] = field(default_factory=dict)
@@ -72,12 +106,24 @@ class DiscoveryCache:
         )
 
 
+def _unknown(port: int) -> Mapping[int, bool]:
+    return {}
+
+
 class Snapshot:
     """One pass over /proc: every process's key, ppid, cmdline; children by ppid; lazily, fds."""
 
-    def __init__(self, procfs: ProcFS, cache: DiscoveryCache | None = None):
+    def __init__(
+        self,
+        procfs: ProcFS,
+        cache: DiscoveryCache | None = None,
+        v6only: Callable[[int], Mapping[int, bool]] | None = None,
+    ):
+        """``v6only(port)``: inode → ``IPV6_V6ONLY`` of the IPv6 sockets listening on the port
+        (``host.sockdiag.v6only_listeners``); None: unknown."""
         self.procfs = procfs
         self.cache = cache
+        self.v6only = v6only or _unknown
         self.procs: dict[int, Proc] = {}
         known = cache.cmdlines if cache is not None else {}
         now = cache.now if cache is not None else 0.0
@@ -116,10 +162,12 @@ class Snapshot:
             cache.cmdlines = seen  # only processes alive now: the cache never grows unbounded
             cache.stats = fresh
         self.children = proctree.children_by_parent((p.key.pid, p.ppid) for p in self.procs.values())
-        self._listening: dict[int, set[int]] | None = None
+        self._listening: dict[int, list[Listener]] | None = None
         self._owners: dict[int, set[int]] | None = None
         self.denied: set[int] = set()  # pids whose fd table answered EACCES this pass
         self.by_argv: set[int] = set()  # roots matched by the port their argv names (not verified)
+        self.assumed: set[int] = set()  # roots matched by a [::] socket of unknown IPV6_V6ONLY
+        self.others: dict[int, int] = {}  # root -> sockets on its port that do not serve its URL
         self.addresses: dict[int, tuple[str | None, int | None]] = {}  # root -> (host, port) from a pod
 
     def ancestors(self, pid: int) -> list[int]:
@@ -143,22 +191,52 @@ class Snapshot:
             return None
         return min(tops, key=lambda p: (self.procs[p].key.starttime, p))
 
-    def listens(self, port: int) -> bool:
-        """Does any TCP socket of this network namespace listen on ``port``?"""
+    def listeners(self, port: int) -> list[Listener]:
+        """Every TCP socket listening on ``port``, any address (one read of net/tcp{,6} a pass)."""
         if self._listening is None:
-            self._listening = self.procfs.listening_ports()
-        return bool(self._listening.get(port))
+            self._listening = self.procfs.listening_sockets()
+        return self._listening.get(port, [])
 
-    def listening_owners(self, port: int) -> set[int] | None:
-        """The owners of the sockets listening on ``port`` (``port_owners``), or None when nothing
-        listens there: the last pass's owners when still valid (one fd table read), else one read
-        of net/tcp; every process's fds are read only when a socket listens and its owner is new."""
-        held = self._cached_owners(self.cache.ports.get(port, ())) if self.cache is not None else None
-        if held is not None:
-            return held
-        if not self.listens(port):
+    def _served(self, address: Address | None, port: int) -> tuple[list[Listener], Served]:
+        socks = self.listeners(port)
+        if v6only_matters(socks, address):
+            try:
+                flags = self.v6only(port)
+            except (AccessDenied, ProbeFailed):
+                flags = {}  # unknown: served_by assumes, and says so
+            socks = [replace(s, v6only=flags.get(s.inode)) if s.ipv6 else s for s in socks]
+        return socks, served_by(socks, address)
+
+    def holders(self, address: Address | None, port: int) -> Holders:
+        """Who serves ``address:port`` (``discovery.serving``): the sockets a connection reaches and
+        the processes holding them. The last pass's answer is kept while its holders live and hold
+        the same sockets, for at most ``LISTEN_REFRESH_S`` (a pass then reads one fd table, not
+        /proc/net/tcp); else net/tcp is read, and every process's fds when a holder is new."""
+        where = (str(address) if address is not None else "", port)
+        if self.cache is not None:
+            was = self.cache.ports.get(where)
+            if was is not None and self.cache.now - was.read_at < LISTEN_REFRESH_S:
+                held = self._cached_owners(was.inodes)
+                if held is not None:
+                    pids = frozenset(p for ps in held.values() for p in ps)
+                    return Holders(was.listening, was.inodes, pids, 0, was.assumed)
+        socks, served = self._served(address, port)
+        inodes = frozenset(s.inode for s in served.sockets)
+        owners = self._owners_of(inodes)
+        pids = frozenset(p for ps in owners.values() for p in ps)
+        unowned = sum(1 for i in inodes if not owners.get(i))
+        if self.cache is not None:
+            self.cache.ports[where] = Listening(inodes, len(socks), served.assumed, self.cache.now)
+        return Holders(len(socks), inodes, pids, unowned, served.assumed)
+
+    def one_tree(self, pids: Iterable[int]) -> int | None:
+        """The process whose tree holds every one of ``pids`` (the top-most of them), or None when
+        they lie in separate trees (none of them is *the* owner)."""
+        held = set(pids)
+        top = self.topmost(held)
+        if top is None or not held <= set(self.tree(top)):
             return None
-        return self.port_owners(port)
+        return top
 
     def readable_fds(self, pids: Iterable[int]) -> bool:
         """Can every one of these processes' fd tables be read (else an owner may hide there)?"""
@@ -174,44 +252,39 @@ class Snapshot:
                 return False
         return True
 
-    def port_owners(self, port: int) -> set[int]:
-        held = self._cached_owners(self.cache.ports.get(port, ())) if self.cache is not None else None
-        if held is not None:
-            return held  # the last pass's listeners, still alive and holding the same sockets
-        if self._listening is None:
-            self._listening = self.procfs.listening_ports()
-        if self.cache is not None:
-            self.cache.ports[port] = frozenset(self._listening.get(port, ()))
-        cached = self._cached_owners(self._listening.get(port, ()))
+    def _owners_of(self, inodes: frozenset[int]) -> dict[int, set[int]]:
+        """inode → the processes holding it: the last pass's holders when still valid, else every
+        process's fd table read once this pass (refused ones noted in ``denied``)."""
+        if not inodes:
+            return {}
+        cached = self._cached_owners(inodes)
         if cached is not None:
             return cached
         if self._owners is None:
             self._owners = {}
             for pid in self.procs:
                 try:
-                    inodes = self.procfs.socket_inodes(pid)
+                    held = self.procfs.socket_inodes(pid)
                 except AccessDenied:
                     self.denied.add(pid)
                     continue
                 except (TargetGone, ProbeFailed):
                     continue
-                for inode in inodes:
+                for inode in held:
                     self._owners.setdefault(inode, set()).add(pid)
-        owners: set[int] = set()
-        for inode in self._listening.get(port, ()):
-            found = self._owners.get(inode, set())
-            owners |= found
-            if self.cache is not None:
+        out = {inode: set(self._owners.get(inode, ())) for inode in inodes}
+        if self.cache is not None:
+            for inode, found in out.items():
                 self.cache.owners[inode] = frozenset(self.procs[p].key for p in found)
-        return owners
+        return out
 
-    def _cached_owners(self, inodes: Iterable[int]) -> set[int] | None:
-        """The owners of these socket inodes found by an earlier pass, if every one still lives
-        with the same starttime and still holds its socket: one process's fds read instead of
-        every process's. None when any is unknown, gone or let go (a full search then)."""
+    def _cached_owners(self, inodes: Iterable[int]) -> dict[int, set[int]] | None:
+        """inode → its holders as found by an earlier pass, if every one still lives with the same
+        starttime and still holds its socket: one process's fds read instead of every process's.
+        None when any is unknown, gone or let go, or there are none (a full search then)."""
         if self.cache is None:
             return None
-        owners: set[int] = set()
+        out: dict[int, set[int]] = {}
         for inode in inodes:
             keys = self.cache.owners.get(inode)
             if not keys:
@@ -225,5 +298,5 @@ class Snapshot:
                         return None
                 except (TargetGone, AccessDenied, ProbeFailed):
                     return None
-                owners.add(key.pid)
-        return owners or None
+                out.setdefault(inode, set()).add(key.pid)
+        return out or None

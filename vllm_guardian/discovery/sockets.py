@@ -2,11 +2,15 @@
 
 Reads a candidate's command line (``--host``/``--port``: only IP literals, of loopback or of this
 node, are followed), this node's addresses (``node_addresses``, psutil) and, through the pass's
-``Snapshot``, who owns the socket listening on the port; decides the ownership and fallback rule of
-autodiscovery: a candidate is followed only if its tree holds the listening socket of its URL
-(``owned``), or while nothing listens there yet (``starting``), or, where the guardian cannot read
-the fds of the processes involved, as ``unverified``; a port held by a process outside its tree
-rules it out, and of several candidates for one URL the owner (else the first started) wins.
+``Snapshot``, who holds the sockets serving its URL's address and port (the kernel's choice:
+``discovery/serving.py``; not any socket on the port: a neighbour listening on ``127.0.0.2:P`` or
+an IPv6-only ``[::]:P`` does not serve ``127.0.0.1:P``); decides the ownership and fallback rule
+of autodiscovery: a candidate is followed only if its tree holds every socket serving its URL
+(``owned``; ``assumed`` when that is an IPv6 ``[::]`` socket whose ``IPV6_V6ONLY`` the kernel
+would not say), or while nothing listens on the port yet (``starting``), or, where the guardian
+cannot read the fds of the processes involved, as ``unverified``; its URL served by a process
+outside its tree (alone or beside it, ``SO_REUSEPORT``), or by nothing while the port listens
+elsewhere, rules it out; of several candidates for one URL the owner (else the first started) wins.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from __future__ import annotations
 import ipaddress
 from typing import Callable, Iterable
 
-from vllm_guardian.discovery.argv import DEFAULT_PORT, option_value
+from vllm_guardian.discovery.argv import ASSUMED, DEFAULT_PORT, option_value
+from vllm_guardian.discovery.serving import AMBIGUOUS, show, url_address
 from vllm_guardian.discovery.snapshot import Snapshot
 from vllm_guardian.errors import AccessDenied, ProbeFailed, TargetGone
 from vllm_guardian.model import ProcKey
@@ -86,28 +91,41 @@ def node_addresses() -> frozenset[str]:
     return frozenset(out)
 
 
-def socket_state(snap: Snapshot, root: int, port: int) -> tuple[str, str]:
-    """(state, why) of a candidate's claim on ``port``: "owned" (its tree holds the listening
-    socket), "starting" (nothing listens on the port yet), "unverified" (a socket listens but
-    neither its owner nor the candidate's fds can be read), or "" with why it is refused."""
+def socket_state(snap: Snapshot, root: int, host: str, port: int) -> tuple[str, str]:
+    """(state, why) of a candidate's claim on its URL ``host:port``: "owned" (its tree holds every
+    socket serving that address: ``discovery.serving``), "assumed" (the same, through an IPv6
+    ``[::]`` socket of unknown ``IPV6_V6ONLY``), "starting" (nothing listens on the port at any
+    address yet), "unverified" (a socket serves it but neither its holder nor the candidate's fds
+    can be read), or "" with why it is refused: the address is served by a process outside its
+    tree, by its tree and another (ambiguous), or by nothing while the port listens elsewhere."""
+    address = url_address(host)
+    where = show(address, port)
     try:
-        owners = snap.listening_owners(port)
-        if owners is None:
-            return "starting", ""
+        h = snap.holders(address, port)
     except (TargetGone, AccessDenied, ProbeFailed) as e:
         return "unverified", f"cannot read listening sockets: {e}"
+    if not h.listening:
+        return "starting", ""
+    snap.others[root] = h.others
+    if not h.serving:
+        return "", f"no socket serves {where}; port {port} listens at other addresses only"
     tree = set(snap.tree(root))
-    if owners & tree:
-        return "owned", ""
-    if owners:
-        holder = snap.topmost(owners)
-        return "", f"port {port} is held by pid {holder}, not by this process or its children"
+    inside, outside = h.pids & tree, h.pids - tree
+    if outside:
+        holder = snap.topmost(set(outside))
+        if inside:
+            return "", f"{AMBIGUOUS}{where} is served by sockets of this process and of pid {holder} (SO_REUSEPORT)"
+        return "", f"{where} is served by pid {holder}, not by this process or its children"
+    if not h.unowned:
+        return (ASSUMED if h.assumed else "owned"), ""
+    if inside:
+        return "", f"{AMBIGUOUS}{where} is served by sockets of this process and of a process the guardian cannot read"
     if snap.readable_fds(tree):
-        return "", f"port {port} is held by a process the guardian cannot read, not by this process or its children"
+        return "", f"{where} is served by a process the guardian cannot read, not by this process or its children"
     return "unverified", ""
 
 
-_RANK = {"owned": 0, "starting": 1, "unverified": 2}
+_RANK = {"owned": 0, ASSUMED: 1, "starting": 2, "unverified": 3}
 
 
 def trusted(
@@ -143,7 +161,7 @@ def trusted(
         if url in taken:
             ignored.append((key, f"{url} is already a configured target's"))
             continue
-        state, why = socket_state(snap, root, port)
+        state, why = socket_state(snap, root, host, port)
         if not state:
             ignored.append((key, why))
             continue
@@ -159,5 +177,5 @@ def trusted(
 
 
 def _second(url: str, winner: int, state: str) -> str:
-    why = "owns its listening socket" if state == "owned" else "started first"
+    why = "owns its listening socket" if state in ("owned", ASSUMED) else "started first"
     return f"another candidate for {url}: pid {winner} {why}"

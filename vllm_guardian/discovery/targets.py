@@ -23,8 +23,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Callable
 
 from vllm_guardian.config.schema import Config
-from vllm_guardian.discovery.argv import ARGV, NOT_VERIFIED
+from vllm_guardian.discovery.argv import ARGV, ASSUMED, NOT_VERIFIED
 from vllm_guardian.discovery.scan import DiscoveryResult, discover, pid_file_reader
+from vllm_guardian.discovery.serving import AMBIGUOUS
 from vllm_guardian.discovery.snapshot import DiscoveryCache
 from vllm_guardian.discovery.worker import Abandoned, DiscoveryWorker
 from vllm_guardian.host.capabilities import Capabilities, Capability, missing
@@ -91,6 +92,7 @@ class TargetsStage:
         self._stopped_said = False
         self._unverified_said: set[tuple[str, ProcKey]] = set()
         self._argv_said: set[tuple[str, ProcKey]] = set()
+        self._assumed_said: set[tuple[str, ProcKey]] = set()
 
     def reconfigure(self, cfg: Config, platform: PlatformMatcher | None) -> None:
         """A config reload: the next discovery pass matches with the new config and platform."""
@@ -188,6 +190,10 @@ class TargetsStage:
         return PassOutcome(None, error=why)
 
     def _apply(self, result: DiscoveryResult, now: float) -> Changes:
+        for name, why in result.unmatched:
+            if (name, why) not in self.unmatched:  # once, while the reason holds
+                level = logging.WARNING if why.startswith(AMBIGUOUS) else logging.INFO
+                self.log.log(level, "configured target %s not found: %s", name, why, extra={"target": name})
         self.unmatched = result.unmatched
         said = {k for k, _ in self.ignored}
         for key, why in result.ignored:
@@ -205,6 +211,18 @@ class TargetsStage:
                     t.api_url,
                 )
         self._unverified_said = {(t.name, t.key) for t in unverified}
+        assumed = [t for t in result.targets if t.socket == ASSUMED]
+        for t in assumed:
+            if (t.name, t.key) not in self._assumed_said:
+                self.log.warning(
+                    "target %s: %s is served only by an IPv6 [::] socket of %s whose IPV6_V6ONLY flag the kernel "
+                    "did not say (sock_diag unavailable: allow AF_NETLINK); taken to serve it, no automatic restart",
+                    t.name,
+                    t.api_url,
+                    t.key,
+                    extra={"target": t.name},
+                )
+        self._assumed_said = {(t.name, t.key) for t in assumed}
         if result.fds_denied:
             pid = result.fds_denied[0]
             why = f"reading /proc/{pid}/fd answered EACCES (another user's process, or one it may not ptrace)"

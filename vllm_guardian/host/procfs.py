@@ -199,16 +199,17 @@ class ProcFS:
                 inodes.add(int(m.group(1)))
         return inodes
 
-    def listening_ports(self) -> dict[int, set[int]]:
-        """port → inodes of the TCP sockets listening on it (net/tcp + net/tcp6 of the reader's netns)."""
-        ports: dict[int, set[int]] = {}
+    def listening_sockets(self) -> dict[int, list[parse.Listener]]:
+        """port → the TCP sockets listening on it, with their address (net/tcp + net/tcp6 of the
+        reader's netns); IPv6 ones with ``v6only`` unknown (/proc does not show it)."""
+        ports: dict[int, list[parse.Listener]] = {}
         for name in ("net/tcp", "net/tcp6"):
             try:
                 raw = self._read(name)
             except TargetGone:
                 continue  # no IPv6 (or no IPv4) in this kernel/netns
-            for port, inode in parse.parse_listening_sockets(raw.decode("ascii", errors="replace")):
-                ports.setdefault(port, set()).add(inode)
+            for sock in parse.parse_listening_sockets(raw.decode("ascii", errors="replace"), self._byteorder):
+                ports.setdefault(sock.port, []).append(sock)
         return ports
 
     # ------------------------------------------------------------ evidence

@@ -258,26 +258,45 @@ def parse_net_tcp(text: str, byteorder: str = "little") -> list[SocketEntry]:
     return entries
 
 
-def parse_listening_sockets(text: str) -> list[tuple[int, int]]:
-    """``(local port, inode)`` of the LISTEN rows of /proc/net/tcp or tcp6, and nothing else.
+@dataclass(frozen=True)
+class Listener:
+    """A TCP socket in LISTEN: the address and port it is bound to (``0.0.0.0`` / ``::`` bind
+    all), its inode (what ``/proc/<pid>/fd`` links name) and, for IPv6, whether it is
+    ``IPV6_V6ONLY``: /proc/net/tcp6 does not say (None: unknown; ``host.sockdiag`` can tell)."""
 
-    What discovery needs to find a port's owner, read every pass: the state column is
-    checked before anything is converted, so the many established and TIME_WAIT rows of
-    a busy node cost a split each (no address parsing: the owner is found by inode). The
-    same rows, with the same validation of port and inode, as ``parse_net_tcp`` keeps
-    with ``listening``; a malformed row is skipped.
+    address: str
+    port: int
+    inode: int
+    v6only: bool | None = None
+
+    @property
+    def ipv6(self) -> bool:
+        return ":" in self.address
+
+
+def parse_listening_sockets(text: str, byteorder: str = "little") -> list[Listener]:
+    """The LISTEN rows of /proc/net/tcp or tcp6 (address, port, inode), and nothing else.
+
+    What discovery needs to find who serves an address, read every pass: the state column is
+    checked before anything is converted, so the many established and TIME_WAIT rows of a busy
+    node cost a split each; only a listening row's address is parsed. The same rows, with the
+    same validation of address, port and inode, as ``parse_net_tcp`` keeps with ``listening``;
+    a malformed row is skipped.
     """
-    out: list[tuple[int, int]] = []
+    out: list[Listener] = []
     listen = f"{TCP_LISTEN:02X}"
     for line in text.splitlines():
         parts = line.split()
         if len(parts) < 10 or parts[3] != listen or not parts[0].endswith(":"):
             continue
         addr, sep, port = parts[1].rpartition(":")
-        if not sep or len(addr) not in (8, 32):
+        if not sep:
             continue
         try:
-            out.append((int(port, 16), _int(parts[9], "net/tcp inode")))
+            number = int(port, 16)
+            if number > 0xFFFF:
+                continue
+            out.append(Listener(_hex_ip(addr, byteorder), number, _int(parts[9], "net/tcp inode")))
         except ValueError:
             continue
     return out

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from vllm_guardian.config.schema import PolicyConfig
 from vllm_guardian.config.schema_fields import Mode
-from vllm_guardian.discovery.argv import NOT_VERIFIED
+from vllm_guardian.discovery.argv import not_verified
 from vllm_guardian.model import Action, Incident, ProcKey
 from vllm_guardian.remediation.decide import ManualSituation, Situation, decide, decide_manual
 from vllm_guardian.remediation.machine import Machine
@@ -179,7 +179,7 @@ class Remediator:
             ever_ready=tracked.ever_ready,
             budget=may_restart(self.policy, self.ledger, name, wall),
             pids=tuple(p.pid for p in tracked.target.processes),
-            port_unverified=None if tracked.target.port_verified else NOT_VERIFIED,
+            port_unverified=None if tracked.target.port_verified else not_verified(tracked.target.socket),
         )
 
     def consider(

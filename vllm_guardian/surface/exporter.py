@@ -17,7 +17,7 @@ Snapshot fields read:
   ``capabilities.missing[].capability`` (what the guardian lacks: ``host.capabilities``);
   ``server_files.refused[setting]`` (files refused on a server's behalf: ``host.server_files``);
 - ``probes[name].{runs, failures, overruns, last_duration_s, mean_duration_s}``;
-- ``targets[]``: ``name``, ``model``, ``source``, ``phase``, ``ready``, ``serving``,
+- ``targets[]``: ``name``, ``model``, ``source``, ``phase``, ``ready``, ``serving``, ``other_listeners``,
   ``health.status``, ``gates.health_score``,
   ``engine.{steps_per_s, requests_running, requests_waiting, kv_cache_usage}``,
   ``canary.{ok, latency_s}``, ``processes[].{pid, role, cpu_ratio, rss_bytes, threads,
@@ -100,6 +100,12 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "1 for the target's phase (serving, warming, paused, sleeping, incident, draining, ...).",
     ),
     ("guardian_target_health_ok", "gauge", ("target",), "1 when the target's /health last answered 200, else 0."),
+    (
+        "guardian_target_port_other_listeners",
+        "gauge",
+        ("target",),
+        "Sockets listening on the target's port that do not serve its URL (another address or family).",
+    ),
     (
         "guardian_target_health_score",
         "gauge",
@@ -372,6 +378,7 @@ def _target_metrics(f: _Families, t: TargetStatus) -> None:
     f.add("guardian_target_info", (name, t.model or "", t.source or ""), 1)
     f.add("guardian_target_up", tl, t.serving)
     f.add("guardian_target_ready", tl, t.ready)
+    f.add("guardian_target_port_other_listeners", tl, t.other_listeners)
     if t.phase:
         f.add("guardian_target_phase", (name, t.phase), 1)
     if t.health is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from vllm_guardian.diagnosis.node_view import render_table as render_accelerators
-from vllm_guardian.discovery.argv import NOT_VERIFIED
+from vllm_guardian.discovery.argv import not_verified
 from vllm_guardian.gates.status import GatesSummary, TargetGatesStatus
 from vllm_guardian.state.tracker import CanaryStatus
 from vllm_guardian.probes.procfs_status import HottestThread
@@ -81,7 +81,9 @@ def _target_lines(t: TargetStatus) -> list[str]:
             f"{_fmt_bytes(dev.memory_total_bytes)}, util {_fmt_pct(dev.utilization_ratio)}"
         )
     if not t.port_verified:
-        lines.append(f"  port {t.port} not verified: {NOT_VERIFIED.split(': ', 1)[1]}")
+        lines.append(f"  port {t.port} not verified: {not_verified(t.socket).split(': ', 1)[1]}")
+    if t.other_listeners:
+        lines.append(f"  port {t.port}: {t.other_listeners} other socket(s) listen there, not serving {t.api_url}")
     if t.auto_remediation != "on":
         lines.append(f"  remediation: {t.auto_remediation}; detection and alerts go on")
     rem = t.remediation

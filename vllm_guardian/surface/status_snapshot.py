@@ -70,6 +70,7 @@ class TargetStatus:
     serving_message: str = ""
     socket: str = ""  # how its claim on its port was checked (model.Target.socket); "argv": not verified
     port_verified: bool = True  # False: matched by its command line alone, never restarted automatically
+    other_listeners: int = 0  # sockets on its port that do not serve its URL (a neighbour's; ignored)
     auto_remediation: str = "on"  # or "off (<why>)": maintenance, autodiscovered, port not verified, budget
 
 

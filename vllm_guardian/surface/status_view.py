@@ -136,6 +136,7 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
         gates=gates.status_of(name, now, det.output_corruption, health_score) if gates is not None else None,
         socket=tr.target.socket,
         port_verified=tr.target.port_verified,
+        other_listeners=tr.target.other_listeners,
         auto_remediation=_auto_remediation(d, tr),
     )
 
