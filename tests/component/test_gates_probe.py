@@ -230,15 +230,16 @@ def test_an_accepted_report_makes_a_confirming_round_of_its_own_due_at_once(serv
     w = World(server.url, tmp_path, interval=3600.0)
     w.round()
     assert w.probe.jobs(w.now + 10, Seen()) == []  # next regular round in an hour
+    later = time.time() + 60  # reports stamped before the start (+ max_skew) are refused
     report = {
         "instance_id": "n1/sim",
         "request_id": "gw-1",
-        "timestamp": time.time(),
+        "timestamp": later,
         "check_level": "L3",
         "type": "nan",
         "details": {},
     }
-    assert w.shared.accept_report(json.dumps(report), w.now + 10, time.time()) == "accepted"
+    assert w.shared.accept_report(json.dumps(report), w.now + 10, later) == "accepted"
     (job,) = w.probe.jobs(w.now + 10, Seen())
     assert job.subject == NAME
 
@@ -361,8 +362,9 @@ def test_an_accepted_external_report_asks_for_a_confirmation_round(server, tmp_p
     import json
     import time
 
-    msg["timestamp"] = time.time()
-    assert w.shared.accept_report(json.dumps(msg), w.now, time.time()) == "accepted"
+    later = time.time() + 60  # reports stamped before the start (+ max_skew) are refused
+    msg["timestamp"] = later
+    assert w.shared.accept_report(json.dumps(msg), w.now, later) == "accepted"
     assert w.tick(0.1)
 
 

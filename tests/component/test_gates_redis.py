@@ -13,8 +13,9 @@ from vllm_guardian.config.schema import TrustConfig
 from vllm_guardian.gates.exchange import MAX_ENTRY, MAX_SCAN, PAGE, FingerprintExchange, key_for
 from vllm_guardian.gates.listener import ReportsListener
 from vllm_guardian.gates.shared import GatesShared
-from vllm_guardian.gates.trust import Keys, check
+from vllm_guardian.gates.trust import KeyRing, Keys, check
 from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef, Transition
+from vllm_guardian.remediation.decide import Refusal
 from vllm_guardian.sinks.gate_decisions import GateDecisions
 from vllm_guardian.testing.redis_server import RedisServer
 from tests.support.wait import poll
@@ -98,36 +99,59 @@ def test_the_listener_feeds_reports_into_the_ledger(client):
         listener.stop()
 
 
-def test_decisions_are_published_for_output_corruption_only(client):
-    pubsub = client.pubsub()
-    pubsub.subscribe("vllm_control")
-    pubsub.get_message(timeout=1)
-    d = GateDecisions(client, "vllm_control", "node-a", lambda: "remediate", lambda: 5.0, LOG)
+def _oc(iid: str, signals: dict) -> Incident:
     ref = TargetRef("t", 1, 1)
-    oc = Incident(
-        "01",
-        Kind.OUTPUT_CORRUPTION,
-        Severity.CRITICAL,
-        "node-a",
-        ref,
-        Status.FIRING,
-        "garbage",
-        1.0,
-        {"condition": "B", "level": "L3"},
-    )
-    d(Transition(Incident("00", Kind.BUSY_LOOP, Severity.CRITICAL, "node-a", ref, Status.FIRING, "x", 1.0), None))
-    d(Transition(oc, None))
-    d(Transition(oc.resolve(2.0, "ok"), Status.FIRING))
+    return Incident(iid, Kind.OUTPUT_CORRUPTION, Severity.CRITICAL, "node-a", ref, Status.FIRING, "x", 1.0, signals)
+
+
+def _published(pubsub, n: int) -> list[dict]:
     got: list[dict] = []
     end = time.monotonic() + 10
-    while len(got) < 2 and time.monotonic() < end:
+    while len(got) < n and time.monotonic() < end:
         m = pubsub.get_message(timeout=0.5)
         if m and m["type"] == "message":
             got.append(json.loads(m["data"]))
+    return got
+
+
+@pytest.fixture
+def control(client):
+    pubsub = client.pubsub()
+    pubsub.subscribe("vllm_control")
+    pubsub.get_message(timeout=1)
+    yield pubsub
+    pubsub.close()
+
+
+def test_decisions_are_published_for_output_corruption_only(client, control):
+    d = GateDecisions(client, "vllm_control", "node-a", lambda: 5.0, LOG)
+    ref = TargetRef("t", 1, 1)
+    busy = Incident("00", Kind.BUSY_LOOP, Severity.CRITICAL, "node-a", ref, Status.FIRING, "x", 1.0)
+    oc = _oc("01", {"condition": "B", "level": "L3"})
+    d.decided(busy, None)
+    d(Transition(busy, None))
+    d.decided(oc, None)
+    d(Transition(oc.resolve(2.0, "ok"), Status.FIRING))
+    got = _published(control, 2)
     d.close()
     assert [(m["decision"], m["condition"], m["instance_id"]) for m in got] == [
         ("drain_and_restart", "B", "node-a/t"),
         ("resolved", "B", "node-a/t"),
+    ]
+
+
+def test_a_decision_goes_out_when_it_first_comes_and_when_it_changes_never_each_tick(client, control):
+    d = GateDecisions(client, "vllm_control", "node-a", lambda: 5.0, LOG)
+    oc = _oc("01", {"condition": "A", "level": "L1"})
+    for left in (30, 29, 28):  # the backoff's words change each tick, its reason does not
+        d.decided(oc, Refusal(f"backoff: {left}s left of 60s after the last restart", "backoff", "deferred"))
+    d.decided(oc, None)
+    d.decided(oc, None)
+    got = _published(control, 3)
+    d.close()
+    assert [(m["decision"], m.get("hold_reason")) for m in got] == [
+        ("alert_only", "backoff"),
+        ("drain_and_restart", None),
     ]
 
 
@@ -169,6 +193,7 @@ def test_the_listener_survives_deep_json_keeps_its_subscription_and_counts_every
 
 
 KEYS = Keys({"k": b"0123456789abcdef0123"}, "k")
+RING = KeyRing.fixed(KEYS)
 
 
 def _forge(client, node: str, fps: dict, t: float, **extra) -> None:
@@ -179,7 +204,7 @@ def _forge(client, node: str, fps: dict, t: float, **extra) -> None:
 def test_forged_fingerprints_never_vote_and_are_not_kept_alive(client):
     """Two forged entries stamped in the future once outvoted a healthy instance every round."""
     now = 1000.0
-    honest = [FingerprintExchange(client, n, lambda: now, KEYS, 30.0, 2) for n in ("node-b", "node-c")]
+    honest = [FingerprintExchange(client, n, lambda: now, RING, 30.0, 2) for n in ("node-b", "node-c")]
     for ex in honest:
         ex.share("m", "v", "t", {"p": "good"}, 600, 180)
     _forge(client, "evil-1", {"p": "bad"}, now + 10_000)  # from the future
@@ -187,7 +212,7 @@ def test_forged_fingerprints_never_vote_and_are_not_kept_alive(client):
     _forge(client, "evil-3", {"p": "bad"}, now, kid="k", sig="0" * 64)  # badly signed
     stolen = json.loads(client.hget(key_for("m", "v"), "node-b/t"))
     client.hset(key_for("m", "v"), "evil-4/t", json.dumps(stolen))  # a real signature under another name
-    a = FingerprintExchange(client, "node-a", lambda: now, KEYS, 30.0, 2)
+    a = FingerprintExchange(client, "node-a", lambda: now, RING, 30.0, 2)
     peers, note = a.share("m", "v", "t", {"p": "good"}, 600, 180)
     assert note is None and peers == [{"p": "good"}, {"p": "good"}]
     assert a.dropped() == {
@@ -203,40 +228,29 @@ def test_forged_fingerprints_never_vote_and_are_not_kept_alive(client):
 
 def test_each_node_votes_once_and_too_few_nodes_do_not_vote(client):
     now = 1000.0
-    b = FingerprintExchange(client, "node-b", lambda: now, KEYS, 30.0, 2)
+    b = FingerprintExchange(client, "node-b", lambda: now, RING, 30.0, 2)
     for target in ("t1", "t2", "t3"):  # one node, three instances: one vote
         b.share("m", "v", target, {"p": "bad"}, 600, 180)
-    a = FingerprintExchange(client, "node-a", lambda: now, KEYS, 30.0, 2)
+    a = FingerprintExchange(client, "node-a", lambda: now, RING, 30.0, 2)
     assert a.share("m", "v", "t", {"p": "good"}, 600, 180) == ([], None)  # 1 node < min 2
-    FingerprintExchange(client, "node-c", lambda: now, KEYS, 30.0, 2).share("m", "v", "t", {"p": "bad"}, 600, 180)
+    FingerprintExchange(client, "node-c", lambda: now, RING, 30.0, 2).share("m", "v", "t", {"p": "bad"}, 600, 180)
     peers, _ = a.share("m", "v", "t", {"p": "good"}, 600, 180)
     assert len(peers) == 2
 
 
-def test_decisions_are_signed_and_one_resting_on_reports_alone_is_published_alert_only(client):
-    pubsub = client.pubsub()
-    pubsub.subscribe("vllm_control")
-    pubsub.get_message(timeout=1)
-    d = GateDecisions(client, "vllm_control", "node-a", lambda: "remediate", lambda: 5.0, LOG)
-    d.keys = KEYS
-    ref = TargetRef("t", 1, 1)
-    own = {"condition": "B", "level": "L3", "own_conditions": ["B"], "external": [], "confirmed_by_own_round": False}
-    hint = dict(own, own_conditions=[], external=["report"])
-    for i, signals in enumerate((own, hint)):
-        inc = Incident(
-            f"0{i}", Kind.OUTPUT_CORRUPTION, Severity.CRITICAL, "node-a", ref, Status.FIRING, "x", 1.0, signals
-        )
-        d(Transition(inc, None))
-    got: list[dict] = []
-    end = time.monotonic() + 10
-    while len(got) < 2 and time.monotonic() < end:
-        m = pubsub.get_message(timeout=0.5)
-        if m and m["type"] == "message":
-            got.append(json.loads(m["data"]))
+def test_decisions_are_signed_with_the_keys_in_force_so_an_executor_can_verify_each(client, control):
+    d = GateDecisions(client, "vllm_control", "node-a", lambda: 5.0, LOG, keys=RING)
+    own = _oc("00", {"condition": "B", "level": "L3", "own_conditions": ["B"]})
+    hint = _oc("01", {"condition": "B", "level": "L3", "own_conditions": [], "external": ["report"]})
+    d.decided(own, None)
+    d.decided(hint, Refusal("rests on gateway reports: alert only until ...", name="external"))
+    got = _published(control, 2)
     d.close()
     assert [check(m, KEYS) for m in got] == [None, None]  # an executor can verify every decision
-    assert [m["decision"] for m in got] == ["drain_and_restart", "alert_only"]
-    assert "until the guardian's own confirming gate round fails" in got[1]["hold"]
+    assert [(m["decision"], m.get("hold_reason")) for m in got] == [
+        ("drain_and_restart", None),
+        ("alert_only", "external"),
+    ]
 
 
 # ---------------------------------------------------------------- a hash stuffed with junk (issue: E15)
@@ -245,7 +259,7 @@ HONEST = ("node-b", "node-c")
 
 
 def _honest(client) -> list[FingerprintExchange]:
-    out = [FingerprintExchange(client, n, lambda: NOW, KEYS, 30.0, 2) for n in HONEST]
+    out = [FingerprintExchange(client, n, lambda: NOW, RING, 30.0, 2) for n in HONEST]
     for ex in out:
         ex.share("m", "v", "t", {"p": "good"}, 600, 180)
     return out
@@ -291,7 +305,7 @@ JUNK = 1100  # over the 1 024 fields that once switched L4 across nodes off for 
 def test_a_hash_stuffed_with_junk_still_votes_and_the_junk_is_deleted_and_counted(client, junk, reason):
     _honest(client)
     _stuff(client, dict(junk(i) for i in range(JUNK)))
-    a = FingerprintExchange(client, "node-a", lambda: NOW, KEYS, 30.0, 2)
+    a = FingerprintExchange(client, "node-a", lambda: NOW, RING, 30.0, 2)
     peers, note = a.share("m", "v", "t", {"p": "good"}, 600, 180)
     assert note is None and peers == [{"p": "good"}, {"p": "good"}]  # cross-node L4 still works
     assert sorted(client.hkeys(key_for("m", "v"))) == ["node-a/t", "node-b/t", "node-c/t"]
@@ -301,7 +315,7 @@ def test_a_hash_stuffed_with_junk_still_votes_and_the_junk_is_deleted_and_counte
 def test_the_work_per_round_is_bounded_and_a_flood_is_cleaned_over_rounds(client):
     _honest(client)
     _stuff(client, {f"junk-{i}/t": "{not json" for i in range(3 * MAX_SCAN)})
-    a = FingerprintExchange(client, "node-a", lambda: NOW, KEYS, 30.0, 2)
+    a = FingerprintExchange(client, "node-a", lambda: NOW, RING, 30.0, 2)
     _, note = a.share("m", "v", "t", {"p": "good"}, 600, 180)
     first = a.deleted()["malformed"]
     # one round read about MAX_SCAN fields (the 3 real entries among them), not all of them; Redis
@@ -316,7 +330,7 @@ def test_the_work_per_round_is_bounded_and_a_flood_is_cleaned_over_rounds(client
 
 def test_honest_entries_and_this_nodes_own_are_never_deleted(client):
     honest = _honest(client)
-    a = FingerprintExchange(client, "node-a", lambda: NOW, KEYS, 30.0, 2)
+    a = FingerprintExchange(client, "node-a", lambda: NOW, RING, 30.0, 2)
     a.share("m", "v", "t2", {"p": "good"}, 600, 180)
     for _ in range(3):
         a.share("m", "v", "t", {"p": "good"}, 600, 180)

@@ -297,10 +297,10 @@ def test_gate_reports(raw):
     from vllm_guardian.config.schema import TrustConfig
     from vllm_guardian.gates.intake import OUTCOMES
     from vllm_guardian.gates.shared import GatesShared
-    from vllm_guardian.gates.trust import Keys
+    from vllm_guardian.gates.trust import KeyRing, Keys
 
-    for keys in (None, Keys({"gw": b"0123456789abcdef0123"}, "gw")):
-        shared = GatesShared("node-a", 60.0, logging.getLogger("fuzz"), TrustConfig(), keys)
+    for keys in (None, KeyRing.fixed(Keys({"gw": b"0123456789abcdef0123"}, "gw"))):
+        shared = GatesShared("node-a", 60.0, logging.getLogger("fuzz"), TrustConfig(), keys, started=1767225600.0)
         shared.known_targets = frozenset({"t"})
         assert shared.accept_report(raw, 1.0, 1767225600.0) in OUTCOMES
 

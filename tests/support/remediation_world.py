@@ -142,7 +142,7 @@ class World:
     def consider(self, inc, kind_mode="remediate", tripped=1, total=1):
         return self.rem.consider(
             inc, self.tracker.targets["llm"], self.clock.monotonic(), mode=Mode(kind_mode), tripped=tripped, total=total
-        )
+        ).text
 
     def step(self, seconds=1.0, n=1):
         for _ in range(n):

@@ -204,6 +204,7 @@ FULL = status(
             "last_error": "bad",
         },
     },
+    trust={"source": "file /k", "kids": ["gw"], "last_reload": None, "control_messages": {"own": 2, "unsigned": 1}},
     capabilities={"missing": [{"capability": "ptrace", "why": "no CAP_SYS_PTRACE", "consequence": "no py-spy"}]},
     server_files={"refused": {"restart.log_file": 2}, "last_refusal": "restart.log_file /l: a symbolic link"},
 )
@@ -324,6 +325,8 @@ def test_describe_names_every_declared_family_without_reading_status():
         ("guardian_http_web_config_reloads_total", {"outcome": "ok"}, 2.0),
         ("guardian_http_web_config_reloads_total", {"outcome": "failed"}, 1.0),
         ("guardian_http_web_config_last_reload_successful", {}, 0.0),
+        ("guardian_trust_keys", {}, 1.0),
+        ("guardian_control_messages_total", {"outcome": "unsigned"}, 1.0),
     ],
 )
 def test_status_fields_map_to_metric_values(name, labels, expected):

@@ -14,7 +14,7 @@ from vllm_guardian.config.schema import TrustConfig
 from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.detectors import output_corruption
 from vllm_guardian.gates.shared import GatesShared
-from vllm_guardian.gates.trust import Keys, sign
+from vllm_guardian.gates.trust import KeyRing, Keys, sign
 from vllm_guardian.incidents.store import jsonable
 
 from tests.support.detector_world import make_view
@@ -37,7 +37,8 @@ def report(**kw) -> dict:
 
 
 def shared(keys: Keys | None = None, **trust) -> GatesShared:
-    s = GatesShared("node-a", 60.0, logging.getLogger("test.intake"), TrustConfig(**trust), keys)
+    ring = KeyRing.fixed(keys) if keys is not None else None
+    s = GatesShared("node-a", 60.0, logging.getLogger("test.intake"), TrustConfig(**trust), ring)
     s.known_targets = frozenset({"t"})
     return s
 

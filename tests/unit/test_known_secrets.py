@@ -109,7 +109,7 @@ def test_installing_the_scrub_twice_replaces_it(restore_root_logger):
 def test_the_guardian_knows_its_redis_password_kubernetes_token_and_trust_keys(tmp_path):
     """What the runtime hands the scrubber (loop/assemble.py, ``known_secrets``), each from where it lives."""
     from vllm_guardian.config.loader import parse_config
-    from vllm_guardian.gates.trust import Keys
+    from vllm_guardian.gates.trust import KeyRing, Keys
     from vllm_guardian.host.kube import KubeClient
     from vllm_guardian.loop.assemble import known_secrets
     from vllm_guardian.seams import Seams
@@ -125,6 +125,6 @@ def test_the_guardian_knows_its_redis_password_kubernetes_token_and_trust_keys(t
     redis = RedisConnection.from_config(alerts, tmp_path, environ={"G_PW": "env-pass-456\n"})  # no connection made
     kube = KubeClient("https://k8s.example:6443", "kube-tok-789\n", None, "n")
     seams = Seams(FakeClock(), None, FakeHttp({}), FakeRunner(), FakeControl(set()))  # type: ignore[arg-type]
-    known = known_secrets(seams, redis, Keys({"gw": b"trust-key-000"}, "gw"), kube)
+    known = known_secrets(seams, redis, KeyRing.fixed(Keys({"gw": b"trust-key-000"}, "gw")), kube)
     text = "url-pass-123 env-pass-456 kube-tok-789 trust-key-000"
     assert known.scrub(text) == f"{R} {R} {R} {R}"

@@ -213,7 +213,7 @@ def test_gates_that_never_signal_anything(tmp_path, setup, expected):
         mode=Mode(setup.get("mode", "remediate")),
         tripped=setup.get("tripped", 1),
         total=setup.get("total", 1),
-    )
+    ).text
     w.step(1, n=20)
     assert decision.startswith(expected)
     assert w.control.signals == [] and w.control.started == []

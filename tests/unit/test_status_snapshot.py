@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from vllm_guardian.config.status import ConfigStatus, ReloadOutcome
 from vllm_guardian.gates.judge import GateFailure
-from vllm_guardian.gates.status import GatesSummary
+from vllm_guardian.gates.status import GatesSummary, TrustStatus
 from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef
 from vllm_guardian.sinks.redis_sink import AlertsStatus
 from vllm_guardian.surface.http_stats import HttpStatus
@@ -79,6 +79,7 @@ SECTIONS: dict[str, Any] = {
         {"no_credentials": 1},
         WebConfigStatus("/etc/guardian/web.yml", "TLS", 1.0, 1, 1, False, "tls_server_config.cert_file: no such file"),
     ),
+    "trust": TrustStatus("file /etc/guardian/trust.keys", ("gw-2026",), None, {"accepted": 1, "unsigned": 2}),
 }
 
 

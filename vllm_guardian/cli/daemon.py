@@ -80,10 +80,11 @@ def cmd_check_config(args) -> int:
     from vllm_guardian.config.loader import render_check
 
     cfg = load_config(args.config)
-    if cfg.gates.enabled:  # the trust keys are read as `guardian run` reads them (never printed)
-        from vllm_guardian.gates.trust import load_keys
+    # the trust keys are read as `guardian run` reads them, gates on or off: they sign the control
+    # messages too (never printed)
+    from vllm_guardian.gates.trust import load_keys
 
-        load_keys(cfg.gates.trust.keys_file, cfg.gates.trust.key_env)
+    load_keys(cfg.gates.trust.keys_file, cfg.gates.trust.key_env)
     if cfg.api.http and cfg.api.web_config_file:  # read and built as `guardian run` does (never printed)
         from vllm_guardian.surface.web_security import load_active
 

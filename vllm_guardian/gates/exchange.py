@@ -36,7 +36,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
-from vllm_guardian.gates.trust import Keys, check, sign
+from vllm_guardian.gates.trust import KeyRing, check, sign
 
 PREFIX = "guardian:gates:fp:"
 MAX_ENTRY = 16 * 1024
@@ -90,12 +90,12 @@ class FingerprintExchange:
         client: RedisHashes,
         node: str,
         wall: Callable[[], float],
-        keys: Keys | None = None,
+        keys: KeyRing | None = None,
         max_skew: float = 30.0,
         min_nodes: int = 1,
     ) -> None:
         self.client, self.node, self.wall = client, node, wall
-        self.keys = keys or Keys()
+        self.keys = keys or KeyRing.fixed()  # the keys in force: a reload swaps them
         self.max_skew, self.min_nodes = max_skew, min_nodes
         self._dropped = {r: 0 for r in REASONS}
         self._deleted = {r: 0 for r in REASONS}
@@ -115,7 +115,7 @@ class FingerprintExchange:
         """Publishes ``fps`` and returns (remote peers' fingerprints, a note on error)."""
         key = key_for(model, version)
         now = self.wall()
-        entry = sign({"node": self.node, "target": target, "fps": dict(fps), "t": now}, self.keys)
+        entry = sign({"node": self.node, "target": target, "fps": dict(fps), "t": now}, self.keys.current)
         newest: dict[str, tuple[float, dict[str, str]]] = {}  # node -> (t, fps)
         note = None
         try:
@@ -205,8 +205,9 @@ class FingerprintExchange:
             return "future", True
         if now - t > max_age:
             return "stale", now - t > 2 * max_age
-        if self.keys.enabled:
-            refused = check(entry, self.keys)
+        keys = self.keys.current
+        if keys.enabled:
+            refused = check(entry, keys)
             if refused is not None:
                 return refused[0], True  # every guardian of the fleet signs with the same keys
         if entry.get("node") != node or entry.get("target") != target:

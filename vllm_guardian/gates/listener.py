@@ -1,7 +1,8 @@
-"""Listens on the reports channel (Redis pub/sub) and hands each message to ``GatesShared``.
+"""Listens on a Redis pub/sub channel and hands each message to its intake: the reports channel
+to ``GatesShared.accept_report`` (bounds, trust, count, ledger), the control channel to
+``ControlChannel.accept`` (``gates/control.py``: bounds, trust, count).
 
-One daemon thread; every message goes to ``GatesShared.accept_report`` (bounds, trust,
-count, ledger). Whatever a publisher sends stays a message: should handing one over
+One daemon thread per channel. Whatever a publisher sends stays a message: should handing one over
 raise anything (it does not: the intake counts it ``malformed``), the error is logged
 once and the subscription is kept, with no backoff: only a Redis error ends the
 subscription; it is logged once per outage and retried with a capped backoff. The thread
@@ -40,16 +41,17 @@ class ReportsListener:
         mono: Callable[[], float],
         wall: Callable[[], float],
         log: logging.Logger,
+        what: str = "gate reports",
     ) -> None:
         self.client, self.channel, self.accept = _raw(client), channel, accept
-        self.mono, self.wall, self.log = mono, wall, log
+        self.mono, self.wall, self.log, self.what = mono, wall, log, what
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.subscribed = threading.Event()
         self._accept_failed = False
 
     def start(self) -> ReportsListener:
-        self._thread = threading.Thread(target=self._run, name="gate-reports", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=self.what.replace(" ", "-"), daemon=True)
         self._thread.start()
         return self
 
@@ -63,7 +65,7 @@ class ReportsListener:
             self.accept(data if isinstance(data, (bytes, str)) else b"", self.mono(), self.wall())
         except Exception as e:  # noqa: BLE001 - a message is never a reason to drop the subscription
             if not self._accept_failed:
-                self.log.error("gate reports: a message could not be handed over (%s: %s)", type(e).__name__, e)
+                self.log.error("%s: a message could not be handed over (%s: %s)", self.what, type(e).__name__, e)
             self._accept_failed = True
 
     def _run(self) -> None:
@@ -75,7 +77,7 @@ class ReportsListener:
                 pubsub.subscribe(self.channel)
                 self.subscribed.set()
                 if down:
-                    self.log.info("gate reports: listening on %s again", self.channel)
+                    self.log.info("%s: listening on %s again", self.what, self.channel)
                 down, backoff = False, 1.0
                 while not self._stop.is_set():
                     msg = pubsub.get_message(timeout=POLL_S)
@@ -85,7 +87,7 @@ class ReportsListener:
                 self.subscribed.clear()
                 if not down:
                     self.log.warning(
-                        "gate reports: %s unavailable (%s: %s); retrying", self.channel, type(e).__name__, e
+                        "%s: %s unavailable (%s: %s); retrying", self.what, self.channel, type(e).__name__, e
                     )
                 down = True
                 self._stop.wait(backoff)

@@ -4,10 +4,12 @@ the intake of external reports, rebaseline and confirmation requests.
 Built by the gates probe and published in the loop's ``Readings``; the detector reads
 ``view``, the status document ``status_of``, the report listener calls ``accept_report``
 (from its own thread; ``gates.intake`` decides what is let in) and remediation
-``request_rebaseline`` after a verified restart. ``keys`` are the trust keys
-(``gates.trust``): without them external reports and peers' fingerprints may raise an
+``request_rebaseline`` after a verified restart. ``keys`` are the trust keys in force
+(``gates.trust``, a ``KeyRing`` a reload re-reads): without them external reports and peers' fingerprints may raise an
 alert, never a restart (``remediation/external.py``). ``exchange`` (L4 across nodes) is handed
 in built, or None without Redis; its dropped and deleted entries are counted in ``summary``.
+``started`` is the wall time the guardian began listening (reports stamped before it are refused:
+``gates.intake``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from vllm_guardian.gates.intake import ReportIntake
 from vllm_guardian.gates.judge import GateFailure
 from vllm_guardian.gates.ledger import GateLedger, LedgerView
 from vllm_guardian.gates.status import GatesSummary, TargetGatesStatus
-from vllm_guardian.gates.trust import Keys
+from vllm_guardian.gates.trust import KeyRing
 
 
 @dataclass
@@ -56,11 +58,13 @@ class GatesShared:
         interval: float,
         log: logging.Logger,
         trust: TrustConfig | None = None,
-        keys: Keys | None = None,
+        keys: KeyRing | None = None,
         exchange: PeerFingerprints | None = None,
+        *,
+        started: float | None = None,
     ) -> None:
         self.node, self.interval, self.log = node, interval, log
-        self.keys = keys or Keys()
+        self.keys = keys or KeyRing.fixed()
         self.ledger = GateLedger()
         self.targets: dict[str, TargetGates] = {}
         self._rebaseline: set[str] = set()
@@ -69,7 +73,13 @@ class GatesShared:
         self.exchange = exchange  # L4 across nodes, when Redis is wired
         # an accepted report asks for a round of our own
         self.intake = ReportIntake(
-            node, trust or TrustConfig(), self.keys, self.ledger.add_report, log, confirm=self.request_confirmation
+            node,
+            trust or TrustConfig(),
+            self.keys,
+            self.ledger.add_report,
+            log,
+            confirm=self.request_confirmation,
+            started=started,
         )
         self.report_counts = self.intake.counts
 

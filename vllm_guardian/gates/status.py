@@ -1,5 +1,6 @@
 """The gates' typed status sections: one target's gates (``TargetGatesStatus``, built by
-``GatesShared.status_of``) and the node's intake of external reports (``GatesSummary``)."""
+``GatesShared.status_of``), the node's intake of external reports (``GatesSummary``) and the
+trust keys in force with the control channel's messages (``TrustStatus``, ``gates.control``)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,14 @@ class GatesSummary:
     trust: str  # signed | unsigned
     fingerprints_dropped: Mapping[str, int] | None = None  # reason -> entries; None: no exchange
     fingerprints_deleted: Mapping[str, int] | None = None  # reason -> hash fields deleted; None: no exchange
+
+
+@dataclass(frozen=True)
+class TrustStatus:
+    """The node's ``trust`` section: the keys in force, by id only (never a secret), the last
+    reload of them, and what came in on the control channel."""
+
+    source: str  # where the keys come from: "file <path>", "env <NAME>" or "none"
+    kids: tuple[str, ...]  # the key ids in force, the signing one first
+    last_reload: str | None  # the last reload's outcome, in words (None: none since the start)
+    control_messages: Mapping[str, int] | None  # outcome -> messages; None: not checked (no keys)

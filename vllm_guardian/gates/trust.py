@@ -13,6 +13,12 @@ so a key rotates by adding the new line first and removing the old one later) or
 ``ConfigError`` naming the problem; with neither set it returns ``Keys()`` (no trust:
 external messages may raise an alert, never a restart).
 
+``KeyRing`` holds the keys in force, one per guardian, shared by every part that signs or
+checks (reports in, decisions and control messages out, fingerprints both ways): a reload
+(``SIGHUP``) re-reads the configured source and swaps the keys for all of them at once, so a
+key removed from the file stops verifying; a source that no longer loads keeps the keys in
+force and says why. What it tells (log, status) names key ids only, never a secret.
+
 ``check`` returns why a message is refused (``unsigned``, ``bad_signature``) or None.
 ``ReplayGuard`` remembers (instance, request id) pairs within the window, bounded.
 ``RateLimit`` is a token bucket per name.
@@ -36,6 +42,7 @@ from vllm_guardian.errors import ConfigError
 
 DEFAULT_KID = "default"
 MIN_SECRET = 16  # characters; a shorter secret is refused (guessable)
+RETIRED_KEPT = 64  # secrets of removed keys the scrubber still knows (a bound on a reload loop)
 _KID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -54,6 +61,11 @@ class Keys:
     @property
     def enabled(self) -> bool:
         return self.signer is not None
+
+    @property
+    def kids(self) -> tuple[str, ...]:
+        """The key ids, signer first (safe to log: no secret)."""
+        return tuple(self.secrets)
 
 
 def canonical(msg: Mapping[str, Any]) -> bytes:
@@ -152,6 +164,78 @@ def load_keys(keys_file: str | None, key_env: str | None, environ: Mapping[str, 
         raise ConfigError([f"{where}: not UTF-8"]) from None
     secrets = _parse_keys_file(text, where)
     return Keys(secrets, next(iter(secrets)), f"file {keys_file}")
+
+
+@dataclass(frozen=True)
+class KeysReload:
+    """What a reload of the trust keys did, in key ids (never a secret)."""
+
+    ok: bool  # False: the source did not load; the keys in force were kept
+    kids: tuple[str, ...]  # the key ids in force afterwards
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    problem: str | None = None  # why the source did not load
+
+    def summary(self) -> str:
+        if not self.ok:
+            return f"trust keys refused, the running keys are kept ({_ids(self.kids)}): {self.problem}"
+        changes = [f"{w} {', '.join(ids)}" for w, ids in (("added", self.added), ("removed", self.removed)) if ids]
+        return f"trust keys {_ids(self.kids)}" + (f" ({'; '.join(changes)})" if changes else ", unchanged")
+
+
+def _ids(kids: tuple[str, ...]) -> str:
+    return f"kids {', '.join(kids)}" if kids else "none"
+
+
+class KeyRing:
+    """The trust keys in force (``current``), re-read from their configured source by ``reload``.
+
+    Every user reads ``current`` when it signs or checks, never a copy taken at start, so a
+    reload applies to all of them at once. ``fixed`` holds keys that have no source (a test,
+    a gateway library): ``reload`` keeps them."""
+
+    def __init__(self, keys_file: str | None, key_env: str | None, environ: Mapping[str, str] = os.environ) -> None:
+        self.keys_file, self.key_env, self._environ = keys_file, key_env, environ
+        self.current: Keys = load_keys(keys_file, key_env, environ)  # ConfigError: not started
+        self.last_reload: KeysReload | None = None
+        self._retired: OrderedDict[bytes, None] = OrderedDict()  # secrets of keys a reload removed
+
+    @classmethod
+    def fixed(cls, keys: Keys | None = None) -> KeyRing:
+        ring = cls(None, None)
+        ring.current = keys or Keys()
+        return ring
+
+    @property
+    def enabled(self) -> bool:
+        return self.current.enabled
+
+    def secrets(self) -> tuple[bytes, ...]:
+        """Every secret held since the start, retired ones included (the last ``RETIRED_KEPT``):
+        what the scrubber keeps out of everything the guardian writes (``bundle/known_secrets``)."""
+        return (*self.current.secrets.values(), *self._retired)
+
+    def reload(self) -> KeysReload:
+        """Re-read the source: the new keys in force, or (``ok`` False) the old ones kept."""
+        old = self.current.kids
+        if not (self.keys_file or self.key_env):
+            out = KeysReload(True, old)
+        else:
+            try:
+                new = load_keys(self.keys_file, self.key_env, self._environ)
+            except ConfigError as e:
+                out = KeysReload(False, old, problem="; ".join(e.problems))
+            else:
+                for secret in self.current.secrets.values():
+                    if secret not in new.secrets.values():
+                        self._retired[secret] = None
+                while len(self._retired) > RETIRED_KEPT:
+                    self._retired.popitem(last=False)
+                self.current = new
+                added = tuple(k for k in new.kids if k not in old)
+                out = KeysReload(True, new.kids, added, tuple(k for k in old if k not in new.kids))
+        self.last_reload = out
+        return out
 
 
 # ---------------------------------------------------------------- replay, rate

@@ -5,9 +5,10 @@ nothing and only ticks):
 
 1. what sits outside the loop: the Kubernetes client (when a target restarts or is matched through
    it), the scrubber of the secret values it holds (``known_secrets``), the incident store, the
-   evidence collector, the diagnoser; on the one Redis connection
-   (``sinks/redis_conn.py``), when there is one, the fleet lease, the control publisher and the
-   gates' fingerprint exchange;
+   evidence collector, the diagnoser, the trust keys in force (``gates.trust``, a ``KeyRing`` a
+   reload re-reads); on the one Redis connection (``sinks/redis_conn.py``), when there is one, the
+   fleet lease, the control publisher (its messages stamped and signed by the ``ControlChannel``)
+   and the gates' fingerprint exchange;
 2. the state the probes write and the detectors read: series store, tracker, episode log, the
    runner of off-loop jobs, self-stats, the readings (device-fault ledger, the gates' shared
    state with its trust keys and exchange), the capabilities it lacks here (each said once);
@@ -45,9 +46,10 @@ from vllm_guardian.diagnosis.service import Diagnoser
 from vllm_guardian.discovery.platform_match import platform_for
 from vllm_guardian.discovery.targets import DiscoveryHook, TargetsStage
 from vllm_guardian.errors import ConfigError, GuardianError
+from vllm_guardian.gates.control import ControlChannel
 from vllm_guardian.gates.exchange import FingerprintExchange, PeerFingerprints, RedisHashes
 from vllm_guardian.gates.shared import GatesShared
-from vllm_guardian.gates.trust import Keys, load_keys
+from vllm_guardian.gates.trust import KeyRing
 from vllm_guardian.host.api_keys import BearerHttpClient
 from vllm_guardian.host.capabilities import Capabilities, from_privileges, read_own_mask
 from vllm_guardian.incidents import IncidentManager, IncidentStore
@@ -55,7 +57,7 @@ from vllm_guardian.loop.daemon import Daemon, DaemonParts
 from vllm_guardian.loop.fanout import Sink, TransitionFanout
 from vllm_guardian.loop.ports import Port
 from vllm_guardian.loop.tables import Tables
-from vllm_guardian.loop.responder import Responder
+from vllm_guardian.loop.responder import Decided, Responder
 from vllm_guardian.model import Action, Incident
 from vllm_guardian.probes.accel import missing_backends
 from vllm_guardian.probes.base import ProbeParts, Readings
@@ -85,9 +87,11 @@ def assemble(
     seams: Seams,
     *,
     redis: RedisConnection | None = None,
-    keys: Keys | None = None,
+    keys: KeyRing | None = None,
+    control: ControlChannel | None = None,
     sinks: Iterable[Sink] = (),
     on_update: Iterable[Callable[[Incident], None]] = (),
+    on_decision: Iterable[Decided] = (),
     status_sources: StatusSources | None = None,
     runner: AsyncRunner | None = None,
     log: logging.Logger | None = None,
@@ -98,9 +102,10 @@ def assemble(
     scrub: KnownSecrets | None = None,
 ) -> Daemon:
     """The daemon with every part built. ``redis``: the one Redis connection (None: no lease, no
-    control messages, no fingerprint exchange); ``keys``: the gates' trust keys when already loaded
-    (None: loaded here when gates are on); ``kube``: the Kubernetes API client (default: from the
-    environment, when a target restarts or is matched through Kubernetes, unless
+    control messages, no fingerprint exchange); ``keys``: the trust keys in force when already loaded
+    (None: loaded here from ``gates.trust``; a bad keys file is a ``ConfigError``); ``control``: what
+    stamps and checks control messages (None: one made here); ``kube``: the Kubernetes API client
+    (default: from the environment, when a target restarts or is matched through Kubernetes, unless
     ``kube_from_environment`` is False: the caller tried already); ``tables``: the probes, kinds and
     restart methods (default: the package's own; ``loop/tables.py``); ``scrub``: the known secret
     values out of incident.json and the evidence (default: ``known_secrets`` of what is given). A
@@ -111,6 +116,7 @@ def assemble(
     log = log or logging.getLogger("guardian")
     node = cfg.node or os.uname().nodename
     clock = seams.clock
+    keys = keys if keys is not None else KeyRing(cfg.gates.trust.keys_file, cfg.gates.trust.key_env)
     # 1. outside the loop
     if kube is None and kube_from_environment:
         kube = kube_client(cfg, targets_need_kube(cfg))
@@ -133,7 +139,8 @@ def assemble(
     if redis is not None:
         f = cfg.policy.fleet
         lease = FleetLease(redis.client, node, f.max_concurrent_restarts, f.lease_ttl, f.when_redis_down)
-        publish_control = ControlPublisher(redis, cfg.alerts.control_channel)
+        control = control or ControlChannel(node, keys, cfg.gates.trust, log, clock.wall, started=clock.wall())
+        publish_control = ControlPublisher(redis, cfg.alerts.control_channel, control.stamp)
     hooks, sources = list(on_discovery), status_sources or StatusSources()
     if isinstance(seams.http, BearerHttpClient):  # the keys follow each discovery pass
         hooks.insert(0, seams.http.keys.update)
@@ -212,6 +219,7 @@ def assemble(
         diagnoser=diagnoser,
         target_configs={t.name: t for t in cfg.targets},
         on_update=on_update,
+        on_decision=on_decision,
         kinds=tables.kinds,
     )
     record_action.bind(responder.record_action)
@@ -246,7 +254,7 @@ def assemble(
 
 def gates_shared(
     cfg: Config,
-    keys: Keys | None,
+    keys: KeyRing | None,
     redis: RedisHashes | None,
     wall: Callable[[], float],
     log: logging.Logger,
@@ -254,13 +262,16 @@ def gates_shared(
 ) -> GatesShared:
     """What the gates share (ledger, intake, status lines), with the trust keys (``gates.trust``,
     loaded here unless handed in) and the fingerprint exchange (L4 across nodes): ``exchange``
-    when handed in, else one on ``redis`` (the Redis connection's client), else none."""
+    when handed in, else one on ``redis`` (the Redis connection's client), else none. Reports
+    stamped before now (+ ``max_skew``) are refused (``gates.intake``)."""
     g = cfg.gates
-    keys = keys if keys is not None else load_keys(g.trust.keys_file, g.trust.key_env)
+    keys = keys if keys is not None else KeyRing(g.trust.keys_file, g.trust.key_env)
     glog = log.getChild("gates")
     if keys.enabled:
         glog.info(
-            "gates: trust keys from %s (%d key(s)): unsigned messages are dropped", keys.source, len(keys.secrets)
+            "gates: trust keys from %s (kids %s): unsigned messages are dropped",
+            keys.current.source,
+            ", ".join(keys.current.kids),
         )
     else:
         glog.warning(
@@ -269,7 +280,7 @@ def gates_shared(
         )
     if exchange is None and redis is not None:
         exchange = FingerprintExchange(redis, cfg.node or "", wall, keys, g.trust.max_skew, g.trust.min_peer_nodes)
-    return GatesShared(cfg.node or "", g.interval, glog, g.trust, keys, exchange=exchange)
+    return GatesShared(cfg.node or "", g.interval, glog, g.trust, keys, exchange=exchange, started=wall())
 
 
 class DeviceBlock:
@@ -322,19 +333,18 @@ def kube_client(cfg: Config, needed: bool) -> KubeClient | None:
 
 
 def known_secrets(
-    seams: Seams, redis: RedisConnection | None = None, keys: Keys | None = None, kube: KubeClient | None = None
+    seams: Seams, redis: RedisConnection | None = None, keys: KeyRing | None = None, kube: KubeClient | None = None
 ) -> KnownSecrets:
     """The secret values the guardian holds, for the scrubber of everything it writes: the servers'
-    API keys (as each discovery pass finds them), the Redis password, the gates' trust keys, the
-    Kubernetes token."""
+    API keys (as each discovery pass finds them), the Redis password, the trust keys (every one
+    held since the start: a reload may add or retire some), the Kubernetes token."""
     sources: list[Callable[[], Iterable[str | bytes | None]]] = []
     if isinstance(seams.http, BearerHttpClient):
         sources.append(seams.http.keys.secrets)
     if redis is not None and hasattr(redis, "secrets"):
         sources.append(redis.secrets)
-    if keys is not None and keys.secrets:
-        trust = tuple(keys.secrets.values())
-        sources.append(lambda: trust)
+    if keys is not None:
+        sources.append(keys.secrets)
     if kube is not None:
         sources.append(kube.secrets)
     return KnownSecrets(sources)

@@ -6,8 +6,9 @@
   a flame record still sampling ends with the tree, the rest of the bundle is written after).
 - Each tick (``act``): for every open incident, a decision (the detector's ``mode``, external
   evidence held to alert-only until confirmed (``remediation.external``), the policy
-  gates of ``Remediator.consider``), then the remediation state machine advances, and a target
-  whose restart budget is spent gets a ``restart_budget_exhausted`` incident.
+  gates of ``Remediator.consider``), handed to the ``on_decision`` hooks (the decisions the gates
+  publish say what was decided: acting, or held and why), then the remediation state machine
+  advances, and a target whose restart budget is spent gets a ``restart_budget_exhausted`` incident.
 - Control-socket requests (``control``): drain, restart, undrain through the same machine.
 - Diagnosis: with a ``Diagnoser``, the evidence job goes on to diagnose its bundle (known-bug
   catalog; crash forensics for engine_dead) and the incident gets ``diagnosis`` / ``crash``
@@ -46,10 +47,15 @@ from vllm_guardian.diagnosis.device_story import device_story
 from vllm_guardian.diagnosis.node_view import with_faults
 from vllm_guardian.diagnosis.service import Diagnoser, capture_then_diagnose
 from vllm_guardian.bundle.evidence import EvidenceCollector, EvidenceContext, EvidenceResult, series_windows
+from vllm_guardian.remediation.decide import Refusal
 from vllm_guardian.remediation.external import external_hold
 from vllm_guardian.remediation.policy import budget_left
 from vllm_guardian.remediation.remediator import Remediator
 from vllm_guardian.remediation.sequence import Outcome, RestartSequence
+
+#: Told each tick what was decided for an open incident: None, a sequence runs for it; else why not.
+Decided = Callable[[Incident, Refusal | None], None]
+AMBIGUOUS = Refusal("the finding is alert only (two instances split, neither has a baseline)", name="alert_only")
 
 
 class Responder:
@@ -71,6 +77,7 @@ class Responder:
         diagnoser: Diagnoser | None = None,
         target_configs: Mapping[str, Any] | None = None,
         on_update: Iterable[Callable[[Incident], None]] = (),
+        on_decision: Iterable[Decided] = (),
         kinds: Mapping[Kind, KindSpec] = KINDS,
     ) -> None:
         self.detectors = detectors
@@ -94,6 +101,7 @@ class Responder:
         self.out_of_service: dict[str, tuple[str, str]] = {}
         self.evidence_pending: set[str] = set()  # incident ids whose bundle is being captured
         self.on_update: tuple[Callable[[Incident], None], ...] = tuple(on_update)  # handed in, fixed
+        self.on_decision: tuple[Decided, ...] = tuple(on_decision)  # handed in, fixed
         self._evidence_of: dict[str, str] = {}  # incident id → target, while its bundle is captured
         self._live_done: set[str] = set()  # incident ids whose capture no longer needs the processes
         self._held: set[tuple[str, str]] = set()  # (incident id, why) held to alert-only, logged once
@@ -118,7 +126,8 @@ class Responder:
                 continue
             row = self.kinds.get(inc.kind)
             mode = row.mode(self.detectors) if row is not None else Mode.ALERT
-            if inc.signals.get("alert_only") and mode is Mode.REMEDIATE:
+            ambiguous = bool(inc.signals.get("alert_only")) and mode is Mode.REMEDIATE
+            if ambiguous:
                 mode = Mode.ALERT  # e.g. two instances disagree and neither has a baseline: nobody to blame
             hold = self._external_hold(inc) if mode is Mode.REMEDIATE else None
             if hold:  # external evidence is a hint: only the guardian's own failing round confirms it
@@ -128,11 +137,14 @@ class Responder:
                     self._held.add((inc.id, hold))
                     self.log.warning("%s %s of %s: %s", inc.kind.value, inc.id, inc.target.name, hold)
                 self.decisions[inc.target.name] = hold
+                self._decided(inc, Refusal(hold, name="external"))
                 continue
             if self._will_remediate(inc, mode):
                 self.out_of_service.setdefault(inc.target.name, (inc.kind.value, inc.id))
             # draining starts while the bundle is captured; stopping waits for it (``_capturing``)
-            decision = self.remediator.consider(inc, tr, now, mode=mode, tripped=len(tripped), total=total)
+            considered = self.remediator.consider(inc, tr, now, mode=mode, tripped=len(tripped), total=total)
+            self._decided(inc, AMBIGUOUS if ambiguous else considered.hold)
+            decision = considered.text
             if inc.id in self.evidence_pending:
                 decision = f"capturing evidence; {decision}"
             self.decisions[inc.target.name] = decision
@@ -144,6 +156,10 @@ class Responder:
         self.out_of_service = {t: v for t, v in self.out_of_service.items() if v[1] in still_open}
         self.remediator.refresh_budgets()
         return self._budget_incidents()
+
+    def _decided(self, inc: Incident, hold: Refusal | None) -> None:
+        for hook in self.on_decision:
+            hook(inc, hold)
 
     def _external_hold(self, inc: Incident) -> str | None:
         if inc.kind is not Kind.OUTPUT_CORRUPTION:

@@ -11,7 +11,9 @@
   sink, alert events for incident transitions and updates,
   re-notification and the node heartbeat, the control socket, the HTTP listener (``/metrics``,
   ``/healthz``, readiness; TLS and basic auth from its web config, re-read on a reload and when
-  one of its files changes), the gates' report listener and decisions, and sd_notify.
+  one of its files changes), the gates' report listener and decisions, the trust keys in force
+  (``KeyRing``, re-read on a reload) and, with keys, the listener that checks every message on
+  the control channel (``gates/control.py``), and sd_notify.
   ``run(stop)`` runs the loop until ``stop`` is set; ``close()`` stops everything.
 """
 
@@ -59,8 +61,9 @@ from vllm_guardian.sinks.fleet import node_summary
 from vllm_guardian.sinks.gate_decisions import GateDecisions
 from vllm_guardian.sinks.redis_conn import RedisConnection
 from vllm_guardian.sinks.redis_sink import AlertSink
+from vllm_guardian.gates.control import ControlChannel
 from vllm_guardian.gates.listener import ReportsListener
-from vllm_guardian.gates.trust import Keys, load_keys
+from vllm_guardian.gates.trust import KeyRing
 
 if TYPE_CHECKING:
     from vllm_guardian.host.kube import KubeClient
@@ -137,6 +140,8 @@ class Runtime:
     _next_heartbeat: float = float("-inf")
     decisions: GateDecisions | None = None
     listener: ReportsListener | None = None
+    keys: KeyRing = field(default_factory=KeyRing.fixed)  # the trust keys in force (re-read on a reload)
+    control_listener: ReportsListener | None = None  # checks the control channel (with keys)
     kube: KubePublisher | None = None
     load_config: Callable[[], Config] | None = None  # re-reads the config file (SIGHUP); None: no reload
     reload_requested: threading.Event = field(default_factory=threading.Event)
@@ -154,9 +159,8 @@ class Runtime:
         """Everything wired and listening. ``accel_backends``: given, they replace the ones
         ``accelerators:`` asks for (the demo's fake NVML); None, the real ones. ``load_config``:
         re-reads the config file on a reload (None: no reload)."""
-        keys = Keys()
-        if cfg.gates.enabled:  # a bad trust key file is a config error before anything is started
-            keys = load_keys(cfg.gates.trust.keys_file, cfg.gates.trust.key_env)
+        # a bad trust key file is a config error before anything is started
+        keys = KeyRing(cfg.gates.trust.keys_file, cfg.gates.trust.key_env)
         web = None  # likewise a bad web config: nothing is ever served unprotected
         if cfg.api.http and cfg.api.web_config_file:
             web = WebSecurity(cfg.api.web_config_file, log.getChild("http"))
@@ -164,6 +168,13 @@ class Runtime:
         clock = SystemClock()
         reloads = ReloadBook()
         node = cfg.node or os.uname().nodename  # parse_config fills it; a Config built by hand may not
+        control_channel = ControlChannel(node, keys, cfg.gates.trust, log, clock.wall, started=clock.wall())
+        if keys.enabled:
+            log.info(
+                "trust keys from %s (kids %s): control messages are signed and checked",
+                keys.current.source,
+                ", ".join(keys.current.kids),
+            )
         redis = RedisConnection.from_config(cfg.alerts, cfg.state_dir)  # the one connection, handed to all
         try:
             sink = AlertSink.on_connection(redis, cfg.alerts, cfg.state_dir, node)
@@ -194,7 +205,6 @@ class Runtime:
                 redis.client,
                 cfg.gates.control_channel,
                 cfg.node or "",
-                lambda: cfg.detectors.output_corruption.mode,
                 clock.wall,
                 log.getChild("gates"),
                 keys=keys,  # decisions out are signed with the gates' trust keys
@@ -211,9 +221,13 @@ class Runtime:
             kube=client,
             kube_from_environment=False,
             scrub=known,
+            control=control_channel,
             sinks=[alerts] + ([decisions] if decisions is not None else []),
             on_update=[republish],
-            status_sources=StatusSources(alerts=sink, config=reloads, kubernetes=kube, http=http_counters),
+            on_decision=[decisions.decided] if decisions is not None else [],
+            status_sources=StatusSources(
+                alerts=sink, config=reloads, kubernetes=kube, http=http_counters, trust=control_channel
+            ),
         )
         gates = daemon.readings.gates
         listener = (  # external reports about this node's instances (started with the rest below)
@@ -226,6 +240,19 @@ class Runtime:
                 log.getChild("gates"),
             )
             if gates is not None
+            else None
+        )
+        control_listener = (  # every message on the control channel, checked and counted (never acted on)
+            ReportsListener(
+                redis.client,
+                cfg.alerts.control_channel,
+                control_channel.accept,
+                clock.monotonic,
+                clock.wall,
+                log.getChild("control"),
+                what="control messages",
+            )
+            if keys.enabled
             else None
         )
         beat = LastTick(clock.monotonic)
@@ -265,13 +292,16 @@ class Runtime:
             beat,
             decisions=decisions,
             listener=listener,
+            keys=keys,
+            control_listener=control_listener,
             kube=kube,
             load_config=load_config,
             reloads=reloads,
         )
         try:
-            if listener is not None:
-                listener.start()
+            for each in (listener, control_listener):
+                if each is not None:
+                    each.start()
             if http is not None:
                 http.start()
             control.start()
@@ -295,7 +325,10 @@ class Runtime:
     def reload(self) -> ReloadOutcome:
         """Re-read the config; apply it when valid (``loop.reload``), else keep the old one and
         say why (the key path of each problem). Incidents, episodes, the restart ledger and what
-        the tracker knows are kept either way. The outcome is in ``guardian status`` (``config``)."""
+        the tracker knows are kept either way. The trust keys are re-read from their source
+        either way (a key removed from the file stops verifying at once; one that no longer loads
+        keeps the keys in force, and the outcome is not ok). The outcome is in ``guardian status``
+        (``config``; the key ids in ``trust``)."""
         self.reload_requested.clear()
         if self.http is not None and self.http.security is not None:
             self.http.security.reload()  # its own file: re-read whatever becomes of the config's
@@ -316,6 +349,11 @@ class Runtime:
                     self.daemon._emit(tr)
                 log.info("config reloaded: %s", res.summary())
                 outcome = ReloadOutcome(at, True, res.summary(), tuple(res.needs_restart))
+        if self.keys.keys_file or self.keys.key_env:
+            keys = self.keys.reload()
+            (log.info if keys.ok else log.error)("%s", keys.summary())
+            message = f"{outcome.message}; {keys.summary()}"
+            outcome = dataclasses.replace(outcome, ok=outcome.ok and keys.ok, message=message)
         self.reloads.record(outcome)
         return outcome
 
@@ -346,8 +384,9 @@ class Runtime:
         if self.http is not None:
             self.http.stop()
         self.daemon.runner.shutdown()
-        if self.listener is not None:
-            self.listener.stop()
+        for each in (self.listener, self.control_listener):
+            if each is not None:
+                each.stop()
         if self.decisions is not None:
             self.decisions.close()
         self.sink.close()

@@ -7,7 +7,9 @@ names, its sockets unreadable: a restart never rests on that word); a restart me
 cannot run here; a start that would fail; a broken device under the target; maintenance; a
 node-wide anomaly; a target never seen ready; the budget; the backoff; dry run.
 Everything else starts a sequence. A refusal that names a ``key`` is recorded on the incident once
-(``Remediator``); one without is only shown in status.
+(``Remediator``); one without is only shown in status. Either way ``why`` names it in a word
+(``dry_run``, ``maintenance``, ``no_config``, ``budget``, ``anomaly``, ``mode``, ...): what the
+guardian decided, as the decisions published on the gates' control channel say it.
 
 A new reason to refuse is one field on ``Situation`` (filled in by ``Remediator.situation``) and one
 clause here. ``decide_manual`` is the shorter ladder of ``guardian restart|drain``: a human decided,
@@ -34,6 +36,12 @@ class Refusal:
     detail: str
     key: str | None = None
     status: str = "skipped"  # skipped | escalated | deferred | dry_run
+    name: str | None = None  # the word for a refusal without a key (in_progress, mode, ...)
+
+    @property
+    def why(self) -> str:
+        """The refusal in a word: its key, else its name."""
+        return self.key or self.name or "refused"
 
 
 @dataclass(frozen=True)
@@ -74,18 +82,24 @@ def _refuse(detail: str, key: str | None = None, status: str = "skipped", exhaus
     return Decision(Refusal(detail, key, status), exhausted)
 
 
+def _shown(detail: str, name: str) -> Decision:
+    """A refusal only shown in status (not recorded on the incident), named ``name``."""
+    return Decision(Refusal(detail, name=name))
+
+
 def decide(s: Situation) -> Decision:
     if s.active:
-        return _refuse("in progress")
+        return _shown("in progress", "in_progress")
     if s.mode is not Mode.REMEDIATE:
-        return _refuse(f"mode {s.mode.value}: alert only")
+        return _shown(f"mode {s.mode.value}: alert only", "mode")
     if s.kind in NEVER_RESTART:
-        return _refuse(
+        return _shown(
             "a blind spot, an exhausted budget, a pause on purpose or a device fault is never a reason "
-            "to restart: alert only"
+            "to restart: alert only",
+            "never_restart",
         )
     if s.previous is not None and s.previous[0] == s.incident_id and s.previous[1] in FINISHED:
-        return _refuse(f"already {s.previous[1].value} for this incident")
+        return _shown(f"already {s.previous[1].value} for this incident", "finished")
     if s.restart is None:
         return _refuse("autodiscovered target: no restart configured (add it under targets: to remediate)", "no_config")
     if s.port_unverified:

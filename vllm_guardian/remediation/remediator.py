@@ -17,7 +17,7 @@ from vllm_guardian.config.schema import PolicyConfig
 from vllm_guardian.config.schema_fields import Mode
 from vllm_guardian.discovery.argv import not_verified
 from vllm_guardian.model import Action, Incident, ProcKey
-from vllm_guardian.remediation.decide import ManualSituation, Situation, decide, decide_manual
+from vllm_guardian.remediation.decide import ManualSituation, Refusal, Situation, decide, decide_manual
 from vllm_guardian.remediation.machine import Machine
 from vllm_guardian.remediation.parts import ActionCounts, RemediationParts, Tally
 from vllm_guardian.remediation.policy import Maintenance, RestartLedger, may_restart
@@ -43,6 +43,14 @@ class SequenceStatus:
     detail: str
     outcome: str | None
     drain_only: bool
+
+
+@dataclass(frozen=True)
+class Considered:
+    """What ``consider`` decided for one open incident."""
+
+    text: str  # for status (the target's ``decision``)
+    hold: Refusal | None  # why the guardian does not act on it now; None: a sequence runs for this incident
 
 
 class Remediator:
@@ -184,9 +192,10 @@ class Remediator:
 
     def consider(
         self, incident: Incident, tracked: TrackedTarget, now: float, *, mode: Mode, tripped: int, total: int
-    ) -> str:
-        """Decide whether an open incident gets a restart now. Returns the decision, for status;
-        each refusal is recorded on the incident once."""
+    ) -> Considered:
+        """Decide whether an open incident gets a restart now: the decision in words (status) and
+        why the guardian does not act on it, if it does not; each refusal with a key is recorded on
+        the incident once."""
         name = incident.target.name
         decision = decide(self.situation(incident, tracked, mode=mode, tripped=tripped, total=total))
         if decision.budget_exhausted is True:
@@ -195,19 +204,22 @@ class Remediator:
             self.exhausted.discard(name)
         refusal = decision.refusal
         if refusal is not None:
+            seq = self.sequences.get(name)
+            if refusal.name == "in_progress" and seq is not None and seq.incident_id == incident.id:
+                return Considered(refusal.detail, None)  # its own sequence runs
             if refusal.key is None:
-                return refusal.detail
-            return self._once(incident, refusal.key, refusal.status, refusal.detail)
+                return Considered(refusal.detail, refusal)
+            return Considered(self._once(incident, refusal.key, refusal.status, refusal.detail), refusal)
         tree = [p.key for p in tracked.target.processes]
         if self.begin(name, incident.kind.value, incident.id, tracked.target.key, tree, now) is None:
-            return self._once(
-                incident,
-                "unsaved",
-                "escalated",
+            unsaved = Refusal(
                 f"remediation state could not be written under {self.store.dir} (full disk?); "
                 "not starting a sequence that could not be resumed after a crash",
+                "unsaved",
+                "escalated",
             )
-        return "started"
+            return Considered(self._once(incident, "unsaved", "escalated", unsaved.detail), unsaved)
+        return Considered("started", None)
 
     def manual(self, name: str, tracked: TrackedTarget | None, now: float, action: str, dry_run: bool) -> str:
         """``guardian drain|restart <target>``: the same machine and the same safety checks,

@@ -1,19 +1,24 @@
 """Publishes the guardian's output-corruption decisions on ``gates.control_channel``.
 
-A transition sink: for each ``output_corruption`` incident opened or resolved it
-queues one JSON message for an external executor (a gateway that shifts traffic, a
-rollback controller)::
+For an external executor (a gateway that shifts traffic, a rollback controller), one JSON
+message per decision about an ``output_corruption`` incident::
 
     {"type": "decision", "node": "node-a", "instance_id": "node-a/vllm-8000",
      "incident_id": "...", "decision": "drain_and_restart" | "alert_only" | "resolved",
-     "condition": "A".."D", "level": "L1".."L5", "summary": "...", "timestamp": 1767225600.0}
+     "condition": "A".."D", "level": "L1".."L5", "summary": "...", "timestamp": 1767225600.0,
+     "hold": "why not, in words", "hold_reason": "dry_run"}
 
-``drain_and_restart`` when the detector's mode is ``remediate`` and the incident does not
-rest on external evidence alone (``remediation.external``; the guardian itself then acts
-through its own state machine and safety gates), else ``alert_only`` (with ``hold``: why).
-With trust keys (``gates.trust``) every decision is signed (``kid``, ``sig``) so an
-executor can tell it from a forged one. Publishing happens on a small background thread
-(best effort, bounded queue): the loop never waits on Redis.
+The decision is what the guardian decided, told by the responder each tick (``decided``, a
+``loop/responder.py`` ``on_decision`` hook) after the remediation ladder ran
+(``remediation/decide.py``): ``drain_and_restart`` only while a restart sequence runs for this
+very incident; else ``alert_only`` with ``hold`` (the reason in words) and ``hold_reason`` (in a
+word: ``dry_run``, ``maintenance``, ``no_config`` for an autodiscovered target, ``budget``,
+``anomaly``, ``mode``, ``external``, ``backoff``, ...). A message goes out when the decision about
+an incident first comes and whenever it changes (``alert_only`` for the backoff, then
+``drain_and_restart``), never each tick; ``resolved`` when the incident resolves (a transition
+sink, ``__call__``). With trust keys (``gates.trust``, the ``KeyRing`` in force) every message is
+signed (``kid``, ``sig``) so an executor can tell it from a forged one. Publishing happens on a
+small background thread (best effort, bounded queue): the loop never waits on Redis.
 """
 
 from __future__ import annotations
@@ -24,11 +29,12 @@ import queue
 import threading
 from typing import Any, Callable
 
-from vllm_guardian.gates.trust import Keys, sign
-from vllm_guardian.model import Kind, Transition
-from vllm_guardian.remediation.external import external_hold
+from vllm_guardian.gates.trust import KeyRing, sign
+from vllm_guardian.model import Incident, Kind, Transition
+from vllm_guardian.remediation.decide import Refusal
 
 QUEUE_MAX = 1000
+SAID_MAX = 4096  # open incidents whose last decision is remembered
 
 
 class GateDecisions:
@@ -37,33 +43,41 @@ class GateDecisions:
         client: Any,
         channel: str,
         node: str,
-        mode: Callable[[], str],
         wall: Callable[[], float],
         log: logging.Logger,
-        keys: Keys | None = None,
+        keys: KeyRing | None = None,
     ) -> None:
-        self.client, self.channel, self.node, self.mode, self.wall, self.log = client, channel, node, mode, wall, log
-        self.keys = keys or Keys()  # the gates' trust keys: decisions out are signed with them
+        self.client, self.channel, self.node, self.wall, self.log = client, channel, node, wall, log
+        self.keys = keys or KeyRing.fixed()  # the trust keys in force: decisions out are signed with them
         self._q: queue.Queue[dict | None] = queue.Queue(QUEUE_MAX)
+        self._said: dict[str, tuple[str, str | None]] = {}  # open incident id -> (decision, hold reason) published
         self._thread = threading.Thread(target=self._run, name="gate-decisions", daemon=True)
         self._thread.start()
         self.published = 0
         self._failing = False
 
-    def __call__(self, tr: Transition) -> None:
-        inc = tr.incident
+    def decided(self, inc: Incident, hold: Refusal | None) -> None:
+        """What the responder decided this tick for an open incident (None: it acts on it)."""
         if inc.kind is not Kind.OUTPUT_CORRUPTION:
             return
+        decision, why = ("drain_and_restart", None) if hold is None else ("alert_only", hold.why)
+        if self._said.get(inc.id) == (decision, why):
+            return
+        if len(self._said) >= SAID_MAX:  # incidents resolve and are forgotten; this only bounds a leak
+            self._said.clear()
+        self._said[inc.id] = (decision, why)
+        self._publish(inc, decision, hold)
+
+    def __call__(self, tr: Transition) -> None:
+        """A transition sink: an incident that resolved (opening is told by ``decided``)."""
+        inc = tr.incident
+        if inc.kind is Kind.OUTPUT_CORRUPTION and tr.previous is not None:
+            self._said.pop(inc.id, None)
+            self._publish(inc, "resolved", None)
+
+    def _publish(self, inc: Incident, decision: str, hold: Refusal | None) -> None:
         sig = inc.signals
-        hold = None
-        if tr.previous is not None:
-            decision = "resolved"
-        elif self.mode() == "remediate" and not sig.get("alert_only"):
-            hold = external_hold(sig, self.keys.enabled)
-            decision = "alert_only" if hold else "drain_and_restart"
-        else:
-            decision = "alert_only"
-        msg = {
+        msg: dict[str, Any] = {
             "type": "decision",
             "node": self.node,
             "instance_id": f"{self.node}/{inc.target.name}",
@@ -74,9 +88,9 @@ class GateDecisions:
             "summary": inc.summary,
             "timestamp": self.wall(),
         }
-        if hold:
-            msg["hold"] = hold
-        msg = sign(msg, self.keys)
+        if hold is not None:
+            msg["hold"], msg["hold_reason"] = hold.detail, hold.why
+        msg = sign(msg, self.keys.current)
         try:
             self._q.put_nowait(msg)
         except queue.Full:

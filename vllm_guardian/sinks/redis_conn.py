@@ -103,11 +103,14 @@ class RedisConnection:
 
 
 class ControlPublisher:
-    """Live control messages (drain, undrain, restart) on ``alerts.control_channel``: one
+    """Live control messages (drain, undrain) on ``alerts.control_channel``: each stamped and,
+    with trust keys, signed by ``stamp`` (``gates.control.ControlChannel.stamp``), then one
     best-effort ``PUBLISH`` bounded by the timeout, never spooled (``publish_control``)."""
 
-    def __init__(self, conn: RedisConnection, channel: str) -> None:
-        self.conn, self.channel = conn, channel
+    def __init__(
+        self, conn: RedisConnection, channel: str, stamp: Callable[[Mapping[str, Any]], Mapping[str, Any]]
+    ) -> None:
+        self.conn, self.channel, self.stamp = conn, channel, stamp
 
     def __call__(self, payload: Mapping[str, Any]) -> bool:
-        return publish_control(self.conn.client, self.channel, payload)
+        return publish_control(self.conn.client, self.channel, self.stamp(payload))

@@ -35,6 +35,7 @@ Snapshot fields read:
   reports, other nodes' L4 fingerprint entries);
 - ``http.{connections_refused, auth_failures}`` and ``http.web_config.{reloads, reload_failures,
   last_reload_ok}`` (the HTTP listener and its web config).
+- ``trust.{kids, control_messages}`` (the trust keys in force, the control channel's messages).
 """
 
 from __future__ import annotations
@@ -123,8 +124,17 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "counter",
         ("reason",),
         "External gate reports dropped, by reason (malformed, unsigned, bad_signature, no_node, "
-        "unknown_target, future, stale, replay, rate_limited).",
+        "unknown_target, future, stale, replay, before_start, rate_limited).",
     ),
+    (
+        "guardian_control_messages_total",
+        "counter",
+        ("outcome",),
+        "Messages on the control channel (alerts.control_channel) by outcome, checked with trust keys: "
+        "accepted, own, or a drop reason (malformed, unsigned, bad_signature, future, stale, replay, "
+        "not_ours, before_start). None is ever acted on.",
+    ),
+    ("guardian_trust_keys", "gauge", (), "Trust keys in force (gates.trust; re-read on a reload)."),
     (
         "guardian_gate_fingerprints_dropped_total",
         "counter",
@@ -326,6 +336,10 @@ def _snapshot_metrics(f: _Families, s: StatusSnapshot) -> None:
             f.add("guardian_kubernetes_failures_total", (call,), n)
     if s.http is not None:
         _http_metrics(f, s.http)
+    if s.trust is not None:
+        f.add("guardian_trust_keys", (), len(s.trust.kids))
+        for outcome, n in (s.trust.control_messages or {}).items():
+            f.add("guardian_control_messages_total", (outcome,), n)
     if s.gates is not None:
         for outcome, n in s.gates.reports.items():
             f.add("guardian_gate_reports_total", (outcome,), n)

@@ -20,7 +20,7 @@ from typing import Any
 
 from vllm_guardian.config.status import ConfigStatus
 from vllm_guardian.diagnosis.node_view import DeviceRow
-from vllm_guardian.gates.status import GatesSummary, TargetGatesStatus
+from vllm_guardian.gates.status import GatesSummary, TargetGatesStatus, TrustStatus
 from vllm_guardian.host.capabilities import MissingCapability
 from vllm_guardian.host.server_files import ServerFilesStatus
 from vllm_guardian.model import Incident
@@ -87,7 +87,7 @@ class CapabilitiesStatus:
 
 #: Node sections of parts that may not be wired (no gates, no Kubernetes, ``guardian probe``):
 #: ``None`` leaves the key out of the document.
-OPTIONAL_SECTIONS = frozenset({"gates", "device_faults", "alerts", "config", "api_keys", "kubernetes", "http"})
+OPTIONAL_SECTIONS = frozenset({"gates", "device_faults", "alerts", "config", "api_keys", "kubernetes", "http", "trust"})
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,7 @@ class StatusSnapshot:
     api_keys: Mapping[str, str] | None = None  # target -> where its API key came from
     kubernetes: KubernetesStatus | None = None  # the Kubernetes publisher
     http: HttpStatus | None = None  # the HTTP listener: refusals, its web config
+    trust: TrustStatus | None = None  # the trust keys in force (ids only) and the control channel's messages
     capabilities: CapabilitiesStatus = field(default_factory=CapabilitiesStatus)
     server_files: ServerFilesStatus = field(default_factory=ServerFilesStatus)  # refused on a server's behalf
     schema: int = SCHEMA

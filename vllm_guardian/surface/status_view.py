@@ -7,9 +7,10 @@ Each part contributes its own typed section: the loop's counters (``SelfStats.se
 gates (``status_of``, ``summary``), the accelerator readings (``target_section``, the node table
 of ``diagnosis.node_view``), the fault ledger (``status_section``) and the parts wired around the
 daemon (``StatusSources``: the alert sink, the config reloads, the API keys, the Kubernetes
-publisher, the HTTP listener's counters), the procfs readings (``process_section``), the files
-refused on a server's behalf (``ServerFiles.status_section``). What is left here is the target's
-phase and readiness verdict. The table a person reads is ``status_render.render_status``.
+publisher, the HTTP listener's counters, the trust keys and the control channel), the procfs
+readings (``process_section``), the files refused on a server's behalf
+(``ServerFiles.status_section``). What is left here is the target's phase and readiness verdict.
+The table a person reads is ``status_render.render_status``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from vllm_guardian.surface.readiness import readiness
 from vllm_guardian.model import Incident, Subject
 from vllm_guardian.config.status import ConfigStatus
 from vllm_guardian.diagnosis.node_view import device_rows, with_faults
+from vllm_guardian.gates.status import TrustStatus
 from vllm_guardian.sinks.redis_sink import AlertsStatus
 from vllm_guardian.surface.http_stats import HttpStatus
 from vllm_guardian.surface.kube_publisher import KubernetesStatus
@@ -63,6 +65,7 @@ class StatusSources:
     api_keys: Section[Mapping[str, str]] | None = None
     kubernetes: Section[KubernetesStatus] | None = None
     http: Section[HttpStatus] | None = None
+    trust: Section[TrustStatus] | None = None
 
 
 def self_usage() -> tuple[float, int]:
@@ -184,6 +187,7 @@ def build_status(d: Daemon, now: float) -> StatusSnapshot:
         api_keys=_section(src.api_keys),
         kubernetes=_section(src.kubernetes),
         http=_section(src.http),
+        trust=_section(src.trust),
         capabilities=CapabilitiesStatus(d.capabilities.missing()),
         server_files=d.seams.files.status_section(),
     )
