@@ -104,14 +104,19 @@ def _oc(iid: str, signals: dict) -> Incident:
     return Incident(iid, Kind.OUTPUT_CORRUPTION, Severity.CRITICAL, "node-a", ref, Status.FIRING, "x", 1.0, signals)
 
 
-def _published(pubsub, n: int) -> list[dict]:
+def _published(client, pubsub, d: GateDecisions) -> list[dict]:
+    """Every message ``d`` published: it is closed (its queue drained), then an end mark follows."""
+    d.close()
+    client.publish("vllm_control", '"end"')
     got: list[dict] = []
     end = time.monotonic() + 10
-    while len(got) < n and time.monotonic() < end:
+    while time.monotonic() < end:
         m = pubsub.get_message(timeout=0.5)
         if m and m["type"] == "message":
-            got.append(json.loads(m["data"]))
-    return got
+            if (data := json.loads(m["data"])) == "end":
+                return got
+            got.append(data)
+    raise AssertionError(f"no end mark; got {got}")
 
 
 @pytest.fixture
@@ -132,8 +137,7 @@ def test_decisions_are_published_for_output_corruption_only(client, control):
     d(Transition(busy, None))
     d.decided(oc, None)
     d(Transition(oc.resolve(2.0, "ok"), Status.FIRING))
-    got = _published(control, 2)
-    d.close()
+    got = _published(client, control, d)
     assert [(m["decision"], m["condition"], m["instance_id"]) for m in got] == [
         ("drain_and_restart", "B", "node-a/t"),
         ("resolved", "B", "node-a/t"),
@@ -147,8 +151,7 @@ def test_a_decision_goes_out_when_it_first_comes_and_when_it_changes_never_each_
         d.decided(oc, Refusal(f"backoff: {left}s left of 60s after the last restart", "backoff", "deferred"))
     d.decided(oc, None)
     d.decided(oc, None)
-    got = _published(control, 3)
-    d.close()
+    got = _published(client, control, d)
     assert [(m["decision"], m.get("hold_reason")) for m in got] == [
         ("alert_only", "backoff"),
         ("drain_and_restart", None),
@@ -244,8 +247,7 @@ def test_decisions_are_signed_with_the_keys_in_force_so_an_executor_can_verify_e
     hint = _oc("01", {"condition": "B", "level": "L3", "own_conditions": [], "external": ["report"]})
     d.decided(own, None)
     d.decided(hint, Refusal("rests on gateway reports: alert only until ...", name="external"))
-    got = _published(control, 2)
-    d.close()
+    got = _published(client, control, d)
     assert [check(m, KEYS) for m in got] == [None, None]  # an executor can verify every decision
     assert [(m["decision"], m.get("hold_reason")) for m in got] == [
         ("drain_and_restart", None),

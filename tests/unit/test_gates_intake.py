@@ -36,9 +36,9 @@ def report(**kw) -> dict:
     return m
 
 
-def shared(keys: Keys | None = None, **trust) -> GatesShared:
+def shared(keys: Keys | None = None, started: float | None = None, **trust) -> GatesShared:
     ring = KeyRing.fixed(keys) if keys is not None else None
-    s = GatesShared("node-a", 60.0, logging.getLogger("test.intake"), TrustConfig(**trust), ring)
+    s = GatesShared("node-a", 60.0, logging.getLogger("test.intake"), TrustConfig(**trust), ring, started=started)
     s.known_targets = frozenset({"t"})
     return s
 
@@ -126,6 +126,28 @@ def test_with_keys_a_signed_report_is_accepted_once_and_its_copies_are_replays()
     s = shared(KEYS)
     assert [send(s, SIGNED, NOW + i) for i in range(5)] == ["accepted"] + ["replay"] * 4
     assert len(s.view("t").reports) == 1  # five copies of one request id no longer make condition A
+
+
+def test_a_report_accepted_before_a_restart_is_refused_after_it_and_its_copies_are_replays():
+    before = shared(KEYS, started=NOW - 3600)
+    assert send(before, SIGNED, NOW) == "accepted"
+    after = shared(KEYS, started=NOW + 60)  # the guardian restarted a minute later: a new, empty replay window
+    assert [send(after, SIGNED, NOW + 70 + i) for i in range(3)] == ["before_start", "replay", "replay"]
+    assert after.view("t").empty
+
+
+@pytest.mark.parametrize(
+    "stamp, outcome",
+    [
+        (NOW - 1, "before_start"),  # made before the start
+        (NOW + 29, "before_start"),  # within max_skew (30) of it: a gateway 30 s ahead made it before the start
+        (NOW + 31, "accepted"),  # made after the start, whatever the gateway's skew
+    ],
+    ids=["before", "within-skew", "after"],
+)
+def test_a_report_stamped_before_the_start_plus_max_skew_is_refused(stamp, outcome):
+    s = shared(KEYS, started=NOW)
+    assert send(s, sign(report(timestamp=stamp), KEYS), max(stamp, NOW) + 1) == outcome
 
 
 def test_without_keys_reports_are_still_de_duplicated_and_need_a_node():

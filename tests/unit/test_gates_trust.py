@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from vllm_guardian.errors import ConfigError
-from vllm_guardian.gates.trust import Keys, RateLimit, ReplayGuard, canonical, check, load_keys, sign
+from vllm_guardian.gates.trust import KeyRing, Keys, RateLimit, ReplayGuard, canonical, check, load_keys, sign
 
 KEYS = Keys({"k1": b"0123456789abcdef0123", "k0": b"fedcba9876543210fedc"}, "k1")
 MSG = {"instance_id": "node-a/t", "request_id": "r1", "timestamp": 1767225600, "check_level": "L3",
@@ -154,3 +154,50 @@ def test_a_keys_file_mounted_from_a_kubernetes_secret_is_read_through_its_symlin
     os.chmod(real, 0o400)
     (tmp_path / "trust.keys").symlink_to("..data/trust.keys")
     assert load_keys(str(tmp_path / "trust.keys"), None).signer == "gw"
+
+
+# ---------------------------------------------------------------- the keys in force, reloaded (E5)
+OLD, NEW = "old-secret-0123456789", "new-secret-0123456789"
+
+
+def test_a_key_removed_from_the_file_no_longer_verifies_after_a_reload(tmp_path):
+    path = write_keys(tmp_path, f"new {NEW}\nold {OLD}\n")
+    ring = KeyRing(path, None)
+    by_old = sign(MSG, Keys({"old": OLD.encode()}, "old"))
+    assert check(by_old, ring.current) is None
+    write_keys(tmp_path, f"new {NEW}\n")
+    out = ring.reload()
+    assert (out.ok, out.kids, out.added, out.removed) == (True, ("new",), (), ("old",))
+    assert check(by_old, ring.current) == ("bad_signature", "unknown kid 'old'")
+
+
+@pytest.mark.parametrize(
+    "text, mode, problem",
+    [
+        ("new new-secret-0123456789\n", 0o644, "must be 0600"),
+        ("garbage\n", 0o600, "expected `kid secret`"),
+        ("# every key removed\n", 0o600, "no `kid secret` line"),
+    ],
+    ids=["readable-by-others", "malformed", "empty"],
+)
+def test_a_keys_file_that_no_longer_loads_keeps_the_keys_in_force_and_says_why(tmp_path, text, mode, problem):
+    path = write_keys(tmp_path, f"old {OLD}\n")
+    ring = KeyRing(path, None)
+    write_keys(tmp_path, text, mode)
+    out = ring.reload()
+    assert not out.ok and problem in (out.problem or "") and ring.current.kids == ("old",)
+    assert out.summary().startswith("trust keys refused, the running keys are kept (kids old)")
+
+
+def test_what_a_reload_says_names_key_ids_never_a_secret(tmp_path):
+    path = write_keys(tmp_path, f"old {OLD}\n")
+    ring = KeyRing(path, None)
+    write_keys(tmp_path, f"new {NEW}\nold {OLD}\n")
+    said = ring.reload().summary()
+    assert said == "trust keys kids new, old (added new)"
+    assert OLD not in said and NEW not in said and ring.reload().summary() == "trust keys kids new, old, unchanged"
+
+
+def test_keys_without_a_source_are_kept_by_a_reload():
+    ring = KeyRing.fixed(KEYS)
+    assert ring.reload().ok and ring.current is KEYS
