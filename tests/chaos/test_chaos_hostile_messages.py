@@ -43,6 +43,15 @@ def report(target: str = "sim", rid: str = "r", t: float | None = None, **kw) ->
     return m
 
 
+def drain_messages(pubsub) -> list[dict]:
+    """Every message the subscription holds now (subscribe confirmations left out)."""
+    out = []
+    while (m := pubsub.get_message(timeout=1)) is not None:
+        if m["type"] == "message":
+            out.append(m)
+    return out
+
+
 def test_a_hostile_neighbour_on_redis_makes_the_guardian_do_nothing_wrong(tmp_path):
     port, http_port = free_port(), free_port()
     keys_file = tmp_path / "trust.keys"
@@ -55,19 +64,29 @@ def test_a_hostile_neighbour_on_redis_makes_the_guardian_do_nothing_wrong(tmp_pa
         "targets": [command_restart(port, tmp_path)],
         "alerts": {"redis_url": redis.url},
         "api": {"http": f"127.0.0.1:{http_port}"},
-        "gates": {"enabled": True, "interval": 2.0, "baseline_samples": 1, "trust": {"keys_file": str(keys_file)}},
+        "gates": {
+            "enabled": True,
+            "interval": 2.0,
+            "baseline_samples": 1,
+            # reports stamped before the start + max_skew are refused (a replay across a restart)
+            "trust": {"keys_file": str(keys_file), "max_skew": 3.0},
+        },
         "detectors": {"output_corruption": {"mode": "remediate"}},
     }
     g = GuardianProcess(tmp_path, port, extra=extra)
     client = redis.client()
+    decisions = client.pubsub()
+    decisions.subscribe("vllm_control")
     try:
         sim.wait_ready(60)
+        started = time.time()
         g.start()
         assert g.wait_ready(60), g.log_text()
         healthy = poll(lambda: ((t := g.target()) and (t.get("gates") or {}).get("baseline") == "complete") and t, 60)
         assert healthy, g.log_text()
         model, version = healthy["gates"]["model"], healthy["gates"]["version"]
         assert poll(lambda: client.pubsub_numsub("vllm_health_alert")[0][1] >= 1, 20), g.log_text()
+        assert poll(lambda: (g.status() or {}).get("uptime_s", 0) > 4, 20)  # past start + max_skew
         pub = lambda m: client.publish("vllm_health_alert", m if isinstance(m, (str, bytes)) else json.dumps(m))  # noqa: E731
 
         with Watcher(g, f"http://127.0.0.1:{http_port}/targets/sim/ready") as watch:
@@ -77,8 +96,8 @@ def test_a_hostile_neighbour_on_redis_makes_the_guardian_do_nothing_wrong(tmp_pa
                 entry = {"node": evil, "target": "sim", "t": time.time() + 86400,
                          "fps": {p: "0" * 16 for p in GatesConfig().shadow_prompts}}  # fmt: skip
                 client.hset(fp_key, f"{evil}/sim", json.dumps(entry))
-                # unsigned, fresh for a while (not from the future beyond max_skew)
-                client.hset(fp_key, f"{evil}/x", json.dumps(dict(entry, target="x", t=time.time() + 20)))
+                # unsigned, fresh for a while (within max_skew: not from the future)
+                client.hset(fp_key, f"{evil}/x", json.dumps(dict(entry, target="x", t=time.time() + 2)))
             # the real gateway's reports, spread through the attack
             real = [sign(report(rid=f"real-{i}"), KEYS) for i in range(REAL)]
             pub(real[0])
@@ -88,6 +107,7 @@ def test_a_hostile_neighbour_on_redis_makes_the_guardian_do_nothing_wrong(tmp_pa
             pub(real[0])  # replayed
             pub(sign(report(rid="from-the-future", t=time.time() + 3600), KEYS))
             pub(sign(report(rid="ancient", t=time.time() - 3600), KEYS))
+            pub(sign(report(rid="before-start", t=started - 30), KEYS))  # may have been accepted before a restart
             pub(sign(report(target="sim", rid="bare", instance_id="sim"), KEYS))  # a bare name
             pub(real[1])
             pub("[" * 5000)  # deep
@@ -122,6 +142,7 @@ def test_a_hostile_neighbour_on_redis_makes_the_guardian_do_nothing_wrong(tmp_pa
         assert gates["reports"]["accepted"] == REAL
         assert dropped["unsigned"] >= 2001 and dropped["bad_signature"] >= 2 and dropped["replay"] >= 1
         assert dropped["future"] >= 1 and dropped["stale"] >= 1 and dropped["no_node"] >= 1
+        assert dropped["before_start"] >= 1
         assert dropped["malformed"] >= 5 and dropped["unknown_target"] == 500
         assert len(gates["unknown_targets"]) <= 32
         fps = gates["fingerprints_dropped"]
@@ -139,7 +160,12 @@ def test_a_hostile_neighbour_on_redis_makes_the_guardian_do_nothing_wrong(tmp_pa
         assert [i for i in g.incidents() if i["kind"] == "output_corruption"], g.log_text()
         assert "alert only until the guardian's own confirming gate round fails" in g.log_text()
         assert g.log_text().count("gate report unsigned") == 1  # once per episode, not 2001 lines
+        # and the decisions published say so: alert only, held on the external evidence
+        said = [json.loads(m["data"]) for m in drain_messages(decisions)]
+        said = [m for m in said if m.get("type") == "decision"]
+        assert said and {(m["decision"], m.get("hold_reason")) for m in said} == {("alert_only", "external")}
     finally:
+        decisions.close()
         g.stop()
         sim.stop()
         redis.stop()
