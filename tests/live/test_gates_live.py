@@ -1,8 +1,9 @@
 """Live: ``guardian run`` with gates on, against a real simulated vLLM server, on a real Redis.
 
 Garbage answers open an ``output_corruption`` incident carrying level, condition and the
-failing sample, and its decision is published on the control channel; a gateway's
-report on the reports channel opens one too; a malformed report is only counted.
+failing sample, and its decision is published on the control channel — what the guardian
+decided: in remediate mode but dry run, ``alert_only`` held ``dry_run``, and nothing drained; a
+gateway's report on the reports channel opens one too; a malformed report is only counted.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 from vllm_guardian.gates.gateway import Reporter, check_text
 from vllm_guardian.testing.redis_server import RedisServer
 from vllm_guardian.sim.control import SimServer, free_port
-from tests.support.guardian_process import GuardianProcess
+from tests.support.guardian_process import GuardianProcess, command_restart, sims_on
 from tests.support.wait import poll
 
 pytestmark = pytest.mark.live
@@ -33,6 +34,7 @@ def gates_config(port: int, redis_url: str, **gates) -> dict:
         "interval": 1.0,
         "diagnostics": [{"prompt": "1+1=", "expect": "^\\s*2", "max_tokens": 4}],
         "baseline_samples": 1,
+        "trust": {"max_skew": 1.0},  # reports stamped before the start + max_skew are refused
     }
     g.update(gates)
     return {
@@ -88,6 +90,35 @@ def test_garbage_answers_open_output_corruption_and_publish_the_decision(tmp_pat
             g.stop()
 
 
+def test_in_dry_run_the_published_decision_is_alert_only_held_dry_run_and_nothing_is_drained(tmp_path, redis_server):
+    """A dry-run guardian once published ``drain_and_restart`` for an incident it never acted on."""
+    port = free_port("127.0.0.1")
+    decisions = listen(redis_server.client(), "vllm_control")
+    extra = gates_config(port, redis_server.url) | {
+        "targets": [command_restart(port, tmp_path)],
+        "policy": {"dry_run": True},
+        "detectors": {"output_corruption": {"mode": "remediate"}},
+    }
+    with SimServer(port=port, startup_delay=0.5).start() as sim:
+        sim.wait_ready(30)
+        g = GuardianProcess(tmp_path, port, extra=extra).start()
+        try:
+            assert g.wait_ready(30), g.log_text()
+            assert poll(lambda: (t := g.target()) and (t.get("gates") or {}).get("baseline") == "complete", 30)
+            sim.set_fault("repeat_chars")
+            assert g.wait_incident("output_corruption", 30) is not None, g.log_text()
+            said = poll(lambda: [d for d in decisions if d["type"] == "decision"], 20)
+            assert said, (decisions, g.log_text())
+            assert (said[0]["decision"], said[0]["hold_reason"]) == ("alert_only", "dry_run"), said
+            assert "would have drained" in said[0]["hold"]
+            t = g.require_target()
+            assert t["serving"] and not (t.get("remediation") or {}).get("phase"), t
+            assert sims_on(port) == [sim.pid]
+            assert not [d for d in decisions if d["decision"] == "drain_and_restart"], decisions
+        finally:
+            g.stop()
+
+
 def test_a_gateway_report_opens_output_corruption_and_bad_reports_are_only_counted(tmp_path, redis_server):
     port = free_port("127.0.0.1")
     with SimServer(port=port, startup_delay=0.5).start() as sim:
@@ -97,6 +128,7 @@ def test_a_gateway_report_opens_output_corruption_and_bad_reports_are_only_count
             assert g.wait_ready(30), g.log_text()
             client = redis_server.client()
             assert poll(lambda: client.pubsub_numsub("vllm_health_alert")[0][1] >= 1, 20), g.log_text()
+            assert poll(lambda: (g.status() or {}).get("uptime_s", 0) > 2, 20)  # past start + max_skew
             client.publish("vllm_health_alert", "not json")
             client.publish(
                 "vllm_health_alert",

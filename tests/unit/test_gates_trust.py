@@ -201,3 +201,10 @@ def test_what_a_reload_says_names_key_ids_never_a_secret(tmp_path):
 def test_keys_without_a_source_are_kept_by_a_reload():
     ring = KeyRing.fixed(KEYS)
     assert ring.reload().ok and ring.current is KEYS
+
+
+def test_a_fifo_in_place_of_the_keys_file_is_refused_at_once_not_waited_on(tmp_path):
+    path = tmp_path / "trust.keys"
+    os.mkfifo(path, 0o600)  # no writer will ever come: a blocking open would hang the reload for good
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_keys(str(path), None)

@@ -144,7 +144,9 @@ def load_keys(keys_file: str | None, key_env: str | None, environ: Mapping[str, 
         return Keys()
     where = f"gates.trust.keys_file {keys_file}"
     try:
-        fd = os.open(keys_file, os.O_RDONLY | os.O_CLOEXEC)  # a Kubernetes Secret file is a symlink
+        # a Kubernetes Secret file is a symlink (followed); O_NONBLOCK: a FIFO put in its place
+        # cannot hang the start or a reload (it is refused below, not a regular file)
+        fd = os.open(keys_file, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as e:
         raise ConfigError([f"{where}: cannot open: {e.strerror}"]) from None
     try:
