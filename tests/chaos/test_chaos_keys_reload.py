@@ -131,8 +131,8 @@ def test_a_removed_key_stops_verifying_at_the_reload_and_a_hostile_keys_file_cha
             assert poll(lambda: watch.checks >= 3, 30)
 
         assert watch.failures == [], watch.failures[:5]
-        st = g.status()
-        assert st and st["config"]["reloads"] == 1 + len(HOSTILE)
+        final = g.status()
+        assert final and final["config"]["reloads"] == 1 + len(HOSTILE)
         t = g.require_target()
         assert t["serving"] and not (t.get("remediation") or {}).get("phase"), t
         assert sims_on(sim.port) == [sim.pid]

@@ -117,3 +117,15 @@ def test_the_status_names_the_key_ids_in_force_never_a_secret():
     st = channel().status_section()
     assert (st.kids, st.last_reload) == (("gw",), None)
     assert "0123456789abcdef" not in json.dumps(st.__dict__, default=str)
+
+
+def test_the_status_table_names_the_key_ids_and_the_control_channels_counts():
+    from vllm_guardian.surface.status_render import render_status
+    from vllm_guardian.surface.status_snapshot import StatusSnapshot
+
+    c = channel()
+    send(c, peer())
+    send(c, sign(peer(id="2" * 16), KEYS))
+    doc = {"node": "node-a", "trust": json.loads(json.dumps(c.status_section().__dict__))}
+    text = render_status(StatusSnapshot.from_dict(doc))
+    assert "trust keys: gw (none); control messages: 0 own, 1 accepted, 1 dropped" in text

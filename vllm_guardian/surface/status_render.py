@@ -7,7 +7,7 @@ import time
 
 from vllm_guardian.diagnosis.node_view import render_table as render_accelerators
 from vllm_guardian.discovery.argv import not_verified
-from vllm_guardian.gates.status import GatesSummary, TargetGatesStatus
+from vllm_guardian.gates.status import GatesSummary, TargetGatesStatus, TrustStatus
 from vllm_guardian.state.tracker import CanaryStatus
 from vllm_guardian.probes.procfs_status import HottestThread
 from vllm_guardian.surface.status_snapshot import StatusSnapshot, TargetStatus
@@ -104,6 +104,16 @@ def _reports_line(g: GatesSummary) -> str:
     return f"gate reports: {g.reports.get('accepted', 0)} accepted, {dropped} dropped (trust: {trust})"
 
 
+def _trust_line(t: TrustStatus) -> str:
+    """The key ids in force (never a secret) and what came in on the control channel."""
+    keys = f"trust keys: {', '.join(t.kids)} ({t.source})" if t.kids else "trust keys: none"
+    msgs = t.control_messages
+    if msgs is None:
+        return keys
+    dropped = sum(n for o, n in msgs.items() if o not in ("accepted", "own"))
+    return f"{keys}; control messages: {msgs.get('own', 0)} own, {msgs.get('accepted', 0)} accepted, {dropped} dropped"
+
+
 def render_status(s: StatusSnapshot) -> str:
     """The table a person reads at a glance."""
     g = s.guardian
@@ -123,8 +133,12 @@ def render_status(s: StatusSnapshot) -> str:
     lines.extend(f"configured target {u.target} not found: {u.reason}" for u in s.unmatched)
     for t in s.targets:
         lines.extend(_target_lines(t))
+    if s.gates is not None or s.trust is not None:
+        lines.append("")
     if s.gates is not None:
-        lines += ["", _reports_line(s.gates)]
+        lines.append(_reports_line(s.gates))
+    if s.trust is not None:
+        lines.append(_trust_line(s.trust))
     lines += ["", render_accelerators(s.accelerators).rstrip("\n")]
     if s.incidents:
         lines += ["", "OPEN INCIDENTS"]
