@@ -19,7 +19,7 @@ import time
 
 from tests.support.guardian_process import GuardianProcess, sims_on, sweep
 from tests.support.wait import poll
-from tests.support.watcher import Watcher
+from tests.chaos.chaos_util import Watcher
 from vllm_guardian.gates.trust import Keys, sign
 from vllm_guardian.sim.control import SimServer, free_port
 from vllm_guardian.testing.redis_server import RedisServer
