@@ -136,6 +136,7 @@ def test_a_hostile_neighbour_on_redis_makes_the_guardian_do_nothing_wrong(tmp_pa
             # a few more gate rounds with the forged fingerprints in place, the incident held
             first_rounds = g.require_target()["gates"]["rounds"]
             assert poll(lambda: g.require_target()["gates"]["rounds"] >= first_rounds + 3, 60), g.log_text()
+            assert poll(lambda: watch.checks >= 5, 60)  # asked often enough, however slow the machine
 
         gates = g.status()["gates"]  # type: ignore[index]
         dropped = gates["reports_dropped"]
