@@ -208,3 +208,11 @@ def test_a_fifo_in_place_of_the_keys_file_is_refused_at_once_not_waited_on(tmp_p
     os.mkfifo(path, 0o600)  # no writer will ever come: a blocking open would hang the reload for good
     with pytest.raises(ConfigError, match="not a regular file"):
         load_keys(str(path), None)
+
+
+def test_a_key_removed_by_a_reload_is_still_a_secret_to_scrub(tmp_path):
+    path = write_keys(tmp_path, f"new {NEW}\nold {OLD}\n")
+    ring = KeyRing(path, None)
+    write_keys(tmp_path, f"new {NEW}\n")
+    ring.reload()
+    assert set(ring.secrets()) == {NEW.encode(), OLD.encode()} and ring.current.kids == ("new",)
