@@ -176,7 +176,12 @@ def family_name(spec) -> str:
 
 
 FULL = status(
-    targets=[target(gates={"health_score": 20, "baseline": "complete", "failures": [], "notes": []})],
+    targets=[
+        target(
+            gates={"health_score": 20, "baseline": "complete", "failures": [], "notes": []},
+            metrics_dropped={"engines": 19_936, "too_many_samples": 3},
+        )
+    ],
     incidents=[incident("busy_loop", "llama")],
     actions={"outcomes": {"ok": 4, "failed": 1}, "restarts": {"llama": {"ok": 1}}},
     alerts={"spooled": 7, "dropped_total": 2},  # the keys RedisAlertSink.stats() writes
@@ -299,6 +304,8 @@ def test_describe_names_every_declared_family_without_reading_status():
         ("guardian_alerts_spooled", {}, 7.0),
         ("guardian_alerts_dropped_total", {}, 2.0),
         ("guardian_kubernetes_failures_total", {"call": "TaintWant"}, 3.0),
+        ("guardian_target_metrics_dropped_total", {"target": "llama", "reason": "engines"}, 19_936.0),
+        ("guardian_target_metrics_dropped_total", {"target": "llama", "reason": "too_many_samples"}, 3.0),
     ],
 )
 def test_status_fields_map_to_metric_values(name, labels, expected):

@@ -102,6 +102,12 @@ class ProcfsProbeConfig:
 class HttpProbeConfig:
     interval: float = setting(1.0, "positive")
     timeout: float = setting(2.0, "positive")
+    max_engines: int = setting(
+        64, "positive", "engines of a data-parallel server judged one by one (engine labels 0..N-1; others dropped)"
+    )
+    max_page_bytes: int = setting(
+        4 * 1024 * 1024, "positive", "a /metrics page larger than this is refused (a real one is ~50 KB per engine)"
+    )
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ on purpose: a pause or sleep the server reports, an operator's drain the loop ha
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from vllm_guardian.detectors.view import TargetState
@@ -73,6 +73,8 @@ class TrackedTarget:
     hold_ended: float | None = None  # when the last hold ended (the resume grace runs from it)
     drained_since: float | None = None  # out of rotation by the operator (`guardian drain`) since
     drain_ended: float | None = None  # when the operator's last drain ended (`guardian undrain`)
+    # reason -> count of what its /metrics pages lost (probes/vllm_http.py): engines, refused pages
+    metrics_dropped: dict[str, int] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

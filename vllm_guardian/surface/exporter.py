@@ -17,7 +17,7 @@ Snapshot fields read:
   ``capabilities.missing[].capability`` (what the guardian lacks: ``host.capabilities``);
 - ``probes[name].{runs, failures, overruns, last_duration_s, mean_duration_s}``;
 - ``targets[]``: ``name``, ``model``, ``source``, ``phase``, ``ready``, ``serving``,
-  ``health.status``, ``gates.health_score``,
+  ``health.status``, ``gates.health_score``, ``metrics_dropped[reason]``,
   ``engine.{steps_per_s, requests_running, requests_waiting, kv_cache_usage}``,
   ``canary.{ok, latency_s}``, ``processes[].{pid, role, cpu_ratio, rss_bytes, threads,
   hottest_thread.{cpu_ratio, voluntary_per_s, involuntary_per_s}}``,
@@ -95,6 +95,14 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "1 for the target's phase (serving, warming, paused, sleeping, incident, draining, ...).",
     ),
     ("guardian_target_health_ok", "gauge", ("target",), "1 when the target's /health last answered 200, else 0."),
+    (
+        "guardian_target_metrics_dropped_total",
+        "counter",
+        ("target", "reason"),
+        "What the guardian dropped of a target's input, by reason: engines (engine labels that are no "
+        "data-parallel rank below probes.vllm_http.max_engines), page_too_large, too_many_samples (pages "
+        "refused), series (samples past the series store's cap per target).",
+    ),
     (
         "guardian_target_health_score",
         "gauge",
@@ -321,6 +329,8 @@ def _target_metrics(f: _Families, t: TargetStatus) -> None:
         f.add("guardian_target_health_ok", tl, t.health.status == 200)
     if t.gates is not None:
         f.add("guardian_target_health_score", tl, t.gates.health_score)
+    for reason, n in t.metrics_dropped.items():
+        f.add("guardian_target_metrics_dropped_total", (name, reason), n)
     eng = t.engine
     f.add("guardian_engine_steps_per_second", tl, eng.steps_per_s)
     f.add("guardian_engine_requests_running", tl, eng.requests_running)

@@ -69,6 +69,9 @@ class TargetStatus:
     socket: str = ""  # how its claim on its port was checked (model.Target.socket); "argv": not verified
     port_verified: bool = True  # False: matched by its command line alone, never restarted automatically
     auto_remediation: str = "on"  # or "off (<why>)": maintenance, autodiscovered, port not verified, budget
+    # reason -> count of what the guardian dropped of its input (engines, page_too_large, too_many_samples,
+    # series): probes/vllm_http.py, series/store.py
+    metrics_dropped: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

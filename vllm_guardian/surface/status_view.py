@@ -135,7 +135,16 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
         socket=tr.target.socket,
         port_verified=tr.target.port_verified,
         auto_remediation=_auto_remediation(d, tr),
+        metrics_dropped=_dropped(tr, d.series.refused(name)),
     )
+
+
+def _dropped(tr: TrackedTarget, series_refused: int) -> dict[str, int]:
+    """What the guardian dropped of the target's input, by reason (none: empty)."""
+    out = {reason: n for reason, n in sorted(tr.metrics_dropped.items()) if n}
+    if series_refused:
+        out["series"] = series_refused
+    return out
 
 
 def _auto_remediation(d: Daemon, tr: TrackedTarget) -> str:
