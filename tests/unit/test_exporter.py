@@ -193,6 +193,7 @@ FULL = status(
     accelerators=[{"device": "nvml:0", "backend": "nvml", "fault_health": 0}],
     device_faults={"pci:0000:3b:00": {"health": 2}},
     kubernetes={"failures": {"TaintWant": 3}, "queue_full": 0, "node_tainted": True},  # KubePublisher.stats()
+    listeners={"socket": {"refused": 0, "evicted": 15, "timed_out": 16}, "http": {"refused": 2}},
     capabilities={"missing": [{"capability": "ptrace", "why": "no CAP_SYS_PTRACE", "consequence": "no py-spy"}]},
 )
 MINIMAL: dict = {}  # before the first tick the daemon's status() is an empty dict
@@ -304,6 +305,10 @@ def test_describe_names_every_declared_family_without_reading_status():
         ("guardian_alerts_spooled", {}, 7.0),
         ("guardian_alerts_dropped_total", {}, 2.0),
         ("guardian_kubernetes_failures_total", {"call": "TaintWant"}, 3.0),
+        ("guardian_listener_connections_dropped_total", {"listener": "socket", "reason": "evicted"}, 15.0),
+        ("guardian_listener_connections_dropped_total", {"listener": "socket", "reason": "timed_out"}, 16.0),
+        ("guardian_listener_connections_dropped_total", {"listener": "http", "reason": "refused"}, 2.0),
+        ("guardian_listener_connections_dropped_total", {"listener": "http", "reason": "timed_out"}, 0.0),
         ("guardian_target_metrics_dropped_total", {"target": "llama", "reason": "engines"}, 19_936.0),
         ("guardian_target_metrics_dropped_total", {"target": "llama", "reason": "too_many_samples"}, 3.0),
     ],

@@ -19,6 +19,7 @@ from vllm_guardian.gates.judge import GateFailure
 from vllm_guardian.gates.status import GatesSummary
 from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef
 from vllm_guardian.sinks.redis_sink import AlertsStatus
+from vllm_guardian.surface.connection_slots import ConnectionCounts
 from vllm_guardian.surface.kube_publisher import KubernetesStatus
 from vllm_guardian.surface.status_codec import StatusDocumentError
 from vllm_guardian.surface.status_snapshot import OPTIONAL_SECTIONS, StatusSnapshot
@@ -70,6 +71,7 @@ SECTIONS: dict[str, Any] = {
     "config": ConfigStatus(1, ReloadOutcome(1.0, True, "config unchanged")),
     "api_keys": {"llama": "env VLLM_API_KEY"},
     "kubernetes": KubernetesStatus({"TaintWant": 1}, 0, False),
+    "listeners": {"socket": ConnectionCounts(refused=0, evicted=15, timed_out=16), "http": ConnectionCounts()},
 }
 
 

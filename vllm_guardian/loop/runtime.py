@@ -168,6 +168,28 @@ class Runtime:
                 b.close()
             seams = dataclasses.replace(seams, accel_backends=tuple(accel_backends))
         kube = kube_publisher(cfg, seams, clock)
+        # the listeners first (started below, once the daemon exists): they count what they drop,
+        # a section of the daemon's status; they read the daemon only when asked
+        control = ControlSocket(
+            cfg.socket_path(),
+            {
+                "status": lambda req: daemon.status().to_dict(),  # the one place the status is serialised
+                "ping": lambda req: "pong",
+                "drain": lambda req: daemon.control_request(req),
+                "restart": lambda req: daemon.control_request(req),
+                "undrain": lambda req: daemon.control_request(req),
+            },
+        )
+        beat = LastTick(clock.monotonic)
+        http = None
+        if cfg.api.http:
+            http = HttpListener(
+                parse_hostport(cfg.api.http),
+                registry=build_registry(lambda: daemon.status(), lambda: daemon.stats),
+                status=lambda: daemon.status(),
+                tick_age=beat.age,
+                max_tick_age=3 * cfg.interval,
+            )
         daemon = build_daemon(
             cfg,
             seams,
@@ -175,7 +197,9 @@ class Runtime:
             keys=keys,
             sinks=[alerts] + ([decisions] if decisions is not None else []),
             on_update=[republish],
-            status_sources=StatusSources(alerts=sink, config=reloads, kubernetes=kube),
+            status_sources=StatusSources(
+                alerts=sink, config=reloads, kubernetes=kube, control_socket=control, http_listener=http
+            ),
         )
         gates = daemon.readings.gates
         listener = (  # external reports about this node's instances (started with the rest below)
@@ -190,26 +214,6 @@ class Runtime:
             if gates is not None
             else None
         )
-        control = ControlSocket(
-            cfg.socket_path(),
-            {
-                "status": lambda req: daemon.status().to_dict(),  # the one place the status is serialised
-                "ping": lambda req: "pong",
-                "drain": daemon.control_request,
-                "restart": daemon.control_request,
-                "undrain": daemon.control_request,
-            },
-        )
-        beat = LastTick(clock.monotonic)
-        http = None
-        if cfg.api.http:
-            http = HttpListener(
-                parse_hostport(cfg.api.http),
-                registry=build_registry(daemon.status, lambda: daemon.stats),
-                status=daemon.status,
-                tick_age=beat.age,
-                max_tick_age=3 * cfg.interval,
-            )
         rt = cls(
             daemon,
             clock,

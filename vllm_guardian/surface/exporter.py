@@ -29,6 +29,7 @@ Snapshot fields read:
   device, counted by kind only);
 - ``actions.outcomes[outcome]`` and ``actions.restarts[target][outcome]``;
 - ``alerts.{spooled, dropped_total}`` (the alert sink's section);
+- ``listeners[listener].{refused, evicted, timed_out}`` (the control socket's and HTTP listener's);
 - ``kubernetes.failures[call]`` (the Kubernetes publisher's failed API calls);
 - ``gates.{reports, reports_dropped, fingerprints_dropped}`` (external gate reports).
 """
@@ -44,6 +45,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
 from vllm_guardian.model import Kind
+from vllm_guardian.surface.connection_slots import DROP_REASONS
 
 if TYPE_CHECKING:
     from vllm_guardian.state.selfstats import SelfStats
@@ -197,6 +199,14 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("guardian_alerts_spooled", "gauge", (), "Alert events waiting in the local spool (Redis unreachable)."),
     ("guardian_alerts_dropped_total", "counter", (), "Alert events the full spool had to drop."),
     (
+        "guardian_listener_connections_dropped_total",
+        "counter",
+        ("listener", "reason"),
+        "Connections a listener (socket: the control socket, http: the HTTP listener) dropped, by reason: "
+        "refused (all being answered), evicted (cut while still sending, for a newcomer), timed_out (its "
+        "request not read whole within the deadline).",
+    ),
+    (
         "guardian_kubernetes_failures_total",
         "counter",
         ("call",),
@@ -284,6 +294,9 @@ def _snapshot_metrics(f: _Families, s: StatusSnapshot) -> None:
     if s.alerts is not None:
         f.add("guardian_alerts_spooled", (), s.alerts.spooled)
         f.add("guardian_alerts_dropped_total", (), s.alerts.dropped_total)
+    for listener, counts in (s.listeners or {}).items():
+        for reason in DROP_REASONS:
+            f.add("guardian_listener_connections_dropped_total", (listener, reason), getattr(counts, reason))
     if s.kubernetes is not None:
         for call, n in s.kubernetes.failures.items():
             f.add("guardian_kubernetes_failures_total", (call,), n)

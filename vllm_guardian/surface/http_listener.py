@@ -12,14 +12,14 @@ Routes (GET, and HEAD for load-balancer checks; any other method is 405, any oth
 It reads only what the loop published (the status snapshot, the heartbeat), on its own
 threads, so a slow client can never stall a tick. Every handler answers from memory.
 
-Bounded against clients that misbehave: each connection has one deadline for its whole request
-(``request_deadline``), so a client trickling a byte at a time cannot hold a thread past it (a
-per-read timeout would let it hold one forever); at most ``max_connections`` are open at once.
-When they are all taken, the oldest connection still sending its request (open at least
-``evict_after`` seconds) is cut for the new one (``evicted``): a request is read in
-milliseconds and answered from memory, so the connections still sending are the trickles, and
-a flood of them cannot starve the kubelet's readiness probe or Prometheus. When every open
-connection is being answered, the new one is closed unread (``refused``).
+Bounded against clients that misbehave (``surface/connection_slots.py``, as the control socket):
+each connection has one deadline for its whole request (``request_deadline``), so a client
+trickling a byte at a time cannot hold a thread past it (a per-read timeout would let it hold one
+forever); at most ``max_connections`` are open at once. When they are all taken, the oldest
+connection still sending its request (open at least ``evict_after`` seconds) is cut for the new
+one (``evicted``), so a flood of trickles cannot starve the kubelet's readiness probe or
+Prometheus; when every open connection is being answered, the new one is closed unread
+(``refused``).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from vllm_guardian.errors import CannotStart, ConfigError
 from vllm_guardian.host.http import DeadlineReader
+from vllm_guardian.surface.connection_slots import ConnectionCounts, ConnectionSlots
 
 if TYPE_CHECKING:
     from vllm_guardian.surface.status_snapshot import StatusSnapshot
@@ -75,52 +76,21 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     api: HttpListener  # set by HttpListener.start: what the handlers read
 
-    def server_activate(self) -> None:
-        super().server_activate()
-        self.lock = threading.Lock()
-        # connection -> when it was accepted (monotonic), while it is still sending its request
-        self.open: dict[Any, float] = {}
-        self.answering: set[Any] = set()  # connections whose request was read: being answered
-
     def process_request(self, request: Any, client_address: Any) -> None:
-        now = time.monotonic()
-        with self.lock:
-            if len(self.open) + len(self.answering) >= self.api.max_connections:
-                reading = [(since, id(c), c) for c, since in self.open.items() if now - since >= self.api.evict_after]
-                if not reading:  # all being answered (or all just opened): this one waits its turn
-                    self.api.refused += 1
-                    self.shutdown_request(request)
-                    return
-                _, _, oldest = min(reading, key=lambda r: r[:2])
-                self.api.evicted += 1  # still sending its request: a trickle; its thread ends at EOF
-                del self.open[oldest]
-                try:
-                    oldest.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-            self.open[request] = now
+        if not self.api.slots.admit(request):  # all being answered (or all just opened): it waits its turn
+            self.shutdown_request(request)
+            return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._forget(request)
+            self.api.slots.release(request)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._forget(request)
-
-    def answering_now(self, request: Any) -> None:
-        """Its request was read: it is answered from memory and no longer counted as a trickle."""
-        with self.lock:
-            if self.open.pop(request, None) is not None:
-                self.answering.add(request)
-
-    def _forget(self, request: Any) -> None:
-        with self.lock:
-            self.open.pop(request, None)
-            self.answering.discard(request)
+            self.api.slots.release(request)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -130,13 +100,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def parse_request(self) -> bool:
         ok = super().parse_request()
-        self.server.answering_now(self.request)
+        self.server.api.slots.answering(self.request)
         return ok
 
     def setup(self) -> None:
         super().setup()
         deadline = time.monotonic() + self.server.api.request_deadline
-        self.rfile = io.BufferedReader(DeadlineReader(self.connection, deadline))
+        self.rfile = io.BufferedReader(DeadlineReader(self.connection, deadline, self.server.api.slots.timed_out))
 
     # ---------------------------------------------------------------- methods
     def do_GET(self) -> None:
@@ -244,10 +214,22 @@ class HttpListener:
         self.max_connections = max_connections
         self.request_deadline = request_deadline
         self.evict_after = evict_after
-        self.refused = 0  # connections closed unread: max_connections open, all fresh
-        self.evicted = 0  # connections cut to make room: open evict_after seconds while all were taken
+        self.slots = ConnectionSlots(max_connections, evict_after)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+
+    @property
+    def refused(self) -> int:
+        """Connections closed unread: max_connections open, all being answered."""
+        return self.slots.counts().refused
+
+    @property
+    def evicted(self) -> int:
+        """Connections cut to make room: still sending their request while all were taken."""
+        return self.slots.counts().evicted
+
+    def status_section(self) -> ConnectionCounts:
+        return self.slots.counts()
 
     # ---------------------------------------------------------------- answers (pure of sockets)
     def healthz(self) -> tuple[int, dict[str, Any]]:
@@ -295,6 +277,7 @@ class HttpListener:
             )
             raise CannotStart(f"cannot listen on {self.host}:{self.port} (api.http): {why}; {hint}") from None
         server.api = self
+        self.slots = ConnectionSlots(self.max_connections, self.evict_after)  # (as set when started)
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever, args=(self.poll_interval,), name="guardian-http", daemon=True

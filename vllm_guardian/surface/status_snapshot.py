@@ -32,6 +32,7 @@ from vllm_guardian.sinks.redis_sink import AlertsStatus
 from vllm_guardian.state.device_faults import DeviceFaultStatus
 from vllm_guardian.state.selfstats import GuardianSelf, ProbeCounters
 from vllm_guardian.state.tracker import CanaryStatus, HealthStatus
+from vllm_guardian.surface.connection_slots import ConnectionCounts
 from vllm_guardian.surface.kube_publisher import KubernetesStatus
 from vllm_guardian.surface.status_codec import decode, plain
 
@@ -87,7 +88,7 @@ class CapabilitiesStatus:
 
 #: Node sections of parts that may not be wired (no gates, no Kubernetes, ``guardian probe``):
 #: ``None`` leaves the key out of the document.
-OPTIONAL_SECTIONS = frozenset({"gates", "device_faults", "alerts", "config", "api_keys", "kubernetes"})
+OPTIONAL_SECTIONS = frozenset({"gates", "device_faults", "alerts", "config", "api_keys", "kubernetes", "listeners"})
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,8 @@ class StatusSnapshot:
     config: ConfigStatus | None = None  # reloads
     api_keys: Mapping[str, str] | None = None  # target -> where its API key came from
     kubernetes: KubernetesStatus | None = None  # the Kubernetes publisher
+    # "socket" (the control socket), "http" (the HTTP listener) -> connections dropped, by reason
+    listeners: Mapping[str, ConnectionCounts] | None = None
     capabilities: CapabilitiesStatus = field(default_factory=CapabilitiesStatus)
     schema: int = SCHEMA
 

@@ -28,6 +28,7 @@ from vllm_guardian.model import Incident, Subject
 from vllm_guardian.config.status import ConfigStatus
 from vllm_guardian.diagnosis.node_view import device_rows, with_faults
 from vllm_guardian.sinks.redis_sink import AlertsStatus
+from vllm_guardian.surface.connection_slots import ConnectionCounts
 from vllm_guardian.surface.kube_publisher import KubernetesStatus
 from vllm_guardian.series import metrics as m
 from vllm_guardian.probes.procfs_status import process_section
@@ -61,6 +62,8 @@ class StatusSources:
     config: Section[ConfigStatus] | None = None
     api_keys: Section[Mapping[str, str]] | None = None
     kubernetes: Section[KubernetesStatus] | None = None
+    control_socket: Section[ConnectionCounts] | None = None
+    http_listener: Section[ConnectionCounts] | None = None
 
 
 def self_usage() -> tuple[float, int]:
@@ -189,8 +192,15 @@ def build_status(d: Daemon, now: float) -> StatusSnapshot:
         config=_section(src.config),
         api_keys=_section(src.api_keys),
         kubernetes=_section(src.kubernetes),
+        listeners=_listeners(src),
         capabilities=CapabilitiesStatus(d.capabilities.missing()),
     )
+
+
+def _listeners(src: StatusSources) -> dict[str, ConnectionCounts] | None:
+    named = (("socket", src.control_socket), ("http", src.http_listener))
+    out = {name: part.status_section() for name, part in named if part is not None}
+    return out or None
 
 
 def _section(source: Section[T_co] | None) -> T_co | None:
