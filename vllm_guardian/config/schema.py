@@ -327,6 +327,16 @@ class LifecycleConfig:
     resume_grace: float = setting(
         30.0, "nonneg", "seconds after a resume, a wake-up or an undrain the hang detectors stay down"
     )
+    max_pause_spin: float = setting(
+        30.0,
+        "positive",
+        "a pause or sleep this long with a thread burning a core all through: judged for a hang as usual",
+    )
+    max_pause_pending: float = setting(
+        300.0,
+        "positive",
+        "a pause or sleep this long with requests pending all through: judged for a hang as usual",
+    )
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,14 @@ class TargetState:
         ends = [t for t in (self.hold_ended, self.drain_ended) if t is not None]
         return bool(ends) and self.now - max(ends) < self.lifecycle.resume_grace
 
+    @property
+    def drained_by_operator(self) -> bool:
+        """Drained by the operator, or within the resume grace after the undrain (the operator's
+        own act, unlike a hold the server reports: ``detectors/hold.py``)."""
+        if self.drained:
+            return True
+        return self.drain_ended is not None and self.now - self.drain_ended < self.lifecycle.resume_grace
+
 
 @dataclass(frozen=True)
 class TargetView:
