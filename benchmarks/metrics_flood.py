@@ -149,6 +149,16 @@ class Guardian:
         self.log.close()
 
 
+def final_status(g: Guardian, patience: float = 120.0) -> dict:
+    """Its status at the end, asked again until it answers (a flooded guardian may take a while)."""
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline:
+        st = g.status()
+        if st is not None:
+            return st
+    return {}
+
+
 def say(t0: float, msg: str) -> None:
     print(f"[{time.time() - t0:5.0f}s] {msg}", file=sys.stderr, flush=True)
 
@@ -186,7 +196,7 @@ def one_run(label: str, src: Path | None, args: argparse.Namespace, work: Path, 
             if checks % 5 == 0:
                 row: dict = next((t for t in (g.status() or {}).get("targets", []) if t["name"] == "s1"), {})
                 ages.append((row.get("canary") or {}).get("age_s"))
-        st = g.status() or {}
+        st = final_status(g)
         gs, probes = st.get("guardian", {}), st.get("probes", {}).get("vllm_http", {})
         targets = {t["name"]: t for t in st.get("targets", [])}
         dropped: dict[str, int] = {}

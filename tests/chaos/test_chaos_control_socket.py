@@ -2,8 +2,8 @@
 two hundred that connect and say nothing, and requests that are no JSON, a megabyte long or
 binary, against a real ``guardian run`` beside a healthy simulated vLLM it could restart.
 
-What must hold: the hostile clients are bounded (cut at their deadline or for a newcomer) and
-counted (``listeners.socket``), ``guardian status`` over that same socket and ``/healthz`` answer
+What must hold: the hostile clients are bounded (cut at their deadline or, with such churn, for a
+newcomer well before it) and counted (``listeners.socket``), ``guardian status`` over that same socket and ``/healthz`` answer
 throughout, and nothing is done to the server (no incident, no drain, no restart).
 """
 
@@ -102,13 +102,12 @@ def test_hostile_control_socket_clients_are_bounded_counted_and_keep_no_one_out(
                 lambda: (
                     (st := g.status())
                     and (sock := st.get("listeners", {}).get("socket", {}))
-                    and sock["evicted"] >= TRICKLERS
-                    and sock["timed_out"] >= 1
+                    and sock["evicted"] + sock["timed_out"] >= TRICKLERS + IDLE // 2
                     and st
                 ),
                 60,
             )
-        assert counted, g.status()
+        assert counted, (g.status() or {}).get("listeners")
         assert hostiles.cut >= 1  # the tricklers were cut, not served for as long as they trickled
         assert watch.checks >= 5 and watch.failures == [], watch.failures[:5]
         # nothing done to the server
