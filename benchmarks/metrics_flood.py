@@ -13,7 +13,8 @@ within 2 s is a failure: the liveness probe would restart it) and, every 5 s, th
 healthy target's last canary (every 10 s when the guardian keeps up). At the end its status gives the
 tick p50/p99 (of the last 600 ticks), the longest tick, the vllm_http probe's overruns and mean
 duration, and what the flood cost in counters
-(``metrics_dropped``, where the tree has them).
+(``metrics_dropped``, where the tree has them). Then the parser alone is timed on a real page, the
+flood and a page at the size cap.
 
 Writes ``benchmarks/metrics-flood-latest.md`` (``--out``) and prints it.
 """
@@ -37,7 +38,11 @@ from typing import Any
 import psutil
 import yaml
 
+from vllm_guardian.probes.vllm_http import MAX_PAGE
+from vllm_guardian.probes.vllm_metrics_parse import PageRefused, read_page
 from vllm_guardian.sim.control import SimServer, free_port
+from vllm_guardian.sim.vllm.engine_flood import engine_flood
+from vllm_guardian.sim.vllm.full_page import full_page_tail
 from vllm_guardian.surface.control_socket import request as control_request
 
 from .idle_cost import baseline_worktree, drop_worktree, imported_from
@@ -88,7 +93,34 @@ def render(runs: list[Run], meta: dict[str, Any]) -> str:
             f"{_f(r.tick_p50_s)} | {_f(r.tick_p99_s)} | {_f(r.max_tick_s)} | {r.ticks} | {r.http_overruns} | "
             f"{r.http_mean_ms:.0f} | {_f(r.canary_age_max_s)} | {dropped} |"
         )
+    if meta.get("parse"):
+        out += ["", "The parser alone (this tree, best of 5):", ""]
+        out += [f"- {name}: {size / 1024:.0f} KiB, {1000 * secs:.1f} ms" for name, size, secs in meta["parse"]]
     return "\n".join(out) + "\n"
+
+
+def parse_costs(repeat: int = 5) -> list[tuple[str, int, float]]:
+    """(page, bytes, best seconds) of the parser (``read_page``) on a real page, the flood, and a page
+    at the size cap of lines it does not watch: what one scrape's parse costs at most."""
+    real = (ROOT / "tests" / "fixtures" / "metrics" / "vllm-0.32.txt").read_text() + full_page_tail("m", 10)
+    filler = 'vllm:time_to_first_token_seconds_bucket{engine="0",le="0.5",model_name="m"} 5.0\n'
+    pages = (
+        ("a real vLLM 0.32 page", real),
+        ("20 000 new engine labels (refused)", real + engine_flood(1000, 20_000, "m")),
+        ("4 MiB of unwatched lines (the size cap)", real + filler * ((MAX_PAGE - len(real)) // len(filler))),
+    )
+    out = []
+    for name, page in pages:
+        best = float("inf")
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            try:
+                read_page(page)
+            except PageRefused:
+                pass
+            best = min(best, time.perf_counter() - t0)
+        out.append((name, len(page.encode()), best))
+    return out
 
 
 def _f(x: float | None) -> str:
@@ -259,6 +291,7 @@ def run(args: argparse.Namespace) -> str:
         "host": f"{os.cpu_count()} CPUs, load average {load0:.1f} at the start",
         "duration_s": args.duration,
         "wall_s": time.time() - t0,
+        "parse": parse_costs(),
     }
     return render(runs, meta)
 
