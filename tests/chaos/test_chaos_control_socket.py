@@ -3,8 +3,9 @@ two hundred that connect and say nothing, and requests that are no JSON, a megab
 binary, against a real ``guardian run`` beside a healthy simulated vLLM it could restart.
 
 What must hold: the hostile clients are bounded (cut at their deadline or, with such churn, for a
-newcomer well before it) and counted (``listeners.socket``), ``guardian status`` over that same socket and ``/healthz`` answer
-throughout, and nothing is done to the server (no incident, no drain, no restart).
+newcomer well before it) and counted (``listeners.socket``), ``guardian status`` over that same
+socket and ``/healthz`` answer throughout, and nothing is done to the server (no incident, no
+drain, no restart).
 """
 
 from __future__ import annotations

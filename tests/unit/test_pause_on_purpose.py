@@ -121,7 +121,8 @@ def judged(
         series.append(spinning(NOW - spin_s))
     series.append(gauges(running=3 if pending_s is not None else 0, since=NOW - (pending_s or 600)))
     v = make_view(*series)
-    state = replace(v.state, hold=hold, hold_since=NOW - held_s, lifecycle=LIFE, drained=drained)
+    since = NOW - held_s if hold else None
+    state = replace(v.state, hold=hold, hold_since=since, held_since=since, lifecycle=LIFE, drained=drained)
     v = replace(v, state=state)
     return busy_loop.evaluate(v, CFG), engine_stall.evaluate(v, CFG)
 
@@ -163,6 +164,28 @@ def test_a_hold_that_explains_what_is_seen_stands_the_hang_detectors_down(held_s
 def test_the_same_spin_after_the_limit_is_judged_whether_paused_or_asleep(hold):
     busy, _ = judged(held_s=LIFE.max_pause_spin, spin_s=LIFE.max_pause_spin, pending_s=LIFE.max_pause_spin, hold=hold)
     assert busy is not None and busy.signals["hold"] == hold
+
+
+def test_pausing_and_resuming_within_the_grace_is_one_hold_that_hides_no_spin():
+    tr = tracker()
+    for t, paused in ((10, True), (25, False), (35, True), (50, False)):  # resumed, paused again in the grace
+        tr.server_state("t", API, paused, False, t)
+    tr.server_state("t", API, True, True, 60)  # and asleep: still the same run of holds
+    assert tr.state("t", 70).held_since == 10
+    tr.server_state("t", API, False, False, 80)
+    assert tr.state("t", 100).held_since == 10  # in the grace: the run goes on
+    assert tr.state("t", 111).held_since is None  # the grace is over: it ended
+    tr.server_state("t", API, True, False, 200)
+    assert tr.state("t", 201).held_since == 200  # a new one
+
+
+def test_a_spin_through_a_run_of_pauses_is_judged_in_the_grace_between_them_too():
+    series = [frozen(NOW - 600), spinning(NOW - 100), gauges(running=3, since=NOW - 100)]
+    v = make_view(*series)
+    state = replace(v.state, hold=None, hold_ended=NOW - 10, held_since=NOW - 100, lifecycle=LIFE)
+    busy = busy_loop.evaluate(replace(v, state=state), CFG)
+    assert busy is not None and busy.confirmed and busy.signals["hold_contradicted"] == "spin"
+    assert busy.summary.startswith("just resumed from a pause or sleep, the server says, but")
 
 
 # ------------------------------------------------------------------ the limit

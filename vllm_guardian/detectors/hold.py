@@ -13,10 +13,13 @@ them (``contradiction``):
   in every sample of them (``MIN_SPAN`` covered): ``/pause?mode=keep`` holds requests for a sync,
   not for ever.
 
-While either holds, busy_loop and engine_stall judge the target as usual (``stands_down`` is
-False); otherwise they stand down while it is held, drained by the operator, or within the
-resume grace after either (``TargetState.on_purpose``). No canary is sent while held (it would
-queue behind the pause): a spin with nothing pending stays a suspect until the hold ends.
+"The hold" is the unbroken run of them and of the resume grace after each
+(``TargetState.held_since``): a pause begun within the grace of the last one, or a pause turned
+sleep, continues it, so pausing and resuming every few seconds hides nothing. While either holds,
+busy_loop and engine_stall judge the target as usual (``stands_down`` is False); otherwise they
+stand down while it is held or in the grace after, and while drained by the operator or in the
+grace after that (``TargetState.on_purpose``). No canary is sent while held (it would queue behind
+the pause): a spin with nothing pending stays a suspect until the hold ends.
 """
 
 from __future__ import annotations
@@ -37,9 +40,9 @@ def contradiction(view: TargetView, cfg: DetectorsConfig) -> str | None:
     """``spin`` or ``pending`` when the server's hold does not explain the target (above); None
     when it does, or when nothing is held."""
     st = view.state
-    if st.hold is None or st.hold_since is None:
+    if st.held_since is None:
         return None
-    held, life, bl = st.now - st.hold_since, st.lifecycle, cfg.busy_loop
+    held, life, bl = st.now - st.held_since, st.lifecycle, cfg.busy_loop
     if held >= life.max_pause_spin and hot_threads(
         view,
         cpu_ratio=bl.cpu_ratio,
@@ -63,7 +66,7 @@ def stands_down(view: TargetView, cfg: DetectorsConfig) -> bool:
     st = view.state
     if st.drained_by_operator:
         return True
-    if st.hold is not None:
+    if st.held_since is not None:  # held, or in the grace after
         return contradiction(view, cfg) is None
     return st.on_purpose
 
@@ -72,11 +75,13 @@ def despite_hold(view: TargetView, cfg: DetectorsConfig, finding: Finding | None
     """``finding`` of a target judged while held, saying so (``hold``, ``hold_contradicted`` and
     since when in its signals; ``held:`` before its summary); others as they are."""
     st = view.state
-    if finding is None or st.hold is None or st.hold_since is None:
+    if finding is None or st.held_since is None:
         return finding
     why = contradiction(view, cfg)
-    signals = dict(finding.signals, hold=st.hold, hold_contradicted=why, held_s=round(st.now - st.hold_since, 1))
-    summary = f"{st.hold} on purpose, the server says, but {_SAYS[why or '']}: {finding.summary}"
+    hold = st.hold or "resumed"
+    signals = dict(finding.signals, hold=hold, hold_contradicted=why, held_s=round(st.now - st.held_since, 1))
+    said = f"{st.hold} on purpose" if st.hold else "just resumed from a pause or sleep"
+    summary = f"{said}, the server says, but {_SAYS[why or '']}: {finding.summary}"
     return replace(finding, signals=signals, summary=summary)
 
 

@@ -33,6 +33,9 @@ class TargetState:
     hold: str | None = None  # "paused" / "sleeping" on purpose, as the server says
     hold_since: float | None = None
     hold_ended: float | None = None  # when the last pause or sleep ended
+    # while held or in the resume grace after: when the run of holds began (a pause begun within
+    # the grace of the last one, or a pause turned sleep, continues it); None otherwise
+    held_since: float | None = None
     drained: bool = False  # taken out of rotation by the operator (`guardian drain`), until `guardian undrain`
     drain_ended: float | None = None  # when the operator's last drain ended
 
