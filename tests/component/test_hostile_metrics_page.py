@@ -21,7 +21,7 @@ SCRAPES = 6
     [
         (20_000, {}, "too_many_samples", False),  # the audit's page: refused as the parser reaches its cap
         (500, {}, "engines", True),  # under the cap: read, the labels that are no rank dropped
-        (2_000, {"max_page_bytes": 64 * 1024}, "page_too_large", False),  # refused unread
+        (2_000, {"max_page_bytes": 64 * 1024}, "page_too_large", False),  # refused unparsed
     ],
     ids=["20000-labels", "500-labels", "over-the-size-cap"],
 )

@@ -72,8 +72,9 @@ def stands_down(view: TargetView, cfg: DetectorsConfig) -> bool:
 
 
 def despite_hold(view: TargetView, cfg: DetectorsConfig, finding: Finding | None) -> Finding | None:
-    """``finding`` of a target judged while held, saying so (``hold``, ``hold_contradicted`` and
-    since when in its signals; ``held:`` before its summary); others as they are."""
+    """``finding`` of a target judged while held (or in the grace after), saying so: ``hold``,
+    ``hold_contradicted`` and ``held_s`` in its signals, what the server says and why it does not
+    explain it before its summary; any other finding as it is."""
     st = view.state
     if finding is None or st.held_since is None:
         return finding

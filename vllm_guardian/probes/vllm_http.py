@@ -7,12 +7,12 @@ timeout (a hung HTTP server is not proof of a dead engine). A /metrics page that
 cannot be parsed gives ``METRICS_OK`` 0 and no vLLM samples, never zeros.
 
 A page is bounded before it costs anything (docs/design.md, Seeing: the probes): one larger than
-``max_page_bytes`` is refused unread, one naming more watched samples than ``max_engines`` engines
-carry is refused by the parser, and only engine labels that are ranks below ``max_engines`` get
-series of their own. What was dropped is counted on the result (``dropped``: reason -> count),
-added to the target's counters by the fold (status ``metrics_dropped``, metric
-``guardian_target_metrics_dropped_total``) and logged once per episode (``<target>:metrics`` for a
-refused page, ``<target>:engines`` for dropped labels).
+``max_page_bytes`` is refused unparsed (the client reads at most 8 MiB), one naming more watched
+samples than ``max_engines`` engines carry is refused by the parser, and only engine labels that
+are ranks below ``max_engines`` get series of their own. What was dropped is counted on the
+result (``dropped``: reason -> count), added to the target's counters by the fold (status
+``metrics_dropped``, metric ``guardian_target_metrics_dropped_total``) and logged once per episode
+(``<target>:metrics`` for a refused page, ``<target>:engines`` for dropped labels).
 
 Warm is what the server says: while a target is not yet ready, a scrape whose ``/health``
 answered 200 also asks ``GET /v1/models`` (vLLM listens only once its engine is ready, so a
