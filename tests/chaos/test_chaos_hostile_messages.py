@@ -14,8 +14,8 @@ import json
 import os
 import time
 
-from tests.chaos.chaos_util import Watcher
 from tests.support.guardian_process import GuardianProcess, command_restart, sims_on, sweep
+from tests.support.watcher import Watcher
 from vllm_guardian.sim.control import SimServer, free_port
 from tests.support.wait import poll
 from vllm_guardian.config.schema import GatesConfig

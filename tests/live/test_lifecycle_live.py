@@ -116,3 +116,40 @@ def test_a_guardian_restarted_while_a_hang_incident_is_open_keeps_it_once_and_ju
         assert got == [(inc["id"], "busy_loop", "firing")], second.log_text()
     finally:
         assert second.stop() == 0, second.log_text()
+
+
+SPIN_LIMIT_S = 10.0  # lifecycle.max_pause_spin, shorter than the 30 s default to keep the test short
+
+
+def test_a_server_that_says_paused_while_its_engine_spins_with_requests_pending_is_judged_a_busy_loop(tmp_path):
+    """Audit E17: vLLM's API server answers /is_paused from its own state, so an engine that hangs
+    while paused is still "paused" to the guardian; it was never judged a hang, only
+    pause_too_long after 600 s. A thread burning a core all through lifecycle.max_pause_spin of the
+    pause is a busy_loop judged as usual."""
+    import os
+
+    from tests.support.wait import poll
+    from vllm_guardian.sim.control import LoadGenerator
+
+    env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", VLLM_SIM_PAUSE_ANSWERS="api")
+    with SimServer(startup_delay=1.0, env=env) as sim:
+        sim.wait_ready(60)
+        g = GuardianProcess(tmp_path, sim.port, extra={"lifecycle": {"max_pause_spin": SPIN_LIMIT_S}}).start()
+        try:
+            assert g.wait_ready(30), g.log_text()
+            for _ in range(3):
+                sim.complete("warm traffic", max_tokens=2, timeout=30)
+            with LoadGenerator(sim.url, sim.model, clients=4, max_duration=120, request_timeout=90) as load:
+                time.sleep(3)  # the setup, not an assertion: the engine busy with requests
+                sim.set_fault("busy_loop")  # fires at its next step: it spins, its requests pending for ever
+                time.sleep(2.0)
+                sim.pause("keep")  # the API server says paused from now on; the engine never hears it
+                held = poll(lambda: (t := g.target()) and t["phase"] == "paused" and time.time(), 15)
+                assert held and sim.is_paused(), g.log_text()
+                inc = g.wait_incident("busy_loop", timeout=SPIN_LIMIT_S + 45)
+                load.stop(timeout=1)
+            assert inc is not None, g.log_text()
+            assert inc["opened_at"] >= held  # judged during the pause, not before it
+            assert inc["signals"]["hold"] == "paused" and inc["signals"]["hold_contradicted"] == "spin"
+        finally:
+            assert g.stop() == 0, g.log_text()

@@ -49,8 +49,8 @@ def parse_journal_text(line: str) -> dict:
     return {"level": m[2].lower(), "logger": m[3], "msg": m[4]}
 
 
-def short_run(tmp_path, *args: str, journal: bool = False) -> list[str]:
-    sim = SimServer(startup_delay=1.0).start()
+def short_run(tmp_path, *args: str, journal: bool = False, model: str = "sim-model") -> list[str]:
+    sim = SimServer(startup_delay=1.0, extra_args=("--model", model)).start()
     g = GuardianProcess(tmp_path, sim.port, extra={"policy": {"dry_run": True}})
     try:
         sim.wait_ready(60)
@@ -90,3 +90,25 @@ def test_every_line_of_a_structured_format_parses_with_the_stable_keys(tmp_path,
 def test_every_line_of_the_text_format_parses(tmp_path, journal, parse):
     docs = [parse(line) for line in short_run(tmp_path, "--log-format", "text", journal=journal)]
     assert any(d["msg"].startswith("INCIDENT") and "engine_dead on sim" in d["msg"] for d in docs)
+
+
+# a model id is the server's to choose: one holding a line break and a record of its own
+FORGED = "2026-01-01 00:00:00,000 CRITICAL guardian: INCIDENT 01FORGED engine_dead on sim"
+HOSTILE_MODEL = f"m\n{FORGED}\u2028{FORGED}\r\x1b[2K"
+
+
+@pytest.mark.parametrize(
+    "fmt, journal, parse",
+    [
+        ("text", False, parse_text),
+        ("text", True, parse_journal_text),
+        ("json", False, parse_json),
+        ("logfmt", False, parse_logfmt),
+    ],
+    ids=["text", "text-under-journald", "json", "logfmt"],
+)
+def test_a_model_id_with_line_breaks_stays_inside_the_record_that_names_it(tmp_path, fmt, journal, parse):
+    lines = short_run(tmp_path, "--log-format", fmt, journal=journal, model=HOSTILE_MODEL)  # (splitlines, as a viewer)
+    docs = [parse(line) for line in lines]
+    assert any("01FORGED" in d["msg"] and "serves" in d["msg"] for d in docs)  # said, inside the ready line
+    assert not [d for d in docs if d["msg"].startswith("INCIDENT 01FORGED") or d["level"] == "critical"]

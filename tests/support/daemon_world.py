@@ -10,7 +10,7 @@ from pathlib import Path
 
 
 from vllm_guardian.config.loader import parse_config
-from vllm_guardian.host.http import HttpResponse
+from vllm_guardian.host.http import HttpClient, HttpResponse
 from vllm_guardian.loop.runtime import build_daemon
 from vllm_guardian.seams import Seams
 from vllm_guardian.testing.clock import FakeClock
@@ -43,10 +43,22 @@ class VllmPage:
 
 
 class World:
-    def __init__(self, tmp_path: Path, config: dict | None = None, accel_backends=(), clock=None, on_update=()) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        config: dict | None = None,
+        accel_backends=(),
+        clock=None,
+        on_update=(),
+        *,
+        port: int = 8000,
+        http: HttpClient | None = None,
+    ) -> None:
+        """``port`` and ``http``: the API server's port and the HTTP seam (default: the scripted
+        server, ``self.http``; a real client reaches a real server on ``port``)."""
         self.on_update = tuple(on_update)
         self.proc = FakeProcTree(tmp_path / "proc")
-        self.proc.add_process(API, 1, ("python3", "-m", "vllm.entrypoints.openai.api_server", "--port", "8000"))
+        self.proc.add_process(API, 1, ("python3", "-m", "vllm.entrypoints.openai.api_server", "--port", str(port)))
         self.proc.add_process(TRACKER, API, ("python3", "-c", "from multiprocessing.resource_tracker import main"))
         self.proc.add_process(ENGINE, API, ("VLLM::EngineCore",), threads=[(111, "ZMQbg/IO/0")])
         self.page = VllmPage()
@@ -66,7 +78,7 @@ class World:
         self.cmd = FakeRunner()  # py-spy and friends never run against the real machine's pids here
         # nothing is ever restarted here (autodiscovered targets): no process is alive to the control
         self.seams = Seams(
-            self.clock, self.proc.procfs(), self.http, self.cmd, FakeControl(set()), list(accel_backends)
+            self.clock, self.proc.procfs(), http or self.http, self.cmd, FakeControl(set()), list(accel_backends)
         )
         self.d = self.new_daemon()
         self.engine_ticks = 0

@@ -177,7 +177,12 @@ def family_name(spec) -> str:
 
 
 FULL = status(
-    targets=[target(gates={"health_score": 20, "baseline": "complete", "failures": [], "notes": []})],
+    targets=[
+        target(
+            gates={"health_score": 20, "baseline": "complete", "failures": [], "notes": []},
+            metrics_dropped={"engines": 19_936, "too_many_samples": 3},
+        )
+    ],
     incidents=[incident("busy_loop", "llama")],
     actions={"outcomes": {"ok": 4, "failed": 1}, "restarts": {"llama": {"ok": 1}}},
     alerts={"spooled": 7, "dropped_total": 2},  # the keys RedisAlertSink.stats() writes
@@ -205,6 +210,7 @@ FULL = status(
         },
     },
     trust={"source": "file /k", "kids": ["gw"], "last_reload": None, "control_messages": {"own": 2, "unsigned": 1}},
+    listeners={"socket": {"refused": 0, "evicted": 15, "timed_out": 16}, "http": {"refused": 2}},
     capabilities={"missing": [{"capability": "ptrace", "why": "no CAP_SYS_PTRACE", "consequence": "no py-spy"}]},
     server_files={"refused": {"restart.log_file": 2}, "last_refusal": "restart.log_file /l: a symbolic link"},
 )
@@ -327,6 +333,12 @@ def test_describe_names_every_declared_family_without_reading_status():
         ("guardian_http_web_config_last_reload_successful", {}, 0.0),
         ("guardian_trust_keys", {}, 1.0),
         ("guardian_control_messages_total", {"outcome": "unsigned"}, 1.0),
+        ("guardian_listener_connections_dropped_total", {"listener": "socket", "reason": "evicted"}, 15.0),
+        ("guardian_listener_connections_dropped_total", {"listener": "socket", "reason": "timed_out"}, 16.0),
+        ("guardian_listener_connections_dropped_total", {"listener": "http", "reason": "refused"}, 2.0),
+        ("guardian_listener_connections_dropped_total", {"listener": "http", "reason": "timed_out"}, 0.0),
+        ("guardian_target_metrics_dropped_total", {"target": "llama", "reason": "engines"}, 19_936.0),
+        ("guardian_target_metrics_dropped_total", {"target": "llama", "reason": "too_many_samples"}, 3.0),
     ],
 )
 def test_status_fields_map_to_metric_values(name, labels, expected):

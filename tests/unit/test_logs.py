@@ -11,9 +11,12 @@ import socket
 import pytest
 
 from vllm_guardian.surface.logs import (
+    JournalTextFormatter,
     JsonFormatter,
     LogfmtFormatter,
+    TextFormatter,
     choose,
+    escape,
     formatter_for,
     log_fields,
     logfmt_value,
@@ -120,3 +123,62 @@ def test_the_flag_wins_then_the_environment_then_the_config(flag, env, configure
 def test_a_bad_environment_value_is_named():
     with pytest.raises(ValueError, match="GUARDIAN_LOG_LEVEL=loud: expected one of"):
         choose(None, "GUARDIAN_LOG_LEVEL", "info", ("debug", "info"), {"GUARDIAN_LOG_LEVEL": "loud"})
+
+
+# ------------------------------------------------------------------ outside strings stay in their record
+FORGED = "2026-01-01 00:00:00,000 CRITICAL guardian: INCIDENT 01FORGED"
+HOSTILE = [
+    ("newline", f"m\n{FORGED}"),
+    ("carriage return", f"m\r{FORGED}"),
+    ("line separator", f"m\u2028{FORGED}"),
+    ("paragraph separator", f"m\u2029{FORGED}"),
+    ("next line", f"m\x85{FORGED}"),
+    ("vertical tab and form feed", f"m\x0b\x0c{FORGED}"),
+    ("terminal escape", "m\x1b[2K\x1b[1A"),
+    ("bidi override", "m\u202egnp.exe"),
+    ("lone surrogate", "m\udcff"),
+]
+FORMATTERS = [TextFormatter(), JournalTextFormatter(), JsonFormatter(), LogfmtFormatter()]
+
+
+@pytest.mark.parametrize("fmt", FORMATTERS, ids=["text", "journald", "json", "logfmt"])
+@pytest.mark.parametrize("value", [v for _, v in HOSTILE], ids=[k for k, _ in HOSTILE])
+def test_a_hostile_string_in_a_message_is_one_printable_line_in_every_format(fmt, value):
+    r = logging.LogRecord("guardian", logging.WARNING, __file__, 1, "llama is ready (serves %s)", (value,), None)
+    line = fmt.format(r)
+    assert line.splitlines() == [line] and line.isprintable()
+    line.encode("utf-8")  # a lone surrogate would make the stream raise: escaped instead
+
+
+@pytest.mark.parametrize("value", [v for _, v in HOSTILE], ids=[k for k, _ in HOSTILE])
+def test_json_and_logfmt_keep_the_message_as_it_was(value):
+    r = logging.LogRecord("guardian", logging.WARNING, __file__, 1, "serves %s", (value,), None)
+    assert json.loads(JsonFormatter().format(r))["msg"] == f"serves {value}"
+    assert json.loads(LogfmtFormatter().format(r).split(" msg=", 1)[1]) == f"serves {value}"
+
+
+@pytest.mark.parametrize(
+    "value, shown",
+    [
+        ("llama-3 é 中", "llama-3 é 中"),  # printable, whatever the script: as is
+        ("a\nb", "a\\nb"),
+        ("a\u2028b", "a\\u2028b"),
+        ("\x1b[2K", "\\x1b[2K"),
+        ("tag\U000e0001", "tag\\U000e0001"),
+    ],
+)
+def test_text_escapes_what_is_not_printable(value, shown):
+    assert escape(value) == shown
+
+
+def test_a_traceback_under_a_text_record_is_indented_so_no_line_passes_for_a_record():
+    try:
+        raise ValueError(f"bad model\n{FORGED}")
+    except ValueError:
+        import sys
+
+        r = logging.LogRecord("guardian", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    head, *tail = TextFormatter().format(r).split("\n")
+    assert head.endswith("ERROR guardian: failed")
+    assert tail and all(line.startswith("  ") for line in tail)
+    assert f"  {FORGED}" in tail

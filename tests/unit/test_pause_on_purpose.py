@@ -11,7 +11,7 @@ from vllm_guardian.config.schema import LifecycleConfig
 from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.detectors import busy_loop, engine_stall, pause_too_long
 from vllm_guardian.host.http import HttpError
-from vllm_guardian.model import Kind, ProcessInfo, ProcKey, Role, Sample, Target
+from vllm_guardian.model import Kind, ProcessInfo, ProcKey, Role, Sample, Subject, Target
 from vllm_guardian.series import metrics as m
 from vllm_guardian.probes.server_state import read_state
 from vllm_guardian.state.tracker import Tracker
@@ -91,6 +91,103 @@ def test_a_frozen_engine_with_pending_work_is_no_stall_while_paused():
     assert busy_loop.evaluate(paused, CFG) is None
 
 
+# ------------------------------------------------------------------ a hold that does not explain what is seen
+def spinning(since: float) -> list[Sample]:
+    """The engine's main thread burning a core from ``since`` to NOW, never blocking."""
+    subject = Subject(200, 200).key
+    return [
+        s
+        for t in seconds(since, NOW)
+        for s in (
+            Sample(T, subject, m.THREAD_CPU, 1.0, t),
+            Sample(T, subject, m.THREAD_VOL_RATE, 0.0, t),
+            Sample(T, subject, m.THREAD_RUNNING, 1.0, t),
+        )
+    ]
+
+
+def frozen(since: float) -> list[Sample]:
+    return [Sample(T, "", metric, 4242.0, t) for t in seconds(since, NOW) for metric in (m.ITERATIONS, m.SUCCESS)]
+
+
+def judged(
+    held_s: float, spin_s: float | None, pending_s: float | None, hold: str | None = "paused", drained: bool = False
+):
+    """(busy_loop, engine_stall) findings of a target the server says has been held ``held_s`` seconds,
+    one of whose threads has burned a core for the last ``spin_s`` seconds and with requests pending
+    for the last ``pending_s``, its counters frozen throughout."""
+    series = [frozen(NOW - 600)]
+    if spin_s is not None:
+        series.append(spinning(NOW - spin_s))
+    series.append(gauges(running=3 if pending_s is not None else 0, since=NOW - (pending_s or 600)))
+    v = make_view(*series)
+    since = NOW - held_s if hold else None
+    state = replace(v.state, hold=hold, hold_since=since, held_since=since, lifecycle=LIFE, drained=drained)
+    v = replace(v, state=state)
+    return busy_loop.evaluate(v, CFG), engine_stall.evaluate(v, CFG)
+
+
+def test_a_paused_engine_spinning_with_requests_pending_is_a_busy_loop_judged_as_usual():
+    """Audit E17: the server says paused (vLLM's API server answers /is_paused from its own state),
+    while the engine behind it spins with requests pending; it was never judged a hang, only
+    pause_too_long after 600 s."""
+    busy, _ = judged(held_s=100, spin_s=100, pending_s=100)
+    assert busy is not None and busy.confirmed and busy.signals["reason"] == "counters_frozen"
+    assert (busy.signals["hold"], busy.signals["hold_contradicted"]) == ("paused", "spin")
+    assert busy.summary.startswith("paused on purpose, the server says, but a thread burns a core")
+
+
+def test_a_pause_holding_requests_past_its_limit_is_judged_as_usual():
+    _, stall = judged(held_s=LIFE.max_pause_pending + 10, spin_s=None, pending_s=LIFE.max_pause_pending + 10)
+    assert stall is not None and stall.confirmed and stall.signals["reason"] == "counters_frozen"
+    assert stall.signals["hold_contradicted"] == "pending"
+
+
+HOLD_EXPLAINS = {
+    # (held_s, spin_s, pending_s, hold, drained)
+    "a weight sync spinning less than max_pause_spin": (20, 20, 20, "paused", False),
+    "a spin that began a moment ago in a long pause": (100, 10, 100, "paused", False),
+    "a thread hot before the pause, paused a moment ago": (10, 100, 100, "paused", False),
+    "requests kept for less than max_pause_pending": (200, None, 200, "paused", False),
+    "requests kept, but not all through the limit": (400, None, 100, "paused", False),
+    "asleep, idle": (400, None, None, "sleeping", False),
+    "drained by the operator, spinning": (100, 100, 100, None, True),
+}
+
+
+@pytest.mark.parametrize("held_s, spin_s, pending_s, hold, drained", HOLD_EXPLAINS.values(), ids=HOLD_EXPLAINS.keys())
+def test_a_hold_that_explains_what_is_seen_stands_the_hang_detectors_down(held_s, spin_s, pending_s, hold, drained):
+    assert judged(held_s, spin_s, pending_s, hold, drained) == (None, None)
+
+
+@pytest.mark.parametrize("hold", ["paused", "sleeping"])
+def test_the_same_spin_after_the_limit_is_judged_whether_paused_or_asleep(hold):
+    busy, _ = judged(held_s=LIFE.max_pause_spin, spin_s=LIFE.max_pause_spin, pending_s=LIFE.max_pause_spin, hold=hold)
+    assert busy is not None and busy.signals["hold"] == hold
+
+
+def test_pausing_and_resuming_within_the_grace_is_one_hold_that_hides_no_spin():
+    tr = tracker()
+    for t, paused in ((10, True), (25, False), (35, True), (50, False)):  # resumed, paused again in the grace
+        tr.server_state("t", API, paused, False, t)
+    tr.server_state("t", API, True, True, 60)  # and asleep: still the same run of holds
+    assert tr.state("t", 70).held_since == 10
+    tr.server_state("t", API, False, False, 80)
+    assert tr.state("t", 100).held_since == 10  # in the grace: the run goes on
+    assert tr.state("t", 111).held_since is None  # the grace is over: it ended
+    tr.server_state("t", API, True, False, 200)
+    assert tr.state("t", 201).held_since == 200  # a new one
+
+
+def test_a_spin_through_a_run_of_pauses_is_judged_in_the_grace_between_them_too():
+    series = [frozen(NOW - 600), spinning(NOW - 100), gauges(running=3, since=NOW - 100)]
+    v = make_view(*series)
+    state = replace(v.state, hold=None, hold_ended=NOW - 10, held_since=NOW - 100, lifecycle=LIFE)
+    busy = busy_loop.evaluate(replace(v, state=state), CFG)
+    assert busy is not None and busy.confirmed and busy.signals["hold_contradicted"] == "spin"
+    assert busy.summary.startswith("just resumed from a pause or sleep, the server says, but")
+
+
 # ------------------------------------------------------------------ the limit
 @pytest.mark.parametrize("held_s, fires", [(599.0, False), (600.0, True)])
 def test_a_pause_longer_than_max_pause_is_an_alert(held_s, fires):
@@ -121,3 +218,12 @@ def test_a_pause_and_a_sleep_are_told_apart_by_the_engines_sleep_state(paused, s
     from vllm_guardian.probes.server_state import held_as
 
     assert held_as(paused, sleeping, page) == held
+
+
+def test_the_store_keeps_the_request_gauges_over_a_pause_s_pending_limit():
+    from vllm_guardian.config.schema import Config
+    from vllm_guardian.detectors.kinds import series_store_for
+
+    store = series_store_for(Config(lifecycle=LifecycleConfig(max_pause_pending=900.0)))
+    assert store.horizons[m.REQ_RUNNING] >= 900.0 and store.horizons[m.REQ_WAITING] >= 900.0
+    assert store.horizon >= 2 * LifecycleConfig().max_pause_spin

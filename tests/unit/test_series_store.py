@@ -53,3 +53,17 @@ def test_subjects_follow_what_is_added_and_forgotten():
     assert store.subjects("llm", "thread.cpu") == [] and store.subjects("other", "thread.cpu") == []
     store.add(Sample("other", "p9/t9", "thread.cpu", 1.0, 200.0))
     assert store.subjects("other", "thread.cpu") == ["p9/t9"]
+
+
+def test_a_target_keeps_at_most_max_series_of_its_processes_threads_and_engines():
+    s = SeriesStore(max_series=3)
+    first = s.extend(Sample("t", f"engine:{k}", "vllm.iterations_total", 1.0, 1.0) for k in range(5))
+    assert first == ["t"]  # said once, on the first sample dropped
+    assert s.refused("t") == 2 and len(s.subjects("t", "vllm.iterations_total", "engine:")) == 3
+    assert s.extend([Sample("t", "engine:9", "vllm.iterations_total", 1.0, 2.0)]) == []  # not said again
+    assert s.add(Sample("t", "", "vllm.iterations_total", 1.0, 2.0))  # the whole target's series: always kept
+    assert s.add(Sample("other", "p1", "proc.rss_bytes", 1.0, 2.0))  # the cap is per target
+    s.drop_subjects("t", keep=set())  # its engines' series forgotten: room again
+    assert s.add(Sample("t", "p1", "proc.rss_bytes", 1.0, 3.0)) and s.refused("t") == 3
+    s.drop_target("t")
+    assert s.refused("t") == 0

@@ -20,6 +20,7 @@ from vllm_guardian.gates.status import GatesSummary, TrustStatus
 from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef
 from vllm_guardian.sinks.redis_sink import AlertsStatus
 from vllm_guardian.surface.http_stats import HttpStatus
+from vllm_guardian.surface.connection_slots import ConnectionCounts
 from vllm_guardian.surface.kube_publisher import KubernetesStatus
 from vllm_guardian.surface.web_security import WebConfigStatus
 from vllm_guardian.surface.status_codec import StatusDocumentError
@@ -80,6 +81,7 @@ SECTIONS: dict[str, Any] = {
         WebConfigStatus("/etc/guardian/web.yml", "TLS", 1.0, 1, 1, False, "tls_server_config.cert_file: no such file"),
     ),
     "trust": TrustStatus("file /etc/guardian/trust.keys", ("gw-2026",), None, {"accepted": 1, "unsigned": 2}),
+    "listeners": {"socket": ConnectionCounts(refused=0, evicted=15, timed_out=16), "http": ConnectionCounts()},
 }
 
 

@@ -7,7 +7,7 @@ import pytest
 from vllm_guardian.errors import ProbeFailed
 from vllm_guardian.host.http import HttpError
 from vllm_guardian.probes.vllm_http import scrape
-from vllm_guardian.probes.vllm_metrics_parse import parse_vllm_metrics
+from vllm_guardian.probes.vllm_metrics_parse import PageRefused, is_rank, parse_vllm_metrics, read_page
 from vllm_guardian.series import metrics as m
 from vllm_guardian.testing.fake_http import FakeHttp, ok
 
@@ -52,8 +52,7 @@ def test_data_parallel_engines_sum_counts_and_take_the_fullest_kv_cache():
 
 
 def test_data_parallel_engines_are_also_read_each_on_its_own():
-    engines: dict[str, dict[str, float]] = {}
-    parse_vllm_metrics((FIX / "vllm-dp2.txt").read_text(), engines)
+    engines = read_page((FIX / "vllm-dp2.txt").read_text()).engines
     assert engines == {
         "0": {m.REQ_RUNNING: 2.0, m.ITERATIONS: 100.0},
         "1": {m.REQ_RUNNING: 5.0, m.ITERATIONS: 50.0},
@@ -188,3 +187,59 @@ MODELS = ok('{"object": "list", "data": [{"id": "tiny", "object": "model"}]}')
 def test_a_not_yet_ready_target_is_asked_for_its_models_only_when_health_answers_200(check_models, routes, served):
     res = scrape(FakeHttp(routes), "t", URL, 2.0, clock, check_models)
     assert res.served == served
+
+
+# ------------------------------------------------------------------ bounded against a hostile page
+def engine_line(label: str, value: float = 1.0) -> str:
+    return f'vllm:iteration_tokens_total_count{{engine="{label}",model_name="m"}} {value}\n'
+
+
+@pytest.mark.parametrize(
+    "label, kept",
+    [
+        ("0", True),
+        ("63", True),
+        ("64", False),  # not below max_engines
+        ("07", False),  # vLLM writes a rank without leading zeros: "07" and "7" would be one engine twice
+        ("+7", False),
+        ("٣", False),  # a digit, but not ASCII
+        ("", False),
+        ("abc", False),
+        ("1" * 40, False),
+    ],
+)
+def test_an_engine_label_is_kept_only_as_a_rank_below_the_cap(label, kept):
+    assert is_rank(label, 64) is kept
+
+
+def test_labels_that_are_no_rank_are_dropped_counted_and_still_summed():
+    page = engine_line("0", 10.0) + engine_line("1", 5.0) + "".join(engine_line(str(k)) for k in range(1000, 1500))
+    read = read_page(page, max_engines=64)
+    assert set(read.engines) == {"0", "1"}
+    assert read.engines_dropped == 500
+    assert read.values[m.ITERATIONS] == 515.0  # the whole server's number counts every line
+
+
+def test_a_page_with_more_watched_samples_than_its_engines_carry_is_refused():
+    page = "".join(engine_line(str(k)) for k in range(1000, 1000 + 32 * 4 + 1))
+    assert read_page(page[: page.index(engine_line("1128"))], max_engines=4).engines_dropped == 128
+    with pytest.raises(PageRefused, match="more than 128 samples") as refused:
+        read_page(page, max_engines=4)
+    assert refused.value.reason == "too_many_samples"
+
+
+def test_a_page_over_the_size_cap_is_refused_unread_and_counted():
+    page = (FIX / "vllm-0.32.txt").read_text()
+    http = FakeHttp({("GET", "/health"): ok(), ("GET", "/metrics"): ok(page)})
+    res = scrape(http, "t", URL, 2.0, clock, max_page=len(page.encode()) - 1)
+    assert res.dropped == {"page_too_large": 1} and res.page is None
+    assert by_metric(res)[m.METRICS_OK] == 0.0 and m.ITERATIONS not in by_metric(res)
+    assert "max_page_bytes" in str(res.metrics_error)
+
+
+def test_a_scrape_counts_the_engine_labels_it_dropped_and_writes_no_series_for_them():
+    page = engine_line("0") + engine_line("1") + engine_line("5000") + engine_line("x")
+    http = FakeHttp({("GET", "/health"): ok(), ("GET", "/metrics"): ok(page)})
+    res = scrape(http, "t", URL, 2.0, clock, max_engines=2)
+    assert res.dropped == {"engines": 2}
+    assert {s.subject for s in res.samples} == {"", "engine:0", "engine:1"}

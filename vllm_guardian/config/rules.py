@@ -12,7 +12,15 @@ import types
 import typing
 from typing import Any, Callable
 
-from vllm_guardian.config.schema import AlertsConfig, Config, DiscoveryConfig, FleetConfig, TargetConfig
+from vllm_guardian.config.schema import (
+    AlertsConfig,
+    Config,
+    DiscoveryConfig,
+    FleetConfig,
+    HttpProbeConfig,
+    TargetConfig,
+)
+from vllm_guardian.host.http import MAX_BODY
 from vllm_guardian.netaddr import is_hostport
 
 # Rules for fields whose schema metadata carries no 'check' (kept out of the schema).
@@ -128,6 +136,7 @@ def describe(tp: Any, check: str | None) -> str:
 
 
 MAX_NUMBER = 10**12  # no count, size or rate of this product comes near it
+MAX_ENGINES_JUDGED = 1024  # data-parallel ranks behind one API server judged one by one
 MAX_SECONDS = 30 * 86400.0  # no duration of this product is longer than a month
 MIN_INTERVAL = 0.05  # a shorter loop or probe interval only spins a core
 MAX_TICK = 3600.0
@@ -155,6 +164,10 @@ def range_problem(cls: Any, name: str, value: Any) -> str:
         return ""
     if abs(value) > MAX_NUMBER:
         return f"at most {MAX_NUMBER:.0e}"
+    if cls is HttpProbeConfig and name == "max_page_bytes" and value > MAX_BODY:
+        return f"at most {MAX_BODY} (the most the HTTP client reads of an answer)"
+    if cls is HttpProbeConfig and name == "max_engines" and value > MAX_ENGINES_JUDGED:
+        return f"at most {MAX_ENGINES_JUDGED} (each engine is judged every tick)"
     if not isinstance(value, float):
         return ""
     if cls is Config and name == "interval" and not MIN_INTERVAL <= value <= MAX_TICK:

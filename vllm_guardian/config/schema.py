@@ -102,6 +102,12 @@ class ProcfsProbeConfig:
 class HttpProbeConfig:
     interval: float = setting(1.0, "positive")
     timeout: float = setting(2.0, "positive")
+    max_engines: int = setting(
+        64, "positive", "engines of a data-parallel server judged one by one (engine labels 0..N-1; others dropped)"
+    )
+    max_page_bytes: int = setting(
+        4 * 1024 * 1024, "positive", "a /metrics page larger than this is refused (a real one is ~50 KB per engine)"
+    )
 
 
 @dataclass(frozen=True)
@@ -320,6 +326,16 @@ class LifecycleConfig:
     )
     resume_grace: float = setting(
         30.0, "nonneg", "seconds after a resume, a wake-up or an undrain the hang detectors stay down"
+    )
+    max_pause_spin: float = setting(
+        30.0,
+        "positive",
+        "a pause or sleep this long with a thread burning a core all through: judged for a hang as usual",
+    )
+    max_pause_pending: float = setting(
+        300.0,
+        "positive",
+        "a pause or sleep this long with requests pending all through: judged for a hang as usual",
     )
 
 

@@ -34,9 +34,12 @@ suspect: the confirming canary starts early, but no conclusion is drawn yet.
 cold samples from before the onset hold the median under the ratio for half of it,
 which delayed the canary (and so the incident) by ~5 s after a spin began.
 
-Never while paused or asleep on purpose or drained by the operator (nor in the resume grace after
-it: ``TargetState.on_purpose``), never during startup grace (model load, graph capture) nor once
-the API server is gone.
+Never while drained by the operator or paused or asleep on purpose (nor in the resume grace after
+either: ``TargetState.on_purpose``), unless the pause does not explain what is seen: a thread
+burning a core all through ``lifecycle.max_pause_spin`` of it, or requests pending all through
+``lifecycle.max_pause_pending`` (``detectors/hold.py``; the finding says so: ``hold``,
+``hold_contradicted``). Never during startup grace (model load, graph capture) nor once the API
+server is gone.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from vllm_guardian.detectors.progress import (
     progress_between,
     syscalls_frozen,
 )
+from vllm_guardian.detectors.hold import despite_hold, stands_down
 from vllm_guardian.detectors.view import TargetView
 from vllm_guardian.series import metrics as m
 
@@ -63,9 +67,14 @@ SUSPECT_WINDOW = 3.0  # seconds: a thread hot over these is worth a confirming c
 
 
 def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
-    st, bl = view.state, cfg.busy_loop
-    if not st.ready or not st.api_alive or st.on_purpose:
+    st = view.state
+    if not st.ready or not st.api_alive or stands_down(view, cfg):
         return None
+    return despite_hold(view, cfg, _evaluate(view, cfg))
+
+
+def _evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
+    st, bl = view.state, cfg.busy_loop
     hot = hot_threads_for(view, bl)
     covered = bool(hot)
     stuck = _api_server_spin(view, hot, bl)

@@ -36,8 +36,10 @@ the shared port (so canaries are answered and the engine progresses). Blocked on
 socket, a disk, or stopped: each is a stall of that process. A spin is not (it runs: busy_loop's
 case).
 
-Never while paused or asleep on purpose or drained by the operator (nor in the resume grace
-after it: ``TargetState.on_purpose``), never during startup grace nor once the API server is gone (engine_dead's case),
+Never while drained by the operator or paused or asleep on purpose (nor in the resume grace
+after either: ``TargetState.on_purpose``), unless the pause does not explain what is seen
+(``detectors/hold.py``: a thread burning a core, or requests pending, all through its limit; the
+finding says so), never during startup grace nor once the API server is gone (engine_dead's case),
 nor while a process of the target is hot but its threads are not read yet (the
 first tick of a spin: whether it is busy_loop's case is not known).
 """
@@ -61,6 +63,7 @@ from vllm_guardian.detectors.progress import (
     progress_between,
 )
 from vllm_guardian.detectors.ranks import Rank, ranks, shared_pids
+from vllm_guardian.detectors.hold import despite_hold, stands_down
 from vllm_guardian.detectors.view import TargetView
 
 KIND = Kind.ENGINE_STALL
@@ -72,8 +75,13 @@ API_SERVER_TITLE = "VLLM::APIServer"  # vLLM's title of a process that serves uv
 
 def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     st = view.state
-    if not st.ready or not st.api_alive or st.on_purpose:
+    if not st.ready or not st.api_alive or stands_down(view, cfg):
         return None
+    return despite_hold(view, cfg, _evaluate(view, cfg))
+
+
+def _evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
+    st = view.state
     busy = _busy_pids(view, cfg)
     engines = ranks(view)
     shared = shared_pids(st.target, engines)

@@ -37,6 +37,7 @@ from vllm_guardian.detectors import (
 from vllm_guardian.detectors.view import TargetView
 from vllm_guardian.model import Finding, Kind
 from vllm_guardian.series import SeriesStore
+from vllm_guardian.series import metrics as m
 
 Detector = Callable[[TargetView, DetectorsConfig], "Finding | None"]
 History = Callable[[DetectorsConfig], float]
@@ -155,7 +156,11 @@ def longest_history(cfg: DetectorsConfig) -> float:
 
 
 def series_store_for(cfg: Config) -> SeriesStore:
-    """A store that keeps twice the longest look-back of any kind (and of the canary's interval),
-    plus 30 s; memory series since ready (``SeriesStore.memory_horizons``)."""
-    longest = max(longest_history(cfg.detectors), cfg.probes.canary.interval)
-    return SeriesStore(horizon=2 * longest + 30, horizons=SeriesStore.memory_horizons(cfg.detectors))
+    """A store that keeps twice the longest look-back of any kind (and of the canary's interval and
+    a pause's spin limit), plus 30 s; memory series since ready (``SeriesStore.memory_horizons``);
+    the request gauges over a pause's pending limit (``detectors/hold.py``)."""
+    life = cfg.lifecycle
+    longest = max(longest_history(cfg.detectors), cfg.probes.canary.interval, life.max_pause_spin)
+    pending = {name: life.max_pause_pending + 30 for name in (m.REQ_RUNNING, m.REQ_WAITING)}
+    horizons = {**SeriesStore.memory_horizons(cfg.detectors), **pending}
+    return SeriesStore(horizon=2 * longest + 30, horizons=horizons)

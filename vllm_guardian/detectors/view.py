@@ -33,6 +33,9 @@ class TargetState:
     hold: str | None = None  # "paused" / "sleeping" on purpose, as the server says
     hold_since: float | None = None
     hold_ended: float | None = None  # when the last pause or sleep ended
+    # while held or in the resume grace after: when the run of holds began (a pause begun within
+    # the grace of the last one, or a pause turned sleep, continues it); None otherwise
+    held_since: float | None = None
     drained: bool = False  # taken out of rotation by the operator (`guardian drain`), until `guardian undrain`
     drain_ended: float | None = None  # when the operator's last drain ended
 
@@ -45,6 +48,14 @@ class TargetState:
             return True
         ends = [t for t in (self.hold_ended, self.drain_ended) if t is not None]
         return bool(ends) and self.now - max(ends) < self.lifecycle.resume_grace
+
+    @property
+    def drained_by_operator(self) -> bool:
+        """Drained by the operator, or within the resume grace after the undrain (the operator's
+        own act, unlike a hold the server reports: ``detectors/hold.py``)."""
+        if self.drained:
+            return True
+        return self.drain_ended is not None and self.now - self.drain_ended < self.lifecycle.resume_grace
 
 
 @dataclass(frozen=True)

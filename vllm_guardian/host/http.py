@@ -21,7 +21,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 from urllib.parse import urlsplit
 
 from vllm_guardian.errors import ProbeFailed
@@ -64,21 +64,28 @@ class DeadlineReader(io.RawIOBase):
     """One side of a socket with one deadline for the whole exchange: before every read the
     socket timeout is set to what is left, so a peer dripping a byte at a time cannot hold the
     call past its deadline (a per-read timeout would let it run forever). Used for the client's
-    responses here and for the HTTP listener's requests."""
+    responses here and for the listeners' requests (``on_timeout`` is called when the deadline
+    passes: they count it)."""
 
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
+    def __init__(self, sock: socket.socket, deadline: float, on_timeout: Callable[[], None] | None = None) -> None:
         self._sock = sock
         self._deadline = deadline
+        self._on_timeout = on_timeout
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b: Any) -> int:
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("deadline passed")
-        self._sock.settimeout(left)
-        return self._sock.recv_into(b)
+        try:
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("deadline passed")
+            self._sock.settimeout(left)
+            return self._sock.recv_into(b)
+        except TimeoutError:
+            if self._on_timeout is not None:
+                self._on_timeout()
+            raise
 
 
 class _DeadlineSocket:

@@ -213,6 +213,33 @@ class Runtime:
             else None
         )
         kube = kube_publisher(cfg, seams, clock, client) if client is not None else None
+        # the listeners first (started below, once the daemon exists): they count what they drop,
+        # a section of the daemon's status; they read the daemon only when asked
+        beat = LastTick(clock.monotonic)
+        max_tick_age = 3 * cfg.interval
+        control = ControlSocket(
+            cfg.socket_path(),
+            {
+                "status": lambda req: daemon.status().to_dict(),  # the one place the status is serialised
+                "ping": lambda req: "pong",
+                "healthz": lambda req: healthz_answer(beat.age(), max_tick_age)[1],  # /healthz, for `guardian healthz`
+                "drain": lambda req: daemon.control_request(req),
+                "restart": lambda req: daemon.control_request(req),
+                "undrain": lambda req: daemon.control_request(req),
+            },
+        )
+        http = None
+        if cfg.api.http:
+            http = HttpListener(
+                parse_hostport(cfg.api.http),
+                registry=build_registry(lambda: daemon.status(), lambda: daemon.stats),
+                status=lambda: daemon.status(),
+                tick_age=beat.age,
+                max_tick_age=max_tick_age,
+                log=log.getChild("http"),
+                security=web,
+                counters=http_counters,
+            )
         daemon = build_daemon(
             cfg,
             seams,
@@ -226,7 +253,13 @@ class Runtime:
             on_update=[republish],
             on_decision=[decisions.decided] if decisions is not None else [],
             status_sources=StatusSources(
-                alerts=sink, config=reloads, kubernetes=kube, http=http_counters, trust=control_channel
+                alerts=sink,
+                config=reloads,
+                kubernetes=kube,
+                http=http_counters,
+                trust=control_channel,
+                control_socket=control,
+                http_listener=http,
             ),
         )
         gates = daemon.readings.gates
@@ -255,31 +288,6 @@ class Runtime:
             if keys.enabled
             else None
         )
-        beat = LastTick(clock.monotonic)
-        max_tick_age = 3 * cfg.interval
-        control = ControlSocket(
-            cfg.socket_path(),
-            {
-                "status": lambda req: daemon.status().to_dict(),  # the one place the status is serialised
-                "ping": lambda req: "pong",
-                "healthz": lambda req: healthz_answer(beat.age(), max_tick_age)[1],  # /healthz, for `guardian healthz`
-                "drain": daemon.control_request,
-                "restart": daemon.control_request,
-                "undrain": daemon.control_request,
-            },
-        )
-        http = None
-        if cfg.api.http:
-            http = HttpListener(
-                parse_hostport(cfg.api.http),
-                registry=build_registry(daemon.status, lambda: daemon.stats),
-                status=daemon.status,
-                tick_age=beat.age,
-                max_tick_age=max_tick_age,
-                log=log.getChild("http"),
-                security=web,
-                counters=http_counters,
-            )
         rt = cls(
             daemon,
             clock,

@@ -5,7 +5,8 @@ probes' jobs to the ``AsyncRunner`` (one in flight per ``(probe.name, job.subjec
 fold attached; ``collect`` hands every finished job back to what it was submitted with (a
 probe's fold, evidence, a remediation step) and counts overruns. Every run is timed and
 counted under the probe's name; a probe that raises is counted and logged once per episode,
-never taken down with the loop.
+never taken down with the loop. Samples go to the series store; a target whose samples it
+first drops (its series cap) is logged once.
 """
 
 from __future__ import annotations
@@ -114,7 +115,13 @@ class ProbeScheduler:
         self._apply(probe, folded, now)
 
     def _apply(self, probe: Probe, folded: Folded, now: float) -> None:
-        self.series.extend(folded.samples)
+        for target in self.series.extend(folded.samples):  # once per target: counted in status after
+            self.episodes.log.warning(
+                "%s: the series store holds %d series of this target's processes, threads and engines; "
+                "samples that would open more are dropped (counted in status: metrics_dropped.series)",
+                target,
+                self.series.max_series,
+            )
         for key, message in folded.failed.items():
             self.stats.probes[probe.name].failures += 1
             self.episodes.fail(key, message, now)

@@ -6,6 +6,14 @@ stamped with the injected clock when each answer arrived. ``HEALTH_OK`` is 1 for
 timeout (a hung HTTP server is not proof of a dead engine). A /metrics page that
 cannot be parsed gives ``METRICS_OK`` 0 and no vLLM samples, never zeros.
 
+A page is bounded before it costs anything (docs/design.md, Seeing: the probes): one larger than
+``max_page_bytes`` is refused unparsed (the client reads at most 8 MiB), one naming more watched
+samples than ``max_engines`` engines carry is refused by the parser, and only engine labels that
+are ranks below ``max_engines`` get series of their own. What was dropped is counted on the
+result (``dropped``: reason -> count), added to the target's counters by the fold (status
+``metrics_dropped``, metric ``guardian_target_metrics_dropped_total``) and logged once per episode
+(``<target>:metrics`` for a refused page, ``<target>:engines`` for dropped labels).
+
 Warm is what the server says: while a target is not yet ready, a scrape whose ``/health``
 answered 200 also asks ``GET /v1/models`` (vLLM listens only once its engine is ready, so a
 server answering both has finished loading); the fold then marks the target ready, whether or
@@ -16,15 +24,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Callable
+from typing import Callable, Mapping
 
 from vllm_guardian.errors import ProbeFailed
-from vllm_guardian.host.http import HttpClient, HttpError
+from vllm_guardian.host.http import MAX_BODY, HttpClient, HttpError
 from vllm_guardian.model import ProcKey, Sample
 from vllm_guardian.series import metrics as m
 from vllm_guardian.probes.canary import served_model
 from vllm_guardian.probes.base import Folded, Job, ProbeParts, Schedule, Seen
-from vllm_guardian.probes.vllm_metrics_parse import parse_vllm_metrics
+from vllm_guardian.probes.vllm_metrics_parse import MAX_ENGINES, PageRefused, read_page
 from vllm_guardian.series.metrics import engine_subject
 
 
@@ -39,10 +47,22 @@ class HttpScrape:
     page: str | None = None  # the last /metrics text, for evidence bundles
     served: str | None = None  # the first model of /v1/models, when asked (not ready yet) and answered
     key: ProcKey | None = None  # the API-server incarnation scraped (set by the probe)
+    dropped: Mapping[str, int] = field(default_factory=dict)  # reason -> count: what the page lost
+
+
+MAX_PAGE = 4 * 1024 * 1024  # probes.vllm_http.max_page_bytes
 
 
 def scrape(
-    http: HttpClient, target: str, api_url: str, timeout: float, now: Callable[[], float], check_models: bool = False
+    http: HttpClient,
+    target: str,
+    api_url: str,
+    timeout: float,
+    now: Callable[[], float],
+    check_models: bool = False,
+    *,
+    max_engines: int = MAX_ENGINES,
+    max_page: int = MAX_PAGE,
 ) -> HttpScrape:
     samples: list[Sample] = []
     base = api_url.rstrip("/")
@@ -63,13 +83,21 @@ def scrape(
         return HttpScrape(target, tuple(samples), health_status, health_error, "not scraped: refused")
     metrics_error = page = None
     values: dict[str, float] = {}
+    dropped: dict[str, int] = {}
     try:
         r = http.request("GET", base + "/metrics", timeout)
         if r.status != 200:
             raise ProbeFailed(f"/metrics answered HTTP {r.status}")
+        if len(r.body) > max_page or len(r.body) >= MAX_BODY:  # (the client reads at most MAX_BODY)
+            raise PageRefused(
+                "page_too_large",
+                f"/metrics page refused: {len(r.body)} bytes or more, over probes.vllm_http.max_page_bytes {max_page}",
+            )
         page = r.text
-        engines: dict[str, dict[str, float]] = {}
-        values = parse_vllm_metrics(page, engines)
+        read = read_page(page, max_engines)
+        values, engines = read.values, read.engines
+        if read.engines_dropped:
+            dropped["engines"] = read.engines_dropped
         t = now()
         samples.extend(Sample(target, "", name, v, t) for name, v in values.items())
         if len(engines) > 1:  # data parallel: each engine's own progress and pending work
@@ -79,9 +107,14 @@ def scrape(
         samples.append(Sample(target, "", m.METRICS_OK, 1.0, t))
     except ProbeFailed as e:  # HttpError is a ProbeFailed too
         metrics_error = str(e)
+        page = None if isinstance(e, PageRefused) else page  # a refused page is not kept for evidence
+        if isinstance(e, PageRefused):
+            dropped[e.reason] = 1
         samples.append(Sample(target, "", m.METRICS_OK, 0.0, now()))
     served = _served(http, base, timeout) if check_models and health_status == 200 else None
-    return HttpScrape(target, tuple(samples), health_status, health_error, metrics_error, values, page, served)
+    return HttpScrape(
+        target, tuple(samples), health_status, health_error, metrics_error, values, page, served, dropped=dropped
+    )
 
 
 def _served(http: HttpClient, base: str, timeout: float) -> str | None:
@@ -124,7 +157,16 @@ class VllmHttpProbe:
 
     def _job(self, name: str, url: str, key: ProcKey, check_models: bool) -> Callable[[], HttpScrape]:
         def run() -> HttpScrape:
-            res = scrape(self.http, name, url, self.cfg.timeout, self.clock.monotonic, check_models)
+            res = scrape(
+                self.http,
+                name,
+                url,
+                self.cfg.timeout,
+                self.clock.monotonic,
+                check_models,
+                max_engines=self.cfg.max_engines,
+                max_page=self.cfg.max_page_bytes,
+            )
             return replace(res, key=key)
 
         return run
@@ -149,7 +191,17 @@ class VllmHttpProbe:
             failed[f"{res.target}:metrics"] = res.metrics_error
         elif not res.metrics_error:
             cleared.append(f"{res.target}:metrics")
-        return Folded(res.samples, failed=failed, cleared=cleared)
+        for reason, n in res.dropped.items():
+            tr.metrics_dropped[reason] = tr.metrics_dropped.get(reason, 0) + n
+        degraded: dict[str, str] = {}
+        if res.dropped.get("engines"):
+            degraded[f"{res.target}:engines"] = (
+                f"/metrics names {res.dropped['engines']} engine label(s) that are no data-parallel rank below "
+                f"probes.vllm_http.max_engines {self.cfg.max_engines}: not judged one by one (dropped, counted)"
+            )
+        elif not res.metrics_error:
+            cleared.append(f"{res.target}:engines")
+        return Folded(res.samples, failed=failed, degraded=degraded, cleared=cleared)
 
     def close(self) -> None:
         pass

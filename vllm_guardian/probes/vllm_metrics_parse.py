@@ -9,11 +9,19 @@ except the KV usage, which is the highest engine's. Given an ``engines`` dict, t
 fills it with each engine's own progress counters and request gauges (vLLM labels them
 ``engine="0"``, ``"1"`` …), so one rank of a data-parallel server that stops while the other
 serves can be judged on its own.
+
+Bounded against a broken or hostile page (docs/design.md, Seeing: the probes): an engine label is
+a data-parallel rank, so only ``"0"`` … ``"<max_engines - 1>"`` (written as vLLM writes them) are
+kept one by one; any other label is dropped and counted (its samples still count in the whole
+server's numbers). At most ``SAMPLES_PER_ENGINE`` watched lines per engine are read: a page with
+more is refused (``PageRefused``), so the work per page stays bounded whatever it names (a real
+vLLM writes ~11 per engine).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Iterator
 
 from vllm_guardian.errors import ProbeFailed
@@ -60,7 +68,10 @@ def _check_head(text: str) -> None:
                 return
 
 
-_ENGINE = re.compile(r'engine="(\d+)"')
+_ENGINE = re.compile(r'[{,][ \t]*engine="([^"\\]*)"')
+MAX_ENGINES = 64  # engines kept one by one (probes.vllm_http.max_engines)
+SAMPLES_PER_ENGINE = 32  # watched lines read per engine before a page is refused (vLLM writes ~11)
+_RANK_DIGITS = 6
 PER_ENGINE = frozenset(
     {m.REQ_RUNNING, m.REQ_WAITING, m.ITERATIONS, m.GEN_TOKENS, m.PROMPT_TOKENS, m.SUCCESS}
 )  # what progress and pending work are judged on, per engine
@@ -85,12 +96,43 @@ def _watched_samples(text: str) -> Iterator[tuple[str, str, str]]:
         yield match.group(1), rest.group(2), rest.group(1) or ""
 
 
-def parse_vllm_metrics(text: str, engines: dict[str, dict[str, float]] | None = None) -> dict[str, float]:
-    """Return ``{series name: value}`` for the watched metrics present in ``text``; ``engines``,
-    when given, gets ``{engine label: {series name: value}}`` of ``PER_ENGINE`` series.
+class PageRefused(ProbeFailed):
+    """A page refused for its size (``reason``: ``too_many_samples``, ``page_too_large``): counted
+    under that reason, unlike a page that is simply not Prometheus text."""
 
-    Raises ``ProbeFailed`` for a page that is not Prometheus text (HTML, truncated
-    mid-line, binary) or whose watched lines are not samples.
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class MetricsPage:
+    """What one page says: the whole server's numbers, each kept engine's own, and how many
+    engine labels were dropped."""
+
+    values: dict[str, float]  # series name -> value, summed (or the max) over every label set
+    engines: dict[str, dict[str, float]] = field(default_factory=dict)  # rank label -> PER_ENGINE values
+    engines_dropped: int = 0  # distinct engine labels that are no rank below max_engines
+
+
+def is_rank(label: str, max_engines: int) -> bool:
+    """An engine label as vLLM writes a data-parallel rank below ``max_engines`` (``"0"``, ``"7"``;
+    not ``"07"``, ``"+7"`` nor other digits than ASCII)."""
+    return (
+        0 < len(label) <= _RANK_DIGITS
+        and label.isascii()
+        and label.isdigit()
+        and (label == "0" or label[0] != "0")
+        and int(label) < max_engines
+    )
+
+
+def read_page(text: str, max_engines: int = MAX_ENGINES) -> MetricsPage:
+    """The watched numbers of ``text``, the whole server's and each kept engine's.
+
+    Raises ``ProbeFailed`` for a page that is not Prometheus text (HTML, truncated mid-line,
+    binary) or whose watched lines are not samples, ``PageRefused`` for one with more than
+    ``SAMPLES_PER_ENGINE`` watched lines per engine kept.
     """
     stripped = text.lstrip()
     if not stripped:
@@ -101,19 +143,38 @@ def parse_vllm_metrics(text: str, engines: dict[str, dict[str, float]] | None = 
         # The exposition format ends every line with \n; a page without it was cut short.
         raise ProbeFailed("/metrics page is truncated (no final newline)")
     _check_head(text)
+    most = SAMPLES_PER_ENGINE * max(1, max_engines)
     found: dict[str, list[float]] = {}
-    for name, raw, labels in _watched_samples(text):
+    engines: dict[str, dict[str, float]] = {}
+    dropped: set[str] = set()
+    for n, (name, raw, labels) in enumerate(_watched_samples(text), 1):
+        if n > most:
+            raise PageRefused(
+                "too_many_samples",
+                f"/metrics page refused: more than {most} samples of the watched metrics "
+                f"({SAMPLES_PER_ENGINE} per engine, probes.vllm_http.max_engines {max_engines})",
+            )
         try:
             value = float(raw)
         except ValueError:
             raise ProbeFailed(f"unparsable /metrics page: {name} has value {raw[:40]!r}") from None
         found.setdefault(LEGACY.get(name, name), []).append(value)
         series = WATCHED[LEGACY.get(name, name)][0]
-        if engines is not None and series in PER_ENGINE and (e := _ENGINE.search(labels)):
-            per = engines.setdefault(e.group(1), {})
+        if series in PER_ENGINE and (e := _ENGINE.search(labels)):
+            label = e.group(1)
+            if not is_rank(label, max_engines):
+                dropped.add(label)
+                continue
+            per = engines.setdefault(label, {})
             per[series] = per.get(series, 0.0) + value  # one engine's labels may split a family
     out: dict[str, float] = {}
     for name, values in found.items():
         series, how = WATCHED[name]
         out[series] = max(values) if how == _MAX else sum(values)
-    return out
+    return MetricsPage(out, engines, len(dropped))
+
+
+def parse_vllm_metrics(text: str, max_engines: int = MAX_ENGINES) -> dict[str, float]:
+    """The whole server's numbers of ``text`` (``read_page(...).values``): ``{series name: value}``
+    for the watched metrics present."""
+    return read_page(text, max_engines).values

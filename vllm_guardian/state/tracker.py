@@ -13,7 +13,7 @@ on purpose: a pause or sleep the server reports, an operator's drain the loop ha
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from vllm_guardian.detectors.view import TargetState
@@ -71,8 +71,11 @@ class TrackedTarget:
     hold: str | None = None  # "paused" / "sleeping": on purpose, said by the server (/is_paused, /is_sleeping)
     hold_since: float | None = None
     hold_ended: float | None = None  # when the last hold ended (the resume grace runs from it)
+    held_since: float | None = None  # start of the unbroken run of holds, each begun within the grace of the last
     drained_since: float | None = None  # out of rotation by the operator (`guardian drain`) since
     drain_ended: float | None = None  # when the operator's last drain ended (`guardian undrain`)
+    # reason -> count of what its /metrics pages lost (probes/vllm_http.py): engines, refused pages
+    metrics_dropped: dict[str, int] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -163,7 +166,7 @@ class Tracker:
                 tr.ready, tr.ready_since = False, None
                 tr.starting_since = now
                 tr.answered = False
-                tr.hold, tr.hold_since, tr.hold_ended = None, None, None
+                tr.hold, tr.hold_since, tr.hold_ended, tr.held_since = None, None, None, None
                 tr.api_alive, tr.gone_since = True, None
                 tr.engine_seen = False
                 tr.canary_in_flight_since = None
@@ -260,6 +263,8 @@ class Tracker:
         if hold == tr.hold:
             return None
         was, since = tr.hold, tr.hold_since
+        if hold is not None and was is None and not self._in_grace(tr.hold_ended, now):
+            tr.held_since = now  # a new run of holds (a pause begun within the last one's grace continues it)
         tr.hold, tr.hold_since = hold, (now if hold else None)
         if was is not None:
             tr.hold_ended = now
@@ -268,6 +273,9 @@ class Tracker:
                 f"{was} for {now - (since or now):.0f}s, resumed (hang detectors wait {self.lifecycle.resume_grace:g}s)"
             )
         return f"{hold} on purpose (the server says so): hang detectors stand down"
+
+    def _in_grace(self, ended: float | None, now: float) -> bool:
+        return ended is not None and now - ended < self.lifecycle.resume_grace
 
     def operator_drain(self, name: str, drained: bool, now: float) -> str | None:
         """Whether the operator has the target drained (``guardian drain``, until ``guardian
@@ -299,6 +307,7 @@ class Tracker:
             hold=tr.hold,
             hold_since=tr.hold_since,
             hold_ended=tr.hold_ended,
+            held_since=tr.held_since if tr.hold is not None or self._in_grace(tr.hold_ended, now) else None,
             drained=tr.drained_since is not None,
             drain_ended=tr.drain_ended,
         )

@@ -2,22 +2,31 @@
 request per connection, e.g. ``{"cmd": "status"}`` → the latest status document.
 
 It only reads the status the loop published (an immutable snapshot), so a slow
-client can never stall the tick loop. A client has ``read_timeout`` seconds to send
-its request line, and at most ``max_clients`` connections are served at once; one
-more is closed at once (the client sees the connection end), so idle or hostile
-clients cannot pile up threads.
+client can never stall the tick loop. Bounded against clients that misbehave as the HTTP
+listener is (``surface/connection_slots.py``): a client has one deadline, ``read_timeout``
+seconds from its connection, to send its whole request line (a client trickling a byte at a time
+is cut there: a per-read timeout would let it hold its thread for ever), and at most
+``max_clients`` connections are served at once. When they are all taken, the oldest one still
+sending its request is cut for the newcomer (``evicted``), so trickling clients cannot keep the
+operator out; when all are being answered, the newcomer is closed at once (``refused``: the
+client sees the connection end). What was dropped is counted (``status_section``: the status's
+``listeners.socket``).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import socket
 import socketserver
 import threading
+import time
 from typing import Any, Callable
 
 from vllm_guardian.errors import GuardianError
+from vllm_guardian.host.http import DeadlineReader
+from vllm_guardian.surface.connection_slots import ConnectionCounts, ConnectionSlots
 
 MAX_REQUEST = 64 * 1024
 READ_TIMEOUT = 5.0
@@ -28,16 +37,20 @@ class _Handler(socketserver.StreamRequestHandler):
     server: _Server
 
     def setup(self) -> None:
-        self.request.settimeout(self.server.read_timeout)
         super().setup()
+        deadline = time.monotonic() + self.server.read_timeout
+        self.rfile = io.BufferedReader(DeadlineReader(self.request, deadline, self.server.slots.timed_out))
 
     def handle(self) -> None:
         try:
             line = self.rfile.readline(MAX_REQUEST)
-        except OSError:  # no request within the read timeout: drop the client
+        except OSError:  # its deadline passed (counted), or it was cut for a newcomer
             return
+        if not line:
+            return  # the client closed (or was cut for a newcomer) before sending anything
+        self.server.slots.answering(self.request)
         try:
-            req = json.loads(line or b"{}")
+            req = json.loads(line)
             if not isinstance(req, dict):
                 raise ValueError("request must be a JSON object")
             reply = self.server.dispatch(req)
@@ -45,7 +58,11 @@ class _Handler(socketserver.StreamRequestHandler):
             reply = {"ok": False, "error": str(e)}
         except Exception as e:  # noqa: BLE001 - a bad request gets an error, never a crash
             reply = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-        self.wfile.write(json.dumps(reply, default=str).encode() + b"\n")
+        try:
+            self.request.settimeout(self.server.read_timeout)  # the whole answer (sendall), however slow the reader
+            self.wfile.write(json.dumps(reply, default=str).encode() + b"\n")
+        except OSError:  # the client left, or reads too slowly: its answer is dropped
+            pass
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -53,26 +70,23 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     dispatch: Callable[[dict], Any]  # set by ControlSocket.start
     block_on_close = False
     read_timeout = READ_TIMEOUT
-
-    def set_limits(self, read_timeout: float, max_clients: int) -> None:
-        self.read_timeout = read_timeout
-        self._slots = threading.BoundedSemaphore(max_clients)
+    slots: ConnectionSlots  # set by ControlSocket.start
 
     def process_request(self, request, client_address) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)  # too many at once: this one is closed, not queued
+        if not self.slots.admit(request):
+            self.shutdown_request(request)  # all being answered: this one is closed, not queued
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self.slots.release(request)
             raise
 
     def process_request_thread(self, request, client_address) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self.slots.release(request)
 
 
 class ControlSocket:
@@ -88,8 +102,13 @@ class ControlSocket:
         self.read_timeout = read_timeout
         self.max_clients = max_clients
         self.handlers = handlers
+        self.slots = ConnectionSlots(max_clients)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+
+    def status_section(self) -> ConnectionCounts:
+        """Connections dropped so far, by reason."""
+        return self.slots.counts()
 
     def start(self) -> None:
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
@@ -98,7 +117,8 @@ class ControlSocket:
                 raise OSError(f"another guardian is listening on {self.path}")
             os.unlink(self.path)  # stale socket of a guardian that died
         server = _Server(self.path, _Handler)
-        server.set_limits(self.read_timeout, self.max_clients)
+        server.read_timeout = self.read_timeout
+        server.slots = self.slots
         os.chmod(self.path, 0o660)
         server.dispatch = self._dispatch
         self._server = server

@@ -18,7 +18,7 @@ Snapshot fields read:
   ``server_files.refused[setting]`` (files refused on a server's behalf: ``host.server_files``);
 - ``probes[name].{runs, failures, overruns, last_duration_s, mean_duration_s}``;
 - ``targets[]``: ``name``, ``model``, ``source``, ``phase``, ``ready``, ``serving``, ``other_listeners``,
-  ``health.status``, ``gates.health_score``,
+  ``health.status``, ``gates.health_score``, ``metrics_dropped[reason]``,
   ``engine.{steps_per_s, requests_running, requests_waiting, kv_cache_usage}``,
   ``canary.{ok, latency_s}``, ``processes[].{pid, role, cpu_ratio, rss_bytes, threads,
   hottest_thread.{cpu_ratio, voluntary_per_s, involuntary_per_s}}``,
@@ -30,6 +30,7 @@ Snapshot fields read:
   device, counted by kind only);
 - ``actions.outcomes[outcome]`` and ``actions.restarts[target][outcome]``;
 - ``alerts.{spooled, dropped_total}`` (the alert sink's section);
+- ``listeners[listener].{refused, evicted, timed_out}`` (the control socket's and HTTP listener's);
 - ``kubernetes.failures[call]`` (the Kubernetes publisher's failed API calls);
 - ``gates.{reports, reports_dropped, fingerprints_dropped, fingerprints_deleted}`` (external gate
   reports, other nodes' L4 fingerprint entries);
@@ -49,6 +50,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
 from vllm_guardian.model import Kind
+from vllm_guardian.surface.connection_slots import DROP_REASONS
 
 if TYPE_CHECKING:
     from vllm_guardian.state.selfstats import SelfStats
@@ -106,6 +108,14 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "gauge",
         ("target",),
         "Sockets listening on the target's port that do not serve its URL (another address or family).",
+    ),
+    (
+        "guardian_target_metrics_dropped_total",
+        "counter",
+        ("target", "reason"),
+        "What the guardian dropped of a target's input, by reason: engines (engine labels that are no "
+        "data-parallel rank below probes.vllm_http.max_engines), page_too_large, too_many_samples (pages "
+        "refused), series (samples past the series store's cap per target).",
     ),
     (
         "guardian_target_health_score",
@@ -224,6 +234,14 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "change, a hard link, not a regular file), by the setting that names them.",
     ),
     (
+        "guardian_listener_connections_dropped_total",
+        "counter",
+        ("listener", "reason"),
+        "Connections a listener (socket: the control socket, http: the HTTP listener) dropped, by reason: "
+        "refused (all being answered), evicted (cut while still sending, for a newcomer), timed_out (its "
+        "request not read whole within the deadline).",
+    ),
+    (
         "guardian_kubernetes_failures_total",
         "counter",
         ("call",),
@@ -331,6 +349,9 @@ def _snapshot_metrics(f: _Families, s: StatusSnapshot) -> None:
     if s.alerts is not None:
         f.add("guardian_alerts_spooled", (), s.alerts.spooled)
         f.add("guardian_alerts_dropped_total", (), s.alerts.dropped_total)
+    for listener, counts in (s.listeners or {}).items():
+        for reason in DROP_REASONS:
+            f.add("guardian_listener_connections_dropped_total", (listener, reason), getattr(counts, reason))
     if s.kubernetes is not None:
         for call, n in s.kubernetes.failures.items():
             f.add("guardian_kubernetes_failures_total", (call,), n)
@@ -399,6 +420,8 @@ def _target_metrics(f: _Families, t: TargetStatus) -> None:
         f.add("guardian_target_health_ok", tl, t.health.status == 200)
     if t.gates is not None:
         f.add("guardian_target_health_score", tl, t.gates.health_score)
+    for reason, n in t.metrics_dropped.items():
+        f.add("guardian_target_metrics_dropped_total", (name, reason), n)
     eng = t.engine
     f.add("guardian_engine_steps_per_second", tl, eng.steps_per_s)
     f.add("guardian_engine_requests_running", tl, eng.requests_running)

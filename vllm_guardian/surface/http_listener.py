@@ -14,7 +14,9 @@ threads, so a slow client can never stall a tick. Every handler answers from mem
 
 Bounded against clients that misbehave: each connection has one deadline for its whole request
 (``request_deadline``), so a client trickling a byte at a time cannot hold a thread past it (a
-per-read timeout would let it hold one forever); at most ``max_connections`` are open at once.
+per-read timeout would let it hold one forever; one that runs out is counted ``timed_out``); at
+most ``max_connections`` are open at once (the control socket's policy, ``surface/connection_slots.py``,
+kept here in a TLS-aware form: a cut must reach the plain socket under a TLS one).
 When they are all taken, the oldest connection still sending its request (open at least
 ``evict_after`` seconds) is cut for the new one (``evicted``): a request is read in
 milliseconds and answered from memory, so the connections still sending are the trickles, and
@@ -50,6 +52,7 @@ from prometheus_client.registry import CollectorRegistry
 from vllm_guardian.errors import CannotStart, ConfigError
 from vllm_guardian.host.http import DeadlineReader
 from vllm_guardian.host.tls import finish_handshake, server_socket
+from vllm_guardian.surface.connection_slots import ConnectionCounts
 from vllm_guardian.surface.http_stats import HttpCounters
 from vllm_guardian.surface.web_auth import Verdict
 
@@ -228,7 +231,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        self.rfile = io.BufferedReader(DeadlineReader(self.connection, self.conn.deadline))
+        self.rfile = io.BufferedReader(DeadlineReader(self.connection, self.conn.deadline, self._timed_out))
+
+    def _timed_out(self) -> None:
+        self.server.api.counters.refuse("timed_out", self.conn.peer, "request not read whole within its deadline")
 
     def _allowed(self, send_body: bool) -> bool:
         """Basic auth, when the web config has users: True to go on; else the refusal is sent."""
@@ -373,6 +379,11 @@ class HttpListener:
     def evicted(self) -> int:
         """Connections cut to make room: still sending their request while all slots were taken."""
         return self.counters.refused["evicted"]
+
+    def status_section(self) -> ConnectionCounts:
+        """The status's ``listeners.http`` (the same counts as the control socket's)."""
+        r = self.counters.refused
+        return ConnectionCounts(r["full"], r["evicted"], r["timed_out"])
 
     # ---------------------------------------------------------------- answers (pure of sockets)
     def healthz(self) -> tuple[int, dict[str, Any]]:

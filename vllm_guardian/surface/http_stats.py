@@ -2,7 +2,8 @@
 status --json``; the exporter's ``guardian_http_*`` families read it).
 
 Counts, by reason: the connections closed before a request was answered (``full``: every slot
-was being answered; ``evicted``: cut while still sending to make room; ``tls_handshake``: the TLS
+was being answered; ``evicted``: cut while still sending to make room; ``timed_out``: the
+request was not read whole within its deadline; ``tls_handshake``: the TLS
 handshake failed, plaintext to the TLS port, no or a bad client certificate, too slow) and the
 requests refused by basic auth (``web_auth.Verdict``). The first of each reason is logged as a
 warning with the client's address and why, later ones at debug level only: a flood cannot flood
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 
 from vllm_guardian.surface.web_security import WebConfigStatus, WebSecurity
 
-REFUSALS = ("full", "evicted", "tls_handshake")  # present from the start (0), so a rate works at once
+REFUSALS = ("full", "evicted", "timed_out", "tls_handshake")  # present from the start (0), so a rate works at once
 AUTH_FAILURES = ("no_credentials", "bad_credentials", "busy")
 
 

@@ -18,6 +18,14 @@ formatted line, a traceback included, through ``scrub`` (the secret values it ho
 
 The JSON and logfmt encodings are a few lines over ``json.dumps`` and one quoting rule; the
 libraries that do it (python-json-logger, logfmter) would add a dependency for no behaviour.
+
+One record is one line whatever its message holds: messages carry strings from outside (a model
+id, an answer, a header) that may hold a newline, a carriage return, U+2028/U+2029 (line breaks
+to ``str.splitlines`` and to many log viewers), bidi overrides or other characters that are not
+printable. ``text`` writes each such character as an escape (``\n``, ``\x1b``, ``\u2028``:
+``escape``) and indents a traceback's lines under its record, so no line can pass for a record
+of its own; ``json`` and ``logfmt`` keep the message as it was but write every such character as
+a JSON escape (``\u2028``), which ``json.dumps`` leaves raw above U+007F.
 """
 
 from __future__ import annotations
@@ -40,6 +48,41 @@ _SYSLOG_PRIORITY = {"DEBUG": 7, "INFO": 6, "WARNING": 4, "ERROR": 3, "CRITICAL":
 def log_fields(target: str | None = None, incident: str | None = None, kind: str | None = None) -> dict[str, Any]:
     """``extra=`` for a log call about a target / incident / kind: the keys json and logfmt show."""
     return {k: v for k, v in (("target", target), ("incident", incident), ("kind", kind)) if v is not None}
+
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+CONTINUATION = "  "  # before each line of a traceback under its record (a record starts at column 0)
+
+
+def _char_escape(c: str) -> str:
+    o = ord(c)
+    return _NAMED.get(c) or (f"\\x{o:02x}" if o <= 0xFF else f"\\u{o:04x}" if o <= 0xFFFF else f"\\U{o:08x}")
+
+
+def escape(text: str) -> str:
+    """``text`` with every character that is not printable (``str.isprintable``: controls, line and
+    paragraph separators, format characters such as bidi overrides, lone surrogates; a space is
+    printable) written as a Python-style escape: on one line, showing what it holds."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _char_escape(c) for c in text)
+
+
+def _json_escape(c: str) -> str:
+    o = ord(c)
+    if o <= 0xFFFF:
+        return f"\\u{o:04x}"
+    o -= 0x10000
+    return f"\\u{0xD800 + (o >> 10):04x}\\u{0xDC00 + (o & 0x3FF):04x}"
+
+
+def json_text(value: Any) -> str:
+    """``json.dumps`` without ``ensure_ascii`` (readable non-ASCII), but with every character that is
+    not printable written as a JSON escape (it leaves U+2028, U+0085, bidi overrides raw)."""
+    text = json.dumps(value, default=str, ensure_ascii=False)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _json_escape(c) for c in text)
 
 
 def _rfc3339(t: float) -> str:
@@ -65,14 +108,14 @@ def record_fields(record: logging.LogRecord) -> dict[str, Any]:
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        return json.dumps(record_fields(record), default=str, ensure_ascii=False)
+        return json_text(record_fields(record))
 
 
 def logfmt_value(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     if text and not any(c in text for c in ' "=\\') and text.isprintable():
         return text
-    return json.dumps(text, ensure_ascii=False)  # quoted, with \" \\ \n escapes
+    return json_text(text)  # quoted, with \" \\ \n \u2028 escapes
 
 
 class LogfmtFormatter(logging.Formatter):
@@ -80,15 +123,39 @@ class LogfmtFormatter(logging.Formatter):
         return " ".join(f"{k}={logfmt_value(v)}" for k, v in record_fields(record).items())
 
 
-class JournalTextFormatter(logging.Formatter):
-    """Text for journald: its priority prefix, no time of its own."""
+class TextFormatter(logging.Formatter):
+    """``<time> <LEVEL> <logger>: <message>``, the message escaped (``escape``), a traceback's lines
+    escaped and indented under it."""
+
+    def __init__(self, fmt: str = "%(asctime)s %(levelname)s %(name)s: %(message)s") -> None:
+        super().__init__(fmt)
+
+    def format(self, record: logging.LogRecord) -> str:
+        return "\n".join(self.lines(record))
+
+    def lines(self, record: logging.LogRecord) -> list[str]:
+        """The record's lines: its head, then each traceback line (escaped, indented)."""
+        record.message = escape(record.getMessage())
+        if self.usesTime():
+            record.asctime = self.formatTime(record, self.datefmt)
+        out = [self.formatMessage(record)]
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        for tail in (record.exc_text, record.stack_info and self.formatStack(record.stack_info)):
+            if tail:
+                out += [CONTINUATION + escape(line) for line in tail.split("\n")]
+        return out
+
+
+class JournalTextFormatter(TextFormatter):
+    """Text for journald: its priority prefix on every line, no time of its own."""
 
     def __init__(self) -> None:
         super().__init__("%(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
         prefix = f"<{_SYSLOG_PRIORITY.get(record.levelname, 6)}>"
-        return "\n".join(prefix + line for line in super().format(record).splitlines())
+        return "\n".join(prefix + line for line in self.lines(record))
 
 
 class ScrubbingFormatter(logging.Formatter):
@@ -147,7 +214,7 @@ def formatter_for(fmt: str, stream: TextIO, environ: Mapping[str, str]) -> loggi
         raise ValueError(f"log format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if under_journald(stream, environ):
         return JournalTextFormatter()
-    return logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return TextFormatter()
 
 
 def setup_logging(

@@ -34,6 +34,7 @@ from vllm_guardian.state.device_faults import DeviceFaultStatus
 from vllm_guardian.state.selfstats import GuardianSelf, ProbeCounters
 from vllm_guardian.state.tracker import CanaryStatus, HealthStatus
 from vllm_guardian.surface.http_stats import HttpStatus
+from vllm_guardian.surface.connection_slots import ConnectionCounts
 from vllm_guardian.surface.kube_publisher import KubernetesStatus
 from vllm_guardian.surface.status_codec import decode, plain
 
@@ -72,6 +73,9 @@ class TargetStatus:
     port_verified: bool = True  # False: matched by its command line alone, never restarted automatically
     other_listeners: int = 0  # sockets on its port that do not serve its URL (a neighbour's; ignored)
     auto_remediation: str = "on"  # or "off (<why>)": maintenance, autodiscovered, port not verified, budget
+    # reason -> count of what the guardian dropped of its input (engines, page_too_large, too_many_samples,
+    # series): probes/vllm_http.py, series/store.py
+    metrics_dropped: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,9 @@ class CapabilitiesStatus:
 
 #: Node sections of parts that may not be wired (no gates, no Kubernetes, ``guardian probe``):
 #: ``None`` leaves the key out of the document.
-OPTIONAL_SECTIONS = frozenset({"gates", "device_faults", "alerts", "config", "api_keys", "kubernetes", "http", "trust"})
+OPTIONAL_SECTIONS = frozenset(
+    {"gates", "device_faults", "alerts", "config", "api_keys", "kubernetes", "http", "trust", "listeners"}
+)
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,8 @@ class StatusSnapshot:
     kubernetes: KubernetesStatus | None = None  # the Kubernetes publisher
     http: HttpStatus | None = None  # the HTTP listener: refusals, its web config
     trust: TrustStatus | None = None  # the trust keys in force (ids only) and the control channel's messages
+    # "socket" (the control socket), "http" (the HTTP listener) -> connections dropped, by reason
+    listeners: Mapping[str, ConnectionCounts] | None = None
     capabilities: CapabilitiesStatus = field(default_factory=CapabilitiesStatus)
     server_files: ServerFilesStatus = field(default_factory=ServerFilesStatus)  # refused on a server's behalf
     schema: int = SCHEMA

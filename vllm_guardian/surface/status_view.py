@@ -31,6 +31,7 @@ from vllm_guardian.diagnosis.node_view import device_rows, with_faults
 from vllm_guardian.gates.status import TrustStatus
 from vllm_guardian.sinks.redis_sink import AlertsStatus
 from vllm_guardian.surface.http_stats import HttpStatus
+from vllm_guardian.surface.connection_slots import ConnectionCounts
 from vllm_guardian.surface.kube_publisher import KubernetesStatus
 from vllm_guardian.series import metrics as m
 from vllm_guardian.probes.procfs_status import process_section
@@ -66,6 +67,8 @@ class StatusSources:
     kubernetes: Section[KubernetesStatus] | None = None
     http: Section[HttpStatus] | None = None
     trust: Section[TrustStatus] | None = None
+    control_socket: Section[ConnectionCounts] | None = None
+    http_listener: Section[ConnectionCounts] | None = None
 
 
 def self_usage() -> tuple[float, int]:
@@ -141,7 +144,16 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
         port_verified=tr.target.port_verified,
         other_listeners=tr.target.other_listeners,
         auto_remediation=_auto_remediation(d, tr),
+        metrics_dropped=_dropped(tr, d.series.refused(name)),
     )
+
+
+def _dropped(tr: TrackedTarget, series_refused: int) -> dict[str, int]:
+    """What the guardian dropped of the target's input, by reason (none: empty)."""
+    out = {reason: n for reason, n in sorted(tr.metrics_dropped.items()) if n}
+    if series_refused:
+        out["series"] = series_refused
+    return out
 
 
 def _auto_remediation(d: Daemon, tr: TrackedTarget) -> str:
@@ -188,9 +200,16 @@ def build_status(d: Daemon, now: float) -> StatusSnapshot:
         kubernetes=_section(src.kubernetes),
         http=_section(src.http),
         trust=_section(src.trust),
+        listeners=_listeners(src),
         capabilities=CapabilitiesStatus(d.capabilities.missing()),
         server_files=d.seams.files.status_section(),
     )
+
+
+def _listeners(src: StatusSources) -> dict[str, ConnectionCounts] | None:
+    named = (("socket", src.control_socket), ("http", src.http_listener))
+    out = {name: part.status_section() for name, part in named if part is not None}
+    return out or None
 
 
 def _section(source: Section[T_co] | None) -> T_co | None:

@@ -56,6 +56,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
+from vllm_guardian.sim.vllm.engine_flood import engine_flood
 from vllm_guardian.sim.vllm.full_page import full_page_tail
 from vllm_guardian.sim.vllm import dev_mode, lm
 from vllm_guardian.sim.vllm.data_parallel import EngineGroup
@@ -110,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ignore-sigterm", action="store_true")
     p.add_argument(
         "--full-metrics", action="store_true", help="append the unwatched families of a real vLLM page (~50 KB in all)"
+    )
+    p.add_argument(
+        "--flood-engines",
+        type=int,
+        default=0,
+        help="append N engine labels never seen before to every /metrics page (hostile: sim.vllm.engine_flood)",
     )
     p.add_argument(
         "--idle-threads",
@@ -389,12 +396,19 @@ class SimApp:
     """Request → (status, body) decisions; the handler only moves bytes."""
 
     def __init__(
-        self, model: str, engine: EngineClient | EngineGroup, config: EngineConfig, full_metrics: bool = False
+        self,
+        model: str,
+        engine: EngineClient | EngineGroup,
+        config: EngineConfig,
+        full_metrics: bool = False,
+        flood_engines: int = 0,
     ) -> None:
         from prometheus_client import CollectorRegistry
 
         self.model = model
         self.full_metrics = full_metrics
+        self.flood_engines = flood_engines
+        self._flooded = 0  # engine labels named so far by --flood-engines
         self.engine = engine
         self._config = config
         self._created = int(time.time())
@@ -434,6 +448,10 @@ class SimApp:
         if self.full_metrics:
             stats = self.engine.stats
             page += full_page_tail(self.model, stats.success_stop + stats.success_length).encode()
+        if self.flood_engines:
+            with self._lock:
+                first, self._flooded = self._flooded, self._flooded + self.flood_engines
+            page += engine_flood(1000 + first, self.flood_engines, self.model).encode()
         return page
 
     def complete(self, body, rank: int | None = None) -> tuple[int, dict]:
@@ -740,7 +758,7 @@ def main(argv: list[str] | None = None) -> int:
         LOG.error("Engine core initialization failed")
         return 1
     engine.start_output_thread()
-    app = SimApp(args.model, engine, config, args.full_metrics)
+    app = SimApp(args.model, engine, config, args.full_metrics, args.flood_engines)
     try:
         api_keys = tuple(args.api_key or [os.environ.get("VLLM_API_KEY", "")])
         if args.api_server_count > 1:  # the launcher: the app behind a private port, N fronts on the real one

@@ -14,7 +14,10 @@ logs a security warning); otherwise they answer 404:
   ``POST /wake_up``; ``GET /is_sleeping`` -> ``{"is_sleeping": bool}``.
 
 ``/is_paused`` and ``/is_sleeping`` are answered by the engine's own loop (a utility call in
-vLLM): a hung engine answers neither.
+vLLM): a hung engine answers neither. With ``VLLM_SIM_PAUSE_ANSWERS=api`` the API server answers
+them from its own record of the last ``/pause``, ``/sleep``, ``/resume``, ``/wake_up`` instead (as
+vLLM's ``AsyncLLM.is_paused`` does from its own flag): an engine that hangs while paused is still
+"paused" to whoever asks.
 """
 
 from __future__ import annotations
@@ -33,13 +36,19 @@ def enabled(environ=os.environ) -> bool:
     return environ.get("VLLM_SERVER_DEV_MODE", "0") == "1"
 
 
+def answered_by_api(environ=os.environ) -> bool:
+    return environ.get("VLLM_SIM_PAUSE_ANSWERS", "engine") == "api"
+
+
 class DevMode:
     """Pause / sleep state and the endpoints; ``refusing`` says whether completions get 503."""
 
-    def __init__(self, engine) -> None:
+    def __init__(self, engine, by_api: bool | None = None) -> None:
         self.engine = engine
         self._lock = threading.Lock()
         self.refusing = False  # paused or asleep in mode abort / wait
+        self.by_api = answered_by_api() if by_api is None else by_api
+        self._told = (False, False)  # (paused, asleep) as last told by /pause, /sleep, /resume, /wake_up
 
     def post(self, path: str, query: str) -> tuple[int, dict] | None:
         q = parse_qs(query)
@@ -55,6 +64,7 @@ class DevMode:
         if path in ("/resume", "/wake_up"):
             with self._lock:
                 self.refusing = False
+                self._told = (False, False)
                 self.engine.pause(False)
             return 200, {"status": "resumed"} if path == "/resume" else {"status": "awake", "tags": None}
         return None
@@ -62,7 +72,12 @@ class DevMode:
     def get(self, path: str) -> tuple[int, dict] | None:
         if path not in ("/is_paused", "/is_sleeping"):
             return None
-        answer = self.engine.ask_paused(ASK_TIMEOUT_S)
+        if self.by_api:
+            with self._lock:
+                told_paused, told_asleep = self._told
+            answer: tuple[bool, bool] | None = (told_paused, told_paused or told_asleep)
+        else:
+            answer = self.engine.ask_paused(ASK_TIMEOUT_S)
         if answer is None:
             return 500, {"error": "engine did not answer"}
         paused, sleeping = answer
@@ -71,6 +86,7 @@ class DevMode:
     def _pause(self, mode: str, sleeping: bool) -> None:
         with self._lock:
             self.refusing = mode in ("abort", "wait")
+            self._told = (True, sleeping)
         if mode == "wait":
             while self.engine.alive and (self.engine.stats.running or self.engine.stats.waiting):
                 time.sleep(WAIT_POLL_S)
