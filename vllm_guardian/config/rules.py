@@ -13,6 +13,7 @@ import typing
 from typing import Any, Callable
 
 from vllm_guardian.config.schema import (
+    MAX_BODY,
     AlertsConfig,
     Config,
     DiscoveryConfig,
@@ -20,7 +21,6 @@ from vllm_guardian.config.schema import (
     HttpProbeConfig,
     TargetConfig,
 )
-from vllm_guardian.host.http import MAX_BODY
 from vllm_guardian.netaddr import is_hostport
 
 # Rules for fields whose schema metadata carries no 'check' (kept out of the schema).

@@ -98,6 +98,11 @@ class ProcfsProbeConfig:
     hot_cpu_ratio: float = setting(0.5, "ratio", "a process this busy gets per-thread reads")
 
 
+# The most the HTTP client reads of an answer (host/http.py): a /metrics page of a big vLLM is
+# ~100 KiB. Here, beside the setting it bounds (probes.vllm_http.max_page_bytes).
+MAX_BODY = 8 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class HttpProbeConfig:
     interval: float = setting(1.0, "positive")

@@ -25,8 +25,8 @@ from typing import Any, Callable, Mapping, Protocol
 from urllib.parse import urlsplit
 
 from vllm_guardian.errors import ProbeFailed
+from vllm_guardian.config.schema import MAX_BODY
 
-MAX_BODY = 8 * 1024 * 1024  # a /metrics page of a big vLLM is ~100 KiB; cap the read
 KEEP_IDLE_S = 3.0  # a kept connection idle longer is closed, not reused (below uvicorn's 5 s keep-alive)
 KEEP_PER_SERVER = 2  # kept connections per server (a scrape and a canary may overlap)
 

@@ -27,7 +27,8 @@ from functools import partial
 from typing import Callable, Mapping
 
 from vllm_guardian.errors import ProbeFailed
-from vllm_guardian.host.http import MAX_BODY, HttpClient, HttpError
+from vllm_guardian.config.schema import MAX_BODY
+from vllm_guardian.host.http import HttpClient, HttpError
 from vllm_guardian.model import ProcKey, Sample
 from vllm_guardian.series import metrics as m
 from vllm_guardian.probes.canary import served_model
