@@ -187,6 +187,7 @@ FULL = status(
     },
     accelerators=[{"device": "nvml:0", "backend": "nvml", "fault_health": 0}],
     device_faults={"pci:0000:3b:00": {"health": 2}},
+    accelerators_refused={"kmsg": {"not_kernel": 2, "unknown_device": 0}},  # AccelResult.refused
     kubernetes={"failures": {"TaintWant": 3}, "queue_full": 0, "node_tainted": True},  # KubePublisher.stats()
     capabilities={"missing": [{"capability": "ptrace", "why": "no CAP_SYS_PTRACE", "consequence": "no py-spy"}]},
 )
@@ -299,6 +300,8 @@ def test_describe_names_every_declared_family_without_reading_status():
         ("guardian_alerts_spooled", {}, 7.0),
         ("guardian_alerts_dropped_total", {}, 2.0),
         ("guardian_kubernetes_failures_total", {"call": "TaintWant"}, 3.0),
+        ("guardian_accelerator_input_refused_total", {"backend": "kmsg", "reason": "not_kernel"}, 2.0),
+        ("guardian_accelerator_input_refused_total", {"backend": "kmsg", "reason": "unknown_device"}, 0.0),
     ],
 )
 def test_status_fields_map_to_metric_values(name, labels, expected):
