@@ -184,7 +184,7 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "counter",
         ("backend", "reason"),
         "Accelerator backend input refused and never acted on, by backend and reason (kmsg: not_kernel, "
-        "not_driver_line, unknown_device).",
+        "not_driver_line, unknown_device; npu_smi: broken_row).",
     ),
     # incidents, actions, alerts
     ("guardian_incidents_open", "gauge", ("kind",), "Open incidents on this node, by kind."),
