@@ -28,11 +28,10 @@ Every backend samples at its own pace (procfs every tick, NVML 1 s, npu-smi 5-6 
 and freshness are judged at the series' own sampling interval (``sample_interval``: the median
 gap between its points, never less than the loop's), and the levelling-off stretch on the curve
 filled in at the loop's pace between neighbouring samples, from the read just before ready on
-(``curve_since``), so a slow backend opens
-at the windows a 1 s one opens at, whatever the phase of its reads against the growth's onset
-(judged at its own pace, a 5-6 s series needed 15-20 s of flat curve depending on that phase,
-the host series 11-12 s: a leak starting 15 s after ready opened in some runs and waited for the
-300 s cap in others).
+(``curve_since``). So a slow backend opens at the windows a 1 s one opens at, whatever the phase
+of its reads against the growth's onset (judged at its own pace, a 5-6 s series needed 15-20 s
+of flat curve depending on that phase, the host series 11-12 s: a leak starting 15 s after
+ready opened in some runs and waited for the 300 s cap in others).
 """
 
 from __future__ import annotations
