@@ -197,7 +197,7 @@ def test_an_engine_leaking_through_npu_smi_opens_accel_memory_leak_every_run_as_
     for run in range(RUNS):
         (tmp_path / f"run{run}").mkdir()
         host, accel = leak_like_the_host(tmp_path, run)
-        opened = {"host_memory_leak": host, "accel_memory_leak": accel}
+        opened = {kind: None if s is None else round(s, 1) for kind, s in (("host", host), ("accel", accel))}
         print(f"\nrun {run + 1}/{RUNS}, seconds after the onset: {opened}")
         assert host is not None, f"run {run + 1}: the host leak did not open (the scenario is broken)"
         assert accel is not None, f"run {run + 1}: accel_memory_leak did not open within 150 s (host: {host:.0f} s)"
