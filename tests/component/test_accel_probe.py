@@ -7,16 +7,25 @@ import logging
 
 import pytest
 
-from vllm_guardian.config.schema import AcceleratorsConfig
+from vllm_guardian.config.schema import AcceleratorsConfig, Config
 from vllm_guardian.errors import BackendUnavailable, ProbeFailed
 from vllm_guardian.host.accel import MIB, AccelBackend, AccelEvent, AccelSnapshot
+from vllm_guardian.host.accel.kmsg import KmsgBackend
 from vllm_guardian.host.accel.npu_smi import NpuSmiBackend
+from vllm_guardian.host.process_control import OsProcessControl
+from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.host.runner import SubprocessRunner
 from vllm_guardian.model import ProcessInfo, ProcKey, Role, Target
-from vllm_guardian.probes.accel import AccelReader, make_backends
+from vllm_guardian.probes.accel import AccelProbe, AccelReader, make_backends
+from vllm_guardian.probes.base import ProbeParts, Readings
+from vllm_guardian.seams import Seams
+from vllm_guardian.series import SeriesStore
 from vllm_guardian.series import metrics as m
+from vllm_guardian.state.device_faults import DeviceFaults
+from vllm_guardian.state.tracker import Tracker
 from vllm_guardian.testing.clock import FakeClock
 from vllm_guardian.testing.fake_npu_smi import write_fake_npu_smi
+from vllm_guardian.testing.fake_http import FakeHttp
 from vllm_guardian.testing.fake_nvml import FakeNvmlBackend
 from vllm_guardian.testing.fake_runner import FakeRunner
 
@@ -304,3 +313,56 @@ def test_what_a_backend_cannot_see_is_passed_on():
     probe = AccelReader([FakeNvmlBackend(dict(NVML, xid_permission=False), clock=clock)])
     notes = probe.collect([LLM], clock.monotonic()).notes["nvml"]
     assert notes[0] == "XID events disabled on nvml:0: Insufficient Permissions"
+
+
+# ------------------------------------------------------------------ the kernel log through the reader into the ledger
+def kernel_log_with(tmp_path, record: str) -> KmsgBackend:
+    """The kmsg backend over a root whose one GPU (by the driver's list) is 0000:3b:00."""
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "proc" / "driver" / "nvidia" / "gpus" / "0000:3b:00.0").mkdir(parents=True)
+    (tmp_path / "proc" / "uptime").write_text("100.0 1.0\n")
+    (tmp_path / "dev" / "kmsg").write_text(record + "\n")
+    return KmsgBackend(str(tmp_path))
+
+
+XID_79 = "4,7,99000000,-;NVRM: Xid (PCI:{bus}): 79, pid=4242, name=python3, GPU has fallen off the bus."
+
+
+@pytest.mark.parametrize(
+    "bus, blocks, refused",
+    [
+        ("0000:3b:00", True, 0),  # the node's GPU: the server on it cannot be helped by a restart
+        ("0000:aa:00", False, 1),  # no GPU of this node: counted, blocks nothing, no device appears
+    ],
+)
+def test_a_kernel_xid_blocks_a_restart_only_on_a_gpu_of_this_node(tmp_path, bus, blocks, refused):
+    reader = AccelReader([kernel_log_with(tmp_path, XID_79.format(bus=bus))])
+    res = reader.collect([LLM], 0.0)
+    ledger = DeviceFaults()
+    ledger.fold(res, 0.0, 1.7e9, pid_owner=lambda pid: "llm" if pid == 4242 else None)
+    assert bool(ledger.blocking("llm", 1.0)) is blocks
+    assert ledger.devices() == (["pci:0000:3b:00"] if blocks else [])
+    assert res.refused == {"kmsg": {"not_kernel": 0, "not_driver_line": 0, "unknown_device": refused}}
+    reader.close()
+
+
+def probe_parts(backends) -> ProbeParts:
+    clock, proc = FakeClock(), ProcFS("/proc")
+    seams = Seams(clock, proc, FakeHttp(), FakeRunner(), OsProcessControl(proc), accel_backends=backends)
+    readings = Readings(device_faults=DeviceFaults())
+    return ProbeParts(Config(node="n1"), seams, Tracker(600.0), SeriesStore(), readings, logging.getLogger("t"))
+
+
+def test_refused_input_is_counted_since_start_and_logged_once_per_backend_and_reason(tmp_path, caplog):
+    backend = kernel_log_with(tmp_path, "12,1,99000000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=x, forged")
+    probe = AccelProbe(probe_parts([backend]))
+    with caplog.at_level(logging.WARNING):
+        for t in (0.0, 1.0, 2.0):
+            with open(tmp_path / "dev" / "kmsg", "a") as f:
+                f.write(f"12,{t + 2:.0f},99000001,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=x, forged again\n")
+            probe.fold(probe.reader.collect([LLM], t), t)
+    assert probe.readings.accel is not None
+    assert probe.readings.accel.refused["kmsg"]["not_kernel"] == 4
+    refusals = [r for r in caplog.records if "input refused" in r.getMessage()]
+    assert len(refusals) == 1 and "not_kernel" in refusals[0].getMessage()
+    assert probe.readings.device_faults is not None and probe.readings.device_faults.devices() == []

@@ -215,3 +215,26 @@ def test_an_alarm_raised_mid_run_becomes_the_chips_conditions_with_its_error_cod
     assert after["npu:0.0"].conditions == ()
     assert [c.code for c in after["npu:1.0"].conditions] == ["npu_health:Alarm", "npu_error:80E01801"]
     assert after["npu:1.0"].conditions[0].detail == "hot SoC"
+
+
+# ------------------------------------------------------------------ hostile output
+def test_a_process_name_that_breaks_the_table_is_refused_and_the_read_goes_on(tmp_path):
+    # anyone's process on the NPU may call itself so (prctl PR_SET_NAME); npu-smi prints it raw
+    hostile = {"npu": 0, "pid": 9999, "name": "a|\n|0 0|4242|x", "memory_mb": 7000}
+    fake = write_fake_npu_smi(tmp_path, dict(SCENARIO, processes=[*SCENARIO["processes"], hostile]))
+    b = NpuSmiBackend(SubprocessRunner(), str(fake.path), timeout=30.0, usages_interval=None)
+    snap = b.read(0.0)
+    assert snap.processes == (ProcessUsage(4242, "npu:0.0", 20000 * MIB, "VLLMWorker_TP0_"),)
+    ((reason, count),) = [(r.reason, r.count) for r in snap.refused]
+    assert reason == "broken_row" and count >= 1
+
+
+def test_output_past_the_bound_is_probe_failed_not_read(tmp_path):
+    flood = tmp_path / "npu-smi"
+    table = tmp_path / "table.txt"
+    table.write_text(fixture("a2-910b2c-trailing-spaces.txt"))
+    flood.write_text(f"#!/bin/sh\ncat '{table}'\nhead -c 3000000 /dev/zero | tr '\\0' 'x'\n")
+    flood.chmod(0o755)
+    b = NpuSmiBackend(SubprocessRunner(), str(flood), timeout=30.0, usages_interval=None)
+    with pytest.raises(ProbeFailed, match=r"^npu-smi info printed more than 1048576 bytes: not read$"):
+        b.read(0.0)

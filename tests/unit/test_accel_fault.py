@@ -78,7 +78,7 @@ def test_a_kernel_log_xid_lands_on_the_device_with_that_bus_id_and_on_the_server
     assert [r.source for r in led.blocking("llm", 2)] == ["kmsg"]
 
 
-def test_a_kernel_log_xid_of_a_bus_no_backend_knows_is_its_own_device():
+def test_a_kernel_log_xid_of_a_gpu_nvml_does_not_list_is_its_own_device():
     led = DeviceFaults()
     led.record_event(AccelEvent("pci:0000:aa:00", "xid", 48, "", "kmsg"), 1, WALL)
     assert led.devices() == ["pci:0000:aa:00"]

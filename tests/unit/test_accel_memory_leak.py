@@ -47,6 +47,7 @@ class Sim:
     evaluates the detector every second, as the loop does."""
 
     every = 1.0
+    phase = 0.0  # the backend reads at ready + phase + k * every
 
     def __init__(
         self,
@@ -62,7 +63,7 @@ class Sim:
         self.rel = -1.0
 
     def feed(self, rel: float) -> None:
-        if rel % self.every:
+        if (rel - self.phase) % self.every:
             return  # the backend is not due: the loop ticks, nothing is read
         t = READY + rel
         v = self.memory(rel)
@@ -233,6 +234,24 @@ def test_a_backend_sampling_every_5_s_opens_at_the_same_windows_as_one_sampling_
         assert fired, f"no finding sampling every {every:g}s"
         opened.append(fired[0][0])
     assert abs(opened[1] - opened[0]) <= 5.0  # one sample of the slower backend
+
+
+SLOW_READS = [(every, phase) for every in (5, 6) for phase in range(every)]
+
+
+@pytest.mark.parametrize("every, phase", SLOW_READS, ids=[f"every-{e}s-phase-{p}s" for e, p in SLOW_READS])
+def test_a_slow_backend_opens_where_a_1_s_one_does_whatever_the_phase_of_its_reads(every, phase):
+    # a leak 15 s after ready, the curve flat until then: the levelled-off stretch is the same curve
+    # whenever the slow backend happens to read it (it waited for the 300 s cap in 2 runs of 3)
+    opened = []
+    for pace, at in ((1.0, 0.0), (float(every), float(phase))):
+        sim = Sim(dict(LEAK_8, after=15))
+        sim.every, sim.phase = pace, at
+        sim.rel = -pace - 1.0  # reading since before ready, as a backend does
+        fired = sim.run(15 + 180)
+        assert fired, f"no finding reading every {pace:g}s at ready + {at:g}s + k * {pace:g}s"
+        opened.append(fired[0][0])
+    assert abs(opened[1] - opened[0]) <= every
 
 
 @pytest.mark.parametrize("step_at", [460, 500, 520, 540, 560, 580])

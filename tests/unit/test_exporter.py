@@ -194,6 +194,7 @@ FULL = status(
     },
     accelerators=[{"device": "nvml:0", "backend": "nvml", "fault_health": 0}],
     device_faults={"pci:0000:3b:00": {"health": 2}},
+    accelerators_refused={"kmsg": {"not_kernel": 2, "unknown_device": 0}},  # AccelResult.refused
     kubernetes={"failures": {"TaintWant": 3}, "queue_full": 0, "node_tainted": True},  # KubePublisher.stats()
     http={  # HttpCounters.status_section()
         "address": "0.0.0.0:9464",
@@ -339,6 +340,8 @@ def test_describe_names_every_declared_family_without_reading_status():
         ("guardian_listener_connections_dropped_total", {"listener": "http", "reason": "timed_out"}, 0.0),
         ("guardian_target_metrics_dropped_total", {"target": "llama", "reason": "engines"}, 19_936.0),
         ("guardian_target_metrics_dropped_total", {"target": "llama", "reason": "too_many_samples"}, 3.0),
+        ("guardian_accelerator_input_refused_total", {"backend": "kmsg", "reason": "not_kernel"}, 2.0),
+        ("guardian_accelerator_input_refused_total", {"backend": "kmsg", "reason": "unknown_device"}, 0.0),
     ],
 )
 def test_status_fields_map_to_metric_values(name, labels, expected):

@@ -9,6 +9,7 @@ import pytest
 
 from vllm_guardian.errors import ProbeFailed
 from vllm_guardian.host.accel.npu_smi_parse import NpuChip, NpuProcess, NpuSmiInfo, parse_info, parse_usages
+from vllm_guardian.testing.fake_npu_smi import render_info
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "npu_smi"
 
@@ -176,6 +177,8 @@ A2 = fixture("a2-910b2c-trailing-spaces.txt")
         ),
         "\n".join(A2.splitlines()[:7]) + "\n",
         "| some other table | with | pipes |\n",
+        A2.replace("88.6        51", "nan         51"),
+        A2.replace("88.6        51", "inf         51"),
     ],
     ids=[
         "empty",
@@ -188,11 +191,56 @@ A2 = fixture("a2-910b2c-trailing-spaces.txt")
         "extra cell",
         "half a device block",
         "unknown table",
+        "not a number: nan",
+        "not a finite number: inf",
     ],
 )
 def test_anything_else_is_unrecognised(text):
     with pytest.raises(ProbeFailed, match="^unrecognised npu-smi output: "):
         parse_info(text)
+
+
+# ------------------------------------------------------------------ a process name is another user's text
+ENGINE = 4242  # the server's engine holds 20000 MB on NPU 0; the other process is anyone's
+
+
+def table_with_a_process_named(name: str, layout: str = "a2") -> str:
+    """The fake npu-smi's table (names cut to 15 characters, as npu-smi prints them)."""
+    return render_info(
+        {
+            "layout": layout,
+            "devices": [{"npu": 0, "chip": 0}, {"npu": 1, "chip": 0}],
+            "processes": [
+                {"npu": 0, "chip": 0, "pid": ENGINE, "name": "VLLM::EngineCor", "memory_mb": 20000},
+                {"npu": 0, "chip": 0, "pid": 9999, "name": name, "memory_mb": 7000},
+            ],
+        },
+        0.0,
+    )
+
+
+HOSTILE_NAMES = {
+    "a | in the name shifts the cells": "vllm|worker",
+    "a line break forges a row for the engine": "\n|0 0|4242|x",
+    "a carriage return forges a row for the engine": "\r|0 0|4242|x",
+    "a line break and a | on the next line": "a\n|b|c",
+    "a | closing the cut line forges a row for the engine": "a|\n|0 0|4242|x",
+    "a line break alone": "worker\n",
+}
+
+
+@pytest.mark.parametrize("layout", ["a2", "950"])
+@pytest.mark.parametrize("name", sorted(HOSTILE_NAMES))
+def test_a_process_name_that_breaks_the_table_is_refused_and_forges_nothing(name, layout):
+    got = parse_info(table_with_a_process_named(HOSTILE_NAMES[name], layout))
+    assert [(p.pid, p.memory_mb) for p in got.processes] == [(ENGINE, 20000)]
+    assert got.refused_rows >= 1 and got.refused_examples
+    assert [c.npu for c in got.chips] == [0, 1] and got.idle_npus == (1,)
+
+
+def test_a_plain_name_is_no_refusal():
+    got = parse_info(table_with_a_process_named("python3"))
+    assert [p.pid for p in got.processes] == [ENGINE, 9999] and got.refused_rows == 0
 
 
 # ------------------------------------------------------------------ -t usages / -t common

@@ -109,6 +109,7 @@ def test_the_document_keeps_the_keys_its_readers_use():
         "actions",
         "maintenance_until",
         "accelerators",
+        "accelerators_refused",
         "errors",
         "capabilities",
         "server_files",

@@ -10,11 +10,6 @@ levelled off (``SETTLE_S`` seconds with no rise worth a leak) the window starts
 there, so sustained growth after it is judged at once. A leak needs all of:
 
 - points covering ``MIN_COVERAGE`` of the window, the newest one fresh;
-
-Every backend samples at its own pace (procfs every tick, NVML 1 s, npu-smi 5 s): coverage,
-freshness and the levelling-off stretch are judged at the series' own sampling interval
-(``sample_interval``: the median gap between its points, never less than the loop's), so a
-5 s backend opens at the same windows as a 1 s one.
 - the window's slope >= the threshold;
 - each half of the window rising at >= ``HALF_FRACTION`` of the threshold: a
   single allocation step lies in one half (or on the boundary) and leaves the
@@ -28,6 +23,15 @@ freshness and the levelling-off stretch are judged at the series' own sampling i
 - no rise in running requests that explains it: running grew over the window
   (last-quarter median >= first-quarter median + max(1, 25%)), or its slope is
   > 0 and memory follows it (Spearman rho >= ``LOAD_RHO``).
+
+Every backend samples at its own pace (procfs every tick, NVML 1 s, npu-smi 5-6 s): coverage
+and freshness are judged at the series' own sampling interval (``sample_interval``: the median
+gap between its points, never less than the loop's), and the levelling-off stretch on the curve
+filled in at the loop's pace between neighbouring samples, from the read just before ready on
+(``curve_since``). So a slow backend opens at the windows a 1 s one opens at, whatever the phase
+of its reads against the growth's onset (judged at its own pace, a 5-6 s series needed 15-20 s
+of flat curve depending on that phase, the host series 11-12 s: a leak starting 15 s after
+ready opened in some runs and waited for the 300 s cap in others).
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ KEEPS_PACE = 0.75  # a leak's newer half rises at least this share of its older 
 LOAD_RHO = 0.5
 STEP_SHARE = 0.8  # one sample-to-sample jump this share of the fitted rise: a step, not a leak
 SETTLE_S = 15.0  # a stretch this long with no growth worth a leak: the warm-up has levelled off
-SETTLE_POINTS = 4  # ... spanning at least this many sample intervals (npu-smi's 5 s: 20 s)
+FILL_GAPS = 3.0  # gaps up to this many of the series' own intervals are filled in (a missed read)
 PREFILTER_FRACTION = 0.5  # quarter-median rise below this share of the threshold: not worth a fit
 HALF_POINTS = 24  # halves are fitted on at most this many bucket medians
 
@@ -130,6 +134,37 @@ def sample_interval(points: Sequence[Point], floor: float) -> float:
     return max(floor, statistics.median(gaps))
 
 
+def filled(points: Sequence[Point], step: float, max_gap: float) -> list[Point]:
+    """The points with each gap of at most ``max_gap`` seconds between neighbours filled in every
+    ``step`` seconds on the straight line between them (oldest first). A slower series then reads
+    like one sampled every ``step``; a longer gap stays open (no evidence of how the curve went)."""
+    if step <= 0 or len(points) < 2:
+        return list(points)
+    out: list[Point] = []
+    for (t0, v0), (t1, v1) in zip(points, points[1:], strict=False):
+        out.append((t0, v0))
+        gap = t1 - t0
+        if gap <= max_gap:
+            t = t0 + step
+            while t < t1 - 1e-9:
+                out.append((t, v0 + (v1 - v0) * (t - t0) / gap))
+                t += step
+    out.append(points[-1])
+    return out
+
+
+def curve_since(
+    fetch: Callable[[float, float], list[Point]], history: Sequence[Point], since: float, step: float
+) -> list[Point]:
+    """The curve from ``since`` (ready) on as if read every ``step`` seconds: ``history`` (the points
+    since then) ``filled`` in, and the stretch before its first point taken from the line through
+    the last read before ``since`` (a slow backend's first read after ready comes up to one of its
+    intervals late; the curve at ready is no less known to it than to a 1 s series)."""
+    gap = FILL_GAPS * sample_interval(history, step)
+    before = [p for p in fetch(since - gap, since) if p[0] < since][-1:]
+    return [p for p in filled(before + list(history), step, gap) if p[0] >= since]
+
+
 def judged_window(state: TargetState, cfg: MemoryLeakConfig) -> tuple[float, float] | None:
     """``(t0, now)``: the last ``window`` seconds, none before ready; None when not judged (not
     ready, ``ready_since`` unknown). What of it is warm-up: see ``judged_points``."""
@@ -189,8 +224,7 @@ def judged_points(
         # part must cover most of the window anyway, see ``usable``)
         return win, pts
     history = fetch(state.ready_since, state.now)
-    stretch = max(SETTLE_S, SETTLE_POINTS * sample_interval(history, state.probe_interval))
-    settled = settled_at(history, cfg.slope_bytes_per_s, stretch)
+    settled = settled_at(curve_since(fetch, history, state.ready_since, state.probe_interval), cfg.slope_bytes_per_s)
     end = cap if settled is None else min(settled, cap)
     t0 = max(win[0], end)
     if t0 >= state.now:

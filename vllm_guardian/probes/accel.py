@@ -25,6 +25,11 @@ says which of them the guardian lacks where an NVIDIA driver is loaded (its capa
 
 The fold also feeds the fault ledger (``Readings.device_faults``): device conditions,
 events (NVML, kernel log) and which server runs on which device.
+
+Input a backend refused (``AccelSnapshot.refused``: a forged kernel-log Xid, an Xid of a bus that
+is no GPU of this node) is counted per backend and reason since start (``AccelResult.refused``,
+the status's ``accelerators_refused``, ``guardian_accelerator_input_refused_total``; a backend's
+``refusal_reasons`` start at 0) and logged once per backend and reason, with the first example.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from typing import Any, Callable, Iterable, Sequence
 from vllm_guardian.config.schema import AcceleratorsConfig
 from vllm_guardian.diagnosis.node_view import accelerator_rows
 from vllm_guardian.errors import BackendUnavailable, GuardianError
-from vllm_guardian.host.accel import AccelBackend, AccelEvent, AccelSnapshot, DeviceReading
+from vllm_guardian.host.accel import AccelBackend, AccelEvent, AccelSnapshot, DeviceReading, Refused
 from vllm_guardian.host.accel.kmsg import KmsgBackend
 from vllm_guardian.host.accel.npu_smi import MAX_HEALTH_CALLS, NpuSmiBackend
 from vllm_guardian.host.accel.nvml import NvmlBackend
@@ -72,6 +77,8 @@ class AccelResult:
     process_memory: dict[int, int] = field(default_factory=dict)  # pid -> bytes, latest read of all backends
     notes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # backend -> what it cannot see (latest read)
     node: list[dict[str, Any]] = field(default_factory=list)  # every device of the node, owners named (node_view)
+    refused: dict[str, dict[str, int]] = field(default_factory=dict)  # backend -> reason -> input refused since start
+    refused_now: list[tuple[str, Refused]] = field(default_factory=list)  # (backend, what) refused this call
 
     def target_section(self, target: str) -> tuple[TargetDevice, ...]:
         """The target's ``accelerators`` status section."""
@@ -115,6 +122,9 @@ class AccelReader:
         self.backends = list(backends)
         self._last_read: dict[str, float] = {}
         self._snapshots: dict[str, tuple[float, AccelSnapshot]] = {}
+        self.refused: dict[str, dict[str, int]] = {
+            b.name: dict.fromkeys(getattr(b, "refusal_reasons", ()), 0) for b in self.backends
+        }
 
     def due(self, backend: AccelBackend, now: float) -> bool:
         """Read at most once per ``backend.interval``; a tick a little early (up to 10% of the
@@ -140,7 +150,12 @@ class AccelReader:
             self._snapshots[b.name] = (now, snap)
             res.events.extend(snap.events)
             read.append(b.name)
+            counts = self.refused.setdefault(b.name, {})
+            for r in snap.refused:
+                counts[r.reason] = counts.get(r.reason, 0) + r.count
+                res.refused_now.append((b.name, r))
         res.read = tuple(read)
+        res.refused = {name: dict(counts) for name, counts in self.refused.items() if counts}
         targets = list(targets)
         for name, (at, snap) in self._snapshots.items():
             if snap.notes:
@@ -225,6 +240,7 @@ class AccelProbe:
         self.clock = parts.seams.clock
         self.readings: Readings = parts.readings
         self.log = parts.log
+        self._logged: set[tuple[str, str]] = set()  # (backend, reason) refusals already logged
         # npu-smi: info, one usages call and up to MAX_HEALTH_CALLS health calls a read, each bounded
         self.timeout = (2 + MAX_HEALTH_CALLS) * parts.cfg.accelerators.npu_smi_timeout + 2
 
@@ -237,6 +253,16 @@ class AccelProbe:
     def fold(self, res: AccelResult, now: float) -> Folded:
         for ev in res.events:
             self.log.warning("accelerator event: %s", ev)
+        for backend, r in res.refused_now:
+            if (backend, r.reason) not in self._logged:
+                self._logged.add((backend, r.reason))
+                self.log.warning(
+                    "accelerators.%s: input refused (%s), not acted on; counted in "
+                    "guardian_accelerator_input_refused_total, logged once: %r",
+                    backend,
+                    r.reason,
+                    r.example,
+                )
         if self.readings.accel is None or res.read:  # no backend due: keep the latest full reading
             self.readings.accel = res
         if self.readings.device_faults is not None and res.read:

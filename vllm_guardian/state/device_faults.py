@@ -5,7 +5,9 @@ device's current conditions (kept with the time each was first seen, dropped whe
 longer shows it), every event (NVML, kernel log: kept ``window`` seconds, at most ``KEEP`` a
 device), the PCI bus ids (a kernel-log Xid names its device by bus id) and, per server, the
 devices its processes hold memory on (remembered: a lost GPU lists no processes any more).
-A kernel-log Xid naming a process of a server ties that device to the server too.
+A kernel-log Xid naming a process of a server ties that device to the server too; such an event
+only arrives for the driver's own line on a GPU of this node (``host/accel/kmsg.py`` refuses and
+counts the rest), and one on a bus no other backend lists is its own device ``pci:<bus id>``.
 
 Answers, for the detector (``view``), the remediation (``blocking``: the faults a restart
 cannot help on a server's devices), the diagnosis (``for_target``), status and metrics

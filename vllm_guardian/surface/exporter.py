@@ -25,7 +25,7 @@ Snapshot fields read:
   ``accelerators[].{device, backend, memory_used_bytes, memory_total_bytes, utilization_ratio,
   target_memory_bytes}``;
 - ``accelerators[].{device, backend, fault_health}`` and ``device_faults[device].health``
-  (the health gauge per device);
+  (the health gauge per device); ``accelerators_refused[backend][reason]`` (input refused);
 - ``incidents[].{kind, target.name}`` (the open incidents; an ``accel_fault``'s target is a
   device, counted by kind only);
 - ``actions.outcomes[outcome]`` and ``actions.restarts[target][outcome]``;
@@ -216,6 +216,13 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "gauge",
         ("device", "backend"),
         "Health of an accelerator device from the faults it reported: 0 ok, 1 warning, 2 critical (accel_fault).",
+    ),
+    (
+        "guardian_accelerator_input_refused_total",
+        "counter",
+        ("backend", "reason"),
+        "Accelerator backend input refused and never acted on, by backend and reason (kmsg: not_kernel, "
+        "not_driver_line, unknown_device; npu_smi: broken_row).",
     ),
     # incidents, actions, alerts
     ("guardian_incidents_open", "gauge", ("kind",), "Open incidents on this node, by kind."),
@@ -456,6 +463,9 @@ def _device_metrics(f: _Families, s: StatusSnapshot) -> None:
     for dev, st in sorted((s.device_faults or {}).items()):
         if dev not in seen:
             f.add("guardian_accelerator_health", (dev, ""), st.health)
+    for backend, reasons in sorted(s.accelerators_refused.items()):
+        for reason, n in sorted(reasons.items()):
+            f.add("guardian_accelerator_input_refused_total", (backend, reason), n)
 
 
 def _incident_metrics(f: _Families, s: StatusSnapshot) -> None:

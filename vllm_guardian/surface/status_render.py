@@ -140,6 +140,9 @@ def render_status(s: StatusSnapshot) -> str:
     if s.trust is not None:
         lines.append(_trust_line(s.trust))
     lines += ["", render_accelerators(s.accelerators).rstrip("\n")]
+    refused = [f"{b} {r}: {n}" for b, rs in sorted(s.accelerators_refused.items()) for r, n in sorted(rs.items()) if n]
+    if refused:
+        lines.append(f"accelerator input refused (not acted on): {', '.join(refused)}")
     if s.incidents:
         lines += ["", "OPEN INCIDENTS"]
         for i in s.incidents:

@@ -110,6 +110,7 @@ class StatusSnapshot:
     actions: ActionCounts
     maintenance_until: float | None
     accelerators: tuple[DeviceRow, ...] = ()  # every device of the node (diagnosis.node_view)
+    accelerators_refused: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # backend -> reason -> input
     errors: Mapping[str, str] = field(default_factory=dict)
     gates: GatesSummary | None = None  # external gate reports (gates.shared)
     device_faults: Mapping[str, DeviceFaultStatus] | None = None  # devices with a fault recorded

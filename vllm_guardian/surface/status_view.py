@@ -192,6 +192,7 @@ def build_status(d: Daemon, now: float) -> StatusSnapshot:
         accelerators=device_rows(
             with_faults(accel.node if accel is not None else [], {k: asdict(v) for k, v in faults.items()})
         ),
+        accelerators_refused=accel.refused if accel is not None else {},
         gates=gates.summary() if gates is not None else None,
         device_faults=faults or None,
         alerts=_section(src.alerts),

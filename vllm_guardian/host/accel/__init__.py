@@ -81,16 +81,31 @@ class AccelEvent:
 
 
 @dataclass(frozen=True)
+class Refused:
+    """Input a read met and would not believe: counted and logged, never acted on. ``reason`` is a
+    short label (``not_kernel``, ``not_driver_line``, ``unknown_device``: the kernel log's)."""
+
+    reason: str
+    count: int
+    example: str  # the first such input of this read, cut to ``EXAMPLE_CHARS``
+
+
+EXAMPLE_CHARS = 200
+
+
+@dataclass(frozen=True)
 class AccelSnapshot:
     backend: str
     devices: tuple[DeviceReading, ...]
     processes: tuple[ProcessUsage, ...]
     events: tuple[AccelEvent, ...] = ()
     notes: tuple[str, ...] = ()  # what this backend cannot see (e.g. "XID events disabled: ...")
+    refused: tuple[Refused, ...] = ()  # input of this read not believed, one entry per reason
 
 
 class AccelBackend(Protocol):
-    """What the accelerator probe needs from a backend."""
+    """What the accelerator probe needs from a backend. A backend that refuses input may name its
+    reasons in a ``refusal_reasons`` tuple: their counters then start at 0."""
 
     name: str
     interval: float  # read at most once per this many seconds
@@ -107,5 +122,7 @@ __all__ = [
     "AccelSnapshot",
     "DeviceCondition",
     "DeviceReading",
+    "EXAMPLE_CHARS",
     "ProcessUsage",
+    "Refused",
 ]

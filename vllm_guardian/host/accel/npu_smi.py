@@ -15,6 +15,10 @@ Device health: a chip whose table health is not OK gets the condition
 ``MAX_HEALTH_CALLS`` cards a read) and each error code it prints becomes ``npu_error:<code>``
 on the card's unhealthy chips, the error information in the detail. A failed health call
 leaves a note; the table's status still stands.
+
+Output past ``MAX_OUTPUT`` is ``ProbeFailed`` (a cut table is not read). Process rows a process
+name broke (a ``|`` or a line break in it, ``npu_smi_parse``) are left out and refused as
+``broken_row``: counted, never a process.
 """
 
 from __future__ import annotations
@@ -24,13 +28,22 @@ from typing import Callable
 
 from vllm_guardian.errors import BackendUnavailable, ProbeFailed
 from vllm_guardian.host.runner import CommandResult, CommandRunner
-from vllm_guardian.host.accel import MIB, AccelSnapshot, DeviceCondition, DeviceReading, ProcessUsage
+from vllm_guardian.host.accel import (
+    EXAMPLE_CHARS,
+    MIB,
+    AccelSnapshot,
+    DeviceCondition,
+    DeviceReading,
+    ProcessUsage,
+    Refused,
+)
 from vllm_guardian.host.accel.npu_smi_health import NpuHealth, parse_health
 from vllm_guardian.host.accel.npu_smi_parse import NpuChip, NpuSmiInfo, NpuUsage, parse_info, parse_usages
 
 MAX_OUTPUT = 1024 * 1024
 MAX_HEALTH_CALLS = 2
 HEALTHY = ("OK", "", None)
+BROKEN_ROW = "broken_row"  # a process row a process name broke (a "|" or a line break in it)
 
 
 def device_id(npu: int, chip: int | None) -> str:
@@ -107,11 +120,15 @@ def snapshot_of(
         chip_reading(c, usages.get((c.npu, c.chip)), chip_conditions(c, health.get(c.npu))) for c in info.chips
     )
     procs = tuple(ProcessUsage(p.pid, device_id(p.npu, p.chip), _mib(p.memory_mb), p.name) for p in info.processes)
-    return AccelSnapshot("npu_smi", devices, procs, (), notes)
+    refused = (
+        (Refused(BROKEN_ROW, info.refused_rows, info.refused_examples[0][:EXAMPLE_CHARS]),) if info.refused_rows else ()
+    )
+    return AccelSnapshot("npu_smi", devices, procs, (), notes, refused)
 
 
 class NpuSmiBackend:
     name = "npu_smi"
+    refusal_reasons = (BROKEN_ROW,)
 
     def __init__(
         self,
@@ -145,7 +162,9 @@ class NpuSmiBackend:
             raise ProbeFailed(f"{what} timed out after {self.timeout:g}s")
         if res.returncode != 0:
             first = (res.error_text.strip() or res.text.strip()).splitlines()
-            raise ProbeFailed(f"{what} exited {res.returncode}: {first[0] if first else 'no output'}")
+            raise ProbeFailed(f"{what} exited {res.returncode}: {first[0][:EXAMPLE_CHARS] if first else 'no output'}")
+        if res.truncated:
+            raise ProbeFailed(f"{what} printed more than {MAX_OUTPUT} bytes: not read")
         return res.text
 
     def read(self, now: float) -> AccelSnapshot:

@@ -12,11 +12,21 @@ trailing spaces, names cut to 15 characters or empty.
 
 ``parse_usages(text)`` reads ``npu-smi info -t usages -i <id>`` (``Key : value`` lines).
 
-Anything else raises ``ProbeFailed("unrecognised npu-smi output: ...")``.
+Anything else raises ``ProbeFailed("unrecognised npu-smi output: ...")``, a number that is
+not finite included.
+
+The process name is the one cell another user writes (``comm``: any 15 bytes, ``|`` and line
+breaks too). npu-smi pads every line of its process table to the header's length, so a line of
+that table with other cells than the header's (a ``|`` in a name) or another length (a line
+break in a name cuts its row in two shorter lines, the second of which may read like a row of
+another process) is no process: it is left out and counted in ``refused_rows`` (the first
+``KEEP_REFUSED`` kept as printed), so one user's process name can neither fail the whole read
+nor forge a row for another process.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -28,6 +38,7 @@ _PAIR = re.compile(r"(\S+)\s*/\s*(\S+)")
 _IDLE = re.compile(r"^No running processes found in NPU\s+(\d+)$", re.IGNORECASE)
 _VERSION = re.compile(r"Version:\s*(\S+)")
 _MISSING = {"", "NA", "N/A", "-", "--"}
+KEEP_REFUSED = 8
 
 # metric column header -> field name (unknown headers land in NpuChip.extra)
 _COLUMNS = {
@@ -82,6 +93,8 @@ class NpuSmiInfo:
     chips: tuple[NpuChip, ...]
     processes: tuple[NpuProcess, ...]
     idle_npus: tuple[int, ...] = ()  # "No running processes found in NPU <n>"
+    refused_rows: int = 0  # process rows a process name broke (left out)
+    refused_examples: tuple[str, ...] = ()  # the first KEEP_REFUSED of them, as printed
 
 
 # ------------------------------------------------------------------ value helpers
@@ -89,9 +102,12 @@ def _num(tok: str) -> float | None:
     if tok.strip() in _MISSING:
         return None
     try:
-        return float(tok)
+        v = float(tok)
     except ValueError:
         raise unrecognised(f"not a number: {tok!r}") from None
+    if not math.isfinite(v):
+        raise unrecognised(f"not a finite number: {tok!r}")
+    return v
 
 
 def _int(tok: str) -> int | None:
@@ -121,6 +137,12 @@ def _cells(line: str) -> list[str]:
 def _is_row(line: str) -> bool:
     s = line.strip()
     return len(s) >= 2 and s.startswith("|") and s.endswith("|")
+
+
+def _is_broken(line: str) -> bool:
+    """A table line a line break cut (in a process name): it starts with ``|``, does not end with one."""
+    s = line.strip()
+    return s.startswith("|") and not s.endswith("|")
 
 
 # ------------------------------------------------------------------ npu-smi info
@@ -208,9 +230,11 @@ class _ProcColumns:
     pid: int
     name: int
     memory: int
+    width: int  # cells of the header; a row with another count has a "|" in its name
+    line_len: int  # the header line's length: npu-smi pads every row to it; a line break cuts one short
 
 
-def _process_header(cells: list[str]) -> _ProcColumns:
+def _process_header(cells: list[str], line_len: int) -> _ProcColumns:
     low = [c.lower() for c in cells]
     try:
         pid, name = low.index("process id"), low.index("process name")
@@ -220,12 +244,11 @@ def _process_header(cells: list[str]) -> _ProcColumns:
     if memory < 0 or pid == 0:
         raise unrecognised(f"process header {cells!r}")
     first = cells[0].split()
-    return _ProcColumns(has_chip=len(first) > 1 and first[1] == "Chip", pid=pid, name=name, memory=memory)
+    has_chip = len(first) > 1 and first[1] == "Chip"
+    return _ProcColumns(has_chip=has_chip, pid=pid, name=name, memory=memory, width=len(cells), line_len=line_len)
 
 
 def _process(cols: _ProcColumns, cells: list[str]) -> NpuProcess:
-    if len(cells) <= max(cols.pid, cols.name, cols.memory):
-        raise unrecognised(f"process row {cells!r}")
     ids = cells[0].split()
     if len(ids) != (2 if cols.has_chip else 1):
         raise unrecognised(f"process row {cells!r}")
@@ -246,7 +269,8 @@ def _is_process_header(cells: list[str]) -> bool:
 
 def parse_info(text: str) -> NpuSmiInfo:
     """Parse ``npu-smi info``. Raises ``ProbeFailed`` on anything it does not recognise."""
-    rows = [_cells(line) for line in text.splitlines() if _is_row(line)]
+    lines = [line.rstrip() for line in text.splitlines() if _is_row(line) or _is_broken(line)]
+    rows: list[list[str] | None] = [_cells(line) if _is_row(line) else None for line in lines]
     version: str | None = None
     layout: _Layout | None = None
     pcols: _ProcColumns | None = None
@@ -254,10 +278,16 @@ def parse_info(text: str) -> NpuSmiInfo:
     chips: list[NpuChip] = []
     procs: list[NpuProcess] = []
     idle: list[int] = []
+    refused: list[str] = []
     i = 0
     while i < len(rows):
-        cells = rows[i]
+        row = rows[i]
         i += 1
+        if row is None:  # a line break cut this line: above the process table no user writes, ignore it
+            if pcols is not None:
+                refused.append(lines[i - 1])
+            continue
+        cells = row
         if len(cells) == 1 and cells[0].startswith("npu-smi"):
             m = _VERSION.search(cells[0])
             version = m.group(1) if m else cells[0].split()[1] if len(cells[0].split()) > 1 else None
@@ -267,15 +297,19 @@ def parse_info(text: str) -> NpuSmiInfo:
             idle.append(int(idle_match.group(1)))
             continue
         if _is_process_header(cells):
-            pcols = _process_header(cells)
+            pcols = _process_header(cells, len(lines[i - 1]))
             continue
         if _is_device_header(cells):
-            if i >= len(rows):
+            second = rows[i] if i < len(rows) else None
+            if second is None:
                 raise unrecognised("device header without its second row")
-            layout = _device_header(cells, rows[i])
+            layout = _device_header(cells, second)
             i += 1
             continue
         if pcols is not None:
+            if len(cells) != pcols.width or len(lines[i - 1]) != pcols.line_len:
+                refused.append(lines[i - 1])  # a "|" or a line break in a process name: no row to trust
+                continue
             procs.append(_process(pcols, cells))
         elif layout is not None:
             pending.append(cells)
@@ -290,7 +324,7 @@ def parse_info(text: str) -> NpuSmiInfo:
         raise unrecognised(f"device block with one row: {pending[0]!r}")
     if not chips:
         raise unrecognised("device table without devices")
-    return NpuSmiInfo(version, tuple(chips), tuple(procs), tuple(idle))
+    return NpuSmiInfo(version, tuple(chips), tuple(procs), tuple(idle), len(refused), tuple(refused[:KEEP_REFUSED]))
 
 
 # ------------------------------------------------------------------ npu-smi info -t usages
