@@ -169,21 +169,28 @@ def parse_web_config(data: Any) -> WebConfig:
     return cfg
 
 
+def read_capped(path: str, limit: int, at: str, kind: str) -> bytes:
+    """At most ``limit`` bytes of a file the config names; a ``ConfigError`` starting with ``at``
+    when it is missing, a directory, unreadable or larger (``kind``: what it should have been)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(limit + 1)
+    except FileNotFoundError:
+        raise ConfigError([f"{at}: no such file"]) from None
+    except IsADirectoryError:
+        raise ConfigError([f"{at}: is a directory, not a {kind}"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{at}: cannot read: {exc.strerror or exc}"]) from None
+    if len(raw) > limit:
+        raise ConfigError([f"{at}: larger than {limit} bytes; not a {kind}"])
+    return raw
+
+
 def load_web_config(path: str) -> WebConfig:
     """Reads and validates the web config file; every problem line starts with ``api.web_config_file
     (<path>)``."""
     where = f"{KEY} ({path})"
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_WEB_CONFIG_BYTES + 1)
-    except FileNotFoundError:
-        raise ConfigError([f"{where}: no such file"]) from None
-    except IsADirectoryError:
-        raise ConfigError([f"{where}: is a directory, not a web config file"]) from None
-    except OSError as exc:
-        raise ConfigError([f"{where}: cannot read: {exc.strerror or exc}"]) from None
-    if len(raw) > MAX_WEB_CONFIG_BYTES:
-        raise ConfigError([f"{where}: larger than {MAX_WEB_CONFIG_BYTES} bytes; not a web config"])
+    raw = read_capped(path, MAX_WEB_CONFIG_BYTES, where, "web config file")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 
 from vllm_guardian.errors import ConfigError
+from vllm_guardian.config.web import read_capped
 
 MAX_PEM_BYTES = 1024 * 1024  # a chain of a few certificates is a few KiB
 CLIENT_AUTH = {
@@ -45,17 +46,7 @@ def _no_passphrase() -> bytes:
 def _check_pem(key: str, path: str, where: str) -> None:
     """The file is readable and holds PEM of the kind ``key`` names; else a ``ConfigError``."""
     at = f"{where}.{key} ({path})"
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_PEM_BYTES + 1)
-    except FileNotFoundError:
-        raise ConfigError([f"{at}: no such file"]) from None
-    except IsADirectoryError:
-        raise ConfigError([f"{at}: is a directory"]) from None
-    except OSError as e:
-        raise ConfigError([f"{at}: cannot read: {e.strerror or e}"]) from None
-    if len(data) > MAX_PEM_BYTES:
-        raise ConfigError([f"{at}: larger than {MAX_PEM_BYTES} bytes; not a PEM file"])
+    data = read_capped(path, MAX_PEM_BYTES, at, "PEM file")
     if key == "key_file" and any(m in data for m in _ENCRYPTED):
         raise ConfigError([f"{at}: the key is encrypted; the guardian needs it unencrypted (readable by root only)"])
     if not any(m in data for m in _PEM_MARK[key]):
