@@ -12,6 +12,7 @@ import pytest
 
 from vllm_guardian.errors import BackendUnavailable, ProbeFailed
 from vllm_guardian.host.kube import EvictionBlocked, KubeClient, PodRef, list_node_pods
+from vllm_guardian.host.kube_http import EvictionUnsupported
 from vllm_guardian.host.kubeconfig import discover, parse_kubeconfig
 from vllm_guardian.testing.fake_kube_api import FakeKubeApi
 
@@ -111,6 +112,41 @@ def test_an_eviction_a_disruption_budget_refuses_says_so_then_succeeds(api, clie
     body = api.state.seen[-1].body
     assert (body["apiVersion"], body["kind"]) == ("policy/v1", "Eviction")
     assert body["deleteOptions"] == {"gracePeriodSeconds": 30, "preconditions": {"uid": UID}}
+
+
+@pytest.mark.parametrize(
+    ("served", "sent"),
+    [
+        (("policy/v1", "policy/v1beta1"), "policy/v1"),
+        (("policy/v1",), "policy/v1"),
+        (("policy/v1beta1",), "policy/v1beta1"),  # 1.20 and 1.21
+    ],
+    ids=["both-served-newest-wins", "v1-only", "v1beta1-only-like-1.20"],
+)
+def test_an_eviction_speaks_the_version_the_server_serves_asked_once(api, client, served, sent):
+    api.state.policy_versions = served
+    client.evict_pod(POD, 30)
+    api.state.add_pod("llm", "vllm-llama-1", "uid-1", NODE)
+    client.evict_pod(PodRef("llm", "vllm-llama-1", "uid-1"), 30)
+    evictions = [s.body["apiVersion"] for s in api.state.seen if s.path.endswith("/eviction")]
+    assert evictions == [sent, sent]
+    assert [s.path for s in api.state.seen].count("/apis/policy") == 1
+    assert not api.state.pods
+
+
+def test_a_server_serving_no_eviction_api_is_one_clear_refusal_and_nothing_is_sent(api, client):
+    api.state.policy_versions = ()
+    with pytest.raises(EvictionUnsupported, match="serves no Eviction API"):
+        client.evict_pod(POD, 30)
+    assert not any(s.path.endswith("/eviction") for s in api.state.seen)
+    assert ("llm", "vllm-llama-0") in api.state.pods
+
+
+def test_the_log_read_is_negotiated_the_way_kubectl_does_it(api, client):
+    """A real API server answers ``Accept: text/plain`` alone with 406 on pods/log (the fake too);
+    the client sends what kubectl sends and gets the text."""
+    assert "CUDA error" in client.read_log("llm", "vllm-llama-0", "vllm")
+    assert api.state.seen[-1].accept == "application/json, */*"
 
 
 def test_an_eviction_of_a_recreated_pod_is_refused_by_its_uid(api, client):

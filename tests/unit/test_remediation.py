@@ -349,6 +349,8 @@ class RecordingApi:
         import json
 
         self.requests.append((req.get_method(), req.full_url, json.loads(req.data) if req.data else None))
+        if req.full_url.endswith("/apis/policy"):  # the Eviction version the server serves
+            return io.BytesIO(json.dumps({"kind": "APIGroup", "versions": [{"groupVersion": "policy/v1"}]}).encode())
         body = {"items": [{"metadata": {"namespace": "llm", "name": "vllm-llama-0", "uid": self.UID}}]}
         return io.BytesIO(json.dumps(body).encode())
 
@@ -452,6 +454,66 @@ def test_an_eviction_a_disruption_budget_never_allows_fails_the_restart_without_
         "disruption budget" in w.rem.sequences["llm"].detail and "nothing was stopped" in w.rem.sequences["llm"].detail
     )
     assert w.control.signals == []
+
+
+class EvictionFails(RecordingApi):
+    """An API server that answers the eviction with ``code`` (or does not answer at all: 0)."""
+
+    def __init__(self, code):
+        super().__init__()
+        self.code = code
+
+    def __call__(self, req, timeout):
+        import email.message
+        import io
+        import urllib.error
+
+        if req.full_url.endswith("/eviction"):
+            self.requests.append((req.get_method(), req.full_url, None))
+            if self.code == 0:
+                raise urllib.error.URLError("connection refused")
+            raise urllib.error.HTTPError(req.full_url, self.code, "no", email.message.Message(), io.BytesIO(b"{}"))
+        return super().__call__(req, timeout)
+
+
+@pytest.mark.parametrize(
+    ("code", "falls_back"),
+    [
+        (0, True),  # unreachable: nobody decided anything, the tree is still ours and hung
+        (500, True),
+        (503, True),
+        (403, False),  # RBAC does not allow eviction: the operator's decision
+        (404, False),  # the pod is gone already
+        (409, False),  # the UID precondition: the pod was replaced
+        (422, False),
+    ],
+    ids=["unreachable", "500", "503", "403-rbac", "404-gone", "409-replaced", "422"],
+)
+def test_after_a_failed_eviction_only_an_api_that_gave_no_answer_lets_the_tree_be_stopped(tmp_path, code, falls_back):
+    """docs/remediation.md, "When an eviction fails": the guardian stops the snapshotted processes
+    itself only when the API server could not answer; every answer it gave escalates."""
+    from vllm_guardian.host.kube import KubeClient
+    from vllm_guardian.testing.fake_proc import FakeProcTree
+
+    proc = FakeProcTree(tmp_path / "proc")
+    proc.add_process(API.pid, 1, ("python3", "-m", "vllm.entrypoints.openai.api_server"), starttime=API.starttime)
+    proc.write(f"{API.pid}/cgroup", f"0::/kubepods/burstable/pod{RecordingApi.UID}/abc\n".encode())
+    api = EvictionFails(code)
+    w = World(
+        tmp_path / "state", restart={"mode": "kubernetes", "stop_timeout": 10}, control=FakeControl({API, ENGINE})
+    )
+    w.rem = w.new_remediator(
+        kube=KubeClient("https://k8s", "tok", None, "gpu-node-17", opener=api), procfs=proc.procfs()
+    )
+    assert w.consider(w.open()) == "started"
+    w.step(1, n=20)
+    assert any(r[1].endswith("/eviction") for r in api.requests)
+    seq = w.rem.sequences["llm"]
+    if falls_back:
+        assert 9 in {sig for _, sig in w.control.signals}  # SIGKILL of the verified tree after the grace
+    else:
+        assert w.control.signals == []
+        assert seq.phase.value == "failed" and "nothing was stopped" in seq.detail
 
 
 def test_a_state_file_of_the_previous_format_resumes_a_stop_without_a_second_sigterm(tmp_path):

@@ -44,7 +44,7 @@ from urllib.parse import quote
 
 from vllm_guardian.errors import BackendUnavailable, ProbeFailed
 from vllm_guardian.host.api_keys import clean_key
-from vllm_guardian.host.kube_http import ApiError, EvictionBlocked, api_error, open_with_deadline
+from vllm_guardian.host.kube_http import ApiError, EvictionBlocked, EvictionUnsupported, api_error, open_with_deadline
 from vllm_guardian.host.kubeconfig import SA_DIR, ApiAccess, discover, transport_problem
 from vllm_guardian.host.kubeconfig import in_cluster as _in_cluster
 
@@ -88,6 +88,10 @@ MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
 
+# newest first: the Eviction body is the same in both, only its apiVersion differs
+EVICTION_VERSIONS = ("policy/v1", "policy/v1beta1")
+
+
 class KubeClient:
     def __init__(
         self,
@@ -125,6 +129,7 @@ class KubeClient:
         self.ca_file, self.client_cert, self.client_key, self.insecure = ca_file, client_cert, client_key, insecure
         self.page_size, self.max_items, self.max_bytes = page_size, max_items, max_bytes
         self._ctx: tuple[tuple[tuple[str, int], ...], ssl.SSLContext | None] | None = None
+        self._eviction_version: str | None = None  # asked of the server once (eviction_version)
         self._open = opener or (lambda req, timeout: open_with_deadline(req, timeout, self._ssl_context()))
 
     @classmethod
@@ -306,10 +311,36 @@ class KubeClient:
         }  # never delete a recreated pod of the same name
         self._call("DELETE", self._pod_path(pod), body)
 
+    def eviction_version(self) -> str:
+        """The Eviction API version this server serves, asked once of its discovery document
+        (``/apis/policy``, readable by every authenticated user): ``policy/v1`` where served (1.22+),
+        else ``policy/v1beta1`` (1.20 and 1.21 serve only that). A server serving neither raises
+        ``EvictionUnsupported``, one clear refusal, never a guessed body."""
+        if self._eviction_version is None:
+            group = self._call("GET", "/apis/policy")
+            versions = group.get("versions")
+            served = (
+                {str(v.get("groupVersion")) for v in versions if isinstance(v, dict)}
+                if isinstance(versions, list)
+                else set()
+            )
+            for candidate in EVICTION_VERSIONS:
+                if candidate in served:
+                    self._eviction_version = candidate
+                    break
+            else:
+                raise EvictionUnsupported(
+                    f"kubernetes API: the server serves no Eviction API (policy group versions: "
+                    f"{', '.join(sorted(served)) or 'none'}; the guardian speaks {', '.join(EVICTION_VERSIONS)})",
+                    404,
+                )
+        return self._eviction_version
+
     def evict_pod(self, pod: PodRef, grace_seconds: int) -> None:
-        """policy/v1 Eviction (PodDisruptionBudgets hold): ``EvictionBlocked`` on 429."""
+        """An Eviction in the version the server serves (PodDisruptionBudgets hold):
+        ``EvictionBlocked`` on 429, ``EvictionUnsupported`` when it serves none."""
         body = {
-            "apiVersion": "policy/v1",
+            "apiVersion": self.eviction_version(),
             "kind": "Eviction",
             "metadata": {"name": pod.name, "namespace": pod.namespace},
             "deleteOptions": {"gracePeriodSeconds": int(grace_seconds), "preconditions": {"uid": pod.uid}},
@@ -384,7 +415,9 @@ class KubeClient:
         path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/log?" + "&".join(
             f"{k}={quote(v)}" for k, v in query.items()
         )
-        raw = self._request("GET", path, accept="text/plain", limit=int(limit_bytes))
+        # what kubectl sends, and the log still comes back as text: a real kube-apiserver answers
+        # `Accept: text/plain` alone with 406 (tests/k8s_real shows both)
+        raw = self._request("GET", path, accept="application/json, */*", limit=int(limit_bytes))
         return raw.decode("utf-8", errors="replace")
 
 

@@ -44,6 +44,11 @@ class EvictionBlocked(ApiError):
     """HTTP 429 on an eviction: a PodDisruptionBudget allows no disruption now (retry later)."""
 
 
+class EvictionUnsupported(ApiError):
+    """The API server serves no Eviction API version the guardian speaks: an eviction cannot be asked
+    (a refusal the remediation reports; it never falls back to killing the pod's processes)."""
+
+
 def printable(text: str) -> str:
     """``text`` with each character that is not printable written as ``\\xNN``."""
     return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)

@@ -8,6 +8,14 @@ process); when an eviction is refused with 429 (a budget allows no disruption no
 with backoff (2 s doubling to 30 s) and tries again until ``budget_s`` (the target's drain
 timeout) is spent, logging each refusal, then gives up with ``EvictionBlocked``: nothing is
 stopped behind the budget's back.
+
+When a removal fails for another reason, ``falls_back`` decides (docs/remediation.md, "When an
+eviction fails"): only an API server that could not answer (unreachable, timed out, 5xx) lets
+the method stop the snapshotted processes itself after ``stop_timeout`` — the same verified tree
+every other restart method stops, and the kubelet restarts the container. Every answer the server
+did give (403: RBAC does not allow it; 404/409/422: the pod is gone or is no longer the recorded
+UID; 429: a budget; no Eviction API) is a decision or a fact the guardian must not override: it
+escalates and stops nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from vllm_guardian.host.kube import EvictionBlocked, KubeClient, PodRef, pod_uid_of
+from vllm_guardian.host.kube_http import ApiError
 from vllm_guardian.host.procfs import ProcFS
 from vllm_guardian.model import ProcKey
 
@@ -81,6 +90,15 @@ def remove_pod(
             )
             sleep(pause)
             wait = min(wait * 2, BACKOFF_MAX_S)
+
+
+def falls_back(error: BaseException) -> bool:
+    """True when a failed pod removal may fall back to stopping the snapshotted processes: the API
+    server gave no answer (a transport failure, a timeout) or a server error (5xx). False for every
+    answer it did give (4xx, including a budget's 429 and no Eviction API): escalate instead."""
+    if isinstance(error, ApiError):
+        return error.code >= 500
+    return True
 
 
 def pod_of(

@@ -10,7 +10,11 @@ guardian makes, answered the way the real API server answers them.
   ``metadata.uid`` in the patch is a precondition (409 on mismatch), as the real server does.
 - ``POST .../pods/<name>/eviction``: 429 with a PDB Status while ``pdb_blocks`` > 0 (each call
   counts one down), else the pod is removed (201); the UID precondition is checked (409).
-- ``DELETE .../pods/<name>`` with a UID precondition; ``GET .../pods/<name>/log``.
+- ``GET /apis/policy``: the policy group's discovery document, serving ``policy_versions``
+  (``policy/v1`` by default; ``("policy/v1beta1",)`` plays a 1.20 server); an Eviction whose
+  ``apiVersion`` is not served is 400, as there.
+- ``DELETE .../pods/<name>`` with a UID precondition; ``GET .../pods/<name>/log``, negotiated as
+  the real server does it: an ``Accept`` admitting neither ``application/json`` nor ``*/*`` is 406.
 - ``POST .../events`` (409 when the name exists) and ``PATCH .../events/<name>`` (merge patch).
 - ``PATCH /api/v1/nodes/<name>/status``; ``GET /api/v1/nodes/<name>`` and ``PATCH
   /api/v1/nodes/<name>`` as a JSON patch (``test``, ``add``, ``replace``, ``remove`` on object
@@ -36,6 +40,7 @@ class Seen:
     body: Any
     authenticated: bool
     content_type: str | None = None
+    accept: str | None = None
 
 
 @dataclass
@@ -47,6 +52,7 @@ class ApiState:
     logs: dict[tuple[str, str], str] = field(default_factory=dict)
     seen: list[Seen] = field(default_factory=list)
     pdb_blocks: int = 0
+    policy_versions: tuple[str, ...] = ("policy/v1",)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add_pod(self, namespace: str, name: str, uid: str, node: str, labels: dict[str, str] | None = None) -> None:
@@ -166,7 +172,17 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(raw) if raw else None
         ok = self.headers.get("Authorization") == f"Bearer {st.token()}"
         with st.lock:
-            st.seen.append(Seen(self.command, url.path, query, body, ok, self.headers.get("Content-Type")))
+            st.seen.append(
+                Seen(
+                    self.command,
+                    url.path,
+                    query,
+                    body,
+                    ok,
+                    self.headers.get("Content-Type"),
+                    self.headers.get("Accept"),
+                )
+            )
             if not ok:
                 return self._reply(401, _status(401, "Unauthorized", "Unauthorized"))
             code, answer, ctype = self._route(url.path.strip("/").split("/"), query, body)
@@ -176,6 +192,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(self, parts: list[str], query: dict[str, str], body: Any) -> tuple[int, Any, str]:
         st, json_ = self.state, "application/json"
+        if parts == ["apis", "policy"] and self.command == "GET":
+            versions = [{"groupVersion": v, "version": v.split("/")[1]} for v in st.policy_versions]
+            return 200, {"kind": "APIGroup", "name": "policy", "versions": versions}, json_
         if parts[:2] != ["api", "v1"]:
             return 404, _status(404, "NotFound", "no such API"), json_
         rest = parts[2:]
@@ -219,6 +238,13 @@ class _Handler(BaseHTTPRequestHandler):
             return 404, _status(404, "NotFound", f'pods "{name}" not found'), json_
         uid = pod["metadata"]["uid"]
         if sub == "log" and self.command == "GET":
+            accept = self.headers.get("Accept") or "*/*"
+            if not any(a.split(";")[0].strip() in ("application/json", "*/*") for a in accept.split(",")):
+                return (
+                    406,
+                    _status(406, "NotAcceptable", f"only the following media types are accepted: {json_}"),
+                    json_,
+                )
             return 200, st.logs.get((ns, name), ""), "text/plain"
         if sub == "status" and self.command == "PATCH":
             want = (body.get("metadata") or {}).get("uid")
@@ -228,6 +254,12 @@ class _Handler(BaseHTTPRequestHandler):
             pod["status"]["conditions"] = _merge_conditions(conds, body["status"]["conditions"])
             return 200, copy.deepcopy(pod), json_
         if sub == "eviction" and self.command == "POST":
+            if body.get("apiVersion") not in st.policy_versions:
+                return (
+                    400,
+                    _status(400, "BadRequest", f'no kind "Eviction" is registered for {body.get("apiVersion")}'),
+                    json_,
+                )
             want = ((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
             if want and want != uid:
                 return 409, _status(409, "Conflict", "Precondition failed: UID"), json_

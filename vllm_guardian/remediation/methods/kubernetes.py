@@ -5,8 +5,10 @@ cgroup then, identity-checked: never a reused pid's pod). It is evicted (PodDisr
 hold; a refusal is retried within the target's drain timeout, ``remediation.kube_removal``) or
 deleted when ``kubernetes.pod_removal: delete`` says so, with a UID precondition and the stop grace.
 The kubelet stops the containers, not the guardian: no SIGKILL while the eviction waits on a
-budget, and an eviction still refused fails the sequence with nothing stopped. A removal that
-failed otherwise leaves the machine to SIGKILL the snapshotted tree after the grace. Needs the
+budget, and an eviction still refused fails the sequence with nothing stopped. A removal the API
+server refused with any other answer (403, 404/409/422, no Eviction API) fails it the same way; only
+one it could not answer (unreachable, timeout, 5xx) leaves the machine to SIGKILL the snapshotted
+tree after the grace (``kube_removal.falls_back``). Needs the
 in-cluster API (a service account): without it a restart is refused (alert only).
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 from vllm_guardian.config.schema import DrainConfig, RestartConfig
 from vllm_guardian.host.kube import EvictionBlocked, pod_uid_of
 from vllm_guardian.remediation.decide import Refusal
-from vllm_guardian.remediation.kube_removal import pod_of, remove_pod
+from vllm_guardian.remediation.kube_removal import falls_back, pod_of, remove_pod
 from vllm_guardian.remediation.methods.base import (
     NO_NEWS,
     MethodContext,
@@ -72,7 +74,9 @@ class KubernetesMethod(SignalStop):
         seq.progress.kube_pending = False
         if isinstance(res.error, EvictionBlocked):  # never stop it behind its disruption budget's back
             return StopNews(fail=f"{res.error}: nothing was stopped; a person decides")
-        if res.error is not None:
+        if res.error is not None and not falls_back(res.error):  # an answer: RBAC, a replaced pod, no API
+            return StopNews(fail=f"pod removal refused: {res.error}: nothing was stopped; a person decides")
+        if res.error is not None:  # no answer (unreachable, timeout, 5xx): stop the verified tree
             return StopNews(("failed", f"pod removal failed: {res.error}; SIGKILL after stop_timeout"))
         if res.value is not None:
             return StopNews(("ok", str(res.value)))
