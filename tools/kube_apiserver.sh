@@ -23,7 +23,7 @@ ROOT=${KUBE_REAL_CACHE:-/var/cache/vllm-guardian}
 DEST="$ROOT/kube-${KUBE_VERSION}-etcd-${ETCD_VERSION}"
 mkdir -p "$ROOT"
 
-ready() { [ -x "$DEST/kube-apiserver" ] && [ -x "$DEST/etcd" ]; }
+ready() { [ -x "$DEST/kube-apiserver" ] && [ -x "$DEST/etcd" ] && "$DEST/etcd" --version 2>/dev/null | grep -q "^etcd Version"; }
 if ready; then echo "$DEST"; exit 0; fi
 
 exec 9>"$ROOT/.build.lock"
@@ -102,6 +102,6 @@ rm -rf "$work/etcd" && dpkg -x etcd-server_*.deb "$work/etcd"
 
 mkdir -p "$DEST"
 install -m 0755 "$work/kube-apiserver" "$DEST/kube-apiserver"
-install -m 0755 "$(find "$work/etcd" -type f -name etcd -perm -u+x | head -1)" "$DEST/etcd"
+install -m 0755 "$work/etcd/usr/bin/etcd" "$DEST/etcd"
 "$DEST/kube-apiserver" --version >&2
 echo "$DEST"

@@ -98,7 +98,7 @@ def test_the_readiness_condition_is_patched_by_type_and_only_on_that_pod(api, cl
     client.patch_pod_condition(POD, {"type": GATE, "status": "True", "reason": "Serving"})
     assert api.state.condition("llm", "vllm-llama-0", GATE) == {"type": GATE, "status": "True", "reason": "Serving"}
     assert api.state.seen[-1].content_type == "application/strategic-merge-patch+json"
-    with pytest.raises(ProbeFailed, match="409"):
+    with pytest.raises(ProbeFailed, match="422"):
         client.patch_pod_condition(PodRef("llm", "vllm-llama-0", "another-uid"), {"type": GATE, "status": "True"})
 
 

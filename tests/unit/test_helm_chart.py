@@ -317,3 +317,94 @@ def test_without_web_config_nothing_of_it_is_rendered():
     docs = render()
     assert not [d for d in kind(docs, "Secret")] and config_of(docs).api.web_config_file is None
     assert mounts(docs) == {}
+
+
+# ------------------------------------------------------------------ what reaches the guardian from outside the chart
+def kubelet_secret_volume(root: Path, files: dict[str, str]) -> Path:
+    """A Secret volume as the kubelet writes it: the files in a timestamped folder, ``..data`` a
+    link to it, each key a link through ``..data``; mode 0400 (defaultMode 0400)."""
+    stamped = root / "..2026_12_06_10_00_00.000000001"
+    stamped.mkdir(parents=True)
+    for key, text in files.items():
+        (stamped / key).write_text(text)
+        (stamped / key).chmod(0o400)
+    (root / "..data").symlink_to(stamped.name)
+    for key in files:
+        (root / key).symlink_to(f"..data/{key}")
+    return root
+
+
+def secret_volume(docs: list[dict], mount_path: str) -> tuple[dict, dict]:
+    """(the volume, the mount) of the guardian container at ``mount_path``."""
+    spec = _template(docs)["spec"]
+    (mount,) = [m for m in spec["containers"][0]["volumeMounts"] if m["mountPath"] == mount_path]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    return volume, mount
+
+
+def test_a_secret_held_trust_key_reaches_the_guardian_with_no_template_edits(tmp_path):
+    from vllm_guardian.gates.trust import load_keys
+
+    docs = render("secrets-values.yaml")
+    volume, mount = secret_volume(docs, "/etc/guardian-trust")
+    assert volume["secret"]["secretName"] == "guardian-trust" and volume["secret"]["defaultMode"] == 0o400
+    assert mount["readOnly"] is True
+    keys_file = config_of(docs).gates.trust.keys_file
+    assert keys_file == "/etc/guardian-trust/keys"
+    mounted = kubelet_secret_volume(tmp_path / "etc-guardian-trust", {"keys": "k1 " + "s" * 40 + "\n"})
+    keys = load_keys(str(mounted / keys_file.rsplit("/", 1)[1]), None)
+    assert keys.signer == "k1" and keys.secrets["k1"] == b"s" * 40
+
+
+def test_the_redis_password_from_a_secret_reaches_the_config_as_a_file():
+    docs = render("secrets-values.yaml")
+    volume, _ = secret_volume(docs, "/etc/guardian-redis")
+    assert volume["secret"] == {
+        "secretName": "guardian-redis",
+        "defaultMode": 0o400,
+        "items": [{"key": "password", "path": "password"}],
+    }
+    assert config_of(docs).alerts.password_file == "/etc/guardian-redis/password"
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        ({"trust.existingSecret": "t", "config.gates.trust.key_env": "K"}, "remove config.gates.trust.key_env"),
+        ({"redis.passwordSecret.name": "r", "config.alerts.password_env": "P"}, "remove config.alerts.password_env"),
+    ],
+    ids=["trust-secret-and-key-env", "redis-secret-and-password-env"],
+)
+def test_a_secret_and_the_config_naming_another_source_is_refused(sets, message):
+    with pytest.raises(ToolFailed, match=message):
+        render(None, None, **sets)
+
+
+def test_env_env_from_and_extra_volumes_reach_the_guardian_container():
+    spec = _template(render("secrets-values.yaml"))["spec"]
+    container = spec["containers"][0]
+    assert {"name": "GUARDIAN_EXTRA", "value": "1"} in container["env"]
+    assert container["env"][0]["name"] == "NODE_NAME"  # the chart's own come first
+    assert container["envFrom"] == [{"secretRef": {"name": "guardian-env", "optional": True}}]
+    assert {"name": "ca-bundle", "configMap": {"name": "guardian-ca", "optional": True}} in spec["volumes"]
+    assert {"name": "ca-bundle", "mountPath": "/etc/guardian-ca", "readOnly": True} in container["volumeMounts"]
+
+
+def test_an_image_digest_pins_the_image_instead_of_the_tag():
+    image = _template(render("secrets-values.yaml"))["spec"]["containers"][0]["image"]
+    assert image == "vllm-guardian@sha256:" + "0123456789abcdef" * 4
+
+
+def test_two_releases_create_priority_classes_that_do_not_collide():
+    names = []
+    for release in ("guardian-a", "guardian-b"):
+        docs = helm_template(release=release)
+        (pc,) = kind(docs, "PriorityClass")
+        assert _template(docs)["spec"]["priorityClassName"] == pc["metadata"]["name"]
+        names.append(pc["metadata"]["name"])
+    assert names == ["guardian-a-vllm-guardian-node-critical", "guardian-b-vllm-guardian-node-critical"]
+
+
+def test_no_priority_class_at_all_when_told_so():
+    docs = render(None, None, **{"priorityClass.create": "false"})
+    assert not kind(docs, "PriorityClass") and "priorityClassName" not in _template(docs)["spec"]

@@ -39,7 +39,11 @@ DRIVERS = {
     "patch_node_condition": lambda c: c.patch_node_condition("node-a", {"type": "VllmGuardianProblem"}),
     "read_node": lambda c: c.read_node("node-a"),
     "set_node_taints": lambda c: c.set_node_taints("node-a", "7", []),
+    "eviction_version": lambda c: c.eviction_version(),
 }
+# Discovery documents: non-resource URLs every authenticated user may read (the cluster's own
+# system:discovery role), so no Role of ours grants them (tests/k8s_real shows a real server agree).
+DISCOVERY = {"/apis/policy"}
 # Drivers that call one method with other arguments (the Node's Events).
 ALIASES = {"node_event": "create_event", "node_event_repeat": "patch_event"}
 # Calls the shipped RBAC deliberately does not grant, and why. An entry whose call no longer
@@ -83,6 +87,11 @@ class Recorder(BaseHTTPRequestHandler):
         self.seen.append((self.command, self.path))
         if self.path.split("?")[0].endswith("/log"):
             data, ctype = b"engine crashed\n", "text/plain"
+        elif self.path in DISCOVERY:
+            data, ctype = (
+                json.dumps({"kind": "APIGroup", "versions": [{"groupVersion": "policy/v1"}]}).encode(),
+                ("application/json"),
+            )
         else:
             data, ctype = (
                 json.dumps({"items": [{"metadata": {"namespace": NS, "name": "vllm-llama-0", "uid": UID}}]}).encode(),
@@ -115,7 +124,7 @@ def needs() -> dict[str, set[tuple[str, str, str]]]:
         for name, drive in DRIVERS.items():
             Recorder.seen = []
             drive(client)
-            out[name] = {authorization(m, p) for m, p in Recorder.seen}
+            out[name] = {authorization(m, p) for m, p in Recorder.seen if p not in DISCOVERY}
     finally:
         server.shutdown()
         server.server_close()

@@ -7,7 +7,7 @@ guardian makes, answered the way the real API server answers them.
 - ``GET /api/v1/[namespaces/<ns>/]pods``: field selectors ``spec.nodeName`` and
   ``metadata.name``, label selector ``k=v[,k=v]``; ``limit`` + ``continue`` pagination.
 - ``PATCH .../pods/<name>/status`` (strategic merge): conditions merge by ``type``;
-  ``metadata.uid`` in the patch is a precondition (409 on mismatch), as the real server does.
+  ``metadata.uid`` in the patch is a precondition (422 on mismatch), as the real server does.
 - ``POST .../pods/<name>/eviction``: 429 with a PDB Status while ``pdb_blocks`` > 0 (each call
   counts one down), else the pod is removed (201); the UID precondition is checked (409).
 - ``GET /apis/policy``: the policy group's discovery document, serving ``policy_versions``
@@ -248,8 +248,8 @@ class _Handler(BaseHTTPRequestHandler):
             return 200, st.logs.get((ns, name), ""), "text/plain"
         if sub == "status" and self.command == "PATCH":
             want = (body.get("metadata") or {}).get("uid")
-            if want and want != uid:
-                return 409, _status(409, "Conflict", f"Precondition failed: UID in precondition: {want}"), json_
+            if want and want != uid:  # a real server answers 422 here (tests/k8s_real), 409 on an eviction's
+                return 422, _status(422, "Invalid", f"Precondition failed: UID in precondition: {want}"), json_
             conds = pod["status"]["conditions"]
             pod["status"]["conditions"] = _merge_conditions(conds, body["status"]["conditions"])
             return 200, copy.deepcopy(pod), json_

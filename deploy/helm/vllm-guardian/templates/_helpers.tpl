@@ -31,7 +31,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if .Values.priorityClassName -}}
 {{- .Values.priorityClassName -}}
 {{- else if .Values.priorityClass.create -}}
-{{- .Values.priorityClass.name -}}
+{{- .Values.priorityClass.name | default (printf "%s-node-critical" (include "vllm-guardian.fullname" .)) -}}
 {{- end -}}
 {{- end -}}
 
@@ -55,6 +55,24 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- $api := deepCopy (default dict $cfg.api) -}}
 {{- $_ := set $api "web_config_file" "/etc/guardian-web/web.yml" -}}
 {{- $_ := set $cfg "api" $api -}}
+{{- end -}}
+{{- if .Values.trust.existingSecret -}}
+{{- $gates := deepCopy (default dict $cfg.gates) -}}
+{{- $trust := deepCopy (default dict $gates.trust) -}}
+{{- if $trust.key_env -}}
+{{- fail "trust.existingSecret sets config.gates.trust.keys_file: remove config.gates.trust.key_env" -}}
+{{- end -}}
+{{- $_ := set $trust "keys_file" (printf "/etc/guardian-trust/%s" .Values.trust.key) -}}
+{{- $_ := set $gates "trust" $trust -}}
+{{- $_ := set $cfg "gates" $gates -}}
+{{- end -}}
+{{- if .Values.redis.passwordSecret.name -}}
+{{- $alerts := deepCopy (default dict $cfg.alerts) -}}
+{{- if $alerts.password_env -}}
+{{- fail "redis.passwordSecret sets config.alerts.password_file: remove config.alerts.password_env" -}}
+{{- end -}}
+{{- $_ := set $alerts "password_file" (printf "/etc/guardian-redis/%s" .Values.redis.passwordSecret.key) -}}
+{{- $_ := set $cfg "alerts" $alerts -}}
 {{- end -}}
 {{- toYaml $cfg -}}
 {{- end -}}
