@@ -126,6 +126,11 @@ def test_incidents_list_json_has_the_contract_fields(tmp_path, capsys):
     assert "runbook https://" in out and "/docs/runbooks/busy_loop.md" in out
 
 
+def test_incidents_list_refuses_html_instead_of_ignoring_it(tmp_path, capsys):
+    assert main(["incidents", "list", "--html", "-c", write_config(tmp_path)]) == 2
+    assert "guardian incidents show ID --html" in capsys.readouterr().err
+
+
 def test_showing_an_unknown_incident_exits_1(tmp_path, capsys):
     assert main(["incidents", "show", "01HF7Z9GDG0TRA5GW6MSKGM099", "-c", write_config(tmp_path)]) == 1
 

@@ -9,9 +9,7 @@ import pytest
 import yaml
 
 from vllm_guardian.config.loader import (
-    INACTIVE_FEATURES,
     config_to_dict,
-    inactive_sections,
     load_config,
     load_yaml,
     parse_config,
@@ -442,14 +440,11 @@ def test_render_check_is_yaml_of_the_effective_config_that_loads_back(tmp_path):
     assert load_config(write(tmp_path, text), hostname=host) == cfg
 
 
-def test_render_check_ends_with_the_inactive_features_as_comments():
-    cfg = parse({})
-    text = render_check(cfg)
-    comments = [line for line in text.splitlines() if line.startswith("#")]
-    assert comments == [f"# not active yet: {line}" for line in inactive_sections(cfg)]
+def test_check_config_prints_only_the_effective_config_and_the_docs_promise_nothing_else():
+    """The docs once promised inactive keys "as comments": there are none, and the docs say so."""
+    from pathlib import Path
 
-
-def test_inactive_sections_lists_one_line_per_feature_group():
-    lines = inactive_sections(parse({}))
-    assert len(lines) == len(INACTIVE_FEATURES)
-    assert all(line.startswith(key) for line, (key, _) in zip(lines, INACTIVE_FEATURES, strict=True))
+    text = render_check(parse({}))
+    assert not [line for line in text.splitlines() if line.lstrip().startswith("#")]
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert "as comments" not in doc and "every key it accepts is acted on" in doc

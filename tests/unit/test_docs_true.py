@@ -233,3 +233,38 @@ def test_the_documented_commands_that_need_no_daemon_run_and_succeed(path, tmp_p
         if code != 0:
             failed.append(f"{line!r}: exit {code}: {out.err.strip()[-200:]}")
     assert failed == []
+
+
+# ------------------------------------------------------------------ install recipes
+UNITS = {p.stem for p in (ROOT / "deploy" / "systemd").glob("*.service")}
+SYSTEMCTL = re.compile(
+    r"systemctl (?:status|restart|start|stop|enable(?: --now)?|reload|kill|show(?: -p \S+)?) ([\w@.-]+)"
+)
+
+
+def python_sources() -> list[Path]:
+    return sorted((ROOT / "vllm_guardian").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", [*DOCS, *python_sources()], ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_unit_a_systemctl_line_names_for_the_guardian_is_the_shipped_unit(path):
+    """The unit is deploy/systemd/guardian.service: a hint naming ``vllm-guardian`` sends a person
+    at 3 a.m. to a unit that does not exist."""
+    named = {m.group(1).removesuffix(".service") for m in SYSTEMCTL.finditer(text(path))}
+    assert not {n for n in named if "guardian" in n} - UNITS, named
+
+
+@pytest.mark.parametrize("path", DOCS, ids=IDS)
+def test_every_link_a_shell_recipe_makes_goes_into_a_folder_it_made_or_that_always_exists(path):
+    """``ln -sf SRC DIR/NAME`` fails where DIR does not exist (zsh's site-functions often does not)."""
+    for lang, body in blocks(path):
+        if lang not in ("sh", "bash", "shell", "console", ""):
+            continue
+        made: set[str] = {"/usr/local/bin", "/usr/bin", "/etc"}  # on every Linux install
+        for line in body.splitlines():
+            words = line.split("#")[0].split()
+            if words[:2] == ["mkdir", "-p"]:
+                made |= set(words[2:])
+            if words[:1] == ["ln"] and len(words) >= 3:
+                folder = words[-1].rsplit("/", 1)[0]
+                assert folder in made, f"{path.name}: `{line.strip()}` links into {folder}, never made first"

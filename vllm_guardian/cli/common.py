@@ -56,7 +56,7 @@ def not_reachable(path: str, e: BaseException) -> str:
     why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
     return (
         f"guardian: the daemon is not reachable on {path} ({why}); is `guardian run` running with this config "
-        "(systemctl status vllm-guardian)? Else pass -c with its config or --socket PATH"
+        "(systemctl status guardian)? Else pass -c with its config or --socket PATH"
     )
 
 

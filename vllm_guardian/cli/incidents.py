@@ -16,6 +16,12 @@ def cmd_incidents(args) -> int:
 
     cfg = load_config(args.config)
     store = IncidentStore(cfg.state_dir)
+    if args.html and args.action != "show":  # never ignored silently
+        print(
+            "guardian incidents: --html writes one incident's page: `guardian incidents show ID --html`",
+            file=sys.stderr,
+        )
+        return 2
     if args.action == "show":
         if not args.id:
             print(

@@ -33,9 +33,6 @@ from vllm_guardian.errors import ConfigError
 DEFAULT_PATH = "/etc/guardian/guardian.yaml"
 # Configured features this version accepts but does not act on yet: (key, what).
 # Later work removes an entry when it wires the feature; nothing else lists them.
-INACTIVE_FEATURES: tuple[tuple[str, str], ...] = ()
-
-
 def resolve_defaults(cfg: Config, hostname: Callable[[], str] = socket.gethostname) -> Config:
     """Fills the defaults that depend on the host: ``node`` = the host name."""
     if cfg.node is None:
@@ -104,16 +101,7 @@ def config_to_dict(cfg: Config) -> dict:
     return _plain(cfg)
 
 
-def inactive_sections(cfg: Config) -> list[str]:
-    """One line per feature of ``INACTIVE_FEATURES``: accepted in config, not acted on yet."""
-    return [f"{key}: {what}" for key, what in INACTIVE_FEATURES]
-
-
 def render_check(cfg: Config) -> str:
-    """What ``guardian check-config`` prints: the effective config as YAML, then a
-    ``# not active yet: ...`` comment line per inactive feature."""
-    text = yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=False, allow_unicode=True)
-    notes = inactive_sections(cfg)
-    if notes:
-        text += "\n" + "".join(f"# not active yet: {line}\n" for line in notes)
-    return text
+    """What ``guardian check-config`` prints: the effective config as YAML, every default filled in
+    (every key the schema accepts is acted on: there is no accepted-but-inactive key to list)."""
+    return yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=False, allow_unicode=True)
