@@ -40,10 +40,11 @@ def test_rendered_objects_are_valid_for_each_supported_version(overlay, version)
         validate(doc, version)
 
 
+@pytest.mark.parametrize("component", ["node-taint", "node-condition"])
 @pytest.mark.parametrize("version", [v for v in VERSIONS if tuple(map(int, v.split("."))) >= (1, 30)])
-def test_the_optional_node_taint_component_is_valid_from_1_30(version):
-    """Its admission policy (admissionregistration.k8s.io/v1) exists from Kubernetes 1.30 on."""
-    docs = kustomize(K8S / "optional" / "node-taint")
+def test_the_optional_node_components_are_valid_from_1_30(version, component):
+    """Their admission policy (admissionregistration.k8s.io/v1) exists from Kubernetes 1.30 on."""
+    docs = kustomize(K8S / "optional" / component)
     assert {d["kind"] for d in docs} == {
         "ClusterRole",
         "ClusterRoleBinding",
@@ -67,6 +68,15 @@ def test_strict_validation_rejects_an_unknown_field():
     ds["spec"]["template"]["spec"]["hostPid"] = True
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(ds, VERSIONS[-1], strict=True)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_generated_config_map_carries_the_label_the_prune_recipe_selects(overlay):
+    """docs/operate.md prunes old generated ConfigMaps with -l app.kubernetes.io/name=vllm-guardian."""
+    (cm,) = [d for d in kustomize(K8S / "overlays" / overlay) if d["kind"] == "ConfigMap"]
+    assert cm["metadata"]["name"].startswith("vllm-guardian-config-")  # the hash suffix: a new name per change
+    assert cm["metadata"]["labels"]["app.kubernetes.io/name"] == "vllm-guardian"
+    assert "-l app.kubernetes.io/name=vllm-guardian" in (ROOT / "docs" / "operate.md").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -46,10 +46,12 @@ CHART_DOCS = helm_template([CHART / "ci" / "full-values.yaml"])
 CHART_USER = "system:serviceaccount:guardian:vllm-guardian"
 KUSTOMIZE_DOCS = kustomize(ROOT / "deploy" / "k8s" / "optional" / "node-taint")
 KUSTOMIZE_USER = "system:serviceaccount:guardian:vllm-guardian"
+KUSTOMIZE_CONDITION_DOCS = kustomize(ROOT / "deploy" / "k8s" / "optional" / "node-condition")
 SHIPPED = {
     "chart nodes": (_policies(CHART_DOCS)["nodes"], CHART_USER),
     "chart nodes/status": (_policies(CHART_DOCS)["nodes/status"], CHART_USER),
     "kustomize nodes": (_policies(KUSTOMIZE_DOCS)["nodes"], KUSTOMIZE_USER),
+    "kustomize nodes/status": (_policies(KUSTOMIZE_CONDITION_DOCS)["nodes/status"], KUSTOMIZE_USER),
 }
 
 

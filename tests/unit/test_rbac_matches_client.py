@@ -223,6 +223,15 @@ def test_the_optional_node_taint_component_grants_exactly_what_tainting_calls(ne
     assert got == needs["read_node"] | needs["set_node_taints"] == {(v, r, "*") for v, r in NODE_TAINT}
 
 
+def test_the_optional_node_condition_component_grants_exactly_what_the_condition_calls(needs):
+    docs = kustomize(ROOT / "deploy" / "k8s" / "optional" / "node-condition")
+    (binding,) = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "vllm-guardian", "namespace": "guardian"}]
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    got = {(v, r, "*") for rule in role["rules"] for v in rule["verbs"] for r in rule["resources"]}
+    assert got == needs["patch_node_condition"] == {("patch", "nodes/status", "*")}
+
+
 def test_nothing_about_pods_is_granted_cluster_wide():
     for overlay in ("observe-only", "remediate"):
         g = granted(overlay)
