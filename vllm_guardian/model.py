@@ -119,6 +119,9 @@ class Target:
     # sockets listening on its port that do not serve its URL (another address or family: a
     # neighbour's, ignored); 0 when not checked
     other_listeners: int = 0
+    # the Kubernetes pod it runs in, when matched through the API (match.kubernetes); else None
+    namespace: str | None = None
+    pod: str | None = None
 
     @property
     def port_verified(self) -> bool:
@@ -229,6 +232,8 @@ class TargetRef:
     port: int | None = None
     model: str | None = None
     role: str | None = None  # role of the process the finding points at, when any
+    namespace: str | None = None  # the Kubernetes pod it runs in (match.kubernetes), else None
+    pod: str | None = None
 
 
 @dataclass(frozen=True)

@@ -217,3 +217,25 @@ def test_inline_certificate_data_is_written_to_a_private_directory(tmp_path):
 def test_neither_in_a_pod_nor_a_kubeconfig_says_what_is_missing():
     with pytest.raises(BackendUnavailable, match="KUBECONFIG"):
         discover({})
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [{"versions": "policy/v1"}, {"versions": [["policy/v1"]]}, {"versions": [{"groupVersion": "policy/v9"}]}, {}],
+    ids=["a-string", "a-list-of-lists", "an-unknown-version", "no-versions"],
+)
+def test_a_discovery_document_not_as_kubernetes_sends_it_evicts_nothing(answer):
+    """Hostile or broken: whatever answers /apis/policy cannot make the client guess a body."""
+    import io
+    import json
+
+    sent = []
+
+    def opener(req, timeout):
+        sent.append(req.full_url)
+        return io.BytesIO(json.dumps(answer).encode())
+
+    c = KubeClient("https://k8s", "tok", None, NODE, opener=opener)
+    with pytest.raises(EvictionUnsupported):
+        c.evict_pod(POD, 30)
+    assert sent == ["https://k8s/apis/policy"]

@@ -141,6 +141,25 @@ def test_a_pod_by_name_is_found_on_this_node_and_reached_at_its_pod_ip(node, api
     assert query == {"fieldSelector": f"spec.nodeName={NODE},metadata.name=vllm-llama-0", "limit": "500"}
 
 
+def test_a_target_found_through_its_pod_carries_the_pods_namespace_and_name_to_metrics_and_alerts(node, api):
+    """guardian_target_info{namespace, pod} and the alert event's target.namespace / target.pod."""
+    from vllm_guardian.sinks.events import event_from_incident
+    from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef
+
+    FakeApi.pods = [pod("vllm-llama-0", labels={"app": "vllm"})]
+    (t,) = run(node, kube_cfg(namespace="llm", selector="app=vllm"), api).targets
+    assert (t.namespace, t.pod) == ("llm", "vllm-llama-0")
+    ref = TargetRef(t.name, t.key.pid, t.key.starttime, t.port, None, None, t.namespace, t.pod)
+    inc = Incident("01HZZZZZZZZZZZZZZZZZZZZZZZ", Kind.BUSY_LOOP, Severity.CRITICAL, NODE, ref, Status.FIRING, "x", 1.0)
+    target = event_from_incident(inc, NODE, 1.0, reason="opened")["target"]
+    assert (target["namespace"], target["pod"]) == ("llm", "vllm-llama-0")
+
+
+def test_a_target_found_without_a_pod_names_none(node):
+    (t,) = run(node, kube_cfg(pod_uid=UID)).targets  # by the cgroup alone: the API never asked
+    assert (t.namespace, t.pod) == (None, None)
+
+
 def test_a_pod_by_label_selector(node, api):
     FakeApi.pods = [pod("vllm-llama-0"), pod("other", "00000000-0000-0000-0000-000000000000", labels={"app": "x"})]
     res = run(node, kube_cfg(namespace="llm", selector="app=vllm"), api)

@@ -89,6 +89,8 @@ def test_the_event_carries_the_incident_its_target_and_its_generator():
         "port": 8000,
         "model": "tiny-llama",
         "role": "engine_core",
+        "namespace": None,  # not matched through a pod
+        "pod": None,
     }
     assert ev["evidence"] == {"dir": "/var/lib/vllm_guardian/incidents/X", "files": ["a.txt"]}
     assert ev["generator"] == f"vllm-guardian/{__version__}@gpu-1"

@@ -284,7 +284,11 @@ def test_describe_names_every_declared_family_without_reading_status():
         ("guardian_probe_overruns_total", {"probe": "procfs"}, 2.0),
         ("guardian_probe_duration_seconds", {"probe": "procfs"}, 0.001),
         ("guardian_probe_duration_mean_seconds", {"probe": "procfs"}, 0.0012),
-        ("guardian_target_info", {"target": "llama", "model": "m", "source": "config"}, 1.0),
+        (
+            "guardian_target_info",
+            {"target": "llama", "model": "m", "source": "config", "namespace": "", "pod": ""},
+            1.0,
+        ),
         ("guardian_target_up", {"target": "llama"}, 1.0),
         ("guardian_target_ready", {"target": "llama"}, 1.0),
         ("guardian_target_health_ok", {"target": "llama"}, 1.0),

@@ -31,6 +31,8 @@ from vllm_guardian.config.yaml_text import load_yaml
 from vllm_guardian.errors import ConfigError
 
 DEFAULT_PATH = "/etc/guardian/guardian.yaml"
+
+
 # Configured features this version accepts but does not act on yet: (key, what).
 # Later work removes an entry when it wires the feature; nothing else lists them.
 def resolve_defaults(cfg: Config, hostname: Callable[[], str] = socket.gethostname) -> Config:

@@ -41,6 +41,7 @@ class PlatformMatch:
     host: str | None = None  # where to reach it (a pod's IP); None: from its --host
     port: int | None = None  # its container port; None: from its --port
     why: str = ""  # set when nothing matched
+    pod: tuple[str, str] | None = None  # (namespace, name) of the pod it runs in, when matched by one
 
 
 def _miss(why: str) -> PlatformMatch:
@@ -232,7 +233,8 @@ class PlatformMatcher:
                 f"(uid {uid}): is the guardian running with hostPID?"
             )
         port = _container_port(container) if container is not None else None
-        return PlatformMatch(self._prefer_servers(pids, procs), _pod_ip(status), port)
+        pod = (str(km.namespace), str(md.get("name") or ""))
+        return PlatformMatch(self._prefer_servers(pids, procs), _pod_ip(status), port, pod=pod)
 
     # ------------------------------------------------------------ systemd
     def _unit_procs(self, cgroup: str) -> set[int] | None:

@@ -226,6 +226,8 @@ def _match(
         root = snap.topmost(set(found.pids))
         if root is not None:
             snap.addresses[root] = (found.host, found.port)
+            if found.pod is not None:
+                snap.pods[root] = found.pod
         return root, ""
     return None, "no matcher configured"
 
@@ -250,6 +252,7 @@ def _build(
     socket_state: str = "",
     others: int = 0,
 ) -> Target:
+    pod = snap.pods.get(root)
     procs = []
     for pid in snap.tree(root):
         p = snap.procs[pid]
@@ -264,6 +267,8 @@ def _build(
         source=source,
         socket=socket_state,
         other_listeners=others,
+        namespace=pod[0] if pod else None,
+        pod=pod[1] if pod else None,
     )
 
 

@@ -169,6 +169,7 @@ class Snapshot:
         self.assumed: set[int] = set()  # roots matched by a [::] socket of unknown IPV6_V6ONLY
         self.others: dict[int, int] = {}  # root -> sockets on its port that do not serve its URL
         self.addresses: dict[int, tuple[str | None, int | None]] = {}  # root -> (host, port) from a pod
+        self.pods: dict[int, tuple[str, str]] = {}  # root -> (namespace, name) of its pod
 
     def ancestors(self, pid: int) -> list[int]:
         out: list[int] = []

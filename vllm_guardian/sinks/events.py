@@ -49,7 +49,7 @@ EVENT_FIELDS = (
 MAX_DIAGNOSES = 3
 CRASH_EVENT_KEYS = ("exception", "message", "process", "pid", "source", "error")
 CRASH_FRAMES = 5
-TARGET_FIELDS = ("name", "pid", "starttime", "port", "model", "role")
+TARGET_FIELDS = ("name", "pid", "starttime", "port", "model", "role", "namespace", "pod")
 MAX_EVIDENCE_FILES = 200
 
 IdSource = Callable[[float], str]
@@ -104,6 +104,8 @@ def event_from_incident(
             "port": t.port,
             "model": t.model,
             "role": t.role,
+            "namespace": t.namespace,
+            "pod": t.pod,
         },
         "summary": incident.summary,
         "signals": jsonable(incident.signals),

@@ -101,7 +101,8 @@ class TrackedTarget:
             (str(f.signals["role"]) for f in findings.values() if f is not None and f.signals.get("role")), None
         )
         key = self.target.key
-        return TargetRef(self.name, key.pid, key.starttime, self.target.port, self.model, role)
+        t = self.target
+        return TargetRef(self.name, key.pid, key.starttime, t.port, self.model, role, t.namespace, t.pod)
 
     @property
     def engine_alive(self) -> bool | None:

@@ -192,7 +192,7 @@ def _probe_metrics(f: _Families, s: StatusSnapshot) -> None:
 def _target_metrics(f: _Families, t: TargetStatus) -> None:
     name = t.name
     tl = (name,)
-    f.add("guardian_target_info", (name, t.model or "", t.source or ""), 1)
+    f.add("guardian_target_info", (name, t.model or "", t.source or "", t.namespace or "", t.pod or ""), 1)
     f.add("guardian_target_up", tl, t.serving)
     f.add("guardian_target_ready", tl, t.ready)
     f.add("guardian_target_port_other_listeners", tl, t.other_listeners)

@@ -45,7 +45,13 @@ TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("guardian_probe_duration_seconds", "gauge", ("probe",), "Duration of the last run of a probe."),
     ("guardian_probe_duration_mean_seconds", "gauge", ("probe",), "Mean duration of a probe's runs since start."),
     # targets
-    ("guardian_target_info", "gauge", ("target", "model", "source"), "Always 1 per supervised vLLM server."),
+    (
+        "guardian_target_info",
+        "gauge",
+        ("target", "model", "source", "namespace", "pod"),
+        "Always 1 per supervised vLLM server; namespace and pod: its Kubernetes pod (empty outside one). "
+        "Join it onto any per-target series: `* on(target) group_left(namespace, pod) guardian_target_info`.",
+    ),
     ("guardian_target_up", "gauge", ("target",), "1 when the target should take traffic (serving), else 0."),
     ("guardian_target_ready", "gauge", ("target",), "1 once the target is ready (warm-up over), else 0."),
     (

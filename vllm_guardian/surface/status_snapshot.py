@@ -76,6 +76,8 @@ class TargetStatus:
     # reason -> count of what the guardian dropped of its input (engines, page_too_large, too_many_samples,
     # series): probes/vllm_http.py, series/store.py
     metrics_dropped: Mapping[str, int] = field(default_factory=dict)
+    namespace: str | None = None  # the Kubernetes pod it runs in (match.kubernetes), else None
+    pod: str | None = None
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,8 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
     return TargetStatus(
         name=name,
         source=tr.target.source,
+        namespace=tr.target.namespace,
+        pod=tr.target.pod,
         pid=tr.target.key.pid,
         starttime=tr.target.key.starttime,
         port=tr.target.port,
