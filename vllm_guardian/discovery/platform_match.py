@@ -233,8 +233,8 @@ class PlatformMatcher:
                 f"(uid {uid}): is the guardian running with hostPID?"
             )
         port = _container_port(container) if container is not None else None
-        pod = (str(km.namespace), str(md.get("name") or ""))
-        return PlatformMatch(self._prefer_servers(pids, procs), _pod_ip(status), port, pod=pod)
+        named = (str(km.namespace), str(md.get("name") or ""))
+        return PlatformMatch(self._prefer_servers(pids, procs), _pod_ip(status), port, pod=named)
 
     # ------------------------------------------------------------ systemd
     def _unit_procs(self, cgroup: str) -> set[int] | None:
