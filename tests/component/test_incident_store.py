@@ -67,6 +67,8 @@ def test_file_uses_the_spec_field_names(tmp_path):
         "port": 8000,
         "model": "tiny",
         "role": "engine_core",
+        "namespace": None,  # the pod it runs in, when matched through one
+        "pod": None,
     }
     assert doc["actions"] == [{"name": "evidence", "status": "ok", "at": 1_700_000_001.0, "detail": "7 files"}]
     assert doc["fingerprint"] == "node-a/llm/busy_loop"
