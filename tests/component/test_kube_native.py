@@ -12,26 +12,16 @@ accepted the eviction, and its controller's replacement appears under a new pod 
 from __future__ import annotations
 
 import json
-import logging
 
 import pytest
 
-from vllm_guardian.config.loader import parse_config
+from tests.support.kube_node import NODE, KubeNode
 from vllm_guardian.host.http import HttpError
 from vllm_guardian.host.kube import KubeClient
-from vllm_guardian.loop.runtime import build_daemon
-from vllm_guardian.model import ProcKey
-from vllm_guardian.seams import Seams
-from vllm_guardian.surface.kube_publisher import KubePublisher
 from vllm_guardian.surface.readiness import CONDITION_TYPE
-from vllm_guardian.testing.clock import FakeClock
-from vllm_guardian.testing.fake_control import FakeControl
-from vllm_guardian.testing.fake_http import FakeHttp, ok
+from vllm_guardian.testing.fake_http import ok
 from vllm_guardian.testing.fake_kube_api import FakeKubeApi
-from vllm_guardian.testing.fake_proc import FakeProcTree
-from vllm_guardian.testing.fake_runner import FakeRunner
 
-NODE = "gpu-node-17"
 UID_A = "3f8e2a1c-7b4d-4e9a-9c1f-2d6b8e0a5f71"
 UID_B = "9c0d1e2f-3a4b-4c5d-8e6f-7a8b9c0d1e2f"
 POD = ("llm", "vllm-llama-0")
@@ -43,88 +33,24 @@ def cgroup(uid: str) -> str:
     )
 
 
-class Cluster:
+class Cluster(KubeNode):
     """One node: a vLLM pod (API server + engine) the guardian supervises, the fake API server."""
 
     def __init__(self, tmp_path, token_file, **config):
-        self.proc = FakeProcTree(tmp_path / "proc")
-        self.control = FakeControl()
-        self.pids: list[ProcKey] = []
         self.api = FakeKubeApi(token=lambda: token_file.read_text().strip()).__enter__()
-        self.iterations = 0
-        self.http = FakeHttp(
-            {
-                ("GET", "/health"): ok(),
-                ("GET", "/metrics"): lambda _body: ok(self._metrics()),
-                ("GET", "/v1/models"): ok(json.dumps({"data": [{"id": "m"}]})),
-                ("POST", "/v1/completions"): ok(json.dumps({"choices": [{"text": "x"}]})),
-            }
-        )
-        self.clock = FakeClock()
-        self.cfg = parse_config(
-            {
-                "node": NODE,
-                "state_dir": str(tmp_path / "state"),
-                "api": {"http": None},
-                "targets": [
-                    {
-                        "name": "llama",
-                        "match": {"cmdline_regex": "api_server --port 8000"},
-                        "restart": {"mode": "kubernetes", "namespace": "llm", "ready_timeout": 600},
-                        "drain": {"timeout": 5},
-                    }
-                ],
-                **config,
-            }
-        )
-        seams = Seams(self.clock, self.proc.procfs(), self.http, FakeRunner(), self.control, [])
         client = KubeClient(self.api.url, None, None, NODE, token_file=str(token_file), plain_http_loopback=True)
-        self.d = build_daemon(self.cfg, seams, log=logging.getLogger("test-kube-native"), kube=client)
-        self.publisher = KubePublisher(
-            self.cfg, client, seams.proc, self.control.alive, wall=self.clock.wall, monotonic=self.clock.monotonic
-        )
+        super().__init__(tmp_path, client, **config)
         self.start_pod(UID_A, 100)
-
-    def _metrics(self) -> str:
-        return (
-            "# TYPE vllm:num_requests_running gauge\n"
-            'vllm:num_requests_running{engine="0",model_name="m"} 0\n'
-            "# TYPE vllm:iteration_tokens_total histogram\n"
-            f'vllm:iteration_tokens_total_count{{engine="0",model_name="m"}} {self.iterations}\n'
-        )
 
     def start_pod(self, uid: str, api_pid: int) -> None:
         """The pod's controller (re)creates it: API server and engine, in the pod's cgroup."""
         self.api.state.add_pod(*POD, uid, NODE)
-        argv = ("python3", "-m", "vllm.entrypoints.openai.api_server", "--port", "8000")
-        api = self.proc.add_process(api_pid, 1, argv)
-        engine = self.proc.add_process(api_pid + 10, api_pid, ("VLLM::EngineCore",), threads=[(api_pid + 11, "ZMQbg")])
-        for pid in (api_pid, api_pid + 10):
-            self.proc.set_cgroup(pid, cgroup(uid))
-        self.pids = [api, engine]
-        self.control.live |= {api, engine}
-        self.spin_ticks = 0
+        self.run_processes(api_pid, cgroup(uid))
 
     def kubelet(self) -> None:
         """Once the API server accepted the eviction, the kubelet stops the pod's containers."""
         if POD not in self.api.state.pods and self.pids:
-            for key in self.pids:
-                self.control.live.discard(key)
-                self.proc.remove(key.pid)
-            self.pids = []
-
-    def step(self, n: int = 1, *, spin: bool = False) -> None:
-        for _ in range(n):
-            self.clock.advance(1.0)
-            if spin and self.pids:
-                self.spin_ticks += 100
-                engine = self.pids[1].pid
-                self.proc.set_thread(engine, engine, utime=self.spin_ticks, state="R", syscall="running")
-            self.d.tick()
-            self.d.runner.wait_idle(10)
-            self.kubelet()
-            self.publisher.observe(self.d.status())
-            assert self.publisher.drain(10)
+            self.stop_processes()
 
     def gate_history(self) -> list[tuple[str, str, str]]:
         """(pod uid, status, reason) of each readiness condition the API server accepted, in order."""
@@ -137,8 +63,7 @@ class Cluster:
         return out
 
     def close(self) -> None:
-        self.publisher.close()
-        self.d.runner.shutdown()
+        super().close()
         self.api.__exit__()
 
 
