@@ -59,6 +59,7 @@ from urllib.parse import urlsplit
 from vllm_guardian.sim.vllm.engine_flood import engine_flood
 from vllm_guardian.sim.vllm.full_page import full_page_tail
 from vllm_guardian.sim.vllm import dev_mode, lm
+from vllm_guardian.sim.vllm.version_states import VersionStates
 from vllm_guardian.sim.vllm.data_parallel import EngineGroup
 from vllm_guardian.sim.vllm.multi_api import API_FAULTS, ApiServers, listening_socket
 from vllm_guardian.sim.vllm.engine import (
@@ -130,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="require 'Authorization: Bearer <key>' on /v1/* (default: $VLLM_API_KEY)",
     )
+    p.add_argument("--vllm-version", default="0.0.0+sim", help="the vLLM version to act as (0.32.0, 0.33.0, 0.34.0)")
+    p.add_argument("--enable-sleep-mode", action="store_true", help="0.34: register /checkpoint/*")
+    p.add_argument("--enable-fault-tolerance", action="store_true", help="register the fault-tolerance status")
     return p
 
 
@@ -402,8 +406,11 @@ class SimApp:
         config: EngineConfig,
         full_metrics: bool = False,
         flood_engines: int = 0,
+        states: VersionStates | None = None,
     ) -> None:
         from prometheus_client import CollectorRegistry
+
+        self.states = states  # --vllm-version's own endpoints and states (sim.vllm.version_states)
 
         self.model = model
         self.full_metrics = full_metrics
@@ -641,7 +648,10 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         if not self._authorized(path):
             return
-        if path == "/health":
+        states = self.app.states
+        if states is not None and (answer := states.refuse(path) or states.get(path)) is not None:
+            self._json(*answer)
+        elif path == "/health":
             self._send(self.app.health(), b"", "application/json")
         elif path == "/v1/models":
             self._json(200, self.app.models())
@@ -664,6 +674,18 @@ class _Handler(BaseHTTPRequestHandler):
         routes = {"/v1/completions": self._complete, "/sim/fault": self.app.set_fault}
         if not self._authorized(path):
             return
+        states = self.app.states
+        if states is not None and (refused := states.refuse(path)) is not None:
+            self._json(*refused)
+            return
+        if path not in routes and states is not None and states.owns(path):
+            try:
+                raw = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")
+            except (ValueError, UnicodeDecodeError):
+                raw = None
+            if (answer := states.post(path, url.query, raw)) is not None:
+                self._json(*answer)
+                return
         if path not in routes and self.app.dev is not None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             answer = self.app.dev.post(path, url.query)
@@ -713,6 +735,17 @@ class _Server(ThreadingHTTPServer):
 # ---- main -------------------------------------------------------------------
 
 
+def _checkpoint_drain(engine: EngineClient | EngineGroup, mode: str | None) -> None:
+    """``/checkpoint/prepare?mode=``: drain as ``/pause`` does (``wait`` waits); None resumes."""
+    if mode is None:
+        engine.pause(False)
+        return
+    if mode == "wait":
+        while engine.alive and (engine.stats.running or engine.stats.waiting):
+            time.sleep(dev_mode.WAIT_POLL_S)
+    engine.pause(True, abort=mode == "abort", sleeping=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -758,7 +791,14 @@ def main(argv: list[str] | None = None) -> int:
         LOG.error("Engine core initialization failed")
         return 1
     engine.start_output_thread()
-    app = SimApp(args.model, engine, config, args.full_metrics, args.flood_engines)
+    states = VersionStates(
+        args.vllm_version,
+        engines=args.data_parallel_size,
+        sleep_mode=args.enable_sleep_mode,
+        fault_tolerance=args.enable_fault_tolerance,
+        drain=lambda mode: _checkpoint_drain(engine, mode),
+    )
+    app = SimApp(args.model, engine, config, args.full_metrics, args.flood_engines, states)
     try:
         api_keys = tuple(args.api_key or [os.environ.get("VLLM_API_KEY", "")])
         if args.api_server_count > 1:  # the launcher: the app behind a private port, N fronts on the real one
