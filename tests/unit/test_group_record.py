@@ -22,7 +22,7 @@ RANK1 = (Member(1, 4242, "serving", NOW - 1.0),)
 def record(node="node-b", members=RANK1, **kw) -> NodeRecord:
     base = dict(group=G, kind="vllm-dp", node=node, time=NOW - 2.0, size=2, leader_address="10.0.0.1")
     base.update(kw)
-    return NodeRecord(members=tuple(members), **base)  # type: ignore[arg-type]
+    return NodeRecord(members=tuple(members), **base)
 
 
 def decode(raw, keys=KEYS, node="node-b", group=G):
