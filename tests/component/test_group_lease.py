@@ -1,0 +1,50 @@
+"""The group lease through a real Redis: one holder at a time; only the holder renews or releases it."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_guardian.sinks.group_lease import GroupLease, lease_key
+from vllm_guardian.testing.redis_server import RedisServer
+
+G = "dp@127.0.0.1:13345"
+
+
+@pytest.fixture
+def client():
+    with RedisServer() as s:
+        yield s.client()
+
+
+def test_exactly_one_of_two_nodes_gets_the_lease(client):
+    a, b = GroupLease(client, "node-a"), GroupLease(client, "node-b")
+    assert [a.acquire(G, 30), b.acquire(G, 30)] == [True, False]
+    assert a.holder(G) == b.holder(G) == "node-a"
+
+
+def test_the_holder_renews_and_the_other_node_still_cannot_take_it(client):
+    a, b = GroupLease(client, "node-a"), GroupLease(client, "node-b")
+    assert a.acquire(G, 30) and a.acquire(G, 30)
+    assert not b.acquire(G, 30)
+
+
+def test_a_released_lease_can_be_taken_by_the_other_node(client):
+    a, b = GroupLease(client, "node-a"), GroupLease(client, "node-b")
+    a.acquire(G, 30)
+    assert a.release(G)
+    assert b.acquire(G, 30) and a.holder(G) == "node-b"
+
+
+def test_a_squatted_lease_cannot_be_renewed_or_released_by_the_node_that_lost_it(client):
+    a = GroupLease(client, "node-a")
+    a.acquire(G, 30)
+    client.set(lease_key(G), "node-a forged-token")  # someone with Redis access overwrites it
+    assert not a.renew(G, 30)
+    assert not a.release(G)
+    assert client.get(lease_key(G)) in (b"node-a forged-token", "node-a forged-token")
+
+
+def test_a_lease_expires_if_its_holder_stops_renewing(client):
+    a = GroupLease(client, "node-a")
+    a.acquire(G, 0.2)
+    assert 0 < client.pttl(lease_key(G)) <= 200
