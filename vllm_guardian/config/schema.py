@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 
 from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.config.schema_fields import setting
-from vllm_guardian.config.schema_policy import BreakerConfig, DeviceFaultRule, ProfileConfig, RecurrenceConfig
+from vllm_guardian.config.schema_policy import (
+    BreakerConfig,
+    DeviceCheckConfig,
+    DeviceFaultRule,
+    ProfileConfig,
+    RecurrenceConfig,
+)
 
 
 # ---------------------------------------------------------------- targets
@@ -253,6 +259,7 @@ class PolicyConfig:
     breaker: BreakerConfig = field(default_factory=lambda: BreakerConfig(enabled=False))
     recurrence: RecurrenceConfig = field(default_factory=RecurrenceConfig)
     device_fault_rules: tuple[DeviceFaultRule, ...] = setting((), doc="per-code rules over the device catalog")
+    device_check: DeviceCheckConfig = field(default_factory=DeviceCheckConfig)
 
 
 @dataclass(frozen=True)

@@ -67,3 +67,14 @@ class DeviceFaultRule:
     action: str | None = setting(
         None, "fault_action", "annotate | alert | refuse_restart | taint; null: from the catalog"
     )
+
+
+@dataclass(frozen=True)
+class DeviceCheckConfig:
+    """Before a restart onto an accelerator: a quick health read, then an optional operator command."""
+
+    enabled: bool = setting(True, doc="read the devices' health (NVML / npu-smi) before a restart onto them")
+    command: tuple[str, ...] = setting(
+        (), doc="argv run before the restart (no shell), e.g. [dcgmi, diag, -r, '1']; non-zero exit refuses it"
+    )
+    timeout: float = setting(60.0, "positive", "seconds the command may take; past it the restart is refused")
