@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from vllm_guardian.policy.breaker import PercentBreaker
+from vllm_guardian.policy.breaker import BreakerResult, PercentBreaker
 from vllm_guardian.testing.redis_server import RedisServer
 
 
@@ -38,7 +38,7 @@ def test_four_guardians_eight_targets_all_faulting_restart_at_most_half_and_page
     fleet = guardians(client)
     for g in fleet:
         g.register("model:llama", ["a", "b"], now=1000.0)
-    results: dict[str, object] = {}
+    results: dict[str, BreakerResult] = {}
     barrier = threading.Barrier(8)
 
     def trip(g, target):

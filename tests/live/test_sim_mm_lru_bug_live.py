@@ -43,10 +43,9 @@ def catalog_workaround():
 
 @pytest.mark.parametrize("start", [1, 2], ids=["first-start", "after-a-restart"])
 def test_the_lru_bug_spins_the_engine_at_the_first_request_of_every_start(make_server, start):
-    server = None
-    for _ in range(start):  # a restart is a new server with the same command line
-        if server is not None:
-            server.stop(timeout=2)
+    server = make_server("--mm-lru-bug")
+    for _ in range(start - 1):  # a restart is a new server with the same command line
+        server.stop(timeout=2)
         server = make_server("--mm-lru-bug")
     engine = server.engine_pid()
     ticks = engine_ticks(engine)
