@@ -36,6 +36,7 @@ class BreakerConfig:
 class RecurrenceConfig:
     """The same kind (and signature) on one target soon after a verified restart: escalate, no blind restart."""
 
+    enabled: bool = setting(False, doc="escalate a recurrence instead of restarting again (opt-in in this version)")
     window: float = setting(3600.0, "positive", "seconds after a verified restart a repeat counts as recurring")
     apply_workaround: bool = setting(
         False, doc="on a recurrence, restart once with the catalog's workaround (command/systemd modes only)"
