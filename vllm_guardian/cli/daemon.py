@@ -89,8 +89,19 @@ def cmd_check_config(args) -> int:
         from vllm_guardian.surface.web_security import load_active
 
         load_active(cfg.api.web_config_file)
-    print(render_check(cfg))
+    print(render_check(cfg) + policy_lines(cfg))
     return 0
+
+
+def policy_lines(cfg) -> str:
+    """``# profile`` comment lines (which profile each configured target gets, docs/policy.md) and
+    ``# device fault rule`` lines. Offline, a target's facts are its config's: name, model, node."""
+    from vllm_guardian.policy import fault_rules, profiles
+
+    facts = [profiles.TargetFacts(node=cfg.node or "", target=t.name, model=t.model) for t in cfg.targets]
+    lines = [f"# profile {line}" for line in profiles.describe(cfg.policy, facts)]
+    lines += [f"# device fault rule {line}" for line in fault_rules.describe(cfg.policy.device_fault_rules)]
+    return "".join(line + "\n" for line in lines)
 
 
 def cmd_demo(args) -> int:

@@ -42,6 +42,12 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
         "Every problem is printed as 'key.path: what is wrong' and the exit status is 2.",
         ("guardian check-config -c /etc/guardian/guardian.yaml", "guardian check-config"),
     ),
+    "workaround": (
+        "List the targets running with a known bug's workaround (applied by the guardian on the restart "
+        "after a recurrence, when a profile allows it: docs/policy.md), or clear one: its next restart "
+        "uses the configured command again.",
+        ("guardian workaround list", "guardian workaround clear llm"),
+    ),
     "probe": (
         "Run discovery and one round of every probe now, without the daemon, and print what "
         "they see (targets, hottest threads, /health, metrics, accelerators).",

@@ -12,6 +12,7 @@ from vllm_guardian.cli.control import cmd_control, cmd_maintenance, parse_durati
 from vllm_guardian.cli.daemon import cmd_check_config, cmd_demo, cmd_probe, cmd_run
 from vllm_guardian.cli.incidents import cmd_incidents, cmd_snapshot
 from vllm_guardian.cli.status import cmd_healthz, cmd_status
+from vllm_guardian.cli.workaround import cmd_workaround
 
 
 def cmd_completion(args) -> int:
@@ -154,6 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("what", help="a pid or a target name")
     sp.add_argument("--record", type=float, default=None, help="seconds of py-spy record (default from config)")
     sp.set_defaults(fn=cmd_snapshot)
+
+    sp = with_config(sub.add_parser("workaround", help="list or clear the known-bug workarounds targets run with"))
+    sp.add_argument("action", choices=("list", "clear"))
+    sp.add_argument("target", nargs="?", help="clear: the target returning to its configured command")
+    sp.set_defaults(fn=cmd_workaround)
 
     sp = sub.add_parser("completion", help="print the bash or zsh completion script")
     sp.add_argument("shell", choices=("bash", "zsh"), help="the shell the script is for")

@@ -6,6 +6,7 @@ Also how a value reads in a problem line (``show``). Pure: data in, words out.""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import re
 import types
@@ -99,6 +100,11 @@ RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingPro
         "log_format": _choice("text", "json", "logfmt"),
         "log_level": _choice("debug", "info", "warning", "error", "critical"),
         "pod_removal": _choice("evict", "delete"),
+        # the policy table (config/schema_policy.py)
+        "device_kind": _choice("nvidia", "ascend", "none"),
+        "breaker_scope": _choice("model", "group", "profile"),
+        "fault_severity": _choice("critical", "warning", "info"),
+        "fault_action": _choice("annotate", "alert", "refuse_restart", "taint"),
         # the web config of the HTTP listener (config/web.py): the exporter-toolkit names
         "client_auth_type": _choice("NoClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert"),
         "tls_version": _choice("TLS12", "TLS13"),
@@ -132,6 +138,8 @@ def describe(tp: Any, check: str | None) -> str:
         return "a mapping of strings to strings"
     if dataclasses.is_dataclass(tp):
         return "a mapping"
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):  # a mode in a mapping (policy.profiles[].modes)
+        return "one of " + ", ".join(str(m.value) for m in tp)
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[tp]
 
 

@@ -16,6 +16,13 @@ from dataclasses import dataclass, field
 
 from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.config.schema_fields import setting
+from vllm_guardian.config.schema_policy import (
+    BreakerConfig,
+    DeviceCheckConfig,
+    DeviceFaultRule,
+    ProfileConfig,
+    RecurrenceConfig,
+)
 
 
 # ---------------------------------------------------------------- targets
@@ -248,6 +255,11 @@ class PolicyConfig:
     backoff: BackoffConfig = field(default_factory=BackoffConfig)
     fleet: FleetConfig = field(default_factory=FleetConfig)
     node_anomaly: NodeAnomalyConfig = field(default_factory=NodeAnomalyConfig)
+    profiles: tuple[ProfileConfig, ...] = setting((), doc="ordered rules, first match wins (docs/policy.md)")
+    breaker: BreakerConfig = field(default_factory=lambda: BreakerConfig(enabled=False))
+    recurrence: RecurrenceConfig = field(default_factory=RecurrenceConfig)
+    device_fault_rules: tuple[DeviceFaultRule, ...] = setting((), doc="per-code rules over the device catalog")
+    device_check: DeviceCheckConfig = field(default_factory=DeviceCheckConfig)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ The format (``schema: 1``)::
         fixed_in: "0.26.0"
         references: [...]
         workaround: "..."
+        workaround_apply: {args: ["--mm-processor-cache-gb", "0"], env: {NAME: value}}  # diagnosis/workaround.py
         advice: "..."
 
 A later catalog may not reuse an id (an error names both files). Pure but for the reads.
@@ -63,6 +64,7 @@ from vllm_guardian.diagnosis.signature import (
     ThreadPattern,
 )
 from vllm_guardian.diagnosis.version import is_version
+from vllm_guardian.diagnosis.workaround import Workaround, parse_workaround
 
 SCHEMA = 1
 KINDS = tuple(k.value for k in Kind)
@@ -89,6 +91,7 @@ _SIG_KEYS = {
     "fixed_in",
     "references",
     "workaround",
+    "workaround_apply",
     "advice",
 }
 _TOP_KEYS = {"schema", "name", "version", "description", "signatures"}
@@ -162,6 +165,16 @@ def _list(v: Any, path: str, p: _Problems) -> list[Any]:
         p.add(path, f"must be a list, got {type(v).__name__}")
         return []
     return v
+
+
+def _workaround_apply(v: Any, path: str, p: _Problems) -> Workaround | None:
+    if v is None:
+        return None
+    found, problems = parse_workaround(v)
+    for line in problems:
+        key, _, what = line.partition(": ")
+        p.add(f"{path}.{key}" if what else path, what or line)
+    return found
 
 
 # ---------------------------------------------------------------- clauses
@@ -312,6 +325,7 @@ def _signature(v: Any, path: str, p: _Problems, label: str) -> Signature | None:
     versions = d.get("versions") or {}
     vmap = _map(versions, f"{path}.versions", p, {"min", "below"}) if versions else {}
     refs = _strs(d.get("references"), f"{path}.references", p)
+    apply = _workaround_apply(d.get("workaround_apply"), f"{path}.workaround_apply", p)
     sig = Signature(
         id=sid or "?",
         title=title or "?",
@@ -337,6 +351,7 @@ def _signature(v: Any, path: str, p: _Problems, label: str) -> Signature | None:
         workaround=_str(d.get("workaround"), f"{path}.workaround", p),
         advice=_str(d.get("advice"), f"{path}.advice", p),
         catalog=label,
+        workaround_apply=apply,
     )
     if not _evidence_clauses(sig):
         p.add(

@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from vllm_guardian.diagnosis.workaround import Workaround
+
 THREAD_STATES = ("any", "active", "idle", "gil")
 METRIC_OPS = (">", ">=", "<", "<=", "==", "flat", "rising", "falling")
 
@@ -105,6 +107,7 @@ class Signature:
     workaround: str | None = None
     advice: str | None = None
     catalog: str = ""  # "<catalog name> <version>"
+    workaround_apply: Workaround | None = None  # machine-readable; applied only when a profile opts in
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ The ladder, in order (the first clause that holds decides): a sequence already r
 in alert mode; a kind that is never a reason to restart; a sequence already finished for this
 incident; no restart configured; a port not verified (a target matched by the port its argv
 names, its sockets unreadable: a restart never rests on that word); a restart method that
-cannot run here; a start that would fail; a broken device under the target; maintenance; a
+cannot run here; a start that would fail; a broken device under the target; a recurrence; maintenance; a
 node-wide anomaly; a target never seen ready; the budget; the backoff; dry run.
 Everything else starts a sequence. A refusal that names a ``key`` is recorded on the incident once
 (``Remediator``); one without is only shown in status. Either way ``why`` names it in a word
@@ -76,6 +76,8 @@ class Situation:
     pids: tuple[int, ...]  # the target's processes (for the dry-run message)
     # why its claim on its port is not verified (matched by its argv, its sockets unreadable); None: verified
     port_unverified: str | None = None
+    # the same fault soon after a verified restart (policy.recurrence, docs/policy.md): escalate; None: not
+    recurring: str | None = None
 
 
 def _refuse(detail: str, key: str | None = None, status: str = "skipped", exhausted: bool | None = None) -> Decision:
@@ -110,6 +112,8 @@ def decide(s: Situation) -> Decision:
         return _refuse(s.unstartable, "unstartable", "escalated")
     if s.device_fault:
         return _refuse(s.device_fault, "device_fault", "escalated")
+    if s.recurring:
+        return _refuse(s.recurring, "recurring", "escalated")
     if s.maintenance:
         return _refuse("maintenance mode is on: no remediation", "maintenance")
     anomaly = node_anomaly(s.policy, s.tripped, s.total)

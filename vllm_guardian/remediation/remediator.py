@@ -18,6 +18,7 @@ from vllm_guardian.config.schema_fields import Mode
 from vllm_guardian.discovery.argv import not_verified
 from vllm_guardian.model import Action, Incident, ProcKey
 from vllm_guardian.remediation.decide import ManualSituation, Refusal, Situation, decide, decide_manual
+from vllm_guardian.remediation.recurring import recurring
 from vllm_guardian.remediation.machine import Machine
 from vllm_guardian.remediation.parts import ActionCounts, RemediationParts, Tally
 from vllm_guardian.remediation.policy import Maintenance, RestartLedger, may_restart
@@ -188,6 +189,7 @@ class Remediator:
             budget=may_restart(self.policy, self.ledger, name, wall),
             pids=tuple(p.pid for p in tracked.target.processes),
             port_unverified=None if tracked.target.port_verified else not_verified(tracked.target.socket),
+            recurring=recurring(self.policy.recurrence, prev, incident, rc, wall),
         )
 
     def consider(

@@ -126,6 +126,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra idle threads over the tree (1/3 in the API server, 2/3 in the engine), like vLLM's thread pools",
     )
     p.add_argument(
+        "--mm-processor-cache-gb",
+        type=float,
+        default=4.0,
+        help="vLLM's multi-modal processor cache size; 0 turns it off (and with it the --mm-lru-bug loop)",
+    )
+    p.add_argument(
+        "--mm-lru-bug",
+        action="store_true",
+        help="the ghost-key LRU busy loop (vLLM #43941) fires at the first request after every start",
+    )
+    p.add_argument(
         "--api-key",
         nargs="+",
         default=None,
@@ -774,6 +785,8 @@ def main(argv: list[str] | None = None) -> int:
         step_ms=args.step_ms,
         with_worker=args.with_worker,
         idle_threads=args.idle_threads - api_threads,
+        mm_processor_cache_gb=args.mm_processor_cache_gb,
+        mm_lru_bug=args.mm_lru_bug,
     )
     start_idle_threads(api_threads, stop)
     engine: EngineClient | EngineGroup = (

@@ -14,6 +14,9 @@ Faults (ordered through ``SetFault``):
   ``kv_leak`` (finished requests keep their KV blocks): active at once;
 - ``none``: stops the two leaks (what already leaked stays leaked).
 
+``--mm-lru-bug`` (the LRU busy loop of vLLM #43941, recurring): every start is armed with ``busy_loop``
+unless ``--mm-processor-cache-gb 0`` turns the multi-modal cache off — the catalog's workaround.
+
 Pause and sleep (vLLM's dev-mode ``/pause``, ``/sleep``; ``SetPaused``): a paused engine
 schedules nothing (requests stay queued, ``mode=keep``), or first aborts every request
 (``abort``: each finishes with ``finish_reason`` ``abort``); ``AskPaused`` is answered from
@@ -97,6 +100,11 @@ class EngineConfig:
     block_tokens: int = 16
     max_num_seqs: int = 16
     dp_rank: int | None = None  # one engine of a data-parallel server: titled EngineCore_DP<k>
+    # vLLM's multi-modal processor cache (--mm-processor-cache-gb, default 4) and the ghost-key LRU bug
+    # of that cache (#43941): with mm_lru_bug the engine starts armed with busy_loop — the loop comes
+    # back after every restart — unless the cache is off (0), as the catalog's workaround says.
+    mm_processor_cache_gb: float = 4.0
+    mm_lru_bug: bool = False
 
     @property
     def title(self) -> str:
@@ -284,7 +292,7 @@ class EngineCore:
         self._running: list[_Request] = []
         self._free_blocks = config.kv_blocks
         self._leaked_blocks = 0
-        self._armed: str | None = None
+        self._armed: str | None = "busy_loop" if config.mm_lru_bug and config.mm_processor_cache_gb > 0 else None
         self._paused = False
         self._sleeping = False
         self._kv_leak = False

@@ -1,0 +1,91 @@
+"""The remediation's recurrence gate (docs/policy.md, Recurrence): a target's last sequence that ended
+verified for another incident of the same kind, within the window, makes the next restart an
+escalation ("recurring"); `decide` refuses with that key."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from vllm_guardian.config.schema import PolicyConfig, RestartConfig
+from vllm_guardian.config.schema_fields import Mode
+from vllm_guardian.config.schema_policy import RecurrenceConfig
+from vllm_guardian.model import Incident, Kind, ProcKey, Severity, Status, TargetRef
+from vllm_guardian.remediation.decide import Situation, decide
+from vllm_guardian.remediation.policy import Verdict
+from vllm_guardian.remediation.recurring import recurring
+from vllm_guardian.remediation.sequence import Phase, RestartSequence
+
+ON = RecurrenceConfig(enabled=True, window=600.0)
+CMD = RestartConfig(mode="command", command=("vllm", "serve"))
+
+
+def sequence(phase=Phase.DONE, reason="busy_loop", incident="inc-1", at=1000.0, drain_only=False):
+    return RestartSequence(
+        "llm", reason, incident, "command", ProcKey(10, 1), [], drain_only=drain_only, phase=phase, phase_since_wall=at
+    )
+
+
+def incident(kind=Kind.BUSY_LOOP, iid="inc-2"):
+    return Incident(iid, kind, Severity.CRITICAL, "n", TargetRef("llm", 20, 2), Status.FIRING, "s", 1100.0)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "prev", "inc", "rc", "now", "recurs"),
+    [
+        (ON, sequence(), incident(), CMD, 1100.0, True),
+        (RecurrenceConfig(enabled=False), sequence(), incident(), CMD, 1100.0, False),
+        (ON, None, incident(), CMD, 1100.0, False),
+        (ON, sequence(phase=Phase.FAILED), incident(), CMD, 1100.0, False),
+        (ON, sequence(), incident(kind=Kind.ENGINE_STALL), CMD, 1100.0, False),
+        (ON, sequence(), incident(), CMD, 1700.0, False),
+        (ON, sequence(incident="inc-2"), incident(), CMD, 1100.0, False),
+        (ON, sequence(reason="manual", incident=None), incident(), CMD, 1100.0, False),
+        (ON, sequence(drain_only=True), incident(), CMD, 1100.0, False),
+        (ON, sequence(), incident(), None, 1100.0, False),
+    ],
+    ids=[
+        "same-kind-after-verified-restart",
+        "off-by-default",
+        "no-previous-sequence",
+        "previous-not-verified",
+        "other-kind",
+        "outside-the-window",
+        "same-incident",
+        "manual-restart",
+        "drain-only",
+        "autodiscovered",
+    ],
+)
+def test_a_recurrence_is_recognised(cfg, prev, inc, rc, now, recurs):
+    assert (recurring(cfg, prev, inc, rc, now) is not None) is recurs
+
+
+def test_a_recurrence_names_the_incident_it_repeats():
+    assert "see incident inc-1" in (recurring(ON, sequence(), incident(), CMD, 1100.0) or "")
+
+
+def test_decide_escalates_a_recurrence_instead_of_restarting():
+    situation = Situation(
+        kind=Kind.BUSY_LOOP,
+        incident_id="inc-2",
+        mode=Mode.REMEDIATE,
+        active=False,
+        previous=("inc-1", Phase.DONE),
+        restart=CMD,
+        method_refusal=None,
+        unstartable=None,
+        device_fault=None,
+        maintenance=False,
+        policy=PolicyConfig(),
+        tripped=1,
+        total=4,
+        ever_ready=True,
+        budget=Verdict(True, "ok"),
+        pids=(20,),
+        recurring="recurring busy_loop 100s after the verified restart ending inc-1",
+    )
+    refusal = decide(situation).refusal
+    assert refusal is not None and (refusal.key, refusal.status) == ("recurring", "escalated")
+    assert decide(dataclasses.replace(situation, recurring=None)).start
