@@ -58,6 +58,8 @@ BAD_INPUT = [
     (["restart", "nosuch", "-c", "{cfg}"], 1, "not reachable"),
     (["undrain", "nosuch", "-c", "{cfg}"], 1, "not reachable"),
     (["maintenance", "sideways"], 2, "invalid choice"),
+    (["workaround", "sideways"], 2, "invalid choice"),
+    (["incidents", "list", "--html", "-c", "{cfg}"], 2, "incidents show ID --html"),
     (["maintenance", "on", "--for", "0", "-c", "{cfg}"], 2, "a duration must be"),
     (["alerts", "tail", "-c", "{cfg}"], 1, "the embedded Redis runs only while `guardian run` does"),
     (["alerts", "ack", "1-0", "-c", "{cfg}"], 2, "--group"),
