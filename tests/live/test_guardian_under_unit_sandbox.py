@@ -26,6 +26,7 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+import packaging
 import prometheus_client
 import pytest
 import setproctitle
@@ -119,8 +120,8 @@ def nobody_python():
         skip = shutil.ignore_patterns("__pycache__")
         shutil.copytree(ROOT / "vllm_guardian", where / "vllm_guardian", ignore=skip)
         # what the simulated server imports beyond the standard library (setproctitle: a C extension
-        # built for Python 3.11, as Debian's is)
-        for module in (setproctitle, prometheus_client):
+        # built for Python 3.11, as Debian's is; packaging: the version table it answers /version from)
+        for module in (setproctitle, prometheus_client, packaging):
             shutil.copytree(Path(str(module.__file__)).parent, where / module.__name__, ignore=skip)
         script = where / "python"
         script.write_text(
