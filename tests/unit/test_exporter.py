@@ -186,6 +186,21 @@ FULL = status(
     incidents=[incident("busy_loop", "llama")],
     actions={"outcomes": {"ok": 4, "failed": 1}, "restarts": {"llama": {"ok": 1}}},
     alerts={"spooled": 7, "dropped_total": 2},  # the keys RedisAlertSink.stats() writes
+    alertmanager={  # AlertmanagerSink.status_section()
+        "instances": [
+            {
+                "url": "http://am1:9093",
+                "spooled": 3,
+                "sent_total": 40,
+                "rejected_total": 1,
+                "dropped_total": 2,
+                "failures_total": 5,
+                "up": False,
+                "last_error": "HTTP 503",
+            }
+        ],
+        "firing": 1,
+    },
     gates={
         "reports": {"accepted": 3, "malformed": 1, "unsigned": 2},
         "reports_dropped": {"malformed": 1, "unsigned": 2},
@@ -328,6 +343,11 @@ def test_describe_names_every_declared_family_without_reading_status():
         ("guardian_restarts_total", {"target": "llama", "outcome": "failed"}, 0.0),
         ("guardian_alerts_spooled", {}, 7.0),
         ("guardian_alerts_dropped_total", {}, 2.0),
+        ("guardian_alertmanager_spooled", {"alertmanager": "http://am1:9093"}, 3.0),
+        ("guardian_alertmanager_sent_total", {"alertmanager": "http://am1:9093"}, 40.0),
+        ("guardian_alertmanager_rejected_total", {"alertmanager": "http://am1:9093"}, 3.0),
+        ("guardian_alertmanager_failures_total", {"alertmanager": "http://am1:9093"}, 5.0),
+        ("guardian_alertmanager_up", {"alertmanager": "http://am1:9093"}, 0.0),
         ("guardian_kubernetes_failures_total", {"call": "TaintWant"}, 3.0),
         ("guardian_http_connections_refused_total", {"reason": "tls_handshake"}, 5.0),
         ("guardian_http_connections_refused_total", {"reason": "evicted"}, 2.0),

@@ -1,6 +1,6 @@
 """The checks across fields, after the walk: one matcher per target, a namespace for Kubernetes
 matching, one source of an API key, what each restart mode needs, unique target names, a state_dir,
-a web config only for a listener that is on."""
+a web config only for a listener that is on, Alertmanager URLs that are http(s) URLs (at most 8)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import dataclasses
 from vllm_guardian.config.mapping import Invalid
 from vllm_guardian.config.rules import show
 from vllm_guardian.config.schema import Config, KubernetesMatch, MatchConfig, TargetConfig
+from vllm_guardian.config.schema_alertmanager import MAX_INSTANCES, url_problem
 
 
 def _matchers_set(match: MatchConfig) -> list[str]:
@@ -48,7 +49,21 @@ def _check_target(target: TargetConfig, where: str, problems: list[str]) -> None
         )
 
 
+def _check_alertmanager(cfg: Config, problems: list[str]) -> None:
+    alerts = cfg.alerts
+    am = None if isinstance(alerts, Invalid) else alerts.alertmanager
+    if am is None or isinstance(am, Invalid) or isinstance(am.urls, Invalid):
+        return
+    if len(am.urls) > MAX_INSTANCES:
+        problems.append(f"alerts.alertmanager.urls: at most {MAX_INSTANCES} Alertmanagers, got {len(am.urls)}")
+    for i, url in enumerate(am.urls):
+        why = url_problem(url) if isinstance(url, str) else ""
+        if why:
+            problems.append(f"alerts.alertmanager.urls[{i}]: expected {why}, got {show(url)}")
+
+
 def cross_checks(cfg: Config, problems: list[str]) -> None:
+    _check_alertmanager(cfg, problems)
     if isinstance(cfg.state_dir, str) and not cfg.state_dir.strip():
         problems.append(
             f"state_dir: expected a directory path, got {show(cfg.state_dir)} "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vllm_guardian.config.schema_alertmanager import AlertmanagerConfig
 from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.config.schema_fields import setting
 from vllm_guardian.config.schema_policy import (
@@ -281,6 +282,7 @@ class AlertsConfig:
     heartbeat_ttl: float = setting(30.0, "positive")
     timeout: float = setting(2.0, "positive")
     spool: SpoolConfig = field(default_factory=SpoolConfig)
+    alertmanager: AlertmanagerConfig = field(default_factory=AlertmanagerConfig)
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ from vllm_guardian.sinks.events import AlertEmitter, IncidentAlerts
 from vllm_guardian.sinks.fleet import node_summary
 from vllm_guardian.sinks.gate_decisions import GateDecisions
 from vllm_guardian.sinks.redis_conn import RedisConnection
+from vllm_guardian.sinks.alertmanager_sink import AlertmanagerSink
 from vllm_guardian.sinks.redis_sink import AlertSink
 from vllm_guardian.gates.control import ControlChannel
 from vllm_guardian.gates.listener import ReportsListener
@@ -147,6 +148,7 @@ class Runtime:
     reload_requested: threading.Event = field(default_factory=threading.Event)
     reloads: ReloadBook = field(default_factory=ReloadBook)
     _next_web_watch: float = float("-inf")
+    alertmanager: AlertmanagerSink | None = None  # the direct push (alerts.alertmanager.urls), if any
 
     @classmethod
     def start(
@@ -181,6 +183,7 @@ class Runtime:
         except BaseException:
             redis.close()
             raise
+        am = AlertmanagerSink.from_config(cfg.alerts, cfg.state_dir)
         seams = real_seams(cfg, clock)
         if accel_backends is not None:
             for b in seams.accel_backends:
@@ -193,12 +196,14 @@ class Runtime:
         emitter = AlertEmitter(node, cfg.alerts.renotify_interval)
 
         def publish(event: Mapping[str, Any]) -> None:
-            sink.publish(known.scrub_doc(event))
+            sink.publish(event)
+            if am is not None:
+                am.publish(event)
 
-        alerts = IncidentAlerts(emitter, publish, clock)
+        alerts = IncidentAlerts(emitter, publish, clock, prepare=known.scrub_doc)
 
         def republish(inc: Incident) -> None:  # an incident changed without a transition
-            publish(emitter.on_transition(Transition(inc, Status.FIRING), clock.wall(), clock.monotonic()))
+            alerts.publish(emitter.on_transition(Transition(inc, Status.FIRING), clock.wall(), clock.monotonic()))
 
         decisions = (
             GateDecisions(
@@ -254,6 +259,7 @@ class Runtime:
             on_decision=[decisions.decided] if decisions is not None else [],
             status_sources=StatusSources(
                 alerts=sink,
+                alertmanager=am,
                 config=reloads,
                 kubernetes=kube,
                 http=http_counters,
@@ -305,6 +311,7 @@ class Runtime:
             kube=kube,
             load_config=load_config,
             reloads=reloads,
+            alertmanager=am,
         )
         try:
             for each in (listener, control_listener):
@@ -373,6 +380,8 @@ class Runtime:
         if self.reload_requested.is_set():
             self.reload()
         self.alerts.renotify(self.daemon.incidents.open_incidents())
+        if self.alertmanager is not None and self.alertmanager.resend_due():
+            self.alertmanager.resend(self.alerts.current(self.daemon.incidents.open_incidents()))
         now = self.clock.monotonic()
         web = self.http.security if self.http is not None else None
         if web is not None and now >= self._next_web_watch:
@@ -398,4 +407,6 @@ class Runtime:
         if self.decisions is not None:
             self.decisions.close()
         self.sink.close()
+        if self.alertmanager is not None:
+            self.alertmanager.close()
         self.redis.close()  # after every user of it stopped

@@ -210,15 +210,31 @@ class AlertEmitter:
             del self._last[gone]
         return events
 
+    def firing(self, open_incidents: Iterable[Incident], now_wall: float) -> list[dict[str, Any]]:
+        """An event (reason ``renotify``) for every firing incident now; the re-notification clock untouched."""
+        return [self._event(i, now_wall, "renotify") for i in open_incidents if i.status is Status.FIRING]
+
 
 class IncidentAlerts:
     """Daemon glue: a ``Transition`` sink (``__call__``) plus ``renotify`` for each tick,
-    both handing events to ``publish`` (``AlertSink.publish``: spool, never blocks on Redis)."""
+    both handing events to ``publish`` (``AlertSink.publish``: spool, never blocks on Redis);
+    ``current`` is every firing incident's event now (the Alertmanager resend). ``prepare`` is
+    applied to each event first (the runtime scrubs the secret values it knows)."""
 
-    def __init__(self, emitter: AlertEmitter, publish: Callable[[dict[str, Any]], None], clock) -> None:
+    def __init__(
+        self,
+        emitter: AlertEmitter,
+        publish: Callable[[dict[str, Any]], None],
+        clock,
+        prepare: Callable[[dict[str, Any]], dict[str, Any]] = lambda e: e,
+    ) -> None:
         self.emitter = emitter
-        self.publish = publish
+        self._publish = publish
+        self.prepare = prepare
         self.clock = clock
+
+    def publish(self, event: dict[str, Any]) -> None:
+        self._publish(self.prepare(event))
 
     def __call__(self, transition: Transition) -> None:
         self.publish(self.emitter.on_transition(transition, self.clock.wall(), self.clock.monotonic()))
@@ -228,6 +244,9 @@ class IncidentAlerts:
         for event in events:
             self.publish(event)
         return len(events)
+
+    def current(self, open_incidents: Iterable[Incident]) -> list[dict[str, Any]]:
+        return [self.prepare(e) for e in self.emitter.firing(open_incidents, self.clock.wall())]
 
 
 def event_time_ms(event: Mapping[str, Any]) -> int:

@@ -30,6 +30,7 @@ Snapshot fields read:
   device, counted by kind only);
 - ``actions.outcomes[outcome]`` and ``actions.restarts[target][outcome]``;
 - ``alerts.{spooled, dropped_total}`` (the alert sink's section);
+- ``alertmanager.instances[]`` (the direct push, per Alertmanager);
 - ``listeners[listener].{refused, evicted, timed_out}`` (the control socket's and HTTP listener's);
 - ``kubernetes.failures[call]`` (the Kubernetes publisher's failed API calls);
 - ``gates.{reports, reports_dropped, fingerprints_dropped, fingerprints_deleted}`` (external gate
@@ -131,6 +132,12 @@ def _snapshot_metrics(f: _Families, s: StatusSnapshot) -> None:
     if s.alerts is not None:
         f.add("guardian_alerts_spooled", (), s.alerts.spooled)
         f.add("guardian_alerts_dropped_total", (), s.alerts.dropped_total)
+    for am in s.alertmanager.instances if s.alertmanager is not None else ():
+        f.add("guardian_alertmanager_spooled", (am.url,), am.spooled)
+        f.add("guardian_alertmanager_sent_total", (am.url,), am.sent_total)
+        f.add("guardian_alertmanager_rejected_total", (am.url,), am.rejected_total + am.dropped_total)
+        f.add("guardian_alertmanager_failures_total", (am.url,), am.failures_total)
+        f.add("guardian_alertmanager_up", (am.url,), 1 if am.up else 0)
     for listener, counts in (s.listeners or {}).items():
         for reason in DROP_REASONS:
             f.add("guardian_listener_connections_dropped_total", (listener, reason), getattr(counts, reason))

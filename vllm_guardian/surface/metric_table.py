@@ -191,6 +191,21 @@ TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("guardian_restarts_total", "counter", ("target", "outcome"), "Restarts of a target, by outcome."),
     ("guardian_alerts_spooled", "gauge", (), "Alert events waiting in the local spool (Redis unreachable)."),
     ("guardian_alerts_dropped_total", "counter", (), "Alert events the full spool had to drop."),
+    ("guardian_alertmanager_spooled", "gauge", ("alertmanager",), "Alerts waiting in an Alertmanager's spool."),
+    ("guardian_alertmanager_sent_total", "counter", ("alertmanager",), "Alerts an Alertmanager accepted (2xx)."),
+    (
+        "guardian_alertmanager_rejected_total",
+        "counter",
+        ("alertmanager",),
+        "Alerts never delivered to an Alertmanager: refused with a 4xx, or dropped by its full spool.",
+    ),
+    (
+        "guardian_alertmanager_failures_total",
+        "counter",
+        ("alertmanager",),
+        "Posts to an Alertmanager that failed and will be retried (unreachable, 5xx, timeout).",
+    ),
+    ("guardian_alertmanager_up", "gauge", ("alertmanager",), "1 when the last post to an Alertmanager went through."),
     (
         "guardian_server_files_refused_total",
         "counter",

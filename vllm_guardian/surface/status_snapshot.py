@@ -29,6 +29,7 @@ from vllm_guardian.probes.procfs_status import ProcessStatus
 from vllm_guardian.remediation.parts import ActionCounts
 from vllm_guardian.remediation.remediator import SequenceStatus
 from vllm_guardian.series.status import EngineStatus, MemoryStatus
+from vllm_guardian.sinks.alertmanager_sink import AlertmanagerStatus
 from vllm_guardian.sinks.redis_sink import AlertsStatus
 from vllm_guardian.state.device_faults import DeviceFaultStatus
 from vllm_guardian.state.selfstats import GuardianSelf, ProbeCounters
@@ -94,7 +95,18 @@ class CapabilitiesStatus:
 #: Node sections of parts that may not be wired (no gates, no Kubernetes, ``guardian probe``):
 #: ``None`` leaves the key out of the document.
 OPTIONAL_SECTIONS = frozenset(
-    {"gates", "device_faults", "alerts", "config", "api_keys", "kubernetes", "http", "trust", "listeners"}
+    {
+        "gates",
+        "device_faults",
+        "alerts",
+        "alertmanager",
+        "config",
+        "api_keys",
+        "kubernetes",
+        "http",
+        "trust",
+        "listeners",
+    }
 )
 
 
@@ -117,6 +129,7 @@ class StatusSnapshot:
     gates: GatesSummary | None = None  # external gate reports (gates.shared)
     device_faults: Mapping[str, DeviceFaultStatus] | None = None  # devices with a fault recorded
     alerts: AlertsStatus | None = None  # the alert sink
+    alertmanager: AlertmanagerStatus | None = None  # the direct push to Alertmanager (configured)
     config: ConfigStatus | None = None  # reloads
     api_keys: Mapping[str, str] | None = None  # target -> where its API key came from
     kubernetes: KubernetesStatus | None = None  # the Kubernetes publisher

@@ -29,6 +29,7 @@ from vllm_guardian.model import Incident, Subject
 from vllm_guardian.config.status import ConfigStatus
 from vllm_guardian.diagnosis.node_view import device_rows, with_faults
 from vllm_guardian.gates.status import TrustStatus
+from vllm_guardian.sinks.alertmanager_sink import AlertmanagerStatus
 from vllm_guardian.sinks.redis_sink import AlertsStatus
 from vllm_guardian.surface.http_stats import HttpStatus
 from vllm_guardian.surface.connection_slots import ConnectionCounts
@@ -62,6 +63,7 @@ class StatusSources:
     """The parts wired around the daemon that contribute a node section (None: not wired)."""
 
     alerts: Section[AlertsStatus] | None = None
+    alertmanager: Section[AlertmanagerStatus] | None = None
     config: Section[ConfigStatus] | None = None
     api_keys: Section[Mapping[str, str]] | None = None
     kubernetes: Section[KubernetesStatus] | None = None
@@ -198,6 +200,7 @@ def build_status(d: Daemon, now: float) -> StatusSnapshot:
         gates=gates.summary() if gates is not None else None,
         device_faults=faults or None,
         alerts=_section(src.alerts),
+        alertmanager=_section(src.alertmanager),
         config=_section(src.config),
         api_keys=_section(src.api_keys),
         kubernetes=_section(src.kubernetes),
