@@ -1,0 +1,107 @@
+"""Live: a real guardian pushes its incident to two real Alertmanagers (Debian's build, no
+clustering between them): the alert arrives on both with its annotations, and resolves on both."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from vllm_guardian.netaddr import free_port
+from vllm_guardian.sim.control import SimServer
+from vllm_guardian.testing.redis_server import RedisServer
+from tests.fleet.alertmanager_procs import BINARY, Alertmanager, Webhook
+from tests.support.guardian_process import GuardianProcess, config, sweep, trip
+from tests.support.wait import poll
+
+pytestmark = pytest.mark.live
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "alerts.md"
+
+
+@pytest.fixture
+def webhook():
+    hook = Webhook()
+    yield hook
+    hook.close()
+
+
+@pytest.fixture
+def pair(tmp_path, webhook):
+    ams: list[Alertmanager] = []
+    try:
+        ams = [Alertmanager(tmp_path, webhook.url), Alertmanager(tmp_path, webhook.url)]
+        yield ams
+    finally:
+        for am in ams:
+            am.stop()
+
+
+def busy_loop_alert(am: Alertmanager, *, with_evidence: bool = False) -> dict | None:
+    """The open busy_loop alert; ``with_evidence``: once it names its evidence (captured after the
+    incident opened, announced by the update that follows)."""
+    alerts = [a for a in am.alerts() if a["labels"].get("kind") == "busy_loop"]
+    return next((a for a in alerts if not with_evidence or "evidence" in a["annotations"]), None)
+
+
+def test_an_incident_arrives_on_both_alertmanagers_and_resolves_on_both(tmp_path, pair, webhook):
+    port = free_port("127.0.0.1")
+    sim = SimServer(port=port, startup_delay=1.0).start()
+    try:
+        sim.wait_ready(60)
+        with RedisServer() as redis:
+            extra = config(port, tmp_path)
+            extra.update(
+                node="node-am",
+                alerts={
+                    "redis_url": redis.url,
+                    "alertmanager": {"urls": [am.url for am in pair], "resend_interval": 30},
+                },
+            )
+            g = GuardianProcess(tmp_path, port, extra=extra).start()
+            try:
+                assert g.wait_ready(30), g.log_text()
+                trip(port, "busy_loop")
+                firing = [poll(lambda am=am: busy_loop_alert(am, with_evidence=True), 90) for am in pair]
+                for am, alert in zip(pair, firing, strict=True):
+                    assert alert is not None, f"{am.url} never got the alert\n{g.log_text()}"
+                    assert alert["labels"] | {"alertname": "VllmGuardianIncidentOpen"} == alert["labels"]
+                    assert (alert["labels"]["node"], alert["labels"]["target"]) == ("node-am", "sim")
+                    assert alert["labels"]["severity"] in ("critical", "warning")
+                    notes = alert["annotations"]
+                    assert notes["runbook_url"].endswith("/docs/runbooks/busy_loop.md")
+                    assert notes["evidence"].startswith("node-am:" + str(g.state_dir))
+                    assert notes["summary"] and notes["incident_id"]
+                # the guardian restarts the server; the incident resolves: both are told, not left to expire
+                for am in pair:
+                    resolved = poll(
+                        lambda am=am: [
+                            a
+                            for a in webhook.alerts(am.url)
+                            if a["status"] == "resolved" and a["labels"].get("kind") == "busy_loop"
+                        ],
+                        150,
+                    )
+                    assert resolved, f"{am.url} never notified the resolution\n{g.log_text()}"
+                    assert busy_loop_alert(am) is None
+                status = g.status() or {}
+                instances = status.get("alertmanager", {}).get("instances", [])
+                assert [i["up"] for i in instances] == [True, True]
+                assert all(i["sent_total"] >= 2 and i["spooled"] == 0 for i in instances)
+            finally:
+                g.stop()
+    finally:
+        sim.stop()
+        sweep(port)
+
+
+def test_the_documented_route_is_a_valid_alertmanager_config(tmp_path):
+    blocks = re.findall(r"```yaml\n(route:.*?)```", DOCS.read_text(), re.S)
+    assert len(blocks) == 1
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(blocks[0])
+    amtool = Path(BINARY or "").with_name("amtool")
+    out = subprocess.run([str(amtool), "check-config", str(path)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stdout + out.stderr
