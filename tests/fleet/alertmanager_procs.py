@@ -103,7 +103,8 @@ class Alertmanager:
     def alerts(self) -> list[dict[str, Any]]:
         """What ``GET /api/v2/alerts`` lists now (open alerts: a resolved one leaves the list)."""
         with urllib.request.urlopen(f"{self.url}/api/v2/alerts", timeout=5) as r:
-            return json.loads(r.read())  # type: ignore[no-any-return]
+            alerts: list[dict[str, Any]] = json.loads(r.read())
+            return alerts
 
     def stop(self) -> None:
         stop_session(self.proc, grace=5)

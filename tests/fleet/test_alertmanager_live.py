@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,11 @@ def busy_loop_alert(am: Alertmanager, *, with_evidence: bool = False) -> dict | 
     return next((a for a in alerts if not with_evidence or "evidence" in a["annotations"]), None)
 
 
+def resolved_busy_loops(webhook: Webhook, am: Alertmanager) -> list[dict]:
+    """The resolved busy_loop alerts ``am`` notified the webhook of."""
+    return [a for a in webhook.alerts(am.url) if a["status"] == "resolved" and a["labels"].get("kind") == "busy_loop"]
+
+
 def test_an_incident_arrives_on_both_alertmanagers_and_resolves_on_both(tmp_path, pair, webhook):
     port = free_port("127.0.0.1")
     sim = SimServer(port=port, startup_delay=1.0).start()
@@ -64,7 +70,7 @@ def test_an_incident_arrives_on_both_alertmanagers_and_resolves_on_both(tmp_path
             try:
                 assert g.wait_ready(30), g.log_text()
                 trip(port, "busy_loop")
-                firing = [poll(lambda am=am: busy_loop_alert(am, with_evidence=True), 90) for am in pair]
+                firing = [poll(partial(busy_loop_alert, am, with_evidence=True), 90) for am in pair]
                 for am, alert in zip(pair, firing, strict=True):
                     assert alert is not None, f"{am.url} never got the alert\n{g.log_text()}"
                     assert alert["labels"] | {"alertname": "VllmGuardianIncidentOpen"} == alert["labels"]
@@ -76,14 +82,7 @@ def test_an_incident_arrives_on_both_alertmanagers_and_resolves_on_both(tmp_path
                     assert notes["summary"] and notes["incident_id"]
                 # the guardian restarts the server; the incident resolves: both are told, not left to expire
                 for am in pair:
-                    resolved = poll(
-                        lambda am=am: [
-                            a
-                            for a in webhook.alerts(am.url)
-                            if a["status"] == "resolved" and a["labels"].get("kind") == "busy_loop"
-                        ],
-                        150,
-                    )
+                    resolved = poll(partial(resolved_busy_loops, webhook, am), 150)
                     assert resolved, f"{am.url} never notified the resolution\n{g.log_text()}"
                     assert busy_loop_alert(am) is None
                 status = g.status() or {}
