@@ -29,6 +29,17 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
             "guardian status --fleet --redis redis://redis.example:6379/0",
         ),
     ),
+    "fleet": (
+        "Every node x target of the fleet, read from the fleet store only (Redis: the heartbeats, the "
+        "alerts stream, the group records): phase, open incidents and their kinds, restarts in the "
+        "last 24 h, groups and their lease, each model's health. Text, --json, or --html FILE: a "
+        "static page with the look of the incident page. Exits 1 when Redis does not answer.",
+        (
+            "guardian fleet",
+            "guardian fleet --json --redis redis://redis.example:6379/0",
+            "guardian fleet --html /tmp/fleet.html --hours 6",
+        ),
+    ),
     "healthz": (
         "Ask the running daemon (its control socket) whether its main loop ticks: what /healthz answers, "
         "without HTTP, so it works whatever TLS and authentication the web config asks of the listener "

@@ -10,6 +10,7 @@ from vllm_guardian.cli.alerts import cmd_alerts
 from vllm_guardian.cli.common import CONFIG_ENV, DEFAULT_CONFIG
 from vllm_guardian.cli.control import cmd_control, cmd_maintenance, parse_duration
 from vllm_guardian.cli.daemon import cmd_check_config, cmd_demo, cmd_probe, cmd_run
+from vllm_guardian.cli.fleet import cmd_fleet
 from vllm_guardian.cli.incidents import cmd_incidents, cmd_snapshot
 from vllm_guardian.cli.status import cmd_healthz, cmd_status
 from vllm_guardian.cli.workaround import cmd_workaround
@@ -74,6 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--redis", default=None, help="Redis URL for --fleet (default: the configured one)")
     sp.add_argument("--socket", default=None, help="control socket (default from config)")
     sp.set_defaults(fn=cmd_status)
+
+    sp = with_config(sub.add_parser("fleet", help="every node x target of the fleet, from the fleet store (Redis)"))
+    out = sp.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true")
+    out.add_argument("--html", default=None, metavar="FILE", help="write the fleet page (static HTML) to FILE")
+    sp.add_argument("--hours", type=float, default=24.0, help="restarts counted over this many hours (default 24)")
+    sp.add_argument("--redis", default=None, help="Redis URL (default: the configured one)")
+    sp.set_defaults(fn=cmd_fleet)
 
     sp = with_config(sub.add_parser("healthz", help="the daemon's own liveness: exit 0 while its loop ticks"))
     sp.add_argument("--socket", default=None, help="control socket (default from config)")
