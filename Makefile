@@ -165,5 +165,10 @@ IDLE_ARGS ?=
 bench-idle: $(STAMP) ## idle cost, a baseline commit's guardian and this tree's side by side (IDLE_ARGS=--server vllm)
 	$(BIN)/python -m benchmarks.idle_cost --baseline $(IDLE_BASELINE) $(IDLE_ARGS)
 
+# 1 000 simulated nodes (a publisher each, a few processes) on one Redis: heartbeats, alerts, leases.
+FLEET_ARGS ?=
+bench-fleet: $(STAMP) ## 1 000 simulated nodes on one Redis: its CPU and memory, the fleet view's time, lease p50/p99
+	$(BIN)/python -m benchmarks.fleet_scale $(FLEET_ARGS)
+
 clean: ## remove .venv and build outputs
 	rm -rf $(VENV) build dist *.egg-info
