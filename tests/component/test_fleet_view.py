@@ -44,6 +44,7 @@ def heartbeat(client, node: str, targets: list[dict[str, Any]], incidents: Seque
 
 
 def target(name: str, phase: str = "serving", model: str = "llama", incidents=()) -> dict[str, Any]:
+    """A target of a heartbeat as ``node_summary`` writes it (``incidents``: the kinds of its open ones)."""
     return {"name": name, "phase": phase, "pid": 1, "port": 8000, "model": model, "incidents": list(incidents)}
 
 
@@ -74,7 +75,7 @@ def test_nodes_and_targets_with_their_phase_and_open_incident_kinds(client):
     heartbeat(
         client,
         "gpu-1",
-        [target("a", "incident", incidents=["I1"]), target("b")],
+        [target("a", "incident", incidents=["busy_loop"]), target("b")],
         [{"id": "I1", "kind": "busy_loop", "severity": "critical", "target": "a", "opened_at": NOW - 60}],
     )
     heartbeat(client, "gpu-2", [target("a", "warming", model="qwen")])
@@ -87,15 +88,15 @@ def test_nodes_and_targets_with_their_phase_and_open_incident_kinds(client):
     ]
 
 
-def test_restarts_in_the_window_are_counted_once_per_incident_and_time(client):
+def test_restarts_in_the_window_are_counted_once_per_incident(client):
     heartbeat(client, "gpu-1", [target("a")])
     first, second, old = NOW - 3600, NOW - 600, NOW - 30 * 3600
     deliver(
         client,
         "gpu-1",
-        event("gpu-1", "a", "I1", [("evidence", first), ("restart", first)], at=first),
-        event("gpu-1", "a", "I1", [("evidence", first), ("restart", first)], at=first + 5),  # the same restart again
-        event("gpu-1", "a", "I2", [("restart", old), ("restart", second)], at=second),  # one before the window
+        event("gpu-1", "a", "I1", [("evidence", first), ("stop", first)], at=first),
+        event("gpu-1", "a", "I1", [("evidence", first), ("stop", first)], at=first + 5),  # the same restart again
+        event("gpu-1", "a", "I2", [("stop", old), ("stop", second)], at=second),  # one before the window
     )
     view = read_fleet(client, stream=STREAM, now_wall=NOW)
     assert [t.restarts for t in view.targets] == [2]
@@ -104,7 +105,7 @@ def test_restarts_in_the_window_are_counted_once_per_incident_and_time(client):
 
 def test_a_window_with_more_events_than_the_cap_is_said_to_be_cut(client):
     heartbeat(client, "gpu-1", [target("a")])
-    deliver(client, "gpu-1", *(event("gpu-1", "a", f"I{i}", [("restart", NOW - 10)]) for i in range(5)))
+    deliver(client, "gpu-1", *(event("gpu-1", "a", f"I{i}", [("stop", NOW - 10)]) for i in range(5)))
     view = read_fleet(client, stream=STREAM, now_wall=NOW, max_events=3)
     assert (view.events_read, view.events_cut, view.targets[0].restarts) == (3, True, 3)
     assert "restart counts are a floor" in render_text(view)
@@ -121,11 +122,11 @@ def test_each_model_health_joins_its_targets_across_nodes(client):
     heartbeat(
         client,
         "gpu-1",
-        [target("a", "incident", incidents=["I1"]), target("b", model="qwen")],
+        [target("a", "incident", incidents=["engine_stall"]), target("b", model="qwen")],
         [{"id": "I1", "kind": "engine_stall", "target": "a"}],
     )
     heartbeat(client, "gpu-2", [target("a")])
-    deliver(client, "gpu-1", event("gpu-1", "a", "I1", [("restart", NOW - 5)]))
+    deliver(client, "gpu-1", event("gpu-1", "a", "I1", [("stop", NOW - 5)]))
     models = {m.model: m for m in read_fleet(client, stream=STREAM, now_wall=NOW).models}
     assert (models["llama"].targets, models["llama"].serving, models["llama"].with_incident) == (2, 1, 1)
     assert (models["llama"].kinds, models["llama"].restarts) == (("engine_stall",), 1)
@@ -139,11 +140,11 @@ def test_hostile_heartbeats_and_events_are_shown_bounded_never_fatal(client):
     heartbeat(client, "long", [{"name": "n" * 10_000, "phase": ["x"], "incidents": [{"a": 1}]}])
     client.xadd(STREAM, {"id": "x", "event": "{not json"})
     client.xadd(STREAM, {"id": "y", "event": json.dumps({"actions": "x", "target": 5})})
-    client.xadd(STREAM, {"id": "z", "event": json.dumps({"actions": [{"name": "restart", "at": "yesterday"}]})})
+    client.xadd(STREAM, {"id": "z", "event": json.dumps({"actions": [{"name": "stop", "at": "yesterday"}]})})
     view = read_fleet(client, stream=STREAM, now_wall=NOW)
     assert [n.node for n in view.nodes] == ["bad-json", "long", "wrong-shapes"]
     assert view.nodes[0].error == "unreadable heartbeat"
-    assert len(view.nodes[1].targets[0].name) == 128 and view.nodes[1].targets[0].incidents == ("?",)
+    assert len(view.nodes[1].targets[0].name) == 128 and view.nodes[1].targets[0].incidents == ("{'a': 1}",)
     assert view.nodes[2].targets == () and view.events_read == 3
     render_text(view)
     assert "<script>" not in render_fleet_html(view)

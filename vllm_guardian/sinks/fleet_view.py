@@ -4,8 +4,8 @@
 - the nodes and their targets, phases and open incidents from the heartbeats
   (``sinks/fleet.fleet_status``: ``guardian:node:<node>``, SCAN);
 - the restarts of the last ``window_s`` seconds from the alerts stream (``XRANGE`` from the window's
-  first millisecond, in pages, at most ``max_events`` entries: a cut is said, never hidden): every
-  ``restart`` action of every event, counted once per incident and time;
+  first millisecond, in pages, at most ``max_events`` entries: a cut is said, never hidden): the
+  incidents whose events carry a ``stop`` action in the window (the restart signalling the tree);
 - the groups from their records (``sinks/group_record``: one hash per group, one field per node that
   published) and who holds each group's lease (``sinks/group_lease.GroupLease.holder``).
 Then ``FleetView.models`` joins the targets per model. Everything here is display: the heartbeats,
@@ -29,6 +29,9 @@ MAX_EVENTS = 200_000  # alert events read for the restart counts
 PAGE = 1000
 MAX_GROUPS = 1000
 MAX_TEXT = 128  # characters of one name (node, target, model, kind, phase) shown
+# A restart sequence records "stop" when it signals the target's tree (after the restart ledger counted
+# it; a drain alone never stops): one restart per incident (a failed one is not retried for it).
+RESTART_ACTION = "stop"
 
 
 def _name(value: Any) -> str:
@@ -132,7 +135,7 @@ def restart_counts(
     client: Any, stream: str, since_wall: float, *, max_events: int = MAX_EVENTS
 ) -> tuple[dict[tuple[str, str], int], int, bool]:
     """(node, target) -> restarts since ``since_wall``, the events read, whether the read was cut."""
-    seen: set[tuple[str, str, str]] = set()
+    seen: set[str] = set()
     counts: dict[tuple[str, str], int] = defaultdict(int)
     start, read = f"{max(0, int(since_wall * 1000))}-0", 0
     while True:
@@ -146,10 +149,10 @@ def restart_counts(
             _, event = parse_entry(entry_id, fields)
             target = _dict(event, "target")
             for action in _list(event, "actions"):
-                if not isinstance(action, dict) or action.get("name") != "restart":
+                if not isinstance(action, dict) or action.get("name") != RESTART_ACTION:
                     continue
                 at = _wall(action.get("at"))
-                key = (_name(event.get("incident_id")), _name(action.get("at")), _name(action.get("status")))
+                key = _name(event.get("incident_id"))
                 if at is None or at < since_wall or key in seen:
                     continue
                 seen.add(key)
@@ -183,7 +186,7 @@ def _node_row(doc: Mapping[str, Any], restarts: Mapping[tuple[str, str], int]) -
             continue
         name = _name(t.get("name"))
         ids = _list(t, "incidents")
-        kinds = tuple(kind_of.get(_s(i), "?") for i in ids)
+        kinds = tuple(kind_of.get(_s(i), _name(i)) for i in ids)  # the kinds (an older writer: the ids)
         targets.append(TargetRow(node, name, _name(t.get("phase")), _name(t.get("model")), kinds, restarts[node, name]))
     spooled = _dict(doc, "alerts").get("spooled")
     when = doc.get("time")
