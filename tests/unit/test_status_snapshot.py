@@ -18,6 +18,7 @@ from vllm_guardian.config.status import ConfigStatus, ReloadOutcome
 from vllm_guardian.gates.judge import GateFailure
 from vllm_guardian.gates.status import GatesSummary, TrustStatus
 from vllm_guardian.model import Incident, Kind, Severity, Status, TargetRef
+from vllm_guardian.sinks.alertmanager_sink import AlertmanagerStatus, InstanceStatus
 from vllm_guardian.sinks.redis_sink import AlertsStatus
 from vllm_guardian.surface.http_stats import HttpStatus
 from vllm_guardian.surface.connection_slots import ConnectionCounts
@@ -70,6 +71,7 @@ SECTIONS: dict[str, Any] = {
     "gates": GatesSummary({"accepted": 1}, {"malformed": 0}, ("ghost",), "signed", None),
     "device_faults": {},
     "alerts": ALERTS,
+    "alertmanager": AlertmanagerStatus((InstanceStatus("http://am:9093", 1, 2, 0, 0, 3, False, "HTTP 503"),), 1),
     "config": ConfigStatus(1, ReloadOutcome(1.0, True, "config unchanged")),
     "api_keys": {"llama": "env VLLM_API_KEY"},
     "kubernetes": KubernetesStatus({"TaintWant": 1}, 0, False),
