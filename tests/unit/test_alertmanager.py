@@ -4,6 +4,8 @@ old label set resolved when the labels change, and the config's URLs checked."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import threading
 from dataclasses import replace
 from typing import Any, Sequence
@@ -256,3 +258,19 @@ def test_at_most_eight_alertmanagers():
 
 def test_no_url_means_no_direct_push(tmp_path):
     assert AlertmanagerSink.from_config(parse_config({}).alerts, tmp_path) is None
+
+
+# ---------------------------------------------------------------- what the status says
+def test_the_status_text_names_an_alertmanager_that_takes_no_alerts(tmp_path):
+    from vllm_guardian.surface.status_render import render_status
+    from vllm_guardian.surface.status_snapshot import StatusSnapshot
+
+    world = Instances(A, B)
+    world.answer[B] = Outcome("retry", "HTTP 503: down")
+    s = sink(tmp_path, world, A, B)
+    s.publish(opened())
+    for inst in s.instances:
+        inst.flush_once()
+    doc = {"node": "gpu-1", "alertmanager": json.loads(json.dumps(dataclasses.asdict(s.status_section())))}
+    text = render_status(StatusSnapshot.from_dict(doc))
+    assert f"{B}: 1 spooled, HTTP 503: down" in text and f"{A}:" not in text

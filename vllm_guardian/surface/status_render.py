@@ -148,6 +148,10 @@ def render_status(s: StatusSnapshot) -> str:
         for i in s.incidents:
             opened = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(i.opened_at))
             lines.append(f"  {i.id}  {i.kind.value:<14} {i.target.name:<14} since {opened}  {i.summary}")
+    down = [i for i in s.alertmanager.instances if not i.up or i.spooled] if s.alertmanager is not None else []
+    if down:
+        lines += ["", "ALERTMANAGER NOT TAKING ALERTS (spooled, retried)"]
+        lines.extend(f"  {i.url}: {i.spooled} spooled, {i.last_error or 'not reached yet'}" for i in down)
     web = s.http.web_config if s.http is not None else None
     if web is not None and not web.last_reload_ok:
         lines += ["", f"WEB CONFIG RELOAD REFUSED ({web.file}), the running one is kept: {web.last_error}"]
