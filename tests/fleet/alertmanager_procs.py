@@ -59,9 +59,9 @@ class Webhook:
 
 
 class Alertmanager:
-    def __init__(self, tmp: Path, webhook_url: str) -> None:
+    def __init__(self, tmp: Path, webhook_url: str, port: int | None = None) -> None:
         assert BINARY, "prometheus-alertmanager is not installed (apt-get install prometheus-alertmanager)"
-        self.port = free_port("127.0.0.1")
+        self.port = port or free_port("127.0.0.1")
         self.url = f"http://127.0.0.1:{self.port}"
         self.dir = tmp / f"am-{self.port}"
         self.dir.mkdir(parents=True)

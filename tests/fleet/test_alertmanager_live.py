@@ -96,6 +96,43 @@ def test_an_incident_arrives_on_both_alertmanagers_and_resolves_on_both(tmp_path
         sweep(port)
 
 
+def test_an_alert_spooled_while_an_alertmanager_is_down_arrives_when_it_starts(tmp_path, webhook):
+    """Still firing when the Alertmanager comes up (dry run: no restart ends the incident), so it
+    notifies: one that arrives already resolved is recorded but, by design, never notified."""
+    port, am_port = free_port("127.0.0.1"), free_port("127.0.0.1")
+    sim = SimServer(port=port, startup_delay=1.0).start()
+    late: Alertmanager | None = None
+    try:
+        sim.wait_ready(60)
+        with RedisServer() as redis:
+            extra = config(port, tmp_path)
+            url = f"http://127.0.0.1:{am_port}"
+            extra.update(node="node-late", alerts={"redis_url": redis.url, "alertmanager": {"urls": [url]}})
+            g = GuardianProcess(tmp_path, port, extra=extra).start("--dry-run")  # the incident stays open
+            try:
+                assert g.wait_ready(30), g.log_text()
+                trip(port, "busy_loop")
+
+                def instance() -> dict:
+                    return ((g.status() or {}).get("alertmanager") or {"instances": [{}]})["instances"][0]
+
+                assert poll(lambda: instance().get("spooled", 0) >= 1 and instance()["up"] is False, 90), g.log_text()
+                late = Alertmanager(tmp_path, webhook.url, port=am_port)
+                heard = poll(
+                    lambda: [a for a in webhook.alerts(late.url) if a["labels"].get("kind") == "busy_loop"], 90
+                )
+                assert heard, g.log_text()
+                assert heard[0]["annotations"]["runbook_url"].endswith("/docs/runbooks/busy_loop.md")
+                assert poll(lambda: instance().get("spooled") == 0 and instance()["up"] is True, 60)
+            finally:
+                g.stop()
+    finally:
+        if late is not None:
+            late.stop()
+        sim.stop()
+        sweep(port)
+
+
 def test_the_documented_route_is_a_valid_alertmanager_config(tmp_path):
     blocks = re.findall(r"```yaml\n(route:.*?)```", DOCS.read_text(), re.S)
     assert len(blocks) == 1
