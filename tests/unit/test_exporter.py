@@ -181,6 +181,15 @@ FULL = status(
         target(
             gates={"health_score": 20, "baseline": "complete", "failures": [], "notes": []},
             metrics_dropped={"engines": 19_936, "too_many_samples": 3},
+            vllm={
+                "version": "0.35.0",
+                "row": "0.34.0",
+                "notice": "newer",
+                "phase": "recovering",
+                "checkpoint": None,
+                "engines": {"0": "diagnosing"},
+                "recovering": {"0": 12.0},
+            },
         )
     ],
     incidents=[incident("busy_loop", "llama")],

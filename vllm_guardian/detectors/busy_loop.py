@@ -59,6 +59,7 @@ from vllm_guardian.detectors.progress import (
     syscalls_frozen,
 )
 from vllm_guardian.detectors.hold import despite_hold, stands_down
+from vllm_guardian.detectors.vllm_round import in_round
 from vllm_guardian.detectors.view import TargetView
 from vllm_guardian.series import metrics as m
 
@@ -70,7 +71,7 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     st = view.state
     if not st.ready or not st.api_alive or stands_down(view, cfg):
         return None
-    return despite_hold(view, cfg, _evaluate(view, cfg))
+    return in_round(view, despite_hold(view, cfg, _evaluate(view, cfg)))
 
 
 def _evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from vllm_guardian.bundle.pyspy import Frame, ThreadStack
-from vllm_guardian.discovery.vllm_versions import is_watchdog_dump
+from vllm_guardian.vllm_versions import is_watchdog_dump
 from vllm_guardian.host.server_files import read_tail
 
 LOG = logging.getLogger(__name__)
