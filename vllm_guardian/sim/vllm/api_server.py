@@ -145,6 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vllm-version", default="0.0.0+sim", help="the vLLM version to act as (0.32.0, 0.33.0, 0.34.0)")
     p.add_argument("--enable-sleep-mode", action="store_true", help="0.34: register /checkpoint/*")
     p.add_argument("--enable-fault-tolerance", action="store_true", help="register the fault-tolerance status")
+    p.add_argument(
+        "--watchdog-config",
+        default=None,
+        help='vLLM 0.33\'s stack-dump watchdog, e.g. \'{"dump_dir": "/tmp/d", "timeout": 5, "check_interval": 1}\'',
+    )
     return p
 
 
@@ -787,6 +792,7 @@ def main(argv: list[str] | None = None) -> int:
         idle_threads=args.idle_threads - api_threads,
         mm_processor_cache_gb=args.mm_processor_cache_gb,
         mm_lru_bug=args.mm_lru_bug,
+        watchdog_config=args.watchdog_config,
     )
     start_idle_threads(api_threads, stop)
     engine: EngineClient | EngineGroup = (
