@@ -81,6 +81,12 @@ class RestartConfig:
 class DrainConfig:
     timeout: float = setting(120.0, "nonneg")
     hook: tuple[str, ...] = setting(())
+    checkpoint: str = setting(
+        "auto",
+        "onoff",
+        "before a restart, drain through vLLM's own POST /checkpoint/prepare?mode=wait where the server "
+        "offers it (vLLM 0.34 with --enable-sleep-mode); off: the queue and the hook only",
+    )
 
 
 @dataclass(frozen=True)
