@@ -43,6 +43,7 @@ class TargetState:
     recovering: tuple[tuple[int, float], ...] = ()  # engines within vLLM's own FT round, seconds in it
     overdue: tuple[tuple[int, float], ...] = ()  # engines whose round outlasted its timeout + grace (judged)
     ft_dead: tuple[int, ...] = ()  # engines vLLM's fault tolerance reports DEAD
+    grpc: bool = False  # a --grpc server: no /metrics, no canary; progress read from /proc (detectors/grpc_spin.py)
 
     @property
     def on_purpose(self) -> bool:

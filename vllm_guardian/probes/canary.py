@@ -167,7 +167,7 @@ class CanaryProbe:
         ]
 
     def _due(self, tr: TrackedTarget, now: float, seen: Seen) -> bool:
-        if tr.hold is not None or tr.retired:
+        if tr.hold is not None or tr.retired or tr.grpc:
             return False  # paused, asleep, checkpointing or retired on purpose: it would queue or be refused
         last = tr.last_canary_start
         if tr.ready:

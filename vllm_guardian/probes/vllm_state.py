@@ -127,7 +127,7 @@ class VllmStateProbe:
         for tr in self.tracker.targets.values():
             url, key = tr.target.api_url, tr.target.key
             live.add(key)
-            if url and tr.api_alive and self._schedule.due(tr.name, now):
+            if url and tr.api_alive and not tr.grpc and self._schedule.due(tr.name, now):
                 run = self._job(tr.name, key, url, self._asked(key))
                 out.append(Job(tr.name, run, 3 * self.timeout + 1, partial(self._ran, tr.name)))
         for key in set(self._seen) - live:

@@ -20,7 +20,7 @@ from vllm_guardian.detectors.view import TargetState
 from vllm_guardian.config.schema import Config, LifecycleConfig
 from vllm_guardian.model import Finding, Kind, ProcKey, ProcessInfo, Role, Target, TargetRef
 from vllm_guardian.vllm_versions import CHECKPOINTING
-from vllm_guardian.state.vllm_states import VllmAnswers, VllmFacts, fold as fold_vllm
+from vllm_guardian.state.vllm_states import VllmAnswers, VllmFacts, fold as fold_vllm, serves_grpc
 
 
 def _r(x: float | None, nd: int) -> float | None:
@@ -111,6 +111,11 @@ class TrackedTarget:
         return TargetRef(self.name, key.pid, key.starttime, t.port, self.model, role, t.namespace, t.pod)
 
     @property
+    def grpc(self) -> bool:
+        """A ``--grpc`` server: no HTTP (/health, /metrics, canary); judged from /proc and accelerators."""
+        return serves_grpc(self.target)
+
+    @property
     def retired(self) -> bool:
         """An elastic-EP rank vLLM retired on purpose (its API server refuses all but /health)."""
         return self.vllm is not None and self.vllm.retired
@@ -189,6 +194,10 @@ class Tracker:
                 tr.target = self._keep_orphans(tr.target, t, alive_orphans)
                 tr.api_alive, tr.gone_since = True, None
             tr.engine_seen = tr.engine_seen or bool(tr.target.by_role(Role.ENGINE_CORE))
+            listening = tr.target.port_verified and tr.target.socket != "starting"
+            if tr.grpc and not tr.ready and tr.engine_seen and listening and tr.api_alive:
+                # no /health to ask: a --grpc server listens once its engine is up (its socket, seen)
+                tr.ready, tr.ready_since, tr.ever_ready = True, now, True
         for name, tr in list(self.targets.items()):
             if name in found:
                 continue
@@ -351,6 +360,7 @@ class Tracker:
             recovering=tuple(sorted(within.items())),
             overdue=tuple(sorted(overdue.items())),
             ft_dead=facts.dead if facts else (),
+            grpc=tr.grpc,
         )
 
     def live_targets(self) -> list[Target]:
