@@ -138,3 +138,20 @@ def test_an_elastic_ep_rank_retired_on_purpose_is_retired_never_an_incident(tmp_
             assert g.require_target()["phase"] == "retired", time.time() - started
         finally:
             assert g.stop() == 0, g.log_text()
+
+
+def test_a_failed_checkpoint_is_a_checkpoint_failed_incident_never_a_restart(tmp_path):
+    with serve("0.34.0", "--enable-sleep-mode") as sim:
+        pid = sim.pid
+        g = GuardianProcess(tmp_path, sim.port).start()
+        try:
+            warm(sim, g)
+            assert post(sim, "/sim/vllm_state", {"checkpoint": "failed"})[0] == 200
+            inc = g.wait_incident("checkpoint_failed", timeout=30)
+            assert inc is not None, g.log_text()
+            assert inc["severity"] == "warning" and "checkpoint failed" in inc["summary"]
+            assert g.require_target()["phase"] == "checkpoint_failed"
+            assert not any(a.get("kind") == "restart" for a in inc.get("actions", []))
+            assert sim.pid == pid and sim.poll() is None
+        finally:
+            assert g.stop() == 0, g.log_text()
