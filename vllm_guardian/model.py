@@ -33,6 +33,7 @@ class Kind(str, Enum):
     RESTART_BUDGET_EXHAUSTED = "restart_budget_exhausted"
     STARTUP_TIMEOUT = "startup_timeout"
     PAUSE_TOO_LONG = "pause_too_long"
+    CHECKPOINT_FAILED = "checkpoint_failed"
 
     @classmethod
     def declare(cls, value: str) -> Kind:

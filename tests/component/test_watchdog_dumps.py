@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_guardian.diagnosis import watchdog_dumps as wd
+from vllm_guardian.bundle import watchdog_dumps as wd
 from vllm_guardian.diagnosis.catalog_load import load_catalogs
 from vllm_guardian.diagnosis.matcher import Observation, diagnose
 
@@ -106,3 +106,41 @@ def test_at_most_max_files_dumps_are_read_newest_first(tmp_path: Path):
 
 def test_a_missing_dump_dir_gives_no_dumps(tmp_path: Path):
     assert wd.collect(str(tmp_path / "absent"), onset_wall=0) == ()
+
+
+def _target(*argv: str):
+    from vllm_guardian.model import ProcessInfo, ProcKey, Role, Target
+
+    key = ProcKey(10, 1)
+    return Target("t", key, (ProcessInfo(key, 1, Role.API_SERVER, argv),), 8000, "http://127.0.0.1:8000")
+
+
+@pytest.mark.parametrize(
+    "argv, dump_dir",
+    [
+        (("vllm", "serve", "m", "--watchdog-config", '{"dump_dir": "/var/d", "timeout": 300}'), "/var/d"),
+        (("vllm", "serve", "m", '--watchdog-config={"dump_dir": "/var/d"}'), "/var/d"),
+        (("vllm", "serve", "m", "--watchdog-config.dump_dir", "/var/d"), "/var/d"),
+        (("vllm", "serve", "m", "--watchdog-config", '{"timeout": 300}'), None),  # off without dump_dir (vLLM)
+        (("vllm", "serve", "m", "--watchdog-config", '{"dump_dir": "rel/d"}'), None),  # the server's cwd: not guessed
+        (("vllm", "serve", "m", "--watchdog-config", "{not json"), None),
+        (("vllm", "serve", "m", "--watchdog-config", '["/var/d"]'), None),
+        (("vllm", "serve", "m"), None),
+    ],
+    ids=["json", "json-equals", "dotted", "no-dump-dir", "relative", "malformed", "not-an-object", "off"],
+)
+def test_the_dump_dir_is_read_from_the_servers_own_watchdog_config(argv, dump_dir):
+    assert wd.dump_dir_of(_target(*argv)) == dump_dir
+
+
+def test_a_bundles_watchdog_dumps_are_matched_beside_py_spys_threads(spinning_dump: Path, tmp_path: Path):
+    from vllm_guardian.diagnosis.service import bundle_threads
+
+    bundle = tmp_path / "bundle"
+    (bundle / wd.BUNDLE_DIR).mkdir(parents=True)
+    dump = next(spinning_dump.iterdir())
+    (bundle / wd.BUNDLE_DIR / dump.name).write_text(dump.read_text())
+    pid = int(dump.name.rsplit("_", 1)[1].removesuffix(".log"))
+    threads = bundle_threads(bundle)
+    assert list(threads) == [pid]
+    assert "process_input_sockets" in {t.name for t in threads[pid]}

@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from vllm_guardian.discovery import vllm_versions as vv
+from vllm_guardian import vllm_versions as vv
 from vllm_guardian.sim.control import SimServer
 
 pytestmark = pytest.mark.live

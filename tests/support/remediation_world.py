@@ -109,7 +109,7 @@ class World:
         self.holding: set[str] = set()  # targets whose evidence is still being captured
         self.rem = self.new_remediator()
 
-    def new_remediator(self, *, lease=None, kube=None, procfs=None, device_check=None, **settings):
+    def new_remediator(self, *, lease=None, kube=None, procfs=None, device_check=None, http=None, **settings):
         """A remediator on this world's state dir (a second one: the guardian restarted)."""
         rs = replace(RemediationSettings.from_config(self.cfg), **settings)
         return Remediator(
@@ -128,6 +128,7 @@ class World:
                 kube=kube,
                 publish_control=self.published.append,
                 device_check=device_check or (lambda target: None),
+                http=http,
             )
         )
 

@@ -155,6 +155,6 @@ def test_periodic_canaries_ask_each_rank_every_interval(engines, due_after):
     from vllm_guardian.probes.base import Seen
 
     probe, tr = rank_probe(engines)
-    tr = SimpleNamespace(name="t", ready=True, hold=None, last_canary_start=100.0)
+    tr = SimpleNamespace(name="t", ready=True, hold=None, retired=False, grpc=False, last_canary_start=100.0)
     assert not probe._due(tr, 100.0 + due_after - 0.1, Seen())
     assert probe._due(tr, 100.0 + due_after, Seen())

@@ -181,6 +181,15 @@ FULL = status(
         target(
             gates={"health_score": 20, "baseline": "complete", "failures": [], "notes": []},
             metrics_dropped={"engines": 19_936, "too_many_samples": 3},
+            vllm={
+                "version": "0.35.0",
+                "row": "0.34.0",
+                "notice": "newer",
+                "phase": "recovering",
+                "checkpoint": None,
+                "engines": {"0": "diagnosing"},
+                "recovering": {"0": 12.0},
+            },
         )
     ],
     incidents=[incident("busy_loop", "llama")],
@@ -586,3 +595,11 @@ def test_the_guardians_own_process_metrics_are_exported():
     fams = scrape(status(), Stats(), everything=True)
     assert {"process_cpu_seconds", "process_resident_memory_bytes", "process_open_fds"} <= set(fams)
     assert fams["process_resident_memory_bytes"].samples[0].value > 0
+
+
+def test_a_targets_vllm_version_row_guess_and_rounds_are_exported():
+    fams = scrape(FULL)
+    info = {"target": "llama", "version": "0.35.0", "row": "0.34.0", "guessed": "1"}
+    assert value(fams, "guardian_target_vllm_info", **info) == 1.0
+    assert value(fams, "guardian_target_vllm_recovering_seconds", target="llama", engine="0") == 12.0
+    assert value(scrape(status()), "guardian_target_vllm_recovering_seconds", target="llama", engine="0") is None

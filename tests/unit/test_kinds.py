@@ -50,9 +50,19 @@ def test_the_per_target_detectors_are_the_rows_with_an_evaluate():
                 Kind.PROBE_FAILURE,
                 Kind.STARTUP_TIMEOUT,
                 Kind.PAUSE_TOO_LONG,
+                Kind.CHECKPOINT_FAILED,
             },
         ),
-        (NEVER_RESTART, {Kind.PROBE_FAILURE, Kind.RESTART_BUDGET_EXHAUSTED, Kind.PAUSE_TOO_LONG, Kind.ACCEL_FAULT}),
+        (
+            NEVER_RESTART,
+            {
+                Kind.PROBE_FAILURE,
+                Kind.RESTART_BUDGET_EXHAUSTED,
+                Kind.PAUSE_TOO_LONG,
+                Kind.ACCEL_FAULT,
+                Kind.CHECKPOINT_FAILED,
+            },
+        ),
         (ANSWER_KINDS, {Kind.OUTPUT_CORRUPTION}),
     ],
 )

@@ -50,7 +50,7 @@ class World:
 
 
 def test_the_table_names_every_probe_once_and_the_counters_start_with_discovery():
-    assert probe_names() == ("procfs", "vllm_http", "canary", "server_state", "accel", "gates")
+    assert probe_names() == ("procfs", "vllm_http", "canary", "server_state", "vllm_state", "accel", "gates")
     assert len(set(probe_names())) == len(PROBE_TABLE)
     assert list(SelfStats.for_probes(probe_names()).probes) == ["discovery", *probe_names()]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_guardian.discovery import vllm_versions as vv
+from vllm_guardian import vllm_versions as vv
 from vllm_guardian.probes.vllm_metrics_parse import WATCHED
 
 

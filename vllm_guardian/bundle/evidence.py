@@ -20,7 +20,9 @@ Reads, in this order, for every process of the target's snapshotted tree:
    so a restart may stop them while the records finish (py-spy writes what it sampled
    when the tree dies).
 3. ``series.json`` ({metric: {subject: [[t, v], …]}}, monotonic t),
-   ``metrics.txt``, ``accelerators.json`` (when given), ``summary.txt`` (read it
+   ``metrics.txt``, ``accelerators.json`` (when given), ``watchdog/VLLM_STACK_DUMP_for_<name>_<pid>.log``
+   (vLLM's own stack dumps since the onset, when the server runs with ``--watchdog-config``:
+   ``bundle.watchdog_dumps``), ``summary.txt`` (read it
    first) and ``capture.json`` (the manifest: files and sizes, failures and why,
    every py-spy call with its duration).
 Then retention (``retention.apply_retention``) keeps the incidents folder bounded.
@@ -65,7 +67,7 @@ from vllm_guardian.detectors.kinds import ANSWER_KINDS, GENTLE_EVIDENCE
 from vllm_guardian.model import Incident, Role, Target
 from vllm_guardian.series import metrics as m
 from vllm_guardian.series.store import SeriesStore
-from vllm_guardian.bundle import pyspy
+from vllm_guardian.bundle import pyspy, watchdog_dumps
 from vllm_guardian.bundle.manifest import MANIFEST, build_manifest
 from vllm_guardian.bundle.plan import RECORDS, CapturePlan
 from vllm_guardian.bundle.proc_copy import ProcTexts, check_identity, copy_process
@@ -268,6 +270,7 @@ class EvidenceCollector:
     def _capture(self, ctx: EvidenceContext, bundle_id: str, bundle: BundleWriter, start: float) -> list[str]:
         plan = self._plan(ctx, bundle_id, bundle, start)
         live = self._read_live(ctx, plan, bundle)
+        self._write_watchdog(ctx, bundle)
         self._write_context(ctx, plan, bundle)
         self._write_summary(ctx, plan, live, bundle)
         removed = self._retention(bundle.root, bundle_id)
@@ -296,6 +299,18 @@ class EvidenceCollector:
         return CapturePlan(
             bundle_id, wall, start, alive, answers, exe, hottest, seconds, recorded, gentle, deadline, until
         )
+
+    def _write_watchdog(self, ctx: EvidenceContext, bundle: BundleWriter) -> None:
+        """vLLM's own stack dumps (``--watchdog-config``) written since the onset, into ``watchdog/``."""
+        dump_dir = watchdog_dumps.dump_dir_of(ctx.target)
+        if dump_dir is None or ctx.incident is None:
+            return
+        onset = ctx.incident.opened_at - watchdog_dumps.ONSET_LOOKBACK_S
+        dumps = watchdog_dumps.collect(dump_dir, onset)
+        for d in dumps:
+            bundle.write(f"{watchdog_dumps.BUNDLE_DIR}/{os.path.basename(d.path)}", redact_text(d.text))
+        if not dumps:
+            bundle.note("watchdog", f"no vLLM stack dump in {dump_dir} since the onset")
 
     def _read_live(self, ctx: EvidenceContext, plan: CapturePlan, bundle: BundleWriter) -> _LiveReads:
         """Everything that needs the processes alive: records started first (they sample while

@@ -82,6 +82,12 @@ class RestartConfig:
 class DrainConfig:
     timeout: float = setting(120.0, "nonneg")
     hook: tuple[str, ...] = setting(())
+    checkpoint: str = setting(
+        "auto",
+        "onoff",
+        "before a restart, drain through vLLM's own POST /checkpoint/prepare?mode=wait where the server "
+        "offers it (vLLM 0.34 with --enable-sleep-mode); off: the queue and the hook only",
+    )
 
 
 @dataclass(frozen=True)
@@ -339,7 +345,12 @@ class LifecycleConfig:
     startup_limit: float = setting(
         1200.0, "positive", "seconds from first seen to ready (/health 200 and /v1/models) before startup_timeout"
     )
-    server_state: str = setting("auto", "onoff", "ask GET /is_paused and /is_sleeping where the server exposes them")
+    server_state: str = setting(
+        "auto",
+        "onoff",
+        "ask the server's own state where it exposes it: /is_paused, /is_sleeping, /version, vLLM's "
+        "checkpoint and fault-tolerance status",
+    )
     max_pause: float = setting(
         600.0, "positive", "a pause or sleep on purpose longer than this: an alert, never a restart"
     )
@@ -355,6 +366,12 @@ class LifecycleConfig:
         300.0,
         "positive",
         "a pause or sleep this long with requests pending all through: judged for a hang as usual",
+    )
+    recovery_grace: float = setting(
+        30.0,
+        "nonneg",
+        "seconds past vLLM's own engine_recovery_timeout_sec (120 s) the guardian waits on a "
+        "fault-tolerance round before judging the engine",
     )
 
 

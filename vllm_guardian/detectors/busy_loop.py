@@ -58,7 +58,9 @@ from vllm_guardian.detectors.progress import (
     progress_between,
     syscalls_frozen,
 )
+from vllm_guardian.detectors.grpc_spin import frozen_spinner
 from vllm_guardian.detectors.hold import despite_hold, stands_down
+from vllm_guardian.detectors.vllm_round import in_round
 from vllm_guardian.detectors.view import TargetView
 from vllm_guardian.series import metrics as m
 
@@ -70,7 +72,7 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     st = view.state
     if not st.ready or not st.api_alive or stands_down(view, cfg):
         return None
-    return despite_hold(view, cfg, _evaluate(view, cfg))
+    return in_round(view, despite_hold(view, cfg, _evaluate(view, cfg)))
 
 
 def _evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
@@ -80,6 +82,13 @@ def _evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     stuck = _api_server_spin(view, hot, bl)
     if stuck is not None:
         return stuck
+    spinner = frozen_spinner(view, hot, bl)
+    if spinner is not None:  # a --grpc server: no /metrics, no canary; its syscalls stood still
+        h, since = spinner
+        sig = dict(_signals(h, bl, None, False, None, st.now), engine=None, grpc=True)
+        sig["syscalls_frozen_s"] = round(st.now - since, 3)
+        what = f"no syscall in it or its process for {st.now - since:.1f}s; a --grpc server, judged from /proc"
+        return _finding(view, h, sig, "syscalls_frozen", what, confirmed=True)
     if not covered:
         # Hot, but not yet for min_coverage of the window: not enough to conclude, enough to
         # start confirming, so the canary's timeout overlaps the wait for coverage.

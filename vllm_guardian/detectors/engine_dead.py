@@ -7,7 +7,13 @@ sample. Confirmed when:
   (vLLM may even exit 0 when its engine dies);
 - ``engine_core_gone``: the API server lives but its EngineCore is gone;
 - ``health_failed``: the target has been ready once and the latest ``/health``
-  sample (not older than 3 probe intervals) is a 5xx or a refused connection.
+  sample (not older than 3 probe intervals) is a 5xx or a refused connection;
+- ``fault_tolerance_dead``: vLLM's own fault tolerance reports an engine DEAD once no engine is
+  in a round (``--enable-fault-tolerance``: its round ended without recovering it).
+
+Nothing but a vanished API server while an engine is in vLLM's own fault-tolerance round (its
+``retry`` or ``scale_down`` may stop or replace the engine), and nothing for an elastic-EP rank vLLM
+retired on purpose (it awaits its shutdown).
 
 Nothing during a first warm-up (never ready, engine alive or not yet seen).
 """
@@ -20,6 +26,7 @@ from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.model import Finding, Kind, Role, Severity
 from vllm_guardian.series import metrics
 from vllm_guardian.detectors.view import TargetView
+from vllm_guardian.vllm_versions import RETIRED
 
 KIND = Kind.ENGINE_DEAD
 HEALTH_FRESH_INTERVALS = 3.0
@@ -34,6 +41,8 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
         "engine_pids": [p.pid for p in tgt.by_role(Role.ENGINE_CORE)],
         "ever_ready": st.ever_ready,
     }
+    if st.vllm_phase == RETIRED:
+        return None  # an elastic-EP rank retired on purpose awaits its shutdown
     if st.ever_ready and not st.api_alive:
         gone = {} if st.gone_since is None else {"gone_for_s": round(st.now - st.gone_since, 3)}
         return _finding(
@@ -41,6 +50,15 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
             dict(sig, reason="api_server_gone", pid=tgt.key.pid, role=Role.API_SERVER.value, **gone),
             f"API server {tgt.key.pid} is gone",
         )
+    if st.api_alive and st.ft_dead and not st.recovering:
+        engine = st.ft_dead[0]
+        return _finding(
+            view,
+            dict(sig, reason="fault_tolerance_dead", dp_rank=engine, vllm_phase="engine_dead", role="EngineCore"),
+            f"vLLM's own fault tolerance reports engine {engine} DEAD after its round",
+        )
+    if st.recovering:
+        return None  # vLLM's own round may stop or replace its engine: judged once it ends
     if st.api_alive and st.engine_alive is False:
         return _finding(
             view,

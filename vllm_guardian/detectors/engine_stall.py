@@ -64,6 +64,7 @@ from vllm_guardian.detectors.progress import (
 )
 from vllm_guardian.detectors.ranks import Rank, ranks, shared_pids
 from vllm_guardian.detectors.hold import despite_hold, stands_down
+from vllm_guardian.detectors.vllm_round import in_round
 from vllm_guardian.detectors.view import TargetView
 
 KIND = Kind.ENGINE_STALL
@@ -77,7 +78,7 @@ def evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:
     st = view.state
     if not st.ready or not st.api_alive or stands_down(view, cfg):
         return None
-    return despite_hold(view, cfg, _evaluate(view, cfg))
+    return in_round(view, despite_hold(view, cfg, _evaluate(view, cfg)))
 
 
 def _evaluate(view: TargetView, cfg: DetectorsConfig) -> Finding | None:

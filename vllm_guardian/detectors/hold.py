@@ -30,6 +30,7 @@ from vllm_guardian.config.schema_detectors import DetectorsConfig
 from vllm_guardian.detectors.hot_threads import hot_threads
 from vllm_guardian.detectors.progress import pending_samples
 from vllm_guardian.detectors.view import TargetView
+from vllm_guardian.vllm_versions import RETIRED
 from vllm_guardian.model import Finding
 from vllm_guardian.series.window import span
 
@@ -64,8 +65,8 @@ def stands_down(view: TargetView, cfg: DetectorsConfig) -> bool:
     """Whether the hang detectors judge nothing now: drained by the operator (or in the grace
     after), held by the server with nothing it does not explain, or in the grace after a hold."""
     st = view.state
-    if st.drained_by_operator:
-        return True
+    if st.drained_by_operator or st.vllm_phase == RETIRED:
+        return True  # the operator's drain, or an elastic-EP rank vLLM retired on purpose
     if st.held_since is not None:  # held, or in the grace after
         return contradiction(view, cfg) is None
     return st.on_purpose

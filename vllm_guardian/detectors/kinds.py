@@ -26,6 +26,7 @@ from vllm_guardian.config.schema_fields import Mode
 from vllm_guardian.detectors import (
     accel_memory_leak,
     busy_loop,
+    checkpoint_failed,
     engine_dead,
     engine_stall,
     host_memory_leak,
@@ -125,6 +126,7 @@ _ROWS = (
     ),
     KindSpec(Kind.STARTUP_TIMEOUT, startup_timeout.evaluate, "startup_timeout", gentle_evidence=True),
     KindSpec(Kind.PAUSE_TOO_LONG, pause_too_long.evaluate, "pause_too_long", gentle_evidence=True, restarts=False),
+    KindSpec(checkpoint_failed.KIND, checkpoint_failed.evaluate, None, gentle_evidence=True, restarts=False),
     KindSpec(Kind.PROBE_FAILURE, None, "probe_failure", gentle_evidence=True, restarts=False),
     KindSpec(Kind.RESTART_BUDGET_EXHAUSTED, None, None, restarts=False),
     KindSpec(Kind.ACCEL_FAULT, None, "accel_fault", restarts=False),

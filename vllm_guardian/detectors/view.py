@@ -38,6 +38,12 @@ class TargetState:
     held_since: float | None = None
     drained: bool = False  # taken out of rotation by the operator (`guardian drain`), until `guardian undrain`
     drain_ended: float | None = None  # when the operator's last drain ended
+    # vLLM's own states (state/vllm_states.py): retired | checkpointing | checkpoint_failed | recovering | None
+    vllm_phase: str | None = None
+    recovering: tuple[tuple[int, float], ...] = ()  # engines within vLLM's own FT round, seconds in it
+    overdue: tuple[tuple[int, float], ...] = ()  # engines whose round outlasted its timeout + grace (judged)
+    ft_dead: tuple[int, ...] = ()  # engines vLLM's fault tolerance reports DEAD
+    grpc: bool = False  # a --grpc server: no /metrics, no canary; progress read from /proc (detectors/grpc_spin.py)
 
     @property
     def on_purpose(self) -> bool:

@@ -4,7 +4,8 @@ Runs off the loop thread, right after the evidence capture, on what the bundle
 holds — so it needs nothing from the capture's internals:
 
 - ``capture.json`` (the focus pid, the processes and their roles and command lines),
-- ``pyspy-<pid>-<role>.json`` (the threads of each process),
+- ``pyspy-<pid>-<role>.json`` (the threads of each process) and ``watchdog/*.log`` (vLLM's own
+  stack dumps, ``--watchdog-config``: matched beside py-spy's),
 - ``series.json`` (metric windows) and ``accelerators.json``;
 
 plus, through seams: the target's log tail (``log_tail.read_tail``: file (through ``ServerFiles``), journalctl
@@ -32,6 +33,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from vllm_guardian.bundle.evidence import EvidenceCollector, EvidenceContext, EvidenceResult
 from vllm_guardian.bundle.manifest import MANIFEST
 from vllm_guardian.bundle.pyspy import ThreadStack, parse_dump_json
+from vllm_guardian.bundle.watchdog_dumps import BUNDLE_DIR, parse_dump
+from vllm_guardian.vllm_versions import is_watchdog_dump
 from vllm_guardian.bundle.redact import redact_text
 from vllm_guardian.fsutil import atomic_write
 from vllm_guardian.config.schema import Config, TargetConfig
@@ -88,14 +91,23 @@ def _read_json(path: Path) -> Any:
 
 
 def bundle_threads(bundle: Path) -> dict[int, tuple[ThreadStack, ...]]:
-    """pid → threads, from every ``pyspy-<pid>-<role>.json`` of the bundle (unparsable ones skipped)."""
+    """pid → threads, from every ``pyspy-<pid>-<role>.json`` of the bundle (unparsable ones skipped),
+    then the threads of vLLM's own stack dumps in ``watchdog/`` (``--watchdog-config``) after them."""
     out: dict[int, tuple[ThreadStack, ...]] = {}
+    for f in sorted((bundle / BUNDLE_DIR).glob("VLLM_STACK_DUMP_for_*.log")):
+        named = is_watchdog_dump(f.name)
+        try:
+            text = f.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if named is not None:
+            out[named[1]] = out.get(named[1], ()) + parse_dump(text, pid=named[1])
     for f in sorted(bundle.glob("pyspy-*-*.json")):
         pid = f.name.split("-")[1]
         if not pid.isdigit():
             continue
         try:
-            out[int(pid)] = parse_dump_json(f.read_text(encoding="utf-8"))
+            out[int(pid)] = parse_dump_json(f.read_text(encoding="utf-8")) + out.get(int(pid), ())
         except (OSError, ValueError):
             continue
     return out

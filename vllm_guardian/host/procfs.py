@@ -178,6 +178,10 @@ class ProcFS:
         """The thread's syscall counts; readable by root, the same uid or CAP_SYS_PTRACE."""
         return self._parsed(f"{pid}/task/{tid}/io", parse.parse_io)
 
+    def process_io(self, pid: int) -> parse.IoCounters:
+        """The whole process's syscall counts (every thread, the exited ones too); as ``thread_io``."""
+        return self._parsed(f"{pid}/io", parse.parse_io)
+
     def thread_stack(self, pid: int, tid: int) -> str:
         """Kernel stack text; effectively root-only."""
         return self._read_text(f"{pid}/task/{tid}/stack")

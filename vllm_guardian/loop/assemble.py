@@ -200,6 +200,7 @@ def assemble(
             release_check=readings.device_memory_held,
             device_check=DeviceBlock(readings, clock.monotonic),
             method_table=tables.methods,
+            http=seams.http,
         )
     )
     fanout = TransitionFanout(incident_opened, sinks, stats, episodes, clock, log)

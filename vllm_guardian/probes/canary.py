@@ -167,8 +167,8 @@ class CanaryProbe:
         ]
 
     def _due(self, tr: TrackedTarget, now: float, seen: Seen) -> bool:
-        if tr.hold is not None:
-            return False  # paused or asleep on purpose: a canary would only queue (keep) or be refused
+        if tr.hold is not None or tr.retired or tr.grpc:
+            return False  # paused, asleep, checkpointing or retired on purpose: it would queue or be refused
         last = tr.last_canary_start
         if tr.ready:
             if last is None or now - last >= self.cfg.interval / max(1, len(self._engines(tr.name))):

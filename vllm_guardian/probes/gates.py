@@ -118,7 +118,7 @@ class GatesProbe:
                 self._local.pop(name, None)
                 self._confirm_left.pop(name, None)
             self._keys[name] = tr.target.key
-            if not (tr.target.api_url and tr.api_alive and tr.ready) or tr.hold is not None:
+            if not (tr.target.api_url and tr.api_alive and tr.ready) or tr.hold is not None or tr.retired or tr.grpc:
                 continue  # paused or asleep on purpose: no gate round until it resumes
             if not self.schedule.due(name, now):
                 continue

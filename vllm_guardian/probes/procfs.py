@@ -28,6 +28,7 @@ from typing import Iterable
 from vllm_guardian.config.schema import ProcfsProbeConfig
 from vllm_guardian.errors import AccessDenied, ProbeFailed, TargetGone
 from vllm_guardian.host.procfs_parse import SchedStat
+from vllm_guardian.state.vllm_states import serves_grpc
 from vllm_guardian.model import ProcKey, Role, Sample, Target, Subject
 from vllm_guardian.series import metrics as m
 from vllm_guardian.probes.base import Folded, Job, ProbeParts, Readings, Schedule, Seen
@@ -140,7 +141,12 @@ class ProcfsReader:
         # hysteresis: keep following a process we followed until it cools to half the threshold
         warm = key in self._followed and cpu is not None and cpu >= self.cfg.hot_cpu_ratio / 2
         if deep or hot or warm or self._wants_a_core(key, now, leader):
-            threads = self._read_threads(target, key, deep, now, res, seen_threads, proc.role == Role.API_SERVER)
+            grpc = serves_grpc(target)  # no /metrics: a hot thread's syscalls are its progress (busy_loop)
+            if grpc:
+                self._read_process_syscalls(target, key, now, res)
+            threads = self._read_threads(
+                target, key, deep, now, res, seen_threads, proc.role == Role.API_SERVER or grpc
+            )
             self._followed.add(key)
         else:
             self._followed.discard(key)
@@ -234,6 +240,17 @@ class ProcfsReader:
             res.denied.append(f"task io (needs the same uid or CAP_SYS_PTRACE): {e}")
             return
         res.samples.append(Sample(target.name, Subject(key.pid, tid).key, m.THREAD_SYSCALLS, float(io.syscalls), now))
+
+    def _read_process_syscalls(self, target, key: ProcKey, now: float, res) -> None:
+        """A hot process's syscall count (``<pid>/io``, all its threads); absent when unreadable."""
+        try:
+            io = self.procfs.process_io(key.pid)
+        except (TargetGone, ProbeFailed):
+            return
+        except AccessDenied as e:
+            res.denied.append(f"io (needs the same uid or CAP_SYS_PTRACE): {e}")
+            return
+        res.samples.append(Sample(target.name, Subject(key.pid).key, m.PROC_SYSCALLS, float(io.syscalls), now))
 
     def _leader_schedstat(self, key: ProcKey) -> SchedStat | None:
         """The main thread's ``schedstat``; None when unreadable (gone, denied, no schedstat)."""

@@ -100,7 +100,14 @@ class ServerStateProbe:
         out = []
         for tr in self.tracker.targets.values():
             url, key = tr.target.api_url, tr.target.key
-            if url and tr.api_alive and tr.ready and key not in self._absent and self._schedule.due(tr.name, now):
+            if (
+                url
+                and tr.api_alive
+                and tr.ready
+                and not tr.grpc
+                and key not in self._absent
+                and self._schedule.due(tr.name, now)
+            ):
                 out.append(
                     Job(tr.name, self._job(tr.name, key, url), 2 * self.timeout + 1, partial(self._ran, tr.name))
                 )

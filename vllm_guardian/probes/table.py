@@ -17,7 +17,7 @@ from vllm_guardian.probes.base import Probe, ProbeParts
 from vllm_guardian.probes import gates
 from vllm_guardian.probes.canary import CanaryProbe
 from vllm_guardian.probes.procfs import ProcfsProbe
-from vllm_guardian.probes import server_state
+from vllm_guardian.probes import server_state, vllm_state
 from vllm_guardian.probes.vllm_http import VllmHttpProbe
 
 ProbeRow = tuple[str, Callable[[ProbeParts], "Probe | None"]]
@@ -27,6 +27,7 @@ PROBE_TABLE: tuple[ProbeRow, ...] = (
     ("vllm_http", VllmHttpProbe),
     ("canary", CanaryProbe),
     ("server_state", server_state.make),
+    ("vllm_state", vllm_state.make),
     ("accel", lambda parts: AccelProbe(parts) if parts.seams.accel_backends else None),
     ("gates", gates.make),
 )

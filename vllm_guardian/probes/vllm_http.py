@@ -145,7 +145,7 @@ class VllmHttpProbe:
         out = []
         for tr in self.tracker.targets.values():
             url = tr.target.api_url
-            if url and tr.api_alive and self._schedule.due(tr.name, now):
+            if url and tr.api_alive and not tr.retired and not tr.grpc and self._schedule.due(tr.name, now):
                 out.append(
                     Job(
                         tr.name,

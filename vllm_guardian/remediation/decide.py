@@ -3,7 +3,8 @@
 The ladder, in order (the first clause that holds decides): a sequence already running; a detector
 in alert mode; a kind that is never a reason to restart; a sequence already finished for this
 incident; no restart configured; a port not verified (a target matched by the port its argv
-names, its sockets unreadable: a restart never rests on that word); a restart method that
+names, its sockets unreadable: a restart never rests on that word); vLLM's own fault-tolerance round
+in progress for an engine of the target (never restarted mid-round); a restart method that
 cannot run here; a start that would fail; a broken device under the target; a recurrence; maintenance; a
 node-wide anomaly; a target never seen ready; the budget; the backoff; dry run.
 Everything else starts a sequence. A refusal that names a ``key`` is recorded on the incident once
@@ -78,6 +79,8 @@ class Situation:
     port_unverified: str | None = None
     # the same fault soon after a verified restart (policy.recurrence, docs/policy.md): escalate; None: not
     recurring: str | None = None
+    # an engine of the target is in vLLM's own fault-tolerance round (never restarted mid-round); None: not
+    vllm_round: str | None = None
 
 
 def _refuse(detail: str, key: str | None = None, status: str = "skipped", exhausted: bool | None = None) -> Decision:
@@ -102,6 +105,8 @@ def decide(s: Situation) -> Decision:
         )
     if s.previous is not None and s.previous[0] == s.incident_id and s.previous[1] in FINISHED:
         return _shown(f"already {s.previous[1].value} for this incident", "finished")
+    if s.vllm_round:
+        return _refuse(s.vllm_round, "vllm_round", "deferred")
     if s.restart is None:
         return _refuse("autodiscovered target: no restart configured (add it under targets: to remediate)", "no_config")
     if s.port_unverified:

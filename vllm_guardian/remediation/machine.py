@@ -33,6 +33,7 @@ from vllm_guardian.remediation.sequence import Outcome, Phase, PhaseProgress, Re
 from vllm_guardian.remediation.settings import control_message, log_fields
 from vllm_guardian.remediation.steps import drain_timeout, queue_empty
 from vllm_guardian.remediation.stopping import step_releasing, step_stopping
+from vllm_guardian.vllm_versions import drain_via_checkpoint
 from vllm_guardian.remediation.jobs import SequenceJobs
 from vllm_guardian.remediation.resume import resume
 from vllm_guardian.remediation.store import SequenceStore
@@ -143,6 +144,9 @@ class Machine:
         if not seq.progress.begun:
             seq.progress.begun = True
             self.parts.publish_control(control_message("drain", seq.target, self.settings.node, seq.reason))
+            wait = drain_timeout(drain.timeout, seq.reason, series, seq.target, now)
+            if drain.checkpoint != "off" and not seq.drain_only and wait > 0:  # a hung engine drains nothing
+                self._checkpoint_drain(seq, now, tracker, wait)
             if drain.hook:
                 hook, runner = tuple(drain.hook), self.cmd_runner
                 self.parts.async_runner.submit(
@@ -165,6 +169,24 @@ class Machine:
         else:
             nothing = " (no progress: nothing to drain)" if timeout == 0 else ""
             self.enter(seq, Phase.STOPPING, now, f"drain timeout {timeout:g}s reached{nothing}")
+
+    def _checkpoint_drain(self, seq: RestartSequence, now: float, tracker: Tracker, timeout: float) -> None:
+        """Where the server offers it (its capability row, its checkpoint status answered), ask vLLM to
+        drain itself: ``POST /checkpoint/prepare?mode=wait`` (in-flight requests finish, then it holds).
+        Only before a stop: a drain alone would leave it prepared until someone restores it."""
+        tr = tracker.targets.get(seq.target)
+        http, url = self.parts.http, tr.target.api_url if tr is not None else None
+        facts = tr.vllm if tr is not None else None
+        path = drain_via_checkpoint(facts.match.row, sleep_mode=facts.checkpoint is not None) if facts else None
+        if http is None or url is None or path is None:
+            return
+        self.record(seq, "checkpoint_drain", "started", f"POST {path} (vLLM's own drain, offered by this server)")
+        target_url = url.rstrip("/") + path
+        self.parts.async_runner.submit(
+            ("remediation", f"{seq.target}:checkpoint"),
+            lambda: http.request("POST", target_url, max(1.0, timeout)),
+            deadline=now + timeout + 5,
+        )
 
     def _owner_grace(self, seq: RestartSequence, now: float, tracker: Tracker) -> bool:
         """True while waiting for the target's owner (a deploy, systemd) to bring it back;

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from vllm_guardian.clock import Clock
+from vllm_guardian.host.http import HttpClient
 from vllm_guardian.host.process_control import ProcessControl
 from vllm_guardian.host.runner import CommandRunner
 from vllm_guardian.remediation.jobs import Submitter
@@ -46,6 +47,7 @@ class RemediationParts:
     release_check: ReleaseCheck = lambda pids: None
     device_check: DeviceCheck = lambda target: None
     method_table: Sequence[MethodRow] = METHODS  # ``methods`` is built from it (again on a reload)
+    http: HttpClient | None = None  # the server's own drain (vLLM's /checkpoint/prepare?mode=wait)
 
     def method(self, mode: str) -> RestartMethod:
         """The method of ``restart.mode`` (the config admits only the table's names)."""

@@ -190,7 +190,18 @@ class Remediator:
             pids=tuple(p.pid for p in tracked.target.processes),
             port_unverified=None if tracked.target.port_verified else not_verified(tracked.target.socket),
             recurring=recurring(self.policy.recurrence, prev, incident, rc, wall),
+            vllm_round=self._vllm_round(tracked),
         )
+
+    def _vllm_round(self, tracked: TrackedTarget) -> str | None:
+        """Why not now: an engine of the target is in vLLM's own fault-tolerance round (None: none is)."""
+        if tracked.vllm is None:
+            return None
+        within = tracked.vllm.rounds(self.clock.monotonic(), self.settings.recovery_grace)[0]
+        if not within:
+            return None
+        engines = ", ".join(f"{e} ({s:.0f}s)" for e, s in sorted(within.items()))
+        return f"vLLM's own fault-tolerance round in progress for engine {engines}: never restarted mid-round"
 
     def consider(
         self, incident: Incident, tracked: TrackedTarget, now: float, *, mode: Mode, tripped: int, total: int

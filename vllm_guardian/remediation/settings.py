@@ -34,6 +34,7 @@ class RemediationSettings:
     policy: PolicyConfig
     targets: Mapping[str, RestartSpec] = field(default_factory=dict)
     pod_removal: str = "evict"  # restart.mode kubernetes: evict | delete (kubernetes.pod_removal)
+    recovery_grace: float = 30.0  # lifecycle.recovery_grace: past vLLM's own round timeout, judged
 
     @classmethod
     def from_config(cls, cfg: Config) -> RemediationSettings:
@@ -43,6 +44,7 @@ class RemediationSettings:
             cfg.policy,
             {t.name: RestartSpec.of(t) for t in cfg.targets},
             cfg.kubernetes.pod_removal,
+            cfg.lifecycle.recovery_grace,
         )
 
     def configured(self, target: str) -> bool:

@@ -19,6 +19,7 @@ THREAD_RUNNING = "thread.syscall_running"  # 1 when /proc/.../syscall says "runn
 THREAD_DEMAND = "thread.cpu_demand"  # (on-CPU + runqueue wait) / wall, from schedstat:
 # a spinner starved by a busy node still reads ~1
 THREAD_SYSCALLS = "thread.syscalls"  # syscr + syscw from task/<tid>/io (a counter): hot threads
+PROC_SYSCALLS = "proc.syscalls"  # syscr + syscw from <pid>/io (a counter): hot processes of a --grpc server
 # of API-server processes only (an event loop that makes none is not serving)
 
 # vllm_http, per target (subject "")

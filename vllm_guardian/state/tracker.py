@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 from vllm_guardian.detectors.view import TargetState
 from vllm_guardian.config.schema import Config, LifecycleConfig
 from vllm_guardian.model import Finding, Kind, ProcKey, ProcessInfo, Role, Target, TargetRef
+from vllm_guardian.vllm_versions import CHECKPOINTING
+from vllm_guardian.state.vllm_states import VllmAnswers, VllmFacts, fold as fold_vllm, serves_grpc
 
 
 def _r(x: float | None, nd: int) -> float | None:
@@ -68,7 +70,11 @@ class TrackedTarget:
     restarts_seen: int = 0
     last_scrape: HttpScrape | None = None  # latest /health + /metrics (status, evidence)
     last_canary: CanaryResult | None = None  # latest canary answer (status)
-    hold: str | None = None  # "paused" / "sleeping": on purpose, said by the server (/is_paused, /is_sleeping)
+    # "paused" / "sleeping" / "checkpointing": on purpose, said by the server (/is_paused, /is_sleeping,
+    # vLLM 0.34's /checkpoint/status)
+    hold: str | None = None
+    server_hold: str | None = None  # what /is_paused and /is_sleeping say ("paused" / "sleeping")
+    vllm: VllmFacts | None = None  # this incarnation's version and vLLM's own states (state/vllm_states.py)
     hold_since: float | None = None
     hold_ended: float | None = None  # when the last hold ended (the resume grace runs from it)
     held_since: float | None = None  # start of the unbroken run of holds, each begun within the grace of the last
@@ -103,6 +109,16 @@ class TrackedTarget:
         key = self.target.key
         t = self.target
         return TargetRef(self.name, key.pid, key.starttime, t.port, self.model, role, t.namespace, t.pod)
+
+    @property
+    def grpc(self) -> bool:
+        """A ``--grpc`` server: no HTTP (/health, /metrics, canary); judged from /proc and accelerators."""
+        return serves_grpc(self.target)
+
+    @property
+    def retired(self) -> bool:
+        """An elastic-EP rank vLLM retired on purpose (its API server refuses all but /health)."""
+        return self.vllm is not None and self.vllm.retired
 
     @property
     def engine_alive(self) -> bool | None:
@@ -168,6 +184,7 @@ class Tracker:
                 tr.starting_since = now
                 tr.answered = False
                 tr.hold, tr.hold_since, tr.hold_ended, tr.held_since = None, None, None, None
+                tr.server_hold, tr.vllm = None, None
                 tr.api_alive, tr.gone_since = True, None
                 tr.engine_seen = False
                 tr.canary_in_flight_since = None
@@ -177,6 +194,10 @@ class Tracker:
                 tr.target = self._keep_orphans(tr.target, t, alive_orphans)
                 tr.api_alive, tr.gone_since = True, None
             tr.engine_seen = tr.engine_seen or bool(tr.target.by_role(Role.ENGINE_CORE))
+            listening = tr.target.port_verified and tr.target.socket != "starting"
+            if tr.grpc and not tr.ready and tr.engine_seen and listening and tr.api_alive:
+                # no /health to ask: a --grpc server listens once its engine is up (its socket, seen)
+                tr.ready, tr.ready_since, tr.ever_ready = True, now, True
         for name, tr in list(self.targets.items()):
             if name in found:
                 continue
@@ -260,7 +281,29 @@ class Tracker:
         tr = self.targets.get(name)
         if tr is None or tr.target.key != key:
             return None  # an answer from the previous incarnation
-        hold = "sleeping" if sleeping else "paused" if paused else None
+        tr.server_hold = "sleeping" if sleeping else "paused" if paused else None
+        return self._hold(tr, now)
+
+    def vllm_state(self, ans: VllmAnswers, now: float) -> list[str]:
+        """What the server says of its version and vLLM's own states (``state/vllm_states.py``);
+        the changes, in words. A checkpoint in progress is a hold, as a pause."""
+        tr = self.targets.get(ans.target)
+        if tr is None or tr.target.key != ans.key:
+            return []  # an answer from the previous incarnation
+        if tr.vllm is None:
+            tr.vllm = VllmFacts(ans.key)
+        out = fold_vllm(tr.vllm, ans, now)
+        change = self._hold(tr, now)
+        return out + ([change] if change else [])
+
+    def vllm_facts(self, key: ProcKey) -> VllmFacts | None:
+        return next((tr.vllm for tr in self.targets.values() if tr.target.key == key), None)
+
+    def _hold(self, tr: TrackedTarget, now: float) -> str | None:
+        """Set the target's hold from what the server says (a checkpoint wins over a pause); a change,
+        in words, or None."""
+        checkpointing = tr.vllm is not None and tr.vllm.checkpoint_phase == CHECKPOINTING
+        hold = "checkpointing" if checkpointing else tr.server_hold
         if hold == tr.hold:
             return None
         was, since = tr.hold, tr.hold_since
@@ -292,6 +335,8 @@ class Tracker:
 
     def state(self, name: str, now: float, probe_interval: float | None = None) -> TargetState:
         tr = self.targets[name]
+        facts, grace = tr.vllm, self.lifecycle.recovery_grace
+        within, overdue = facts.rounds(now, grace) if facts else ({}, {})
         return TargetState(
             target=tr.target,
             now=now,
@@ -311,6 +356,11 @@ class Tracker:
             held_since=tr.held_since if tr.hold is not None or self._in_grace(tr.hold_ended, now) else None,
             drained=tr.drained_since is not None,
             drain_ended=tr.drain_ended,
+            vllm_phase=facts.phase(now, grace) if facts else None,
+            recovering=tuple(sorted(within.items())),
+            overdue=tuple(sorted(overdue.items())),
+            ft_dead=facts.dead if facts else (),
+            grpc=tr.grpc,
         )
 
     def live_targets(self) -> list[Target]:

@@ -20,7 +20,8 @@ Snapshot fields read:
 - ``targets[]``: ``name``, ``model``, ``source``, ``phase``, ``ready``, ``serving``, ``other_listeners``,
   ``health.status``, ``gates.health_score``, ``metrics_dropped[reason]``,
   ``engine.{steps_per_s, requests_running, requests_waiting, kv_cache_usage}``,
-  ``canary.{ok, latency_s}``, ``processes[].{pid, role, cpu_ratio, rss_bytes, threads,
+  ``canary.{ok, latency_s}``, ``vllm.{version, row, notice, recovering[engine]}``,
+  ``processes[].{pid, role, cpu_ratio, rss_bytes, threads,
   hottest_thread.{cpu_ratio, voluntary_per_s, involuntary_per_s}}``,
   ``accelerators[].{device, backend, memory_used_bytes, memory_total_bytes, utilization_ratio,
   target_memory_bytes}``;
@@ -205,6 +206,11 @@ def _target_metrics(f: _Families, t: TargetStatus) -> None:
     f.add("guardian_target_port_other_listeners", tl, t.other_listeners)
     if t.phase:
         f.add("guardian_target_phase", (name, t.phase), 1)
+    if t.vllm is not None:
+        v = t.vllm
+        f.add("guardian_target_vllm_info", (name, v.version or "", v.row, "1" if v.notice else "0"), 1)
+        for engine, seconds in v.recovering.items():
+            f.add("guardian_target_vllm_recovering_seconds", (name, engine), seconds)
     if t.health is not None:
         f.add("guardian_target_health_ok", tl, t.health.status == 200)
     if t.gates is not None:

@@ -58,7 +58,22 @@ TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "guardian_target_phase",
         "gauge",
         ("target", "phase"),
-        "1 for the target's phase (serving, warming, paused, sleeping, incident, draining, ...).",
+        "1 for the target's phase (serving, warming, paused, sleeping, checkpointing, recovering, retired, "
+        "incident, draining, ...).",
+    ),
+    (
+        "guardian_target_vllm_info",
+        "gauge",
+        ("target", "version", "row", "guessed"),
+        "Always 1 per target: the vLLM version its /version said (empty: not read), the capability row the "
+        "guardian uses for it, and guessed 1 when that row is a guess (a newer or unread version).",
+    ),
+    (
+        "guardian_target_vllm_recovering_seconds",
+        "gauge",
+        ("target", "engine"),
+        "Seconds an engine has been in vLLM's own fault-tolerance round; the guardian stands down for it "
+        "until engine_recovery_timeout_sec (120 s) + lifecycle.recovery_grace.",
     ),
     ("guardian_target_health_ok", "gauge", ("target",), "1 when the target's /health last answered 200, else 0."),
     (

@@ -9,6 +9,7 @@ from vllm_guardian.diagnosis.node_view import render_table as render_accelerator
 from vllm_guardian.discovery.argv import not_verified
 from vllm_guardian.gates.status import GatesSummary, TargetGatesStatus, TrustStatus
 from vllm_guardian.state.tracker import CanaryStatus
+from vllm_guardian.state.vllm_states import VllmStatus
 from vllm_guardian.probes.procfs_status import HottestThread
 from vllm_guardian.surface.status_snapshot import StatusSnapshot, TargetStatus
 
@@ -56,6 +57,21 @@ def _gates_lines(g: TargetGatesStatus | None) -> list[str]:
     return out
 
 
+def _vllm_lines(v: VllmStatus | None) -> list[str]:
+    if v is None:
+        return []
+    head = f"  vLLM {v.version or '?'} (row {v.row})"
+    states = [f"checkpoint {v.checkpoint}"] if v.checkpoint else []
+    states += [f"engine {e} {s}" for e, s in v.engines.items() if s != "healthy"]
+    states += [f"engine {e} in vLLM's own round {s:.0f}s" for e, s in v.recovering.items()]
+    lines = [head + (f": {', '.join(states)}" if states else "")]
+    if v.notice:
+        lines.append(f"  notice: {v.notice}")
+    if v.blind:
+        lines.append(f"  sees: {', '.join(v.sees)}; cannot see: {', '.join(v.blind)}")
+    return lines
+
+
 def _target_lines(t: TargetStatus) -> list[str]:
     eng = t.engine
     lines = [
@@ -80,6 +96,7 @@ def _target_lines(t: TargetStatus) -> list[str]:
             f"  device {dev.device}: {_fmt_bytes(dev.memory_used_bytes)} of "
             f"{_fmt_bytes(dev.memory_total_bytes)}, util {_fmt_pct(dev.utilization_ratio)}"
         )
+    lines.extend(_vllm_lines(t.vllm))
     if not t.port_verified:
         lines.append(f"  port {t.port} not verified: {not_verified(t.socket).split(': ', 1)[1]}")
     if t.other_listeners:

@@ -34,6 +34,7 @@ from vllm_guardian.sinks.redis_sink import AlertsStatus
 from vllm_guardian.state.device_faults import DeviceFaultStatus
 from vllm_guardian.state.selfstats import GuardianSelf, ProbeCounters
 from vllm_guardian.state.tracker import CanaryStatus, HealthStatus
+from vllm_guardian.state.vllm_states import VllmStatus
 from vllm_guardian.surface.http_stats import HttpStatus
 from vllm_guardian.surface.connection_slots import ConnectionCounts
 from vllm_guardian.surface.kube_publisher import KubernetesStatus
@@ -51,8 +52,8 @@ class TargetStatus:
     port: int | None
     api_url: str | None
     model: str | None
-    phase: str  # serving | warming | paused | sleeping | incident | gone | draining | drained | stopping | starting
-    # | verifying | failed
+    phase: str  # serving | warming | paused | sleeping | checkpointing | recovering | retired | incident | gone
+    # | draining | drained | stopping | starting | verifying | failed
     serving: bool  # should take traffic (the readiness endpoint answers 200)
     remediation: SequenceStatus | None
     decision: str | None
@@ -79,6 +80,7 @@ class TargetStatus:
     metrics_dropped: Mapping[str, int] = field(default_factory=dict)
     namespace: str | None = None  # the Kubernetes pod it runs in (match.kubernetes), else None
     pod: str | None = None
+    vllm: VllmStatus | None = None  # its vLLM version, the capability row used and vLLM's own states
 
 
 @dataclass(frozen=True)

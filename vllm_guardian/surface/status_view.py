@@ -35,6 +35,8 @@ from vllm_guardian.surface.http_stats import HttpStatus
 from vllm_guardian.surface.connection_slots import ConnectionCounts
 from vllm_guardian.surface.kube_publisher import KubernetesStatus
 from vllm_guardian.series import metrics as m
+from vllm_guardian.vllm_versions import RECOVERING, RETIRED
+from vllm_guardian.state.vllm_states import serves_grpc, status_of
 from vllm_guardian.probes.procfs_status import process_section
 from vllm_guardian.series.status import engine_section, latest, memory_section
 from vllm_guardian.surface.status_snapshot import (
@@ -83,16 +85,27 @@ def _r(x: float | None, nd: int = 3) -> float | None:
     return None if x is None else round(float(x), nd)
 
 
-def _phase(tr: TrackedTarget, open_kinds: list[str], remediation: str) -> str:
+def _phase(tr: TrackedTarget, open_kinds: list[str], remediation: str, now: float, grace: float) -> str:
     if remediation != "serving":
         return remediation  # draining / stopping / starting / verifying
     if not tr.api_alive:
         return "gone"
+    vllm = tr.vllm.phase(now, grace) if tr.vllm is not None else None
+    if vllm == RETIRED:
+        return vllm  # an elastic-EP rank retired on purpose: judged no more
     if tr.hold is not None:
-        return tr.hold  # paused / sleeping on purpose, as the server says (an incident shows beside it)
+        return tr.hold  # paused / sleeping / checkpointing on purpose, as the server says (an incident beside it)
+    if vllm is not None:
+        return vllm  # recovering (vLLM's own fault-tolerance round), checkpoint_failed
     if open_kinds:
         return "incident"
     return "serving" if tr.ready else "warming"
+
+
+def _out_on_purpose(tr: TrackedTarget, now: float, grace: float) -> str | None:
+    """``retired`` / ``recovering``: out of rotation by vLLM's own doing (readiness says so)."""
+    phase = tr.vllm.phase(now, grace) if tr.vllm is not None else None
+    return phase if phase in (RETIRED, RECOVERING) else None
 
 
 def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incident], now: float) -> TargetStatus:
@@ -106,7 +119,7 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
         ready=tr.ready,
         takes_out=d.responder.out_of_service.get(name),
         incident_id=None if sequence is None else sequence.incident,
-        hold=tr.hold,
+        hold=tr.hold or _out_on_purpose(tr, now, d.cfg.lifecycle.recovery_grace),
     )
     accel, gates, det = d.readings.accel, d.readings.gates, d.cfg.detectors
     return TargetStatus(
@@ -119,7 +132,7 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
         port=tr.target.port,
         api_url=tr.target.api_url,
         model=tr.model,
-        phase=_phase(tr, kinds, phase),
+        phase=_phase(tr, kinds, phase, now, d.cfg.lifecycle.recovery_grace),
         serving=verdict.serving,
         serving_reason=verdict.reason,
         serving_message=verdict.message,
@@ -149,6 +162,7 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
         other_listeners=tr.target.other_listeners,
         auto_remediation=_auto_remediation(d, tr),
         metrics_dropped=_dropped(tr, d.series.refused(name)),
+        vllm=status_of(tr.vllm, now, d.cfg.lifecycle.recovery_grace, grpc=serves_grpc(tr.target)),
     )
 
 

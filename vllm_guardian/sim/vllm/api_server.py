@@ -82,6 +82,7 @@ from vllm_guardian.sim.vllm.engine import (
     start_idle_threads,
 )
 
+GRPC_ABSENT = frozenset({"/health", "/metrics", "/version", "/v1/models", "/is_paused", "/is_sleeping"})
 LOG = logging.getLogger("guardian.sim_vllm")
 MODULE = "vllm_guardian.sim.vllm.api_server"
 _ENGINE_KILL_GRACE_S = 1.0
@@ -145,6 +146,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vllm-version", default="0.0.0+sim", help="the vLLM version to act as (0.32.0, 0.33.0, 0.34.0)")
     p.add_argument("--enable-sleep-mode", action="store_true", help="0.34: register /checkpoint/*")
     p.add_argument("--enable-fault-tolerance", action="store_true", help="register the fault-tolerance status")
+    p.add_argument(
+        "--grpc",
+        action="store_true",
+        help="act as vLLM's --grpc server: no /health, /metrics, /version, /v1/models over HTTP "
+        "(completions and /sim/* stay, for tests to drive it)",
+    )
+    p.add_argument(
+        "--watchdog-config",
+        default=None,
+        help='vLLM 0.33\'s stack-dump watchdog, e.g. \'{"dump_dir": "/tmp/d", "timeout": 5, "check_interval": 1}\'',
+    )
     return p
 
 
@@ -422,6 +434,7 @@ class SimApp:
         from prometheus_client import CollectorRegistry
 
         self.states = states  # --vllm-version's own endpoints and states (sim.vllm.version_states)
+        self.grpc = False  # --grpc: the HTTP paths a gRPC server lacks answer 404 (GRPC_ABSENT)
 
         self.model = model
         self.full_metrics = full_metrics
@@ -660,7 +673,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._authorized(path):
             return
         states = self.app.states
-        if states is not None and (answer := states.refuse(path) or states.get(path)) is not None:
+        if self.app.grpc and path in GRPC_ABSENT:
+            self._json(404, {"detail": "Not Found"})  # a --grpc server speaks gRPC: none of these
+        elif states is not None and (answer := states.refuse(path) or states.get(path)) is not None:
             self._json(*answer)
         elif path == "/health":
             self._send(self.app.health(), b"", "application/json")
@@ -787,6 +802,7 @@ def main(argv: list[str] | None = None) -> int:
         idle_threads=args.idle_threads - api_threads,
         mm_processor_cache_gb=args.mm_processor_cache_gb,
         mm_lru_bug=args.mm_lru_bug,
+        watchdog_config=args.watchdog_config,
     )
     start_idle_threads(api_threads, stop)
     engine: EngineClient | EngineGroup = (
@@ -812,6 +828,7 @@ def main(argv: list[str] | None = None) -> int:
         drain=lambda mode: _checkpoint_drain(engine, mode),
     )
     app = SimApp(args.model, engine, config, args.full_metrics, args.flood_engines, states)
+    app.grpc = args.grpc
     try:
         api_keys = tuple(args.api_key or [os.environ.get("VLLM_API_KEY", "")])
         if args.api_server_count > 1:  # the launcher: the app behind a private port, N fronts on the real one

@@ -41,6 +41,8 @@ import zlib
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
+from vllm_guardian.sim.vllm.watch_dog import WatchDog, parse_config
+
 ENGINE_TITLE = "VLLM::EngineCore"
 WORKER_TITLE = "VLLM::Worker"
 
@@ -105,6 +107,7 @@ class EngineConfig:
     # back after every restart — unless the cache is off (0), as the catalog's workaround says.
     mm_processor_cache_gb: float = 4.0
     mm_lru_bug: bool = False
+    watchdog_config: str | None = None  # vLLM 0.33's --watchdog-config JSON (sim.vllm.watch_dog)
 
     @property
     def title(self) -> str:
@@ -312,6 +315,8 @@ class EngineCore:
             iteration_tokens_sum=0,
         )
         self._bucket_counts = [0] * (len(ITERATION_TOKEN_BUCKETS) + 1)
+        wd = parse_config(config.watchdog_config)
+        self._watchdog = WatchDog(f"engine_{config.dp_rank or 0}", wd).start() if wd is not None else None
 
     # -- lifecycle
 
@@ -326,8 +331,12 @@ class EngineCore:
                 self._drain_input()
             self._leak_tick()
             if not self._paused and (self._running or self._can_admit()):
+                if self._watchdog is not None:
+                    self._watchdog.feed()  # fed per step (vLLM's EngineCore does the same)
                 self.step()
             else:
+                if self._watchdog is not None:
+                    self._watchdog.disable()  # waiting for input: never a stall
                 self._send(self.stats())
 
     # -- one step

@@ -14,7 +14,9 @@ What each version registers (read from its source; docs/vllm-versions.md cites t
 
 Simulator control (not vLLM): ``POST /sim/vllm_state`` with ``{"engine_status": {"0": "diagnosing"}}``,
 ``{"retired": true}`` or ``{"checkpoint": "failed"}`` sets those states at once, so a test drives a
-fault-tolerance round, a retirement or a failed checkpoint on its own clock.
+fault-tolerance round, a retirement or a failed checkpoint on its own clock. While any engine is not
+``healthy`` the simulated engine steps no more (requests stay pending), as vLLM's EngineCore waits
+for the round's instructions (``engine_recovery_timeout_sec``); all healthy again resumes it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import threading
 from urllib.parse import parse_qs
 
-from vllm_guardian.discovery.vllm_versions import (
+from vllm_guardian.vllm_versions import (
     CHECKPOINT_STATES,
     FT_ENGINE_STATES,
     RETIRED_ERROR,
@@ -46,6 +48,10 @@ class VersionStates:
         self.checkpoint = "running"
         self.engine_status = {i: "healthy" for i in range(max(1, engines))}
         self.retired = False
+
+    def _engine_held(self) -> bool:
+        """An engine is in a fault-tolerance round or dead: vLLM's EngineCore waits (or is gone)."""
+        return any(s != "healthy" for s in self.engine_status.values())
 
     def _checkpoint_on(self) -> bool:
         return self.sleep_mode and self.row.checkpoint_status_path is not None
@@ -110,10 +116,14 @@ class VersionStates:
         if not isinstance(body, dict):
             return 400, {"error": "a JSON object"}
         with self._lock:
+            held_before = self._engine_held()
             for key, status in (body.get("engine_status") or {}).items():
                 if status not in FT_ENGINE_STATES or int(key) not in self.engine_status:
                     return 400, {"error": f"engine_status: {key}={status!r}"}
                 self.engine_status[int(key)] = status
+            held = self._engine_held()
+            if held != held_before:  # an engine in a round waits for vLLM's instructions: it steps no more
+                self._drain("keep" if held else None)
             if "retired" in body:
                 self.retired = bool(body["retired"]) and self.row.elastic_ep_retire
             if "checkpoint" in body:

@@ -25,6 +25,7 @@ is idle, any other active.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -33,13 +34,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from vllm_guardian.bundle.pyspy import Frame, ThreadStack
-from vllm_guardian.discovery.vllm_versions import is_watchdog_dump
+from vllm_guardian.vllm_versions import is_watchdog_dump
 from vllm_guardian.host.server_files import read_tail
+from vllm_guardian.model import Target
 
 LOG = logging.getLogger(__name__)
 
 MAX_FILES = 16
 MAX_BYTES = 256 * 1024
+ONSET_LOOKBACK_S = 60.0  # dumps from this long before the incident opened count (its detector's window)
+BUNDLE_DIR = "watchdog"  # the dumps' copies in the evidence bundle
 _SECTION = ">>> Call stack dump #"
 _THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[[^\]]*\])? \(most recent call first\):$")
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<fn>\S+)\s*$')
@@ -157,3 +161,31 @@ def collect(
         text = data.decode("utf-8", "replace")
         dumps.append(WatchdogDump(path, name, pid, entry.mtime, text, parse_dump(text, pid=pid)))
     return tuple(dumps)
+
+
+def _flag_value(argv: tuple[str, ...], flag: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "="):
+            return arg[len(flag) + 1 :]
+    return None
+
+
+def dump_dir_of(target: Target) -> str | None:
+    """The ``dump_dir`` of the target's ``--watchdog-config`` (vLLM's JSON, or the dotted
+    ``--watchdog-config.dump_dir``), read from its processes' command lines; None when off or not
+    an absolute path (a relative one is the server's own working directory: not guessed)."""
+    for p in target.processes:
+        argv = tuple(p.cmdline)
+        found = _flag_value(argv, "--watchdog-config.dump_dir")
+        raw = _flag_value(argv, "--watchdog-config")
+        if found is None and raw is not None:
+            try:
+                doc = json.loads(raw)
+            except ValueError:
+                continue
+            found = doc.get("dump_dir") if isinstance(doc, dict) else None
+        if isinstance(found, str) and os.path.isabs(found) and "\x00" not in found:
+            return found
+    return None
