@@ -270,7 +270,11 @@ class SpoolConfig:
 
 @dataclass(frozen=True)
 class AlertsConfig:
-    redis_url: str = setting("embedded", doc="embedded | redis://... | rediss://... | unix://...")
+    redis_url: str = setting(
+        "embedded",
+        doc="embedded | redis://... | rediss://... | unix://... "
+        "| redis+sentinel://h:26379[,h:p]/mymaster | redis+cluster://h:p[,h:p]",
+    )
     password_env: str | None = None
     password_file: str | None = None
     stream: str = "guardian:alerts"
