@@ -186,7 +186,7 @@ def test_the_delivered_id_set_is_bounded(server):
     for ev in events(12):
         delivery.deliver(ev)
     assert client.zcard(delivery.delivered_key) == 5
-    assert delivery.delivered_key == f"guardian:delivered:{NODE}"
+    assert delivery.delivered_key == f"{{{STREAM}}}:delivered:{NODE}"
 
 
 # ---------------------------------------------------------------- a hung Redis

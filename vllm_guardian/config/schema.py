@@ -240,6 +240,10 @@ class FleetConfig:
     max_concurrent_restarts: int = setting(1, "positive")
     lease_ttl: float = setting(900.0, "positive")
     when_redis_down: str = setting("deny", doc="allow | deny a restart when the lease cannot be checked")
+    lease_replicas: int = setting(
+        1, "nonneg", "on a Sentinel or Cluster store: replicas that must acknowledge a lease (WAIT) before it counts"
+    )
+    lease_replica_timeout: float = setting(1.0, "positive", "how long a lease grant waits for its replicas")
 
 
 @dataclass(frozen=True)

@@ -132,11 +132,20 @@ class LazyCluster:
             self._client.close()
 
 
-def redis_errors() -> tuple[type[BaseException], ...]:
-    """What a failed Redis call raises: redis-py's errors and the socket's."""
-    import redis
+def connection_for(client: Any, key: str) -> Any:
+    """The client of the one server that holds ``key``: the client itself, or in a Cluster the
+    node of the key's slot (for what must run on one connection, as ``WAIT`` after a write)."""
+    if isinstance(client, LazyCluster):
+        return client.cluster().get_node_from_key(key).redis_connection
+    return client
 
-    return (redis.RedisError, OSError)
+
+def redis_errors() -> tuple[type[BaseException], ...]:
+    """What a failed Redis call raises: redis-py's errors, its Cluster client's (not RedisErrors) and the socket's."""
+    import redis
+    from redis.exceptions import RedisClusterException
+
+    return (redis.RedisError, RedisClusterException, OSError)
 
 
 def publish_control(client, channel: str, payload: Mapping[str, Any]) -> bool:

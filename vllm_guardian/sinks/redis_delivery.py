@@ -1,7 +1,8 @@
 """One alert event into the Redis stream and channel, at most once per event id.
 
 Decides nothing about order or retries (the sink's flusher does): one Lua script that, atomically,
-skips an id already recorded in ``guardian:delivered:<node>`` (a sorted set of the recent ids),
+skips an id already recorded in ``{<stream>}:delivered:<node>`` (a sorted set of the recent ids, in
+the stream's Cluster slot: ``store_keys.beside``),
 else ``XADD``s the event to the stream (``MAXLEN ~``), records the id and ``PUBLISH``es the JSON
 on the channel. Raises what the client raises.
 """
@@ -12,8 +13,8 @@ import json
 from typing import Any, Mapping
 
 from vllm_guardian.sinks.events import event_time_ms
+from vllm_guardian.store_keys import beside
 
-DELIVERED_PREFIX = "guardian:delivered:"
 DEFAULT_DELIVERED_KEEP = 100_000
 
 # KEYS[1] delivered-id zset, KEYS[2] stream
@@ -30,6 +31,11 @@ if ARGV[4] ~= '' then
 end
 return 1
 """
+
+
+def delivered_key_of(stream: str, node: str) -> str:
+    """``{<stream>}:delivered:<node>``: the node's delivered ids, in the stream's Cluster slot."""
+    return beside(stream, f":delivered:{node}")
 
 
 class RedisDelivery:
@@ -50,7 +56,7 @@ class RedisDelivery:
         self.stream = stream
         self.channel = channel or ""
         self.maxlen = int(maxlen)
-        self.delivered_key = delivered_key or f"{DELIVERED_PREFIX}{node}"
+        self.delivered_key = delivered_key or delivered_key_of(stream, node)
         self.delivered_keep = int(delivered_keep)
         self._script = client.register_script(DELIVER_SCRIPT)
 

@@ -3,8 +3,8 @@
 ``AlertSink.publish(event)`` only appends the event to the local spool (fsync'd)
 and wakes the flusher thread; it never waits on Redis. The flusher delivers
 spooled events oldest first through one Lua script that, atomically, skips an
-id already recorded in ``guardian:delivered:<node>`` (a sorted set of recent
-ids), else ``XADD``s the event to the stream (``MAXLEN ~``), records the id and
+id already recorded in ``{<stream>}:delivered:<node>`` (a sorted set of recent
+ids, in the stream's Cluster slot), else ``XADD``s the event to the stream (``MAXLEN ~``), records the id and
 ``PUBLISH``es the JSON on the channel. Delivered ids are then removed from the
 spool; a crash between the two replays the event, which the script skips. On a
 Redis error the flusher backs off (exponential, capped) and retries; every
