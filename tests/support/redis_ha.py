@@ -49,6 +49,7 @@ class SentinelSet:
         self.sentinel_ports = [free_port() for _ in range(sentinels)]
         self.dir = tempfile.mkdtemp(prefix="guardian-sentinel-")
         self._procs: list[subprocess.Popen[bytes]] = []
+        self._killed: RedisServer | None = None
 
     @property
     def url(self) -> str:
@@ -100,9 +101,14 @@ class SentinelSet:
     def kill_master(self) -> int:
         """SIGKILL the current master (as in a crash); its port."""
         port = self.master_port()
-        server = self.master if port == self.master.port else self.replica
-        server.kill()
+        self._killed = self.master if port == self.master.port else self.replica
+        self._killed.kill()
         return port
+
+    def restart_killed(self) -> None:
+        """Start the killed server again (same port, same files): the sentinels make it a replica."""
+        if self._killed is not None:
+            self._killed.start()
 
     def wait_failover(self, old_port: int, timeout: float = 30.0) -> int:
         """Wait until the sentinels name a master other than ``old_port`` that accepts writes; its port."""

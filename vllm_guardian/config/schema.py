@@ -288,6 +288,9 @@ class AlertsConfig:
     renotify_interval: float = setting(3600.0, "positive")
     heartbeat_ttl: float = setting(30.0, "positive")
     timeout: float = setting(2.0, "positive")
+    wait_replicas: int = setting(
+        1, "nonneg", "on a Sentinel or Cluster store: replicas that must hold an alert before the spool forgets it"
+    )
     spool: SpoolConfig = field(default_factory=SpoolConfig)
 
 

@@ -65,7 +65,7 @@ class GroupLease:
         keys = [lease_key(group, self.prefix), fence_key(group, self.prefix)]
         args = [self.node, nonce, max(1, int(ttl * 1000))]
         if self.replicas:
-            from vllm_guardian.sinks.redis_client import connection_for
+            from vllm_guardian.store_client import connection_for
 
             pipe = connection_for(self.client, keys[0]).pipeline(transaction=False)
             pipe.eval(_ACQUIRE, 2, *keys, *args)

@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class NotReplicated(Exception):
+    """A batch the master took but too few replicas acknowledged: a failover could lose it."""
+
+
 @dataclass(frozen=True)
 class AlertsStatus:
     """The status's ``alerts`` section: what waits, what was delivered or dropped, Redis reachable."""
@@ -52,6 +56,7 @@ class AlertsStatus:
     redis_up: bool
     last_error: str | None
     url: str | None
+    unacknowledged_total: int = 0  # batches delivered but not acknowledged by the replicas: kept, re-sent
 
 
 class AlertSink:
@@ -77,6 +82,8 @@ class AlertSink:
         on_close: Callable[[], None] | None = None,
         on_down: Callable[[], Any] | None = None,
         close_client: bool = True,
+        wait_replicas: int = 0,
+        replica_timeout: float = 1.0,
         start: bool = True,
     ) -> None:
         self.node = node
@@ -96,7 +103,11 @@ class AlertSink:
             channel=channel,
             maxlen=maxlen,
             delivered_keep=delivered_keep or max(DEFAULT_DELIVERED_KEEP, 2 * spool.max_events),
+            replicas=wait_replicas,
+            replica_timeout=replica_timeout,
         )
+        self._unacknowledged_total = 0
+        self._wait_replicas = max(0, int(wait_replicas))  # on a store that fails over: WAIT after each batch
         self._heartbeat = NodeHeartbeat(client)
         self._on_close = on_close
         self._close_client = close_client  # False: the client is a shared connection's, closed by it
@@ -169,6 +180,8 @@ class AlertSink:
             url_for_log=conn.url_for_log,
             on_close=conn.close if owns_connection else None,
             close_client=False,
+            wait_replicas=alerts.wait_replicas if getattr(conn, "highly_available", False) else 0,
+            replica_timeout=min(1.0, alerts.timeout / 2),
             **kwargs,
         )
 
@@ -219,6 +232,7 @@ class AlertSink:
                 "redis_up": bool(self._redis_up),
                 "last_error": self._last_error,
                 "url": self.url_for_log,
+                "unacknowledged_total": self._unacknowledged_total,
             }
 
     # ------------------------------------------------------------ lifecycle
@@ -278,6 +292,8 @@ class AlertSink:
 
     def _deliver_all(self, batch: list[dict[str, Any]], delivered: list[str]) -> BaseException | None:
         self._last_duplicates = 0
+        if self._wait_replicas and batch:
+            return self._deliver_replicated(batch, delivered)
         for event in batch:
             try:
                 new = self._delivery.deliver(event)
@@ -288,6 +304,27 @@ class AlertSink:
                 return e
             delivered.append(event["id"])
             self._last_duplicates += 0 if new else 1
+        return None
+
+    def _deliver_replicated(self, batch: list[dict[str, Any]], delivered: list[str]) -> BaseException | None:
+        """The batch and a WAIT on one connection: forgotten only once the replicas hold it."""
+        try:
+            news, acked = self._delivery.deliver_batch(batch)
+        except redis_errors() as e:
+            return e
+        except Exception as e:
+            log.exception("alerts: unexpected delivery error")
+            return e
+        if acked < self._wait_replicas:
+            with self._lock:
+                self._unacknowledged_total += 1
+            return NotReplicated(
+                f"{len(batch)} event(s) acknowledged by {acked} of {self._wait_replicas} replica(s) "
+                f"within {self._delivery.replica_timeout:g}s: kept in the spool, sent again (duplicates skipped "
+                "by id); alerts.wait_replicas: 0 for a store without replicas"
+            )
+        delivered.extend(event["id"] for event in batch)
+        self._last_duplicates = sum(1 for new in news if not new)
         return None
 
     def _deliver_held(self) -> BaseException | None:
