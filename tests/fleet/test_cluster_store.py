@@ -5,6 +5,8 @@ L4 fingerprints and the heartbeats all work through a ``redis+cluster://`` URL."
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import redis
 
@@ -156,3 +158,33 @@ def test_heartbeats_spread_over_the_masters_are_all_listed(client, cluster):
     masters_holding = {_node_of(cluster, f"guardian:node:{n}").connection_pool.connection_kwargs["port"] for n in names}
     assert len(masters_holding) > 1  # the SCAN has to visit every master
     assert [r["node"] for r in fleet_status(client)] == names
+
+
+def test_the_report_listener_hears_raw_bytes_through_the_cluster(client):
+    import logging
+
+    from vllm_guardian.gates.listener import ReportsListener
+
+    heard: list[bytes | str] = []
+
+    def accept(m: bytes | str, _mono: float, _wall: float) -> str:
+        heard.append(m)
+        return "ok"
+
+    listener = ReportsListener(
+        client,
+        "cluster-test:reports",
+        accept,
+        time.monotonic,
+        time.time,
+        logging.getLogger("test"),
+    ).start()
+    try:
+        assert listener.subscribed.wait(10)
+        deadline = time.monotonic() + 10
+        while not heard and time.monotonic() < deadline:
+            client.publish("cluster-test:reports", b"\xff not utf-8")
+            time.sleep(0.2)
+    finally:
+        listener.stop()
+    assert heard and heard[0] == b"\xff not utf-8"  # bytes, as the intake wants them: counted malformed there

@@ -183,3 +183,38 @@ def test_a_master_killed_mid_stream_loses_no_alert_and_no_restart_is_held_twice(
         f"consumer-group re-deliveries dropped by id {consumer.duplicates}; lease grants acted on {len(acted)}, "
         f"refused for want of a replica {sum(g.refused_unreplicated for g in guardians)}"
     )
+
+
+def test_the_report_listener_hears_raw_bytes_and_follows_the_master_across_a_failover():
+    import logging
+
+    from vllm_guardian.gates.listener import ReportsListener
+
+    with SentinelSet(down_after_ms=1000) as ss:
+        client = make_client(ss.url, timeout=2.0)
+        heard: list[bytes | str] = []
+
+        def accept(m: bytes | str, _mono: float, _wall: float) -> str:
+            heard.append(m)
+            return "ok"
+
+        listener = ReportsListener(
+            client, "guardian:reports", accept, time.monotonic, time.time, logging.getLogger("test")
+        ).start()
+        try:
+
+            def say(what: bytes) -> bool:
+                try:
+                    client.publish("guardian:reports", what)
+                except redis_errors():
+                    pass
+                time.sleep(0.2)
+                return what in heard
+
+            assert listener.subscribed.wait(10)
+            wait_for(lambda: say(b"\xff before"), timeout=10, what="heard before the failover")
+            ss.wait_failover(ss.kill_master())
+            wait_for(lambda: say(b"\xfe after"), timeout=60, what="heard on the new master")
+        finally:
+            listener.stop()
+    assert heard[0] == b"\xff before"  # bytes, not decoded: the intake counts a non-UTF-8 message malformed
