@@ -126,7 +126,7 @@ def test_a_master_killed_mid_stream_loses_no_alert_and_no_restart_is_held_twice(
         time.sleep(2.0)
         killed_at = time.monotonic()
         old = ss.kill_master()
-        ss.wait_failover(old)
+        new_port = ss.wait_failover(old)
         promoted_at = time.monotonic()
         # the new master has no replica yet: alerts stay spooled (kept, re-sent) and no lease is granted
         wait_for(lambda: sum(s.stats()["unacknowledged_total"] for s in sinks.values()) > 0, timeout=30, what="unacked")
@@ -173,6 +173,9 @@ def test_a_master_killed_mid_stream_loses_no_alert_and_no_restart_is_held_twice(
     tokens = [t for *_x, t in spans]
     assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
     assert refused_while_alone > 0  # while no replica could acknowledge: no grant
+    # each sink's status says it failed over, and to which master
+    new_master = f"127.0.0.1:{new_port}"
+    assert all(s["failovers"] == 1 and s["master"] == new_master for s in stats.values()), stats
     print(
         f"\nfleet-ha figures: published {sum(published.values())} alerts ({len(NODES)} nodes, one per "
         f"{RATE_S * 1000:.0f} ms each); failover (kill -> new master named) {promoted_at - killed_at:.2f}s; "

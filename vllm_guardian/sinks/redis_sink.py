@@ -57,6 +57,8 @@ class AlertsStatus:
     last_error: str | None
     url: str | None
     unacknowledged_total: int = 0  # batches delivered but not acknowledged by the replicas: kept, re-sent
+    master: str | None = None  # on a Sentinel store: the master it delivers to (host:port)
+    failovers: int = 0  # on a Sentinel store: times the master changed since the start
 
 
 class AlertSink:
@@ -107,6 +109,8 @@ class AlertSink:
             replica_timeout=replica_timeout,
         )
         self._unacknowledged_total = 0
+        self._master: str | None = None
+        self._failovers = 0
         self._wait_replicas = max(0, int(wait_replicas))  # on a store that fails over: WAIT after each batch
         self._heartbeat = NodeHeartbeat(client)
         self._on_close = on_close
@@ -233,6 +237,8 @@ class AlertSink:
                 "last_error": self._last_error,
                 "url": self.url_for_log,
                 "unacknowledged_total": self._unacknowledged_total,
+                "master": self._master,
+                "failovers": self._failovers,
             }
 
     # ------------------------------------------------------------ lifecycle
@@ -374,6 +380,8 @@ class AlertSink:
             else:
                 self._redis_up = False
                 self._last_error = f"{type(error).__name__}: {error}"
+        if error is None and was_up is not True:
+            self._learn_master()
         if error is None and was_up is False:
             log.warning("alerts: Redis %s reachable again; delivering the spool", self.url_for_log)
         elif error is not None and was_up is not False:
@@ -383,6 +391,22 @@ class AlertSink:
                 type(error).__name__,
                 error,
             )
+
+    def _learn_master(self) -> None:
+        """On a Sentinel store, after the first delivery and each recovery: which master, and did it change?"""
+        ask = getattr(getattr(self.client, "connection_pool", None), "get_master_address", None)
+        if not callable(ask):
+            return
+        try:
+            host, port = ask()
+        except redis_errors():
+            return
+        with self._lock:
+            before, self._master = self._master, f"{host}:{port}"
+            changed = before is not None and before != self._master
+            self._failovers += changed
+        if changed:
+            log.warning("alerts: the fleet store failed over: master %s, now %s", before, self._master)
 
     def _run(self) -> None:
         backoff = self.backoff_initial
