@@ -119,6 +119,14 @@ ERROR_CASES = {
         'redis+cluster:// URL, got "http://redis:6379" (unknown scheme "http://": expected redis://, rediss://, '
         "unix://, redis+sentinel://, rediss+sentinel://, redis+cluster:// or rediss+cluster://)",
     ),
+    "negative lease replicas": (
+        {"policy": {"fleet": {"lease_replicas": -1}}},
+        "policy.fleet.lease_replicas: expected an integer >= 0, got -1",
+    ),
+    "alerts wait_replicas not a number": (
+        {"alerts": {"wait_replicas": "all"}},
+        'alerts.wait_replicas: expected an integer >= 0, got "all"',
+    ),
     "sentinel url without the master's name": (
         {"alerts": {"redis_url": "redis+sentinel://s1:26379,s2:26379"}},
         'alerts.redis_url: expected "embedded" or a redis://, rediss://, unix://, redis+sentinel:// or '
