@@ -188,3 +188,25 @@ def test_the_report_listener_hears_raw_bytes_through_the_cluster(client):
     finally:
         listener.stop()
     assert heard and heard[0] == b"\xff not utf-8"  # bytes, as the intake wants them: counted malformed there
+
+
+def test_the_cli_reads_the_stream_and_the_fleet_through_a_cluster_url(client, cluster):
+    import json
+    import subprocess
+    import sys
+
+    RedisDelivery(client, node="gpu-1", stream=STREAM, channel=None, maxlen=100).deliver(
+        {"id": "ev-cli", "node": "gpu-1", "kind": "busy_loop"}
+    )
+    NodeHeartbeat(client).write("gpu-1", {"version": "1", "targets": []}, 60)
+    cli = [sys.executable, "-m", "vllm_guardian.cli.main"]
+    tail = subprocess.run(
+        [*cli, "alerts", "tail", "--redis", cluster.url, "--json"], capture_output=True, text=True, timeout=60
+    )
+    assert tail.returncode == 0, tail.stderr
+    assert [json.loads(line)["event"]["id"] for line in tail.stdout.splitlines()] == ["ev-cli"]
+    fleet = subprocess.run(
+        [*cli, "status", "--fleet", "--redis", cluster.url, "--json"], capture_output=True, text=True, timeout=60
+    )
+    assert fleet.returncode == 0, fleet.stderr
+    assert "gpu-1" in fleet.stdout
