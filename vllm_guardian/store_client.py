@@ -76,6 +76,18 @@ class LazyCluster:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.cluster(), name)
 
+    def get_encoder(self) -> Any:
+        """The encoder the cluster client would have (``register_script`` asks it before any call)."""
+        from redis.connection import Encoder
+
+        return Encoder("utf-8", "strict", bool(self._kwargs.get("decode_responses")))
+
+    def register_script(self, script: str) -> Any:
+        """A script bound to this lazy client: registering it connects to nothing."""
+        from redis.commands.core import Script
+
+        return Script(self, script)  # type: ignore[arg-type] # it proxies a RedisCluster
+
     def undecoded(self) -> LazyCluster:
         return LazyCluster(self._hosts, dict(self._kwargs, decode_responses=False))
 
