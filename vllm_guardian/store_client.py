@@ -44,12 +44,29 @@ def make_client(url: str, *, password: str | None = None, timeout: float = 2.0, 
     if where.tls:
         kwargs["ssl"] = True
     if where.kind == store_url.SENTINEL:
-        from redis.sentinel import Sentinel
-
         sentinel_kwargs = dict(socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0))
-        sentinels = Sentinel(list(where.hosts), sentinel_kwargs=sentinel_kwargs)
+        sentinels = _sentinel_class()(list(where.hosts), sentinel_kwargs=sentinel_kwargs)
         return sentinels.master_for(where.service or "", db=where.db, **kwargs)
     return LazyCluster(where.hosts, kwargs)
+
+
+def _sentinel_class() -> Any:
+    """redis-py's Sentinel, whose "no master" error names the sentinels asked instead of printing
+    each sentinel client's whole repr (it reaches the log and the status)."""
+    from redis.sentinel import MasterNotFoundError, Sentinel
+
+    class ShortSentinel(Sentinel):
+        def discover_master(self, service_name: str) -> Any:
+            try:
+                return super().discover_master(service_name)
+            except MasterNotFoundError:
+                asked = ", ".join(
+                    f"{s.connection_pool.connection_kwargs.get('host')}:{s.connection_pool.connection_kwargs.get('port')}"
+                    for s in self.sentinels
+                )
+                raise MasterNotFoundError(f"no sentinel of {asked} names a master {service_name!r}") from None
+
+    return ShortSentinel
 
 
 class LazyCluster:

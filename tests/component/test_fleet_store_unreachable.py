@@ -49,6 +49,7 @@ def test_an_absent_or_false_ha_store_spools_and_says_why(tmp_path, plain_redis, 
         wait_for(lambda: sink.stats()["last_error"], what="the flusher's first failure")
         stats = sink.stats()
         assert stats["spooled"] == 1 and not stats["redis_up"] and stats["delivered_total"] == 0
+        assert len(stats["last_error"]) < 400  # one readable line for the log and the status, not a client's repr
         assert sink._thread is not None and sink._thread.is_alive()
         assert plain_redis.client().exists("guardian:alerts") == 0  # nothing written to the impostor
     finally:
