@@ -39,8 +39,11 @@ test: $(STAMP) $(K8S_STAMP) ## unit, component, live, reliability and fuzz tiers
 chaos: $(STAMP) ## chaos tier: Redis killed, full disk, SIGKILLed guardians, pid reuse, hostile input
 	$(PYTEST) -rs tests/chaos
 
+# The fleet store highly available, on real processes of this machine: a Sentinel set (master,
+# replica, three sentinels) whose master is SIGKILLed mid-stream, a three-master Cluster, two
+# Alertmanagers (Debian's prometheus-alertmanager) and the fleet view.
 fleet: $(STAMP) ## fleet tier: Redis Sentinel and Cluster failover, Alertmanager, the fleet view
-	$(PYTEST) tests/fleet
+	$(PYTEST) -rs tests/fleet
 
 check: lint types $(STAMP) $(K8S_STAMP) ## lint, format check, types and unit tests: the first step of CI (about a minute)
 	$(PYTEST) tests/unit

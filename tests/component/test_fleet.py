@@ -85,7 +85,7 @@ def test_the_fleet_is_listed_with_scan_never_keys_and_only_heartbeats(client):
     hb = NodeHeartbeat(client)
     for i in range(250):
         hb.write(f"n{i:03d}", {}, 30)
-    client.set("guardian:delivered:x", "1")
+    client.set("{guardian:alerts}:delivered:x", "1")
     client.set("other:node:zz", "{}")
     client.config_resetstat()
     assert nodes(client) == [f"n{i:03d}" for i in range(250)]

@@ -48,3 +48,29 @@ def test_a_lease_expires_if_its_holder_stops_renewing(client):
     a = GroupLease(client, "node-a")
     a.acquire(G, 0.2)
     assert 0 < client.pttl(lease_key(G)) <= 200
+
+
+def test_each_grant_of_a_group_carries_a_larger_fence_token(client):
+    a, b = GroupLease(client, "node-a"), GroupLease(client, "node-b")
+    a.acquire(G, 30)
+    first = a.fence(G)
+    a.release(G)
+    b.acquire(G, 30)
+    second = b.fence(G)
+    assert first is not None and second is not None and second > first
+    assert a.fence(G) is None
+
+
+def test_a_lease_lost_to_a_failover_fails_the_check_before_the_next_step(client):
+    a, b = GroupLease(client, "node-a"), GroupLease(client, "node-b")
+    a.acquire(G, 30)
+    assert a.check(G)
+    client.delete(lease_key(G))  # the new master never saw the grant
+    assert b.acquire(G, 30)
+    assert not a.check(G)
+
+
+def test_a_grant_no_replica_acknowledges_is_given_back(client):
+    a = GroupLease(client, "node-a", replicas=1, replica_timeout=0.1)
+    assert not a.acquire(G, 30)
+    assert client.get(lease_key(G)) is None and a.fence(G) is None

@@ -186,7 +186,7 @@ def test_the_delivered_id_set_is_bounded(server):
     for ev in events(12):
         delivery.deliver(ev)
     assert client.zcard(delivery.delivered_key) == 5
-    assert delivery.delivered_key == f"guardian:delivered:{NODE}"
+    assert delivery.delivered_key == f"{{{STREAM}}}:delivered:{NODE}"
 
 
 # ---------------------------------------------------------------- a hung Redis
@@ -406,3 +406,27 @@ def test_a_failing_flush_is_survived_by_the_thread(server, sinks, tmp_path, monk
     sink.start()
     wait_for(lambda: sink.stats()["spooled"] == 0, what="delivery after the surprise")
     assert stream_ids(server.client()) == [sink_ev["id"] for sink_ev in sink_events]
+
+
+def test_a_batch_no_replica_acknowledges_stays_spooled_and_is_counted(server, sinks, tmp_path):
+    sink = make_sink(sinks, server, tmp_path, wait_replicas=1, replica_timeout=0.05)
+    evs = events(3)
+    for ev in evs:
+        sink.publish(ev)
+    wait_for(lambda: sink.stats()["unacknowledged_total"] >= 2, what="two unacknowledged rounds")
+    stats = sink.stats()
+    assert stats["spooled"] == 3 and not stats["redis_up"] and "replica" in (stats["last_error"] or "")
+    assert stream_ids(server.client()) == [ev["id"] for ev in evs]  # sent once: the re-sends were skipped by id
+    assert stats["duplicates_total"] == 0  # counted only once a batch is acknowledged
+
+
+def test_a_batch_is_sent_with_its_wait_and_says_which_events_were_new(server):
+    client = make_client(server.url, timeout=TIMEOUT)
+    delivery = RedisDelivery(
+        client, node=NODE, stream=STREAM, channel=None, maxlen=100, replicas=1, replica_timeout=0.05
+    )
+    evs = events(3)
+    delivery.deliver(evs[0])
+    news, acked = delivery.deliver_batch(evs)
+    assert news == [False, True, True] and acked == 0  # a lone server: no replica holds them
+    assert stream_ids(server.client()) == [ev["id"] for ev in evs]

@@ -115,7 +115,23 @@ ERROR_CASES = {
     ),
     "bad redis url": (
         {"alerts": {"redis_url": "http://redis:6379"}},
-        'alerts.redis_url: expected "embedded" or a redis://, rediss:// or unix:// URL, got "http://redis:6379"',
+        'alerts.redis_url: expected "embedded" or a redis://, rediss://, unix://, redis+sentinel:// or '
+        'redis+cluster:// URL, got "http://redis:6379" (unknown scheme "http://": expected redis://, rediss://, '
+        "unix://, redis+sentinel://, rediss+sentinel://, redis+cluster:// or rediss+cluster://)",
+    ),
+    "negative lease replicas": (
+        {"policy": {"fleet": {"lease_replicas": -1}}},
+        "policy.fleet.lease_replicas: expected an integer >= 0, got -1",
+    ),
+    "alerts wait_replicas not a number": (
+        {"alerts": {"wait_replicas": "all"}},
+        'alerts.wait_replicas: expected an integer >= 0, got "all"',
+    ),
+    "sentinel url without the master's name": (
+        {"alerts": {"redis_url": "redis+sentinel://s1:26379,s2:26379"}},
+        'alerts.redis_url: expected "embedded" or a redis://, rediss://, unix://, redis+sentinel:// or '
+        'redis+cluster:// URL, got "redis+sentinel://s1:26379,s2:26379" (redis+sentinel:// needs the master\'s '
+        "name: redis+sentinel://host:26379/mymaster)",
     ),
     "bad regex": (
         {"targets": [target(match={"cmdline_regex": "(vllm"})]},
@@ -313,7 +329,17 @@ def test_systemd_mode_accepts_the_unit_from_the_matcher():
     assert cfg.targets[0].restart.mode == "systemd"
 
 
-@pytest.mark.parametrize("url", ["embedded", "redis://r:6379/0", "rediss://r:6380", "unix:///run/r.sock"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "embedded",
+        "redis://r:6379/0",
+        "rediss://r:6380",
+        "unix:///run/r.sock",
+        "redis+sentinel://s1:26379,s2:26379,s3:26379/mymaster",
+        "redis+cluster://c1:6379,c2:6379",
+    ],
+)
 def test_redis_url_accepts_embedded_and_redis_schemes(url):
     assert parse({"alerts": {"redis_url": url}}).alerts.redis_url == url
 

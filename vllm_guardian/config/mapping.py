@@ -11,6 +11,7 @@ import types
 import typing
 from typing import Any, Union
 
+from vllm_guardian.store_url import problem as store_url_problem
 from vllm_guardian.config.rules import (
     EXTRA_CHECKS,
     FORBIDDEN_KEYS,
@@ -89,6 +90,8 @@ class Parser:
             return self.wrong(path, tp, check, value, nullable)
         if check and not RULES[check][1](value):
             detail = f" ({regex_problem(value)})" if check in ("regex", "expect") else ""
+            if check == "redis_url":
+                detail = f" ({store_url_problem(value)})"
             return self.wrong(path, tp, check, value, nullable, detail)
         if isinstance(tp, type) and issubclass(tp, enum.Enum):
             return tp(value)

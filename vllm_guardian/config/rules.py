@@ -23,6 +23,8 @@ from vllm_guardian.config.schema import (
     TargetConfig,
 )
 from vllm_guardian.netaddr import is_hostport
+from vllm_guardian.store_keys import stream_problem
+from vllm_guardian.store_url import problem as store_url_problem
 
 # Rules for fields whose schema metadata carries no 'check' (kept out of the schema).
 EXTRA_CHECKS: typing.Mapping[tuple[type, str], str] = types.MappingProxyType(
@@ -30,6 +32,7 @@ EXTRA_CHECKS: typing.Mapping[tuple[type, str], str] = types.MappingProxyType(
         (TargetConfig, "name"): "target_name",
         (FleetConfig, "when_redis_down"): "allow_deny",
         (AlertsConfig, "redis_url"): "redis_url",
+        (AlertsConfig, "stream"): "stream_key",
     }
 )
 
@@ -47,7 +50,6 @@ FORBIDDEN_KEYS: typing.Mapping[tuple[type, str], str] = types.MappingProxyType(
 
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
-_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 def show(value: Any) -> str:
@@ -120,8 +122,12 @@ RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingPro
         "hostport": ('a "host:port" address', is_hostport),
         "target_name": ("a name of letters, digits, '_', '.', '-'", lambda v: _NAME_RE.fullmatch(v) is not None),
         "redis_url": (
-            '"embedded" or a redis://, rediss:// or unix:// URL',
-            lambda v: v == "embedded" or v.startswith(_REDIS_SCHEMES),
+            '"embedded" or a redis://, rediss://, unix://, redis+sentinel:// or redis+cluster:// URL',
+            lambda v: v == "embedded" or store_url_problem(v) is None,
+        ),
+        "stream_key": (
+            "a Redis key name, its braces only a {{hash tag}} (no '}}' outside one)",
+            lambda v: bool(v) and stream_problem(v) is None,
         ),
     }
 )

@@ -247,6 +247,10 @@ class FleetConfig:
     max_concurrent_restarts: int = setting(1, "positive")
     lease_ttl: float = setting(900.0, "positive")
     when_redis_down: str = setting("deny", doc="allow | deny a restart when the lease cannot be checked")
+    lease_replicas: int = setting(
+        1, "nonneg", "on a Sentinel or Cluster store: replicas that must acknowledge a lease (WAIT) before it counts"
+    )
+    lease_replica_timeout: float = setting(1.0, "positive", "how long a lease grant waits for its replicas")
 
 
 @dataclass(frozen=True)
@@ -277,7 +281,11 @@ class SpoolConfig:
 
 @dataclass(frozen=True)
 class AlertsConfig:
-    redis_url: str = setting("embedded", doc="embedded | redis://... | rediss://... | unix://...")
+    redis_url: str = setting(
+        "embedded",
+        doc="embedded | redis://... | rediss://... | unix://... "
+        "| redis+sentinel://h:26379[,h:p]/mymaster | redis+cluster://h:p[,h:p]",
+    )
     password_env: str | None = None
     password_file: str | None = None
     stream: str = "guardian:alerts"
@@ -287,6 +295,9 @@ class AlertsConfig:
     renotify_interval: float = setting(3600.0, "positive")
     heartbeat_ttl: float = setting(30.0, "positive")
     timeout: float = setting(2.0, "positive")
+    wait_replicas: int = setting(
+        1, "nonneg", "on a Sentinel or Cluster store: replicas that must hold an alert before the spool forgets it"
+    )
     spool: SpoolConfig = field(default_factory=SpoolConfig)
     alertmanager: AlertmanagerConfig = field(default_factory=AlertmanagerConfig)
 

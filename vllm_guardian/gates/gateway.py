@@ -98,11 +98,9 @@ class Reporter:
         keys: Keys | None = None,
     ) -> None:
         if client is None:
-            import redis  # only a gateway that reports needs it
+            from vllm_guardian.store_client import make_client  # any fleet-store URL, Sentinel and Cluster too
 
-            client = redis.Redis.from_url(
-                url or "redis://127.0.0.1:6379/0", socket_timeout=timeout, socket_connect_timeout=timeout
-            )
+            client = make_client(url or "redis://127.0.0.1:6379/0", timeout=timeout)
         self.client, self.channel, self.keys = client, channel, keys
 
     def report(

@@ -21,14 +21,24 @@ BACKOFF_MAX_S = 30.0
 
 def _raw(client: Any) -> Any:
     """The same server without response decoding: a message that is not UTF-8 must reach the
-    parser (and be counted as malformed), not break the subscription inside redis-py."""
+    parser (and be counted as malformed), not break the subscription inside redis-py. A Cluster
+    client makes its own twin; a Sentinel one asks the same sentinels for the same master."""
+    undecoded = getattr(client, "undecoded", None)
+    if callable(undecoded):
+        return undecoded()
     pool = getattr(client, "connection_pool", None)
     kwargs = getattr(pool, "connection_kwargs", None)
     if pool is None or not isinstance(kwargs, dict) or not kwargs.get("decode_responses"):
         return client
     import redis
+    from redis.sentinel import SentinelConnectionPool
 
     raw = dict(kwargs, decode_responses=False)
+    if isinstance(pool, SentinelConnectionPool):
+        for k in ("connection_pool", "connection_class"):
+            raw.pop(k, None)
+        ssl = pool.connection_class.__name__.endswith("SSLConnection")
+        return pool.sentinel_manager.master_for(pool.service_name, ssl=ssl, **raw)
     return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **raw))
 
 

@@ -138,7 +138,15 @@ def assemble(
     publish_control: PublishControl = _no_control
     if redis is not None:
         f = cfg.policy.fleet
-        lease = FleetLease(redis.client, node, f.max_concurrent_restarts, f.lease_ttl, f.when_redis_down)
+        lease = FleetLease(
+            redis.client,
+            node,
+            f.max_concurrent_restarts,
+            f.lease_ttl,
+            f.when_redis_down,
+            replicas=f.lease_replicas if getattr(redis, "highly_available", False) else 0,
+            replica_timeout=f.lease_replica_timeout,
+        )
         control = control or ControlChannel(node, keys, cfg.gates.trust, log, clock.wall, started=clock.wall())
         publish_control = ControlPublisher(redis, cfg.alerts.control_channel, control.stamp)
     hooks, sources = list(on_discovery), status_sources or StatusSources()

@@ -2,12 +2,13 @@
 scope (a model, a group or a profile) restarting within ``window`` seconds, fleet-wide, beside the
 absolute cap of ``remediation/lease.py``. Kept in the fleet store (Redis), per scope:
 
-- ``guardian:breaker:<scope>:targets`` — a sorted set of ``<node>/<target>`` by last-seen time: every
+- ``guardian:breaker:{<scope>}:targets`` — a sorted set of ``<node>/<target>`` by last-seen time: every
   guardian registers its targets of the scope each round (``register``); members unseen for
   ``target_ttl`` seconds drop out, so the whole counts only live targets;
-- ``guardian:breaker:<scope>:restarts`` — ``<node>/<target>`` by the time its restart was admitted;
-- ``guardian:breaker:<scope>:held`` — who was refused in this trip; ``...:paged`` — set once (NX) per
-  trip by the guardian that pages, with the held list.
+- ``guardian:breaker:{<scope>}:restarts`` — ``<node>/<target>`` by the time its restart was admitted;
+- ``guardian:breaker:{<scope>}:held`` — who was refused in this trip; ``...:paged`` — set once (NX) per
+  trip by the guardian that pages, with the held list. The scope is the keys' hash tag: one
+  scope's keys share a Redis Cluster slot, as its one admission script needs (``store_keys``).
 
 Admission is one Lua script (atomic across guardians): allowed = max(1, floor(fraction x live
 targets)). Redis unreachable: ``when_redis_down`` decides, as for the lease. A member's restart is
@@ -18,7 +19,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-PREFIX = "guardian:breaker:{}:"
+from vllm_guardian.store_keys import tagged
+
+PREFIX = "guardian:breaker:"
+
+
+def scope_prefix(scope: str) -> str:
+    """``guardian:breaker:{<scope>}:``: every key of one scope in one Cluster slot."""
+    return tagged(PREFIX, scope, ":")
+
 
 _ADMIT = """
 local now = tonumber(ARGV[1]); local window = tonumber(ARGV[2]); local member = ARGV[3]
@@ -79,7 +88,7 @@ class PercentBreaker:
         """Count these targets of ``scope`` as live (each guardian, every round)."""
         if self.client is None or not targets:
             return False
-        key = PREFIX.format(scope) + "targets"
+        key = scope_prefix(scope) + "targets"
         try:
             self.client.zadd(key, {self._member(t): now for t in targets})
             self.client.expire(key, int(self.ttl) + 1)
@@ -90,7 +99,7 @@ class PercentBreaker:
     def admit(self, scope: str, target: str, now: float) -> BreakerResult:
         if self.client is None:
             return self._down("no Redis configured")
-        p = PREFIX.format(scope)
+        p = scope_prefix(scope)
         member = self._member(target)
         try:
             ok, n, allowed, total = self.client.eval(
@@ -113,6 +122,6 @@ class PercentBreaker:
         if self.client is None:
             return []
         try:
-            return sorted(_text(m) for m in self.client.smembers(PREFIX.format(scope) + "held"))
+            return sorted(_text(m) for m in self.client.smembers(scope_prefix(scope) + "held"))
         except Exception:  # noqa: BLE001
             return []

@@ -133,7 +133,7 @@ class Machine:
             return
         got = res.value
         if got is not None and got.granted:
-            seq.lease_slot = got.slot
+            seq.lease_slot, seq.lease_token = got.slot, got.token
             self.enter(seq, Phase.DRAINING, now, got.reason)
         elif not seq.lease_waiting_noted:
             seq.lease_waiting_noted = True
@@ -164,6 +164,8 @@ class Machine:
             return
         if seq.target in self._holding:
             return  # evidence first: the processes must still be there to be dumped
+        if not self._fenced(seq, now):
+            return
         if empty:
             self.enter(seq, Phase.STOPPING, now, f"drained in {now - seq.phase_since:.1f}s")
         else:
@@ -187,6 +189,26 @@ class Machine:
             lambda: http.request("POST", target_url, max(1.0, timeout)),
             deadline=now + timeout + 5,
         )
+
+    def _fenced(self, seq: RestartSequence, now: float) -> bool:
+        """Before the stop: is the fleet lease still ours, with the token it was granted under? A
+        failover of the fleet store or an expiry may have handed the slot to another guardian; then
+        this sequence fails (nothing stopped; the target stays drained) and says why: a human
+        decides. The start after a stop is never held back by the lease (it ends the outage)."""
+        lease, slot = self.parts.lease, seq.lease_slot
+        if lease is None or slot is None:
+            return True  # no lease configured, or allowed without one by policy.fleet.when_redis_down
+        token = seq.lease_token
+        res = self.job(seq, "fence", lambda: lease.check(seq.target, slot, token), now)
+        if res is None:
+            return False  # asked; the answer comes on a later tick
+        got = res.value
+        if got is not None and got.granted:
+            self.record(seq, "fleet_lease", "ok", f"checked before the stop: {got.reason}")
+            return True
+        why = got.reason if got is not None else f"fleet lease: {res.error}"
+        self.finish(seq, now, Outcome.FAILED, f"not stopping: {why}; escalated to a human, target left drained")
+        return False
 
     def _owner_grace(self, seq: RestartSequence, now: float, tracker: Tracker) -> bool:
         """True while waiting for the target's owner (a deploy, systemd) to bring it back;
@@ -275,10 +297,10 @@ class Machine:
             self.record(seq, "remediation", "running", detail)
         seq.phase, seq.phase_since, seq.phase_since_wall, seq.detail = phase, now, self.clock.wall(), detail
         seq.history.append(PhaseProgress(phase, seq.phase_since_wall))
-        lease, slot, target = self.parts.lease, seq.lease_slot, seq.target
+        lease, slot, token, target = self.parts.lease, seq.lease_slot, seq.lease_token, seq.target
         if lease is not None and slot is not None:  # a long sequence keeps its slot
             self.parts.async_runner.submit(
-                ("remediation", f"{target}:renew"), lambda: lease.renew(target, slot), deadline=now + 30
+                ("remediation", f"{target}:renew"), lambda: lease.renew(target, slot, token), deadline=now + 30
             )
         self.log.info("remediation %s: %s (%s)", seq.target, phase, detail, extra=self._fields(seq))
         self.save(seq)
@@ -299,13 +321,13 @@ class Machine:
         self.save(seq)
 
     def release_lease(self, seq: RestartSequence, now: float, *, forget: bool) -> None:
-        lease, slot, target = self.parts.lease, seq.lease_slot, seq.target
+        lease, slot, token, target = self.parts.lease, seq.lease_slot, seq.lease_token, seq.target
         if lease is None or slot is None:
             return
         if forget:
-            seq.lease_slot = None
+            seq.lease_slot = seq.lease_token = None
         self.parts.async_runner.submit(
-            ("remediation", f"{target}:release"), lambda: lease.release(target, slot), deadline=now + 30
+            ("remediation", f"{target}:release"), lambda: lease.release(target, slot, token), deadline=now + 30
         )
 
     def resume(self, found: Sequence[RestartSequence]) -> None:

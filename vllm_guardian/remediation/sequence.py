@@ -130,6 +130,7 @@ class RestartSequence:
     phase_since_wall: float = 0.0
     started_wall: float = 0.0
     lease_slot: int | None = None
+    lease_token: int | None = None  # the fence token of the slot's grant (remediation/lease.py)
     lease_waiting_noted: bool = False
     sigkill_sent: bool = False
     started_pid: int | None = None
@@ -165,6 +166,7 @@ class RestartSequence:
             "phase_since_wall": self.phase_since_wall,
             "started_wall": self.started_wall,
             "lease_slot": self.lease_slot,
+            "lease_token": self.lease_token,
             "lease_waiting_noted": self.lease_waiting_noted,
             "sigkill_sent": self.sigkill_sent,
             "started_pid": self.started_pid,
@@ -181,6 +183,7 @@ class RestartSequence:
         """Raises ``ValueError``/``TypeError``/``KeyError`` on a file that is not a sequence."""
         outcome = data.get("outcome")
         lease_slot = data.get("lease_slot")
+        lease_token = data.get("lease_token")
         started_pid = data.get("started_pid")
         return cls(
             target=str(data["target"]),
@@ -194,6 +197,7 @@ class RestartSequence:
             phase_since_wall=float(data.get("phase_since_wall") or 0.0),
             started_wall=float(data.get("started_wall") or 0.0),
             lease_slot=None if lease_slot is None else int(lease_slot),
+            lease_token=None if lease_token is None else int(lease_token),
             lease_waiting_noted=bool(data.get("lease_waiting_noted", False)),
             sigkill_sent=bool(data.get("sigkill_sent", False)),
             started_pid=None if started_pid is None else int(started_pid),

@@ -282,5 +282,5 @@ def alerts_main(
         return 0
     except BrokenPipeError:
         raise  # our reader went away (`| head`): not Redis's fault; the CLI ends quietly
-    except (redis.RedisError, OSError) as e:
+    except (redis.RedisError, redis.exceptions.RedisClusterException, OSError) as e:  # a Cluster's are no RedisError
         raise BackendUnavailable(f"Redis: {type(e).__name__}: {e}") from None

@@ -1,5 +1,7 @@
 """The Redis client of every guardian Redis user: how it is made and what of it may be logged.
 
+The client itself is built from the URL in ``store_client`` (one server, Sentinel or Cluster),
+re-exported here.
 Reads the ``alerts`` URL and the password (``alerts.password_env`` names a variable,
 ``alerts.password_file`` a file); decides the client's bounds (every call carries the timeout, no
 client-side retries: each user has its own backoff), how a URL is masked for the log, and sends
@@ -15,7 +17,18 @@ from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+from vllm_guardian.store_client import LazyCluster, connection_for, make_client
 from vllm_guardian.errors import ConfigError
+
+__all__ = [
+    "LazyCluster",
+    "connection_for",
+    "make_client",
+    "mask_url",
+    "publish_control",
+    "redis_errors",
+    "resolve_password",
+]
 
 log = logging.getLogger(__name__)
 
@@ -57,33 +70,12 @@ def resolve_password(
     return None
 
 
-def make_client(url: str, *, password: str | None = None, timeout: float = 2.0):
-    """A redis-py client for ``redis://``, ``rediss://`` (TLS) or ``unix://`` URLs.
-
-    Every call is bounded by ``timeout`` (connect and read); client-side retries
-    are off (the flusher has its own backoff).
-    """
-    import redis
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    kwargs: dict[str, Any] = dict(
-        socket_timeout=timeout,
-        socket_connect_timeout=timeout,
-        retry=Retry(NoBackoff(), 0),
-        retry_on_timeout=False,
-        decode_responses=True,
-    )
-    if password is not None:
-        kwargs["password"] = password
-    return redis.Redis.from_url(url, **kwargs)
-
-
 def redis_errors() -> tuple[type[BaseException], ...]:
-    """What a failed Redis call raises: redis-py's errors and the socket's."""
+    """What a failed Redis call raises: redis-py's errors, its Cluster client's (not RedisErrors) and the socket's."""
     import redis
+    from redis.exceptions import RedisClusterException
 
-    return (redis.RedisError, OSError)
+    return (redis.RedisError, RedisClusterException, OSError)
 
 
 def publish_control(client, channel: str, payload: Mapping[str, Any]) -> bool:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from vllm_guardian import store_url
 from vllm_guardian.sinks.redis_client import make_client, mask_url, publish_control, resolve_password
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class RedisConnection:
         self._on_close = on_close  # stops the embedded Redis
         self._on_down = on_down  # starts the embedded Redis again
         self._closed = False
+        self.highly_available = False  # a Sentinel or Cluster store: a lease there waits for replicas
 
     @classmethod
     def from_config(
@@ -74,7 +76,9 @@ class RedisConnection:
                 on_close()
             raise
         secrets = (password or "", unquote(urlsplit(url).password or ""))
-        return cls(client, url_for_log=mask_url(url), on_close=on_close, on_down=on_down, secrets=secrets)
+        conn = cls(client, url_for_log=mask_url(url), on_close=on_close, on_down=on_down, secrets=secrets)
+        conn.highly_available = store_url.parse(url).highly_available
+        return conn
 
     def secrets(self) -> tuple[str, ...]:
         """The Redis password (configured or in the URL), for the scrubber of written text; never for printing."""

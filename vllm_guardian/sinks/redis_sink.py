@@ -3,8 +3,8 @@
 ``AlertSink.publish(event)`` only appends the event to the local spool (fsync'd)
 and wakes the flusher thread; it never waits on Redis. The flusher delivers
 spooled events oldest first through one Lua script that, atomically, skips an
-id already recorded in ``guardian:delivered:<node>`` (a sorted set of recent
-ids), else ``XADD``s the event to the stream (``MAXLEN ~``), records the id and
+id already recorded in ``{<stream>}:delivered:<node>`` (a sorted set of recent
+ids, in the stream's Cluster slot), else ``XADD``s the event to the stream (``MAXLEN ~``), records the id and
 ``PUBLISH``es the JSON on the channel. Delivered ids are then removed from the
 spool; a crash between the two replays the event, which the script skips. On a
 Redis error the flusher backs off (exponential, capped) and retries; every
@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class NotReplicated(Exception):
+    """A batch the master took but too few replicas acknowledged: a failover could lose it."""
+
+
 @dataclass(frozen=True)
 class AlertsStatus:
     """The status's ``alerts`` section: what waits, what was delivered or dropped, Redis reachable."""
@@ -52,6 +56,9 @@ class AlertsStatus:
     redis_up: bool
     last_error: str | None
     url: str | None
+    unacknowledged_total: int = 0  # batches delivered but not acknowledged by the replicas: kept, re-sent
+    master: str | None = None  # on a Sentinel store: the master it delivers to (host:port)
+    failovers: int = 0  # on a Sentinel store: times the master changed since the start
 
 
 class AlertSink:
@@ -77,6 +84,8 @@ class AlertSink:
         on_close: Callable[[], None] | None = None,
         on_down: Callable[[], Any] | None = None,
         close_client: bool = True,
+        wait_replicas: int = 0,
+        replica_timeout: float = 1.0,
         start: bool = True,
     ) -> None:
         self.node = node
@@ -96,7 +105,13 @@ class AlertSink:
             channel=channel,
             maxlen=maxlen,
             delivered_keep=delivered_keep or max(DEFAULT_DELIVERED_KEEP, 2 * spool.max_events),
+            replicas=wait_replicas,
+            replica_timeout=replica_timeout,
         )
+        self._unacknowledged_total = 0
+        self._master: str | None = None
+        self._failovers = 0
+        self._wait_replicas = max(0, int(wait_replicas))  # on a store that fails over: WAIT after each batch
         self._heartbeat = NodeHeartbeat(client)
         self._on_close = on_close
         self._close_client = close_client  # False: the client is a shared connection's, closed by it
@@ -169,6 +184,8 @@ class AlertSink:
             url_for_log=conn.url_for_log,
             on_close=conn.close if owns_connection else None,
             close_client=False,
+            wait_replicas=alerts.wait_replicas if getattr(conn, "highly_available", False) else 0,
+            replica_timeout=min(1.0, alerts.timeout / 2),
             **kwargs,
         )
 
@@ -219,6 +236,9 @@ class AlertSink:
                 "redis_up": bool(self._redis_up),
                 "last_error": self._last_error,
                 "url": self.url_for_log,
+                "unacknowledged_total": self._unacknowledged_total,
+                "master": self._master,
+                "failovers": self._failovers,
             }
 
     # ------------------------------------------------------------ lifecycle
@@ -278,6 +298,8 @@ class AlertSink:
 
     def _deliver_all(self, batch: list[dict[str, Any]], delivered: list[str]) -> BaseException | None:
         self._last_duplicates = 0
+        if self._wait_replicas and batch:
+            return self._deliver_replicated(batch, delivered)
         for event in batch:
             try:
                 new = self._delivery.deliver(event)
@@ -288,6 +310,27 @@ class AlertSink:
                 return e
             delivered.append(event["id"])
             self._last_duplicates += 0 if new else 1
+        return None
+
+    def _deliver_replicated(self, batch: list[dict[str, Any]], delivered: list[str]) -> BaseException | None:
+        """The batch and a WAIT on one connection: forgotten only once the replicas hold it."""
+        try:
+            news, acked = self._delivery.deliver_batch(batch)
+        except redis_errors() as e:
+            return e
+        except Exception as e:
+            log.exception("alerts: unexpected delivery error")
+            return e
+        if acked < self._wait_replicas:
+            with self._lock:
+                self._unacknowledged_total += 1
+            return NotReplicated(
+                f"{len(batch)} event(s) acknowledged by {acked} of {self._wait_replicas} replica(s) "
+                f"within {self._delivery.replica_timeout:g}s: kept in the spool, sent again (duplicates skipped "
+                "by id); alerts.wait_replicas: 0 for a store without replicas"
+            )
+        delivered.extend(event["id"] for event in batch)
+        self._last_duplicates = sum(1 for new in news if not new)
         return None
 
     def _deliver_held(self) -> BaseException | None:
@@ -337,6 +380,8 @@ class AlertSink:
             else:
                 self._redis_up = False
                 self._last_error = f"{type(error).__name__}: {error}"
+        if error is None and was_up is not True:
+            self._learn_master()
         if error is None and was_up is False:
             log.warning("alerts: Redis %s reachable again; delivering the spool", self.url_for_log)
         elif error is not None and was_up is not False:
@@ -346,6 +391,22 @@ class AlertSink:
                 type(error).__name__,
                 error,
             )
+
+    def _learn_master(self) -> None:
+        """On a Sentinel store, after the first delivery and each recovery: which master, and did it change?"""
+        ask = getattr(getattr(self.client, "connection_pool", None), "get_master_address", None)
+        if not callable(ask):
+            return
+        try:
+            host, port = ask()
+        except redis_errors():
+            return
+        with self._lock:
+            before, self._master = self._master, f"{host}:{port}"
+            changed = before is not None and before != self._master
+            self._failovers += changed
+        if changed:
+            log.warning("alerts: the fleet store failed over: master %s, now %s", before, self._master)
 
     def _run(self) -> None:
         backoff = self.backoff_initial

@@ -39,7 +39,9 @@ class RedisServer:
         executable: str | None = None,
         startup_timeout: float = 10.0,
         durable: bool = False,
+        args: tuple[str, ...] = (),
     ) -> None:
+        self.args = tuple(args)  # more redis-server options (--replicaof, --cluster-enabled, ...)
         self.durable = durable  # append-only, fsync'd per write: what was acknowledged survives SIGKILL
         self.port = port or free_port()
         self.host = "127.0.0.1"
@@ -93,6 +95,7 @@ class RedisServer:
             "no",
             "--logfile",
             str(Path(self.dir) / "redis.log"),
+            *self.args,
         ]
         self._proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
