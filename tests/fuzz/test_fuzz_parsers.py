@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vllm_guardian.bundle import pyspy
-from vllm_guardian.bundle.redact import redact_argv, redact_text
+from vllm_guardian.redact import redact_argv, redact_text
 from vllm_guardian.surface.control_socket import ControlSocket
 from vllm_guardian.config.loader import load_yaml, parse_config
 from vllm_guardian.errors import ConfigError, ProbeFailed

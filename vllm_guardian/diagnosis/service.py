@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from vllm_guardian.bundle.evidence import EvidenceCollector, EvidenceContext, EvidenceResult
 from vllm_guardian.bundle.manifest import MANIFEST
 from vllm_guardian.bundle.pyspy import ThreadStack, parse_dump_json
-from vllm_guardian.bundle.redact import redact_text
+from vllm_guardian.redact import redact_text
 from vllm_guardian.fsutil import atomic_write
 from vllm_guardian.config.schema import Config, TargetConfig
 from vllm_guardian.host.http import HttpClient

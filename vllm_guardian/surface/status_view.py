@@ -32,7 +32,7 @@ from vllm_guardian.gates.status import TrustStatus
 from vllm_guardian.sinks.redis_sink import AlertsStatus
 from vllm_guardian.surface.http_stats import HttpStatus
 from vllm_guardian.surface.connection_slots import ConnectionCounts
-from vllm_guardian.surface.kube_publisher import KubernetesStatus
+from vllm_guardian.surface.kube_status import KubernetesStatus
 from vllm_guardian.series import metrics as m
 from vllm_guardian.probes.procfs_status import process_section
 from vllm_guardian.series.status import engine_section, latest, memory_section
