@@ -135,7 +135,7 @@ class Parser:
             if f.name in value:
                 check = f.metadata.get("check") or EXTRA_CHECKS.get((cls, f.name))
                 kwargs[f.name] = self.value(hints[f.name], value[f.name], where, check)
-                bound = range_problem(cls, f.name, kwargs[f.name])
+                bound = range_problem(f, kwargs[f.name])
                 if bound:
                     self.problems.append(f"{where}: expected {bound}, got {show(value[f.name])}")
                     kwargs[f.name] = INVALID
