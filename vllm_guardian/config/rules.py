@@ -123,9 +123,12 @@ RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingPro
 )
 
 
-def describe(tp: Any, check: str | None) -> str:
+Rules = typing.Mapping[str, tuple[str, Callable[[Any], bool]]]
+
+
+def describe(tp: Any, check: str | None, rules: Rules = RULES) -> str:
     if check:
-        return RULES[check][0].format(base="an integer" if tp is int else "a number")
+        return rules[check][0].format(base="an integer" if tp is int else "a number")
     origin = typing.get_origin(tp)
     if origin is tuple:
         item = typing.get_args(tp)[0]

@@ -43,16 +43,29 @@ class Mode(str, Enum):
         return self.value
 
 
-def setting(default, check: str | None = None, doc: str = "", *, bound: tuple[Limit, ...] = ()):
+def setting(default, check: str | None = None, doc: str = "", *, bound: tuple[Limit, ...] = (), many: bool = False):
     """A dataclass field with ``default`` (copied per instance when mutable, or made by a callable),
     its validation rule ``check`` (``config/rules.py``), its ``bound`` (limits judged in order, the
-    first broken one is the problem) and its ``doc``."""
+    first broken one is the problem) and its ``doc``. ``many``: a list field where one item alone
+    stands for a list of one (``kinds: busy_loop``); ``check`` then applies to each item."""
     md: dict[str, object] = {"doc": doc}
     if check:
         md["check"] = check
     if bound:
         md["bound"] = bound
+    if many:
+        md["many"] = True
     if isinstance(default, (list, dict, tuple)) or callable(default):
         factory = default if callable(default) else (lambda d=default: type(d)(d))
         return field(default_factory=factory, metadata=md)
     return field(default=default, metadata=md)
+
+
+def required(check: str | None = None, doc: str = "", *, many: bool = False):
+    """A dataclass field without a default: the parser says ``required`` when it is left out."""
+    md: dict[str, object] = {"doc": doc}
+    if check:
+        md["check"] = check
+    if many:
+        md["many"] = True
+    return field(metadata=md)
