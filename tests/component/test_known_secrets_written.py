@@ -1,6 +1,6 @@
 """A key the guardian holds never reaches a file it writes, even where nothing around it says
 "secret": a server started with ``--api-key K`` whose stacks hold K in a local named ``k`` and in a
-thread's name, and whose log prints K bare. The shape rules (bundle/redact.py) cannot see those;
+thread's name, and whose log prints K bare. The shape rules (redact.py) cannot see those;
 the known-value scrubber (bundle/known_secrets.py) does, in every file of the state dir: the
 incident, the evidence bundle (py-spy dumps, summary, manifest), the diagnosis and the report.
 The daemon end to end on a fake /proc, HTTP and runner (tests/support/daemon_world.py)."""
@@ -11,7 +11,7 @@ import dataclasses
 import json
 
 from vllm_guardian.bundle.evidence import default_locate
-from vllm_guardian.bundle.redact import redact_text
+from vllm_guardian.redact import redact_text
 from vllm_guardian.host.api_keys import ApiKeys, BearerHttpClient
 from vllm_guardian.host.http import HttpError
 from vllm_guardian.model import Kind

@@ -14,7 +14,7 @@ import pytest
 from vllm_guardian.config.schema import AlertsConfig, SpoolConfig
 from vllm_guardian.errors import ConfigError
 from vllm_guardian.incidents.ids import IdGenerator
-from vllm_guardian.sinks.redis_sink import AlertSink
+from vllm_guardian.sinks.redis_sink import AlertSink, AlertSinkSettings
 from vllm_guardian.sinks.redis_client import make_client, mask_url, publish_control, resolve_password
 from vllm_guardian.sinks.redis_delivery import RedisDelivery
 from vllm_guardian.sinks.spool import Spool
@@ -49,9 +49,7 @@ def events(n: int, start: float = 1_700_000_000.0) -> list[dict]:
 
 def make_sink(sinks, server, state_dir, *, max_events: int = 1000, start: bool = True, **kw) -> AlertSink:
     spool = Spool(state_dir / "spool", max_events=max_events, max_bytes=1 << 20)
-    sink = AlertSink(
-        make_client(server.url, timeout=TIMEOUT),
-        spool,
+    settings = AlertSinkSettings(
         node=NODE,
         stream=STREAM,
         channel=CHANNEL,
@@ -60,9 +58,9 @@ def make_sink(sinks, server, state_dir, *, max_events: int = 1000, start: bool =
         backoff_max=0.2,
         idle_interval=0.2,
         url_for_log=server.url,
-        start=start,
         **kw,
     )
+    sink = AlertSink(client=make_client(server.url, timeout=TIMEOUT), spool=spool, settings=settings, start=start)
     sinks.append(sink)
     return sink
 

@@ -18,7 +18,7 @@ from vllm_guardian.sinks import group_lease
 from vllm_guardian.sinks.fleet import NodeHeartbeat, ensure_group, fleet_status, read_group
 from vllm_guardian.sinks.redis_client import make_client
 from vllm_guardian.sinks.redis_delivery import DELIVER_SCRIPT, RedisDelivery, delivered_key_of
-from vllm_guardian.store_keys import slot
+from vllm_guardian.store.keys import slot
 
 STREAM = "guardian:alerts"
 

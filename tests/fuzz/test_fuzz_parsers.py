@@ -5,7 +5,7 @@ What each parser may raise: the /proc parsers ``ValueError``; the /metrics parse
 npu-smi parsers ``ProbeFailed``; the py-spy output parsers ``ValueError`` (and whatever they
 return renders and scrubs without raising); the config loader ``ConfigError``; the control
 socket answers every byte string with one JSON line and keeps serving; the sock_diag answer
-parser ``ValueError``.
+parser ``ValueError``; the diagnosis catalog loader ``CatalogError``.
 """
 
 from __future__ import annotations
@@ -17,14 +17,16 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vllm_guardian.bundle import pyspy
-from vllm_guardian.bundle.redact import redact_argv, redact_text
+from vllm_guardian.redact import redact_argv, redact_text
 from vllm_guardian.surface.control_socket import ControlSocket
 from vllm_guardian.config.loader import load_yaml, parse_config
-from vllm_guardian.errors import ConfigError, ProbeFailed
+from vllm_guardian.diagnosis.catalog_load import parse_catalog
+from vllm_guardian.errors import CatalogError, ConfigError, ProbeFailed
 from vllm_guardian.host import procfs_parse as pp
 from vllm_guardian.host.accel.npu_smi_parse import parse_info, parse_usages
 from vllm_guardian.host.sockdiag import parse_answer
@@ -349,6 +351,38 @@ def test_config_data(data):
     try:
         parse_config(data)
     except ConfigError:
+        pass
+
+
+# ---------------------------------------------------------------- diagnosis catalogs (an operator's file)
+CATALOG = (Path(__file__).parents[2] / "vllm_guardian" / "diagnosis" / "catalog" / "vllm.yaml").read_text()
+_CATALOG_KEYS = st.sampled_from(
+    ["schema", "name", "version", "signatures", "id", "title", "kinds", "confidence", "source", "hot_thread",
+     "threads", "frames", "function", "file", "within", "state", "logs", "regex", "metrics", "op", "value",
+     "exception", "type", "versions", "min", "fixed_in", "role", "workaround_apply", "args", "env", "x"]
+)  # fmt: skip
+_CATALOG_DATA = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_CATALOG_KEYS, inner, max_size=5)),
+    max_leaves=30,
+)
+
+
+@FUZZ
+@given(texts([CATALOG, "schema: 1\nname: n\nversion: '1'\nsignatures: [{id: x}]\n", "a: &a [1]\nb: *a\n"]))
+def test_catalog_text(text):
+    try:
+        parse_catalog(yaml.safe_load(text), "extra.yaml")
+    except (CatalogError, yaml.YAMLError):
+        pass
+
+
+@FUZZ
+@given(st.dictionaries(_CATALOG_KEYS, _CATALOG_DATA, max_size=6))
+def test_catalog_data(data):
+    try:
+        parse_catalog({"schema": 1, "name": "n", "version": "1", **data}, "extra.yaml")
+    except CatalogError:
         pass
 
 

@@ -5,7 +5,7 @@ naming the engine; a busy loop in one API-server process, while the other serves
 (canaries answered, the engine progressing), opens busy_loop naming that process: its event loop's
 own syscall count stands still.
 
-The onset → incident times are printed for docs/measured.md; the deadlines are generous failure bounds,
+The onset → incident times are printed for docs/benchmarks.md; the deadlines are generous failure bounds,
 not performance claims.
 """
 

@@ -3,7 +3,7 @@ other serves: a real ``guardian run`` opens the incident naming that rank, and n
 
 The simulator spawns ``VLLM::DPCoordinator`` and ``VLLM::EngineCore_DP0`` / ``_DP1`` (the titles a
 real vLLM 0.32 sets), labels each engine's metrics ``engine="k"`` and takes a fault for one rank
-(``{"fault": ..., "rank": 1}``). The onset → incident times are printed for docs/measured.md; the
+(``{"fault": ..., "rank": 1}``). The onset → incident times are printed for docs/benchmarks.md; the
 deadlines are generous failure bounds, not performance claims.
 """
 

@@ -2,7 +2,7 @@
 
 Each fault test measures onset → incident (onset = the first request after the
 trigger, as the real-vLLM fault plugin does) and prints it; the numbers go in
-docs/measured.md. The deadlines are generous failure bounds, not performance claims.
+docs/benchmarks.md. The deadlines are generous failure bounds, not performance claims.
 """
 
 from __future__ import annotations

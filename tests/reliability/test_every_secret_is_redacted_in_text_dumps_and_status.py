@@ -8,8 +8,8 @@ import json
 import logging
 
 from vllm_guardian.bundle.pyspy import Frame, Local, ThreadStack, render_text
-from vllm_guardian.bundle.redact import REDACTED as R
-from vllm_guardian.bundle.redact import redact_text
+from vllm_guardian.redact import REDACTED as R
+from vllm_guardian.redact import redact_text
 from vllm_guardian.config.loader import parse_config
 from vllm_guardian.loop.runtime import build_daemon
 from vllm_guardian.seams import Seams

@@ -18,7 +18,7 @@ from vllm_guardian.config.loader import parse_config
 from vllm_guardian.loop.daemon import Daemon
 from vllm_guardian.loop.runtime import build_daemon
 from vllm_guardian.seams import Seams
-from vllm_guardian.sinks.redis_sink import AlertSink
+from vllm_guardian.sinks.redis_sink import AlertSink, AlertSinkSettings
 from vllm_guardian.sinks.redis_client import make_client
 from vllm_guardian.sinks.spool import Spool
 from vllm_guardian.testing.clock import FakeClock
@@ -110,7 +110,9 @@ class FullDisk(Spool):
 def test_alerts_published_while_the_spool_disk_is_full_still_reach_redis_in_order(tmp_path):
     with RedisServer() as redis:
         spool = FullDisk(tmp_path / "spool", max_events=100, max_bytes=1 << 20)
-        sink = AlertSink(make_client(redis.url), spool, node="n1", backoff_max=0.2)
+        sink = AlertSink(
+            client=make_client(redis.url), spool=spool, settings=AlertSinkSettings(node="n1", backoff_max=0.2)
+        )
         try:
             for i in range(5):
                 sink.publish({"id": f"E{i:04d}", "kind": "test"})  # never raises: held in memory

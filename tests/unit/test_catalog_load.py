@@ -52,19 +52,22 @@ def _doc(**sig):
 @pytest.mark.parametrize(
     "doc, expected",
     [
-        ({"schema": 2, "name": "n", "version": "1", "signatures": []}, "schema: must be 1"),
-        (_doc(kinds=["busy"]), "signatures[0].kinds: unknown incident kind 'busy'"),
-        (_doc(confidence=2), "signatures[0].confidence: must be a number in (0, 1]"),
-        (_doc(logs=[{"regex": "("}]), "signatures[0].logs[0].regex: not a valid regular expression"),
+        (
+            {"schema": 2, "name": "n", "version": "1", "signatures": []},
+            "schema: expected 1 (the catalog format this guardian reads), got 2",
+        ),
+        (_doc(kinds=["busy"]), "signatures[0].kinds[0]: expected an incident kind: one of busy_loop, "),
+        (_doc(confidence=2), "signatures[0].confidence: expected a number in (0, 1], got 2"),
+        (_doc(logs=[{"regex": "("}]), 'signatures[0].logs[0].regex: expected a valid regular expression, got "("'),
         (_doc(hot_thread={"frames": [{"line": 3}]}), "signatures[0].hot_thread.frames[0].line: unknown key"),
-        (_doc(hot_thread={"state": "busy"}), "signatures[0].hot_thread.state: must be one of"),
+        (_doc(hot_thread={"state": "busy"}), "signatures[0].hot_thread.state: expected one of any, active, idle, gil"),
         (
             _doc(metrics=[{"metric": "m", "op": ">", "value": "high"}], logs=[]),
-            "signatures[0].metrics[0].value: must be a number",
+            "signatures[0].metrics[0].value: expected a number",
         ),
         (_doc(logs=[]), "signatures[0]: needs at least one clause besides kinds"),
-        (_doc(fixed_in="soon"), "signatures[0].fixed_in: must be a version"),
-        (_doc(id="Bad Id"), "signatures[0].id: must be lower-case"),
+        (_doc(fixed_in="soon"), 'signatures[0].fixed_in: expected a version like "0.26.0"'),
+        (_doc(id="Bad Id"), "signatures[0].id: expected lower-case letters"),
         (_doc(colour="red"), "signatures[0].colour: unknown key"),
     ],
 )
@@ -114,3 +117,27 @@ def test_an_extra_catalog_that_clashes_or_does_not_parse_is_refused(tmp_path, te
 def test_a_missing_extra_catalog_file_says_so(tmp_path):
     with pytest.raises(CatalogError, match="cannot read"):
         load_catalogs([tmp_path / "nope.yaml"])
+
+
+def test_one_kind_alone_stands_for_a_list_of_one():
+    (sig,) = parse_catalog(_doc(kinds="busy_loop"), "extra.yaml").signatures
+    assert sig.kinds == ("busy_loop",)
+
+
+@pytest.mark.parametrize(
+    "doc, expected",
+    [
+        (_doc(logs=["boom"]), 'signatures[0].logs[0]: expected a mapping, got "boom"'),
+        (
+            _doc(hot_thread={"frames": [{"within": 0, "function": "f"}]}),
+            "hot_thread.frames[0].within: expected an integer >= 1",
+        ),
+        (_doc(title=["a"]), 'signatures[0].title: expected a non-empty string, got ["a"]'),
+        ({"schema": 1, "name": "n", "version": "1"}, "signatures: required"),
+    ],
+    ids=["a list item that is not a mapping", "a frame depth below 1", "a list for a string", "no signatures"],
+)
+def test_the_config_parser_judges_the_catalogs_types_the_same_way(doc, expected):
+    with pytest.raises(CatalogError) as e:
+        parse_catalog(doc, "extra.yaml")
+    assert expected in str(e.value)

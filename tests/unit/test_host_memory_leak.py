@@ -140,3 +140,24 @@ def test_growth_that_tracks_load_is_not_a_leak():
 )
 def test_not_judged_without_a_ready_target(kw):
     assert run({**FLAT, 200: LEAK_8}, 500, since=300, **kw) == []
+
+
+@pytest.mark.parametrize(
+    "per, same",
+    [
+        ([[(1.0, 10.0), (2.0, 11.0)], [(1.0, 5.0), (2.0, 7.0)]], True),
+        ([[(1.0, 10.0), (2.0, 11.0)], [(2.0, 7.0)]], False),  # a process first read at 2
+        ([[(1.0, 10.0), (2.5, 11.0)], [(1.0, 5.0), (2.0, 7.0)]], False),  # read at other times
+    ],
+    ids=["read together", "one appears later", "read apart"],
+)
+def test_series_read_together_sum_column_by_column_as_the_general_merge_does(per, same):
+    assert host_memory_leak._same_times(per) is same
+    if same:
+        columns = [(col[0][0], float(sum(v for _, v in col))) for col in zip(*per, strict=True)]
+        assert columns == host_memory_leak._merged(per)
+
+
+def test_the_sum_of_processes_read_apart_holds_each_at_its_latest_value():
+    per = [[(1.0, 10.0), (2.0, 11.0), (3.0, 12.0)], [(2.0, 7.0), (3.5, 8.0)]]
+    assert host_memory_leak._merged(per) == [(2.0, 18.0), (3.0, 19.0), (3.5, 20.0)]

@@ -14,7 +14,7 @@ import logging
 import pytest
 
 from vllm_guardian.bundle.known_secrets import MIN_LENGTH, KnownSecrets
-from vllm_guardian.bundle.redact import REDACTED as R
+from vllm_guardian.redact import REDACTED as R
 from vllm_guardian.surface.logs import FORMATS, scrub_log_lines, setup_logging
 
 KEY = "Zq7Kx93hPlWm"

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_guardian.diagnosis.node_view import accelerator_rows, device_rows, render_table, target_utilization
+from vllm_guardian.diagnosis.node_view import device_rows, render_table, target_utilization
+from vllm_guardian.probes.accel_rows import accelerator_rows
 from vllm_guardian.host.accel import MIB, AccelSnapshot, DeviceReading, ProcessUsage
 from vllm_guardian.host.accel.npu_smi import snapshot_of
 from vllm_guardian.host.accel.npu_smi_parse import parse_info

@@ -4,7 +4,7 @@ every reading absent (never 0) before the first."""
 from __future__ import annotations
 
 from vllm_guardian.model import ProcessInfo, ProcKey, Role
-from vllm_guardian.probes.procfs import ProcessState, ThreadState
+from vllm_guardian.state.readings import ProcessState, ThreadState
 from vllm_guardian.probes.procfs_status import HottestThread, ProcessStatus, process_section
 
 ENGINE = ProcessInfo(ProcKey(110, 1020), 100, Role.ENGINE_CORE, ("vllm", "serve", "m", "--api-key", "sk-secret"))

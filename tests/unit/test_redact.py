@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from vllm_guardian.bundle.redact import REDACTED, is_secret_name, redact_argv, redact_text, redact_url
+from vllm_guardian.redact import REDACTED, is_secret_name, redact_argv, redact_text, redact_url
 
 R = REDACTED
 

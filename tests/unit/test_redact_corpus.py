@@ -14,7 +14,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from vllm_guardian.bundle.redact import REDACTED, redact_text
+from vllm_guardian.redact import REDACTED, redact_text
 from vllm_guardian.testing.secret_shapes import NAMED_SHAPES, SELF_EVIDENT, SHAPES, secrets
 
 R = REDACTED

@@ -22,7 +22,7 @@ from vllm_guardian.sinks.alertmanager_sink import AlertmanagerStatus, InstanceSt
 from vllm_guardian.sinks.redis_sink import AlertsStatus
 from vllm_guardian.surface.http_stats import HttpStatus
 from vllm_guardian.surface.connection_slots import ConnectionCounts
-from vllm_guardian.surface.kube_publisher import KubernetesStatus
+from vllm_guardian.surface.kube_status import KubernetesStatus
 from vllm_guardian.surface.web_security import WebConfigStatus
 from vllm_guardian.surface.status_codec import StatusDocumentError
 from vllm_guardian.surface.status_snapshot import OPTIONAL_SECTIONS, StatusSnapshot

@@ -10,7 +10,7 @@ from vllm_guardian.policy.breaker import scope_prefix
 from vllm_guardian.remediation.lease import FENCE, PREFIX
 from vllm_guardian.sinks.group_lease import fence_key, lease_key
 from vllm_guardian.sinks.redis_delivery import delivered_key_of
-from vllm_guardian.store_keys import beside, hash_tag, slot, stream_problem, tagged
+from vllm_guardian.store.keys import beside, hash_tag, slot, stream_problem, tagged
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vllm_guardian.errors import ConfigError
-from vllm_guardian.store_url import CLUSTER, SENTINEL, SINGLE, parse, problem
+from vllm_guardian.store.url import CLUSTER, SENTINEL, SINGLE, parse, problem
 
 GOOD = {
     "one server": ("redis://r:6379/0", SINGLE, (), None, 0, None, None, False),

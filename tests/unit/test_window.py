@@ -153,6 +153,28 @@ def test_pending_with_only_one_gauge_exported():
     assert pending_throughout(s, T, 0.0, 1.0) is True
 
 
+@pytest.mark.parametrize(
+    "running, waiting, expected",
+    [
+        (
+            [(0.0, 1.0), (1.0, 2.0), (2.0, 0.0)],
+            [(0.0, 3.0), (1.0, 0.0), (2.0, 4.0)],
+            [(0.0, 4.0), (1.0, 2.0), (2.0, 4.0)],
+        ),
+        # read apart: each time of either, each gauge at its latest value at or before it
+        ([(0.0, 1.0), (2.0, 2.0)], [(1.0, 3.0), (2.0, 5.0)], [(0.0, 1.0), (1.0, 4.0), (2.0, 7.0)]),
+        # a time stamped twice counts once, with the gauges' latest values
+        ([(0.0, 1.0), (1.0, 2.0), (1.0, 6.0)], [(0.0, 0.0), (1.0, 1.0), (1.0, 1.0)], [(0.0, 1.0), (1.0, 7.0)]),
+        # the window starts after a gauge's last point before it: that point still holds at t0's first time
+        ([(-1.0, 5.0), (1.0, 5.0)], [(0.0, 1.0), (1.0, 1.0)], [(0.0, 6.0), (1.0, 6.0)]),
+    ],
+    ids=["read together", "read apart", "a time stamped twice", "a value from before the window"],
+)
+def test_pending_sums_each_gauges_latest_value_at_every_sample_time(running, waiting, expected):
+    s = store(points(m.REQ_RUNNING, running), points(m.REQ_WAITING, waiting))
+    assert pending_samples(s, T, 0.0, 2.0) == expected
+
+
 # ------------------------------------------------------------------ canaries
 def canary_samples(start: float, end: float, ok: int, timed_out: int, with_start: bool = True) -> list[Sample]:
     out = [

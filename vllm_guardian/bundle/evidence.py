@@ -73,7 +73,7 @@ from vllm_guardian.bundle.plan import RECORDS, CapturePlan
 from vllm_guardian.bundle.proc_copy import ProcTexts, check_identity, copy_process
 from vllm_guardian.bundle.stacks import DumpOutcome, StackReader, dump_name, settle
 from vllm_guardian.bundle.writer import BundleWriter
-from vllm_guardian.bundle.redact import redact_text
+from vllm_guardian.redact import redact_text
 from vllm_guardian.bundle.retention import apply_retention
 from vllm_guardian.bundle.summary import SummaryFacts, build_summary
 

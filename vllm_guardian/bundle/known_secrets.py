@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from vllm_guardian.bundle.redact import REDACTED
+from vllm_guardian.redact import REDACTED
 
 MIN_LENGTH = 6
 Source = Callable[[], Iterable[str | bytes | None]]

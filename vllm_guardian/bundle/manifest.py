@@ -10,7 +10,7 @@ from typing import Any
 
 from vllm_guardian.bundle import pyspy
 from vllm_guardian.bundle.plan import RECORDS, CapturePlan
-from vllm_guardian.bundle.redact import redact_argv
+from vllm_guardian.redact import redact_argv
 from vllm_guardian.bundle.writer import BundleWriter
 from vllm_guardian.incidents.store import jsonable
 from vllm_guardian.model import Incident, Target

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Sequence
 
-from vllm_guardian.bundle.redact import REDACTED, is_secret_name, redact_text
+from vllm_guardian.redact import REDACTED, is_secret_name, redact_text
 
 MISSING_REASON = "py-spy not found: install py-spy or set evidence.pyspy"
 PTRACE_REASON = "ptrace not permitted: py-spy needs root or the CAP_SYS_PTRACE capability"

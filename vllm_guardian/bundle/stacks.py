@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_guardian.bundle import pyspy
-from vllm_guardian.bundle.redact import redact_argv, redact_text
+from vllm_guardian.redact import redact_argv, redact_text
 from vllm_guardian.bundle.writer import FILE_MODE, BundleWriter, PySpyCall
 from vllm_guardian.config.schema import EvidenceConfig
 from vllm_guardian.errors import BackendUnavailable

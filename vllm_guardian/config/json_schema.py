@@ -5,7 +5,8 @@ refuses too (tests/unit/test_config_json_schema.py holds them to it).
 
 What the schema cannot say is left to the parser, never guessed: rules that are code (a regular
 expression that compiles, a taint key, a restart method's name) are described, not enforced; the
-bounds judged by size (``rules.range_problem``) are the parser's alone. Pure: types in, a dict out.
+bounds a field declares (``setting(..., bound=...)``) are stated as ``minimum``/``maximum``; only
+the parser's words for them (``rules.range_problem``) are its own. Pure: types in, a dict out.
 """
 
 from __future__ import annotations
@@ -53,7 +54,17 @@ def _rule(check: str, tp: Any) -> dict[str, Any]:
     return {"description": words}
 
 
-def _value(tp: Any, check: str | None, doc: str) -> dict[str, Any]:
+def _bounded(out: dict[str, Any], bound: tuple[Any, ...]) -> dict[str, Any]:
+    """The limits a field declares (``Limit``: ``low``/``high``) as ``minimum``/``maximum``."""
+    for limit in bound:
+        if limit.low is not None:
+            out["minimum"] = max(limit.low, out.get("minimum", limit.low))
+        if limit.high is not None:
+            out["maximum"] = min(limit.high, out.get("maximum", limit.high))
+    return out
+
+
+def _value(tp: Any, check: str | None, doc: str, bound: tuple[Any, ...] = ()) -> dict[str, Any]:
     tp, nullable = _nullable(tp)
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
@@ -71,6 +82,7 @@ def _value(tp: Any, check: str | None, doc: str) -> dict[str, Any]:
         out = {"type": _SCALARS[tp]}
         if check:
             out.update(_rule(check, tp))
+        _bounded(out, bound)
     if doc:
         out["description"] = f"{doc} ({out['description']})" if "description" in out else doc
     elif "description" not in out and check:
@@ -85,7 +97,7 @@ def section(cls: Any) -> dict[str, Any]:
     required = []
     for f in dataclasses.fields(cls):
         check = f.metadata.get("check") or EXTRA_CHECKS.get((cls, f.name))
-        props[f.name] = _value(hints[f.name], check, str(f.metadata.get("doc") or ""))
+        props[f.name] = _value(hints[f.name], check, str(f.metadata.get("doc") or ""), f.metadata.get("bound", ()))
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             required.append(f.name)
     out: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}

@@ -11,11 +11,12 @@ import types
 import typing
 from typing import Any, Union
 
-from vllm_guardian.store_url import problem as store_url_problem
+from vllm_guardian.store.url import problem as store_url_problem
 from vllm_guardian.config.rules import (
     EXTRA_CHECKS,
     FORBIDDEN_KEYS,
     RULES,
+    Rules,
     describe,
     join_path,
     range_problem,
@@ -46,19 +47,21 @@ def _strip_optional(tp: Any) -> Any:
 
 
 class Parser:
-    """One parse: walks the data against the dataclasses, collecting problems."""
+    """One parse: walks the data against the dataclasses, collecting problems. ``rules``: more
+    rules by name, for another document declared the same way (the diagnosis catalog)."""
 
-    def __init__(self) -> None:
+    def __init__(self, rules: Rules | None = None) -> None:
         self.problems: list[str] = []
+        self.rules: Rules = {**RULES, **rules} if rules else RULES
 
     def wrong(
         self, path: str, tp: Any, check: str | None, value: Any, nullable: bool = False, detail: str = ""
     ) -> Invalid:
-        expected = describe(tp, check) + (" or null" if nullable else "")
+        expected = describe(tp, check, self.rules) + (" or null" if nullable else "")
         self.problems.append(f"{path}: expected {expected}, got {show(value)}{detail}")
         return INVALID
 
-    def value(self, tp: Any, value: Any, path: str, check: str | None = None) -> Any:
+    def value(self, tp: Any, value: Any, path: str, check: str | None = None, many: bool = False) -> Any:
         nullable = _is_optional(tp)
         if nullable:
             if value is None:
@@ -68,7 +71,7 @@ class Parser:
             return self.section(tp, value, path, nullable)
         origin = typing.get_origin(tp)
         if origin is tuple:
-            return self.sequence(tp, value, path, nullable)
+            return self.sequence(tp, value, path, nullable, check, many)
         if origin is dict:
             return self.mapping(tp, value, path, nullable)
         return self.scalar(tp, value, path, check, nullable)
@@ -88,7 +91,7 @@ class Parser:
             raise TypeError(f"unsupported config type {tp!r} at {path}")
         if not ok:
             return self.wrong(path, tp, check, value, nullable)
-        if check and not RULES[check][1](value):
+        if check and not self.rules[check][1](value):
             detail = f" ({regex_problem(value)})" if check in ("regex", "expect") else ""
             if check == "redis_url":
                 detail = f" ({store_url_problem(value)})"
@@ -97,13 +100,18 @@ class Parser:
             return tp(value)
         return float(value) if tp is float else value
 
-    def sequence(self, tp: Any, value: Any, path: str, nullable: bool = False) -> Any:
+    def sequence(
+        self, tp: Any, value: Any, path: str, nullable: bool = False, check: str | None = None, many: bool = False
+    ) -> Any:
+        """A list; each item checked against ``check``. ``many``: one item alone stands for a list of one."""
         if value is None:
             return ()
+        item_tp = typing.get_args(tp)[0]
+        if many and not isinstance(value, list):
+            return (self.value(item_tp, value, path, check),)
         if not isinstance(value, list):
             return self.wrong(path, tp, None, value, nullable)
-        item_tp = typing.get_args(tp)[0]
-        return tuple(self.value(item_tp, item, f"{path}[{i}]") for i, item in enumerate(value))
+        return tuple(self.value(item_tp, item, f"{path}[{i}]", check) for i, item in enumerate(value))
 
     def mapping(self, tp: Any, value: Any, path: str, nullable: bool = False) -> Any:
         if value is None:
@@ -137,8 +145,8 @@ class Parser:
             where = join_path(path, f.name)
             if f.name in value:
                 check = f.metadata.get("check") or EXTRA_CHECKS.get((cls, f.name))
-                kwargs[f.name] = self.value(hints[f.name], value[f.name], where, check)
-                bound = range_problem(cls, f.name, kwargs[f.name])
+                kwargs[f.name] = self.value(hints[f.name], value[f.name], where, check, bool(f.metadata.get("many")))
+                bound = range_problem(f, kwargs[f.name])
                 if bound:
                     self.problems.append(f"{where}: expected {bound}, got {show(value[f.name])}")
                     kwargs[f.name] = INVALID

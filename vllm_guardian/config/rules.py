@@ -1,6 +1,6 @@
 """The rules a config value must meet, by name: the ``check`` of a schema field (``RULES``; the fields
 whose rule is kept out of the schema are in ``EXTRA_CHECKS``), the keys refused with a reason of
-their own (``FORBIDDEN_KEYS``), and the upper bounds judged by a number's size (``range_problem``).
+their own (``FORBIDDEN_KEYS``), and the bounds of a number (``range_problem``: the limits its field declares).
 Also how a value reads in a problem line (``show``). Pure: data in, words out."""
 
 from __future__ import annotations
@@ -14,17 +14,13 @@ import typing
 from typing import Any, Callable
 
 from vllm_guardian.config.schema import (
-    MAX_BODY,
     AlertsConfig,
-    Config,
-    DiscoveryConfig,
     FleetConfig,
-    HttpProbeConfig,
     TargetConfig,
 )
 from vllm_guardian.netaddr import is_hostport
-from vllm_guardian.store_keys import stream_problem
-from vllm_guardian.store_url import problem as store_url_problem
+from vllm_guardian.store.keys import stream_problem
+from vllm_guardian.store.url import problem as store_url_problem
 
 # Rules for fields whose schema metadata carries no 'check' (kept out of the schema).
 EXTRA_CHECKS: typing.Mapping[tuple[type, str], str] = types.MappingProxyType(
@@ -133,9 +129,12 @@ RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingPro
 )
 
 
-def describe(tp: Any, check: str | None) -> str:
+Rules = typing.Mapping[str, tuple[str, Callable[[Any], bool]]]
+
+
+def describe(tp: Any, check: str | None, rules: Rules = RULES) -> str:
     if check:
-        return RULES[check][0].format(base="an integer" if tp is int else "a number")
+        return rules[check][0].format(base="an integer" if tp is int else "a number")
     origin = typing.get_origin(tp)
     if origin is tuple:
         item = typing.get_args(tp)[0]
@@ -150,49 +149,16 @@ def describe(tp: Any, check: str | None) -> str:
 
 
 MAX_NUMBER = 10**12  # no count, size or rate of this product comes near it
-MAX_ENGINES_JUDGED = 1024  # data-parallel ranks behind one API server judged one by one
-MAX_SECONDS = 30 * 86400.0  # no duration of this product is longer than a month
-MIN_INTERVAL = 0.05  # a shorter loop or probe interval only spins a core
-MAX_TICK = 3600.0
-MAX_PASS_WAIT = 5.0  # the loop waits this long for a discovery pass: longer would stall the tick
-_DURATION_NAMES = frozenset(
-    {
-        "window",
-        "period",
-        "initial",
-        "max",
-        "warmup",
-        "forget_after",
-        "record_seconds",
-        "deadline",
-        "confirm_cooldown",
-        "pass_wait",
-        "stuck_after",
-    }
-)
 
 
-def range_problem(cls: Any, name: str, value: Any) -> str:
-    """What is wrong with a number that passed its type and rule, judged by its size."""
+def range_problem(f: dataclasses.Field[Any], value: Any) -> str:
+    """What is wrong with a number that passed its type and rule: larger than any number of this
+    product, or outside a limit its field declares (``setting(..., bound=...)``, ``config/schema_fields.py``)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return ""
     if abs(value) > MAX_NUMBER:
         return f"at most {MAX_NUMBER:.0e}"
-    if cls is HttpProbeConfig and name == "max_page_bytes" and value > MAX_BODY:
-        return f"at most {MAX_BODY} (the most the HTTP client reads of an answer)"
-    if cls is HttpProbeConfig and name == "max_engines" and value > MAX_ENGINES_JUDGED:
-        return f"at most {MAX_ENGINES_JUDGED} (each engine is judged every tick)"
-    if not isinstance(value, float):
-        return ""
-    if cls is Config and name == "interval" and not MIN_INTERVAL <= value <= MAX_TICK:
-        return f"between {MIN_INTERVAL:g} and {MAX_TICK:g} seconds"
-    if (name == "interval" or name.endswith("_interval")) and value < MIN_INTERVAL:
-        return f"at least {MIN_INTERVAL:g} seconds"
-    if cls is DiscoveryConfig and name == "pass_wait" and value > MAX_PASS_WAIT:
-        return f"at most {MAX_PASS_WAIT:g} seconds (the loop waits that long)"
-    if cls is DiscoveryConfig and name == "stuck_after" and value < 1.0:
-        return "at least 1 second (a pass of a busy node takes tens of milliseconds)"
-    is_duration = name == "interval" or name.endswith(("_interval", "timeout", "_ttl")) or name in _DURATION_NAMES
-    if is_duration and value > MAX_SECONDS:
-        return f"at most {MAX_SECONDS:g} seconds (30 days)"
+    for limit in f.metadata.get("bound", ()):
+        if limit.broken_by(value):
+            return str(limit.says)
     return ""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from vllm_guardian.config.schema_alertmanager import AlertmanagerConfig
 from vllm_guardian.config.schema_detectors import DetectorsConfig
-from vllm_guardian.config.schema_fields import setting
+from vllm_guardian.config.schema_fields import INTERVAL, SECONDS, TICK, Limit, setting
 from vllm_guardian.config.schema_policy import (
     BreakerConfig,
     DeviceCheckConfig,
@@ -62,14 +62,14 @@ class RestartConfig:
     namespace: str | None = setting(
         None, doc="kubernetes: the pod's namespace; its pods are listed only there (RBAC is granted per namespace)"
     )
-    stop_timeout: float = setting(30.0, "positive", "SIGTERM -> SIGKILL of the whole tree, seconds")
+    stop_timeout: float = setting(30.0, "positive", "SIGTERM -> SIGKILL of the whole tree, seconds", bound=SECONDS)
     hang_stop_grace: float = setting(
         1.0,
         "nonneg",
         "SIGTERM -> SIGKILL for a hung tree (busy loop, stall, "
         "engine death): a stuck engine does not shut down cleanly",
     )
-    ready_timeout: float = setting(600.0, "positive", "start -> /health 200 and a canary answered")
+    ready_timeout: float = setting(600.0, "positive", "start -> /health 200 and a canary answered", bound=SECONDS)
     owner_grace: float = setting(
         10.0,
         "nonneg",
@@ -80,7 +80,7 @@ class RestartConfig:
 
 @dataclass(frozen=True)
 class DrainConfig:
-    timeout: float = setting(120.0, "nonneg")
+    timeout: float = setting(120.0, "nonneg", bound=SECONDS)
     hook: tuple[str, ...] = setting(())
     checkpoint: str = setting(
         "auto",
@@ -106,8 +106,8 @@ class TargetConfig:
 # ---------------------------------------------------------------- probes, discovery
 @dataclass(frozen=True)
 class ProcfsProbeConfig:
-    interval: float = setting(1.0, "positive")
-    deadline: float = setting(0.5, "positive")
+    interval: float = setting(1.0, "positive", bound=INTERVAL)
+    deadline: float = setting(0.5, "positive", bound=SECONDS)
     proc_root: str = setting("/proc")
     hot_cpu_ratio: float = setting(0.5, "ratio", "a process this busy gets per-thread reads")
 
@@ -115,25 +115,40 @@ class ProcfsProbeConfig:
 # The most the HTTP client reads of an answer (host/http.py): a /metrics page of a big vLLM is
 # ~100 KiB. Here, beside the setting it bounds (probes.vllm_http.max_page_bytes).
 MAX_BODY = 8 * 1024 * 1024
+PAGE_BYTES = (Limit(f"at most {MAX_BODY} (the most the HTTP client reads of an answer)", high=MAX_BODY),)
+MAX_ENGINES_JUDGED = 1024  # data-parallel ranks behind one API server judged one by one
+ENGINES_JUDGED = (Limit(f"at most {MAX_ENGINES_JUDGED} (each engine is judged every tick)", high=MAX_ENGINES_JUDGED),)
+MAX_PASS_WAIT = 5.0  # the loop waits this long for a discovery pass: longer would stall the tick
+PASS_WAIT = (Limit(f"at most {MAX_PASS_WAIT:g} seconds (the loop waits that long)", high=MAX_PASS_WAIT), *SECONDS)
+STUCK_AFTER = (
+    Limit("at least 1 second (a pass of a busy node takes tens of milliseconds)", low=1.0),
+    *SECONDS,
+)
 
 
 @dataclass(frozen=True)
 class HttpProbeConfig:
-    interval: float = setting(1.0, "positive")
-    timeout: float = setting(2.0, "positive")
+    interval: float = setting(1.0, "positive", bound=INTERVAL)
+    timeout: float = setting(2.0, "positive", bound=SECONDS)
     max_engines: int = setting(
-        64, "positive", "engines of a data-parallel server judged one by one (engine labels 0..N-1; others dropped)"
+        64,
+        "positive",
+        "engines of a data-parallel server judged one by one (engine labels 0..N-1; others dropped)",
+        bound=ENGINES_JUDGED,
     )
     max_page_bytes: int = setting(
-        4 * 1024 * 1024, "positive", "a /metrics page larger than this is refused (a real one is ~50 KB per engine)"
+        4 * 1024 * 1024,
+        "positive",
+        "a /metrics page larger than this is refused (a real one is ~50 KB per engine)",
+        bound=PAGE_BYTES,
     )
 
 
 @dataclass(frozen=True)
 class CanaryProbeConfig:
-    interval: float = setting(10.0, "positive", "periodic end-to-end check, seconds")
-    timeout: float = setting(5.0, "positive", "a canary slower than this counts as a hang")
-    confirm_cooldown: float = setting(3.0, "nonneg", "min seconds between two confirmation canaries")
+    interval: float = setting(10.0, "positive", "periodic end-to-end check, seconds", bound=INTERVAL)
+    timeout: float = setting(5.0, "positive", "a canary slower than this counts as a hang", bound=SECONDS)
+    confirm_cooldown: float = setting(3.0, "nonneg", "min seconds between two confirmation canaries", bound=SECONDS)
     prompt: str = setting("Hello")
     max_tokens: int = setting(1, "positive")
 
@@ -171,7 +186,7 @@ class GatesConfig:
     """Output-correctness gates L1-L5, run by the guardian against each target."""
 
     enabled: bool = setting(False, doc="opt-in")
-    interval: float = setting(60.0, "positive", "seconds between gate rounds per target")
+    interval: float = setting(60.0, "positive", "seconds between gate rounds per target", bound=INTERVAL)
     diagnostics: tuple[DiagnosticPromptConfig, ...] = setting(
         (DiagnosticPromptConfig("1+1=", r"^\s*2", 4),), doc="L5 prompts"
     )
@@ -183,7 +198,7 @@ class GatesConfig:
     shadow_max_tokens: int = setting(8, "positive")
     top_logprobs: int = setting(5, "positive", "L3 reads this many top logprobs per position")
     seed: int = setting(0, "nonneg", "per-request seed of every gate request")
-    timeout: float = setting(30.0, "positive", "per gate request, seconds")
+    timeout: float = setting(30.0, "positive", "per gate request, seconds", bound=SECONDS)
     perplexity_factor: float = setting(3.0, "positive", "L2 fails above factor x baseline")
     baseline_samples: int = setting(3, "positive", "reference perplexities whose median is the L2 baseline")
     max_entropy: float = setting(8.0, "positive", "L3: mean estimated entropy bound, nats")
@@ -220,37 +235,48 @@ class ProbesConfig:
 
 @dataclass(frozen=True)
 class DiscoveryConfig:
-    interval: float = setting(5.0, "positive", "seconds between re-discoveries (a vanished process is seen every tick)")
-    process_name_prefix: str = setting("VLLM", doc="vLLM's VLLM_PROCESS_NAME_PREFIX")
-    forget_after: float = setting(600.0, "positive", "seconds a vanished autodiscovered target is remembered")
-    pass_wait: float = setting(
-        0.5, "nonneg", "seconds the loop waits for a pass it started; a slower one is applied on a later tick"
+    interval: float = setting(
+        5.0, "positive", "seconds between re-discoveries (a vanished process is seen every tick)", bound=INTERVAL
     )
-    stuck_after: float = setting(30.0, "positive", "seconds after which a pass blocked in a read is abandoned")
+    process_name_prefix: str = setting("VLLM", doc="vLLM's VLLM_PROCESS_NAME_PREFIX")
+    forget_after: float = setting(
+        600.0, "positive", "seconds a vanished autodiscovered target is remembered", bound=SECONDS
+    )
+    pass_wait: float = setting(
+        0.5,
+        "nonneg",
+        "seconds the loop waits for a pass it started; a slower one is applied on a later tick",
+        bound=PASS_WAIT,
+    )
+    stuck_after: float = setting(
+        30.0, "positive", "seconds after which a pass blocked in a read is abandoned", bound=STUCK_AFTER
+    )
 
 
 # ---------------------------------------------------------------- policy, alerts, evidence, ...
 @dataclass(frozen=True)
 class BudgetConfig:
     max_restarts: int = setting(3, "positive")
-    period: float = setting(3600.0, "positive")
+    period: float = setting(3600.0, "positive", bound=SECONDS)
 
 
 @dataclass(frozen=True)
 class BackoffConfig:
-    initial: float = setting(30.0, "positive")
-    max: float = setting(900.0, "positive")
+    initial: float = setting(30.0, "positive", bound=SECONDS)
+    max: float = setting(900.0, "positive", bound=SECONDS)
 
 
 @dataclass(frozen=True)
 class FleetConfig:
     max_concurrent_restarts: int = setting(1, "positive")
-    lease_ttl: float = setting(900.0, "positive")
+    lease_ttl: float = setting(900.0, "positive", bound=SECONDS)
     when_redis_down: str = setting("deny", doc="allow | deny a restart when the lease cannot be checked")
     lease_replicas: int = setting(
         1, "nonneg", "on a Sentinel or Cluster store: replicas that must acknowledge a lease (WAIT) before it counts"
     )
-    lease_replica_timeout: float = setting(1.0, "positive", "how long a lease grant waits for its replicas")
+    lease_replica_timeout: float = setting(
+        1.0, "positive", "how long a lease grant waits for its replicas", bound=SECONDS
+    )
 
 
 @dataclass(frozen=True)
@@ -292,9 +318,9 @@ class AlertsConfig:
     stream_maxlen: int = setting(100000, "positive")
     channel: str = "guardian:alerts"
     control_channel: str = "guardian:control"
-    renotify_interval: float = setting(3600.0, "positive")
-    heartbeat_ttl: float = setting(30.0, "positive")
-    timeout: float = setting(2.0, "positive")
+    renotify_interval: float = setting(3600.0, "positive", bound=INTERVAL)
+    heartbeat_ttl: float = setting(30.0, "positive", bound=SECONDS)
+    timeout: float = setting(2.0, "positive", bound=SECONDS)
     wait_replicas: int = setting(
         1, "nonneg", "on a Sentinel or Cluster store: replicas that must hold an alert before the spool forgets it"
     )
@@ -311,10 +337,10 @@ class RetentionConfig:
 @dataclass(frozen=True)
 class EvidenceConfig:
     pyspy: str = setting("py-spy", doc="path or name on PATH")
-    record_seconds: float = setting(3.0, "nonneg")
+    record_seconds: float = setting(3.0, "nonneg", bound=SECONDS)
     locals: bool = setting(False, doc="py-spy --locals: off, locals can hold user prompts")
     native: bool = False
-    dump_timeout: float = setting(10.0, "positive")
+    dump_timeout: float = setting(10.0, "positive", bound=SECONDS)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     output_corruption_stacks: bool = setting(
         False,
@@ -328,7 +354,7 @@ class AcceleratorsConfig:
     nvml: str = setting("auto", "onoff")
     npu_smi: str = setting("auto", "onoff")
     npu_smi_path: str = "npu-smi"
-    npu_smi_timeout: float = setting(5.0, "positive")
+    npu_smi_timeout: float = setting(5.0, "positive", bound=SECONDS)
     kmsg: str = setting(
         "auto", "onoff", "NVRM: Xid lines of the kernel log (<kmsg_root>/dev/kmsg); auto: when readable"
     )
@@ -337,7 +363,7 @@ class AcceleratorsConfig:
     )
     kmsg_backlog: float = setting(600.0, "nonneg", "at start, kernel-log Xids this many seconds old still count")
     health_interval: float = setting(
-        5.0, "positive", "seconds between device health reads (ECC, remapping, throttle, links)"
+        5.0, "positive", "seconds between device health reads (ECC, remapping, throttle, links)", bound=INTERVAL
     )
 
 
@@ -383,6 +409,7 @@ class LifecycleConfig:
         "nonneg",
         "seconds past vLLM's own engine_recovery_timeout_sec (120 s) the guardian waits on a "
         "fault-tolerance round before judging the engine",
+        bound=SECONDS,
     )
 
 
@@ -427,14 +454,14 @@ class KubernetesConfig:
     pod_removal: str = setting("evict", "pod_removal", "restart.mode kubernetes: evict (respects PDBs) | delete")
     event_burst: int = setting(25, "positive", "Events per object before rate limiting (the kubelet's burst)")
     event_refill: float = setting(300.0, "positive", "seconds per Event regained after the burst (the kubelet's)")
-    timeout: float = setting(10.0, "positive", "seconds per API call")
+    timeout: float = setting(10.0, "positive", "seconds per API call", bound=SECONDS)
 
 
 @dataclass(frozen=True)
 class Config:
     node: str | None = setting(None, doc="default: the host name")
     state_dir: str = "/var/lib/guardian"
-    interval: float = setting(1.0, "positive", "seconds per tick")
+    interval: float = setting(1.0, "positive", "seconds per tick", bound=TICK)
     autodiscover: bool = True
     targets: tuple[TargetConfig, ...] = ()
     detectors: DetectorsConfig = field(default_factory=DetectorsConfig)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from vllm_guardian.config.schema_fields import setting
+from vllm_guardian.config.schema_fields import INTERVAL, SECONDS, setting
 
 MAX_INSTANCES = 8  # Alertmanagers pushed to: each has a spool and a thread of its own
 
@@ -19,9 +19,12 @@ class AlertmanagerConfig:
         "empty: no direct push",
     )
     resend_interval: float = setting(
-        60.0, "positive", "seconds between re-sends of a firing alert (it stays open 4 intervals past the last)"
+        60.0,
+        "positive",
+        "seconds between re-sends of a firing alert (it stays open 4 intervals past the last)",
+        bound=INTERVAL,
     )
-    timeout: float = setting(5.0, "positive", "seconds for one POST, the whole answer included")
+    timeout: float = setting(5.0, "positive", "seconds for one POST, the whole answer included", bound=SECONDS)
 
 
 def url_problem(url: str) -> str:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vllm_guardian.config.schema_fields import Mode, setting
+from vllm_guardian.config.schema_fields import SECONDS, Mode, setting
 
 
 @dataclass(frozen=True)
 class BusyLoopConfig:
     mode: Mode = setting(Mode.REMEDIATE, "mode")
-    window: float = setting(10.0, "positive", "seconds of thread samples looked at")
+    window: float = setting(10.0, "positive", "seconds of thread samples looked at", bound=SECONDS)
     cpu_ratio: float = setting(0.9, "ratio", "a thread at or above this share of a core is hot")
     max_voluntary_per_cpu_second: float = setting(
         100.0, "nonneg", "a spinning thread blocks (almost) never: voluntary switches per CPU-second"
@@ -28,7 +28,7 @@ class BusyLoopConfig:
 @dataclass(frozen=True)
 class EngineStallConfig:
     mode: Mode = setting(Mode.REMEDIATE, "mode")
-    window: float = setting(20.0, "positive", "seconds without progress while work is pending")
+    window: float = setting(20.0, "positive", "seconds without progress while work is pending", bound=SECONDS)
     open_after: int = setting(1, "positive")
     resolve_after: int = setting(3, "positive")
 
@@ -43,7 +43,7 @@ class EngineDeadConfig:
 @dataclass(frozen=True)
 class KvCacheLeakConfig:
     mode: Mode = setting(Mode.ALERT, "mode")
-    window: float = setting(60.0, "positive")
+    window: float = setting(60.0, "positive", bound=SECONDS)
     margin: float = setting(0.1, "ratio", "usage above the idle baseline that counts as leaked")
     open_after: int = setting(1, "positive")
     resolve_after: int = setting(3, "positive")
@@ -52,12 +52,13 @@ class KvCacheLeakConfig:
 @dataclass(frozen=True)
 class MemoryLeakConfig:
     mode: Mode = setting(Mode.ALERT, "mode")
-    window: float = setting(90.0, "positive", "seconds of samples the slope is fitted over")
+    window: float = setting(90.0, "positive", "seconds of samples the slope is fitted over", bound=SECONDS)
     slope_bytes_per_s: float = setting(5_000_000.0, "positive", "robust slope that counts as a leak")
     warmup: float = setting(
         300.0,
         "nonneg",
         "longest warm-up: growth that has not levelled off since ready is judged only after this many seconds",
+        bound=SECONDS,
     )
     open_after: int = setting(1, "positive")
     resolve_after: int = setting(3, "positive")
@@ -108,7 +109,10 @@ class AccelFaultConfig:
 
     mode: Mode = setting(Mode.ALERT, "mode")
     window: float = setting(
-        900.0, "positive", "seconds an event (an Xid) counts after it was seen; conditions count while present"
+        900.0,
+        "positive",
+        "seconds an event (an Xid) counts after it was seen; conditions count while present",
+        bound=SECONDS,
     )
     open_after: int = setting(1, "positive")
     resolve_after: int = setting(3, "positive", "consecutive evaluations without a fault in the window")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vllm_guardian.config.schema_fields import Mode, setting
+from vllm_guardian.config.schema_fields import SECONDS, Mode, setting
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class BreakerConfig:
     enabled: bool = setting(True, doc="the percentage breaker (beside policy.fleet's absolute cap)")
     scope: str = setting("model", "breaker_scope", "model | group | profile: whose targets are counted together")
     max_fraction: float = setting(0.5, "ratio", "share of the scope's targets that may restart within the window")
-    window: float = setting(300.0, "positive", "seconds a restart counts against the breaker")
+    window: float = setting(300.0, "positive", "seconds a restart counts against the breaker", bound=SECONDS)
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,9 @@ class RecurrenceConfig:
     """The same kind (and signature) on one target soon after a verified restart: escalate, no blind restart."""
 
     enabled: bool = setting(False, doc="escalate a recurrence instead of restarting again (opt-in in this version)")
-    window: float = setting(3600.0, "positive", "seconds after a verified restart a repeat counts as recurring")
+    window: float = setting(
+        3600.0, "positive", "seconds after a verified restart a repeat counts as recurring", bound=SECONDS
+    )
     apply_workaround: bool = setting(
         False, doc="on a recurrence, restart once with the catalog's workaround (command/systemd modes only)"
     )
@@ -64,7 +66,7 @@ class DeviceFaultRule:
     )
     severity: str | None = setting(None, "fault_severity", "critical | warning | info; null: the catalog's")
     count: int = setting(1, "positive", "occurrences within window before it counts")
-    window: float = setting(600.0, "positive", "seconds the count is taken over")
+    window: float = setting(600.0, "positive", "seconds the count is taken over", bound=SECONDS)
     action: str | None = setting(
         None, "fault_action", "annotate | alert | refuse_restart | taint; null: from the catalog"
     )
@@ -78,4 +80,6 @@ class DeviceCheckConfig:
     command: tuple[str, ...] = setting(
         (), doc="argv run before the restart (no shell), e.g. [dcgmi, diag, -r, '1']; non-zero exit refuses it"
     )
-    timeout: float = setting(60.0, "positive", "seconds the command may take; past it the restart is refused")
+    timeout: float = setting(
+        60.0, "positive", "seconds the command may take; past it the restart is refused", bound=SECONDS
+    )

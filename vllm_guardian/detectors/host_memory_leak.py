@@ -31,6 +31,20 @@ def summed_rss(view: TargetView, t0: float, t1: float) -> list[Point]:
             per.append(pts)
     if not per:
         return []
+    if _same_times(per):  # the usual case: every process read by the same procfs passes
+        return [(column[0][0], float(sum(v for _, v in column))) for column in zip(*per, strict=True)]
+    return _merged(per)
+
+
+def _same_times(per: list[list[Point]]) -> bool:
+    """Every series sampled at the same times (then the sum at each is the sum of each column)."""
+    first = per[0]
+    return all(len(pts) == len(first) and all(p[0] == q[0] for p, q in zip(pts, first, strict=True)) for pts in per[1:])
+
+
+def _merged(per: list[list[Point]]) -> list[Point]:
+    """The sum at each time any process was sampled, each at its latest value at or before it;
+    only times at which every process has one."""
     out: list[Point] = []
     idx = [0] * len(per)
     last: list[float | None] = [None] * len(per)

@@ -79,6 +79,12 @@ def pending_samples(series: SeriesStore, target: str, t0: float, t1: float, subj
     At each time, each gauge contributes its latest value at or before it (the two
     come from one scrape, so normally both are stamped at the same time).
     """
+    running, waiting = (
+        [p for p in series.window(target, subject, m, t0) if p[0] <= t1]
+        for m in (metrics.REQ_RUNNING, metrics.REQ_WAITING)
+    )
+    if _read_together(running, waiting):  # the usual case: both gauges come from every scrape
+        return [(r[0], sum((r[1], w[1]))) for r, w in zip(running, waiting, strict=True)]
     gauges = [all_points(series, target, subject, m) for m in (metrics.REQ_RUNNING, metrics.REQ_WAITING)]
     times = sorted({p[0] for pts in gauges for p in clip(pts, t0, t1)})
     out: list[Point] = []
@@ -86,6 +92,15 @@ def pending_samples(series: SeriesStore, target: str, t0: float, t1: float, subj
         vals = [v for v in (value_at(pts, t) for pts in gauges) if v is not None]
         out.append((t, sum(vals)))
     return out
+
+
+def _read_together(a: Sequence[Point], b: Sequence[Point]) -> bool:
+    """Both gauges sampled at the same times, each time once: the value of each at a time is its own."""
+    return (
+        len(a) == len(b)
+        and all(p[0] == q[0] for p, q in zip(a, b, strict=True))
+        and all(a[i][0] < a[i + 1][0] for i in range(len(a) - 1))
+    )
 
 
 def pending_throughout(series: SeriesStore, target: str, t0: float, t1: float, subject: str = "") -> bool:

@@ -2,7 +2,9 @@
 
 Reads: the catalogs shipped in ``guardian/diagnosis/catalog/*.yaml`` (package data)
 and any extra files named by config ``diagnosis.catalogs`` (a file or a folder of
-``*.yaml``). Decides: whether each file is a valid catalog. Every problem is a
+``*.yaml``). Decides: whether each file is a valid catalog. The format is declared in
+``catalog_schema.py`` and walked by the config's own parser (``config/mapping.py``: types,
+unknown and required keys, rules); what spans fields is checked here. Every problem is a
 ``"<file>: signatures[3].hot_thread.frames[0].file: what is wrong"`` line, all of
 them raised at once in one ``CatalogError``; nothing is half-loaded.
 
@@ -46,15 +48,23 @@ from __future__ import annotations
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
 import yaml
 
+from vllm_guardian.config.mapping import Parser
 from vllm_guardian.errors import CatalogError
-from vllm_guardian.model import Kind, Role
+from vllm_guardian.diagnosis.catalog_schema import (
+    CATALOG_RULES,
+    KINDS,
+    SCHEMA,
+    CatalogDoc,
+    ExceptionDoc,
+    FrameDoc,
+    SignatureDoc,
+    ThreadDoc,
+)
 from vllm_guardian.diagnosis.signature import (
-    METRIC_OPS,
-    THREAD_STATES,
     Catalog,
     ExceptionPattern,
     FramePattern,
@@ -63,38 +73,17 @@ from vllm_guardian.diagnosis.signature import (
     Signature,
     ThreadPattern,
 )
-from vllm_guardian.diagnosis.version import is_version
 from vllm_guardian.diagnosis.workaround import Workaround, parse_workaround
 
-SCHEMA = 1
-KINDS = tuple(k.value for k in Kind)
-ROLES = tuple(r.value for r in Role)
-_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-_SIG_KEYS = {
-    "id",
-    "title",
-    "kinds",
-    "confidence",
-    "source",
-    "confirmed",
-    "inferred",
-    "require",
-    "hot_thread",
-    "threads",
-    "logs",
-    "metrics",
-    "exception",
-    "cmdline",
-    "role",
-    "device_idle",
-    "versions",
-    "fixed_in",
-    "references",
-    "workaround",
-    "workaround_apply",
-    "advice",
-}
-_TOP_KEYS = {"schema", "name", "version", "description", "signatures"}
+__all__ = [
+    "SCHEMA",
+    "CatalogError",
+    "all_signatures",
+    "builtin_catalog_paths",
+    "load_catalog_file",
+    "load_catalogs",
+    "parse_catalog",
+]
 
 
 class _Problems:
@@ -106,252 +95,87 @@ class _Problems:
         self.lines.append(f"{self.where}: {path}: {what}" if path else f"{self.where}: {what}")
 
 
-# ---------------------------------------------------------------- small typed readers
-def _str(v: Any, path: str, p: _Problems, *, required: bool = False) -> str | None:
-    if v is None:
-        if required:
-            p.add(path, "required")
-        return None
-    if not isinstance(v, str) or not v.strip():
-        p.add(path, f"must be a non-empty string, got {v!r:.60}")
-        return None
-    return v
+# ---------------------------------------------------------------- what spans fields (the types are the parser's)
+def _regex(value: str | None) -> re.Pattern[str] | None:
+    return None if value is None else re.compile(value)  # the parser's "regex" rule compiled it once
 
 
-def _strs(v: Any, path: str, p: _Problems) -> tuple[str, ...]:
-    if v is None:
-        return ()
-    items = [v] if isinstance(v, str) else v
-    if not isinstance(items, list) or not all(isinstance(x, str) and x for x in items):
-        p.add(path, f"must be a string or a list of strings, got {v!r:.60}")
-        return ()
-    return tuple(items)
-
-
-def _regex(v: Any, path: str, p: _Problems) -> re.Pattern[str] | None:
-    s = _str(v, path, p)
-    if s is None:
-        return None
-    try:
-        return re.compile(s)
-    except re.error as e:
-        p.add(path, f"not a valid regular expression: {e}")
-        return None
-
-
-def _bool(v: Any, path: str, p: _Problems) -> bool:
-    if v is None:
-        return False
-    if not isinstance(v, bool):
-        p.add(path, f"must be true or false, got {v!r:.60}")
-        return False
-    return v
-
-
-def _map(v: Any, path: str, p: _Problems, keys: set[str]) -> Mapping[str, Any] | None:
-    if not isinstance(v, Mapping):
-        p.add(path, f"must be a mapping, got {type(v).__name__}")
-        return None
-    for k in v:
-        if k not in keys:
-            p.add(f"{path}.{k}", f"unknown key (known: {', '.join(sorted(keys))})")
-    return v
-
-
-def _list(v: Any, path: str, p: _Problems) -> list[Any]:
-    if v is None:
-        return []
-    if not isinstance(v, list):
-        p.add(path, f"must be a list, got {type(v).__name__}")
-        return []
-    return v
-
-
-def _workaround_apply(v: Any, path: str, p: _Problems) -> Workaround | None:
-    if v is None:
-        return None
-    found, problems = parse_workaround(v)
-    for line in problems:
-        key, _, what = line.partition(": ")
-        p.add(f"{path}.{key}" if what else path, what or line)
-    return found
-
-
-# ---------------------------------------------------------------- clauses
-def _frame(v: Any, path: str, p: _Problems) -> FramePattern | None:
-    d = _map(v, path, p, {"function", "function_regex", "file", "file_regex", "within", "optional"})
-    if d is None:
-        return None
-    within = d.get("within")
-    if within is not None and (not isinstance(within, int) or isinstance(within, bool) or within < 1):
-        p.add(f"{path}.within", f"must be a positive integer, got {within!r}")
-        within = None
+def _frame(d: FrameDoc, path: str, p: _Problems) -> FramePattern:
     fp = FramePattern(
-        _strs(d.get("function"), f"{path}.function", p),
-        _regex(d.get("function_regex"), f"{path}.function_regex", p),
-        tuple(f.replace("\\", "/") for f in _strs(d.get("file"), f"{path}.file", p)),
-        _regex(d.get("file_regex"), f"{path}.file_regex", p),
-        within,
-        _bool(d.get("optional"), f"{path}.optional", p),
+        d.function,
+        _regex(d.function_regex),
+        tuple(f.replace("\\", "/") for f in d.file),
+        _regex(d.file_regex),
+        d.within,
+        d.optional,
     )
     if not (fp.functions or fp.function_regex or fp.files or fp.file_regex):
         p.add(path, "a frame needs function/function_regex or file/file_regex")
     return fp
 
 
-def _frames(v: Any, path: str, p: _Problems) -> tuple[FramePattern, ...]:
-    out = (_frame(x, f"{path}[{i}]", p) for i, x in enumerate(_list(v, path, p)))
-    return tuple(f for f in out if f is not None)
+def _frames(ds: Sequence[FrameDoc], path: str, p: _Problems) -> tuple[FramePattern, ...]:
+    return tuple(_frame(d, f"{path}[{i}]", p) for i, d in enumerate(ds))
 
 
-def _thread(v: Any, path: str, p: _Problems) -> ThreadPattern | None:
-    d = _map(v, path, p, {"name", "state", "frames", "absent", "optional"})
-    if d is None:
-        return None
-    state = d.get("state", "any")
-    if state not in THREAD_STATES:
-        p.add(f"{path}.state", f"must be one of {', '.join(THREAD_STATES)}, got {state!r}")
-        state = "any"
-    tp = ThreadPattern(
-        _regex(d.get("name"), f"{path}.name", p),
-        state,
-        _frames(d.get("frames"), f"{path}.frames", p),
-        _bool(d.get("absent"), f"{path}.absent", p),
-        _bool(d.get("optional"), f"{path}.optional", p),
-    )
-    if tp.name is None and not tp.frames and state == "any":
+def _thread(d: ThreadDoc, path: str, p: _Problems) -> ThreadPattern:
+    tp = ThreadPattern(_regex(d.name), d.state, _frames(d.frames, f"{path}.frames", p), d.absent, d.optional)
+    if tp.name is None and not tp.frames and d.state == "any":
         p.add(path, "a thread pattern needs a name, a state or frames")
     return tp
 
 
-def _metric(v: Any, path: str, p: _Problems) -> MetricPattern | None:
-    d = _map(v, path, p, {"metric", "op", "value", "optional"})
-    if d is None:
-        return None
-    name = _str(d.get("metric"), f"{path}.metric", p, required=True)
-    op = d.get("op")
-    if op not in METRIC_OPS:
-        p.add(f"{path}.op", f"must be one of {', '.join(METRIC_OPS)}, got {op!r}")
-        return None
-    value = d.get("value", 0)
-    if op not in ("flat", "rising", "falling") and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        p.add(f"{path}.value", f"must be a number for op {op!r}, got {value!r}")
-        return None
-    return MetricPattern(name or "?", op, float(value or 0), _bool(d.get("optional"), f"{path}.optional", p))
-
-
-def _exception(v: Any, path: str, p: _Problems) -> ExceptionPattern | None:
-    d = _map(v, path, p, {"type", "message", "frames", "optional"})
-    if d is None:
-        return None
-    ep = ExceptionPattern(
-        _strs(d.get("type"), f"{path}.type", p),
-        _regex(d.get("message"), f"{path}.message", p),
-        _frames(d.get("frames"), f"{path}.frames", p),
-        _bool(d.get("optional"), f"{path}.optional", p),
-    )
+def _exception(d: ExceptionDoc, path: str, p: _Problems) -> ExceptionPattern:
+    ep = ExceptionPattern(d.type, _regex(d.message), _frames(d.frames, f"{path}.frames", p), d.optional)
     if not (ep.types or ep.message or ep.frames):
         p.add(path, "an exception pattern needs a type, a message or frames")
     return ep
 
 
-def _version(v: Any, path: str, p: _Problems) -> str | None:
-    if v is None:
+def _workaround_apply(d: SignatureDoc, path: str, p: _Problems) -> Workaround | None:
+    if d.workaround_apply is None:
         return None
-    s = str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
-    if not isinstance(s, str) or not is_version(s):
-        p.add(path, f'must be a version like "0.26.0", got {v!r}')
-        return None
-    return s
+    found, problems = parse_workaround({"args": list(d.workaround_apply.args), "env": dict(d.workaround_apply.env)})
+    for line in problems:
+        key, _, what = line.partition(": ")
+        p.add(f"{path}.{key}" if what else path, what or line)
+    return found
 
 
-def _signature(v: Any, path: str, p: _Problems, label: str) -> Signature | None:
-    d = _map(v, path, p, _SIG_KEYS)
-    if d is None:
-        return None
+def _signature(d: SignatureDoc, path: str, p: _Problems, label: str) -> Signature | None:
     n = len(p.lines)
-    sid = _str(d.get("id"), f"{path}.id", p, required=True)
-    if sid and not _ID.match(sid):
-        p.add(f"{path}.id", "must be lower-case letters, digits, '.', '_' or '-'")
-    title = _str(d.get("title"), f"{path}.title", p, required=True)
-    source = _str(d.get("source"), f"{path}.source", p, required=True)
-    kinds = _strs(d.get("kinds"), f"{path}.kinds", p)
-    if not kinds:
+    if not d.kinds:
         p.add(f"{path}.kinds", f"required: one or more of {', '.join(KINDS)}")
-    for k in kinds:
-        if k not in KINDS:
-            p.add(f"{path}.kinds", f"unknown incident kind {k!r} (known: {', '.join(KINDS)})")
-    conf = d.get("confidence")
-    if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not 0 < conf <= 1:
-        p.add(f"{path}.confidence", f"must be a number in (0, 1], got {conf!r}")
-        conf = 0.5
-    require = d.get("require", "all")
-    if require not in ("all", "any"):
-        p.add(f"{path}.require", f"must be all or any, got {require!r}")
-    hot = _thread(d["hot_thread"], f"{path}.hot_thread", p) if "hot_thread" in d else None
+    hot = _thread(d.hot_thread, f"{path}.hot_thread", p) if d.hot_thread is not None else None
     if hot is not None and hot.absent:
         p.add(f"{path}.hot_thread.absent", "the hot thread cannot be absent (use threads)")
-    threads = tuple(
-        t
-        for t in (
-            _thread(x, f"{path}.threads[{i}]", p) for i, x in enumerate(_list(d.get("threads"), f"{path}.threads", p))
-        )
-        if t
-    )
-    logs = []
-    for i, x in enumerate(_list(d.get("logs"), f"{path}.logs", p)):
-        lm = _map(x, f"{path}.logs[{i}]", p, {"regex", "optional"})
-        rx = _regex(lm.get("regex"), f"{path}.logs[{i}].regex", p) if lm is not None else None
-        if lm is not None and rx is None and "regex" not in lm:
-            p.add(f"{path}.logs[{i}].regex", "required")
-        if rx is not None and lm is not None:
-            logs.append(LogPattern(rx, _bool(lm.get("optional"), f"{path}.logs[{i}].optional", p)))
-    metrics = tuple(
-        mp
-        for mp in (
-            _metric(x, f"{path}.metrics[{i}]", p) for i, x in enumerate(_list(d.get("metrics"), f"{path}.metrics", p))
-        )
-        if mp
-    )
-    exc = _exception(d["exception"], f"{path}.exception", p) if "exception" in d else None
-    roles = _strs(d.get("role"), f"{path}.role", p)
-    for r in roles:
-        if r not in ROLES:
-            p.add(f"{path}.role", f"unknown role {r!r} (known: {', '.join(ROLES)})")
-    idle = d.get("device_idle")
-    if idle not in (None, "required", "optional"):
-        p.add(f"{path}.device_idle", f"must be required or optional, got {idle!r}")
-        idle = None
-    versions = d.get("versions") or {}
-    vmap = _map(versions, f"{path}.versions", p, {"min", "below"}) if versions else {}
-    refs = _strs(d.get("references"), f"{path}.references", p)
-    apply = _workaround_apply(d.get("workaround_apply"), f"{path}.workaround_apply", p)
+    versions = d.versions
     sig = Signature(
-        id=sid or "?",
-        title=title or "?",
-        kinds=kinds,
-        confidence=float(conf),
-        source=source or "?",
-        confirmed=_strs(d.get("confirmed"), f"{path}.confirmed", p),
-        inferred=_strs(d.get("inferred"), f"{path}.inferred", p),
+        id=d.id,
+        title=d.title,
+        kinds=d.kinds,
+        confidence=float(d.confidence),
+        source=d.source,
+        confirmed=d.confirmed,
+        inferred=d.inferred,
         hot_thread=hot,
-        threads=threads,
-        logs=tuple(logs),
-        metrics=metrics,
-        exception=exc,
-        cmdline=_regex(d.get("cmdline"), f"{path}.cmdline", p),
-        roles=roles,
-        device_idle=True if idle else None,
-        device_idle_optional=idle != "required",
-        require=require if require in ("all", "any") else "all",
-        versions_min=_version((vmap or {}).get("min"), f"{path}.versions.min", p),
-        versions_below=_version((vmap or {}).get("below"), f"{path}.versions.below", p),
-        fixed_in=_version(d.get("fixed_in"), f"{path}.fixed_in", p),
-        references=refs,
-        workaround=_str(d.get("workaround"), f"{path}.workaround", p),
-        advice=_str(d.get("advice"), f"{path}.advice", p),
+        threads=tuple(_thread(t, f"{path}.threads[{i}]", p) for i, t in enumerate(d.threads)),
+        logs=tuple(LogPattern(re.compile(lg.regex), lg.optional) for lg in d.logs),
+        metrics=tuple(MetricPattern(m.metric, m.op, float(m.value), m.optional) for m in d.metrics),
+        exception=_exception(d.exception, f"{path}.exception", p) if d.exception is not None else None,
+        cmdline=_regex(d.cmdline),
+        roles=d.role,
+        device_idle=True if d.device_idle else None,
+        device_idle_optional=d.device_idle != "required",
+        require=d.require,
+        versions_min=versions.min if versions is not None else None,
+        versions_below=versions.below if versions is not None else None,
+        fixed_in=d.fixed_in,
+        references=d.references,
+        workaround=d.workaround,
+        advice=d.advice,
         catalog=label,
-        workaround_apply=apply,
+        workaround_apply=_workaround_apply(d, f"{path}.workaround_apply", p),
     )
     if not _evidence_clauses(sig):
         p.add(
@@ -379,26 +203,26 @@ def _evidence_clauses(s: Signature) -> int:
 def parse_catalog(data: Any, where: str) -> Catalog:
     """A parsed YAML document → ``Catalog``; ``CatalogError`` listing every problem."""
     p = _Problems(where)
-    top = _map(data, "", p, _TOP_KEYS) if data is not None else None
     if data is None:
         p.add("", "empty file")
-    if top is None:
+    elif not isinstance(data, dict):
+        p.add("", f"must be a mapping, got {type(data).__name__}")
+    if p.lines:
         raise CatalogError("\n".join(p.lines))
-    if top.get("schema") != SCHEMA:
-        p.add("schema", f"must be {SCHEMA} (the catalog format this guardian reads), got {top.get('schema')!r}")
-    name = _str(top.get("name"), "name", p, required=True) or "?"
-    version = top.get("version")
-    if not isinstance(version, str) or not version:
-        p.add("version", f'required: a string such as "2026.12.1", got {version!r}')
-        version = "?"
-    label = f"{name} {version}"
+    parser = Parser(CATALOG_RULES)
+    doc = parser.section(CatalogDoc, data, "")
+    for line in parser.problems:  # types, unknown and required keys, rules: the config's own walk
+        path, _, what = line.partition(": ")
+        p.add(path, what)
+    raw = data.get("signatures")
+    if isinstance(raw, list) and not raw:
+        p.add("signatures", "required: a non-empty list")
+    if p.lines:
+        raise CatalogError("\n".join(p.lines))
+    label = f"{doc.name} {doc.version}"
     sigs: list[Signature] = []
     seen: set[str] = set()
-    raw = top.get("signatures")
-    if not isinstance(raw, list) or not raw:
-        p.add("signatures", "required: a non-empty list")
-        raw = []
-    for i, item in enumerate(raw):
+    for i, item in enumerate(doc.signatures):
         s = _signature(item, f"signatures[{i}]", p, label)
         if s is None:
             continue
@@ -408,7 +232,7 @@ def parse_catalog(data: Any, where: str) -> Catalog:
         sigs.append(s)
     if p.lines:
         raise CatalogError("\n".join(p.lines))
-    return Catalog(name, version, where, tuple(sigs))
+    return Catalog(doc.name, doc.version, where, tuple(sigs))
 
 
 def load_catalog_file(path: str | Path) -> Catalog:

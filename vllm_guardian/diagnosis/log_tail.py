@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from vllm_guardian.bundle.redact import redact_text
+from vllm_guardian.redact import redact_text
 from vllm_guardian.config.schema import TargetConfig
 from vllm_guardian.errors import BackendUnavailable, GuardianError
 from vllm_guardian.host.runner import CommandRunner

@@ -200,100 +200,124 @@ def _hot_candidates(obs: Observation) -> list[ThreadStack]:
     return list(obs.threads)
 
 
-def match_signature(sig: Signature, obs: Observation) -> Match | None:
-    if obs.kind not in sig.kinds:
-        return None
-    notes: list[str] = []
-    if obs.vllm_version and (sig.versions_min or sig.versions_below):
-        try:
-            v = parse_version(obs.vllm_version)
-            if sig.versions_min and v < parse_version(sig.versions_min):
-                return None
-            if sig.versions_below and v >= parse_version(sig.versions_below):
-                return None
-        except ValueError:
-            notes.append(f"vLLM version {obs.vllm_version!r} not understood: version range not checked")
+class _Tally:
+    """The clauses of one signature judged so far: which required ones held, how many optional
+    ones did, and the evidence lines of those that held (in the signature's order)."""
 
-    required_ok: list[bool] = []
-    optional_hits = 0
-    matched: list[str] = [f"incident kind {obs.kind}"]
+    def __init__(self, kind: str) -> None:
+        self.required_ok: list[bool] = []
+        self.optional_hits = 0
+        self.matched: list[str] = [f"incident kind {kind}"]
 
-    def clause(ok: bool, optional: bool, lines: Iterable[str]) -> None:
-        nonlocal optional_hits
+    def clause(self, ok: bool, optional: bool, lines: Iterable[str]) -> None:
         if ok:
-            matched.extend(lines)
+            self.matched.extend(lines)
             if optional:
-                optional_hits += 1
+                self.optional_hits += 1
         if not optional:
-            required_ok.append(ok)
+            self.required_ok.append(ok)
 
-    used: ThreadStack | None = None
-    if sig.hot_thread is not None:
-        hit = None
-        for t in _hot_candidates(obs):
-            ok, held, bonus = thread_matches(sig.hot_thread, t)
-            if ok:
-                hit = (t, held, bonus)
-                break
-        if hit is not None:
-            used = hit[0]
-            optional_hits += hit[2]
-            what = "hot" if obs.kind == "busy_loop" else "focus"
-            clause(
-                True,
-                sig.hot_thread.optional,
-                [f"{what} {_thread_label(hit[0])} in " + " ← ".join(hit[1])]
-                if hit[1]
-                else [f"{what} {_thread_label(hit[0])}"],
-            )
-        else:
-            clause(False, sig.hot_thread.optional, ())
+    def passes(self, require: str) -> bool:
+        """At least one clause held, and the required ones as ``require`` says (all / any)."""
+        if not self.required_ok and self.optional_hits == 0:
+            return False
+        return not self.required_ok or (all(self.required_ok) if require == "all" else any(self.required_ok))
+
+
+def _in_version_range(sig: Signature, obs: Observation, notes: list[str]) -> bool:
+    """False when the server's vLLM is outside the signature's range; a version not understood
+    is noted and not checked."""
+    if not obs.vllm_version or not (sig.versions_min or sig.versions_below):
+        return True
+    try:
+        v = parse_version(obs.vllm_version)
+        if sig.versions_min and v < parse_version(sig.versions_min):
+            return False
+        if sig.versions_below and v >= parse_version(sig.versions_below):
+            return False
+    except ValueError:
+        notes.append(f"vLLM version {obs.vllm_version!r} not understood: version range not checked")
+    return True
+
+
+def _judge_hot_thread(sig: Signature, obs: Observation, tally: _Tally) -> ThreadStack | None:
+    """The hot (or focus) thread clause; the thread it matched, kept from the other thread clauses."""
+    if sig.hot_thread is None:
+        return None
+    hit = None
+    for t in _hot_candidates(obs):
+        ok, held, bonus = thread_matches(sig.hot_thread, t)
+        if ok:
+            hit = (t, held, bonus)
+            break
+    if hit is None:
+        tally.clause(False, sig.hot_thread.optional, ())
+        return None
+    tally.optional_hits += hit[2]
+    what = "hot" if obs.kind == "busy_loop" else "focus"
+    label = f"{what} {_thread_label(hit[0])}"
+    tally.clause(True, sig.hot_thread.optional, [label + " in " + " ← ".join(hit[1])] if hit[1] else [label])
+    return hit[0]
+
+
+def _judge_threads(sig: Signature, obs: Observation, used: ThreadStack | None, tally: _Tally) -> None:
+    """Each other thread clause: a thread (not the hot one) that matches, or none that does (``absent``)."""
     for tp in sig.threads:
         others = [t for t in obs.threads if t is not used]
         if tp.absent:
             ok = bool(obs.threads) and not any(thread_matches(tp, t)[0] for t in others)
             name = tp.name.pattern if tp.name else "such"
-            clause(ok, tp.optional, [f"no thread {name!r} in the dump"])
+            tally.clause(ok, tp.optional, [f"no thread {name!r} in the dump"])
             continue
         other = next(((t, r) for t in others for r in [thread_matches(tp, t)] if r[0]), None)
-        if other is not None:
-            thread, (_ok, held, bonus) = other
-            optional_hits += bonus
-            clause(True, tp.optional, [_thread_label(thread) + (" in " + " ← ".join(held) if held else "")])
-        else:
-            clause(False, tp.optional, ())
+        if other is None:
+            tally.clause(False, tp.optional, ())
+            continue
+        thread, (_ok, held, bonus) = other
+        tally.optional_hits += bonus
+        tally.clause(True, tp.optional, [_thread_label(thread) + (" in " + " ← ".join(held) if held else "")])
+
+
+def _judge_logs_and_metrics(sig: Signature, obs: Observation, tally: _Tally) -> None:
     for lp in sig.logs:
         line = next((ln for ln in obs.log_lines if lp.regex.search(ln)), None)
-        clause(line is not None, lp.optional, [f"log: {line.strip()[:MAX_LINE]}"] if line else ())
+        tally.clause(line is not None, lp.optional, [f"log: {line.strip()[:MAX_LINE]}"] if line else ())
     for mp in sig.metrics:
         vals = obs.metrics.get(mp.metric, ())
         ok = _metric_holds(mp, vals)
-        clause(ok, mp.optional, [f"metric {mp.describe()} (last {vals[-1]:g})"] if ok and vals else ())
-    if sig.exception is not None:
-        if obs.crash is None:
-            clause(False, sig.exception.optional, ())
-        else:
-            ok, held = _exception_holds(sig.exception, obs.crash)
-            clause(ok, sig.exception.optional, held)
+        tally.clause(ok, mp.optional, [f"metric {mp.describe()} (last {vals[-1]:g})"] if ok and vals else ())
+
+
+def _judge_exception(sig: Signature, obs: Observation, tally: _Tally) -> None:
+    if sig.exception is None:
+        return
+    if obs.crash is None:
+        tally.clause(False, sig.exception.optional, ())
+        return
+    ok, held = _exception_holds(sig.exception, obs.crash)
+    tally.clause(ok, sig.exception.optional, held)
+
+
+def _judge_process(sig: Signature, obs: Observation, tally: _Tally) -> None:
+    """The process clauses: its command line, its role, its device idle while it spins."""
     if sig.cmdline is not None:
         m = sig.cmdline.search(obs.cmdline or "")
-        clause(m is not None, False, [f"command line has {m.group(0)!r}"] if m else ())
+        tally.clause(m is not None, False, [f"command line has {m.group(0)!r}"] if m else ())
     if sig.roles:
         ok = obs.role in sig.roles
-        clause(ok, False, [f"process role {obs.role}"] if ok else ())
+        tally.clause(ok, False, [f"process role {obs.role}"] if ok else ())
     if sig.device_idle:
         u = obs.device_utilization
         ok = u is not None and u <= IDLE_UTILIZATION
-        clause(
+        tally.clause(
             ok,
             sig.device_idle_optional,
             [f"device idle while the engine spins (accelerator {u * 100:.0f} %)"] if ok and u is not None else (),
         )
 
-    if not required_ok and optional_hits == 0:
-        return None
-    if required_ok and not (all(required_ok) if sig.require == "all" else any(required_ok)):
-        return None
+
+def _confidence(sig: Signature, obs: Observation, optional_hits: int, notes: list[str]) -> float:
+    """The signature's confidence, raised per optional clause held, halved on a version where it is fixed."""
     conf = min(MAX_CONFIDENCE, sig.confidence + OPTIONAL_BONUS * optional_hits)
     if sig.fixed_in and obs.vllm_version:
         try:
@@ -307,11 +331,28 @@ def match_signature(sig: Signature, obs: Observation) -> Match | None:
                 notes.append(f"this server runs vLLM {obs.vllm_version}; fixed in {sig.fixed_in}")
         except ValueError:
             pass
+    return conf
+
+
+def match_signature(sig: Signature, obs: Observation) -> Match | None:
+    """The signature judged against what was observed, clause by clause; None when it does not hold."""
+    notes: list[str] = []
+    if obs.kind not in sig.kinds or not _in_version_range(sig, obs, notes):
+        return None
+    tally = _Tally(obs.kind)
+    used = _judge_hot_thread(sig, obs, tally)
+    _judge_threads(sig, obs, used, tally)
+    _judge_logs_and_metrics(sig, obs, tally)
+    _judge_exception(sig, obs, tally)
+    _judge_process(sig, obs, tally)
+    if not tally.passes(sig.require):
+        return None
+    conf = _confidence(sig, obs, tally.optional_hits, notes)
     return Match(
         sig.id,
         sig.title,
         round(conf, 2),
-        tuple(matched),
+        tuple(tally.matched),
         sig.references,
         sig.workaround,
         sig.fixed_in,

@@ -35,7 +35,7 @@ from vllm_guardian.bundle.manifest import MANIFEST
 from vllm_guardian.bundle.pyspy import ThreadStack, parse_dump_json
 from vllm_guardian.bundle.watchdog_dumps import BUNDLE_DIR, parse_dump
 from vllm_guardian.vllm_versions import is_watchdog_dump
-from vllm_guardian.bundle.redact import redact_text
+from vllm_guardian.redact import redact_text
 from vllm_guardian.fsutil import atomic_write
 from vllm_guardian.config.schema import Config, TargetConfig
 from vllm_guardian.host.http import HttpClient

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from vllm_guardian.discovery.argv import is_api_server
 from vllm_guardian.errors import AccessDenied, BackendUnavailable, ProbeFailed, TargetGone
 from vllm_guardian.host.cgroup import (
     CgroupPlace,
@@ -285,6 +286,4 @@ def platform_for(cfg: Any, procfs: Any, kube: Any, runner: Any) -> PlatformMatch
     """The matcher for a config with ``match.kubernetes`` / ``match.systemd_unit`` targets; None without."""
     if not any(t.match.kubernetes is not None or t.match.systemd_unit is not None for t in cfg.targets):
         return None
-    from vllm_guardian.discovery.scan import is_api_server
-
     return PlatformMatcher(procfs, kube=kube, runner=runner, is_api_server=is_api_server)

@@ -98,7 +98,7 @@ class Reporter:
         keys: Keys | None = None,
     ) -> None:
         if client is None:
-            from vllm_guardian.store_client import make_client  # any fleet-store URL, Sentinel and Cluster too
+            from vllm_guardian.store.client import make_client  # any fleet-store URL, Sentinel and Cluster too
 
             client = make_client(url or "redis://127.0.0.1:6379/0", timeout=timeout)
         self.client, self.channel, self.keys = client, channel, keys

@@ -57,7 +57,7 @@ from vllm_guardian.loop.daemon import Daemon, DaemonParts
 from vllm_guardian.loop.fanout import Sink, TransitionFanout
 from vllm_guardian.loop.ports import Port
 from vllm_guardian.loop.tables import Tables
-from vllm_guardian.loop.responder import Decided, Responder
+from vllm_guardian.loop.responder import Decided, Responder, ResponderPorts, ResponderSettings
 from vllm_guardian.model import Action, Incident
 from vllm_guardian.probes.accel import missing_backends
 from vllm_guardian.probes.base import ProbeParts, Readings
@@ -213,23 +213,23 @@ def assemble(
     )
     fanout = TransitionFanout(incident_opened, sinks, stats, episodes, clock, log)
     responder = Responder(
-        cfg.detectors,
-        clock,
-        runner,
-        tracker,
-        series,
-        readings,
-        incidents,
-        remediator,
-        evidence,
-        episodes,
-        fanout.emit,
-        log,
-        diagnoser=diagnoser,
-        target_configs={t.name: t for t in cfg.targets},
-        on_update=on_update,
-        on_decision=on_decision,
-        kinds=tables.kinds,
+        settings=ResponderSettings(cfg.detectors, {t.name: t for t in cfg.targets}, tables.kinds),
+        ports=ResponderPorts(
+            clock=clock,
+            runner=runner,
+            tracker=tracker,
+            series=series,
+            readings=readings,
+            incidents=incidents,
+            remediator=remediator,
+            evidence=evidence,
+            episodes=episodes,
+            emit=fanout.emit,
+            log=log,
+            diagnoser=diagnoser,
+            on_update=on_update,
+            on_decision=on_decision,
+        ),
     )
     record_action.bind(responder.record_action)
     incident_opened.bind(responder.incident_opened)

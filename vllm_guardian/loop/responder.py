@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_guardian.clock import Clock
@@ -58,50 +59,59 @@ Decided = Callable[[Incident, Refusal | None], None]
 AMBIGUOUS = Refusal("the finding is alert only (two instances split, neither has a baseline)", name="alert_only")
 
 
+@dataclass(frozen=True)
+class ResponderSettings:
+    """What the responder decides by; ``reconfigure`` replaces the first two on a config reload."""
+
+    detectors: DetectorsConfig  # each kind's mode
+    target_configs: Mapping[str, Any] = field(default_factory=dict)  # name -> TargetConfig (log sources)
+    kinds: Mapping[Kind, KindSpec] = field(default_factory=lambda: KINDS)  # the kind table
+
+
+@dataclass(frozen=True)
+class ResponderPorts:
+    """The built parts the responder reads, writes and hands work to (module docstring)."""
+
+    clock: Clock
+    runner: AsyncRunner
+    tracker: Tracker
+    series: SeriesStore
+    readings: Readings
+    incidents: IncidentManager
+    remediator: Remediator
+    evidence: EvidenceCollector | None  # None: no evidence
+    episodes: EpisodeLog
+    emit: Callable[[Transition], None]
+    log: logging.Logger
+    diagnoser: Diagnoser | None = None
+    on_update: Iterable[Callable[[Incident], None]] = ()
+    on_decision: Iterable[Decided] = ()
+
+
 class Responder:
-    def __init__(
-        self,
-        detectors: DetectorsConfig,
-        clock: Clock,
-        runner: AsyncRunner,
-        tracker: Tracker,
-        series: SeriesStore,
-        readings: Readings,
-        incidents: IncidentManager,
-        remediator: Remediator,
-        evidence: EvidenceCollector | None,
-        episodes: EpisodeLog,
-        emit: Callable[[Transition], None],
-        log: logging.Logger,
-        *,
-        diagnoser: Diagnoser | None = None,
-        target_configs: Mapping[str, Any] | None = None,
-        on_update: Iterable[Callable[[Incident], None]] = (),
-        on_decision: Iterable[Decided] = (),
-        kinds: Mapping[Kind, KindSpec] = KINDS,
-    ) -> None:
-        self.detectors = detectors
-        self.clock = clock
-        self.runner = runner
-        self.tracker = tracker
-        self.series = series
-        self.readings = readings
-        self.incidents = incidents
-        self.remediator = remediator
-        self.evidence = evidence
-        self.episodes = episodes
-        self.emit = emit
-        self.log = log
-        self.diagnoser = diagnoser
-        self.kinds = kinds  # the kind table: each kind's mode
-        self.target_configs = dict(target_configs or {})  # name -> TargetConfig (log sources)
+    def __init__(self, *, settings: ResponderSettings, ports: ResponderPorts) -> None:
+        self.detectors = settings.detectors
+        self.kinds = settings.kinds  # the kind table: each kind's mode
+        self.target_configs = dict(settings.target_configs)  # name -> TargetConfig (log sources)
+        self.clock = ports.clock
+        self.runner = ports.runner
+        self.tracker = ports.tracker
+        self.series = ports.series
+        self.readings = ports.readings
+        self.incidents = ports.incidents
+        self.remediator = ports.remediator
+        self.evidence = ports.evidence
+        self.episodes = ports.episodes
+        self.emit = ports.emit
+        self.log = ports.log
+        self.diagnoser = ports.diagnoser
         self.decisions: dict[str, str] = {}  # target -> what was decided this tick (status)
         # target -> (kind, incident id) of an open incident it will be remediated for: out of
         # rotation from the moment it opens (remediate mode only; surface/readiness.py)
         self.out_of_service: dict[str, tuple[str, str]] = {}
         self.evidence_pending: set[str] = set()  # incident ids whose bundle is being captured
-        self.on_update: tuple[Callable[[Incident], None], ...] = tuple(on_update)  # handed in, fixed
-        self.on_decision: tuple[Decided, ...] = tuple(on_decision)  # handed in, fixed
+        self.on_update: tuple[Callable[[Incident], None], ...] = tuple(ports.on_update)  # handed in, fixed
+        self.on_decision: tuple[Decided, ...] = tuple(ports.on_decision)  # handed in, fixed
         self._evidence_of: dict[str, str] = {}  # incident id → target, while its bundle is captured
         self._live_done: set[str] = set()  # incident ids whose capture no longer needs the processes
         self._held: set[tuple[str, str]] = set()  # (incident id, why) held to alert-only, logged once

@@ -8,14 +8,35 @@ a full disk (ENOSPC) or a bug in it never ends the loop.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from vllm_guardian import __version__
+from vllm_guardian.clock import Clock
+from vllm_guardian.config.schema import Config
+from vllm_guardian.discovery.targets import TargetsStage
+from vllm_guardian.probes.scheduler import ProbeScheduler
+from vllm_guardian.state.async_runner import AsyncRunner
+from vllm_guardian.state.episodes import EpisodeLog
+from vllm_guardian.state.selfstats import SelfStats
 
-if TYPE_CHECKING:
-    from vllm_guardian.loop.daemon import Daemon
+
+class Daemon(Protocol):
+    """What the run loop needs of the daemon (``loop/daemon.py``'s ``Daemon`` is one)."""
+
+    cfg: Config
+    log: logging.Logger
+    node: str
+    clock: Clock
+    runner: AsyncRunner
+    probes: ProbeScheduler
+    targets: TargetsStage
+    stats: SelfStats
+    episodes: EpisodeLog
+
+    def tick(self) -> object: ...
 
 
 def run_loop(daemon: Daemon, stop: threading.Event, on_tick: Callable[[], None] | None = None) -> None:

@@ -57,7 +57,7 @@ from vllm_guardian.surface.status_view import StatusSources
 from vllm_guardian.surface.kube_publisher import KubePublisher, supervised_namespaces
 from vllm_guardian.seams import Seams
 from vllm_guardian.sinks.events import AlertEmitter, IncidentAlerts
-from vllm_guardian.sinks.fleet import node_summary
+from vllm_guardian.surface.heartbeat import node_summary
 from vllm_guardian.sinks.gate_decisions import GateDecisions
 from vllm_guardian.sinks.redis_conn import RedisConnection
 from vllm_guardian.sinks.alertmanager_sink import AlertmanagerSink

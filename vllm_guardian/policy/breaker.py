@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_guardian.store_keys import tagged
+from vllm_guardian.store.keys import tagged
 
 PREFIX = "guardian:breaker:"
 

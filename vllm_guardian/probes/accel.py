@@ -36,13 +36,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from vllm_guardian.config.schema import AcceleratorsConfig
-from vllm_guardian.diagnosis.node_view import accelerator_rows
+from vllm_guardian.probes.accel_rows import accelerator_rows
 from vllm_guardian.errors import BackendUnavailable, GuardianError
-from vllm_guardian.host.accel import AccelBackend, AccelEvent, AccelSnapshot, DeviceReading, Refused
+from vllm_guardian.host.accel import AccelBackend, AccelSnapshot, DeviceReading
 from vllm_guardian.host.accel.kmsg import KmsgBackend
 from vllm_guardian.host.accel.npu_smi import MAX_HEALTH_CALLS, NpuSmiBackend
 from vllm_guardian.host.accel.nvml import NvmlBackend
@@ -50,50 +49,8 @@ from vllm_guardian.host.capabilities import Capability, MissingCapability, missi
 from vllm_guardian.host.runner import CommandRunner
 from vllm_guardian.model import Sample, Target, Subject
 from vllm_guardian.series import metrics as m
+from vllm_guardian.state.readings import AccelResult
 from vllm_guardian.probes.base import Folded, Job, ProbeParts, Readings, Seen
-
-
-@dataclass(frozen=True)
-class TargetDevice:
-    """A device a target's processes hold memory on, in the target's ``accelerators`` status section."""
-
-    device: str
-    backend: str
-    memory_used_bytes: float | None
-    memory_total_bytes: float | None
-    utilization_ratio: float | None
-    health: str | None
-    target_memory_bytes: float | None  # the target's own processes on the device
-
-
-@dataclass
-class AccelResult:
-    samples: list[Sample] = field(default_factory=list)
-    devices: dict[str, dict[str, Any]] = field(default_factory=dict)  # device id -> numbers (latest read)
-    per_target: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # status rows per target
-    errors: dict[str, str] = field(default_factory=dict)  # backend name -> why this read failed
-    events: list[AccelEvent] = field(default_factory=list)  # XIDs seen this call
-    read: tuple[str, ...] = ()  # backends read this call
-    process_memory: dict[int, int] = field(default_factory=dict)  # pid -> bytes, latest read of all backends
-    notes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # backend -> what it cannot see (latest read)
-    node: list[dict[str, Any]] = field(default_factory=list)  # every device of the node, owners named (node_view)
-    refused: dict[str, dict[str, int]] = field(default_factory=dict)  # backend -> reason -> input refused since start
-    refused_now: list[tuple[str, Refused]] = field(default_factory=list)  # (backend, what) refused this call
-
-    def target_section(self, target: str) -> tuple[TargetDevice, ...]:
-        """The target's ``accelerators`` status section."""
-        return tuple(
-            TargetDevice(
-                r["device"],
-                r["backend"],
-                r["memory_used_bytes"],
-                r["memory_total_bytes"],
-                r["utilization_ratio"],
-                r["health"],
-                r["target_memory_bytes"],
-            )
-            for r in self.per_target.get(target, ())
-        )
 
 
 def device_dict(d: DeviceReading, read_at: float, pids: Sequence[int]) -> dict[str, Any]:

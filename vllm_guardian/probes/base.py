@@ -34,8 +34,7 @@ if TYPE_CHECKING:  # only for annotations: the probes import this module
     from vllm_guardian.series import SeriesStore
     from vllm_guardian.state.tracker import Tracker
     from vllm_guardian.gates.shared import GatesShared
-    from vllm_guardian.probes.accel import AccelResult
-    from vllm_guardian.probes.procfs import ProcessState
+    from vllm_guardian.state.readings import AccelResult, ProcessState
     from vllm_guardian.state.device_faults import DeviceFaults
 
 

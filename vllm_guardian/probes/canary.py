@@ -22,14 +22,15 @@ against it): a rank that spins or stalls while the other serves would never be a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from vllm_guardian.config.schema import CanaryProbeConfig
 from vllm_guardian.host.api_keys import AUTH_STATUSES, NO_KEY, describe_auth_failure
 from vllm_guardian.host.http import HttpClient, HttpError
-from vllm_guardian.model import ProcKey, Sample
+from vllm_guardian.model import ProcKey
 from vllm_guardian.series import metrics as m
+from vllm_guardian.state.readings import CanaryResult
 from vllm_guardian.probes.base import Folded, Job, ProbeParts, Seen
 
 if TYPE_CHECKING:
@@ -37,36 +38,6 @@ if TYPE_CHECKING:
 
 WARMUP_RETRY = 2.0  # seconds between canaries while a target warms up (/health already 200)
 RANK_HEADER = "X-data-parallel-rank"  # vLLM routes a request with it to that data-parallel rank
-
-
-@dataclass(frozen=True)
-class CanaryResult:
-    target: str
-    started: float
-    ended: float
-    ok: bool
-    timed_out: bool
-    model: str | None
-    error: str | None = None
-    auth_status: int | None = None  # 401/403 from a /v1 endpoint
-    dp_rank: int | None = None  # the data-parallel rank it was sent to (None: the server chose)
-
-    @property
-    def latency(self) -> float:
-        return self.ended - self.started
-
-    def samples(self) -> list[Sample]:
-        t = self.ended
-        out = [
-            Sample(self.target, "", m.CANARY_OK, 1.0 if self.ok else 0.0, t),
-            Sample(self.target, "", m.CANARY_TIMEOUT, 1.0 if self.timed_out else 0.0, t),
-            Sample(self.target, "", m.CANARY_STARTED, self.started, t),
-        ]
-        if self.ok or self.timed_out:
-            out.append(Sample(self.target, "", m.CANARY_LATENCY, self.latency, t))
-        if self.dp_rank is not None:
-            out.append(Sample(self.target, "", m.CANARY_RANK, float(self.dp_rank), t))
-        return out
 
 
 class AuthRefused(HttpError):

@@ -31,37 +31,8 @@ from vllm_guardian.host.procfs_parse import SchedStat
 from vllm_guardian.state.vllm_states import serves_grpc
 from vllm_guardian.model import ProcKey, Role, Sample, Target, Subject
 from vllm_guardian.series import metrics as m
+from vllm_guardian.state.readings import ProcessState, ThreadState
 from vllm_guardian.probes.base import Folded, Job, ProbeParts, Readings, Schedule, Seen
-
-
-@dataclass(frozen=True)
-class ThreadState:
-    """The latest per-thread reading, for status and evidence (not a series)."""
-
-    tid: int
-    comm: str
-    state: str
-    cpu_ratio: float | None
-    voluntary_per_s: float | None
-    involuntary_per_s: float | None
-    cpu_demand: float | None
-    syscall: str | None  # "running", "blocked", a syscall number, or None when unreadable
-    wchan: str | None
-
-
-@dataclass(frozen=True)
-class ProcessState:
-    key: ProcKey
-    state: str
-    cpu_ratio: float | None
-    rss_bytes: int
-    num_threads: int
-    threads: tuple[ThreadState, ...] = ()
-
-    @property
-    def hottest(self) -> ThreadState | None:
-        scored = [t for t in self.threads if t.cpu_ratio is not None]
-        return max(scored, key=lambda t: t.cpu_ratio or 0.0) if scored else None
 
 
 @dataclass

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_guardian.bundle.redact import redact_argv
+from vllm_guardian.redact import redact_argv
 from vllm_guardian.model import ProcessInfo
-from vllm_guardian.probes.procfs import ProcessState, ThreadState
+from vllm_guardian.state.readings import ProcessState, ThreadState
 
 
 @dataclass(frozen=True)

@@ -22,33 +22,20 @@ not this guardian saw it start, and a guardian started beside a hung engine judg
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
-from typing import Callable, Mapping
+from typing import Callable
 
 from vllm_guardian.errors import ProbeFailed
 from vllm_guardian.config.schema import MAX_BODY
 from vllm_guardian.host.http import HttpClient, HttpError
 from vllm_guardian.model import ProcKey, Sample
 from vllm_guardian.series import metrics as m
+from vllm_guardian.state.readings import HttpScrape
 from vllm_guardian.probes.canary import served_model
 from vllm_guardian.probes.base import Folded, Job, ProbeParts, Schedule, Seen
 from vllm_guardian.probes.vllm_metrics_parse import MAX_ENGINES, PageRefused, read_page
 from vllm_guardian.series.metrics import engine_subject
-
-
-@dataclass(frozen=True)
-class HttpScrape:
-    target: str
-    samples: tuple[Sample, ...]
-    health_status: int | None = None  # HTTP status, None when no answer
-    health_error: str | None = None  # "refused: ...", "timeout: ...", or None
-    metrics_error: str | None = None
-    values: dict[str, float] = field(default_factory=dict)
-    page: str | None = None  # the last /metrics text, for evidence bundles
-    served: str | None = None  # the first model of /v1/models, when asked (not ready yet) and answered
-    key: ProcKey | None = None  # the API-server incarnation scraped (set by the probe)
-    dropped: Mapping[str, int] = field(default_factory=dict)  # reason -> count: what the page lost
 
 
 MAX_PAGE = 4 * 1024 * 1024  # probes.vllm_http.max_page_bytes

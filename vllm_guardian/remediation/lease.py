@@ -133,7 +133,7 @@ class FleetLease:
 
     def _acquire_replicated(self, keys: list[str], args: list[Any]) -> tuple[int, int, int, int]:
         """The acquisition and a ``WAIT`` on one connection (WAIT counts that connection's writes)."""
-        from vllm_guardian.store_client import connection_for
+        from vllm_guardian.store.client import connection_for
 
         pipe = connection_for(self.client, keys[0]).pipeline(transaction=False)
         pipe.eval(_ACQUIRE, len(keys), *keys, *args)

@@ -10,17 +10,33 @@ The machine (``remediation/machine.py``) calls these once per tick while a seque
 from __future__ import annotations
 
 import signal
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from vllm_guardian.clock import Clock
+from vllm_guardian.config.schema import RestartConfig
+from vllm_guardian.remediation.methods.base import MethodContext, RestartMethod
+from vllm_guardian.remediation.parts import RemediationParts
 from vllm_guardian.remediation.sequence import Outcome, Phase, RestartSequence
 from vllm_guardian.remediation.settings import control_message
 from vllm_guardian.remediation.steps import stop_grace
 
-if TYPE_CHECKING:
-    from vllm_guardian.remediation.machine import Machine
-
 KILL_GRACE = 10.0  # after SIGKILL, how long processes get to disappear
 RELEASE_TIMEOUT = 60.0
+
+
+class Machine(MethodContext, Protocol):
+    """What these phases need of the machine (``remediation/machine.py``'s ``Machine`` is one)."""
+
+    clock: Clock
+    parts: RemediationParts
+
+    def method(self, seq: RestartSequence) -> RestartMethod: ...
+
+    def rc(self, seq: RestartSequence) -> RestartConfig: ...
+
+    def enter(self, seq: RestartSequence, phase: Phase, now: float, detail: str) -> None: ...
+
+    def finish(self, seq: RestartSequence, now: float, outcome: Outcome, detail: str) -> None: ...
 
 
 def step_stopping(m: Machine, seq: RestartSequence, now: float) -> None:

@@ -21,12 +21,11 @@ from vllm_guardian.sinks.fleet import (
     autoclaim,
     ensure_group,
     fleet_status,
-    node_summary,
     read_group,
     render_fleet,
     tail,
 )
-from vllm_guardian.sinks.redis_sink import AlertSink
+from vllm_guardian.sinks.redis_sink import AlertSink, AlertSinkSettings
 from vllm_guardian.sinks.redis_client import make_client, mask_url, publish_control, resolve_password
 from vllm_guardian.sinks.redis_delivery import RedisDelivery
 from vllm_guardian.sinks.spool import Spool
@@ -35,6 +34,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AlertEmitter",
     "AlertSink",
+    "AlertSinkSettings",
     "EmbeddedRedis",
     "NodeHeartbeat",
     "IncidentAlerts",
@@ -50,7 +50,6 @@ __all__ = [
     "list_evidence_files",
     "make_client",
     "mask_url",
-    "node_summary",
     "publish_control",
     "read_group",
     "render_fleet",

@@ -1,7 +1,7 @@
 """The fleet seen through Redis: node heartbeats, and the alert stream read back.
 
-- ``NodeHeartbeat.write`` sets ``guardian:node:<node>`` to a JSON node summary with a
-  TTL; ``fleet_status`` lists every live node (``SCAN``, never ``KEYS``) and
+- ``NodeHeartbeat.write`` sets ``guardian:node:<node>`` to a JSON node summary
+  (``surface/heartbeat.py``) with a TTL; ``fleet_status`` lists every live node (``SCAN``, never ``KEYS``) and
   ``render_fleet`` draws them as a table (``guardian status --fleet``).
 - ``tail`` reads the last or the next events of the stream; ``ensure_group``,
   ``read_group``, ``ack`` and ``autoclaim`` are the consumer-group recipe
@@ -15,13 +15,9 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TextIO
+from typing import Any, Callable, Iterable, Mapping, Sequence, TextIO
 
 from vllm_guardian.errors import BackendUnavailable
-
-if TYPE_CHECKING:
-    from vllm_guardian.sinks.redis_sink import AlertsStatus
-    from vllm_guardian.surface.status_snapshot import StatusSnapshot
 
 NODE_PREFIX = "guardian:node:"
 Entry = tuple[str, dict[str, Any]]
@@ -47,40 +43,6 @@ class NodeHeartbeat:
         doc = dict(summary)
         doc["node"] = node
         self.client.set(node_key(node, self.prefix), json.dumps(doc, separators=(",", ":")), px=max(1, int(ttl * 1000)))
-
-
-def node_summary(status: StatusSnapshot, alerts: AlertsStatus | None = None) -> dict[str, Any]:
-    """A compact heartbeat from the status snapshot and the alert sink's section."""
-    out: dict[str, Any] = {
-        "node": status.node,
-        "version": status.version,
-        "time": status.time,
-        "uptime_s": status.uptime_s,
-        "targets": [
-            {
-                "name": t.name,
-                "phase": t.phase,
-                "pid": t.pid,
-                "port": t.port,
-                "model": t.model,
-                "incidents": list(t.incidents),
-            }
-            for t in status.targets
-        ],
-        "incidents": [
-            {
-                "id": i.id,
-                "kind": i.kind.value,
-                "severity": i.severity.value,
-                "target": i.target.name,
-                "opened_at": i.opened_at,
-            }
-            for i in status.incidents
-        ],
-    }
-    if alerts is not None:
-        out["alerts"] = {"spooled": alerts.spooled, "dropped_total": alerts.dropped_total, "redis_up": alerts.redis_up}
-    return out
 
 
 def fleet_status(client, prefix: str = NODE_PREFIX, batch: int = 100) -> list[dict[str, Any]]:

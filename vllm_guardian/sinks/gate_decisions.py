@@ -27,14 +27,23 @@ import json
 import logging
 import queue
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from vllm_guardian.gates.trust import KeyRing, sign
 from vllm_guardian.model import Incident, Kind, Transition
-from vllm_guardian.remediation.decide import Refusal
 
 QUEUE_MAX = 1000
 SAID_MAX = 4096  # open incidents whose last decision is remembered
+
+
+class Hold(Protocol):
+    """Why the guardian holds back from acting (``remediation/decide.py``'s ``Refusal`` is one)."""
+
+    @property
+    def detail(self) -> str: ...
+
+    @property
+    def why(self) -> str: ...
 
 
 class GateDecisions:
@@ -56,7 +65,7 @@ class GateDecisions:
         self.published = 0
         self._failing = False
 
-    def decided(self, inc: Incident, hold: Refusal | None) -> None:
+    def decided(self, inc: Incident, hold: Hold | None) -> None:
         """What the responder decided this tick for an open incident (None: it acts on it)."""
         if inc.kind is not Kind.OUTPUT_CORRUPTION:
             return
@@ -75,7 +84,7 @@ class GateDecisions:
             self._said.pop(inc.id, None)
             self._publish(inc, "resolved", None)
 
-    def _publish(self, inc: Incident, decision: str, hold: Refusal | None) -> None:
+    def _publish(self, inc: Incident, decision: str, hold: Hold | None) -> None:
         sig = inc.signals
         msg: dict[str, Any] = {
             "type": "decision",

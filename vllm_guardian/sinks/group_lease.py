@@ -17,7 +17,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from vllm_guardian.store_keys import tagged
+from vllm_guardian.store.keys import tagged
 
 LEASE_PREFIX = "guardian:group-lease:"
 # KEYS[1] the lease, KEYS[2] its fence counter; ARGV[1] node, ARGV[2] nonce, ARGV[3] ttl ms
@@ -65,7 +65,7 @@ class GroupLease:
         keys = [lease_key(group, self.prefix), fence_key(group, self.prefix)]
         args = [self.node, nonce, max(1, int(ttl * 1000))]
         if self.replicas:
-            from vllm_guardian.store_client import connection_for
+            from vllm_guardian.store.client import connection_for
 
             pipe = connection_for(self.client, keys[0]).pipeline(transaction=False)
             pipe.eval(_ACQUIRE, 2, *keys, *args)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from vllm_guardian.store_client import LazyCluster, connection_for, make_client
+from vllm_guardian.store.client import LazyCluster, connection_for, make_client
 from vllm_guardian.errors import ConfigError
 
 __all__ = [

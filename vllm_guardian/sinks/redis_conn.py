@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from vllm_guardian import store_url
+from vllm_guardian.store import url as store_url
 from vllm_guardian.sinks.redis_client import make_client, mask_url, publish_control, resolve_password
 
 log = logging.getLogger(__name__)

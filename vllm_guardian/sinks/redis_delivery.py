@@ -19,7 +19,7 @@ import json
 from typing import Any, Mapping, Sequence
 
 from vllm_guardian.sinks.events import event_time_ms
-from vllm_guardian.store_keys import beside
+from vllm_guardian.store.keys import beside
 
 DEFAULT_DELIVERED_KEEP = 100_000
 
@@ -82,7 +82,7 @@ class RedisDelivery:
     def deliver_batch(self, events: Sequence[Mapping[str, Any]]) -> tuple[list[bool], int]:
         """Each event once (True: new, False: a duplicate skipped), then ``WAIT``: (results, replicas
         that acknowledged them all). Raises on Redis errors (nothing of the batch is then known)."""
-        from vllm_guardian.store_client import connection_for
+        from vllm_guardian.store.client import connection_for
 
         pipe = connection_for(self.client, self.stream).pipeline(transaction=False)
         for event in events:

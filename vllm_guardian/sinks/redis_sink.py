@@ -61,26 +61,33 @@ class AlertsStatus:
     failovers: int = 0  # on a Sentinel store: times the master changed since the start
 
 
+@dataclass(frozen=True)
+class AlertSinkSettings:
+    """Where and how the sink delivers: the ``alerts`` config's keys, and the flusher's pace."""
+
+    node: str
+    stream: str = "guardian:alerts"
+    channel: str | None = "guardian:alerts"  # None: no pub/sub notice
+    maxlen: int = 100_000  # XADD MAXLEN ~
+    control_channel: str = "guardian:control"
+    heartbeat_ttl: float = 30.0
+    delivered_keep: int | None = None  # ids remembered as delivered (None: twice the spool)
+    batch: int = 100  # events per delivery round
+    backoff_initial: float = 0.1  # seconds after a failure, doubled up to backoff_max
+    backoff_max: float = 5.0
+    idle_interval: float = 5.0  # the flusher's look at the spool when nothing woke it
+    url_for_log: str = ""  # the Redis URL, password masked
+
+
 class AlertSink:
     """Spool-first alert publisher with a background flusher thread (see module doc)."""
 
     def __init__(
         self,
-        client,
-        spool: Spool,
         *,
-        node: str,
-        stream: str = "guardian:alerts",
-        channel: str | None = "guardian:alerts",
-        maxlen: int = 100_000,
-        control_channel: str = "guardian:control",
-        heartbeat_ttl: float = 30.0,
-        delivered_keep: int | None = None,
-        batch: int = 100,
-        backoff_initial: float = 0.1,
-        backoff_max: float = 5.0,
-        idle_interval: float = 5.0,
-        url_for_log: str = "",
+        client: Any,
+        spool: Spool,
+        settings: AlertSinkSettings,
         on_close: Callable[[], None] | None = None,
         on_down: Callable[[], Any] | None = None,
         close_client: bool = True,
@@ -88,23 +95,25 @@ class AlertSink:
         replica_timeout: float = 1.0,
         start: bool = True,
     ) -> None:
+        node = settings.node
+        self.settings = settings
         self.node = node
         self.spool = spool
         self.client = client
-        self.control_channel = control_channel
-        self.heartbeat_ttl = heartbeat_ttl
-        self.batch = max(1, int(batch))
-        self.backoff_initial = backoff_initial
-        self.backoff_max = max(backoff_max, backoff_initial)
-        self.idle_interval = idle_interval
-        self.url_for_log = url_for_log
+        self.control_channel = settings.control_channel
+        self.heartbeat_ttl = settings.heartbeat_ttl
+        self.batch = max(1, int(settings.batch))
+        self.backoff_initial = settings.backoff_initial
+        self.backoff_max = max(settings.backoff_max, settings.backoff_initial)
+        self.idle_interval = settings.idle_interval
+        self.url_for_log = settings.url_for_log
         self._delivery = RedisDelivery(
             client,
             node=node,
-            stream=stream,
-            channel=channel,
-            maxlen=maxlen,
-            delivered_keep=delivered_keep or max(DEFAULT_DELIVERED_KEEP, 2 * spool.max_events),
+            stream=settings.stream,
+            channel=settings.channel,
+            maxlen=settings.maxlen,
+            delivered_keep=settings.delivered_keep or max(DEFAULT_DELIVERED_KEEP, 2 * spool.max_events),
             replicas=wait_replicas,
             replica_timeout=replica_timeout,
         )
@@ -163,18 +172,16 @@ class AlertSink:
         node: str,
         *,
         owns_connection: bool = False,
-        **kwargs: Any,
+        start: bool = True,
+        **tuning: Any,
     ) -> AlertSink:
         """The sink of an ``AlertsConfig`` on ``conn`` (spool under ``<state_dir>/spool``); a dead
         embedded Redis is revived by the flusher. ``owns_connection``: ``close()`` closes ``conn``
-        too; else whoever made ``conn`` closes it after the sink."""
+        too; else whoever made ``conn`` closes it after the sink. ``tuning``: other fields of
+        ``AlertSinkSettings`` (``backoff_max``, ``idle_interval``, ...)."""
         spool = Spool(Path(state_dir) / "spool", max_events=alerts.spool.max_events, max_bytes=alerts.spool.max_bytes)
-        if conn.revivable:
-            kwargs.setdefault("on_down", conn.revive)
         log.info("alerts: stream %s, channel %s on %s", alerts.stream, alerts.channel, conn.url_for_log)
-        return cls(
-            conn.client,
-            spool,
+        settings = AlertSinkSettings(
             node=node,
             stream=alerts.stream,
             channel=alerts.channel,
@@ -182,11 +189,18 @@ class AlertSink:
             control_channel=alerts.control_channel,
             heartbeat_ttl=alerts.heartbeat_ttl,
             url_for_log=conn.url_for_log,
+            **tuning,
+        )
+        return cls(
+            client=conn.client,
+            spool=spool,
+            settings=settings,
             on_close=conn.close if owns_connection else None,
+            on_down=conn.revive if conn.revivable else None,
             close_client=False,
             wait_replicas=alerts.wait_replicas if getattr(conn, "highly_available", False) else 0,
             replica_timeout=min(1.0, alerts.timeout / 2),
-            **kwargs,
+            start=start,
         )
 
     # ------------------------------------------------------------ caller side (never blocks on Redis)

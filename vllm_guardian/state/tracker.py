@@ -28,8 +28,7 @@ def _r(x: float | None, nd: int) -> float | None:
 
 
 if TYPE_CHECKING:  # the probes' readings, kept here for status: annotations only
-    from vllm_guardian.probes.canary import CanaryResult
-    from vllm_guardian.probes.vllm_http import HttpScrape
+    from vllm_guardian.state.readings import CanaryResult, HttpScrape
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,6 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
 from vllm_guardian.host.kube import KubeClient, PodRef, pod_uid_of
@@ -33,6 +32,7 @@ from vllm_guardian.model import ProcKey
 from vllm_guardian.remediation.policy import node_anomaly
 from vllm_guardian.surface import node_taint
 from vllm_guardian.surface.kube_plan import EventWant, GateWant, PlanState, plan
+from vllm_guardian.surface.kube_status import KubernetesStatus
 from vllm_guardian.surface.readiness import CONDITION_TYPE
 
 if TYPE_CHECKING:
@@ -67,15 +67,6 @@ class _NodeWant:
 @dataclass(frozen=True)
 class _TaintWant:
     tainted: bool
-
-
-@dataclass(frozen=True)
-class KubernetesStatus:
-    """The status's ``kubernetes`` section (and its failure counter metric)."""
-
-    failures: Mapping[str, int]  # failed API calls by what was sent (GateWant, EventWant, NodeWant, TaintWant)
-    queue_full: int
-    node_tainted: bool | None  # None: no taint decided yet
 
 
 class KubePublisher:

@@ -24,7 +24,7 @@ from vllm_guardian.gates.status import GatesSummary, TargetGatesStatus, TrustSta
 from vllm_guardian.host.capabilities import MissingCapability
 from vllm_guardian.host.server_files import ServerFilesStatus
 from vllm_guardian.model import Incident
-from vllm_guardian.probes.accel import TargetDevice
+from vllm_guardian.state.readings import TargetDevice
 from vllm_guardian.probes.procfs_status import ProcessStatus
 from vllm_guardian.remediation.parts import ActionCounts
 from vllm_guardian.remediation.remediator import SequenceStatus
@@ -37,7 +37,7 @@ from vllm_guardian.state.tracker import CanaryStatus, HealthStatus
 from vllm_guardian.state.vllm_states import VllmStatus
 from vllm_guardian.surface.http_stats import HttpStatus
 from vllm_guardian.surface.connection_slots import ConnectionCounts
-from vllm_guardian.surface.kube_publisher import KubernetesStatus
+from vllm_guardian.surface.kube_status import KubernetesStatus
 from vllm_guardian.surface.status_codec import decode, plain
 
 SCHEMA = 1

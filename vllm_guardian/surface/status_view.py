@@ -33,7 +33,7 @@ from vllm_guardian.sinks.alertmanager_sink import AlertmanagerStatus
 from vllm_guardian.sinks.redis_sink import AlertsStatus
 from vllm_guardian.surface.http_stats import HttpStatus
 from vllm_guardian.surface.connection_slots import ConnectionCounts
-from vllm_guardian.surface.kube_publisher import KubernetesStatus
+from vllm_guardian.surface.kube_status import KubernetesStatus
 from vllm_guardian.series import metrics as m
 from vllm_guardian.vllm_versions import RECOVERING, RETIRED
 from vllm_guardian.state.vllm_states import serves_grpc, status_of

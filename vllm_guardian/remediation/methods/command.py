@@ -9,7 +9,7 @@ stopped it itself, and nobody else is bringing it back).
 
 from __future__ import annotations
 
-from vllm_guardian.bundle.redact import redact_argv
+from vllm_guardian.redact import redact_argv
 from vllm_guardian.config.schema import RestartConfig
 from vllm_guardian.model import Kind
 from vllm_guardian.remediation.decide import Refusal

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from vllm_guardian import store_url
+from vllm_guardian.store import url as store_url
 
 
 def make_client(url: str, *, password: str | None = None, timeout: float = 2.0, decode: bool = True):
