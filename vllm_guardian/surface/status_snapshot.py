@@ -78,6 +78,19 @@ class TargetStatus:
     metrics_dropped: Mapping[str, int] = field(default_factory=dict)
     namespace: str | None = None  # the Kubernetes pod it runs in (match.kubernetes), else None
     pod: str | None = None
+    profile: str = "default"  # the policy profile it is remediated under (docs/policy.md)
+    workaround: WorkaroundStatus | None = None  # the known-bug workaround it runs with; None: none
+
+
+@dataclass(frozen=True)
+class WorkaroundStatus:
+    """A catalog workaround the target was started with (``<state_dir>/workarounds.json``)."""
+
+    signature: str
+    incident: str  # the recurring incident it was applied for
+    args: tuple[str, ...]
+    env: Mapping[str, str]
+    at: float  # wall time applied
 
 
 @dataclass(frozen=True)
