@@ -118,6 +118,7 @@ class World:
         device_check=None,
         pre_restart_check=None,
         fleet_client=None,
+        workarounds=None,
         **settings,
     ):
         """A remediator on this world's state dir (a second one: the guardian restarted);
@@ -141,6 +142,7 @@ class World:
                 device_check=device_check or (lambda target: None),
                 pre_restart_check=pre_restart_check,
                 fleet_client=fleet_client,
+                workarounds=workarounds or {},
             )
         )
 

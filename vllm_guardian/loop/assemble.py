@@ -214,6 +214,7 @@ def assemble(
                 clock.monotonic,
             ),
             device_kind=devices.kind,
+            workarounds={s.id: s.workaround_apply for s in diagnoser.signatures if s.workaround_apply is not None},
         )
     )
     fanout = TransitionFanout(incident_opened, sinks, stats, episodes, clock, log)

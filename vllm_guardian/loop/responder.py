@@ -143,7 +143,9 @@ class Responder:
             if self._will_remediate(inc, mode):
                 self.out_of_service.setdefault(inc.target.name, (inc.kind.value, inc.id))
             # draining starts while the bundle is captured; stopping waits for it (``_capturing``)
-            considered = self.remediator.consider(inc, tr, now, mode=mode, tripped=len(tripped), total=total)
+            considered = self.remediator.consider(
+                inc, tr, now, mode=mode, tripped=len(tripped), total=total, diagnosing=inc.id in self.evidence_pending
+            )
             self._decided(inc, AMBIGUOUS if ambiguous else considered.hold)
             decision = considered.text
             if inc.id in self.evidence_pending:

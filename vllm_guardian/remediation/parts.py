@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from vllm_guardian.clock import Clock
+from vllm_guardian.diagnosis.workaround import Workaround
 from vllm_guardian.host.process_control import ProcessControl
 from vllm_guardian.host.runner import CommandRunner
 from vllm_guardian.remediation.jobs import Submitter
@@ -51,6 +52,8 @@ class RemediationParts:
     fleet_client: Any = None  # the fleet store's Redis client (the percentage breaker); None: none configured
     pre_restart_check: PreRestartCheck | None = None  # None: no device check configured
     device_kind: Callable[[str], str] = lambda target: "none"  # nvidia | ascend | none (profiles match on it)
+    # catalog signature id -> its machine-readable workaround (applied on a recurrence when a profile allows)
+    workarounds: Mapping[str, Workaround] = field(default_factory=dict)
 
     def method(self, mode: str) -> RestartMethod:
         """The method of ``restart.mode`` (the config admits only the table's names)."""

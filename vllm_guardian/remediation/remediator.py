@@ -18,7 +18,9 @@ from vllm_guardian.config.schema_fields import Mode
 from vllm_guardian.discovery.argv import not_verified
 from vllm_guardian.model import Action, Incident, ProcKey
 from vllm_guardian.remediation.decide import ManualSituation, Refusal, Situation, decide, decide_manual
-from vllm_guardian.remediation.recurring import recurring
+from vllm_guardian.diagnosis.workaround import Workaround
+from vllm_guardian.policy.workaround import Applied, WorkaroundState
+from vllm_guardian.remediation.recurring import Recurrence, recurring
 from vllm_guardian.policy.breaker import PercentBreaker
 from vllm_guardian.policy.profiles import TargetFacts
 from vllm_guardian.remediation.machine import BREAKER_TTL, Machine
@@ -70,6 +72,7 @@ class Remediator:
         self.log = parts.log
         self.maintenance = Maintenance(parts.settings.state_dir)
         self.store = SequenceStore(parts.settings.state_dir, parts.log)
+        self.workaround_state = WorkaroundState(parts.settings.state_dir)
         self.tally = Tally()
         self.machine = Machine(parts, self.store, self.tally)
         self.profiles: dict[str, TargetPolicy] = {}  # target -> the policy it is remediated under (its profile)
@@ -222,9 +225,16 @@ class Remediator:
 
     # ------------------------------------------------------------------ decisions
     def situation(
-        self, incident: Incident, tracked: TrackedTarget, *, mode: Mode, tripped: int, total: int
+        self,
+        incident: Incident,
+        tracked: TrackedTarget,
+        *,
+        mode: Mode,
+        tripped: int,
+        total: int,
+        recurrence: Recurrence | None = None,
     ) -> Situation:
-        """The facts ``decide`` looks at, read now."""
+        """The facts ``decide`` looks at, read now (``recurrence``: ``self.recurrence``'s answer)."""
         name = incident.target.name
         prev = self.sequences.get(name)
         tp = self.target_policy(name, tracked)
@@ -249,17 +259,42 @@ class Remediator:
             budget=may_restart(tp.policy, self.ledger, name, wall),
             pids=tuple(p.pid for p in tracked.target.processes),
             port_unverified=None if tracked.target.port_verified else not_verified(tracked.target.socket),
-            recurring=recurring(tp.profile.recurrence, prev, incident, rc, wall),
+            recurring=recurrence.reason if recurrence is not None and recurrence.action == "escalate" else None,
+            recurring_wait=recurrence.reason if recurrence is not None and recurrence.action == "wait" else None,
+        )
+
+    def recurrence(self, incident: Incident, tracked: TrackedTarget, diagnosing: bool) -> Recurrence | None:
+        """Is the incident a recurrence after a verified restart, and what then (``remediation/recurring.py``)."""
+        name = incident.target.name
+        rc = self.settings.restart_config_for(name) if self.settings.configured(name) else None
+        return recurring(
+            self.target_policy(name, tracked).profile.recurrence,
+            self.sequences.get(name),
+            incident,
+            rc,
+            self.clock.wall(),
+            workarounds=self.parts.workarounds,
+            running_with=self.workaround_state.load().get(name),
+            diagnosing=diagnosing,
         )
 
     def consider(
-        self, incident: Incident, tracked: TrackedTarget, now: float, *, mode: Mode, tripped: int, total: int
+        self,
+        incident: Incident,
+        tracked: TrackedTarget,
+        now: float,
+        *,
+        mode: Mode,
+        tripped: int,
+        total: int,
+        diagnosing: bool = False,
     ) -> Considered:
         """Decide whether an open incident gets a restart now: the decision in words (status) and
         why the guardian does not act on it, if it does not; each refusal with a key is recorded on
-        the incident once."""
+        the incident once. ``diagnosing``: its evidence and diagnosis are still being made."""
         name = incident.target.name
-        decision = decide(self.situation(incident, tracked, mode=mode, tripped=tripped, total=total))
+        rec = self.recurrence(incident, tracked, diagnosing) if mode is Mode.REMEDIATE else None
+        decision = decide(self.situation(incident, tracked, mode=mode, tripped=tripped, total=total, recurrence=rec))
         if decision.budget_exhausted is True:
             self.exhausted.add(name)
         elif decision.budget_exhausted is False:
@@ -281,7 +316,26 @@ class Remediator:
                 "escalated",
             )
             return Considered(self._once(incident, "unsaved", "escalated", unsaved.detail), unsaved)
+        if rec is not None and rec.action == "workaround" and rec.workaround is not None and rec.signature:
+            self._apply_workaround(incident, rec.signature, rec.workaround, rec.reason)
+            return Considered("started with the workaround", None)
         return Considered("started", None)
+
+    def _apply_workaround(self, incident: Incident, signature: str, wa: Workaround, why: str) -> None:
+        """Record that the target runs with ``wa`` from now on (its start reads the record) and say so
+        on the incident."""
+        name = incident.target.name
+        self.workaround_state.record(Applied(name, signature, wa, incident.id, self.clock.wall()))
+        words = " ".join([*wa.args, *(f"{k}={v}" for k, v in wa.env)])
+        how = "drop-in for its unit" if self.settings.restart_config_for(name).mode == "systemd" else "command line"
+        detail = (
+            f"{why}; restarting with {words} (catalog {signature}, {how}); `guardian workaround clear {name}` undoes it"
+        )
+        try:
+            self.parts.incidents.add_action(incident.id, Action("workaround", "applied", self.clock.wall(), detail))
+        except KeyError:
+            pass
+        self.log.warning("remediation %s: %s", name, detail, extra=log_fields(name, incident.kind.value, incident.id))
 
     def manual(self, name: str, tracked: TrackedTarget | None, now: float, action: str, dry_run: bool) -> str:
         """``guardian drain|restart <target>``: the same machine and the same safety checks,

@@ -35,6 +35,7 @@ class RemediationSettings:
     policy: PolicyConfig
     targets: Mapping[str, RestartSpec] = field(default_factory=dict)
     pod_removal: str = "evict"  # restart.mode kubernetes: evict | delete (kubernetes.pod_removal)
+    systemd_dropin_root: str = "/run/systemd/system"  # where a workaround's unit drop-in is written
 
     @classmethod
     def from_config(cls, cfg: Config) -> RemediationSettings:

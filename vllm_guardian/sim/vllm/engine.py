@@ -15,7 +15,8 @@ Faults (ordered through ``SetFault``):
 - ``none``: stops the two leaks (what already leaked stays leaked).
 
 ``--mm-lru-bug`` (the LRU busy loop of vLLM #43941, recurring): every start is armed with ``busy_loop``
-unless ``--mm-processor-cache-gb 0`` turns the multi-modal cache off — the catalog's workaround.
+unless ``--mm-processor-cache-gb 0`` turns the multi-modal cache off — the catalog's workaround. Its
+spin has vLLM's stacks (``sim/vllm/utils/cache.py``): ``LRUCache.popitem`` on ``process_input_sockets``.
 
 Pause and sleep (vLLM's dev-mode ``/pause``, ``/sleep``; ``SetPaused``): a paused engine
 schedules nothing (requests stay queued, ``mode=keep``), or first aborts every request
@@ -40,6 +41,8 @@ import time
 import zlib
 from collections import deque
 from dataclasses import asdict, dataclass, field
+
+from vllm_guardian.sim.vllm.utils.cache import spin_on_the_input_thread
 
 ENGINE_TITLE = "VLLM::EngineCore"
 WORKER_TITLE = "VLLM::Worker"
@@ -445,7 +448,9 @@ class EngineCore:
     # -- faults
 
     def _fire(self, name: str) -> None:
-        if name == "busy_loop":
+        if name == "busy_loop" and self._config.mm_lru_bug:
+            spin_on_the_input_thread()  # vLLM's shape of it: the input thread spins, the main thread waits
+        elif name == "busy_loop":
             _ghost_key_spin()
         elif name == "stall":
             self._hang_lock.acquire()
