@@ -17,6 +17,8 @@ Faults (ordered through ``SetFault``):
 ``--mm-lru-bug`` (the LRU busy loop of vLLM #43941, recurring): every start is armed with ``busy_loop``
 unless ``--mm-processor-cache-gb 0`` turns the multi-modal cache off — the catalog's workaround. Its
 spin has vLLM's stacks (``sim/vllm/utils/cache.py``): ``LRUCache.popitem`` on ``process_input_sockets``.
+``--mm-lru-bug-after N``: the cache fills after N requests of each start, so the loop fires at the
+request after them (a canary answered after a restart, then the loop comes back).
 
 Pause and sleep (vLLM's dev-mode ``/pause``, ``/sleep``; ``SetPaused``): a paused engine
 schedules nothing (requests stay queued, ``mode=keep``), or first aborts every request
@@ -108,6 +110,7 @@ class EngineConfig:
     # back after every restart — unless the cache is off (0), as the catalog's workaround says.
     mm_processor_cache_gb: float = 4.0
     mm_lru_bug: bool = False
+    mm_lru_after: int = 0  # requests served after each start before the cache fills and the loop fires
 
     @property
     def title(self) -> str:
@@ -296,6 +299,8 @@ class EngineCore:
         self._free_blocks = config.kv_blocks
         self._leaked_blocks = 0
         self._armed: str | None = "busy_loop" if config.mm_lru_bug and config.mm_processor_cache_gb > 0 else None
+        self._served = 0  # requests finished since this start
+        self._fire_after = config.mm_lru_after if self._armed else 0  # a fault set later fires at once
         self._paused = False
         self._sleeping = False
         self._kv_leak = False
@@ -336,7 +341,7 @@ class EngineCore:
     # -- one step
 
     def step(self) -> None:
-        if self._armed is not None:
+        if self._armed is not None and self._served >= self._fire_after:
             self._fire(self._armed)
         self._admit()
         scheduled = 0
@@ -429,6 +434,8 @@ class EngineCore:
 
     def _set_fault(self, msg: SetFault) -> None:
         if msg.name in HANG_FAULTS:
+            if self._armed is None:
+                self._fire_after = 0
             self._armed = self._armed or msg.name
         elif msg.name == "rss_leak":
             self._rss_rate = max(0.0, msg.rate_mb_s) * _MIB
@@ -521,6 +528,7 @@ class EngineCore:
 
     def _finish(self, req: _Request) -> None:
         self._running.remove(req)
+        self._served += 1
         if self._kv_leak:
             self._leaked_blocks += req.blocks
         else:
