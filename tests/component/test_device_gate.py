@@ -29,7 +29,10 @@ def row(device: str, backend: str = "nvml") -> dict:
     }
 
 
-def gate(per_target, cfg=DeviceCheckConfig(), runner=None, backends=None):
+ON = DeviceCheckConfig()
+
+
+def gate(per_target, cfg=ON, runner=None, backends=None):
     clock = FakeClock()
     backend = FakeNvmlBackend(NVML, clock=clock, health_interval=None)
     devices = TargetDevices(Readings(accel=AccelResult(per_target=per_target)))
