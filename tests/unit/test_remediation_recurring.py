@@ -140,3 +140,40 @@ def test_decide_escalates_a_recurrence_instead_of_restarting():
     refusal = decide(situation).refusal
     assert refusal is not None and (refusal.key, refusal.status) == ("recurring", "escalated")
     assert decide(dataclasses.replace(situation, recurring=None)).start
+
+
+def stall(*ids):
+    return dataclasses.replace(
+        incident(kind=Kind.ENGINE_STALL), diagnosis=tuple({"id": i, "confidence": 0.9} for i in ids)
+    )
+
+
+@pytest.mark.parametrize(
+    ("inc", "previous_signature", "diagnosing", "action"),
+    [
+        (stall(SIG), SIG, False, "workaround"),
+        (stall(), SIG, True, "wait"),
+        (stall(), SIG, False, None),
+        (stall(SIG), None, False, None),
+        (stall("vllm-other"), SIG, False, None),
+    ],
+    ids=[
+        "same-bug-read-as-a-stall",
+        "stall-being-diagnosed",
+        "stall-never-diagnosed",
+        "previous-never-diagnosed",
+        "another-bug",
+    ],
+)
+def test_the_same_bug_under_another_kind_is_a_recurrence(inc, previous_signature, diagnosing, action):
+    found = recurring(
+        ALLOW,
+        sequence(),
+        inc,
+        CMD,
+        1100.0,
+        workarounds={SIG: WA},
+        diagnosing=diagnosing,
+        previous_signature=previous_signature,
+    )
+    assert (found.action if found is not None else None) == action

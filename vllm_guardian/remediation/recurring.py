@@ -8,7 +8,11 @@ sequence, when it ended verified (``done``) for another incident of the same kin
   names a catalog signature with a machine-readable workaround and the restart method owns the
   command line (command, systemd): one restart with it; the target keeps it until
   ``guardian workaround clear``. A target already running with that workaround escalates instead;
-- ``wait`` — the workaround is allowed but the diagnosis is still being made: nothing yet.
+- ``wait`` — the diagnosis is still being made, and it decides: the workaround is allowed, or the
+  incident is of another kind than the one restarted, which was diagnosed (the same bug can read
+  as a busy loop or, its spin starved of CPU, as an engine stall): nothing yet.
+
+The same fault is the same kind, or the same catalog signature under another kind.
 
 Pure: the sequence, the incident, what the catalog knows and what the target runs with in; a
 ``Recurrence`` or None (no recurrence) out."""
@@ -55,6 +59,7 @@ def recurring(
     workarounds: Mapping[str, Workaround] | None = None,
     running_with: Applied | None = None,
     diagnosing: bool = False,
+    previous_signature: str | None = None,
 ) -> Recurrence | None:
     if not cfg.enabled or prev is None or rc is None or prev.drain_only or prev.phase is not Phase.DONE:
         return None
@@ -63,11 +68,15 @@ def recurring(
     known = workarounds or {}
     signature = signature_of(incident, known)
     wa = known.get(signature) if signature else None
+    if incident.kind.value != prev.reason and previous_signature is not None and signature is None:
+        if not diagnosing or wall - prev.phase_since_wall >= cfg.window:
+            return None  # another kind, never diagnosed: another fault
+        return Recurrence("wait", f"waiting for the diagnosis: {previous_signature} again, as {incident.kind.value}?")
     already = running_with is not None and (signature is None or running_with.signature == signature)
     allowed = cfg.apply_workaround and not already
     verdict = judge(
         dataclasses.replace(cfg, apply_workaround=allowed),
-        history=[VerifiedRestart(prev.incident_id, prev.reason, None, prev.phase_since_wall)],
+        history=[VerifiedRestart(prev.incident_id, prev.reason, previous_signature, prev.phase_since_wall)],
         kind=incident.kind.value,
         signature=signature,
         now=wall,

@@ -20,7 +20,7 @@ from vllm_guardian.model import Action, Incident, ProcKey
 from vllm_guardian.remediation.decide import ManualSituation, Refusal, Situation, decide, decide_manual
 from vllm_guardian.diagnosis.workaround import Workaround
 from vllm_guardian.policy.workaround import Applied, WorkaroundState
-from vllm_guardian.remediation.recurring import Recurrence, recurring
+from vllm_guardian.remediation.recurring import Recurrence, recurring, signature_of
 from vllm_guardian.policy.breaker import PercentBreaker
 from vllm_guardian.policy.profiles import TargetFacts
 from vllm_guardian.remediation.machine import BREAKER_TTL, Machine
@@ -267,15 +267,18 @@ class Remediator:
         """Is the incident a recurrence after a verified restart, and what then (``remediation/recurring.py``)."""
         name = incident.target.name
         rc = self.settings.restart_config_for(name) if self.settings.configured(name) else None
+        prev = self.sequences.get(name)
+        before = self.parts.incidents.get(prev.incident_id) if prev is not None and prev.incident_id else None
         return recurring(
             self.target_policy(name, tracked).profile.recurrence,
-            self.sequences.get(name),
+            prev,
             incident,
             rc,
             self.clock.wall(),
             workarounds=self.parts.workarounds,
             running_with=self.workaround_state.load().get(name),
             diagnosing=diagnosing,
+            previous_signature=signature_of(before, self.parts.workarounds) if before is not None else None,
         )
 
     def consider(
