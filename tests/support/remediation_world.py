@@ -109,8 +109,21 @@ class World:
         self.holding: set[str] = set()  # targets whose evidence is still being captured
         self.rem = self.new_remediator()
 
-    def new_remediator(self, *, lease=None, kube=None, procfs=None, device_check=None, http=None, **settings):
-        """A remediator on this world's state dir (a second one: the guardian restarted)."""
+    def new_remediator(
+        self,
+        *,
+        lease=None,
+        kube=None,
+        procfs=None,
+        device_check=None,
+        pre_restart_check=None,
+        fleet_client=None,
+        workarounds=None,
+        http=None,
+        **settings,
+    ):
+        """A remediator on this world's state dir (a second one: the guardian restarted);
+        ``pre_restart_check`` and ``fleet_client``: the device check and the breaker's Redis."""
         rs = replace(RemediationSettings.from_config(self.cfg), **settings)
         return Remediator(
             RemediationParts(
@@ -129,6 +142,9 @@ class World:
                 publish_control=self.published.append,
                 device_check=device_check or (lambda target: None),
                 http=http,
+                pre_restart_check=pre_restart_check,
+                fleet_client=fleet_client,
+                workarounds=workarounds or {},
             )
         )
 

@@ -60,6 +60,8 @@ from vllm_guardian.loop.tables import Tables
 from vllm_guardian.loop.responder import Decided, Responder, ResponderPorts, ResponderSettings
 from vllm_guardian.model import Action, Incident
 from vllm_guardian.probes.accel import missing_backends
+from vllm_guardian.loop.device_gate import PreRestartCheck, TargetDevices
+from vllm_guardian.detectors.device_catalog import shipped
 from vllm_guardian.probes.base import ProbeParts, Readings
 from vllm_guardian.probes.scheduler import ProbeScheduler
 from vllm_guardian.probes.table import build_probes, probe_names
@@ -188,8 +190,10 @@ def assemble(
         build_probes(probe_parts, tables.probes), runner, stats, episodes, series, record=record_action
     )
     incidents = IncidentManager(node, clock, store, cfg.detectors)
-    ledger = RestartLedger(cfg.state_dir, keep=cfg.policy.budget.period)
+    periods = [p.budget_period for p in cfg.policy.profiles if p.budget_period is not None]
+    ledger = RestartLedger(cfg.state_dir, keep=max([cfg.policy.budget.period, *periods]))
     settings = RemediationSettings.from_config(cfg)
+    devices = TargetDevices(readings)
     remediator = Remediator(
         RemediationParts(
             settings,
@@ -209,6 +213,17 @@ def assemble(
             device_check=DeviceBlock(readings, clock.monotonic),
             method_table=tables.methods,
             http=seams.http,
+            fleet_client=redis.client if redis is not None else None,
+            pre_restart_check=PreRestartCheck.configured(
+                cfg.policy.device_check,
+                devices,
+                seams.accel_backends,
+                lambda: readings.device_faults.catalog if readings.device_faults is not None else shipped(),
+                seams.commands,
+                clock.monotonic,
+            ),
+            device_kind=devices.kind,
+            workarounds={s.id: s.workaround_apply for s in diagnoser.signatures if s.workaround_apply is not None},
         )
     )
     fanout = TransitionFanout(incident_opened, sinks, stats, episodes, clock, log)

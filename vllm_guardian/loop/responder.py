@@ -136,6 +136,7 @@ class Responder:
                 continue
             row = self.kinds.get(inc.kind)
             mode = row.mode(self.detectors) if row is not None else Mode.ALERT
+            mode = self.remediator.mode_for(inc, tr, mode)  # the target's profile may set it per kind
             ambiguous = bool(inc.signals.get("alert_only")) and mode is Mode.REMEDIATE
             if ambiguous:
                 mode = Mode.ALERT  # e.g. two instances disagree and neither has a baseline: nobody to blame
@@ -152,7 +153,9 @@ class Responder:
             if self._will_remediate(inc, mode):
                 self.out_of_service.setdefault(inc.target.name, (inc.kind.value, inc.id))
             # draining starts while the bundle is captured; stopping waits for it (``_capturing``)
-            considered = self.remediator.consider(inc, tr, now, mode=mode, tripped=len(tripped), total=total)
+            considered = self.remediator.consider(
+                inc, tr, now, mode=mode, tripped=len(tripped), total=total, diagnosing=inc.id in self.evidence_pending
+            )
             self._decided(inc, AMBIGUOUS if ambiguous else considered.hold)
             decision = considered.text
             if inc.id in self.evidence_pending:
@@ -162,6 +165,10 @@ class Responder:
         self.remediator.tick(now, self.tracker, self.series, holding)
         for seq, outcome in self.remediator.take_finished():
             self._remediation_finished(seq, outcome)
+        for incident_id in self.remediator.take_escalated():
+            escalated = self.incidents.get(incident_id)
+            if escalated is not None:
+                self._updated(escalated)  # the breaker's page: the alert goes out again with what is held
         still_open = {i.id for i in self.incidents.open_incidents()}  # a verified restart resolved its incident
         self.out_of_service = {t: v for t, v in self.out_of_service.items() if v[1] in still_open}
         self.remediator.refresh_budgets()
@@ -182,18 +189,18 @@ class Responder:
         """Remediate mode, a remediating detector, a configured target, a kind that restarts."""
         return (
             mode is Mode.REMEDIATE
-            and not self.remediator.policy.dry_run
+            and not self.remediator.target_policy(inc.target.name).policy.dry_run
             and inc.kind is not Kind.PROBE_FAILURE
             and self.remediator.settings.configured(inc.target.name)
         )
 
     def _budget_incidents(self) -> list[Transition]:
         transitions: list[Transition] = []
-        policy = self.remediator.policy
         for name, tr in self.tracker.targets.items():
             kind = Kind.RESTART_BUDGET_EXHAUSTED
             finding = None
             if name in self.remediator.exhausted:
+                policy = self.remediator.target_policy(name).policy
                 left = budget_left(policy, self.remediator.ledger, name, self.clock.wall())
                 finding = Finding(
                     kind,

@@ -1,8 +1,9 @@
 """Escalate on recurrence (docs/policy.md, Recurrence): the same kind — and the same catalog
-signature when one matched — on the same target within ``recurrence.window`` seconds after a
-verified restart is not restarted blindly again. The answer is ``restart`` (nothing recurs),
-``escalate`` (alert "recurring", both incidents linked) or ``workaround`` (the profile allows the
-catalog's workaround and the restart method owns the command line). Pure: history in, a verdict out.
+signature when one matched; the same signature under another kind counts too — on the same target
+within ``recurrence.window`` seconds after a verified restart is not restarted blindly again. The
+answer is ``restart`` (nothing recurs), ``escalate`` (alert "recurring", both incidents linked) or
+``workaround`` (the profile allows the catalog's workaround and the restart method owns the command
+line). Pure: history in, a verdict out.
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ class RecurrenceVerdict:
 
 
 def _same(previous: VerifiedRestart, kind: str, signature: str | None) -> bool:
-    if previous.kind != kind:
-        return False
-    return previous.signature is None or signature is None or previous.signature == signature
+    """The same fault: both diagnosed as one catalog signature (whichever detector named it: a spin
+    starved of CPU can read as an engine stall), else the same kind with no signature against it."""
+    if previous.signature is not None and signature is not None:
+        return previous.signature == signature
+    return previous.kind == kind
 
 
 def judge(

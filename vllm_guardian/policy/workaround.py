@@ -10,12 +10,14 @@ the record, and the next restart uses the original command. Pure but for that fi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vllm_guardian.config.schema import RestartConfig
 from vllm_guardian.diagnosis.workaround import Workaround, parse_workaround
 from vllm_guardian.fsutil import atomic_write
 
@@ -62,6 +64,36 @@ def systemd_dropin(workaround: Workaround) -> str:
     if workaround.args:
         lines.append(f'Environment="VLLM_GUARDIAN_EXTRA_ARGS={" ".join(workaround.args)}"')
     return "\n".join(lines) + "\n"
+
+
+DROPIN = "50-vllm-guardian-workaround.conf"
+
+
+def dropin_path(root: str, unit: str) -> Path:
+    """``<root>/<unit>.d/50-vllm-guardian-workaround.conf`` (root: ``/run/systemd/system``, gone at boot)."""
+    name = unit if "." in unit else f"{unit}.service"
+    return Path(root) / f"{name}.d" / DROPIN
+
+
+def sync_dropin(root: str, unit: str, workaround: Workaround | None) -> bool:
+    """Write the unit's drop-in for ``workaround``, or remove it (None); True when the file changed
+    (``systemctl daemon-reload`` is then needed before the restart)."""
+    path = dropin_path(root, unit)
+    if workaround is None:
+        try:
+            path.unlink()
+            return True
+        except FileNotFoundError:
+            return False
+    text = systemd_dropin(workaround)
+    try:
+        if path.read_text() == text:
+            return False
+    except (FileNotFoundError, OSError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, text)
+    return True
 
 
 def kube_patch(container: str, workaround: Workaround) -> dict[str, Any]:
@@ -136,3 +168,12 @@ class WorkaroundState:
         """The argv to start: the original, or with the recorded workaround."""
         applied = self.load().get(target)
         return with_args(command, applied.workaround) if applied else command
+
+    def restart_for(self, target: str, rc: RestartConfig) -> RestartConfig:
+        """``restart`` for the next start: the command with the recorded workaround's flags and its
+        environment over ``restart.env`` (unchanged when none is recorded)."""
+        applied = self.load().get(target)
+        if applied is None:
+            return rc
+        wa = applied.workaround
+        return dataclasses.replace(rc, command=with_args(tuple(rc.command), wa), env={**rc.env, **dict(wa.env)})

@@ -5,8 +5,9 @@ in alert mode; a kind that is never a reason to restart; a sequence already fini
 incident; no restart configured; a port not verified (a target matched by the port its argv
 names, its sockets unreadable: a restart never rests on that word); vLLM's own fault-tolerance round
 in progress for an engine of the target (never restarted mid-round); a restart method that
-cannot run here; a start that would fail; a broken device under the target; a recurrence; maintenance; a
-node-wide anomaly; a target never seen ready; the budget; the backoff; dry run.
+cannot run here; a start that would fail; a broken device under the target; a recurrence
+(waiting for its diagnosis, or escalated); maintenance; a node-wide anomaly; a target never seen
+ready; the budget; the backoff; dry run.
 Everything else starts a sequence. A refusal that names a ``key`` is recorded on the incident once
 (``Remediator``); one without is only shown in status. Either way ``why`` names it in a word
 (``dry_run``, ``maintenance``, ``no_config``, ``budget``, ``anomaly``, ``mode``, ...): what the
@@ -81,6 +82,8 @@ class Situation:
     recurring: str | None = None
     # an engine of the target is in vLLM's own fault-tolerance round (never restarted mid-round); None: not
     vllm_round: str | None = None
+    # a recurrence whose workaround may be applied, while its diagnosis is still being made: wait
+    recurring_wait: str | None = None
 
 
 def _refuse(detail: str, key: str | None = None, status: str = "skipped", exhausted: bool | None = None) -> Decision:
@@ -117,6 +120,8 @@ def decide(s: Situation) -> Decision:
         return _refuse(s.unstartable, "unstartable", "escalated")
     if s.device_fault:
         return _refuse(s.device_fault, "device_fault", "escalated")
+    if s.recurring_wait:
+        return _shown(s.recurring_wait, "diagnosing")
     if s.recurring:
         return _refuse(s.recurring, "recurring", "escalated")
     if s.maintenance:

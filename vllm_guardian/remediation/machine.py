@@ -9,7 +9,8 @@ SIGKILL escalation and the wait for the memory's release in ``remediation/stoppi
 Every phase change is persisted (``SequenceStore``) so a guardian restarted mid-sequence resumes
 without ever issuing a second start (``remediation.resume``), and recorded as an ``Action`` on the incident.
 
-Phases: lease → draining → stopping → releasing → starting → verifying → done | failed. The restart
+Phases: lease (device check, breaker, fleet cap: ``remediation/admission.py``) → draining →
+stopping → releasing → starting → verifying → done | failed. The restart
 is counted in the ledger before the first signal; a ledger that cannot be written aborts the
 sequence with nothing stopped (fail closed). Before anything is started, the target's owner (an
 operator's deploy, systemd) gets ``restart.owner_grace`` to bring it back itself, when the method
@@ -27,6 +28,9 @@ from vllm_guardian.config.schema import RestartConfig
 from vllm_guardian.host.process_control import ProcessControl
 from vllm_guardian.host.runner import CommandRunner
 from vllm_guardian.model import Action
+from vllm_guardian.policy.breaker import PercentBreaker
+from vllm_guardian.policy.profiles import TargetFacts
+from vllm_guardian.remediation.admission import Admission, admit
 from vllm_guardian.remediation.methods.base import JobResult, RestartMethod
 from vllm_guardian.remediation.parts import RemediationParts, Tally
 from vllm_guardian.remediation.sequence import Outcome, Phase, PhaseProgress, RestartSequence
@@ -37,6 +41,7 @@ from vllm_guardian.vllm_versions import drain_via_checkpoint
 from vllm_guardian.remediation.jobs import SequenceJobs
 from vllm_guardian.remediation.resume import resume
 from vllm_guardian.remediation.store import SequenceStore
+from vllm_guardian.remediation.target_policy import TargetPolicy, target_policy
 
 if TYPE_CHECKING:
     from vllm_guardian.host.kube import KubeClient
@@ -46,6 +51,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 LEASE_RETRY = 5.0
+BREAKER_TTL = 30.0  # seconds a target registered with the breaker counts as live (registered every 10 s)
 
 
 class Machine:
@@ -65,6 +71,12 @@ class Machine:
         self._holding: Collection[str] = ()
         # sequences that ended since the owner last took them (``take_finished``)
         self._finished: list[tuple[RestartSequence, Outcome]] = []
+        self._escalated: list[str] = []  # incident ids escalated while a sequence waits (a breaker page)
+        self._device_ok: set[str] = set()  # targets whose pre-restart device check passed this sequence
+        # the policy each target is remediated under (set by the Remediator: its profile)
+        self.policy_of: Callable[[str], TargetPolicy] = lambda name: target_policy(
+            self.settings.policy, TargetFacts(self.settings.node or "", name)
+        )
 
     def reconfigure(self, parts: RemediationParts) -> None:
         self.parts, self.settings = parts, parts.settings
@@ -121,23 +133,68 @@ class Machine:
         self.save(seq)
 
     def _step_lease(self, seq: RestartSequence, now: float, tracker: Tracker, series: SeriesStore) -> None:
-        lease = self.parts.lease
+        """The device check, the percentage breaker and the fleet cap (``remediation/admission.py``)."""
         if seq.drain_only:
             self.enter(seq, Phase.DRAINING, now, "drain requested")
             return
-        if lease is None:
+        ask = self._admission(seq)
+        if ask is None:
             self.enter(seq, Phase.DRAINING, now, "no fleet lease configured")
             return
-        res = self.job(seq, "lease", lambda: lease.acquire(seq.target), now, retry_every=LEASE_RETRY)
+        res = self.job(seq, "lease", ask, now, retry_every=LEASE_RETRY)
         if res is None:
             return
         got = res.value
-        if got is not None and got.granted:
+        if got is None:
+            got = Admission(False, f"fleet lease: {res.error}")
+        if got.device_ok:
+            self._device_ok.add(seq.target)
+        if got.refused is not None:
+            self.record(seq, "device_check", "escalated", got.reason)
+            self._device_ok.discard(seq.target)
+            self.finish(seq, now, Outcome.ABORTED, f"restart refused, nothing stopped: {got.reason}")
+        elif got.granted:
+            self._device_ok.discard(seq.target)
             seq.lease_slot, seq.lease_token = got.slot, got.token
             self.enter(seq, Phase.DRAINING, now, got.reason)
+        elif got.page:
+            seq.lease_waiting_noted = True
+            held = ", ".join(got.page)
+            self.record(seq, "breaker", "escalated", f"{got.reason}; paging once for the fleet, held: {held}")
+            if seq.incident_id is not None:
+                self._escalated.append(seq.incident_id)
         elif not seq.lease_waiting_noted:
             seq.lease_waiting_noted = True
-            self.record(seq, "fleet_lease", "waiting", got.reason if got is not None else f"fleet lease: {res.error}")
+            self.record(seq, "breaker" if got.held else "fleet_lease", "held" if got.held else "waiting", got.reason)
+
+    def _admission(self, seq: RestartSequence) -> Callable[[], Admission] | None:
+        """The off-loop job of the lease phase for this sequence (only what is configured is asked)."""
+        target, lease, parts = seq.target, self.parts.lease, self.parts
+        tp = self.policy_of(target)
+        check = parts.pre_restart_check
+        device = None if check is None or target in self._device_ok else (lambda: check(target))
+        breaker = None
+        if tp.breaker_on:
+            fleet = self.settings.policy.fleet
+            b = PercentBreaker(
+                parts.fleet_client,
+                node=self.settings.node or "",
+                max_fraction=tp.profile.breaker.max_fraction,
+                window=tp.profile.breaker.window,
+                when_redis_down=fleet.when_redis_down,
+                target_ttl=BREAKER_TTL,
+            )
+            wall = self.clock.wall()
+            breaker = lambda: b.admit(tp.scope, target, wall)  # noqa: E731
+        acquire = None if lease is None else (lambda: lease.acquire(target))
+        if device is None and breaker is None and acquire is None:
+            return None  # nothing to ask: no job
+        return lambda: admit(device=device, breaker=breaker, lease=acquire)
+
+    def take_escalated(self) -> list[str]:
+        """Incidents escalated by a sequence since the last call (their alert goes out again)."""
+        out, self._escalated = self._escalated, []
+        return out
 
     def _step_draining(self, seq: RestartSequence, now: float, tracker: Tracker, series: SeriesStore) -> None:
         drain = self.settings.drain_config_for(seq.target)
@@ -307,6 +364,7 @@ class Machine:
 
     def finish(self, seq: RestartSequence, now: float, outcome: Outcome, detail: str) -> None:
         done = outcome is Outcome.DONE
+        self._device_ok.discard(seq.target)
         self.record(seq, seq.phase.value, "ok" if done else "failed", detail)
         seq.end(outcome, detail)
         seq.phase_since, seq.phase_since_wall = now, self.clock.wall()

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_guardian.clock import Clock
 from vllm_guardian.host.http import HttpClient
+from vllm_guardian.diagnosis.workaround import Workaround
 from vllm_guardian.host.process_control import ProcessControl
 from vllm_guardian.host.runner import CommandRunner
 from vllm_guardian.remediation.jobs import Submitter
@@ -22,11 +23,13 @@ if TYPE_CHECKING:
     from vllm_guardian.host.kube import KubeClient
     from vllm_guardian.host.procfs import ProcFS
     from vllm_guardian.incidents import IncidentManager
+    from vllm_guardian.policy.device_check import DeviceCheck as PreCheck
     from vllm_guardian.remediation.lease import FleetLease
 
 PublishControl = Callable[[dict[str, Any]], object]
 ReleaseCheck = Callable[[set[int]], "bool | None"]  # still held (None: no accelerator backend)
 DeviceCheck = Callable[[str], "str | None"]  # target -> why its devices make a restart pointless (None: fine)
+PreRestartCheck = Callable[[str], "PreCheck"]  # target -> the pre-restart device check (policy/device_check.py)
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,11 @@ class RemediationParts:
     device_check: DeviceCheck = lambda target: None
     method_table: Sequence[MethodRow] = METHODS  # ``methods`` is built from it (again on a reload)
     http: HttpClient | None = None  # the server's own drain (vLLM's /checkpoint/prepare?mode=wait)
+    fleet_client: Any = None  # the fleet store's Redis client (the percentage breaker); None: none configured
+    pre_restart_check: PreRestartCheck | None = None  # None: no device check configured
+    device_kind: Callable[[str], str] = lambda target: "none"  # nvidia | ascend | none (profiles match on it)
+    # catalog signature id -> its machine-readable workaround (applied on a recurrence when a profile allows)
+    workarounds: Mapping[str, Workaround] = field(default_factory=dict)
 
     def method(self, mode: str) -> RestartMethod:
         """The method of ``restart.mode`` (the config admits only the table's names)."""

@@ -18,18 +18,26 @@ from vllm_guardian.config.schema_fields import Mode
 from vllm_guardian.discovery.argv import not_verified
 from vllm_guardian.model import Action, Incident, ProcKey
 from vllm_guardian.remediation.decide import ManualSituation, Refusal, Situation, decide, decide_manual
-from vllm_guardian.remediation.recurring import recurring
-from vllm_guardian.remediation.machine import Machine
+from vllm_guardian.diagnosis.workaround import Workaround
+from vllm_guardian.policy.workaround import Applied, WorkaroundState
+from vllm_guardian.remediation.recurring import Recurrence, recurring, signature_of
+from vllm_guardian.policy.breaker import PercentBreaker
+from vllm_guardian.policy.profiles import TargetFacts
+from vllm_guardian.remediation.machine import BREAKER_TTL, Machine
 from vllm_guardian.remediation.parts import ActionCounts, RemediationParts, Tally
 from vllm_guardian.remediation.policy import Maintenance, RestartLedger, may_restart
 from vllm_guardian.remediation.sequence import PHASE_NAMES, TAKING_DOWN, Outcome, Phase, RestartSequence
 from vllm_guardian.remediation.methods import build_methods
 from vllm_guardian.remediation.settings import RemediationSettings, control_message, log_fields
 from vllm_guardian.remediation.store import SequenceStore
+from vllm_guardian.remediation.target_policy import TargetPolicy, target_policy
 
 if TYPE_CHECKING:
     from vllm_guardian.series import SeriesStore
     from vllm_guardian.state.tracker import TrackedTarget, Tracker
+
+
+REGISTER_EVERY = 10.0  # seconds between registrations of this node's targets with the breaker
 
 
 @dataclass(frozen=True)
@@ -64,8 +72,12 @@ class Remediator:
         self.log = parts.log
         self.maintenance = Maintenance(parts.settings.state_dir)
         self.store = SequenceStore(parts.settings.state_dir, parts.log)
+        self.workaround_state = WorkaroundState(parts.settings.state_dir)
         self.tally = Tally()
         self.machine = Machine(parts, self.store, self.tally)
+        self.profiles: dict[str, TargetPolicy] = {}  # target -> the policy it is remediated under (its profile)
+        self.machine.policy_of = self.target_policy
+        self._registered_at: float | None = None  # monotonic time the breaker's targets were last registered
         self.sequences: dict[str, RestartSequence] = self.machine.sequences
         self.exhausted: set[str] = set()  # targets whose budget is spent: observe-only
         self._noted: set[tuple[str, str]] = set()  # (incident id, refusal key) already recorded
@@ -77,9 +89,23 @@ class Remediator:
             self.parts, settings=settings, methods=build_methods(settings.units(), self.parts.method_table)
         )
         self.settings, self.policy = settings, settings.policy
+        self.profiles = {}
         self.machine.reconfigure(self.parts)
 
     # ------------------------------------------------------------------ queries
+    def target_policy(self, name: str, tracked: TrackedTarget | None = None) -> TargetPolicy:
+        """The policy ``name`` is remediated under: its profile over the global policy. With
+        ``tracked``, its facts are read again (the served model can change)."""
+        if tracked is not None or name not in self.profiles:
+            model = (tracked.model if tracked is not None else None) or self.settings.model_for(name)
+            facts = TargetFacts(self.settings.node or "", name, model, self.parts.device_kind(name))
+            self.profiles[name] = target_policy(self.policy, facts)
+        return self.profiles[name]
+
+    def mode_for(self, incident: Incident, tracked: TrackedTarget, detector_mode: Mode) -> Mode:
+        """The mode an incident is handled in: the target's profile's for its kind, else the detector's."""
+        return self.target_policy(incident.target.name, tracked).mode_for(incident.kind.value, detector_mode)
+
     def active(self, name: str) -> bool:
         s = self.sequences.get(name)
         return s is not None and s.phase.active
@@ -129,10 +155,46 @@ class Remediator:
 
     # ------------------------------------------------------------------ the loop
     def tick(self, now: float, tracker: Tracker, series: SeriesStore, holding: Collection[str] = ()) -> None:
+        for name, tr in tracker.targets.items():
+            if self.settings.configured(name):
+                self.target_policy(name, tr)
+        self._register(now)
         self.machine.tick(now, tracker, series, holding)
+
+    def _register(self, now: float) -> None:
+        """Every ``REGISTER_EVERY`` s, this node's configured targets counted by a breaker are
+        registered in the fleet store under their scope (the breaker's whole is the live fleet)."""
+        if self._registered_at is not None and now - self._registered_at < REGISTER_EVERY:
+            return
+        scopes: dict[str, list[str]] = {}
+        for name, tp in self.profiles.items():
+            if tp.breaker_on and self.settings.configured(name):
+                scopes.setdefault(tp.scope, []).append(name)
+        if not scopes or self.parts.fleet_client is None:
+            return
+        self._registered_at = now
+        breaker = PercentBreaker(
+            self.parts.fleet_client,
+            node=self.settings.node or "",
+            max_fraction=1.0,
+            window=1.0,
+            when_redis_down=self.policy.fleet.when_redis_down,
+            target_ttl=BREAKER_TTL,
+        )
+        wall = self.clock.wall()
+
+        def register() -> None:
+            for scope, names in scopes.items():
+                breaker.register(scope, sorted(names), wall)
+
+        self.parts.async_runner.submit(("remediation", "breaker:register"), register, deadline=now + 30)
 
     def take_finished(self) -> list[tuple[RestartSequence, Outcome]]:
         return self.machine.take_finished()
+
+    def take_escalated(self) -> list[str]:
+        """Incidents a waiting sequence escalated since the last call (the breaker's one page)."""
+        return self.machine.take_escalated()
 
     def begin(
         self,
@@ -163,11 +225,19 @@ class Remediator:
 
     # ------------------------------------------------------------------ decisions
     def situation(
-        self, incident: Incident, tracked: TrackedTarget, *, mode: Mode, tripped: int, total: int
+        self,
+        incident: Incident,
+        tracked: TrackedTarget,
+        *,
+        mode: Mode,
+        tripped: int,
+        total: int,
+        recurrence: Recurrence | None = None,
     ) -> Situation:
-        """The facts ``decide`` looks at, read now."""
+        """The facts ``decide`` looks at, read now (``recurrence``: ``self.recurrence``'s answer)."""
         name = incident.target.name
         prev = self.sequences.get(name)
+        tp = self.target_policy(name, tracked)
         rc = self.settings.restart_config_for(name) if self.settings.configured(name) else None
         method = self.parts.method(rc.mode) if rc is not None else None
         wall = self.clock.wall()
@@ -182,15 +252,34 @@ class Remediator:
             unstartable=None if method is None or rc is None else method.start_problem(rc, self.machine),
             device_fault=self.parts.device_check(name) if rc is not None else None,
             maintenance=self.maintenance.active(wall),
-            policy=self.policy,
+            policy=tp.policy,
             tripped=tripped,
             total=total,
             ever_ready=tracked.ever_ready,
-            budget=may_restart(self.policy, self.ledger, name, wall),
+            budget=may_restart(tp.policy, self.ledger, name, wall),
             pids=tuple(p.pid for p in tracked.target.processes),
             port_unverified=None if tracked.target.port_verified else not_verified(tracked.target.socket),
-            recurring=recurring(self.policy.recurrence, prev, incident, rc, wall),
+            recurring=recurrence.reason if recurrence is not None and recurrence.action == "escalate" else None,
+            recurring_wait=recurrence.reason if recurrence is not None and recurrence.action == "wait" else None,
             vllm_round=self._vllm_round(tracked),
+        )
+
+    def recurrence(self, incident: Incident, tracked: TrackedTarget, diagnosing: bool) -> Recurrence | None:
+        """Is the incident a recurrence after a verified restart, and what then (``remediation/recurring.py``)."""
+        name = incident.target.name
+        rc = self.settings.restart_config_for(name) if self.settings.configured(name) else None
+        prev = self.sequences.get(name)
+        before = self.parts.incidents.get(prev.incident_id) if prev is not None and prev.incident_id else None
+        return recurring(
+            self.target_policy(name, tracked).profile.recurrence,
+            prev,
+            incident,
+            rc,
+            self.clock.wall(),
+            workarounds=self.parts.workarounds,
+            running_with=self.workaround_state.load().get(name),
+            diagnosing=diagnosing,
+            previous_signature=signature_of(before, self.parts.workarounds) if before is not None else None,
         )
 
     def _vllm_round(self, tracked: TrackedTarget) -> str | None:
@@ -204,13 +293,22 @@ class Remediator:
         return f"vLLM's own fault-tolerance round in progress for engine {engines}: never restarted mid-round"
 
     def consider(
-        self, incident: Incident, tracked: TrackedTarget, now: float, *, mode: Mode, tripped: int, total: int
+        self,
+        incident: Incident,
+        tracked: TrackedTarget,
+        now: float,
+        *,
+        mode: Mode,
+        tripped: int,
+        total: int,
+        diagnosing: bool = False,
     ) -> Considered:
         """Decide whether an open incident gets a restart now: the decision in words (status) and
         why the guardian does not act on it, if it does not; each refusal with a key is recorded on
-        the incident once."""
+        the incident once. ``diagnosing``: its evidence and diagnosis are still being made."""
         name = incident.target.name
-        decision = decide(self.situation(incident, tracked, mode=mode, tripped=tripped, total=total))
+        rec = self.recurrence(incident, tracked, diagnosing) if mode is Mode.REMEDIATE else None
+        decision = decide(self.situation(incident, tracked, mode=mode, tripped=tripped, total=total, recurrence=rec))
         if decision.budget_exhausted is True:
             self.exhausted.add(name)
         elif decision.budget_exhausted is False:
@@ -232,7 +330,26 @@ class Remediator:
                 "escalated",
             )
             return Considered(self._once(incident, "unsaved", "escalated", unsaved.detail), unsaved)
+        if rec is not None and rec.action == "workaround" and rec.workaround is not None and rec.signature:
+            self._apply_workaround(incident, rec.signature, rec.workaround, rec.reason)
+            return Considered("started with the workaround", None)
         return Considered("started", None)
+
+    def _apply_workaround(self, incident: Incident, signature: str, wa: Workaround, why: str) -> None:
+        """Record that the target runs with ``wa`` from now on (its start reads the record) and say so
+        on the incident."""
+        name = incident.target.name
+        self.workaround_state.record(Applied(name, signature, wa, incident.id, self.clock.wall()))
+        words = " ".join([*wa.args, *(f"{k}={v}" for k, v in wa.env)])
+        how = "drop-in for its unit" if self.settings.restart_config_for(name).mode == "systemd" else "command line"
+        detail = (
+            f"{why}; restarting with {words} (catalog {signature}, {how}); `guardian workaround clear {name}` undoes it"
+        )
+        try:
+            self.parts.incidents.add_action(incident.id, Action("workaround", "applied", self.clock.wall(), detail))
+        except KeyError:
+            pass
+        self.log.warning("remediation %s: %s", name, detail, extra=log_fields(name, incident.kind.value, incident.id))
 
     def manual(self, name: str, tracked: TrackedTarget | None, now: float, action: str, dry_run: bool) -> str:
         """``guardian drain|restart <target>``: the same machine and the same safety checks,
@@ -240,6 +357,7 @@ class Remediator:
         if tracked is None:
             raise KeyError(f"unknown target {name!r}")
         configured = self.settings.configured(name)
+        policy = self.target_policy(name, tracked).policy
         rc = self.settings.restart_config_for(name) if configured else None
         restarting = action == "restart" and rc is not None
         answer = decide_manual(
@@ -250,8 +368,8 @@ class Remediator:
                 restart=rc,
                 unstartable=self.parts.method(rc.mode).start_problem(rc, self.machine) if restarting and rc else None,
                 device_fault=self.parts.device_check(name) if restarting else None,
-                budget=may_restart(self.policy, self.ledger, name, self.clock.wall()),
-                dry_run=dry_run or self.policy.dry_run,
+                budget=may_restart(policy, self.ledger, name, self.clock.wall()),
+                dry_run=dry_run or policy.dry_run,
                 pids=tuple(p.pid for p in tracked.target.processes),
             )
         )
@@ -276,7 +394,7 @@ class Remediator:
         """A target whose budget frees up leaves observe-only."""
         wall = self.clock.wall()
         for name in list(self.exhausted):
-            if not may_restart(self.policy, self.ledger, name, wall).exhausted:
+            if not may_restart(self.target_policy(name).policy, self.ledger, name, wall).exhausted:
                 self.exhausted.discard(name)
 
     def _once(self, incident: Incident, key: str, status: str, detail: str) -> str:

@@ -21,10 +21,11 @@ class RestartSpec:
     restart: RestartConfig = field(default_factory=RestartConfig)
     drain: DrainConfig = field(default_factory=DrainConfig)
     systemd_unit: str | None = None  # the matched unit, when restart.unit is not set
+    model: str | None = None  # the served model as configured (profiles and the breaker match on it)
 
     @classmethod
     def of(cls, tc: TargetConfig) -> RestartSpec:
-        return cls(tc.restart, tc.drain, tc.match.systemd_unit)
+        return cls(tc.restart, tc.drain, tc.match.systemd_unit, tc.model)
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class RemediationSettings:
     targets: Mapping[str, RestartSpec] = field(default_factory=dict)
     pod_removal: str = "evict"  # restart.mode kubernetes: evict | delete (kubernetes.pod_removal)
     recovery_grace: float = 30.0  # lifecycle.recovery_grace: past vLLM's own round timeout, judged
+    systemd_dropin_root: str = "/run/systemd/system"  # where a workaround's unit drop-in is written
 
     @classmethod
     def from_config(cls, cfg: Config) -> RemediationSettings:
@@ -59,6 +61,10 @@ class RemediationSettings:
         """The target's drain config; no drain (timeout 0, no hook) for an autodiscovered one."""
         spec = self.targets.get(target)
         return NO_DRAIN if spec is None else spec.drain
+
+    def model_for(self, target: str) -> str | None:
+        spec = self.targets.get(target)
+        return None if spec is None else spec.model
 
     def units(self) -> dict[str, str | None]:
         return {name: spec.systemd_unit for name, spec in self.targets.items()}

@@ -11,11 +11,17 @@ from vllm_guardian.gates.status import GatesSummary, TargetGatesStatus, TrustSta
 from vllm_guardian.state.tracker import CanaryStatus
 from vllm_guardian.state.vllm_states import VllmStatus
 from vllm_guardian.probes.procfs_status import HottestThread
-from vllm_guardian.surface.status_snapshot import StatusSnapshot, TargetStatus
+from vllm_guardian.surface.status_snapshot import StatusSnapshot, TargetStatus, WorkaroundStatus
 
 
 def _fmt_pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def _workaround_words(w: WorkaroundStatus) -> str:
+    """``--flag value ENV=value (signature, since incident X)``."""
+    parts = [*w.args, *(f"{k}={v}" for k, v in w.env.items())]
+    return f"{' '.join(parts)} ({w.signature}, since incident {w.incident})"
 
 
 def _fmt_bytes(n: float | None) -> str:
@@ -103,6 +109,9 @@ def _target_lines(t: TargetStatus) -> list[str]:
         lines.append(f"  port {t.port}: {t.other_listeners} other socket(s) listen there, not serving {t.api_url}")
     if t.auto_remediation != "on":
         lines.append(f"  remediation: {t.auto_remediation}; detection and alerts go on")
+    lines.append(f"  profile: {t.profile}")
+    if t.workaround is not None:
+        lines.append(f"  running with a workaround: {_workaround_words(t.workaround)}")
     rem = t.remediation
     if rem is not None:
         lines.append(f"  remediation: {rem.phase} ({rem.reason}, mode {rem.mode}): {rem.detail}")

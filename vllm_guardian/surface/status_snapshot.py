@@ -81,6 +81,19 @@ class TargetStatus:
     namespace: str | None = None  # the Kubernetes pod it runs in (match.kubernetes), else None
     pod: str | None = None
     vllm: VllmStatus | None = None  # its vLLM version, the capability row used and vLLM's own states
+    profile: str = "default"  # the policy profile it is remediated under (docs/policy.md)
+    workaround: WorkaroundStatus | None = None  # the known-bug workaround it runs with; None: none
+
+
+@dataclass(frozen=True)
+class WorkaroundStatus:
+    """A catalog workaround the target was started with (``<state_dir>/workarounds.json``)."""
+
+    signature: str
+    incident: str  # the recurring incident it was applied for
+    args: tuple[str, ...]
+    env: Mapping[str, str]
+    at: float  # wall time applied
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from vllm_guardian import __version__
 from vllm_guardian.detectors.output_corruption import health_score
+from vllm_guardian.policy.workaround import Applied, WorkaroundState
 from vllm_guardian.remediation.policy import Maintenance, budget_left
 from vllm_guardian.surface.readiness import readiness
 from vllm_guardian.model import Incident, Subject
@@ -44,6 +45,7 @@ from vllm_guardian.surface.status_snapshot import (
     StatusSnapshot,
     TargetStatus,
     Unmatched,
+    WorkaroundStatus,
 )
 
 if TYPE_CHECKING:
@@ -108,7 +110,14 @@ def _out_on_purpose(tr: TrackedTarget, now: float, grace: float) -> str | None:
     return phase if phase in (RETIRED, RECOVERING) else None
 
 
-def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incident], now: float) -> TargetStatus:
+def _target(
+    d: Daemon,
+    name: str,
+    tr: TrackedTarget,
+    open_incidents: list[Incident],
+    now: float,
+    workarounds: Mapping[str, Applied],
+) -> TargetStatus:
     kinds = [i.kind.value for i in open_incidents if i.target.name == name]
     sequence, phase = d.remediator.status_section(name), d.remediator.phase(name)
     verdict = readiness(
@@ -138,7 +147,7 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
         serving_message=verdict.message,
         remediation=sequence,
         decision=d.responder.decisions.get(name),
-        budget_left=budget_left(d.cfg.policy, d.ledger, name, d.clock.wall()),
+        budget_left=budget_left(d.remediator.target_policy(name).policy, d.ledger, name, d.clock.wall()),
         ready=tr.ready,
         health=tr.health_section(latest(d.series, name, m.HEALTH_LATENCY)),
         engine=engine_section(d.series, name, now),
@@ -163,7 +172,15 @@ def _target(d: Daemon, name: str, tr: TrackedTarget, open_incidents: list[Incide
         auto_remediation=_auto_remediation(d, tr),
         metrics_dropped=_dropped(tr, d.series.refused(name)),
         vllm=status_of(tr.vllm, now, d.cfg.lifecycle.recovery_grace, grpc=serves_grpc(tr.target)),
+        profile=d.remediator.target_policy(name).profile.name,
+        workaround=_workaround(workarounds.get(name)),
     )
+
+
+def _workaround(a: Applied | None) -> WorkaroundStatus | None:
+    if a is None:
+        return None
+    return WorkaroundStatus(a.signature, a.incident, a.workaround.args, dict(a.workaround.env), a.at)
 
 
 def _dropped(tr: TrackedTarget, series_refused: int) -> dict[str, int]:
@@ -194,6 +211,7 @@ def build_status(d: Daemon, now: float) -> StatusSnapshot:
     ledger, gates, accel, src = d.readings.device_faults, d.readings.gates, d.readings.accel, d.status_sources
     faults = ledger.status_section(now) if ledger is not None else {}
     src = src or StatusSources()
+    workarounds = WorkaroundState(d.cfg.state_dir).load()
     return StatusSnapshot(
         node=d.node,
         version=__version__,
@@ -201,7 +219,9 @@ def build_status(d: Daemon, now: float) -> StatusSnapshot:
         uptime_s=_r(now - d.started_mono, 1),
         guardian=d.stats.section(os.getpid(), cpu_s, rss),
         probes=d.stats.probes_section(),
-        targets=tuple(_target(d, name, tr, open_incidents, now) for name, tr in sorted(d.tracker.targets.items())),
+        targets=tuple(
+            _target(d, name, tr, open_incidents, now, workarounds) for name, tr in sorted(d.tracker.targets.items())
+        ),
         unmatched=tuple(Unmatched(n, r) for n, r in d.targets.unmatched),
         incidents=tuple(open_incidents),
         actions=d.remediator.actions_section(),

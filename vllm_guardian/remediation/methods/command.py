@@ -1,7 +1,9 @@
 """``restart.mode: command``: the guardian stops the tree and launches ``restart.command`` itself.
 
 The launch is built by ``vllm_guardian.host.launch`` (a clean environment, as
-``restart.user``/``group``) and checked before anything is stopped (``start_problem``). A failed
+``restart.user``/``group``) and checked before anything is stopped (``start_problem``). A target
+recorded as running with a known bug's workaround (``policy/workaround.py``) is started with its
+flags and environment until ``guardian workaround clear`` drops the record. A failed
 start is retried ``START_ATTEMPTS`` times (2 s, 4 s apart), then left to a human. The owner gets
 ``owner_grace`` only when the server died or was found already gone (otherwise the guardian
 stopped it itself, and nobody else is bringing it back).
@@ -14,6 +16,7 @@ from vllm_guardian.config.schema import RestartConfig
 from vllm_guardian.model import Kind
 from vllm_guardian.remediation.decide import Refusal
 from vllm_guardian.host.launch import build_launch_spec
+from vllm_guardian.policy.workaround import WorkaroundState
 from vllm_guardian.remediation.methods.base import WAIT, MethodContext, SignalStop, StartStep
 from vllm_guardian.remediation.sequence import RestartSequence
 
@@ -49,7 +52,7 @@ class CommandMethod(SignalStop):
         progress.start_issued = True  # from here a guardian restarted mid-start never starts again
         ctx.save(seq)
         try:
-            spec = build_launch_spec(rc)
+            spec = build_launch_spec(WorkaroundState(ctx.settings.state_dir).restart_for(seq.target, rc))
             seq.started_pid = ctx.control.start_spec(spec)
         except (OSError, ValueError) as e:
             progress.start_failures += 1

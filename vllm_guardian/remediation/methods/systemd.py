@@ -3,13 +3,16 @@
 The unit is ``restart.unit``, else the unit the target was matched by. systemd is the owner: before
 the guardian starts anything it waits ``owner_grace`` for systemd (a ``Restart=`` policy) to bring
 the unit back itself, seen as ActiveState activating/reloading, or active with a MainPID outside
-the stopped tree.
+the stopped tree. A target recorded as running with a known bug's workaround gets the unit drop-in
+``<systemd_dropin_root>/<unit>.d/50-vllm-guardian-workaround.conf`` written (and ``systemctl
+daemon-reload``) before the restart; once the record is cleared the next restart removes it.
 """
 
 from __future__ import annotations
 
 from vllm_guardian.config.schema import RestartConfig
 from vllm_guardian.host.runner import CommandResult
+from vllm_guardian.policy.workaround import WorkaroundState, dropin_path, sync_dropin
 from vllm_guardian.remediation.methods.base import WAIT, MethodContext, SignalStop, StartStep
 from vllm_guardian.remediation.sequence import RestartSequence
 
@@ -49,10 +52,21 @@ class SystemdMethod(SignalStop):
         if not seq.progress.start_issued:
             seq.progress.start_issued = True
             ctx.save(seq)
-        res = ctx.job(seq, "systemctl", lambda: ctx.cmd_runner.run(("systemctl", "restart", str(unit)), 60), now)
+        applied = WorkaroundState(ctx.settings.state_dir).load().get(seq.target)
+        root, runner = ctx.settings.systemd_dropin_root, ctx.cmd_runner
+
+        def restart() -> CommandResult:
+            if sync_dropin(root, str(unit), applied.workaround if applied else None):
+                reload = runner.run(("systemctl", "daemon-reload"), 30)
+                if not reload.ok:
+                    return reload
+            return runner.run(("systemctl", "restart", str(unit)), 60)
+
+        res = ctx.job(seq, "systemctl", restart, now)
         if res is None:
             return WAIT
         if isinstance(res.value, CommandResult) and res.value.ok:
-            return StartStep("verify", f"systemctl restart {unit}")
+            with_dropin = f" with the workaround drop-in {dropin_path(root, str(unit))}" if applied else ""
+            return StartStep("verify", f"systemctl restart {unit}{with_dropin}")
         why = res.error if res.error is not None else (res.value.error_text if res.value is not None else "no result")
         return StartStep("fail", f"systemctl restart {unit} failed: {why!s}"[:300])

@@ -138,6 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the ghost-key LRU busy loop (vLLM #43941) fires at the first request after every start",
     )
     p.add_argument(
+        "--mm-lru-bug-after",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --mm-lru-bug: the cache fills after N requests of each start; the loop fires at the next",
+    )
+    p.add_argument(
         "--api-key",
         nargs="+",
         default=None,
@@ -803,6 +810,7 @@ def main(argv: list[str] | None = None) -> int:
         mm_processor_cache_gb=args.mm_processor_cache_gb,
         mm_lru_bug=args.mm_lru_bug,
         watchdog_config=args.watchdog_config,
+        mm_lru_after=max(0, args.mm_lru_bug_after),
     )
     start_idle_threads(api_threads, stop)
     engine: EngineClient | EngineGroup = (

@@ -15,7 +15,10 @@ Faults (ordered through ``SetFault``):
 - ``none``: stops the two leaks (what already leaked stays leaked).
 
 ``--mm-lru-bug`` (the LRU busy loop of vLLM #43941, recurring): every start is armed with ``busy_loop``
-unless ``--mm-processor-cache-gb 0`` turns the multi-modal cache off — the catalog's workaround.
+unless ``--mm-processor-cache-gb 0`` turns the multi-modal cache off — the catalog's workaround. Its
+spin has vLLM's stacks (``sim/vllm/utils/cache.py``): ``LRUCache.popitem`` on ``process_input_sockets``.
+``--mm-lru-bug-after N``: the cache fills after N requests of each start, so the loop fires at the
+request after them (a canary answered after a restart, then the loop comes back).
 
 Pause and sleep (vLLM's dev-mode ``/pause``, ``/sleep``; ``SetPaused``): a paused engine
 schedules nothing (requests stay queued, ``mode=keep``), or first aborts every request
@@ -42,6 +45,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 
 from vllm_guardian.sim.vllm.watch_dog import WatchDog, parse_config
+from vllm_guardian.sim.vllm.utils.cache import spin_on_the_input_thread
 
 ENGINE_TITLE = "VLLM::EngineCore"
 WORKER_TITLE = "VLLM::Worker"
@@ -108,6 +112,7 @@ class EngineConfig:
     mm_processor_cache_gb: float = 4.0
     mm_lru_bug: bool = False
     watchdog_config: str | None = None  # vLLM 0.33's --watchdog-config JSON (sim.vllm.watch_dog)
+    mm_lru_after: int = 0  # requests served after each start before the cache fills and the loop fires
 
     @property
     def title(self) -> str:
@@ -296,6 +301,8 @@ class EngineCore:
         self._free_blocks = config.kv_blocks
         self._leaked_blocks = 0
         self._armed: str | None = "busy_loop" if config.mm_lru_bug and config.mm_processor_cache_gb > 0 else None
+        self._served = 0  # requests finished since this start
+        self._fire_after = config.mm_lru_after if self._armed else 0  # a fault set later fires at once
         self._paused = False
         self._sleeping = False
         self._kv_leak = False
@@ -342,7 +349,7 @@ class EngineCore:
     # -- one step
 
     def step(self) -> None:
-        if self._armed is not None:
+        if self._armed is not None and self._served >= self._fire_after:
             self._fire(self._armed)
         self._admit()
         scheduled = 0
@@ -435,6 +442,8 @@ class EngineCore:
 
     def _set_fault(self, msg: SetFault) -> None:
         if msg.name in HANG_FAULTS:
+            if self._armed is None:
+                self._fire_after = 0
             self._armed = self._armed or msg.name
         elif msg.name == "rss_leak":
             self._rss_rate = max(0.0, msg.rate_mb_s) * _MIB
@@ -454,7 +463,9 @@ class EngineCore:
     # -- faults
 
     def _fire(self, name: str) -> None:
-        if name == "busy_loop":
+        if name == "busy_loop" and self._config.mm_lru_bug:
+            spin_on_the_input_thread()  # vLLM's shape of it: the input thread spins, the main thread waits
+        elif name == "busy_loop":
             _ghost_key_spin()
         elif name == "stall":
             self._hang_lock.acquire()
@@ -525,6 +536,7 @@ class EngineCore:
 
     def _finish(self, req: _Request) -> None:
         self._running.remove(req)
+        self._served += 1
         if self._kv_leak:
             self._leaked_blocks += req.blocks
         else:

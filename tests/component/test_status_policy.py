@@ -1,0 +1,46 @@
+"""`guardian status` says which profile each target is remediated under and, when it was started
+with a known bug's workaround, which (docs/policy.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_guardian.diagnosis.workaround import Workaround
+from vllm_guardian.policy.workaround import Applied, WorkaroundState
+from vllm_guardian.surface.status_render import render_status
+from tests.support.daemon_world import World
+
+PROFILES = {
+    "profiles": [{"name": "new-nodes", "match": {"node": "nobody"}}, {"name": "all", "match": {"target": ".*"}}]
+}
+
+
+@pytest.fixture
+def world(tmp_path):
+    w = World(tmp_path, {"policy": PROFILES})
+    yield w
+    w.d.runner.shutdown()
+
+
+def test_status_names_the_first_profile_that_matches_each_target(world):
+    world.step(2)
+    assert world.target()["profile"] == "all"
+    assert "  profile: all" in render_status(world.d.status()).splitlines()
+
+
+def test_status_shows_a_target_running_with_a_workaround_until_it_is_cleared(world):
+    world.step(2)
+    name = world.target()["name"]
+    assert world.target()["workaround"] is None
+    wa = Workaround(("--mm-processor-cache-gb", "0"), (("VLLM_X", "1"),))
+    WorkaroundState(world.d.cfg.state_dir).record(Applied(name, "vllm-mm-cache-lru-busy-loop", wa, "inc-7", 1.0))
+    world.step(1)
+    shown = world.target()["workaround"]
+    assert shown["args"] == ["--mm-processor-cache-gb", "0"] and shown["incident"] == "inc-7"
+    assert (
+        "  running with a workaround: --mm-processor-cache-gb 0 VLLM_X=1 (vllm-mm-cache-lru-busy-loop, since incident "
+        "inc-7)" in render_status(world.d.status()).splitlines()
+    )
+    WorkaroundState(world.d.cfg.state_dir).clear(name)
+    world.step(1)
+    assert world.target()["workaround"] is None
