@@ -60,7 +60,7 @@ from vllm_guardian.sim.vllm.engine_flood import engine_flood
 from vllm_guardian.sim.vllm.full_page import full_page_tail
 from vllm_guardian.sim.vllm import dev_mode, lm
 from vllm_guardian.sim.vllm.version_states import VersionStates
-from vllm_guardian.sim.vllm.data_parallel import EngineGroup
+from vllm_guardian.sim.vllm.data_parallel import EngineGroup, multi_node_args
 from vllm_guardian.sim.vllm.multi_api import API_FAULTS, ApiServers, listening_socket
 from vllm_guardian.sim.vllm.engine import (
     FAULTS,
@@ -101,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="engines (VLLM::EngineCore_DP<k>) behind this API server, with a VLLM::DPCoordinator",
     )
+    multi_node_args(p)
     p.add_argument(
         "--api-server-count",
         type=int,
@@ -789,8 +790,18 @@ def main(argv: list[str] | None = None) -> int:
         mm_lru_bug=args.mm_lru_bug,
     )
     start_idle_threads(api_threads, stop)
+    if args.headless or args.data_parallel_size_local is not None:  # multi-node data parallel (sim.vllm.multi_node)
+        from vllm_guardian.sim.vllm import multi_node
+
+        if args.headless:
+            return multi_node.headless_main(
+                config, multi_node.local_ranks(args), args.data_parallel_address, args.data_parallel_rpc_port, stop
+            )
+        client = multi_node.leader_clients(args, EngineClient)
+    else:
+        client = EngineClient
     engine: EngineClient | EngineGroup = (
-        EngineGroup(config, args.data_parallel_size, EngineClient, on_engine_dead)
+        EngineGroup(config, args.data_parallel_size, client, on_engine_dead)
         if args.data_parallel_size > 1
         else EngineClient(config, on_engine_dead)
     )
