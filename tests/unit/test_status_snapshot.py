@@ -113,6 +113,7 @@ def test_the_document_keeps_the_keys_its_readers_use():
         "errors",
         "capabilities",
         "server_files",
+        "groups",
         *OPTIONAL_SECTIONS,
     }
     assert set(doc["actions"]) == {"outcomes", "restarts"}

@@ -401,6 +401,16 @@ class KubernetesConfig:
 
 
 @dataclass(frozen=True)
+class GroupsConfig:
+    """Multi-node and data-parallel groups (docs/groups.md): the signed group record each node
+    publishes in the fleet Redis (needs ``gates.trust`` keys) and reads back."""
+
+    enabled: bool = setting(True, doc="publish and read group records (a group target is found from its argv)")
+    interval: float = setting(2.0, "positive", "seconds between publishing this node's records and reading others'")
+    max_age: float = setting(15.0, "positive", "a record older than this is stale (not believed)")
+
+
+@dataclass(frozen=True)
 class Config:
     node: str | None = setting(None, doc="default: the host name")
     state_dir: str = "/var/lib/guardian"
@@ -420,6 +430,7 @@ class Config:
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
     log: LogConfig = field(default_factory=LogConfig)
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
+    groups: GroupsConfig = field(default_factory=GroupsConfig)
 
     def socket_path(self) -> str:
         return self.api.socket or f"{self.state_dir.rstrip('/')}/guardian.sock"

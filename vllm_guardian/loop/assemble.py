@@ -70,6 +70,7 @@ from vllm_guardian.remediation.policy import RestartLedger
 from vllm_guardian.remediation.remediator import Remediator
 from vllm_guardian.remediation.settings import RemediationSettings
 from vllm_guardian.seams import Seams
+from vllm_guardian.loop.group_stage import GroupStage
 from vllm_guardian.sinks.redis_conn import ControlPublisher, RedisConnection
 from vllm_guardian.surface.status_view import StatusSources
 from vllm_guardian.state.async_runner import AsyncRunner
@@ -162,6 +163,7 @@ def assemble(
     ):
         capabilities.note(lack)
     # 3. the stages of the tick; the two ports back up the order are bound before returning
+    groups = GroupStage(cfg.groups, node, redis.client if redis is not None else None, keys, clock.wall, log)
     record_action: Port[[str, Action], None] = Port("record_action")
     incident_opened: Port[[Incident], None] = Port("incident_opened")
     targets = TargetsStage(
@@ -174,6 +176,7 @@ def assemble(
         on_discovery=hooks,
         capabilities=capabilities,
         files=seams.files,
+        rewrite=groups.rewrite,
     )
     probe_parts = ProbeParts(cfg, seams, tracker, series, readings, log)
     probes = ProbeScheduler(
@@ -248,6 +251,7 @@ def assemble(
             status_sources=sources,
             detectors=tables.detectors(),
             tables=tables,
+            groups=groups,
         )
     )
 

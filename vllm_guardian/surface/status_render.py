@@ -148,6 +148,18 @@ def render_status(s: StatusSnapshot) -> str:
         for i in s.incidents:
             opened = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(i.opened_at))
             lines.append(f"  {i.id}  {i.kind.value:<14} {i.target.name:<14} since {opened}  {i.summary}")
+    for grp in s.groups:
+        lead = grp.leader_node or "unknown"
+        lines += [
+            "",
+            f"GROUP {grp.group} ({grp.kind}, size {grp.size or '?'}, leader on {lead}; here: {', '.join(grp.targets)})",
+        ]
+        for r in grp.ranks:
+            inc = f"  incident {r.incident}" if r.incident else ""
+            lines.append(
+                f"  rank {r.rank:<3} {r.node:<16} pid {r.pid:<8} {r.health}{' (leader)' if r.leader else ''}{inc}"
+            )
+        lines.extend(f"  {what}" for what in (*grp.conflicts, *grp.rejected, *grp.problems))
     web = s.http.web_config if s.http is not None else None
     if web is not None and not web.last_reload_ok:
         lines += ["", f"WEB CONFIG RELOAD REFUSED ({web.file}), the running one is kept: {web.last_error}"]

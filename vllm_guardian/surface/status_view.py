@@ -206,6 +206,7 @@ def build_status(d: Daemon, now: float) -> StatusSnapshot:
         listeners=_listeners(src),
         capabilities=CapabilitiesStatus(d.capabilities.missing()),
         server_files=d.seams.files.status_section(),
+        groups=d.groups.status(d.tracker.targets) if d.groups is not None else (),
     )
 
 
