@@ -32,6 +32,7 @@ are rebuilt through ``build_probes`` with the same ``ProbeParts``.
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 import logging
 import os
 from collections.abc import Callable, Iterable
@@ -63,7 +64,9 @@ from vllm_guardian.probes.accel import missing_backends
 from vllm_guardian.probes.base import ProbeParts, Readings
 from vllm_guardian.probes.scheduler import ProbeScheduler
 from vllm_guardian.probes.table import build_probes, probe_names
+from vllm_guardian.loop.group_gate import GroupGate
 from vllm_guardian.remediation.lease import FleetLease
+from vllm_guardian.sinks.group_lease import GroupLease
 from vllm_guardian.remediation.methods import build_methods, restart_mode_problems
 from vllm_guardian.remediation.parts import PublishControl, RemediationParts
 from vllm_guardian.remediation.policy import RestartLedger
@@ -135,11 +138,12 @@ def assemble(
     diagnoser = Diagnoser.from_config(
         cfg, runner=seams.commands, http=seams.http, kube=_kube_factory(kube, cfg), scrub=scrub.scrub, files=seams.files
     )
-    lease = None
+    lease: GroupGate | None = None
+    fleet: FleetLease | None = None
     publish_control: PublishControl = _no_control
     if redis is not None:
         f = cfg.policy.fleet
-        lease = FleetLease(redis.client, node, f.max_concurrent_restarts, f.lease_ttl, f.when_redis_down)
+        fleet = FleetLease(redis.client, node, f.max_concurrent_restarts, f.lease_ttl, f.when_redis_down)
         control = control or ControlChannel(node, keys, cfg.gates.trust, log, clock.wall, started=clock.wall())
         publish_control = ControlPublisher(redis, cfg.alerts.control_channel, control.stamp)
     hooks, sources = list(on_discovery), status_sources or StatusSources()
@@ -164,6 +168,9 @@ def assemble(
         capabilities.note(lack)
     # 3. the stages of the tick; the two ports back up the order are bound before returning
     groups = GroupStage(cfg.groups, node, redis.client if redis is not None else None, keys, clock.wall, log)
+    if redis is not None and fleet is not None:  # one actor per group: a member's restart needs the group's lease
+        group_leases = GroupLease(redis.client, node)
+        lease = GroupGate(fleet, group_leases, partial(groups.group_of, tracker.targets), cfg.policy.fleet.lease_ttl)
     record_action: Port[[str, Action], None] = Port("record_action")
     incident_opened: Port[[Incident], None] = Port("incident_opened")
     targets = TargetsStage(

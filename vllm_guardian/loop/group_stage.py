@@ -66,6 +66,12 @@ class GroupStage:
             return target
         return replace(target, api_url=leader_url(ident, self.views.get(ident.group)))
 
+    def group_of(self, targets: Mapping[str, TrackedTarget], name: str) -> str | None:
+        """The group of target ``name`` when it spreads over nodes (its restart needs the group lease)."""
+        tr = targets.get(name)
+        ident = self._ids.get(tr.target.key) if tr is not None else None
+        return ident.group if ident is not None and spread(ident) else None
+
     def scope(self, target: Target, findings: Mapping[Kind, Finding | None]) -> dict[Kind, Finding | None]:
         return scope(self.identity(target), self.node, findings)
 

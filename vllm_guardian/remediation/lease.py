@@ -10,7 +10,7 @@ configured fail-safe decides (``when_redis_down``: allow | deny).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 KEY = "guardian:lease:restart:{}"
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end"
@@ -21,6 +21,16 @@ class LeaseResult:
     granted: bool
     reason: str
     slot: int | None = None
+
+
+class Lease(Protocol):
+    """What the restart sequence's lease phase takes, renews and gives back (``FleetLease``, ``GroupGate``)."""
+
+    def acquire(self, target: str) -> LeaseResult: ...
+
+    def renew(self, target: str, slot: int | None) -> bool: ...
+
+    def release(self, target: str, slot: int | None) -> bool: ...
 
 
 class FleetLease:

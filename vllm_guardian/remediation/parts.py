@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from vllm_guardian.host.kube import KubeClient
     from vllm_guardian.host.procfs import ProcFS
     from vllm_guardian.incidents import IncidentManager
-    from vllm_guardian.remediation.lease import FleetLease
+    from vllm_guardian.remediation.lease import Lease
 
 PublishControl = Callable[[dict[str, Any]], object]
 ReleaseCheck = Callable[[set[int]], "bool | None"]  # still held (None: no accelerator backend)
@@ -40,7 +40,7 @@ class RemediationParts:
     procfs: ProcFS | None
     methods: Mapping[str, RestartMethod]
     log: logging.Logger
-    lease: FleetLease | None = None
+    lease: Lease | None = None  # the fleet lease (loop/group_gate.py adds the group lease of group members)
     kube: KubeClient | None = None
     publish_control: PublishControl = lambda msg: None
     release_check: ReleaseCheck = lambda pids: None
