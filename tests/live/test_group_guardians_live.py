@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from functools import partial
+from pathlib import Path
 
 import pytest
 
@@ -125,4 +126,17 @@ def test_a_hang_in_the_headless_rank_is_one_group_incident_naming_node_b_rank_1(
     assert seen_on_a is not None, a.log_text()
     rank1 = next(r for r in seen_on_a["ranks"] if r["rank"] == 1)
     assert (rank1["node"], rank1["health"], rank1["incident"]) == ("node-b", "stalled", inc["id"])
+    linked = poll(partial(stacks_linked, b, inc["id"]), 30)
+    assert linked is not None and sorted(linked) == ["node-a", "node-b"], b.log_text()
+    for node, act in linked.items():  # each node's stacks of its own rank, in the file it named
+        rank = 0 if node == "node-a" else 1
+        assert act["status"] == "ok" and f"rank {rank} " in act["detail"], act
+        assert "Thread" in Path(act["detail"].split(" ")[-1]).read_text()
     print(f"\ngroup DP=2 {fault} in headless rank 1: onset->{kind} on node-b {inc['opened_at'] - onset:.1f}s")
+
+
+def stacks_linked(g: GuardianProcess, incident: str) -> dict | None:
+    """node -> the ``group_stacks`` action linked on the incident, once both nodes answered."""
+    inc = next((i for i in g.incidents() if i["id"] == incident), None)
+    acts = {a["detail"].split(":")[0]: a for a in (inc or {}).get("actions", []) if a["name"] == "group_stacks"}
+    return acts if len(acts) == 2 else None

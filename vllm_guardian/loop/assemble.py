@@ -65,6 +65,7 @@ from vllm_guardian.probes.base import ProbeParts, Readings
 from vllm_guardian.probes.scheduler import ProbeScheduler
 from vllm_guardian.probes.table import build_probes, probe_names
 from vllm_guardian.loop.group_gate import GroupGate
+from vllm_guardian.loop.group_requests import GroupExchange
 from vllm_guardian.remediation.lease import FleetLease
 from vllm_guardian.sinks.group_lease import GroupLease
 from vllm_guardian.remediation.methods import build_methods, restart_mode_problems
@@ -167,11 +168,29 @@ def assemble(
     ):
         capabilities.note(lack)
     # 3. the stages of the tick; the two ports back up the order are bound before returning
-    groups = GroupStage(cfg.groups, node, redis.client if redis is not None else None, keys, clock.wall, log)
-    if redis is not None and fleet is not None:  # one actor per group: a member's restart needs the group's lease
-        group_leases = GroupLease(redis.client, node)
-        lease = GroupGate(fleet, group_leases, partial(groups.group_of, tracker.targets), cfg.policy.fleet.lease_ttl)
     record_action: Port[[str, Action], None] = Port("record_action")
+    group_leases = GroupLease(redis.client, node) if redis is not None else None
+    exchange = (
+        GroupExchange(
+            node,
+            redis.client,
+            keys,
+            group_leases,
+            cfg.policy.fleet.lease_ttl,
+            seams.commands,
+            cfg.evidence.pyspy,
+            os.path.join(cfg.state_dir, "group-stacks"),
+            record_action,
+            log.getChild("groups"),
+        )
+        if redis is not None and group_leases is not None
+        else None
+    )
+    groups = GroupStage(
+        cfg.groups, node, redis.client if redis is not None else None, keys, clock.wall, log, exchange=exchange
+    )
+    if fleet is not None and group_leases is not None:  # one actor per group: a member's restart needs the lease
+        lease = GroupGate(fleet, group_leases, partial(groups.group_of, tracker.targets), cfg.policy.fleet.lease_ttl)
     incident_opened: Port[[Incident], None] = Port("incident_opened")
     targets = TargetsStage(
         cfg,

@@ -22,6 +22,7 @@ from vllm_guardian.gates.trust import KeyRing
 from vllm_guardian.groups import record as rec
 from vllm_guardian.groups.identity import GroupIdentity, identify
 from vllm_guardian.groups.scope import scope, spread
+from vllm_guardian.loop.group_requests import GroupExchange
 from vllm_guardian.groups.stage import GroupRankStatus, GroupStatus, leader_url, members
 from vllm_guardian.model import Finding, Incident, Kind, ProcKey, Target
 from vllm_guardian.sinks.group_record import GroupBoard
@@ -40,8 +41,10 @@ class GroupStage:
         keys: KeyRing,
         wall: Callable[[], float],
         log: logging.Logger,
+        exchange: GroupExchange | None = None,
     ) -> None:
         self.cfg, self.node, self.client, self.keys, self.wall, self.log = cfg, node, client, keys, wall, log
+        self.exchange = exchange  # capture requests and stacks answers (loop/group_requests.py)
         self._ids: dict[ProcKey, GroupIdentity | None] = {}
         self.views: dict[str, rec.GroupView] = {}
         self._next = float("-inf")
@@ -81,7 +84,8 @@ class GroupStage:
             return
         self._next = now + self.cfg.interval
         self._ids = {t.target.key: self._ids.get(t.target.key) for t in targets.values() if t.target.key in self._ids}
-        records = self._records(targets, tuple(incidents))
+        incidents = tuple(incidents)
+        records = self._records(targets, incidents)
         if not self.keys.enabled:
             return  # status says: no trust keys, no group record
         board = GroupBoard(self.client, self.keys.current, ttl=4 * self.cfg.max_age)
@@ -91,6 +95,9 @@ class GroupStage:
                 self.published += 1
             wall = self.wall()
             self.views = {g: board.read(g, now=wall, max_age=self.cfg.max_age) for g in records}
+            if self.exchange is not None:
+                hosted = {g: tuple((m.rank, m.pid) for m in r.members) for g, r in records.items()}
+                self.exchange.step(wall, hosted, incidents)
         except redis_errors() as e:  # redis down, a timeout: logged once per outage, counted, the loop goes on
             self.failures += 1
             if not self._failing:
