@@ -66,6 +66,7 @@ from vllm_guardian.probes.scheduler import ProbeScheduler
 from vllm_guardian.probes.table import build_probes, probe_names
 from vllm_guardian.loop.group_gate import GroupGate
 from vllm_guardian.loop.group_requests import GroupExchange
+from vllm_guardian.loop.orphan_watch import OrphanWatch
 from vllm_guardian.remediation.lease import FleetLease
 from vllm_guardian.sinks.group_lease import GroupLease
 from vllm_guardian.remediation.methods import build_methods, restart_mode_problems
@@ -278,6 +279,15 @@ def assemble(
             detectors=tables.detectors(),
             tables=tables,
             groups=groups,
+            orphans=OrphanWatch(
+                seams.proc,
+                seams.control.signal,
+                interval=cfg.groups.orphan_interval,
+                min_rss=cfg.groups.orphan_min_rss,
+                stop=cfg.groups.stop_orphans and not cfg.policy.dry_run,
+                page_size=os.sysconf("SC_PAGE_SIZE"),
+                log=log.getChild("orphans"),
+            ),
         )
     )
 

@@ -46,6 +46,7 @@ from vllm_guardian.state.tracker import Changes, Tracker
 
 if TYPE_CHECKING:
     from vllm_guardian.loop.group_stage import GroupStage
+    from vllm_guardian.loop.orphan_watch import OrphanWatch
     from vllm_guardian.host.kube import KubeClient
     from vllm_guardian.surface.status_snapshot import StatusSnapshot
     from vllm_guardian.surface.status_view import StatusSources
@@ -80,6 +81,7 @@ class DaemonParts:
     detectors: Mapping[Kind, Detector]  # the kind table's per-target detectors, in table order
     tables: Tables = field(default_factory=Tables)  # the probes, kinds and restart methods it was assembled from
     groups: GroupStage | None = None  # multi-node groups: records exchanged, findings scoped (groups/stage.py)
+    orphans: OrphanWatch | None = None  # VLLM:: processes with no live API server (loop/orphan_watch.py)
 
 
 class Daemon:
@@ -97,6 +99,7 @@ class Daemon:
         self.status_sources = parts.status_sources
         self.detectors = parts.detectors
         self.groups = parts.groups
+        self.orphans = parts.orphans
         self._emit = parts.fanout.emit
         self.seen = Seen()
         self.findings: dict[str, dict[Kind, Finding | None]] = {}
@@ -118,6 +121,8 @@ class Daemon:
         transitions = self._detect(now)
         if self.groups is not None:
             self.groups.tick(now, self.tracker.targets, self.incidents.open_incidents())
+        if self.orphans is not None:
+            self.orphans.step(now, self.tracker.targets)
         self.probes.schedule(now, self.seen)  # off-loop probes plan on this tick's detection
         for tr in transitions:
             self._emit(tr)  # opening an incident starts its evidence capture, before any action

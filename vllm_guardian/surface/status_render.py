@@ -160,6 +160,11 @@ def render_status(s: StatusSnapshot) -> str:
                 f"  rank {r.rank:<3} {r.node:<16} pid {r.pid:<8} {r.health}{' (leader)' if r.leader else ''}{inc}"
             )
         lines.extend(f"  {what}" for what in (*grp.conflicts, *grp.rejected, *grp.problems))
+    if s.orphans.found:
+        lines += ["", "ORPHANS (VLLM:: processes with no live API server)"]
+        for o in s.orphans.found:
+            said = "stopped" if o.stopped else "provably ours" if o.provable else "title only: reported, never stopped"
+            lines.append(f"  pid {o.pid:<8} {o.title:<24} {o.rss >> 20} MiB RSS  {said}")
     web = s.http.web_config if s.http is not None else None
     if web is not None and not web.last_reload_ok:
         lines += ["", f"WEB CONFIG RELOAD REFUSED ({web.file}), the running one is kept: {web.last_error}"]
