@@ -408,6 +408,9 @@ class GroupsConfig:
     enabled: bool = setting(True, doc="publish and read group records (a group target is found from its argv)")
     interval: float = setting(2.0, "positive", "seconds between publishing this node's records and reading others'")
     max_age: float = setting(15.0, "positive", "a record older than this is stale (not believed)")
+    order_timeout: float = setting(
+        120.0, "positive", "a headless member's restart waits this long for its leader's restart (group plan)"
+    )
     orphan_interval: float = setting(5.0, "positive", "seconds between looks for VLLM:: processes with no API server")
     orphan_min_rss: int = setting(64 * 1024 * 1024, "nonneg", "an orphan holds at least this RSS (or device memory)")
     stop_orphans: bool = setting(

@@ -183,6 +183,7 @@ def assemble(
             os.path.join(cfg.state_dir, "group-stacks"),
             record_action,
             log.getChild("groups"),
+            on_restart=lambda group, incident: groups.on_restart(group, incident),
         )
         if redis is not None and group_leases is not None
         else None
@@ -192,6 +193,7 @@ def assemble(
     )
     if fleet is not None and group_leases is not None:  # one actor per group: a member's restart needs the lease
         lease = GroupGate(fleet, group_leases, partial(groups.group_of, tracker.targets), cfg.policy.fleet.lease_ttl)
+        groups.delegate = lease.delegate
     incident_opened: Port[[Incident], None] = Port("incident_opened")
     targets = TargetsStage(
         cfg,
@@ -230,6 +232,7 @@ def assemble(
             release_check=readings.device_memory_held,
             device_check=DeviceBlock(readings, clock.monotonic),
             method_table=tables.methods,
+            before_start=groups.before_start,
         )
     )
     fanout = TransitionFanout(incident_opened, sinks, stats, episodes, clock, log)
@@ -253,6 +256,9 @@ def assemble(
         kinds=tables.kinds,
     )
     record_action.bind(responder.record_action)
+    groups.restart = lambda target, why: log.info(
+        "group restart of %s: %s", target, responder.control({"cmd": "restart", "target": target, "reason": why})
+    )
     incident_opened.bind(responder.incident_opened)
     return Daemon(
         DaemonParts(

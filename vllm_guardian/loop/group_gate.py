@@ -6,6 +6,8 @@ nodes (``group_of`` names its group; None: not in one), ``acquire`` first takes 
 (``sinks/group_lease.GroupLease``: ``SET NX PX`` with a random token), then the fleet slot; while
 another node holds the group lease the sequence waits, saying who holds it (the other node acts;
 this one contributes its evidence), and a restart refused a fleet slot gives the group lease back.
+A member whose restart the lease holder asked for (``delegate``: a signed, believed request) is a
+step of the holder's group action: it takes neither lease (the holder holds the group's one slot).
 ``release`` gives both back. Redis errors on the group lease deny (never two actors on a group):
 the sequence waits and, past its limits, escalates as a fleet lease refusal does.
 """
@@ -26,9 +28,17 @@ class GroupGate:
     ) -> None:
         self.fleet, self.groups, self.group_of, self.ttl = fleet, groups, group_of, ttl
         self._held: dict[str, str] = {}  # target -> the group whose lease its sequence holds
+        self._delegated: dict[str, str] = {}  # target -> the group whose lease holder asked for its restart
+
+    def delegate(self, target: str, group: str) -> None:
+        """The group's lease holder asked (signed, believed) for ``target``'s restart: it acts through this node."""
+        self._delegated[target] = group
 
     def acquire(self, target: str) -> LeaseResult:
         group = self._held.get(target) or self.group_of(target)
+        if group is not None and self._delegated.get(target) == group:
+            # one step of the group action the lease holder runs: it holds the group's one fleet slot
+            return LeaseResult(True, f"asked by the holder of the group lease of {group} (its fleet slot)", None)
         if group is not None:
             try:
                 mine = self.groups.acquire(group, self.ttl)
@@ -56,6 +66,7 @@ class GroupGate:
         return self.fleet.renew(target, slot)
 
     def release(self, target: str, slot: int | None) -> bool:
+        self._delegated.pop(target, None)
         self._give_back(target)
         return self.fleet.release(target, slot)
 

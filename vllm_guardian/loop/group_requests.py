@@ -15,7 +15,9 @@ Decides, each time the group stage runs:
 - the node that asked links every believed answer on its incident (an ``Action`` ``group_stacks``
   naming node, rank and file), once per node.
 
-A ``restart`` request is not acted on yet (docs/groups.md). Refusals are counted by reason.
+A believed ``restart`` request from the lease holder (after this node captured that incident's
+stacks) hands this node's members of the group to ``on_restart`` (the group stage restarts them
+through the ordinary restart sequence), once per incident. Refusals are counted by reason.
 """
 
 from __future__ import annotations
@@ -63,10 +65,12 @@ class GroupExchange:
         out_dir: str,
         record_action: Callable[[str, Action], None],
         log: logging.Logger,
+        on_restart: Callable[[str, str], None] = lambda group, incident: None,
     ) -> None:
         self.node, self.client, self.keys, self.lease, self.lease_ttl = node, client, keys, lease, lease_ttl
         self.commands, self.pyspy_path, self.out_dir = commands, pyspy_path, out_dir
-        self.record_action, self.log = record_action, log
+        self.record_action, self.log, self.on_restart = record_action, log, on_restart
+        self.restarted: set[str] = set()  # incidents whose restart request this node carried out
         self.replay = trust.ReplayGuard(req.MAX_AGE + req.CLOCK_SKEW)
         self.asked: dict[str, str | None] = {}  # incident -> its group, when this node is its actor
         self.captured: set[str] = set()  # incidents whose stacks this node captured (or is capturing)
@@ -99,6 +103,14 @@ class GroupExchange:
         self.log.info("group %s: incident %s: every node asked for its ranks' stacks", group, inc.id)
         return group
 
+    def request_restart(self, group: str, incident: str, wall: float) -> None:
+        """As the lease holder: ask the other nodes (signed) to restart their members of ``group`` (plan step 1)."""
+        r = req.GroupRequest(group, req.RESTART, incident, self.node, f"{incident}:restart", wall, step=1)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hset(REQ_PREFIX + group, r.request_id, req.encode(r, self.keys.current))
+        pipe.pexpire(REQ_PREFIX + group, KEY_TTL_MS)
+        pipe.execute()
+
     def _serve(self, group: str, ranks: Ranks, wall: float, groups: set[str]) -> None:
         for n, (_field, raw) in enumerate(self.client.hscan_iter(REQ_PREFIX + group, count=MAX_FIELDS)):
             if n >= MAX_FIELDS:
@@ -108,9 +120,18 @@ class GroupExchange:
                 if got.reason not in ("replayed", "stale"):  # the same request is read again each time
                     self.refused[got.reason] += 1
                 continue
-            if got.op != req.CAPTURE:
-                continue  # a group restart by request is not acted on yet
             no = req.may_act(got, lease_holder=self.lease.holder(group), captured=self.captured)
+            if got.op == req.RESTART:
+                if no is not None:
+                    self.refused[no.reason] += 1
+                if no is not None or got.incident in self.restarted or got.from_node == self.node:
+                    continue  # refused, carried out already, or this node's own (it acts on its own members)
+                self.restarted.add(got.incident)
+                self.log.warning(
+                    "group %s: %s asks (signed, lease holder) to restart this node's members", group, got.from_node
+                )
+                self.on_restart(group, got.incident)
+                continue
             if no is not None or got.incident in self.captured:
                 self.refused[no.reason if no is not None else "captured"] += 1
                 continue

@@ -18,9 +18,11 @@ from dataclasses import replace
 from typing import Any
 
 from vllm_guardian.config.schema import GroupsConfig
+from vllm_guardian.errors import GuardianError
 from vllm_guardian.gates.trust import KeyRing
 from vllm_guardian.groups import record as rec
 from vllm_guardian.groups.identity import GroupIdentity, identify
+from vllm_guardian.groups.plan import RESTART, plan
 from vllm_guardian.groups.scope import scope, spread
 from vllm_guardian.loop.group_requests import GroupExchange
 from vllm_guardian.groups.stage import GroupRankStatus, GroupStatus, leader_url, members
@@ -45,6 +47,10 @@ class GroupStage:
     ) -> None:
         self.cfg, self.node, self.client, self.keys, self.wall, self.log = cfg, node, client, keys, wall, log
         self.exchange = exchange  # capture requests and stacks answers (loop/group_requests.py)
+        self.delegate: Callable[[str, str], None] = lambda target, group: None  # the group gate's (assemble)
+        self.restart: Callable[[str, str], None] = lambda target, why: None  # a restart sequence (assemble)
+        self._targets: Mapping[str, TrackedTarget] = {}
+        self._order: dict[str, tuple[float, int | None]] = {}  # target -> (asked at, the leader's pid then)
         self._ids: dict[ProcKey, GroupIdentity | None] = {}
         self.views: dict[str, rec.GroupView] = {}
         self._next = float("-inf")
@@ -83,6 +89,7 @@ class GroupStage:
         if not self.cfg.enabled or self.client is None or now < self._next:
             return
         self._next = now + self.cfg.interval
+        self._targets = targets
         self._ids = {t.target.key: self._ids.get(t.target.key) for t in targets.values() if t.target.key in self._ids}
         incidents = tuple(incidents)
         records = self._records(targets, incidents)
@@ -94,7 +101,8 @@ class GroupStage:
                 board.publish(r)
                 self.published += 1
             wall = self.wall()
-            self.views = {g: board.read(g, now=wall, max_age=self.cfg.max_age) for g in records}
+            groups = set(records) | {i.group for i in self._ids.values() if i is not None}
+            self.views = {g: board.read(g, now=wall, max_age=self.cfg.max_age) for g in sorted(groups)}
             if self.exchange is not None:
                 hosted = {g: tuple((m.rank, m.pid) for m in r.members) for g, r in records.items()}
                 self.exchange.step(wall, hosted, incidents)
@@ -113,6 +121,48 @@ class GroupStage:
                 self.log.info("target %s: its group's leader is at %s", tr.name, new.api_url or "(unknown)")
                 tr.target = new
 
+    def on_restart(self, group: str, incident: str) -> None:
+        """The lease holder asked (signed, believed) for the plan's leader step: restart this node's leader."""
+        for name, tr in self._targets.items():
+            ident = self._ids.get(tr.target.key)
+            if ident is not None and ident.group == group and ident.leader:
+                self.delegate(name, group)
+                self.log.warning(
+                    "group %s: restarting %s, asked by the group's lease holder (%s)", group, name, incident
+                )
+                try:
+                    self.restart(name, f"group {group}: {incident}")
+                except GuardianError as e:  # the target went meanwhile: said, the loop goes on
+                    self.log.warning("group %s: %s not restarted: %s", group, name, e)
+
+    def before_start(self, name: str, incident: str | None, now: float) -> str | None:
+        """Why a headless member's restart must wait before starting (None: go): the group plan restarts
+        the leader (on its node, by a signed request) between stopping and starting the headless ranks."""
+        tr = self._targets.get(name)
+        ident = self._ids.get(tr.target.key) if tr is not None else None
+        view = self.views.get(ident.group) if ident is not None else None
+        if ident is None or ident.leader or not spread(ident) or view is None or incident is None:
+            return None
+        steps = [s for s in plan(ident.kind, view.ranks) if s.action == RESTART and s.node != self.node]
+        if not steps or self.exchange is None:
+            return None
+        lead = view.leader()
+        lead_pid = lead[1].pid if lead is not None else None
+        if name not in self._order:
+            self._order[name] = (now, lead_pid)
+            self.exchange.request_restart(ident.group, incident, self.wall())
+            return f"group plan: the leader on {steps[0].node} restarts first (asked, signed)"
+        asked, before = self._order[name]
+        if lead is None or lead_pid != before or lead[1].health == "dead":
+            del self._order[name]
+            return None  # the old leader is gone: this node's ranks connect to the new one when it listens
+        if now - asked > self.cfg.order_timeout:
+            del self._order[name]
+            waited = now - asked
+            self.log.warning("group %s: the leader did not restart within %.0fs: starting anyway", ident.group, waited)
+            return None
+        return f"group plan: waiting for the old leader on {steps[0].node} to go"
+
     def _records(
         self, targets: Mapping[str, TrackedTarget], incidents: tuple[Incident, ...]
     ) -> dict[str, rec.NodeRecord]:
@@ -120,8 +170,8 @@ class GroupStage:
         wall = self.wall()
         for tr in targets.values():
             ident = self.identity(tr.target)
-            if ident is None or not tr.api_alive and not tr.target.processes:
-                continue
+            if ident is None:
+                continue  # a member whose process is gone is still published (health dead) until forgotten
             mine = members(tr.target, ident, tr, incidents)
             prev = out.get(ident.group)
             port = tr.target.port if ident.leader else None

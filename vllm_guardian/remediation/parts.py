@@ -25,7 +25,10 @@ if TYPE_CHECKING:
 
 PublishControl = Callable[[dict[str, Any]], object]
 ReleaseCheck = Callable[[set[int]], "bool | None"]  # still held (None: no accelerator backend)
-DeviceCheck = Callable[[str], "str | None"]  # target -> why its devices make a restart pointless (None: fine)
+DeviceCheck = Callable[[str], "str | None"]
+BeforeStart = Callable[
+    [str, "str | None", float], "str | None"
+]  # target, incident, now -> why wait (None: go)  # target -> why its devices make a restart pointless (None: fine)
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,8 @@ class RemediationParts:
     publish_control: PublishControl = lambda msg: None
     release_check: ReleaseCheck = lambda pids: None
     device_check: DeviceCheck = lambda target: None
+    # a group member waits for the group plan's earlier steps on other nodes (loop/group_stage.py)
+    before_start: BeforeStart = lambda target, incident, now: None
     method_table: Sequence[MethodRow] = METHODS  # ``methods`` is built from it (again on a reload)
 
     def method(self, mode: str) -> RestartMethod:
