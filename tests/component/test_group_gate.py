@@ -56,3 +56,14 @@ def test_the_holder_renews_both_leases(client):
     b = gate(client, "node-b")
     got = b.acquire("rank1")
     assert b.renew("rank1", got.slot)
+
+
+def test_a_restart_the_lease_holder_asked_for_takes_neither_lease_and_forgets_the_ask_when_done(client):
+    a, b = gate(client, "node-a", fleet_slots=1), gate(client, "node-b", fleet_slots=1)
+    holder = b.acquire("rank1")  # node-b acts: the group lease and the one fleet slot
+    a.delegate("leader", G)  # node-b asked node-a (signed, believed) for the plan's leader step
+    step = a.acquire("leader")
+    assert step.granted and step.slot is None and "asked by the holder of the group lease" in step.reason
+    a.release("leader", step.slot)
+    assert not a.acquire("leader").granted  # no standing permission: the next restart needs the lease again
+    assert b.release("rank1", holder.slot)
