@@ -184,6 +184,7 @@ def assemble(
             record_action,
             log.getChild("groups"),
             on_restart=lambda group, incident: groups.on_restart(group, incident),
+            acting=lambda group: lease is not None and group in lease.holding().values(),
         )
         if redis is not None and group_leases is not None
         else None

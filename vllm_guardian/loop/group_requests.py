@@ -13,7 +13,8 @@ Decides, each time the group stage runs:
   runs ``py-spy dump --nonblocking`` on each of its own ranks' engine processes (off the loop, one
   at a time), writes the text under ``<state_dir>/group-stacks/<incident>/`` and answers;
 - the node that asked links every believed answer on its incident (an ``Action`` ``group_stacks``
-  naming node, rank and file), once per node.
+  naming node, rank and file), once per node; when the incident resolves it gives the group lease
+  back, unless one of its restart sequences holds it (``acting``) or another open incident asked.
 
 A believed ``restart`` request from the lease holder (after this node captured that incident's
 stacks) hands this node's members of the group to ``on_restart`` (the group stage restarts them
@@ -66,10 +67,12 @@ class GroupExchange:
         record_action: Callable[[str, Action], None],
         log: logging.Logger,
         on_restart: Callable[[str, str], None] = lambda group, incident: None,
+        acting: Callable[[str], bool] = lambda group: False,
     ) -> None:
         self.node, self.client, self.keys, self.lease, self.lease_ttl = node, client, keys, lease, lease_ttl
         self.commands, self.pyspy_path, self.out_dir = commands, pyspy_path, out_dir
         self.record_action, self.log, self.on_restart = record_action, log, on_restart
+        self.acting = acting  # a restart sequence of this node holds the group's lease (the group gate)
         self.restarted: set[str] = set()  # incidents whose restart request this node carried out
         self.replay = trust.ReplayGuard(req.MAX_AGE + req.CLOCK_SKEW)
         self.asked: dict[str, str | None] = {}  # incident -> its group, when this node is its actor
@@ -90,6 +93,11 @@ class GroupExchange:
             actor_of = self.asked.get(inc.id)
             if actor_of is not None:
                 self._link(inc.id, actor_of, wall)
+        still = {i.id for i in open_here}
+        for gone in [i for i in self.asked if i not in still]:  # resolved: the lease it took is given back
+            held = self.asked.pop(gone)
+            if held is not None and not self.acting(held) and held not in self.asked.values():
+                self.lease.release(held)
 
     def _ask(self, inc: Incident, group: str, wall: float) -> str | None:
         if not self.lease.acquire(group, self.lease_ttl):
