@@ -238,6 +238,21 @@ FULL = status(
     listeners={"socket": {"refused": 0, "evicted": 15, "timed_out": 16}, "http": {"refused": 2}},
     capabilities={"missing": [{"capability": "ptrace", "why": "no CAP_SYS_PTRACE", "consequence": "no py-spy"}]},
     server_files={"refused": {"restart.log_file": 2}, "last_refusal": "restart.log_file /l: a symbolic link"},
+    groups=[  # GroupStage.status()
+        {
+            "group": "dp@10.0.0.1:13345",
+            "kind": "vllm-dp",
+            "size": 2,
+            "targets": ["rank1"],
+            "local_ranks": [1],
+            "leader_node": "node-a",
+            "ranks": [
+                {"rank": 0, "node": "node-a", "pid": 10, "health": "serving", "leader": True, "incident": None},
+                {"rank": 1, "node": "node-b", "pid": 20, "health": "stalled", "leader": False, "incident": "i-1"},
+            ],
+        }
+    ],
+    orphans={"found": [{"pid": 7, "title": "VLLM::EngineCore", "rss": 1, "why": "title", "provable": False}]},
 )
 MINIMAL: dict = {}  # before the first tick the daemon's status() is an empty dict
 

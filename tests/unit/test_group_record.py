@@ -40,6 +40,11 @@ def test_a_signed_record_reads_back_as_written():
     assert decode(rec.encode(record(), KEYS)) == record()
 
 
+def test_the_leader_api_port_and_a_member_incident_read_back_as_written():
+    leader = record(members=(Member(1, 4242, "stalled", None, incident="20261207-x-busy_loop"),), api_port=8000)
+    assert decode(rec.encode(leader, KEYS)) == leader
+
+
 @pytest.mark.parametrize(
     ("raw", "keys", "reason"),
     [
@@ -89,6 +94,9 @@ def test_a_record_not_believed_is_rejected_with_its_reason(raw, keys, reason):
         (lambda d: d.update(size=0), "size is not in 1..1024"),
         (lambda d: d.update(leader_address="a b"), "leader_address"),
         (lambda d: d.update(v=2), "schema"),
+        (lambda d: d.update(api_port=70000), "api_port is not in 1..65535"),
+        (lambda d: d.update(api_port="8000"), "api_port is not in 1..65535"),
+        (lambda d: d["members"][0].update(incident="$(reboot)"), "incident is not an incident id"),
     ],
     ids=[
         "rank-beyond-size",
@@ -102,6 +110,9 @@ def test_a_record_not_believed_is_rejected_with_its_reason(raw, keys, reason):
         "size-zero",
         "hostile-address",
         "unknown-schema",
+        "api-port-out-of-range",
+        "api-port-not-a-number",
+        "hostile-incident-id",
     ],  # fmt: skip
 )
 def test_a_signed_record_with_bad_fields_is_malformed(mutate, detail):
@@ -142,3 +153,10 @@ def test_rejected_records_are_kept_in_the_view_and_add_no_member():
     assert v.leader() == ("node-a", LEADER.members[0])
     assert v.missing(2) == (1,)
     assert [r.reason for r in v.rejected] == [trust.BAD_SIGNATURE]
+
+
+def test_the_leaders_api_port_is_the_one_its_own_node_names():
+    leader = record(node="node-a", members=LEADER.members, api_port=8000)
+    liar = record(node="node-b", members=HEADLESS.members, api_port=9999)  # not the leader's node
+    assert rec.view(G, [leader, liar]).leader_api_port() == 8000
+    assert rec.view(G, [LEADER, liar]).leader_api_port() is None

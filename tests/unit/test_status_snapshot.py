@@ -115,6 +115,8 @@ def test_the_document_keeps_the_keys_its_readers_use():
         "errors",
         "capabilities",
         "server_files",
+        "groups",
+        "orphans",
         *OPTIONAL_SECTIONS,
     }
     assert set(doc["actions"]) == {"outcomes", "restarts"}

@@ -458,6 +458,32 @@ class KubernetesConfig:
 
 
 @dataclass(frozen=True)
+class GroupsConfig:
+    """Multi-node and data-parallel groups (docs/groups.md): the signed group record each node
+    publishes in the fleet Redis (needs ``gates.trust`` keys) and reads back."""
+
+    enabled: bool = setting(True, doc="publish and read group records (a group target is found from its argv)")
+    interval: float = setting(
+        2.0, "positive", "seconds between publishing this node's records and reading others'", bound=INTERVAL
+    )
+    max_age: float = setting(15.0, "positive", "a record older than this is stale (not believed)")
+    order_timeout: float = setting(
+        120.0,
+        "positive",
+        "a headless member's restart waits this long for its leader's restart (group plan)",
+        bound=SECONDS,
+    )
+    orphan_interval: float = setting(
+        5.0, "positive", "seconds between looks for VLLM:: processes with no API server", bound=INTERVAL
+    )
+    orphan_min_rss: int = setting(64 * 1024 * 1024, "nonneg", "an orphan holds at least this RSS (or device memory)")
+    stop_orphans: bool = setting(
+        False,
+        doc="SIGKILL orphans proven from a supervised tree (pid + start time); never title-only ones, never dry-run",
+    )
+
+
+@dataclass(frozen=True)
 class Config:
     node: str | None = setting(None, doc="default: the host name")
     state_dir: str = "/var/lib/guardian"
@@ -477,6 +503,7 @@ class Config:
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
     log: LogConfig = field(default_factory=LogConfig)
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
+    groups: GroupsConfig = field(default_factory=GroupsConfig)
 
     def socket_path(self) -> str:
         return self.api.socket or f"{self.state_dir.rstrip('/')}/guardian.sock"

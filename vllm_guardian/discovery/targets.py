@@ -64,6 +64,7 @@ class TargetsStage:
         log: logging.Logger,
         platform: PlatformMatcher | None = None,
         on_discovery: Iterable[DiscoveryHook] = (),
+        rewrite: Callable[[Target], Target] | None = None,
         capabilities: Capabilities | None = None,
         files: ServerFiles | None = None,
     ) -> None:
@@ -73,6 +74,7 @@ class TargetsStage:
         self.platform = platform  # match.kubernetes / match.systemd_unit
         # each pass's targets and the processes never to be read again (API keys); handed in, fixed
         self.on_discovery: tuple[DiscoveryHook, ...] = tuple(on_discovery)
+        self.rewrite = rewrite  # e.g. a headless rank reached at its group's leader (groups/stage.py)
         self.proc = proc
         self.tracker = tracker
         self.series = series
@@ -240,7 +242,8 @@ class TargetsStage:
                     extra={"target": t.name},
                 )
         self._argv_said = {(t.name, t.key) for t in by_argv}
-        changes = self.tracker.apply_discovery(result.targets, result.orphans, now)
+        found = tuple(map(self.rewrite, result.targets)) if self.rewrite is not None else result.targets
+        changes = self.tracker.apply_discovery(found, result.orphans, now)
         for name in changes.new:
             self.log.info(
                 "target %s discovered: %s", name, self.tracker.targets[name].target.key, extra={"target": name}

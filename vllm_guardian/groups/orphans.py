@@ -83,3 +83,22 @@ def find_orphans(procs: Sequence[Proc], *, supervised: Mapping[int, int], min_rs
             )
         )
     return tuple(sorted(out, key=lambda o: o.pid))
+
+
+@dataclass(frozen=True)
+class OrphanRow:
+    """One orphan as ``guardian status`` shows it (``orphans``)."""
+
+    pid: int
+    title: str
+    rss: int
+    why: str  # SUPERVISED or TITLE_ONLY
+    provable: bool
+    stopped: bool = False
+
+
+@dataclass(frozen=True)
+class OrphansStatus:
+    found: tuple[OrphanRow, ...] = ()
+    stopped_total: int = 0
+    stopping: bool = False  # groups.stop_orphans and not dry-run: provable ones are stopped

@@ -17,7 +17,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_guardian.gates import trust
@@ -45,6 +45,7 @@ class Member:
     health: str
     last_progress: float | None
     leader: bool = False  # the rank whose process serves the API
+    incident: str | None = None  # the open incident naming this rank, on its node (shown on every node)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class NodeRecord:
     size: int | None
     leader_address: str | None
     members: tuple[Member, ...]
+    api_port: int | None = None  # the leader's API port (its node's record only): where its /metrics is
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,16 @@ def encode(record: NodeRecord, keys: trust.Keys) -> str:
         "time": record.time,
         "size": record.size,
         "leader_address": record.leader_address,
+        "api_port": record.api_port,
         "members": [
-            {"rank": m.rank, "pid": m.pid, "health": m.health, "last_progress": m.last_progress, "leader": m.leader}
+            {
+                "rank": m.rank,
+                "pid": m.pid,
+                "health": m.health,
+                "last_progress": m.last_progress,
+                "leader": m.leader,
+                "incident": m.incident,
+            }
             for m in record.members
         ],
     }
@@ -114,7 +124,10 @@ def _member(raw: Any, size: int | None) -> Member | str:
         return "last_progress is not a finite number"
     if not isinstance(leader, bool):
         return "leader is not true/false"
-    return Member(rank=rank, pid=pid, health=health, last_progress=_num(progress), leader=leader)
+    incident = raw.get("incident")
+    if incident is not None and (not isinstance(incident, str) or not _NAME.match(incident)):
+        return "incident is not an incident id"
+    return Member(rank=rank, pid=pid, health=health, last_progress=_num(progress), leader=leader, incident=incident)
 
 
 def decode(
@@ -159,6 +172,9 @@ def decode(
         return Rejected(node, MALFORMED, "kind is not a name")
     if address is not None and (not isinstance(address, str) or not _NAME.match(address)):
         return Rejected(node, MALFORMED, "leader_address is not a host name or address")
+    api_port = doc.get("api_port")
+    if api_port is not None and _int(api_port, 1, 65535) is None:
+        return Rejected(node, MALFORMED, "api_port is not in 1..65535")
     raw_members = doc.get("members")
     if not isinstance(raw_members, list) or len(raw_members) > MAX_MEMBERS:
         return Rejected(node, MALFORMED, f"members is not a list of at most {MAX_MEMBERS}")
@@ -171,7 +187,14 @@ def decode(
     if len({m.rank for m in members}) != len(members):
         return Rejected(node, MALFORMED, "a rank is named twice")
     return NodeRecord(
-        group=group, kind=kind, node=node, time=when, size=size, leader_address=address, members=tuple(members)
+        group=group,
+        kind=kind,
+        node=node,
+        time=when,
+        size=size,
+        leader_address=address,
+        members=tuple(members),
+        api_port=api_port,
     )
 
 
@@ -183,11 +206,17 @@ class GroupView:
     ranks: Mapping[int, tuple[str, Member]]
     conflicts: tuple[str, ...]
     rejected: tuple[Rejected, ...]
+    api_ports: Mapping[str, int] = field(default_factory=dict)  # node -> the API port its record names
 
     def leader(self) -> tuple[str, Member] | None:
         """The node and member that serves the API; None when no node or more than one says so."""
         leaders = [(n, m) for n, m in self.ranks.values() if m.leader]
         return leaders[0] if len(leaders) == 1 else None
+
+    def leader_api_port(self) -> int | None:
+        """The API port the leader's node names (None: no leader, or its record names none)."""
+        lead = self.leader()
+        return self.api_ports.get(lead[0]) if lead is not None else None
 
     def missing(self, size: int) -> tuple[int, ...]:
         """Ranks of a group of ``size`` that no believed record names."""
@@ -199,10 +228,13 @@ def view(group: str, read: Iterable[NodeRecord | Rejected]) -> GroupView:
     ranks: dict[int, tuple[str, Member]] = {}
     claimed: dict[int, list[str]] = {}
     rejected: list[Rejected] = []
+    ports: dict[str, int] = {}
     for item in read:
         if isinstance(item, Rejected):
             rejected.append(item)
             continue
+        if item.api_port is not None:
+            ports[item.node] = item.api_port
         for m in item.members:
             claimed.setdefault(m.rank, []).append(item.node)
             ranks[m.rank] = (item.node, m)
@@ -214,5 +246,9 @@ def view(group: str, read: Iterable[NodeRecord | Rejected]) -> GroupView:
     if sum(1 for _, m in ranks.values() if m.leader) > 1:
         conflicts.append("more than one node says it hosts the leader")
     return GroupView(
-        group=group, ranks=dict(sorted(ranks.items())), conflicts=tuple(conflicts), rejected=tuple(rejected)
+        group=group,
+        ranks=dict(sorted(ranks.items())),
+        conflicts=tuple(conflicts),
+        rejected=tuple(rejected),
+        api_ports=ports,
     )

@@ -32,6 +32,7 @@ are rebuilt through ``build_probes`` with the same ``ProbeParts``.
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 import logging
 import os
 from collections.abc import Callable, Iterable
@@ -65,13 +66,18 @@ from vllm_guardian.detectors.device_catalog import shipped
 from vllm_guardian.probes.base import ProbeParts, Readings
 from vllm_guardian.probes.scheduler import ProbeScheduler
 from vllm_guardian.probes.table import build_probes, probe_names
+from vllm_guardian.loop.group_gate import GroupGate
+from vllm_guardian.loop.group_requests import GroupExchange
+from vllm_guardian.loop.orphan_watch import OrphanWatch
 from vllm_guardian.remediation.lease import FleetLease
+from vllm_guardian.sinks.group_lease import GroupLease
 from vllm_guardian.remediation.methods import build_methods, restart_mode_problems
 from vllm_guardian.remediation.parts import PublishControl, RemediationParts
 from vllm_guardian.remediation.policy import RestartLedger
 from vllm_guardian.remediation.remediator import Remediator
 from vllm_guardian.remediation.settings import RemediationSettings
 from vllm_guardian.seams import Seams
+from vllm_guardian.loop.group_stage import GroupStage
 from vllm_guardian.sinks.redis_conn import ControlPublisher, RedisConnection
 from vllm_guardian.surface.status_view import StatusSources
 from vllm_guardian.state.async_runner import AsyncRunner
@@ -136,11 +142,12 @@ def assemble(
     diagnoser = Diagnoser.from_config(
         cfg, runner=seams.commands, http=seams.http, kube=_kube_factory(kube, cfg), scrub=scrub.scrub, files=seams.files
     )
-    lease = None
+    lease: GroupGate | None = None
+    fleet: FleetLease | None = None
     publish_control: PublishControl = _no_control
     if redis is not None:
         f = cfg.policy.fleet
-        lease = FleetLease(
+        fleet = FleetLease(
             redis.client,
             node,
             f.max_concurrent_restarts,
@@ -173,6 +180,31 @@ def assemble(
         capabilities.note(lack)
     # 3. the stages of the tick; the two ports back up the order are bound before returning
     record_action: Port[[str, Action], None] = Port("record_action")
+    group_leases = GroupLease(redis.client, node) if redis is not None else None
+    exchange = (
+        GroupExchange(
+            node,
+            redis.client,
+            keys,
+            group_leases,
+            cfg.policy.fleet.lease_ttl,
+            seams.commands,
+            cfg.evidence.pyspy,
+            os.path.join(cfg.state_dir, "group-stacks"),
+            record_action,
+            log.getChild("groups"),
+            on_restart=lambda group, incident: groups.on_restart(group, incident),
+            acting=lambda group: lease is not None and group in lease.holding().values(),
+        )
+        if redis is not None and group_leases is not None
+        else None
+    )
+    groups = GroupStage(
+        cfg.groups, node, redis.client if redis is not None else None, keys, clock.wall, log, exchange=exchange
+    )
+    if fleet is not None and group_leases is not None:  # one actor per group: a member's restart needs the lease
+        lease = GroupGate(fleet, group_leases, partial(groups.group_of, tracker.targets), cfg.policy.fleet.lease_ttl)
+        groups.delegate = lease.delegate
     incident_opened: Port[[Incident], None] = Port("incident_opened")
     targets = TargetsStage(
         cfg,
@@ -184,6 +216,7 @@ def assemble(
         on_discovery=hooks,
         capabilities=capabilities,
         files=seams.files,
+        rewrite=groups.rewrite,
     )
     probe_parts = ProbeParts(cfg, seams, tracker, series, readings, log)
     probes = ProbeScheduler(
@@ -224,6 +257,7 @@ def assemble(
             ),
             device_kind=devices.kind,
             workarounds={s.id: s.workaround_apply for s in diagnoser.signatures if s.workaround_apply is not None},
+            before_start=groups.before_start,
         )
     )
     fanout = TransitionFanout(incident_opened, sinks, stats, episodes, clock, log)
@@ -247,6 +281,9 @@ def assemble(
         ),
     )
     record_action.bind(responder.record_action)
+    groups.restart = lambda target, why: log.info(
+        "group restart of %s: %s", target, responder.control({"cmd": "restart", "target": target, "reason": why})
+    )
     incident_opened.bind(responder.incident_opened)
     return Daemon(
         DaemonParts(
@@ -272,6 +309,16 @@ def assemble(
             status_sources=sources,
             detectors=tables.detectors(),
             tables=tables,
+            groups=groups,
+            orphans=OrphanWatch(
+                seams.proc,
+                seams.control.signal,
+                interval=cfg.groups.orphan_interval,
+                min_rss=cfg.groups.orphan_min_rss,
+                stop=cfg.groups.stop_orphans and not cfg.policy.dry_run,
+                page_size=os.sysconf("SC_PAGE_SIZE"),
+                log=log.getChild("orphans"),
+            ),
         )
     )
 

@@ -45,6 +45,8 @@ from vllm_guardian.state.selfstats import SelfStats
 from vllm_guardian.state.tracker import Changes, Tracker
 
 if TYPE_CHECKING:
+    from vllm_guardian.loop.group_stage import GroupStage
+    from vllm_guardian.loop.orphan_watch import OrphanWatch
     from vllm_guardian.host.kube import KubeClient
     from vllm_guardian.surface.status_snapshot import StatusSnapshot
     from vllm_guardian.surface.status_view import StatusSources
@@ -78,6 +80,8 @@ class DaemonParts:
     status_sources: StatusSources | None  # the node sections of the parts around the daemon (None: none)
     detectors: Mapping[Kind, Detector]  # the kind table's per-target detectors, in table order
     tables: Tables = field(default_factory=Tables)  # the probes, kinds and restart methods it was assembled from
+    groups: GroupStage | None = None  # multi-node groups: records exchanged, findings scoped (groups/stage.py)
+    orphans: OrphanWatch | None = None  # VLLM:: processes with no live API server (loop/orphan_watch.py)
 
 
 class Daemon:
@@ -94,6 +98,8 @@ class Daemon:
         self.ledger, self.remediator, self.responder = parts.ledger, parts.remediator, parts.responder
         self.status_sources = parts.status_sources
         self.detectors = parts.detectors
+        self.groups = parts.groups
+        self.orphans = parts.orphans
         self._emit = parts.fanout.emit
         self.seen = Seen()
         self.findings: dict[str, dict[Kind, Finding | None]] = {}
@@ -113,6 +119,10 @@ class Daemon:
         self.probes.collect(now)  # finished off-loop jobs: folds, evidence, remediation steps
         self.probes.run_inline(now, self.seen)
         transitions = self._detect(now)
+        if self.groups is not None:
+            self.groups.tick(now, self.tracker.targets, self.incidents.open_incidents())
+        if self.orphans is not None:
+            self.orphans.step(now, self.tracker.targets)
         self.probes.schedule(now, self.seen)  # off-loop probes plan on this tick's detection
         for tr in transitions:
             self._emit(tr)  # opening an incident starts its evidence capture, before any action
@@ -166,6 +176,8 @@ class Daemon:
             findings[Kind.PROBE_FAILURE] = evaluate_episodes(
                 name, {k: v for k, v in open_episodes.items() if k.startswith(f"{name}:")}, self.cfg.detectors, now
             )
+            if self.groups is not None:  # a member of a group over nodes raises only its own ranks' findings
+                findings = self.groups.scope(tr.target, findings)
             self.findings[name] = findings
             # not yet seen ready (warm-up, a guardian just restarted): a quiet detector may not resolve;
             # its API server gone (not ready either): whatever hung or leaked in it ended with it

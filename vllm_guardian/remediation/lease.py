@@ -18,7 +18,7 @@ that has the grant, so it cannot be handed out twice. When fewer acknowledge wit
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 PREFIX = "guardian:lease:{restart}:"
 FENCE = "fence"
@@ -65,6 +65,18 @@ class LeaseResult:
 
 def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class Lease(Protocol):
+    """What the restart sequence's lease phase takes, renews and gives back (``FleetLease``, ``GroupGate``)."""
+
+    def acquire(self, target: str) -> LeaseResult: ...
+
+    def check(self, target: str, slot: int | None, token: int | None) -> LeaseResult: ...
+
+    def renew(self, target: str, slot: int | None, token: int | None = None) -> bool: ...
+
+    def release(self, target: str, slot: int | None, token: int | None = None) -> bool: ...
 
 
 class FleetLease:

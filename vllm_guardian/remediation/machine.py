@@ -69,6 +69,7 @@ class Machine:
         self.sequences: dict[str, RestartSequence] = {}
         self.jobs = SequenceJobs(parts.async_runner)
         self._holding: Collection[str] = ()
+        self._group_waits: set[str] = set()  # targets whose start waits on the group plan (said once)
         # sequences that ended since the owner last took them (``take_finished``)
         self._finished: list[tuple[RestartSequence, Outcome]] = []
         self._escalated: list[str] = []  # incident ids escalated while a sequence waits (a breaker page)
@@ -296,6 +297,13 @@ class Machine:
     def _step_starting(self, seq: RestartSequence, now: float, tracker: Tracker, series: SeriesStore) -> None:
         if self._owner_grace(seq, now, tracker):
             return
+        wait = self.parts.before_start(seq.target, seq.incident_id, now)
+        if wait is not None:  # a group member: the plan's earlier steps run on other nodes first
+            if seq.target not in self._group_waits:
+                self._group_waits.add(seq.target)
+                self.record(seq, "group_order", "running", wait)
+            return
+        self._group_waits.discard(seq.target)
         step = self.method(seq).start(seq, self.rc(seq), now, self)
         if step.outcome == "verify":
             self.enter(seq, Phase.VERIFYING, now, step.detail)

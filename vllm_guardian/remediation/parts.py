@@ -24,12 +24,14 @@ if TYPE_CHECKING:
     from vllm_guardian.host.procfs import ProcFS
     from vllm_guardian.incidents import IncidentManager
     from vllm_guardian.policy.device_check import DeviceCheck as PreCheck
-    from vllm_guardian.remediation.lease import FleetLease
+    from vllm_guardian.remediation.lease import Lease
 
 PublishControl = Callable[[dict[str, Any]], object]
 ReleaseCheck = Callable[[set[int]], "bool | None"]  # still held (None: no accelerator backend)
 DeviceCheck = Callable[[str], "str | None"]  # target -> why its devices make a restart pointless (None: fine)
 PreRestartCheck = Callable[[str], "PreCheck"]  # target -> the pre-restart device check (policy/device_check.py)
+# target, incident, now -> why wait (None: go)
+BeforeStart = Callable[[str, "str | None", float], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -44,11 +46,13 @@ class RemediationParts:
     procfs: ProcFS | None
     methods: Mapping[str, RestartMethod]
     log: logging.Logger
-    lease: FleetLease | None = None
+    lease: Lease | None = None  # the fleet lease (loop/group_gate.py adds the group lease of group members)
     kube: KubeClient | None = None
     publish_control: PublishControl = lambda msg: None
     release_check: ReleaseCheck = lambda pids: None
     device_check: DeviceCheck = lambda target: None
+    # a group member waits for the group plan's earlier steps on other nodes (loop/group_stage.py)
+    before_start: BeforeStart = lambda target, incident, now: None
     method_table: Sequence[MethodRow] = METHODS  # ``methods`` is built from it (again on a reload)
     http: HttpClient | None = None  # the server's own drain (vLLM's /checkpoint/prepare?mode=wait)
     fleet_client: Any = None  # the fleet store's Redis client (the percentage breaker); None: none configured

@@ -130,6 +130,12 @@ def _snapshot_metrics(f: _Families, s: StatusSnapshot) -> None:
     _device_metrics(f, s)
     _incident_metrics(f, s)
     _action_metrics(f, s)
+    for provable in ("true", "false"):
+        f.add("guardian_orphans", (provable,), sum(1 for o in s.orphans.found if str(o.provable).lower() == provable))
+    f.add("guardian_orphans_stopped_total", (), s.orphans.stopped_total)
+    for g in s.groups:
+        for health in sorted({r.health for r in g.ranks}):
+            f.add("guardian_group_ranks", (g.group, health), sum(1 for r in g.ranks if r.health == health))
     if s.alerts is not None:
         f.add("guardian_alerts_spooled", (), s.alerts.spooled)
         f.add("guardian_alerts_dropped_total", (), s.alerts.dropped_total)

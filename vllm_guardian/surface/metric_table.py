@@ -199,6 +199,9 @@ TABLE: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ),
     # incidents, actions, alerts
     ("guardian_incidents_open", "gauge", ("kind",), "Open incidents on this node, by kind."),
+    ("guardian_orphans", "gauge", ("provable",), "VLLM:: processes on this node with no live API server above them."),
+    ("guardian_orphans_stopped_total", "counter", (), "Provable orphans stopped (groups.stop_orphans)."),
+    ("guardian_group_ranks", "gauge", ("group", "health"), "Ranks of each group this node hosts, by health."),
     ("guardian_target_incidents_open", "gauge", ("target", "kind"), "Open incidents of a target, by kind."),
     ("guardian_incidents_opened_total", "counter", ("kind",), "Incidents opened since the guardian started."),
     ("guardian_incidents_resolved_total", "counter", ("kind",), "Incidents resolved since the guardian started."),

@@ -178,6 +178,23 @@ def render_status(s: StatusSnapshot) -> str:
     if down:
         lines += ["", "ALERTMANAGER NOT TAKING ALERTS (spooled, retried)"]
         lines.extend(f"  {i.url}: {i.spooled} spooled, {i.last_error or 'not reached yet'}" for i in down)
+    for grp in s.groups:
+        lead = grp.leader_node or "unknown"
+        lines += [
+            "",
+            f"GROUP {grp.group} ({grp.kind}, size {grp.size or '?'}, leader on {lead}; here: {', '.join(grp.targets)})",
+        ]
+        for r in grp.ranks:
+            inc = f"  incident {r.incident}" if r.incident else ""
+            lines.append(
+                f"  rank {r.rank:<3} {r.node:<16} pid {r.pid:<8} {r.health}{' (leader)' if r.leader else ''}{inc}"
+            )
+        lines.extend(f"  {what}" for what in (*grp.conflicts, *grp.rejected, *grp.problems))
+    if s.orphans.found:
+        lines += ["", "ORPHANS (VLLM:: processes with no live API server)"]
+        for o in s.orphans.found:
+            said = "stopped" if o.stopped else "provably ours" if o.provable else "title only: reported, never stopped"
+            lines.append(f"  pid {o.pid:<8} {o.title:<24} {o.rss >> 20} MiB RSS  {said}")
     web = s.http.web_config if s.http is not None else None
     if web is not None and not web.last_reload_ok:
         lines += ["", f"WEB CONFIG RELOAD REFUSED ({web.file}), the running one is kept: {web.last_error}"]

@@ -21,6 +21,8 @@ from typing import Any
 from vllm_guardian.config.status import ConfigStatus
 from vllm_guardian.diagnosis.node_view import DeviceRow
 from vllm_guardian.gates.status import GatesSummary, TargetGatesStatus, TrustStatus
+from vllm_guardian.groups.orphans import OrphansStatus
+from vllm_guardian.groups.stage import GroupStatus
 from vllm_guardian.host.capabilities import MissingCapability
 from vllm_guardian.host.server_files import ServerFilesStatus
 from vllm_guardian.model import Incident
@@ -154,6 +156,10 @@ class StatusSnapshot:
     listeners: Mapping[str, ConnectionCounts] | None = None
     capabilities: CapabilitiesStatus = field(default_factory=CapabilitiesStatus)
     server_files: ServerFilesStatus = field(default_factory=ServerFilesStatus)  # refused on a server's behalf
+    groups: tuple[GroupStatus, ...] = ()
+    orphans: OrphansStatus = field(
+        default_factory=OrphansStatus
+    )  # VLLM:: processes with no live API server  # multi-node groups this node hosts members of (groups/stage.py)
     schema: int = SCHEMA
 
     def target(self, name: str) -> TargetStatus | None:

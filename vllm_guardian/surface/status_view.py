@@ -40,6 +40,7 @@ from vllm_guardian.vllm_versions import RECOVERING, RETIRED
 from vllm_guardian.state.vllm_states import serves_grpc, status_of
 from vllm_guardian.probes.procfs_status import process_section
 from vllm_guardian.series.status import engine_section, latest, memory_section
+from vllm_guardian.groups.orphans import OrphansStatus
 from vllm_guardian.surface.status_snapshot import (
     CapabilitiesStatus,
     StatusSnapshot,
@@ -243,6 +244,8 @@ def build_status(d: Daemon, now: float) -> StatusSnapshot:
         listeners=_listeners(src),
         capabilities=CapabilitiesStatus(d.capabilities.missing()),
         server_files=d.seams.files.status_section(),
+        groups=d.groups.status(d.tracker.targets) if d.groups is not None else (),
+        orphans=d.orphans.status_section() if d.orphans is not None else OrphansStatus(),
     )
 
 

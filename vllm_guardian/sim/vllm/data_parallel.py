@@ -17,6 +17,7 @@ its own queue, KV pool and counters. Decides:
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import multiprocessing
 import threading
@@ -25,6 +26,15 @@ from typing import Any, Callable
 from vllm_guardian.sim.vllm.engine import EngineConfig, EngineStats, worker_main
 
 COORDINATOR_TITLE = "VLLM::DPCoordinator"
+
+
+def multi_node_args(p: argparse.ArgumentParser) -> None:
+    """vLLM's multi-node data-parallel flags (``sim.vllm.multi_node``)."""
+    p.add_argument("--data-parallel-size-local", type=int, default=None, help="ranks this node runs")
+    p.add_argument("--data-parallel-start-rank", type=int, default=0, help="the first rank this node runs")
+    p.add_argument("--data-parallel-address", default="127.0.0.1", help="the leader's address")
+    p.add_argument("--data-parallel-rpc-port", type=int, default=13345, help="the leader's port for its ranks")
+    p.add_argument("--headless", action="store_true", help="no API server: run the ranks, connect to the leader")
 
 
 def combined(all_stats: list[EngineStats]) -> EngineStats:
@@ -44,7 +54,7 @@ def combined(all_stats: list[EngineStats]) -> EngineStats:
 
 
 class EngineGroup:
-    """N engine clients (``api_server.EngineClient``) that look like one to ``SimApp``."""
+    """N engine clients (``engine_client.EngineClient``) that look like one to ``SimApp``."""
 
     def __init__(self, config: EngineConfig, size: int, client: Callable, on_dead) -> None:
         self.engines = [client(dataclasses.replace(config, dp_rank=k), on_dead) for k in range(size)]
