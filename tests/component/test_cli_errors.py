@@ -67,6 +67,7 @@ BAD_INPUT = [
     (["snapshot", "nosuch", "-c", "{cfg}"], 1, "no target named 'nosuch'"),
     (["demo", "--timeout", "soon"], 2, "invalid float value"),
     (["completion", "fish"], 2, "invalid choice"),
+    (["fleet", "--hours", "soon"], 2, "invalid float value"),
 ]
 
 

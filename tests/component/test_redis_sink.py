@@ -49,6 +49,7 @@ def events(n: int, start: float = 1_700_000_000.0) -> list[dict]:
 
 def make_sink(sinks, server, state_dir, *, max_events: int = 1000, start: bool = True, **kw) -> AlertSink:
     spool = Spool(state_dir / "spool", max_events=max_events, max_bytes=1 << 20)
+    replicas = {k: kw.pop(k) for k in ("wait_replicas", "replica_timeout") if k in kw}  # the sink's own
     settings = AlertSinkSettings(
         node=NODE,
         stream=STREAM,
@@ -60,7 +61,8 @@ def make_sink(sinks, server, state_dir, *, max_events: int = 1000, start: bool =
         url_for_log=server.url,
         **kw,
     )
-    sink = AlertSink(client=make_client(server.url, timeout=TIMEOUT), spool=spool, settings=settings, start=start)
+    client = make_client(server.url, timeout=TIMEOUT)
+    sink = AlertSink(client=client, spool=spool, settings=settings, start=start, **replicas)
     sinks.append(sink)
     return sink
 
