@@ -162,7 +162,11 @@ def assemble(
     runner = runner or AsyncRunner(max_workers=8)
     stats = SelfStats.for_probes(probe_names(tables.probes))
     readings = Readings(
-        device_faults=DeviceFaults(cfg.detectors.accel_fault.window),
+        device_faults=DeviceFaults(
+            cfg.detectors.accel_fault.window,
+            rules=cfg.policy.device_fault_rules,
+            taint_allowed=cfg.kubernetes.taint_on_device_fault,
+        ),
         gates=gates_shared(cfg, keys, redis.client if redis else None, clock.wall, log) if cfg.gates.enabled else None,
     )
     capabilities = Capabilities(log)  # what it cannot do here, each said once

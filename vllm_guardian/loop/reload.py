@@ -85,6 +85,8 @@ def apply_config(daemon: Daemon, new: Config) -> ReloadResult:
     new_names = {t.name for t in cfg.targets}
     daemon.cfg = cfg
     daemon.incidents.reconfigure(cfg.detectors)
+    if daemon.readings.device_faults is not None:
+        daemon.readings.device_faults.configure(cfg.policy.device_fault_rules, cfg.kubernetes.taint_on_device_fault)
     daemon.responder.reconfigure(cfg.detectors, {t.name: t for t in cfg.targets})
     tracker = daemon.tracker
     tracker.reconfigure(cfg)

@@ -12,7 +12,10 @@ counts the rest), and one on a bus no other backend lists is its own device ``pc
 Answers, for the detector (``view``), the remediation (``blocking``: the faults a restart
 cannot help on a server's devices), the diagnosis (``for_target``), status and metrics
 (``status``, ``health``: 0 ok, 1 warning, 2 critical). Each code is looked up in the
-device-fault catalog once, when recorded.
+device-fault catalog once, when recorded; the configured ``policy.device_fault_rules`` are
+applied each time the faults are asked for (``policy/fault_rules.py``: a code's occurrences on the
+device within the rule's window decide whether it counts yet, the rule's severity and action
+replace the catalog's), so a reload's new rules (``configure``) take effect on the next question.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_guardian.config.schema_policy import DeviceFaultRule
 from vllm_guardian.detectors.accel_fault import DeviceFaultView, FaultRecord, FaultStatus, worst
 from vllm_guardian.detectors.device_catalog import DeviceCatalog, shipped
+from vllm_guardian.policy.fault_rules import decide, ruled_entry
 
 KEEP = 64
 
@@ -42,14 +47,25 @@ class DeviceFaultStatus:
 
 
 class DeviceFaults:
-    def __init__(self, window: float = 900.0, catalog: DeviceCatalog | None = None) -> None:
+    def __init__(
+        self,
+        window: float = 900.0,
+        catalog: DeviceCatalog | None = None,
+        rules: tuple[DeviceFaultRule, ...] = (),
+        taint_allowed: bool = False,
+    ) -> None:
         self.window = window
         self.catalog = catalog or shipped()
+        self.rules, self.taint_allowed = rules, taint_allowed
         self.events: dict[str, deque[FaultRecord]] = {}
         self.conditions: dict[str, dict[str, FaultRecord]] = {}
         self.names: dict[str, str] = {}
         self.by_pci: dict[str, str] = {}
         self.target_devices: dict[str, set[str]] = {}
+
+    def configure(self, rules: tuple[DeviceFaultRule, ...], taint_allowed: bool) -> None:
+        """The rules of a (re)loaded config; what was recorded is kept and judged by them from now on."""
+        self.rules, self.taint_allowed = rules, taint_allowed
 
     # ------------------------------------------------------------------ feeding
     def fold(self, res: Any, now: float, wall: float, pid_owner: Callable[[int], str | None] | None = None) -> None:
@@ -105,7 +121,19 @@ class DeviceFaults:
     def faults(self, dev: str, now: float) -> tuple[FaultRecord, ...]:
         evs = [r for r in self.events.get(dev, ()) if now - r.at <= self.window]
         conds = list(self.conditions.get(dev, {}).values())
-        return tuple(sorted(conds + evs, key=lambda r: r.at))
+        return tuple(self._ruled(dev, sorted(conds + evs, key=lambda r: r.at), now))
+
+    def _ruled(self, dev: str, records: list[FaultRecord], now: float) -> list[FaultRecord]:
+        """Each record with its entry as the configured rules leave it (unchanged without rules)."""
+        if not self.rules:
+            return records
+        every = [*self.events.get(dev, ()), *self.conditions.get(dev, {}).values()]
+        out = []
+        for r in records:
+            seen = [o.at for o in every if o.code == r.code]
+            decision = decide(r.entry, self.rules, code=r.code, seen_at=seen, now=now, taint_allowed=self.taint_allowed)
+            out.append(dataclasses.replace(r, entry=ruled_entry(r.entry, decision)))
+        return out
 
     def view(self, dev: str, now: float) -> DeviceFaultView:
         return DeviceFaultView(dev, self.names.get(dev, ""), self.faults(dev, now), now)

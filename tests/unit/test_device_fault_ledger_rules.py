@@ -1,0 +1,96 @@
+"""The fault ledger judged by ``policy.device_fault_rules``: a configured rule's severity, count
+within a window and action replace the catalog's when the daemon asks (the detector's finding, the
+remediation's ``blocking``), and a reload's new rules take effect on the next question."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_guardian.config.schema_detectors import DetectorsConfig
+from vllm_guardian.config.schema_policy import DeviceFaultRule
+from vllm_guardian.detectors import accel_fault
+from vllm_guardian.host.accel import AccelEvent
+from vllm_guardian.model import Severity
+from vllm_guardian.state.device_faults import DeviceFaults
+from vllm_guardian.surface.kube_publisher import _taints
+
+CFG = DetectorsConfig()
+WALL = 1_790_000_000.0
+DEV = "nvml:0"
+
+
+def ledger(rules, xids, *, taint_allowed=False):
+    """A ledger with ``rules`` that saw each ``(at, xid)`` on nvml:0, which the server ``llm`` runs on."""
+    led = DeviceFaults(900.0, rules=tuple(rules), taint_allowed=taint_allowed)
+    led.target_devices["llm"] = {DEV}
+    for at, xid in xids:
+        led.record_event(AccelEvent(DEV, "xid", xid, f"XID {xid}"), at, WALL + at)
+    return led
+
+
+def outcome(led, now):
+    """(finding severity or None, restart blocked, rule shown in status)."""
+    f = accel_fault.evaluate(led.view(DEV, now), CFG)
+    blocked = bool(led.blocking("llm", now))
+    rule = led.status_section(now)[DEV].worst.rule
+    return (None if f is None else f.severity, blocked, rule)
+
+
+@pytest.mark.parametrize(
+    ("rules", "xids", "now", "expected"),
+    [
+        ((), [(10, 79)], 11, (Severity.CRITICAL, True, "")),
+        ([DeviceFaultRule(code="xid:79", action="annotate")], [(10, 79)], 11, (Severity.WARNING, False, "annotate")),
+        ([DeviceFaultRule(code="xid:79", action="alert")], [(10, 79)], 11, (Severity.CRITICAL, False, "alert")),
+        ([DeviceFaultRule(code="xid:13", count=3, window=60)], [(10, 13), (40, 13)], 41, (None, False, "none")),
+        (
+            [DeviceFaultRule(code="xid:13", count=3, window=60, action="refuse_restart")],
+            [(10, 13), (40, 13), (60, 13)],
+            61,
+            (Severity.WARNING, True, "refuse_restart"),  # xid:13 is a catalog warning
+        ),
+        (
+            [DeviceFaultRule(code="xid:13", count=3, window=60, action="refuse_restart")],
+            [(0, 13), (40, 13), (70, 13)],
+            71,
+            (None, False, "none"),
+        ),
+        (
+            [DeviceFaultRule(code="xid:*", severity="warning", action="refuse_restart")],
+            [(10, 31)],
+            11,
+            (Severity.WARNING, True, "refuse_restart"),
+        ),
+    ],
+    ids=[
+        "no-rule-catalog-default-blocks",
+        "fatal-xid-annotate-only",
+        "fatal-xid-alert-does-not-block",
+        "two-of-three-not-counted",
+        "three-in-60s-refuses-restart",
+        "three-but-not-within-60s",
+        "family-rule-refuses-a-warning",
+    ],
+)
+def test_a_configured_rule_replaces_the_catalog_default(rules, xids, now, expected):
+    assert outcome(ledger(rules, xids), now) == expected
+
+
+def test_taint_needs_the_opt_in_and_a_refuse_restart_rule_never_taints():
+    taint = [DeviceFaultRule(code="xid:79", action="taint")]
+    opted = ledger(taint, [(10, 79)], taint_allowed=True).view(DEV, 11)
+    plain = ledger(taint, [(10, 79)]).view(DEV, 11)
+    refuse = ledger([DeviceFaultRule(code="xid:79", action="refuse_restart")], [(10, 79)]).view(DEV, 11)
+    signals = [accel_fault.evaluate(v, CFG).signals for v in (opted, plain, refuse)]
+    assert [s["rule"] for s in signals] == ["taint", "refuse_restart", "refuse_restart"]
+    assert [_taints("critical", s) for s in signals] == [True, False, False]
+    assert _taints("critical", {"rule": ""}) is True  # the catalog's own blocking fault, as before
+
+
+def test_a_reload_judges_what_was_recorded_by_the_new_rules():
+    led = ledger([], [(10, 79)])
+    assert outcome(led, 11)[:2] == (Severity.CRITICAL, True)
+    led.configure((DeviceFaultRule(code="xid:79", action="annotate"),), False)
+    assert outcome(led, 12)[:2] == (Severity.WARNING, False)
+    led.configure((), False)
+    assert outcome(led, 13)[:2] == (Severity.CRITICAL, True)
