@@ -81,7 +81,8 @@ def test_taint_needs_the_opt_in_and_a_refuse_restart_rule_never_taints():
     opted = ledger(taint, [(10, 79)], taint_allowed=True).view(DEV, 11)
     plain = ledger(taint, [(10, 79)]).view(DEV, 11)
     refuse = ledger([DeviceFaultRule(code="xid:79", action="refuse_restart")], [(10, 79)]).view(DEV, 11)
-    signals = [accel_fault.evaluate(v, CFG).signals for v in (opted, plain, refuse)]
+    findings = [accel_fault.evaluate(v, CFG) for v in (opted, plain, refuse)]
+    signals = [f.signals for f in findings if f is not None]
     assert [s["rule"] for s in signals] == ["taint", "refuse_restart", "refuse_restart"]
     assert [_taints("critical", s) for s in signals] == [True, False, False]
     assert _taints("critical", {"rule": ""}) is True  # the catalog's own blocking fault, as before

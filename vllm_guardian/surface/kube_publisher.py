@@ -24,7 +24,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from vllm_guardian.host.kube import KubeClient, PodRef, pod_uid_of
 from vllm_guardian.host.kube_events import EventRecorder, ObjectRef, rfc3339
@@ -303,7 +303,7 @@ def _broken_devices(snapshot: StatusSnapshot) -> list[Any]:
     ]
 
 
-def _taints(severity: str, signals: dict[str, Any]) -> bool:
+def _taints(severity: str, signals: Mapping[str, Any]) -> bool:
     """A configured rule taints only with ``taint``; without one, the catalog's critical blocking fault."""
     rule = signals.get("rule") or ""
     return rule == "taint" if rule else severity == "critical"
