@@ -4,6 +4,8 @@ remediation's ``blocking``), and a reload's new rules take effect on the next qu
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from vllm_guardian.config.schema_detectors import DetectorsConfig
@@ -95,3 +97,36 @@ def test_a_reload_judges_what_was_recorded_by_the_new_rules():
     assert outcome(led, 12)[:2] == (Severity.WARNING, False)
     led.configure((), False)
     assert outcome(led, 13)[:2] == (Severity.CRITICAL, True)
+
+
+@pytest.mark.parametrize(
+    ("rule", "problem"),
+    [
+        ({"code": "xid:79", "action": "reboot"}, "policy.device_fault_rules[0].action: expected one of"),
+        ({"code": "xid:79", "count": 0}, "policy.device_fault_rules[0].count: expected an integer > 0"),
+        ({"code": "xid:79", "count": 10**9}, "policy.device_fault_rules[0].count: expected at most 64"),
+        ({"code": "xid:79", "window": 1e12}, "policy.device_fault_rules[0].window: expected at most"),
+        ({"code": "xid:79", "severity": "fatal"}, "policy.device_fault_rules[0].severity: expected one of"),
+        ({"code": ""}, "policy.device_fault_rules[0].code: expected a device-fault code"),
+        ({"code": "xid:79\nxid:13"}, "policy.device_fault_rules[0].code: expected a device-fault code"),
+        ({"code": "x" * 65}, "policy.device_fault_rules[0].code: expected a device-fault code"),
+        ({"action": "alert"}, "policy.device_fault_rules[0].code: required"),
+    ],
+    ids=[
+        "action",
+        "count-zero",
+        "count-never-reachable",
+        "window",
+        "severity",
+        "empty-code",
+        "newline",
+        "long",
+        "no-code",
+    ],
+)
+def test_a_hostile_rule_is_refused_with_its_key_path(rule, problem):
+    from vllm_guardian.config.loader import parse_config
+    from vllm_guardian.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(problem)):
+        parse_config({"node": "n1", "policy": {"device_fault_rules": [rule]}})

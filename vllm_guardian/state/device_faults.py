@@ -26,12 +26,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_guardian.config.schema_policy import DeviceFaultRule
+from vllm_guardian.config.schema_policy import KEPT_EVENTS, DeviceFaultRule
 from vllm_guardian.detectors.accel_fault import DeviceFaultView, FaultRecord, FaultStatus, worst
 from vllm_guardian.detectors.device_catalog import DeviceCatalog, shipped
 from vllm_guardian.policy.fault_rules import decide, ruled_entry
 
-KEEP = 64
+KEEP = KEPT_EVENTS
 
 
 @dataclass(frozen=True)
