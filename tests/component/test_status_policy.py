@@ -83,3 +83,28 @@ def test_a_reload_with_new_node_labels_moves_the_target_to_their_profile(tmp_pat
         assert w.target()["profile"] == "proven"
     finally:
         w.d.runner.shutdown()
+
+
+def test_status_names_the_profile_the_servers_data_parallel_group_chooses(tmp_path):
+    """The group is the one the API server's data-parallel flags name, as every member derives it
+    (read for a configured target, each tick, like its model)."""
+    from tests.support.daemon_world import API
+
+    policy = {
+        "profiles": [{"name": "big-group-never", "match": {"group": r"dp@10\.0\.0\.5:.*"}, "modes": {"*": "alert"}}]
+    }
+    w = World(
+        tmp_path,
+        {
+            "policy": policy,
+            "autodiscover": False,
+            "targets": [{"name": "llm", "match": {"cmdline_regex": "api_server"}}],
+        },
+    )
+    dp = ("--data-parallel-size", "2", "--data-parallel-address", "10.0.0.5", "--data-parallel-rpc-port", "13345")
+    w.proc.add_process(API, 1, ("python3", "-m", "vllm.entrypoints.openai.api_server", "--port", "8000", *dp))
+    try:
+        w.step(2)
+        assert w.target()["profile"] == "big-group-never"
+    finally:
+        w.d.runner.shutdown()

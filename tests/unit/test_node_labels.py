@@ -51,3 +51,26 @@ def test_the_configured_labels_choose_the_profile(labels, profile):
 def test_a_hostile_node_label_is_refused_with_its_key_path(labels, problem):
     with pytest.raises(ConfigError, match=re.escape(problem)):
         parse_config({"node": "n1", "node_labels": labels})
+
+
+DP_FLAGS = ("--data-parallel-size", "4", "--data-parallel-address", "10.0.0.5", "--data-parallel-rpc-port", "13345")
+
+
+@pytest.mark.parametrize(
+    ("argv", "group"),
+    [
+        (("vllm", "serve", "m", *DP_FLAGS), "dp@10.0.0.5:13345"),
+        (("vllm", "serve", "m"), None),  # one process: no group
+        (("vllm", "serve", "m", "--distributed-executor-backend", "ray"), None),  # Ray's group is not read
+        (("vllm", "serve", "m", "--data-parallel-size", "many"), None),  # flags that do not parse
+        (("vllm", "serve", "m", "--data-parallel-size", "2", "--data-parallel-rpc-port", "99999"), None),
+    ],
+    ids=["data-parallel", "single", "ray", "unparsable-size", "port-out-of-range"],
+)
+def test_a_targets_group_is_the_data_parallel_group_its_flags_name(argv, group):
+    from vllm_guardian.model import ProcessInfo, ProcKey, Role, Target
+    from vllm_guardian.remediation.target_policy import target_group
+
+    key = ProcKey(100, 1)
+    target = Target("llm", key, (ProcessInfo(key, 1, Role.API_SERVER, argv),))
+    assert target_group(target) == group

@@ -29,7 +29,7 @@ from vllm_guardian.remediation.sequence import PHASE_NAMES, TAKING_DOWN, Outcome
 from vllm_guardian.remediation.methods import build_methods
 from vllm_guardian.remediation.settings import RemediationSettings, control_message, log_fields
 from vllm_guardian.remediation.store import SequenceStore
-from vllm_guardian.remediation.target_policy import TargetPolicy, target_policy
+from vllm_guardian.remediation.target_policy import TargetPolicy, target_group, target_policy
 
 if TYPE_CHECKING:
     from vllm_guardian.series import SeriesStore
@@ -97,7 +97,8 @@ class Remediator:
         ``tracked``, its facts are read again (the served model can change)."""
         if tracked is not None or name not in self.profiles:
             model = (tracked.model if tracked is not None else None) or self.settings.model_for(name)
-            facts = self.settings.facts(name, model, self.parts.device_kind(name))
+            group = target_group(tracked.target) if tracked is not None else None
+            facts = self.settings.facts(name, model, self.parts.device_kind(name), group)
             self.profiles[name] = target_policy(self.policy, facts)
         return self.profiles[name]
 

@@ -70,9 +70,11 @@ class RemediationSettings:
         spec = self.targets.get(target)
         return None if spec is None else spec.model
 
-    def facts(self, target: str, model: str | None = None, device_kind: str = "none") -> TargetFacts:
+    def facts(
+        self, target: str, model: str | None = None, device_kind: str = "none", group: str | None = None
+    ) -> TargetFacts:
         """What a policy profile matches on for ``target`` on this node."""
-        return TargetFacts(self.node or "", target, model, device_kind, node_labels=dict(self.node_labels))
+        return TargetFacts(self.node or "", target, model, device_kind, group, dict(self.node_labels))
 
     def units(self) -> dict[str, str | None]:
         return {name: spec.systemd_unit for name, spec in self.targets.items()}
