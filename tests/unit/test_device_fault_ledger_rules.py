@@ -13,6 +13,7 @@ from vllm_guardian.config.schema_policy import DeviceFaultRule
 from vllm_guardian.detectors import accel_fault
 from vllm_guardian.host.accel import AccelEvent
 from vllm_guardian.model import Severity
+from vllm_guardian.policy.fault_rules import judge
 from vllm_guardian.state.device_faults import DeviceFaults
 from vllm_guardian.surface.kube_publisher import _taints
 
@@ -23,7 +24,7 @@ DEV = "nvml:0"
 
 def ledger(rules, xids, *, taint_allowed=False):
     """A ledger with ``rules`` that saw each ``(at, xid)`` on nvml:0, which the server ``llm`` runs on."""
-    led = DeviceFaults(900.0, rules=tuple(rules), taint_allowed=taint_allowed)
+    led = DeviceFaults(900.0, judge=judge(tuple(rules), taint_allowed))
     led.target_devices["llm"] = {DEV}
     for at, xid in xids:
         led.record_event(AccelEvent(DEV, "xid", xid, f"XID {xid}"), at, WALL + at)
@@ -93,9 +94,9 @@ def test_taint_needs_the_opt_in_and_a_refuse_restart_rule_never_taints():
 def test_a_reload_judges_what_was_recorded_by_the_new_rules():
     led = ledger([], [(10, 79)])
     assert outcome(led, 11)[:2] == (Severity.CRITICAL, True)
-    led.configure((DeviceFaultRule(code="xid:79", action="annotate"),), False)
+    led.configure(judge((DeviceFaultRule(code="xid:79", action="annotate"),), False))
     assert outcome(led, 12)[:2] == (Severity.WARNING, False)
-    led.configure((), False)
+    led.configure(judge((), False))
     assert outcome(led, 13)[:2] == (Severity.CRITICAL, True)
 
 

@@ -11,7 +11,7 @@ from vllm_guardian.config.mapping import Invalid
 from vllm_guardian.config.rules import show
 from vllm_guardian.config.schema import Config, KubernetesMatch, MatchConfig, TargetConfig
 from vllm_guardian.config.schema_alertmanager import MAX_INSTANCES, url_problem
-from vllm_guardian.policy import node_labels
+from vllm_guardian.config import node_labels
 
 
 def _matchers_set(match: MatchConfig) -> list[str]:

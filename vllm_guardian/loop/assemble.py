@@ -75,6 +75,7 @@ from vllm_guardian.seams import Seams
 from vllm_guardian.sinks.redis_conn import ControlPublisher, RedisConnection
 from vllm_guardian.surface.status_view import StatusSources
 from vllm_guardian.state.async_runner import AsyncRunner
+from vllm_guardian.policy import fault_rules
 from vllm_guardian.state.device_faults import DeviceFaults
 from vllm_guardian.state.episodes import EpisodeLog
 from vllm_guardian.state.selfstats import SelfStats
@@ -164,8 +165,7 @@ def assemble(
     readings = Readings(
         device_faults=DeviceFaults(
             cfg.detectors.accel_fault.window,
-            rules=cfg.policy.device_fault_rules,
-            taint_allowed=cfg.kubernetes.taint_on_device_fault,
+            judge=fault_rules.judge(cfg.policy.device_fault_rules, cfg.kubernetes.taint_on_device_fault),
         ),
         gates=gates_shared(cfg, keys, redis.client if redis else None, clock.wall, log) if cfg.gates.enabled else None,
     )

@@ -7,6 +7,7 @@ over its ``<prefix>:*`` family). Pure: catalog entry, rules and occurrence times
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from vllm_guardian.config.schema_policy import DeviceFaultRule
@@ -74,6 +75,21 @@ def ruled_entry(entry: FaultEntry, decision: FaultDecision) -> FaultEntry:
     if decision.action == "annotate" and severity == "critical":
         severity = "warning"
     return replace(entry, severity=severity, rule=decision.action)
+
+
+def judge(
+    rules: tuple[DeviceFaultRule, ...], taint_allowed: bool
+) -> Callable[[str, FaultEntry, list[float], float], FaultEntry] | None:
+    """The fault ledger's judge for ``rules`` (None without rules: the catalog's entries as they are)."""
+    if not rules:
+        return None
+
+    def entry_for(code: str, entry: FaultEntry, seen_at: list[float], now: float) -> FaultEntry:
+        return ruled_entry(
+            entry, decide(entry, rules, code=code, seen_at=seen_at, now=now, taint_allowed=taint_allowed)
+        )
+
+    return entry_for
 
 
 def describe(rules: tuple[DeviceFaultRule, ...]) -> list[str]:

@@ -13,9 +13,10 @@ Answers, for the detector (``view``), the remediation (``blocking``: the faults 
 cannot help on a server's devices), the diagnosis (``for_target``), status and metrics
 (``status``, ``health``: 0 ok, 1 warning, 2 critical). Each code is looked up in the
 device-fault catalog once, when recorded; the configured ``policy.device_fault_rules`` are
-applied each time the faults are asked for (``policy/fault_rules.py``: a code's occurrences on the
-device within the rule's window decide whether it counts yet, the rule's severity and action
-replace the catalog's), so a reload's new rules (``configure``) take effect on the next question.
+applied each time the faults are asked for, through the ``judge`` the daemon hands it
+(``policy/fault_rules.py``'s ``judge``: a code's occurrences on the device within the rule's window
+decide whether it counts yet, the rule's severity and action replace the catalog's), so a reload's
+new rules (``configure``) take effect on the next question.
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_guardian.config.schema_policy import KEPT_EVENTS, DeviceFaultRule
+from vllm_guardian.config.schema_policy import KEPT_EVENTS
 from vllm_guardian.detectors.accel_fault import DeviceFaultView, FaultRecord, FaultStatus, worst
-from vllm_guardian.detectors.device_catalog import DeviceCatalog, shipped
-from vllm_guardian.policy.fault_rules import decide, ruled_entry
+from vllm_guardian.detectors.device_catalog import DeviceCatalog, FaultEntry, shipped
 
 KEEP = KEPT_EVENTS
+
+# (code, catalog entry, the times the device saw the code, now) -> the entry as the rules leave it
+Judge = Callable[[str, FaultEntry, list[float], float], FaultEntry]
 
 
 @dataclass(frozen=True)
@@ -51,21 +54,20 @@ class DeviceFaults:
         self,
         window: float = 900.0,
         catalog: DeviceCatalog | None = None,
-        rules: tuple[DeviceFaultRule, ...] = (),
-        taint_allowed: bool = False,
+        judge: Judge | None = None,
     ) -> None:
         self.window = window
         self.catalog = catalog or shipped()
-        self.rules, self.taint_allowed = rules, taint_allowed
+        self.judge = judge
         self.events: dict[str, deque[FaultRecord]] = {}
         self.conditions: dict[str, dict[str, FaultRecord]] = {}
         self.names: dict[str, str] = {}
         self.by_pci: dict[str, str] = {}
         self.target_devices: dict[str, set[str]] = {}
 
-    def configure(self, rules: tuple[DeviceFaultRule, ...], taint_allowed: bool) -> None:
+    def configure(self, judge: Judge | None) -> None:
         """The rules of a (re)loaded config; what was recorded is kept and judged by them from now on."""
-        self.rules, self.taint_allowed = rules, taint_allowed
+        self.judge = judge
 
     # ------------------------------------------------------------------ feeding
     def fold(self, res: Any, now: float, wall: float, pid_owner: Callable[[int], str | None] | None = None) -> None:
@@ -125,15 +127,14 @@ class DeviceFaults:
 
     def _ruled(self, dev: str, records: list[FaultRecord], now: float) -> list[FaultRecord]:
         """Each record with its entry as the configured rules leave it (unchanged without rules)."""
-        if not self.rules:
+        judge = self.judge
+        if judge is None:
             return records
         every = [*self.events.get(dev, ()), *self.conditions.get(dev, {}).values()]
-        out = []
-        for r in records:
-            seen = [o.at for o in every if o.code == r.code]
-            decision = decide(r.entry, self.rules, code=r.code, seen_at=seen, now=now, taint_allowed=self.taint_allowed)
-            out.append(dataclasses.replace(r, entry=ruled_entry(r.entry, decision)))
-        return out
+        return [
+            dataclasses.replace(r, entry=judge(r.code, r.entry, [o.at for o in every if o.code == r.code], now))
+            for r in records
+        ]
 
     def view(self, dev: str, now: float) -> DeviceFaultView:
         return DeviceFaultView(dev, self.names.get(dev, ""), self.faults(dev, now), now)
