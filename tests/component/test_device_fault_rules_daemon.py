@@ -37,6 +37,8 @@ def test_an_annotate_rule_makes_xid_79_a_warning_that_refuses_nothing_until_a_re
         policy = parse_config({"node": "n1", "policy": {"device_fault_rules": [refuse]}}).policy
         new = dataclasses.replace(w.cfg, policy=policy)
         assert "policy" in apply_config(w.d, new).applied
+        check = w.d.remediator.parts.pre_restart_check
+        assert check is not None and check.judge() is ledger.judge  # the device check judges by them too
         w.step()
         assert [f.code for f in ledger.blocking(target, clock.monotonic())] == ["xid:79"]
         assert w.d.status().to_dict()["device_faults"]["nvml:0"]["worst"]["rule"] == "refuse_restart"

@@ -225,6 +225,7 @@ def assemble(
                 lambda: readings.device_faults.catalog if readings.device_faults is not None else shipped(),
                 seams.commands,
                 clock.monotonic,
+                lambda: readings.device_faults.judge if readings.device_faults is not None else None,
             ),
             device_kind=devices.kind,
             workarounds={s.id: s.workaround_apply for s in diagnoser.signatures if s.workaround_apply is not None},
