@@ -131,3 +131,24 @@ def test_a_hostile_rule_is_refused_with_its_key_path(rule, problem):
 
     with pytest.raises(ConfigError, match=re.escape(problem)):
         parse_config({"node": "n1", "policy": {"device_fault_rules": [rule]}})
+
+
+@pytest.mark.parametrize(
+    ("rules", "blocked"),
+    [
+        ((), True),  # the catalog: an NPU alarm refuses the restart
+        ((DeviceFaultRule(code="npu_health:Alarm", action="alert"),), False),
+        ((DeviceFaultRule(code="npu_health:*", action="annotate"),), False),
+        ((DeviceFaultRule(code="npu_health:Alarm", count=2, window=60),), False),  # a condition counts once
+    ],
+    ids=["catalog", "exact-code-alerts", "family-annotates", "count-not-reached"],
+)
+def test_an_npu_health_code_read_as_a_condition_is_judged_by_its_rule(rules, blocked):
+    from types import SimpleNamespace
+
+    led = DeviceFaults(900.0, judge=judge(rules, False))
+    alarm = {"code": "npu_health:Alarm", "detail": "npu-smi: Health Alarm"}
+    dev = {"name": "Ascend 910B", "backend": "npu_smi", "conditions": [alarm]}
+    reading = SimpleNamespace(devices={"npu:0.0": dev}, events=[], per_target={"llm": [{"device": "npu:0.0"}]})
+    led.fold(reading, 5, WALL + 5)
+    assert bool(led.blocking("llm", 6)) is blocked
