@@ -130,11 +130,14 @@ class DeviceFaults:
         judge = self.judge
         if judge is None:
             return records
-        every = [*self.events.get(dev, ()), *self.conditions.get(dev, {}).values()]
-        return [
-            dataclasses.replace(r, entry=judge(r.code, r.entry, [o.at for o in every if o.code == r.code], now))
-            for r in records
-        ]
+        seen: dict[str, list[float]] = {}
+        for o in (*self.events.get(dev, ()), *self.conditions.get(dev, {}).values()):
+            seen.setdefault(o.code, []).append(o.at)
+        judged: dict[str, FaultEntry] = {}  # one decision per code (one catalog entry per code)
+        for r in records:
+            if r.code not in judged:
+                judged[r.code] = judge(r.code, r.entry, seen[r.code], now)
+        return [r if judged[r.code] is r.entry else dataclasses.replace(r, entry=judged[r.code]) for r in records]
 
     def view(self, dev: str, now: float) -> DeviceFaultView:
         return DeviceFaultView(dev, self.names.get(dev, ""), self.faults(dev, now), now)
