@@ -102,3 +102,32 @@ def test_a_disabled_check_reads_nothing():
         now=0.0,
     )
     assert check.ok and runner.calls == []
+
+
+@pytest.mark.parametrize(
+    ("rule", "ok"),
+    [
+        (None, False),  # the catalog: a lost GPU refuses
+        ({"code": "gpu_lost", "action": "alert"}, True),  # the operator says: alert, restart anyway
+        ({"code": "gpu_lost", "count": 2, "window": 60}, True),  # one read is one occurrence: not counted yet
+        ({"code": "gpu_lost", "action": "refuse_restart"}, False),
+    ],
+    ids=["catalog", "alert-rule", "count-not-reached", "refuse-rule"],
+)
+def test_the_configured_device_fault_rules_decide_what_refuses(rule, ok):
+    from vllm_guardian.config.schema_policy import DeviceFaultRule
+    from vllm_guardian.policy.fault_rules import judge
+
+    backend = nvml(FakeClock())
+    backend.library.lose(1)
+    rules = (DeviceFaultRule(**rule),) if rule else ()
+    check = check_devices(
+        ON,
+        backends=[backend],
+        devices={"nvml:1"},
+        catalog=CATALOG,
+        runner=FakeRunner(),
+        now=0.0,
+        judge=judge(rules, False),
+    )
+    assert check.ok is ok

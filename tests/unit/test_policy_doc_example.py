@@ -26,7 +26,10 @@ def example_policy():
 @pytest.mark.parametrize(
     ("facts", "expected"),
     [
-        (TargetFacts(node="gpu-proven-7", target="llm", device_kind="nvidia", group="big-405b"), "big-group-never"),
+        (
+            TargetFacts(node="gpu-proven-7", target="llm", device_kind="nvidia", group="dp@10.0.7.1:13345"),
+            "big-group-never",
+        ),
         (
             TargetFacts(node="gpu-proven-7", target="llm", device_kind="nvidia", node_labels={"pool": "new"}),
             "new-nodes",
@@ -43,7 +46,7 @@ def test_the_worked_example_gives_each_target_its_documented_profile(facts, expe
 
 def test_in_the_worked_example_the_big_group_only_alerts_and_new_nodes_only_observe():
     policy = example_policy()
-    big = select(policy, TargetFacts(node="gpu-proven-7", target="llm", group="big-405b"))
+    big = select(policy, TargetFacts(node="gpu-proven-7", target="llm", group="dp@10.0.7.1:13345"))
     new = select(policy, TargetFacts(node="gpu-new-1", target="llm", node_labels={"pool": "new"}))
     assert big.mode_for("busy_loop", Mode.REMEDIATE) is Mode.ALERT
     assert new.mode_for("engine_dead", Mode.REMEDIATE) is Mode.OBSERVE

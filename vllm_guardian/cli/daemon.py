@@ -98,7 +98,10 @@ def policy_lines(cfg) -> str:
     ``# device fault rule`` lines. Offline, a target's facts are its config's: name, model, node."""
     from vllm_guardian.policy import fault_rules, profiles
 
-    facts = [profiles.TargetFacts(node=cfg.node or "", target=t.name, model=t.model) for t in cfg.targets]
+    facts = [
+        profiles.TargetFacts(node=cfg.node or "", target=t.name, model=t.model, node_labels=dict(cfg.node_labels))
+        for t in cfg.targets
+    ]
     lines = [f"# profile {line}" for line in profiles.describe(cfg.policy, facts)]
     lines += [f"# device fault rule {line}" for line in fault_rules.describe(cfg.policy.device_fault_rules)]
     return "".join(line + "\n" for line in lines)

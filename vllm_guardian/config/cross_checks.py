@@ -1,6 +1,7 @@
 """The checks across fields, after the walk: one matcher per target, a namespace for Kubernetes
 matching, one source of an API key, what each restart mode needs, unique target names, a state_dir,
-a web config only for a listener that is on, Alertmanager URLs that are http(s) URLs (at most 8)."""
+a web config only for a listener that is on, Alertmanager URLs that are http(s) URLs (at most 8),
+``node_labels`` shaped like Kubernetes labels."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from vllm_guardian.config.mapping import Invalid
 from vllm_guardian.config.rules import show
 from vllm_guardian.config.schema import Config, KubernetesMatch, MatchConfig, TargetConfig
 from vllm_guardian.config.schema_alertmanager import MAX_INSTANCES, url_problem
+from vllm_guardian.config import node_labels
 
 
 def _matchers_set(match: MatchConfig) -> list[str]:
@@ -64,6 +66,8 @@ def _check_alertmanager(cfg: Config, problems: list[str]) -> None:
 
 def cross_checks(cfg: Config, problems: list[str]) -> None:
     _check_alertmanager(cfg, problems)
+    if isinstance(cfg.node_labels, dict):
+        problems.extend(node_labels.problems(cfg.node_labels))
     if isinstance(cfg.state_dir, str) and not cfg.state_dir.strip():
         problems.append(
             f"state_dir: expected a directory path, got {show(cfg.state_dir)} "

@@ -46,6 +46,7 @@ FORBIDDEN_KEYS: typing.Mapping[tuple[type, str], str] = types.MappingProxyType(
 
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
+_FAULT_CODE = re.compile(r"[A-Za-z0-9_]+(?::(?:\*|[A-Za-z0-9_.-]+))?")
 
 
 def show(value: Any) -> str:
@@ -103,6 +104,11 @@ RULES: typing.Mapping[str, tuple[str, Callable[[Any], bool]]] = types.MappingPro
         "breaker_scope": _choice("model", "group", "profile"),
         "fault_severity": _choice("critical", "warning", "info"),
         "fault_action": _choice("annotate", "alert", "refuse_restart", "taint"),
+        "fault_code": (
+            "a device-fault code (xid:<n>, npu_health:<status>, a condition; <prefix>:* for a family), "
+            "at most 64 letters, digits, '_', '.', '-'",
+            lambda v: len(v) <= 64 and _FAULT_CODE.fullmatch(v) is not None,
+        ),
         # the web config of the HTTP listener (config/web.py): the exporter-toolkit names
         "client_auth_type": _choice("NoClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert"),
         "tls_version": _choice("TLS12", "TLS13"),

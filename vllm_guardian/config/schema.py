@@ -486,6 +486,9 @@ class GroupsConfig:
 @dataclass(frozen=True)
 class Config:
     node: str | None = setting(None, doc="default: the host name")
+    node_labels: dict[str, str] = setting(
+        {}, doc="this node's labels, matched by policy.profiles[].match.node_labels (docs/policy.md)"
+    )
     state_dir: str = "/var/lib/guardian"
     interval: float = setting(1.0, "positive", "seconds per tick", bound=TICK)
     autodiscover: bool = True

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vllm_guardian.config.schema_fields import SECONDS, Mode, setting
+from vllm_guardian.config.schema_fields import SECONDS, Limit, Mode, setting
+
+KEPT_EVENTS = 64  # the events the fault ledger keeps a device (state/device_faults.py): a count can reach no more
 
 
 @dataclass(frozen=True)
@@ -62,10 +64,18 @@ class DeviceFaultRule:
     """One device-fault code's rule, over the catalog's default."""
 
     code: str = field(
-        metadata={"doc": "a catalog code: xid:<n>, npu_health:<status>, a condition; <prefix>:* for a family"}
+        metadata={
+            "check": "fault_code",
+            "doc": "a catalog code: xid:<n>, npu_health:<status>, a condition; <prefix>:* for a family",
+        }
     )
     severity: str | None = setting(None, "fault_severity", "critical | warning | info; null: the catalog's")
-    count: int = setting(1, "positive", "occurrences within window before it counts")
+    count: int = setting(
+        1,
+        "positive",
+        "occurrences within window before it counts",
+        bound=(Limit(f"at most {KEPT_EVENTS} (the events kept a device)", high=KEPT_EVENTS),),
+    )
     window: float = setting(600.0, "positive", "seconds the count is taken over", bound=SECONDS)
     action: str | None = setting(
         None, "fault_action", "annotate | alert | refuse_restart | taint; null: from the catalog"

@@ -43,6 +43,7 @@ class FaultStatus:
     condition: bool
     at_wall: float
     pid: int | None = None
+    rule: str = ""  # the configured rule's action ("none": not counted yet); "" for the catalog's
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ class FaultRecord:
             self.condition,
             self.wall,
             self.pid,
+            e.rule,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -100,6 +102,7 @@ class FaultRecord:
             "seen_by": self.source,
             "condition": self.condition,
             "at_wall": self.wall,
+            "rule": self.entry.rule,
             **({"pid": self.pid} if self.pid is not None else {}),
         }
 

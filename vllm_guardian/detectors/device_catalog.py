@@ -21,7 +21,8 @@ half-loaded. ``lookup(code)`` answers with the entry, else the ``<prefix>:*`` en
 family, else a generic unknown entry (never None: an unknown code is shown, never dropped).
 
 ``blocks_restart`` is the rule the remediation reads: a critical fault that a restart cannot
-help. Warnings (throttling, a pending remap) annotate and never block.
+help. Warnings (throttling, a pending remap) annotate and never block. A configured rule
+(``policy/fault_rules.py``, applied by the ledger) sets ``rule`` and then decides it instead.
 """
 
 from __future__ import annotations
@@ -51,9 +52,12 @@ class FaultEntry:
     action: str
     what_to_do: str
     source: str
+    rule: str = ""  # the action a ``policy.device_fault_rules`` rule set for it; "" for the catalog's
 
     @property
     def blocks_restart(self) -> bool:
+        if self.rule:
+            return self.rule in ("refuse_restart", "taint")
         return self.severity == "critical" and not self.restart_can_help
 
     @property

@@ -81,6 +81,7 @@ from vllm_guardian.loop.group_stage import GroupStage
 from vllm_guardian.sinks.redis_conn import ControlPublisher, RedisConnection
 from vllm_guardian.surface.status_view import StatusSources
 from vllm_guardian.state.async_runner import AsyncRunner
+from vllm_guardian.policy import fault_rules
 from vllm_guardian.state.device_faults import DeviceFaults
 from vllm_guardian.state.episodes import EpisodeLog
 from vllm_guardian.state.selfstats import SelfStats
@@ -169,7 +170,10 @@ def assemble(
     runner = runner or AsyncRunner(max_workers=8)
     stats = SelfStats.for_probes(probe_names(tables.probes))
     readings = Readings(
-        device_faults=DeviceFaults(cfg.detectors.accel_fault.window),
+        device_faults=DeviceFaults(
+            cfg.detectors.accel_fault.window,
+            judge=fault_rules.judge(cfg.policy.device_fault_rules, cfg.kubernetes.taint_on_device_fault),
+        ),
         gates=gates_shared(cfg, keys, redis.client if redis else None, clock.wall, log) if cfg.gates.enabled else None,
     )
     capabilities = Capabilities(log)  # what it cannot do here, each said once
@@ -254,6 +258,7 @@ def assemble(
                 lambda: readings.device_faults.catalog if readings.device_faults is not None else shipped(),
                 seams.commands,
                 clock.monotonic,
+                lambda: readings.device_faults.judge if readings.device_faults is not None else None,
             ),
             device_kind=devices.kind,
             workarounds={s.id: s.workaround_apply for s in diagnoser.signatures if s.workaround_apply is not None},

@@ -15,6 +15,7 @@ from vllm_guardian.host.runner import CommandRunner
 from vllm_guardian.policy.device_check import DeviceCheck, check_devices
 from vllm_guardian.probes.base import Readings
 from vllm_guardian.remediation.target_policy import device_kind
+from vllm_guardian.state.device_faults import Judge
 
 
 class TargetDevices:
@@ -43,9 +44,11 @@ class PreRestartCheck:
         catalog: Callable[[], DeviceCatalog],
         runner: CommandRunner,
         monotonic: Callable[[], float],
+        judge: Callable[[], Judge | None] = lambda: None,
     ) -> None:
         self.cfg, self.devices, self.backends = cfg, devices, backends
         self.catalog, self.runner, self.monotonic = catalog, runner, monotonic
+        self.judge = judge  # the device-fault rules of the config now in force (they follow a reload)
 
     def __call__(self, target: str) -> DeviceCheck:
         rows = self.devices.rows(target)
@@ -57,6 +60,7 @@ class PreRestartCheck:
             catalog=self.catalog(),
             runner=self.runner,
             now=self.monotonic(),
+            judge=self.judge(),
         )
 
     @classmethod
@@ -68,8 +72,9 @@ class PreRestartCheck:
         catalog: Callable[[], DeviceCatalog],
         runner: CommandRunner,
         monotonic: Callable[[], float],
+        judge: Callable[[], Judge | None] = lambda: None,
     ) -> PreRestartCheck | None:
         """None when there is nothing to check: the check off, or no backend and no command."""
         if not cfg.enabled or not (backends or cfg.command):
             return None
-        return cls(cfg, devices, backends, catalog, runner, monotonic)
+        return cls(cfg, devices, backends, catalog, runner, monotonic, judge)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from vllm_guardian.config.schema import Config
 from vllm_guardian.discovery.platform_match import platform_for
 from vllm_guardian.model import Transition
+from vllm_guardian.policy import fault_rules
 from vllm_guardian.probes.base import Probe, ProbeParts
 from vllm_guardian.probes.table import PROBE_TABLE, ProbeRow
 from vllm_guardian.remediation.settings import RemediationSettings
@@ -85,6 +86,9 @@ def apply_config(daemon: Daemon, new: Config) -> ReloadResult:
     new_names = {t.name for t in cfg.targets}
     daemon.cfg = cfg
     daemon.incidents.reconfigure(cfg.detectors)
+    if daemon.readings.device_faults is not None:
+        rules = fault_rules.judge(cfg.policy.device_fault_rules, cfg.kubernetes.taint_on_device_fault)
+        daemon.readings.device_faults.configure(rules)
     daemon.responder.reconfigure(cfg.detectors, {t.name: t for t in cfg.targets})
     tracker = daemon.tracker
     tracker.reconfigure(cfg)

@@ -1,18 +1,18 @@
-"""The pre-restart device check (docs/policy.md, Device check): before a restart onto accelerators,
-one read of their health through the backends that exist (NVML, npu-smi) and, when configured, an
+"""The pre-restart device check (docs/policy.md, Device check): before a restart onto accelerators, one
+read of their health through the backends that exist (NVML, npu-smi) and, when configured, an
 operator command (``policy.device_check.command``, e.g. ``dcgmi diag -r 1``) through the command
 runner with a timeout. A device the target used showing a fault that blocks restarts (the device
-catalog's rule), a backend that cannot be read, or a command that fails or runs past its timeout
-refuses the restart: the caller escalates. The command's output is untrusted: only its last
-``TAIL`` printable characters go on the incident."""
+catalog's rule, or the configured ``policy.device_fault_rules``), a backend that cannot be read, or
+a command that fails or runs past its timeout refuses the restart: the caller escalates. The
+command's output is untrusted: only its last ``TAIL`` printable characters go on the incident."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from vllm_guardian.config.schema_policy import DeviceCheckConfig
-from vllm_guardian.detectors.device_catalog import DeviceCatalog
+from vllm_guardian.detectors.device_catalog import DeviceCatalog, FaultEntry
 from vllm_guardian.host.accel import AccelBackend
 from vllm_guardian.host.runner import CommandRunner
 
@@ -41,8 +41,10 @@ def check_devices(
     catalog: DeviceCatalog,
     runner: CommandRunner,
     now: float,
+    judge: Callable[[str, FaultEntry, list[float], float], FaultEntry] | None = None,
 ) -> DeviceCheck:
-    """The devices ``devices`` (ids; empty = every device read) checked before a restart."""
+    """The devices ``devices`` (ids; empty = every device read) checked before a restart; ``judge``:
+    ``policy.device_fault_rules`` (``fault_rules.judge``), a condition read now counting once."""
     if not cfg.enabled:
         return DeviceCheck(True, (), ())
     reasons: list[str] = []
@@ -59,6 +61,8 @@ def check_devices(
             checked.append(dev.id)
             for cond in dev.conditions:
                 entry = catalog.lookup(cond.code)
+                if judge is not None:
+                    entry = judge(cond.code, entry, [now], now)
                 if entry.blocks_restart:
                     reasons.append(f"{dev.id}: {cond.code} ({entry.title}): {entry.what_to_do}")
     if cfg.command:

@@ -7,7 +7,8 @@ over its ``<prefix>:*`` family). Pure: catalog entry, rules and occurrence times
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from vllm_guardian.config.schema_policy import DeviceFaultRule
 from vllm_guardian.detectors.device_catalog import FaultEntry
@@ -53,14 +54,42 @@ def decide(
     if rule is None:
         return FaultDecision(code, entry.severity, default_action(entry), bool(seen_at), "catalog")
     severity = rule.severity or entry.severity
-    action = rule.action or default_action(
-        FaultEntry(**{**entry.__dict__, "severity": severity})  # the default of the overridden severity
-    )
+    action = rule.action or default_action(replace(entry, severity=severity, rule=""))  # of the new severity
     if action == "taint" and not taint_allowed:
         action = "refuse_restart"
     within = [t for t in seen_at if 0 <= now - t <= rule.window]
     counted = len(within) >= rule.count
     return FaultDecision(code, severity, action if counted else "none", counted, "config")
+
+
+def ruled_entry(entry: FaultEntry, decision: FaultDecision) -> FaultEntry:
+    """The catalog entry as a configured rule leaves it (the catalog's own when no rule governs):
+    not counted yet → ``info`` (shown, opens nothing, blocks nothing); ``annotate`` → a warning at
+    most, never blocks; ``alert`` → the rule's severity, never blocks; ``refuse_restart`` and
+    ``taint`` → the rule's severity, blocks the restart (``blocks_restart`` reads ``rule``)."""
+    if decision.source != "config":
+        return entry
+    if decision.action == "none":
+        return replace(entry, severity="info", rule="none")
+    severity = decision.severity
+    if decision.action == "annotate" and severity == "critical":
+        severity = "warning"
+    return replace(entry, severity=severity, rule=decision.action)
+
+
+def judge(
+    rules: tuple[DeviceFaultRule, ...], taint_allowed: bool
+) -> Callable[[str, FaultEntry, list[float], float], FaultEntry] | None:
+    """The fault ledger's judge for ``rules`` (None without rules: the catalog's entries as they are)."""
+    if not rules:
+        return None
+
+    def entry_for(code: str, entry: FaultEntry, seen_at: list[float], now: float) -> FaultEntry:
+        return ruled_entry(
+            entry, decide(entry, rules, code=code, seen_at=seen_at, now=now, taint_allowed=taint_allowed)
+        )
+
+    return entry_for
 
 
 def describe(rules: tuple[DeviceFaultRule, ...]) -> list[str]:

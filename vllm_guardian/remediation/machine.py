@@ -29,7 +29,6 @@ from vllm_guardian.host.process_control import ProcessControl
 from vllm_guardian.host.runner import CommandRunner
 from vllm_guardian.model import Action
 from vllm_guardian.policy.breaker import PercentBreaker
-from vllm_guardian.policy.profiles import TargetFacts
 from vllm_guardian.remediation.admission import Admission, admit
 from vllm_guardian.remediation.methods.base import JobResult, RestartMethod
 from vllm_guardian.remediation.parts import RemediationParts, Tally
@@ -76,7 +75,7 @@ class Machine:
         self._device_ok: set[str] = set()  # targets whose pre-restart device check passed this sequence
         # the policy each target is remediated under (set by the Remediator: its profile)
         self.policy_of: Callable[[str], TargetPolicy] = lambda name: target_policy(
-            self.settings.policy, TargetFacts(self.settings.node or "", name)
+            self.settings.policy, self.settings.facts(name)
         )
 
     def reconfigure(self, parts: RemediationParts) -> None:

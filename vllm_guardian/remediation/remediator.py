@@ -22,7 +22,6 @@ from vllm_guardian.diagnosis.workaround import Workaround
 from vllm_guardian.policy.workaround import Applied, WorkaroundState
 from vllm_guardian.remediation.recurring import Recurrence, recurring, signature_of
 from vllm_guardian.policy.breaker import PercentBreaker
-from vllm_guardian.policy.profiles import TargetFacts
 from vllm_guardian.remediation.machine import BREAKER_TTL, Machine
 from vllm_guardian.remediation.parts import ActionCounts, RemediationParts, Tally
 from vllm_guardian.remediation.policy import Maintenance, RestartLedger, may_restart
@@ -30,7 +29,7 @@ from vllm_guardian.remediation.sequence import PHASE_NAMES, TAKING_DOWN, Outcome
 from vllm_guardian.remediation.methods import build_methods
 from vllm_guardian.remediation.settings import RemediationSettings, control_message, log_fields
 from vllm_guardian.remediation.store import SequenceStore
-from vllm_guardian.remediation.target_policy import TargetPolicy, target_policy
+from vllm_guardian.remediation.target_policy import TargetPolicy, target_group, target_policy
 
 if TYPE_CHECKING:
     from vllm_guardian.series import SeriesStore
@@ -98,7 +97,8 @@ class Remediator:
         ``tracked``, its facts are read again (the served model can change)."""
         if tracked is not None or name not in self.profiles:
             model = (tracked.model if tracked is not None else None) or self.settings.model_for(name)
-            facts = TargetFacts(self.settings.node or "", name, model, self.parts.device_kind(name))
+            group = target_group(tracked.target) if tracked is not None else None
+            facts = self.settings.facts(name, model, self.parts.device_kind(name), group)
             self.profiles[name] = target_policy(self.policy, facts)
         return self.profiles[name]
 

@@ -8,6 +8,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from vllm_guardian.policy.profiles import TargetFacts
+
 from vllm_guardian.config.schema import Config, DrainConfig, PolicyConfig, RestartConfig, TargetConfig
 
 DEFAULT_RESTART = RestartConfig()
@@ -37,6 +39,7 @@ class RemediationSettings:
     pod_removal: str = "evict"  # restart.mode kubernetes: evict | delete (kubernetes.pod_removal)
     recovery_grace: float = 30.0  # lifecycle.recovery_grace: past vLLM's own round timeout, judged
     systemd_dropin_root: str = "/run/systemd/system"  # where a workaround's unit drop-in is written
+    node_labels: Mapping[str, str] = field(default_factory=dict)  # node_labels: what profiles match on
 
     @classmethod
     def from_config(cls, cfg: Config) -> RemediationSettings:
@@ -47,6 +50,7 @@ class RemediationSettings:
             {t.name: RestartSpec.of(t) for t in cfg.targets},
             cfg.kubernetes.pod_removal,
             cfg.lifecycle.recovery_grace,
+            node_labels=dict(cfg.node_labels),
         )
 
     def configured(self, target: str) -> bool:
@@ -65,6 +69,12 @@ class RemediationSettings:
     def model_for(self, target: str) -> str | None:
         spec = self.targets.get(target)
         return None if spec is None else spec.model
+
+    def facts(
+        self, target: str, model: str | None = None, device_kind: str = "none", group: str | None = None
+    ) -> TargetFacts:
+        """What a policy profile matches on for ``target`` on this node."""
+        return TargetFacts(self.node or "", target, model, device_kind, group, dict(self.node_labels))
 
     def units(self) -> dict[str, str | None]:
         return {name: spec.systemd_unit for name, spec in self.targets.items()}

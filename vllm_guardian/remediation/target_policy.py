@@ -5,7 +5,7 @@ Pure: the global policy and the target's facts in, a ``TargetPolicy`` out.
 
 A fact the guardian does not know counts as unknown, never as a match: a target whose model is not
 known yet is counted alone by a ``model`` breaker (``target:<name>``), as one in no group is by a
-``group`` breaker."""
+``group`` breaker. The group is the data-parallel group the server's own flags name (``target_group``)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from vllm_guardian.config.schema import BudgetConfig, PolicyConfig
 from vllm_guardian.config.schema_fields import Mode
+from vllm_guardian.groups.identity import DP, from_argv
+from vllm_guardian.model import Target
 from vllm_guardian.policy.profiles import ResolvedProfile, TargetFacts, select
 
 
@@ -54,3 +56,14 @@ def device_kind(backends: list[str]) -> str:
     if any(b == "npu_smi" for b in backends):
         return "ascend"
     return "none"
+
+
+def target_group(target: Target) -> str | None:
+    """The data-parallel group its API server's flags name (``dp@<address>:<rpc port>``, as every
+    member derives it: ``groups/identity.py``); None for a server in no group, a Ray or
+    LeaderWorkerSet one (their group is not read from the flags), or flags that do not parse."""
+    api = target.api_server
+    ident = from_argv(api.cmdline) if api is not None else None
+    if ident is None or ident.kind != DP or ident.problems or not ident.group:
+        return None
+    return ident.group

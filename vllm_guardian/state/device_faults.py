@@ -12,7 +12,11 @@ counts the rest), and one on a bus no other backend lists is its own device ``pc
 Answers, for the detector (``view``), the remediation (``blocking``: the faults a restart
 cannot help on a server's devices), the diagnosis (``for_target``), status and metrics
 (``status``, ``health``: 0 ok, 1 warning, 2 critical). Each code is looked up in the
-device-fault catalog once, when recorded.
+device-fault catalog once, when recorded; the configured ``policy.device_fault_rules`` are
+applied each time the faults are asked for, through the ``judge`` the daemon hands it
+(``policy/fault_rules.py``'s ``judge``: a code's occurrences on the device within the rule's window
+decide whether it counts yet, the rule's severity and action replace the catalog's), so a reload's
+new rules (``configure``) take effect on the next question.
 """
 
 from __future__ import annotations
@@ -23,10 +27,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_guardian.config.schema_policy import KEPT_EVENTS
 from vllm_guardian.detectors.accel_fault import DeviceFaultView, FaultRecord, FaultStatus, worst
-from vllm_guardian.detectors.device_catalog import DeviceCatalog, shipped
+from vllm_guardian.detectors.device_catalog import DeviceCatalog, FaultEntry, shipped
 
-KEEP = 64
+KEEP = KEPT_EVENTS
+
+# (code, catalog entry, the times the device saw the code, now) -> the entry as the rules leave it
+Judge = Callable[[str, FaultEntry, list[float], float], FaultEntry]
 
 
 @dataclass(frozen=True)
@@ -42,14 +50,24 @@ class DeviceFaultStatus:
 
 
 class DeviceFaults:
-    def __init__(self, window: float = 900.0, catalog: DeviceCatalog | None = None) -> None:
+    def __init__(
+        self,
+        window: float = 900.0,
+        catalog: DeviceCatalog | None = None,
+        judge: Judge | None = None,
+    ) -> None:
         self.window = window
         self.catalog = catalog or shipped()
+        self.judge = judge
         self.events: dict[str, deque[FaultRecord]] = {}
         self.conditions: dict[str, dict[str, FaultRecord]] = {}
         self.names: dict[str, str] = {}
         self.by_pci: dict[str, str] = {}
         self.target_devices: dict[str, set[str]] = {}
+
+    def configure(self, judge: Judge | None) -> None:
+        """The rules of a (re)loaded config; what was recorded is kept and judged by them from now on."""
+        self.judge = judge
 
     # ------------------------------------------------------------------ feeding
     def fold(self, res: Any, now: float, wall: float, pid_owner: Callable[[int], str | None] | None = None) -> None:
@@ -105,7 +123,21 @@ class DeviceFaults:
     def faults(self, dev: str, now: float) -> tuple[FaultRecord, ...]:
         evs = [r for r in self.events.get(dev, ()) if now - r.at <= self.window]
         conds = list(self.conditions.get(dev, {}).values())
-        return tuple(sorted(conds + evs, key=lambda r: r.at))
+        return tuple(self._ruled(dev, sorted(conds + evs, key=lambda r: r.at), now))
+
+    def _ruled(self, dev: str, records: list[FaultRecord], now: float) -> list[FaultRecord]:
+        """Each record with its entry as the configured rules leave it (unchanged without rules)."""
+        judge = self.judge
+        if judge is None:
+            return records
+        seen: dict[str, list[float]] = {}
+        for o in (*self.events.get(dev, ()), *self.conditions.get(dev, {}).values()):
+            seen.setdefault(o.code, []).append(o.at)
+        judged: dict[str, FaultEntry] = {}  # one decision per code (one catalog entry per code)
+        for r in records:
+            if r.code not in judged:
+                judged[r.code] = judge(r.code, r.entry, seen[r.code], now)
+        return [r if judged[r.code] is r.entry else dataclasses.replace(r, entry=judged[r.code]) for r in records]
 
     def view(self, dev: str, now: float) -> DeviceFaultView:
         return DeviceFaultView(dev, self.names.get(dev, ""), self.faults(dev, now), now)

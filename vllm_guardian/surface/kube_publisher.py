@@ -24,7 +24,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from vllm_guardian.host.kube import KubeClient, PodRef, pod_uid_of
 from vllm_guardian.host.kube_events import EventRecorder, ObjectRef, rfc3339
@@ -294,9 +294,16 @@ class KubePublisher:
 
 
 def _broken_devices(snapshot: StatusSnapshot) -> list[Any]:
-    """The open accel_fault incidents rated critical whose fault a restart cannot help."""
+    """The open accel_fault incidents whose fault a restart cannot help: rated critical by the
+    catalog, or ruled ``taint`` by ``policy.device_fault_rules`` (a ``refuse_restart`` rule never taints)."""
     return [
         i
         for i in snapshot.incidents
-        if i.kind.value == "accel_fault" and i.severity.value == "critical" and i.signals.get("blocks_restart")
+        if i.kind.value == "accel_fault" and i.signals.get("blocks_restart") and _taints(i.severity.value, i.signals)
     ]
+
+
+def _taints(severity: str, signals: Mapping[str, Any]) -> bool:
+    """A configured rule taints only with ``taint``; without one, the catalog's critical blocking fault."""
+    rule = signals.get("rule") or ""
+    return rule == "taint" if rule else severity == "critical"
