@@ -35,7 +35,7 @@ def test_two_nodes_acting_on_one_group_exactly_one_gets_to_act(client):
 def test_once_the_actor_is_done_the_other_node_may_act(client):
     a, b = gate(client, "node-a"), gate(client, "node-b")
     got = b.acquire("rank1")
-    assert b.release("rank1", got.slot)
+    assert b.release("rank1", got.slot, got.token)
     assert a.acquire("leader").granted and b.holding() == {}
 
 
@@ -55,7 +55,7 @@ def test_a_target_in_no_group_needs_only_its_fleet_slot(client):
 def test_the_holder_renews_both_leases(client):
     b = gate(client, "node-b")
     got = b.acquire("rank1")
-    assert b.renew("rank1", got.slot)
+    assert b.renew("rank1", got.slot, got.token)
 
 
 def test_a_restart_the_lease_holder_asked_for_takes_neither_lease_and_forgets_the_ask_when_done(client):
@@ -64,6 +64,6 @@ def test_a_restart_the_lease_holder_asked_for_takes_neither_lease_and_forgets_th
     a.delegate("leader", G)  # node-b asked node-a (signed, believed) for the plan's leader step
     step = a.acquire("leader")
     assert step.granted and step.slot is None and "asked by the holder of the group lease" in step.reason
-    a.release("leader", step.slot)
+    a.release("leader", step.slot, step.token)
     assert not a.acquire("leader").granted  # no standing permission: the next restart needs the lease again
-    assert b.release("rank1", holder.slot)
+    assert b.release("rank1", holder.slot, holder.token)
