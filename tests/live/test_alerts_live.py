@@ -165,8 +165,8 @@ def test_two_guardians_with_a_fleet_cap_of_one_never_restart_at_the_same_time(tm
 
         (a0, a1), (b0, b1) = window(incs[0]), window(incs[1])
         assert a1 <= b0 or b1 <= a0, (window(incs[0]), window(incs[1]))
-        waited = [a for inc in incs for a in inc["actions"] if a["name"] == "fleet_lease"]
-        assert waited and "fleet cap 1 reached" in waited[0]["detail"]
+        waited = [a for inc in incs for a in inc["actions"] if a["name"] == "fleet_lease" and a["status"] == "waiting"]
+        assert waited and "fleet cap 1 reached" in waited[0]["detail"], [inc["actions"] for inc in incs]
     finally:
         for sim in sims:
             sim.stop()

@@ -102,7 +102,7 @@ def test_four_guardians_eight_targets_of_one_model_all_spinning_half_restart_the
         sent = [json.loads(f.get("event") or f[b"event"]) for _, f in client.xrange("guardian:alerts")]
         paged = [e for e in sent if any(a["name"] == "breaker" and a["status"] == "escalated" for a in e["actions"])]
         assert {e["incident_id"] for e in paged} == {pager["id"]}  # its alert went out again with the page
-        assert sorted(str(m) for m in client.smembers("guardian:breaker:model:sim-model:held")) == sorted(
+        assert sorted(str(m) for m in client.smembers("guardian:breaker:{model:sim-model}:held")) == sorted(
             f"node-{k[1]}/{k.split('/')[1]}" for k in held
         )
     finally:

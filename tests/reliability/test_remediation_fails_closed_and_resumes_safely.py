@@ -80,12 +80,17 @@ class Lease:
         from vllm_guardian.remediation.lease import LeaseResult
 
         self.acquired.append(target)
-        return LeaseResult(True, "slot 0", 0)
+        return LeaseResult(True, "slot 0", 0, 1)
 
-    def renew(self, target, slot):
+    def check(self, target, slot, token):
+        from vllm_guardian.remediation.lease import LeaseResult
+
+        return LeaseResult(True, "slot 0 still ours", slot, token)
+
+    def renew(self, target, slot, token=None):
         return True
 
-    def release(self, target, slot):
+    def release(self, target, slot, token=None):
         self.released.append((target, slot))
         return True
 

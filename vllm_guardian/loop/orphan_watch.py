@@ -2,7 +2,9 @@
 when proven ours and ``groups.stop_orphans`` is on (never in dry-run).
 
 Reads /proc (``seams.proc``): every process whose argv[0] starts with ``VLLM::``, then its
-ancestors up to init (each one's argv, to tell a live vLLM API server); remembers the pid and start
+ancestors up to init (each one's argv, to tell a live vLLM API server) — off the loop, in a scan thread
+of its own (a wedged /proc read never blocks a tick; the next scan starts only once it returns; the
+tick after it returns judges its table); remembers the pid and start
 time of every process once in a supervised tree (the tracker's targets, each tick it runs; at most
 ``MAX_REMEMBERED``). ``groups.orphans.find_orphans`` decides which are orphans and which are
 provable. Acts: a provable orphan is sent SIGKILL through the process-control seam by its
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 
@@ -48,6 +51,8 @@ class OrphanWatch:
         self.stopped_total = 0
         self._said: set[tuple[int, int]] = set()
         self._next = float("-inf")
+        self._scan: threading.Thread | None = None
+        self._table: dict[int, Proc] | None = None  # the last scan's, not judged yet
 
     def status_section(self) -> OrphansStatus:
         return OrphansStatus(self.found, self.stopped_total, self.stop)
@@ -62,10 +67,23 @@ class OrphanWatch:
 
     def step(self, now: float, targets: Mapping[str, TrackedTarget]) -> None:
         self.remember(targets)
-        if now < self._next:
-            return
+        table, self._table = self._table, None
+        if table is not None:
+            self._judge(table)
+        if now < self._next or (self._scan is not None and self._scan.is_alive()):
+            return  # not yet, or the last scan has not returned (a wedged /proc read): never a second
         self._next = now + self.interval
-        table = self._read()
+        self._scan = threading.Thread(target=self._run_scan, name="guardian-orphans", daemon=True)
+        self._scan.start()
+
+    def _run_scan(self) -> None:
+        try:
+            self._table = self._read()
+        except Exception as e:  # noqa: BLE001 - a scan that fails finds nothing this time
+            self.log.debug("orphan scan failed: %s: %s", type(e).__name__, e)
+
+    def _judge(self, table: dict[int, Proc]) -> None:
+        """On the loop: judge a scan's table, stop what is provably ours, report the rest."""
         found = find_orphans(list(table.values()), supervised=self.supervised, min_rss=self.min_rss)
         out = []
         for o in found:
