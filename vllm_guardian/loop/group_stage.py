@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from vllm_guardian.config.schema import GroupsConfig
+from vllm_guardian.config.schema_groups import GroupsConfig
 from vllm_guardian.errors import GuardianError
 from vllm_guardian.gates.trust import KeyRing
 from vllm_guardian.groups import record as rec
